@@ -1,0 +1,219 @@
+/**
+ * Lineage checks.
+ *  Tiling: for every logical tensor that has lineage, every element is held by some rank;
+ *  at every element, each partial group present (same n, reduce, divisor) is complete: all
+ *  chunks 0..n-1 are held. Claims with the same value map at the same element are replicas;
+ *  complete and partial claims may overlap (a reduction's input and output both map to the
+ *  logical tensor). A tensor holding one element twice is rejected when its index map is read.
+ *  Outputs: every element of every contract output has a complete value on some rank.
+ *
+ * Cost: claims are enumerated once per distinct value of the mesh coordinates they depend on
+ * (a replicated weight on 8192 ranks is one claim), and coverage is computed on the grid of
+ * range boundaries (coordinate compression), never per element.
+ */
+import type { Shape } from '../ops/types.js';
+import { jpath, type IssueSink } from '../plans/errors.js';
+import type { Mesh } from '../plans/mesh.js';
+import type { Contract, LogicalGraph, Program, RankView } from '../plans/model.js';
+import { specVars } from '../plans/programs.js';
+import { evalLineage, LineageError, type LineageNF, regionStr, valueStr } from './model.js';
+
+export interface Claim {
+  readonly nf: LineageNF;
+  /** A representative rank and how many ranks hold this same claim. */
+  readonly rank: number;
+  readonly holders: number;
+  readonly program: number;
+  readonly tensor: number;
+}
+
+export interface Coverage {
+  readonly logical: number;
+  /** Distinct claims and total (rank, tensor) holders. */
+  readonly claims: number;
+  readonly holders: number;
+  /** Every element has a complete value on some rank. */
+  readonly complete: boolean;
+  /** Some element is held only as partial addends. */
+  readonly partialOnly: boolean;
+}
+
+export const MAX_CELLS = 1 << 22;
+
+/** Evaluates every lineage spec once per distinct coordinate tuple it depends on. */
+export function collectClaims(programs: Program[], rankProgram: Int32Array, mesh: Mesh, logical: LogicalGraph, view: (r: number) => RankView, sink: IssueSink): Claim[] {
+  const claims: Claim[] = [];
+  for (const p of programs) {
+    const ranks = [...p.ranks].filter((r) => rankProgram[r] === p.index);
+    p.lineage.forEach((spec, t) => {
+      if (spec === undefined) return;
+      const axes = new Set<number>(spec.axes);
+      for (const d of p.shapeSpecs[t] ?? []) for (const v of specVars(d)) axes.add(v === 'rank' ? -1 : mesh.axisIndex(v));
+      const reps = new Map<string, { rank: number; n: number }>();
+      const ax = [...axes].sort((a, b) => a - b);
+      for (const r of ranks) {
+        const key = ax.map((a) => (a < 0 ? r : mesh.coord(r, a))).join(',');
+        const e = reps.get(key);
+        if (e === undefined) reps.set(key, { rank: r, n: 1 });
+        else e.n++;
+      }
+      for (const { rank, n } of reps.values()) {
+        const lshape = logical.shapes[spec.logical] as Shape;
+        try {
+          const nf = evalLineage(spec, mesh, rank, lshape, view(rank).shapes[t] as Shape);
+          claims.push({ nf, rank, holders: n, program: p.index, tensor: t });
+        } catch (e) {
+          if (!(e instanceof LineageError)) throw e;
+          sink.add(spec.path, `${e.message} (logical '${logical.tensors.name(spec.logical)}' is ${shapeText(lshape)})`, `rank ${rank} tensor '${p.tensors.name(t)}'`);
+        }
+      }
+    });
+  }
+  return claims;
+}
+
+function shapeText(s: Shape): string {
+  return `[${s.join(', ')}]`;
+}
+
+/** Checks tiling of every logical tensor with lineage and the output contract. */
+export function checkLineage(claims: Claim[], programs: Program[], logical: LogicalGraph, contract: Contract, sink: IssueSink): Coverage[] {
+  const byLogical = new Map<number, Claim[]>();
+  for (const c of claims) {
+    let l = byLogical.get(c.nf.logical);
+    if (l === undefined) byLogical.set(c.nf.logical, (l = []));
+    l.push(c);
+  }
+  const coverage: Coverage[] = [];
+  const label = (c: Claim): string => {
+    const p = programs[c.program] as Program;
+    return `rank ${c.rank}${c.holders > 1 ? ` (+${c.holders - 1} more)` : ''} '${p.tensors.name(c.tensor)}'`;
+  };
+  const specPath = (c: Claim): string => {
+    const p = programs[c.program] as Program;
+    return p.lineage[c.tensor]?.path ?? (p.tensors.paths[c.tensor] as string);
+  };
+  for (const [lt, list] of [...byLogical].sort((a, b) => a[0] - b[0])) {
+    const name = logical.tensors.name(lt);
+    const where = `logical tensor '${name}'`;
+    const shape = logical.shapes[lt] as Shape;
+    // Distinct claims (replicas collapse).
+    const distinct = new Map<string, Claim>();
+    let holders = 0;
+    for (const c of list) {
+      holders += c.holders;
+      const v = c.nf.value;
+      const key = `${c.nf.ranges.map((r) => r.join(',')).join(';')}|${v.idx},${v.n},${v.reduce},${v.divisor}`;
+      if (!distinct.has(key)) distinct.set(key, c);
+    }
+    const cs = [...distinct.values()];
+    const bounds = shape.map((full, d) => {
+      const s = new Set<number>([0, full]);
+      for (const c of cs) for (const x of c.nf.ranges[d] ?? []) s.add(x);
+      return Int32Array.from([...s].sort((a, b) => a - b));
+    });
+    const sizes = bounds.map((b) => b.length - 1);
+    const cells = sizes.reduce((p, s) => p * s, 1);
+    if (cells > MAX_CELLS) {
+      sink.add(specPath(cs[0] as Claim), `lineage is split into ${cells} distinct blocks; more than ${MAX_CELLS} cannot be checked`, where);
+      continue;
+    }
+    const complete = new Uint8Array(cells);
+    const groups = new Map<string, { n: number; present: Map<number, Uint8Array>; firstClaim: Claim[] }>();
+    const strides = sizes.map((_, d) => sizes.slice(d + 1).reduce((p, s) => p * s, 1));
+    const cellsOf = (c: Claim): number[] => {
+      let acc = [0];
+      c.nf.ranges.forEach((r, d) => {
+        const b = bounds[d] as Int32Array;
+        const idxs: number[] = [];
+        for (let i = 0; i < r.length; i += 2) {
+          const lo = lowerBound(b, r[i] as number);
+          const hi = lowerBound(b, r[i + 1] as number);
+          for (let k = lo; k < hi; k++) idxs.push(k);
+        }
+        const next: number[] = [];
+        for (const a of acc) for (const k of idxs) next.push(a + k * (strides[d] as number));
+        acc = next;
+      });
+      return acc;
+    };
+    for (const c of cs) {
+      const v = c.nf.value;
+      const cl = cellsOf(c);
+      if (v.n === 1 && v.divisor === 1) {
+        for (const x of cl) complete[x] = 1;
+        continue;
+      }
+      const gk = `${v.n},${v.reduce},${v.divisor}`;
+      let g = groups.get(gk);
+      if (g === undefined) groups.set(gk, (g = { n: v.n, present: new Map(), firstClaim: [] }));
+      g.firstClaim[v.idx] ??= c;
+      for (const x of cl) {
+        let bits = g.present.get(x);
+        if (bits === undefined) g.present.set(x, (bits = new Uint8Array(v.n)));
+        bits[v.idx] = 1;
+      }
+    }
+    const cellRegion = (x: number): string => {
+      const parts = sizes.map((_, d) => {
+        const k = Math.floor(x / (strides[d] as number)) % (sizes[d] as number);
+        const b = bounds[d] as Int32Array;
+        return `${b[k]}:${b[k + 1]}`;
+      });
+      return `[${parts.join(', ')}]`;
+    };
+    let partialOnly = false;
+    let allComplete = true;
+    let reported = 0;
+    for (let x = 0; x < cells && reported < 3; x++) {
+      let held = complete[x] === 1;
+      if (!held) allComplete = false;
+      for (const [gk, g] of groups) {
+        const bits = g.present.get(x);
+        if (bits === undefined) continue;
+        held = true;
+        const missing: number[] = [];
+        bits.forEach((b, i) => {
+          if (!b) missing.push(i);
+        });
+        if (missing.length > 0) {
+          const have = g.firstClaim.findIndex((c, i) => c !== undefined && bits[i] === 1);
+          const hc = g.firstClaim[have] as Claim;
+          const [n, reduce, divisor] = gk.split(',');
+          sink.add(
+            specPath(hc),
+            `elements ${cellRegion(x)} are held as partial addends (${reduce} of ${n}${divisor === '1' ? '' : `, divided by ${divisor}`}) but chunk(s) ${missing.slice(0, 8).join(', ')}${missing.length > 8 ? ', ...' : ''} are held by no rank, e.g. ${label(hc)} holds chunk ${have}: the partial group is incomplete`,
+            where,
+          );
+          reported++;
+        }
+      }
+      if (!held) {
+        sink.add(specPath(cs[0] as Claim), `elements ${cellRegion(x)} are held by no rank: the lineage does not tile the tensor (held: ${cs.slice(0, 4).map((c) => `${label(c)} ${regionStr(c.nf.ranges)} ${valueStr(c.nf.value)}`).join('; ')})`, where);
+        reported++;
+      } else if (complete[x] !== 1) partialOnly = true;
+    }
+    coverage.push({ logical: lt, claims: cs.length, holders, complete: allComplete && reported === 0, partialOnly });
+  }
+  // Output contract.
+  const cov = new Map(coverage.map((c) => [c.logical, c]));
+  contract.outputs.forEach((t, k) => {
+    if (t < 0) return;
+    const c = cov.get(t);
+    const where = `contract output '${logical.tensors.name(t)}'`;
+    if (c === undefined) sink.add(jpath('$.contract.outputs', k), 'has no lineage: no rank is known to hold it, so the plan cannot be compared with the logical iteration', where);
+    else if (!c.complete && c.partialOnly) sink.add(jpath('$.contract.outputs', k), 'some elements are held only as partial values on every rank: the iteration must end with a complete value on some rank (a reduction is missing?)', where);
+  });
+  return coverage;
+}
+
+function lowerBound(a: Int32Array, v: number): number {
+  let lo = 0;
+  let hi = a.length;
+  while (lo < hi) {
+    const m = (lo + hi) >> 1;
+    if ((a[m] as number) < v) lo = m + 1;
+    else hi = m;
+  }
+  return lo;
+}

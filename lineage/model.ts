@@ -1,0 +1,181 @@
+/**
+ * Lineage: which slice of which logical tensor a parallel tensor holds, and how its value
+ * relates to that slice. Two spellings are accepted (nnScaler-style index/value maps, and
+ * DTensor placements over the mesh); both become the same per-rank normal form, LineageNF:
+ *   region = per dim a sorted list of disjoint [start, end) ranges (several for striped
+ *            layouts such as context-parallel zig-zag); the local tensor holds exactly these
+ *            elements, in this order;
+ *   value  = chunk `idx` of `n` addends combined by `reduce`, divided by `divisor`:
+ *            logical = reduce_{i<n}(chunk_i) / divisor. n = 1 means a complete value.
+ */
+import type { IntSpec } from '../plans/model.js';
+import type { Mesh } from '../plans/mesh.js';
+import type { Shape } from '../ops/types.js';
+
+export type Reduce = 'sum' | 'max' | 'min';
+
+export interface ValueMap {
+  readonly idx: number;
+  readonly n: number;
+  readonly reduce: Reduce;
+  readonly divisor: number;
+}
+
+export interface LineageNF {
+  readonly logical: number;
+  /** ranges[d] = [s0, e0, s1, e1, ...] */
+  readonly ranges: readonly (readonly number[])[];
+  readonly value: ValueMap;
+}
+
+export type Placement = { readonly k: 'R' } | { readonly k: 'S'; readonly dim: number } | { readonly k: 'P'; readonly reduce: 'sum' | 'avg' | 'max' | 'min' };
+
+export type LineageSpec =
+  | {
+      readonly kind: 'index';
+      readonly logical: number;
+      readonly path: string;
+      /** Per dim: undefined = whole dim, else [s0, e0, s1, e1, ...] specs. Missing `index` = all whole. */
+      readonly dims: readonly (readonly IntSpec[] | undefined)[] | undefined;
+      readonly idx: IntSpec;
+      readonly n: number;
+      readonly reduce: Reduce;
+      readonly divisor: number;
+      /** Mesh axes the spec depends on; -1 in the list means it uses `rank`. */
+      readonly axes: readonly number[];
+    }
+  | {
+      readonly kind: 'placements';
+      readonly logical: number;
+      readonly path: string;
+      readonly placements: readonly Placement[];
+      readonly axes: readonly number[];
+    };
+
+export class LineageError extends Error {}
+
+export function parsePlacement(s: string): Placement {
+  if (s === 'R') return { k: 'R' };
+  if (s === 'P') return { k: 'P', reduce: 'sum' };
+  const sm = /^S\(([0-9]+)\)$/.exec(s);
+  if (sm) return { k: 'S', dim: Number(sm[1]) };
+  const pm = /^P\((sum|avg|max|min)\)$/.exec(s);
+  if (pm) return { k: 'P', reduce: pm[1] as 'sum' | 'avg' | 'max' | 'min' };
+  throw new LineageError(`unknown placement '${s}'`);
+}
+
+export function placementStr(p: Placement): string {
+  return p.k === 'R' ? 'R' : p.k === 'S' ? `S(${p.dim})` : `P(${p.reduce})`;
+}
+
+function evalSpec(v: IntSpec, env: (n: string) => number): number {
+  return typeof v === 'number' ? v : v.eval(env);
+}
+
+export function rankEnv(mesh: Mesh, rank: number): (name: string) => number {
+  return (name) => (name === 'rank' ? rank : mesh.coord(rank, mesh.axisIndex(name)));
+}
+
+/**
+ * Evaluates a spec for one rank and checks it against the logical shape and the local shape.
+ * Throws LineageError with a one-line reason.
+ */
+export function evalLineage(spec: LineageSpec, mesh: Mesh, rank: number, logicalShape: Shape, localShape: Shape): LineageNF {
+  const nf = spec.kind === 'index' ? evalIndexSpec(spec, mesh, rank, logicalShape) : expandPlacements(spec, mesh, rank, logicalShape);
+  checkRegion(nf, logicalShape, localShape);
+  return nf;
+}
+
+function evalIndexSpec(spec: Extract<LineageSpec, { kind: 'index' }>, mesh: Mesh, rank: number, logicalShape: Shape): LineageNF {
+  const env = rankEnv(mesh, rank);
+  if (spec.dims !== undefined && spec.dims.length !== logicalShape.length) {
+    throw new LineageError(`index map has ${spec.dims.length} dims but the logical tensor has ${logicalShape.length}`);
+  }
+  const ranges = logicalShape.map((full, d) => {
+    const dim = spec.dims?.[d];
+    return dim === undefined ? [0, full] : dim.map((x) => evalSpec(x, env));
+  });
+  const idx = evalSpec(spec.idx, env);
+  if (idx < 0 || idx >= spec.n) throw new LineageError(`value map chunk ${idx} is not in 0..${spec.n - 1}`);
+  return { logical: spec.logical, ranges, value: { idx, n: spec.n, reduce: spec.reduce, divisor: spec.divisor } };
+}
+
+/**
+ * DTensor semantics: mesh axes are applied left to right; Shard(d) splits the current piece
+ * of dim d with torch.chunk sizes (ceil(L/m) per chunk; trailing chunks may be short or
+ * empty); several Partial axes compose as nnScaler's nested value maps (idx*m + j of n*m).
+ */
+function expandPlacements(spec: Extract<LineageSpec, { kind: 'placements' }>, mesh: Mesh, rank: number, logicalShape: Shape): LineageNF {
+  if (spec.placements.length !== mesh.axes.length) {
+    throw new LineageError(`${spec.placements.length} placements for a ${mesh.axes.length}-axis mesh (one per mesh axis, in mesh order)`);
+  }
+  const lo = logicalShape.map(() => 0);
+  const hi = [...logicalShape];
+  let idx = 0;
+  let n = 1;
+  let divisor = 1;
+  let reduce: Reduce | undefined;
+  spec.placements.forEach((p, a) => {
+    const m = mesh.sizes[a] as number;
+    const c = mesh.coord(rank, a);
+    if (p.k === 'S') {
+      if (p.dim >= logicalShape.length) throw new LineageError(`S(${p.dim}) on a rank-${logicalShape.length} tensor`);
+      const L = (hi[p.dim] as number) - (lo[p.dim] as number);
+      const chunk = Math.ceil(L / m);
+      const s = (lo[p.dim] as number) + Math.min(c * chunk, L);
+      const e = (lo[p.dim] as number) + Math.min((c + 1) * chunk, L);
+      lo[p.dim] = s;
+      hi[p.dim] = e;
+    } else if (p.k === 'P') {
+      const r: Reduce = p.reduce === 'avg' ? 'sum' : p.reduce;
+      if (reduce !== undefined && reduce !== r) throw new LineageError(`cannot combine P(${p.reduce}) with another partial kind on one tensor`);
+      if (r !== 'sum' && reduce === r) throw new LineageError(`P(${p.reduce}) on two mesh axes is not supported; spell the value map explicitly`);
+      reduce = r;
+      idx = idx * m + c;
+      n *= m;
+      if (p.reduce === 'avg') divisor *= m;
+    }
+  });
+  return {
+    logical: spec.logical,
+    ranges: lo.map((s, d) => [s, hi[d] as number]),
+    value: { idx, n, reduce: reduce ?? 'sum', divisor },
+  };
+}
+
+function checkRegion(nf: LineageNF, logicalShape: Shape, localShape: Shape): void {
+  if (localShape.length !== logicalShape.length) {
+    throw new LineageError(`local tensor has ${localShape.length} dims, logical tensor has ${logicalShape.length}`);
+  }
+  nf.ranges.forEach((r, d) => {
+    const full = logicalShape[d] as number;
+    let held = 0;
+    let prevEnd = -1;
+    for (let i = 0; i < r.length; i += 2) {
+      const s = r[i] as number;
+      const e = r[i + 1] as number;
+      if (s < 0 || e > full || s > e) throw new LineageError(`dim ${d}: range [${s}, ${e}) is outside [0, ${full})`);
+      if (s === e && r.length > 2) throw new LineageError(`dim ${d}: empty range [${s}, ${e}) in a striped index map`);
+      if (s < prevEnd) throw new LineageError(`dim ${d}: ranges overlap or are out of order at [${s}, ${e}) (a tensor cannot hold an element twice)`);
+      prevEnd = e;
+      held += e - s;
+    }
+    if (held !== localShape[d]) {
+      throw new LineageError(`dim ${d}: the index map selects ${held} elements but the local tensor has ${localShape[d]}`);
+    }
+  });
+}
+
+export function regionStr(ranges: readonly (readonly number[])[]): string {
+  return `[${ranges.map((r) => {
+    const parts: string[] = [];
+    for (let i = 0; i < r.length; i += 2) parts.push(`${r[i]}:${r[i + 1]}`);
+    return parts.join('+');
+  }).join(', ')}]`;
+}
+
+export function valueStr(v: ValueMap): string {
+  if (v.n === 1 && v.divisor === 1) return 'complete';
+  const base = `addend ${v.idx} of ${v.n}${v.reduce === 'sum' ? '' : ` (${v.reduce})`}`;
+  return v.divisor === 1 ? base : `${base}, divided by ${v.divisor}`;
+}

@@ -1,0 +1,114 @@
+/** Ops that move elements without arithmetic: transpose, permute, reshape, slice, concat, split. */
+import { type OpDef, attrInts, attrNum, attrObject, fixed, normDim, numel, ShapeError, type Shape, shapeStr } from './types.js';
+
+const intList = { type: 'array', items: { type: 'integer' }, maxItems: 16 };
+
+export const ops: OpDef[] = [
+  {
+    name: 'transpose',
+    family: 'layout',
+    doc: 'torch.transpose(a, dim0, dim1)',
+    inputs: fixed(1),
+    outputs: fixed(1),
+    attrSchema: attrObject({ dim0: { type: 'integer' }, dim1: { type: 'integer' } }, ['dim0', 'dim1']),
+    shape: ([a], at) => {
+      const s = [...(a as Shape)];
+      const d0 = normDim(attrNum(at, 'dim0'), s.length, 'dim0');
+      const d1 = normDim(attrNum(at, 'dim1'), s.length, 'dim1');
+      [s[d0], s[d1]] = [s[d1] as number, s[d0] as number];
+      return [s];
+    },
+  },
+  {
+    name: 'permute',
+    family: 'layout',
+    doc: 'a.permute(dims)',
+    inputs: fixed(1),
+    outputs: fixed(1),
+    attrSchema: attrObject({ dims: intList }, ['dims']),
+    shape: ([a], at) => {
+      const s = a as Shape;
+      const dims = (attrInts(at, 'dims') ?? []).map((d) => normDim(d, s.length));
+      if (dims.length !== s.length || new Set(dims).size !== dims.length) throw new ShapeError(`dims [${dims.join(', ')}] are not a permutation of ${s.length} dims`);
+      return [dims.map((d) => s[d] as number)];
+    },
+  },
+  {
+    name: 'reshape',
+    family: 'layout',
+    doc: 'a.reshape(shape) (row-major; one -1 allowed)',
+    inputs: fixed(1),
+    outputs: fixed(1),
+    attrSchema: attrObject({ shape: { type: 'array', items: { type: 'integer', minimum: -1 }, maxItems: 16 } }, ['shape']),
+    shape: ([a], at) => {
+      const s = a as Shape;
+      const tgt = attrInts(at, 'shape') ?? [];
+      const n = numel(s);
+      const free = tgt.filter((d) => d === -1).length;
+      if (free > 1) throw new ShapeError('at most one -1 in reshape');
+      const known = tgt.reduce((p, d) => (d === -1 ? p : p * d), 1);
+      const out = tgt.map((d) => (d === -1 ? (known === 0 ? 0 : n / known) : d));
+      if (!out.every((d) => Number.isInteger(d) && d >= 0) || numel(out) !== n) throw new ShapeError(`cannot reshape ${shapeStr(s)} (${n} elements) to ${shapeStr(tgt)}`);
+      return [out];
+    },
+  },
+  {
+    name: 'slice',
+    family: 'layout',
+    doc: 'a.narrow(dim, start, end - start), i.e. a[..., start:end, ...]',
+    inputs: fixed(1),
+    outputs: fixed(1),
+    attrSchema: attrObject({ dim: { type: 'integer' }, start: { type: 'integer', minimum: 0 }, end: { type: 'integer', minimum: 0 } }, ['dim', 'start', 'end']),
+    shape: ([a], at) => {
+      const s = [...(a as Shape)];
+      const d = normDim(attrNum(at, 'dim'), s.length);
+      const st = attrNum(at, 'start');
+      const en = attrNum(at, 'end');
+      if (!(st < en && en <= (s[d] as number))) throw new ShapeError(`slice [${st}, ${en}) is not inside dim ${d} of size ${s[d]}`);
+      s[d] = en - st;
+      return [s];
+    },
+  },
+  {
+    name: 'concat',
+    family: 'layout',
+    doc: 'torch.cat(inputs, dim)',
+    inputs: { min: 1, max: Infinity },
+    outputs: fixed(1),
+    attrSchema: attrObject({ dim: { type: 'integer' } }, ['dim']),
+    shape: (ins, at) => {
+      const first = ins[0] as Shape;
+      const d = normDim(attrNum(at, 'dim'), first.length);
+      let total = 0;
+      ins.forEach((s, k) => {
+        if (s.length !== first.length || s.some((v, i) => i !== d && v !== first[i])) {
+          throw new ShapeError(`input ${k} ${shapeStr(s)} does not match input 0 ${shapeStr(first)} outside dim ${d}`);
+        }
+        total += s[d] as number;
+      });
+      const out = [...first];
+      out[d] = total;
+      return [out];
+    },
+  },
+  {
+    name: 'split',
+    family: 'layout',
+    doc: 'torch.split(a, sizes, dim): one output per size',
+    inputs: fixed(1),
+    outputs: { min: 1, max: Infinity },
+    attrSchema: attrObject({ dim: { type: 'integer' }, sizes: { type: 'array', items: { type: 'integer', minimum: 1 }, minItems: 1, maxItems: 65536 } }, ['dim', 'sizes']),
+    shape: ([a], at) => {
+      const s = a as Shape;
+      const d = normDim(attrNum(at, 'dim'), s.length);
+      const sizes = attrInts(at, 'sizes') ?? [];
+      const tot = sizes.reduce((p, v) => p + v, 0);
+      if (tot !== s[d]) throw new ShapeError(`split sizes sum to ${tot}, dim ${d} has size ${s[d]}`);
+      return sizes.map((z) => {
+        const o = [...s];
+        o[d] = z;
+        return o;
+      });
+    },
+  },
+];

@@ -1,0 +1,60 @@
+/**
+ * The operator registry. Adding an op family is one new file in ops/ exporting `ops`, plus
+ * one line here. Attribute schemas are compiled once, lazily.
+ */
+import { Ajv, type ValidateFunction } from 'ajv';
+import type { Attrs, OpDef } from './types.js';
+import { ops as elementwise } from './elementwise.js';
+import { ops as activation } from './activation.js';
+import { ops as matmul } from './matmul.js';
+import { ops as reduce } from './reduce.js';
+import { ops as layout } from './layout.js';
+import { ops as loss } from './loss.js';
+import { ops as optim } from './optim.js';
+import { ops as collectives } from './collectives.js';
+
+const families: readonly (readonly OpDef[])[] = [elementwise, activation, matmul, reduce, layout, loss, optim, collectives];
+
+export class OpRegistry {
+  private readonly byName = new Map<string, number>();
+  readonly defs: OpDef[] = [];
+  private readonly validators: (ValidateFunction | undefined)[] = [];
+  private readonly ajv = new Ajv({ allErrors: false, strict: true });
+
+  constructor(defs: Iterable<OpDef>) {
+    for (const d of defs) {
+      if (this.byName.has(d.name)) throw new Error(`op '${d.name}' registered twice`);
+      this.byName.set(d.name, this.defs.length);
+      this.defs.push(d);
+    }
+  }
+  /** Integer id of an op name, or -1. */
+  id(name: string): number {
+    return this.byName.get(name) ?? -1;
+  }
+  get(id: number): OpDef {
+    const d = this.defs[id];
+    if (d === undefined) throw new Error(`no op with id ${id}`);
+    return d;
+  }
+  names(): string[] {
+    return this.defs.map((d) => d.name);
+  }
+  /** Validates attributes; returns a one-line reason or undefined. */
+  checkAttrs(id: number, attrs: Attrs): string | undefined {
+    let v = this.validators[id];
+    if (v === undefined) {
+      v = this.ajv.compile(this.get(id).attrSchema);
+      this.validators[id] = v;
+    }
+    if (v(attrs)) return undefined;
+    const e = v.errors?.[0];
+    if (e === undefined) return 'invalid attributes';
+    const at = e.instancePath === '' ? 'attrs' : `attrs${e.instancePath.replace(/\//g, '.')}`;
+    if (e.keyword === 'additionalProperties') return `unknown attribute '${String((e.params as { additionalProperty: string }).additionalProperty)}'`;
+    if (e.keyword === 'required') return `missing attribute '${String((e.params as { missingProperty: string }).missingProperty)}'`;
+    return `${at} ${e.message ?? 'is invalid'}`;
+  }
+}
+
+export const registry = new OpRegistry(families.flat());

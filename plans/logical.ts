@@ -1,0 +1,164 @@
+/** Builds and checks the logical (single-device) graph: SSA, dangling tensors, shapes, cycles. */
+import { Graph, alg } from '@dagrejs/graphlib';
+import { registry } from '../ops/registry.js';
+import { type Attrs, ShapeError, type Shape, sameShape, shapeStr, numel } from '../ops/types.js';
+import { jpath, type IssueSink } from './errors.js';
+import { NameTable, OpTableBuilder, type LogicalGraph, type Role, type Contract } from './model.js';
+import type { RawPlan } from './raw.js';
+
+/** Largest element count of one tensor: exact integer arithmetic on indices must stay safe. */
+export const MAX_ELEMENTS = 2 ** 53 - 1;
+
+export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGraph; contract: Contract } {
+  const base = '$.logical';
+  const tensors = new NameTable();
+  const shapes: Shape[] = [];
+  const roles: Role[] = [];
+  const dtypes: (string | undefined)[] = [];
+  raw.logical.tensors.forEach((t, i) => {
+    const p = jpath(base, 'tensors', i);
+    if (tensors.add(t.id, p) < 0) {
+      sink.add(p, `tensor id '${t.id}' is declared twice (first at ${tensors.paths[tensors.id(t.id)]})`);
+      return;
+    }
+    if (numel(t.shape) > MAX_ELEMENTS) sink.add(jpath(p, 'shape'), `shape ${shapeStr(t.shape)} has more than 2^53 elements`);
+    shapes.push(t.shape);
+    roles.push(t.role);
+    dtypes.push(t.dtype);
+  });
+
+  const ops = new OpTableBuilder();
+  const attrs: Attrs[] = [];
+  const producer = new Int32Array(tensors.size).fill(-1);
+  const consumed = new Uint8Array(tensors.size);
+  raw.logical.ops.forEach((o, i) => {
+    const p = jpath(base, 'ops', i);
+    const where = `op '${o.id}'`;
+    const kind = registry.id(o.op);
+    if (kind < 0) sink.add(jpath(p, 'op'), `unknown op '${o.op}'`, where);
+    const resolve = (names: string[], field: string): number[] =>
+      names.map((n, k) => {
+        const t = tensors.id(n);
+        if (t < 0) sink.add(jpath(p, field, k), `tensor '${n}' is not declared in $.logical.tensors`, where);
+        return t;
+      });
+    const ins = resolve(o.inputs, 'inputs');
+    const outs = resolve(o.outputs, 'outputs');
+    const idx = ops.push(o.id, p, kind, ins, outs, o.loc);
+    if (idx < 0) {
+      sink.add(jpath(p, 'id'), `op id '${o.id}' is used twice (first at ${ops.table.ids.paths[ops.table.ids.id(o.id)]})`);
+      return;
+    }
+    attrs.push(o.attrs ?? {});
+    outs.forEach((t, k) => {
+      if (t < 0) return;
+      const prev = producer[t] as number;
+      if (prev >= 0) {
+        sink.add(jpath(p, 'outputs', k), `tensor '${o.outputs[k]}' is produced twice (SSA): also by op '${ops.table.ids.name(prev)}'`, where);
+      } else producer[t] = idx;
+    });
+    for (const t of ins) if (t >= 0) consumed[t] = 1;
+  });
+  const table = ops.finish();
+
+  // Contract.
+  const cin = resolveList(raw.contract.inputs, tensors, '$.contract.inputs', sink);
+  const cout = resolveList(raw.contract.outputs, tensors, '$.contract.outputs', sink);
+  const isInput = new Uint8Array(tensors.size);
+  const isOutput = new Uint8Array(tensors.size);
+  cin.forEach((t, k) => {
+    if (t < 0) return;
+    isInput[t] = 1;
+    if ((producer[t] as number) >= 0) sink.add(jpath('$.contract.inputs', k), `'${tensors.name(t)}' is a contract input but is produced by op '${table.ids.name(producer[t] as number)}'`);
+  });
+  cout.forEach((t, k) => {
+    if (t < 0) return;
+    isOutput[t] = 1;
+    if ((producer[t] as number) < 0 && !isInput[t]) sink.add(jpath('$.contract.outputs', k), `contract output '${tensors.name(t)}' is never produced`);
+  });
+  for (let t = 0; t < tensors.size; t++) {
+    const p = tensors.paths[t] as string;
+    const where = `tensor '${tensors.name(t)}'`;
+    if ((producer[t] as number) < 0 && !isInput[t]) {
+      if (consumed[t]) sink.add(p, 'is consumed but never produced and not listed in $.contract.inputs (dangling)', where);
+      else if (!isOutput[t]) sink.add(p, 'is declared but never produced, consumed or listed in the contract (dangling)', where);
+    }
+  }
+
+  // Arity, attributes and shapes (only for ops whose tensors all resolved).
+  for (let op = 0; op < table.size; op++) {
+    const kind = table.kind[op] as number;
+    if (kind < 0) continue;
+    const ins = table.opInputs(op);
+    const outs = table.opOutputs(op);
+    if (ins.some((t) => t < 0) || outs.some((t) => t < 0)) continue;
+    const p = table.ids.paths[op] as string;
+    const msg = checkOpShapes(kind, [...ins].map((t) => shapes[t] as Shape), [...outs].map((t) => shapes[t] as Shape), attrs[op] as Attrs);
+    if (msg !== undefined) sink.add(p, msg, `op '${table.ids.name(op)}' (${registry.get(kind).name})`);
+    if (registry.get(kind).collective !== undefined) sink.add(p, 'collectives belong in the parallel graph, not the logical one', `op '${table.ids.name(op)}'`);
+  }
+
+  const graph: LogicalGraph = { tensors, shapes, roles, dtypes, ops: table, attrs, producer };
+  if (sink.size === 0) checkLogicalAcyclic(graph, sink);
+  return { graph, contract: { inputs: Int32Array.from(cin), outputs: Int32Array.from(cout) } };
+}
+
+function resolveList(names: string[], tensors: NameTable, path: string, sink: IssueSink): number[] {
+  const seen = new Set<number>();
+  return names.map((n, k) => {
+    const t = tensors.id(n);
+    if (t < 0) sink.add(jpath(path, k), `'${n}' is not a logical tensor`);
+    else if (seen.has(t)) sink.add(jpath(path, k), `'${n}' is listed twice`);
+    seen.add(t);
+    return t;
+  });
+}
+
+/** Arity, attribute schema and shape rule of one op; returns a one-line reason or undefined. */
+export function checkOpShapes(kind: number, inShapes: Shape[], outShapes: Shape[], attrs: Attrs): string | undefined {
+  const def = registry.get(kind);
+  if (inShapes.length < def.inputs.min || inShapes.length > def.inputs.max) {
+    return `takes ${arityStr(def.inputs.min, def.inputs.max)} input(s), got ${inShapes.length}`;
+  }
+  if (outShapes.length < def.outputs.min || outShapes.length > def.outputs.max) {
+    return `produces ${arityStr(def.outputs.min, def.outputs.max)} output(s), got ${outShapes.length}`;
+  }
+  const bad = registry.checkAttrs(kind, attrs);
+  if (bad !== undefined) return bad;
+  let expect: Shape[];
+  try {
+    expect = def.shape(inShapes, attrs);
+  } catch (e) {
+    if (e instanceof ShapeError) return `shape error: ${e.message}`;
+    throw e;
+  }
+  if (expect.length !== outShapes.length) return `produces ${expect.length} output(s), got ${outShapes.length}`;
+  for (let k = 0; k < expect.length; k++) {
+    if (!sameShape(expect[k] as Shape, outShapes[k] as Shape)) {
+      return `output ${k} is declared ${shapeStr(outShapes[k] as Shape)} but the op produces ${shapeStr(expect[k] as Shape)} from inputs ${inShapes.map(shapeStr).join(', ')}`;
+    }
+  }
+  return undefined;
+}
+
+function arityStr(min: number, max: number): string {
+  return min === max ? `${min}` : max === Infinity ? `at least ${min}` : `${min} to ${max}`;
+}
+
+function checkLogicalAcyclic(g: LogicalGraph, sink: IssueSink): void {
+  const dg = new Graph({ directed: true, multigraph: false });
+  const ops = g.ops;
+  for (let op = 0; op < ops.size; op++) dg.setNode(String(op));
+  for (let op = 0; op < ops.size; op++) {
+    for (const t of ops.opInputs(op)) {
+      const p = g.producer[t] as number;
+      if (p >= 0) dg.setEdge(String(p), String(op));
+    }
+  }
+  if (alg.isAcyclic(dg)) return;
+  for (const cyc of alg.findCycles(dg).slice(0, 3)) {
+    const names = cyc.map((n: string) => `'${ops.ids.name(Number(n))}'`).reverse();
+    const first = Number(cyc[cyc.length - 1]);
+    sink.add(ops.ids.paths[first] as string, `the logical graph has a cycle through ops ${names.join(' -> ')} -> ${names[0] ?? ''}`);
+  }
+}

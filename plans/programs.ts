@@ -1,0 +1,341 @@
+/**
+ * Rank programs. A program is written once for a set of ranks (SPMD template) or once per
+ * rank (explicit spelling); both become Program records. Shapes, attributes, groups, peers and
+ * lineage may use integer expressions over the rank's mesh coordinates; `instantiate` turns a
+ * program into the concrete view of one rank.
+ */
+import { registry } from '../ops/registry.js';
+import type { Attrs, AttrValue, Shape } from '../ops/types.js';
+import { jpath, type IssueSink } from './errors.js';
+import { compileExpr, ExprError, type CompiledExpr } from './expr.js';
+import type { Mesh } from './mesh.js';
+import { NameTable, OpTableBuilder, type AttrSpec, type GroupSpec, type IntSpec, type LogicalGraph, type PeerSpec, type Program, type RankView } from './model.js';
+import type { RawGroup, RawInt, RawLineage, RawPeer, RawPlan, RawProgram, RawSelector } from './raw.js';
+import { type LineageSpec, parsePlacement, rankEnv, LineageError, type Reduce } from '../lineage/model.js';
+import { MAX_ELEMENTS, checkOpShapes } from './logical.js';
+
+export class ExprCompiler {
+  readonly vars: Set<string>;
+  constructor(readonly mesh: Mesh) {
+    this.vars = new Set([...mesh.axes, 'rank']);
+  }
+  /** Number or compiled expression; constant expressions fold to numbers. */
+  int(raw: RawInt, path: string, sink: IssueSink): IntSpec {
+    if (typeof raw === 'number') return raw;
+    try {
+      const e = compileExpr(raw.expr, this.vars);
+      return e.vars.length === 0 ? e.eval(() => 0) : e;
+    } catch (err) {
+      if (err instanceof ExprError) {
+        sink.add(jpath(path, 'expr'), err.message);
+        return 0;
+      }
+      throw err;
+    }
+  }
+}
+
+export function specVars(s: IntSpec): readonly string[] {
+  return typeof s === 'number' ? [] : s.vars;
+}
+
+export function evalInt(s: IntSpec, env: (n: string) => number): number {
+  return typeof s === 'number' ? s : s.eval(env);
+}
+
+/** Ranks chosen by a selector, ascending. */
+export function selectRanks(sel: RawSelector, mesh: Mesh, path: string, sink: IssueSink): Int32Array {
+  if (sel === 'all') return Int32Array.from({ length: mesh.size }, (_, i) => i);
+  if (Array.isArray(sel)) {
+    const seen = new Set<number>();
+    sel.forEach((r, k) => {
+      if (r >= mesh.size) sink.add(jpath(path, k), `rank ${r} is outside the mesh (${mesh.size} ranks)`);
+      else if (seen.has(r)) sink.add(jpath(path, k), `rank ${r} is listed twice`);
+      seen.add(r);
+    });
+    return Int32Array.from([...seen].filter((r) => r < mesh.size).sort((a, b) => a - b));
+  }
+  const conds: [number, Set<number>][] = [];
+  for (const [axis, v] of Object.entries(sel.where)) {
+    const a = mesh.axisIndex(axis);
+    if (a < 0) {
+      sink.add(jpath(path, 'where', axis), `unknown mesh axis '${axis}'`);
+      continue;
+    }
+    const vals = Array.isArray(v) ? v : [v];
+    for (const c of vals) if (c >= (mesh.sizes[a] as number)) sink.add(jpath(path, 'where', axis), `coordinate ${c} is outside axis '${axis}' of size ${mesh.sizes[a]}`);
+    conds.push([a, new Set(vals)]);
+  }
+  const out: number[] = [];
+  for (let r = 0; r < mesh.size; r++) if (conds.every(([a, s]) => s.has(mesh.coord(r, a)))) out.push(r);
+  if (out.length === 0) sink.add(path, 'selects no rank');
+  return Int32Array.from(out);
+}
+
+function compileLineage(raw: RawLineage, path: string, logical: LogicalGraph, mesh: Mesh, ec: ExprCompiler, sink: IssueSink): LineageSpec | undefined {
+  const lt = logical.tensors.id(raw.logical);
+  if (lt < 0) {
+    sink.add(jpath(path, 'logical'), `'${raw.logical}' is not a logical tensor`);
+    return undefined;
+  }
+  if ('placements' in raw) {
+    try {
+      const placements = raw.placements.map(parsePlacement);
+      if (placements.length !== mesh.axes.length) {
+        sink.add(jpath(path, 'placements'), `${placements.length} placements for a ${mesh.axes.length}-axis mesh (${mesh.axes.join(', ')}): give one per mesh axis`);
+        return undefined;
+      }
+      const axes = placements.flatMap((p, a) => (p.k === 'R' ? [] : [a]));
+      return { kind: 'placements', logical: lt, path, placements, axes };
+    } catch (e) {
+      if (e instanceof LineageError) sink.add(jpath(path, 'placements'), e.message);
+      else throw e;
+      return undefined;
+    }
+  }
+  const vars = new Set<string>();
+  const note = (s: IntSpec): IntSpec => {
+    for (const v of specVars(s)) vars.add(v);
+    return s;
+  };
+  const dims = raw.index?.map((d, i): IntSpec[] | undefined => {
+    const p = jpath(path, 'index', i);
+    if (d === '*') return undefined;
+    const ranges = isRange(d) ? [d] : (d as RawInt[][]);
+    return ranges.flatMap((r, k) => {
+      const rp = isRange(d) ? p : jpath(p, k);
+      return [note(ec.int(r[0] as RawInt, jpath(rp, 0), sink)), note(ec.int(r[1] as RawInt, jpath(rp, 1), sink))];
+    });
+  });
+  let idx: IntSpec = 0;
+  let n = 1;
+  let reduce: Reduce = 'sum';
+  let divisor = 1;
+  const v = raw.value;
+  if (v !== undefined) {
+    if (Array.isArray(v)) {
+      idx = note(ec.int(v[0], jpath(path, 'value', 0), sink));
+      n = v[1];
+      const r = v[2] ?? 'sum';
+      if (r === 'avg') divisor = n;
+      else reduce = r;
+    } else {
+      idx = note(ec.int(v.chunk, jpath(path, 'value', 'chunk'), sink));
+      n = v.of;
+      reduce = v.reduce ?? 'sum';
+      divisor = v.divisor ?? 1;
+    }
+    if (reduce !== 'sum' && divisor !== 1) sink.add(jpath(path, 'value'), `a divisor only applies to sum partials, not ${reduce}`);
+    if (typeof idx === 'number' && (idx < 0 || idx >= n)) sink.add(jpath(path, 'value'), `chunk ${idx} is not in 0..${n - 1}`);
+  }
+  const axes = [...vars].map((name) => (name === 'rank' ? -1 : mesh.axisIndex(name)));
+  return { kind: 'index', logical: lt, path, dims, idx, n, reduce, divisor, axes };
+}
+
+function isRange(d: unknown): d is [RawInt, RawInt] {
+  return Array.isArray(d) && d.length === 2 && !Array.isArray(d[0]) && !Array.isArray(d[1]);
+}
+
+/** Finds `{"expr": "..."}` leaves inside attributes and compiles them. */
+function compileAttrs(attrs: Record<string, AttrValue>, path: string, ec: ExprCompiler, sink: IssueSink): AttrSpec {
+  const exprs: [string[], CompiledExpr][] = [];
+  let out: Attrs = attrs;
+  const walk = (v: AttrValue, keys: string[]): AttrValue => {
+    if (v !== null && typeof v === 'object') {
+      if (!Array.isArray(v) && Object.keys(v).length === 1 && typeof v['expr'] === 'string') {
+        const s = ec.int({ expr: v['expr'] }, jpath(path, ...keys), sink);
+        if (typeof s === 'number') return s;
+        exprs.push([keys, s]);
+        return 0;
+      }
+      if (Array.isArray(v)) return v.map((x, i) => walk(x, [...keys, String(i)]));
+      const o: Record<string, AttrValue> = {};
+      for (const [k, x] of Object.entries(v)) o[k] = walk(x, [...keys, k]);
+      return o;
+    }
+    return v;
+  };
+  out = walk(attrs, []) as Attrs;
+  return { attrs: out, exprs };
+}
+
+export function instantiateAttrs(spec: AttrSpec, env: (n: string) => number): Attrs {
+  if (spec.exprs.length === 0) return spec.attrs;
+  const copy = structuredClone(spec.attrs) as Record<string, AttrValue>;
+  for (const [keys, e] of spec.exprs) {
+    let o: AttrValue = copy;
+    for (let i = 0; i < keys.length - 1; i++) o = (o as Record<string, AttrValue>)[keys[i] as string] as AttrValue;
+    (o as Record<string, AttrValue>)[keys[keys.length - 1] as string] = e.eval(env);
+  }
+  return copy;
+}
+
+function compileGroup(g: RawGroup, path: string, mesh: Mesh, ec: ExprCompiler, sink: IssueSink): GroupSpec {
+  if (Array.isArray(g)) return { kind: 'ranks', ranks: g.map((r, k) => ec.int(r, jpath(path, k), sink)) };
+  if ('ranks' in g) return { kind: 'ranks', ranks: g.ranks.map((r, k) => ec.int(r, jpath(path, 'ranks', k), sink)) };
+  const axes: number[] = [];
+  g.axes.forEach((a, k) => {
+    const i = mesh.axisIndex(a);
+    if (i < 0) sink.add(jpath(path, 'axes', k), `unknown mesh axis '${a}'`);
+    else if (axes.includes(i)) sink.add(jpath(path, 'axes', k), `axis '${a}' listed twice`);
+    else axes.push(i);
+  });
+  return { kind: 'axes', axes: axes.sort((x, y) => x - y) };
+}
+
+function compilePeer(p: RawPeer, path: string, mesh: Mesh, ec: ExprCompiler, sink: IssueSink): PeerSpec {
+  if (typeof p === 'number' || 'expr' in p) return { kind: 'rank', rank: ec.int(p, path, sink) };
+  const shift: [number, number][] = [];
+  for (const [axis, d] of Object.entries(p.shift)) {
+    const a = mesh.axisIndex(axis);
+    if (a < 0) sink.add(jpath(path, 'shift', axis), `unknown mesh axis '${axis}'`);
+    else shift.push([a, d]);
+  }
+  return { kind: 'shift', shift };
+}
+
+export function buildPrograms(raw: RawPlan, mesh: Mesh, logical: LogicalGraph, sink: IssueSink): { programs: Program[]; rankProgram: Int32Array } {
+  const ec = new ExprCompiler(mesh);
+  const rankProgram = new Int32Array(mesh.size).fill(-1);
+  const programs = raw.parallel.programs.map((rp, pi) => buildProgram(rp, pi, mesh, logical, ec, sink));
+  for (const p of programs) {
+    for (const r of p.ranks) {
+      const prev = rankProgram[r] as number;
+      if (prev >= 0) {
+        sink.add(jpath(p.path, 'ranks'), `template expansion conflict: rank ${r} is already given a program by ${programs[prev]?.path ?? ''}`);
+      } else rankProgram[r] = p.index;
+    }
+  }
+  const idle: number[] = [];
+  rankProgram.forEach((p, r) => {
+    if (p < 0) idle.push(r);
+  });
+  if (idle.length > 0) sink.add('$.parallel.programs', `rank(s) ${idle.slice(0, 10).join(', ')}${idle.length > 10 ? ', ...' : ''} of the mesh have no program`);
+  return { programs, rankProgram };
+}
+
+function buildProgram(rp: RawProgram, index: number, mesh: Mesh, logical: LogicalGraph, ec: ExprCompiler, sink: IssueSink): Program {
+  const path = jpath('$.parallel.programs', index);
+  const ranks = selectRanks(rp.ranks, mesh, jpath(path, 'ranks'), sink);
+  const tensors = new NameTable();
+  const shapeSpecs: IntSpec[][] = [];
+  const dtypes: (string | undefined)[] = [];
+  const lineage: (LineageSpec | undefined)[] = [];
+  let coordDependent = false;
+  (rp.tensors ?? []).forEach((t, i) => {
+    const tp = jpath(path, 'tensors', i);
+    if (tensors.add(t.id, tp) < 0) {
+      sink.add(tp, `tensor id '${t.id}' is declared twice in this program (first at ${tensors.paths[tensors.id(t.id)]})`);
+      return;
+    }
+    const shape = t.shape.map((d, k) => ec.int(d, jpath(tp, 'shape', k), sink));
+    if (shape.some((d) => typeof d !== 'number')) coordDependent = true;
+    shapeSpecs.push(shape);
+    dtypes.push(t.dtype);
+    lineage.push(t.lineage === undefined ? undefined : compileLineage(t.lineage, jpath(tp, 'lineage'), logical, mesh, ec, sink));
+  });
+  const ops = new OpTableBuilder();
+  const attrSpecs: AttrSpec[] = [];
+  const groups: (GroupSpec | undefined)[] = [];
+  const peers: (PeerSpec | undefined)[] = [];
+  const microbatch: number[] = [];
+  const sites: number[] = [];
+  rp.ops.forEach((o, i) => {
+    const op = jpath(path, 'ops', i);
+    const where = `op '${o.id}'`;
+    const kind = registry.id(o.op);
+    if (kind < 0) sink.add(jpath(op, 'op'), `unknown op '${o.op}'`, where);
+    const resolve = (names: string[], field: string): number[] =>
+      names.map((n, k) => {
+        const t = tensors.id(n);
+        if (t < 0) sink.add(jpath(op, field, k), `tensor '${n}' is not declared in this program's tensors`, where);
+        return t;
+      });
+    const ins = resolve(o.inputs, 'inputs');
+    const outs = resolve(o.outputs, 'outputs');
+    const k = ops.push(o.id, op, kind, ins, outs, o.loc);
+    if (k < 0) {
+      sink.add(jpath(op, 'id'), `op id '${o.id}' is used twice in this program`);
+      return;
+    }
+    const attrs = compileAttrs(o.attrs ?? {}, jpath(op, 'attrs'), ec, sink);
+    if (attrs.exprs.length > 0) coordDependent = true;
+    attrSpecs.push(attrs);
+    microbatch.push(o.microbatch ?? -1);
+    const coll = kind >= 0 ? registry.get(kind).collective : undefined;
+    if (coll === undefined) {
+      if (o.group !== undefined) sink.add(jpath(op, 'group'), `'${o.op}' is not a collective and takes no group`, where);
+      if (o.peer !== undefined) sink.add(jpath(op, 'peer'), `'${o.op}' is not a point-to-point op and takes no peer`, where);
+      groups.push(undefined);
+      peers.push(undefined);
+      return;
+    }
+    sites.push(k);
+    if (coll.pattern === 'p2p') {
+      if (coll.side === undefined) sink.add(jpath(op, 'op'), `'${o.op}' is the multi-rank spelling: list it in $.parallel.collectives, or use send/recv in a program`, where);
+      if (o.peer === undefined) sink.add(op, `'${o.op}' needs a peer`, where);
+      if (o.group !== undefined) sink.add(jpath(op, 'group'), `'${o.op}' takes a peer, not a group`, where);
+      groups.push(undefined);
+      peers.push(o.peer === undefined ? undefined : compilePeer(o.peer, jpath(op, 'peer'), mesh, ec, sink));
+    } else {
+      if (o.group === undefined) sink.add(op, `collective '${o.op}' needs a group (rank list or mesh axes)`, where);
+      if (o.peer !== undefined) sink.add(jpath(op, 'peer'), `'${o.op}' takes a group, not a peer`, where);
+      groups.push(o.group === undefined ? undefined : compileGroup(o.group, jpath(op, 'group'), mesh, ec, sink));
+      peers.push(undefined);
+    }
+  });
+  return {
+    index,
+    name: rp.name ?? `program ${index}`,
+    path,
+    ranks,
+    tensors,
+    shapeSpecs,
+    dtypes,
+    lineage,
+    ops: ops.finish(),
+    attrSpecs,
+    groups,
+    peers,
+    microbatch: Int32Array.from(microbatch),
+    collectiveSites: Int32Array.from(sites),
+    coordDependent,
+  };
+}
+
+/** Concrete shapes and attributes of `program` on `rank`. Throws ExprError on a bad expression. */
+export function instantiate(program: Program, mesh: Mesh, rank: number): RankView {
+  const env = rankEnv(mesh, rank);
+  const shapes = program.shapeSpecs.map((s) => s.map((d) => evalInt(d, env)));
+  const attrs = program.attrSpecs.map((a) => instantiateAttrs(a, env));
+  return { rank, program, shapes, attrs };
+}
+
+/**
+ * Checks one rank's view: dims in range and the shape rule of every local (non-collective) op.
+ * Collective calls are checked across their group when matched.
+ */
+export function checkView(view: RankView, sink: IssueSink, rankLabel: string): void {
+  const p = view.program;
+  view.shapes.forEach((s, t) => {
+    let n = 1;
+    for (const d of s) {
+      if (!Number.isInteger(d) || d < 0 || d > 2147483647) {
+        sink.add(jpath(p.tensors.paths[t] as string, 'shape'), `dimension ${d} is not an integer in [0, 2^31)`, `${rankLabel}tensor '${p.tensors.name(t)}'`);
+        return;
+      }
+      n *= d;
+    }
+    if (n > MAX_ELEMENTS) sink.add(jpath(p.tensors.paths[t] as string, 'shape'), 'more than 2^53 elements', `${rankLabel}tensor '${p.tensors.name(t)}'`);
+  });
+  const ops = p.ops;
+  for (let op = 0; op < ops.size; op++) {
+    const kind = ops.kind[op] as number;
+    if (kind < 0 || registry.get(kind).collective !== undefined) continue;
+    const ins = ops.opInputs(op);
+    const outs = ops.opOutputs(op);
+    if (ins.some((t) => t < 0) || outs.some((t) => t < 0)) continue;
+    const msg = checkOpShapes(kind, [...ins].map((t) => view.shapes[t] as Shape), [...outs].map((t) => view.shapes[t] as Shape), view.attrs[op] as Attrs);
+    if (msg !== undefined) sink.add(ops.ids.paths[op] as string, msg, `${rankLabel}op '${ops.ids.name(op)}' (${registry.get(kind).name})`);
+  }
+}

@@ -1,0 +1,69 @@
+/** Types of a plan file as written (after schema validation). See plan-v1.schema.json. */
+import type { AttrValue } from '../ops/types.js';
+
+export type RawExpr = { expr: string };
+export type RawInt = number | RawExpr;
+export type RawRange = [RawInt, RawInt];
+export type RawDimIndex = '*' | RawRange | RawRange[];
+export type RawValue = [RawInt, number] | [RawInt, number, 'sum' | 'avg' | 'max' | 'min'] | { chunk: RawInt; of: number; reduce?: 'sum' | 'max' | 'min'; divisor?: number };
+export type RawLineage = { logical: string; index?: RawDimIndex[]; value?: RawValue } | { logical: string; placements: string[] };
+export type RawSelector = 'all' | number[] | { where: Record<string, number | number[]> };
+export type RawGroup = RawInt[] | { ranks: RawInt[] } | { axes: string[] };
+export type RawPeer = number | RawExpr | { shift: Record<string, number> };
+
+export interface RawLogicalTensor {
+  id: string;
+  shape: number[];
+  role: 'input' | 'param' | 'optimizer_state' | 'activation' | 'grad' | 'output';
+  dtype?: string;
+  loc?: string;
+}
+export interface RawOp {
+  id: string;
+  op: string;
+  inputs: string[];
+  outputs: string[];
+  attrs?: Record<string, AttrValue>;
+  loc?: string;
+}
+export interface RawParallelOp extends RawOp {
+  group?: RawGroup;
+  peer?: RawPeer;
+  microbatch?: number;
+}
+export interface RawParallelTensor {
+  id: string;
+  shape: RawInt[];
+  dtype?: string;
+  lineage?: RawLineage;
+  loc?: string;
+}
+export interface RawProgram {
+  name?: string;
+  ranks: RawSelector;
+  tensors?: RawParallelTensor[];
+  ops: RawParallelOp[];
+}
+export type RawIo = string[] | Record<string, string[]>;
+export interface RawCollective {
+  id: string;
+  op: string;
+  attrs?: Record<string, AttrValue>;
+  group?: RawGroup;
+  ranks?: RawSelector;
+  src?: number;
+  dst?: number;
+  inputs: RawIo;
+  outputs: RawIo;
+  microbatch?: number;
+  loc?: string;
+}
+export interface RawPlan {
+  format: 'planproof/v1';
+  name?: string;
+  description?: string;
+  mesh: { axes: { name: string; size: number }[]; ranks?: number[] };
+  logical: { tensors: RawLogicalTensor[]; ops: RawOp[] };
+  parallel: { programs: RawProgram[]; collectives?: RawCollective[] };
+  contract: { inputs: string[]; outputs: string[] };
+}
