@@ -36,6 +36,8 @@ export interface Coverage {
   readonly complete: boolean;
   /** Some element is held only as partial addends. */
   readonly partialOnly: boolean;
+  /** Some claim is a partial addend (e.g. a gradient before its all-reduce). */
+  readonly hasPartials: boolean;
 }
 
 export const MAX_CELLS = 1 << 22;
@@ -193,7 +195,7 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
         reported++;
       } else if (complete[x] !== 1) partialOnly = true;
     }
-    coverage.push({ logical: lt, claims: cs.length, holders, complete: allComplete && reported === 0, partialOnly });
+    coverage.push({ logical: lt, claims: cs.length, holders, complete: allComplete && reported === 0, partialOnly, hasPartials: groups.size > 0 });
   }
   // Output contract.
   const cov = new Map(coverage.map((c) => [c.logical, c]));

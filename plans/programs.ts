@@ -139,7 +139,6 @@ function isRange(d: unknown): d is [RawInt, RawInt] {
 /** Finds `{"expr": "..."}` leaves inside attributes and compiles them. */
 function compileAttrs(attrs: Record<string, AttrValue>, path: string, ec: ExprCompiler, sink: IssueSink): AttrSpec {
   const exprs: [string[], CompiledExpr][] = [];
-  let out: Attrs = attrs;
   const walk = (v: AttrValue, keys: string[]): AttrValue => {
     if (v !== null && typeof v === 'object') {
       if (!Array.isArray(v) && Object.keys(v).length === 1 && typeof v['expr'] === 'string') {
@@ -155,7 +154,7 @@ function compileAttrs(attrs: Record<string, AttrValue>, path: string, ec: ExprCo
     }
     return v;
   };
-  out = walk(attrs, []) as Attrs;
+  const out = walk(attrs, []) as Attrs;
   return { attrs: out, exprs };
 }
 

@@ -1,0 +1,110 @@
+/** A summary of a loaded plan, for `planproof inspect` (human text or JSON). */
+import { registry } from '../ops/registry.js';
+import type { LoadedPlan } from '../plans/loader.js';
+import type { Mesh } from '../plans/mesh.js';
+
+export interface PlanSummary {
+  file: string;
+  name: string;
+  description: string;
+  mesh: { axes: { name: string; size: number }[]; ranks: number };
+  programs: { name: string; ranks: number; template: boolean; ops: number; tensors: number }[];
+  logical: { tensors: number; ops: number; opsByKind: Record<string, number> };
+  parallel: { ops: number; opsByKind: Record<string, number> };
+  collectives: { op: string; over: string; groupSize: number; instances: number }[];
+  lineage: { logical: string; role: string; claims: number; holders: number; coverage: 'complete' | 'partial' | 'mixed'; partials: boolean }[];
+  logicalWithoutLineage: string[];
+  contract: { inputs: string[]; outputs: string[] };
+  warnings: string[];
+}
+
+function countBy(map: Record<string, number>, key: string, n = 1): void {
+  map[key] = (map[key] ?? 0) + n;
+}
+
+/** Names the mesh axes along which a group's members differ, e.g. "dp" or "ranks [0, 3]". */
+export function groupLabel(mesh: Mesh, group: Int32Array): string {
+  const varying = mesh.axes.filter((_, a) => new Set([...group].map((r) => mesh.coord(r, a))).size > 1);
+  const size = varying.reduce((p, a) => p * (mesh.sizes[mesh.axisIndex(a)] as number), 1);
+  if (varying.length > 0 && size === group.length) return varying.join('+');
+  return `ranks [${[...group].join(', ')}]`;
+}
+
+export function summarize(plan: LoadedPlan): PlanSummary {
+  const lg = plan.logical;
+  const lk: Record<string, number> = {};
+  for (let op = 0; op < lg.ops.size; op++) countBy(lk, registry.get(lg.ops.kind[op] as number).name);
+  const pk: Record<string, number> = {};
+  let pops = 0;
+  const assigned = plan.programs.map((p) => [...p.ranks].filter((r) => plan.rankProgram[r] === p.index).length);
+  plan.programs.forEach((p, i) => {
+    const n = assigned[i] as number;
+    for (let op = 0; op < p.ops.size; op++) {
+      const def = registry.get(p.ops.kind[op] as number);
+      if (def.collective !== undefined) continue;
+      countBy(pk, def.name, n);
+      pops += n;
+    }
+  });
+  const coll = new Map<string, { op: string; over: string; groupSize: number; instances: number }>();
+  for (const c of plan.collectives) {
+    const op = registry.get(c.kind).name;
+    const over = groupLabel(plan.mesh, c.group);
+    const key = `${op}|${over}`;
+    const e = coll.get(key);
+    if (e === undefined) coll.set(key, { op, over, groupSize: c.group.length, instances: 1 });
+    else e.instances++;
+  }
+  const held = new Set(plan.coverage.map((c) => c.logical));
+  const without: string[] = [];
+  for (let t = 0; t < lg.tensors.size; t++) if (!held.has(t)) without.push(lg.tensors.name(t));
+  return {
+    file: plan.file,
+    name: plan.name,
+    description: plan.description,
+    mesh: { axes: plan.mesh.axes.map((a, i) => ({ name: a, size: plan.mesh.sizes[i] as number })), ranks: plan.mesh.size },
+    programs: plan.programs.map((p, i) => ({ name: p.name, ranks: assigned[i] as number, template: (assigned[i] as number) > 1, ops: p.ops.size, tensors: p.tensors.size })),
+    logical: { tensors: lg.tensors.size, ops: lg.ops.size, opsByKind: lk },
+    parallel: { ops: pops, opsByKind: pk },
+    collectives: [...coll.values()],
+    lineage: plan.coverage.map((c) => ({
+      logical: lg.tensors.name(c.logical),
+      role: lg.roles[c.logical] as string,
+      claims: c.claims,
+      holders: c.holders,
+      coverage: c.complete ? 'complete' : c.partialOnly && !c.complete ? 'partial' : 'mixed',
+      partials: c.hasPartials,
+    })),
+    logicalWithoutLineage: without,
+    contract: { inputs: [...plan.contract.inputs].map((t) => lg.tensors.name(t)), outputs: [...plan.contract.outputs].map((t) => lg.tensors.name(t)) },
+    warnings: plan.warnings.map((w) => `${w.path} ${w.where ?? ''}: ${w.message}`),
+  };
+}
+
+function kinds(m: Record<string, number>): string {
+  return Object.entries(m)
+    .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
+    .map(([k, n]) => `${k} ${n}`)
+    .join(', ');
+}
+
+export function formatSummary(s: PlanSummary): string {
+  const out: string[] = [];
+  out.push(`plan        ${s.name === '' ? '(unnamed)' : s.name}  (${s.file})`);
+  if (s.description !== '') out.push(`            ${s.description}`);
+  out.push(`mesh        ${s.mesh.axes.map((a) => `${a.name}=${a.size}`).join(' x ')}  (${s.mesh.ranks} ranks)`);
+  out.push(`programs    ${s.programs.length}: ${s.programs.map((p) => `${p.name} (${p.template ? `template for ${p.ranks} ranks` : '1 rank'}, ${p.ops} ops)`).join('; ')}`);
+  out.push(`logical     ${s.logical.tensors} tensors, ${s.logical.ops} ops: ${kinds(s.logical.opsByKind)}`);
+  out.push(`parallel    ${s.parallel.ops} local ops over all ranks: ${kinds(s.parallel.opsByKind)}`);
+  out.push(`collectives ${s.collectives.length === 0 ? 'none' : s.collectives.map((c) => `${c.op} over ${c.over} (${c.groupSize} ranks) x${c.instances}`).join('; ')}`);
+  out.push(`lineage     ${s.lineage.length} of ${s.lineage.length + s.logicalWithoutLineage.length} logical tensors held by ranks (all tile their logical tensor)`);
+  const w = Math.max(8, ...s.lineage.map((l) => l.logical.length));
+  out.push(`            ${'tensor'.padEnd(w)}  ${'role'.padEnd(15)} claims holders  coverage`);
+  for (const l of s.lineage) {
+    out.push(`            ${l.logical.padEnd(w)}  ${l.role.padEnd(15)} ${String(l.claims).padStart(6)} ${String(l.holders).padStart(7)}  ${l.coverage === 'complete' ? 'complete value on some rank' : l.coverage === 'partial' ? 'partial addends only' : 'complete in part, partial elsewhere'}${l.partials && l.coverage === 'complete' ? ' (and partial addends)' : ''}`);
+  }
+  if (s.logicalWithoutLineage.length > 0) out.push(`            no lineage: ${s.logicalWithoutLineage.join(', ')}`);
+  out.push(`contract    inputs ${s.contract.inputs.join(', ')}; outputs ${s.contract.outputs.join(', ')} (each complete on some rank)`);
+  out.push(`warnings    ${s.warnings.length === 0 ? 'none' : s.warnings.join('\n            ')}`);
+  return out.join('\n');
+}
