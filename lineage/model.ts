@@ -2,9 +2,9 @@
  * Lineage: which slice of which logical tensor a parallel tensor holds, and how its value
  * relates to that slice. Two spellings are accepted (nnScaler-style index/value maps, and
  * DTensor placements over the mesh); both become the same per-rank normal form, LineageNF:
- *   region = per dim a sorted list of disjoint [start, end) ranges (several for striped
- *            layouts such as context-parallel zig-zag); the local tensor holds exactly these
- *            elements, in this order;
+ *   region = per dim a list of disjoint [start, end) ranges (several for striped layouts
+ *            such as context-parallel zig-zag); the local tensor holds exactly these
+ *            elements, ranges concatenated in list order;
  *   value  = chunk `idx` of `n` addends combined by `reduce`, divided by `divisor`:
  *            logical = reduce_{i<n}(chunk_i) / divisor. n = 1 means a complete value.
  */
@@ -150,15 +150,21 @@ function checkRegion(nf: LineageNF, logicalShape: Shape, localShape: Shape): voi
   nf.ranges.forEach((r, d) => {
     const full = logicalShape[d] as number;
     let held = 0;
-    let prevEnd = -1;
+    const pairs: [number, number][] = [];
     for (let i = 0; i < r.length; i += 2) {
       const s = r[i] as number;
       const e = r[i + 1] as number;
       if (s < 0 || e > full || s > e) throw new LineageError(`dim ${d}: range [${s}, ${e}) is outside [0, ${full})`);
       if (s === e && r.length > 2) throw new LineageError(`dim ${d}: empty range [${s}, ${e}) in a striped index map`);
-      if (s < prevEnd) throw new LineageError(`dim ${d}: ranges overlap or are out of order at [${s}, ${e}) (a tensor cannot hold an element twice)`);
-      prevEnd = e;
+      pairs.push([s, e]);
       held += e - s;
+    }
+    // The list order is the local layout order; only overlap is an error.
+    pairs.sort((a, b) => a[0] - b[0]);
+    for (let i = 1; i < pairs.length; i++) {
+      const [s, e] = pairs[i] as [number, number];
+      const prev = pairs[i - 1] as [number, number];
+      if (s < prev[1]) throw new LineageError(`dim ${d}: ranges [${prev[0]}, ${prev[1]}) and [${s}, ${e}) overlap (a tensor cannot hold an element twice)`);
     }
     if (held !== localShape[d]) {
       throw new LineageError(`dim ${d}: the index map selects ${held} elements but the local tensor has ${localShape[d]}`);

@@ -3,7 +3,8 @@
  *  - SSA per rank: each local tensor produced at most once (by a local op or a collective).
  *  - Every consumed tensor is produced, or is an input with lineage to a contract input.
  *  - Acyclicity, including cycles through collectives and the order of collective calls on a
- *    rank (a blocking call cannot wait for a later one: that is a deadlock). The check runs
+ *    rank (a blocking call cannot wait for a later one: that is a deadlock; sends are taken
+ *    as non-blocking, receives and collectives as blocking). The check runs
  *    on the quotient graph that merges ranks sharing a program; a cycle in the real graph
  *    maps to a cycle there, so an acyclic quotient proves the plan acyclic. Only when the
  *    quotient has a cycle is the exact per-rank graph built, to confirm and report it.
@@ -196,6 +197,7 @@ function buildFlowGraph(programs: Program[], rankProgram: Int32Array, collective
   const instEdges: [number, number][] = [];
   collectives.forEach((c) => {
     const units = [...c.group].map(unitOf);
+    const p2p = registry.get(c.kind).collective?.pattern === 'p2p';
     const key = c.sites[0] === -1 ? `m${c.path}|${units.join(',')}` : units.map((u, i) => `${u}:${c.sites[i]}`).join(',');
     if (instKeys.has(key)) return;
     const node = next++;
@@ -206,7 +208,10 @@ function buildFlowGraph(programs: Program[], rankProgram: Int32Array, collective
       const u = units[i] as number;
       const s = c.sites[i] as number;
       if (s >= 0) {
-        instEdges.push([opNode(u, s), node], [node, doneNode(u, s)]);
+        // A send does not wait for its receiver (buffered, as batched isend/irecv), so
+        // only receivers and collective members wait for the instance.
+        const sender = p2p && i === 0;
+        instEdges.push([opNode(u, s), node], sender ? [opNode(u, s), doneNode(u, s)] : [node, doneNode(u, s)]);
       } else {
         const tin = c.inputs[i] as number;
         if (tin >= 0) instEdges.push([prodOf(u)[tin] as number, node]);
