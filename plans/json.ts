@@ -45,3 +45,32 @@ export function parsePlanJson(file: string, text: string): unknown {
     throw new PlanError(file, [{ path: '', where, message: `invalid JSON: ${reason}` }]);
   }
 }
+
+/** Deepest nesting a plan may use; real plans need under 10 levels. */
+export const MAX_DEPTH = 64;
+
+/**
+ * Finds a value nested deeper than MAX_DEPTH, iteratively (recursive validators and walkers
+ * would overflow the stack on hostile input). Returns its JSON path, or undefined.
+ */
+export function findTooDeep(root: unknown): string | undefined {
+  // Depth-only scan first (no allocation per node); paths are built only for the error.
+  const stack: [unknown, number][] = [[root, 0]];
+  let found = false;
+  while (stack.length > 0 && !found) {
+    const [v, depth] = stack.pop() as [unknown, number];
+    if (v === null || typeof v !== 'object') continue;
+    if (depth >= MAX_DEPTH) found = true;
+    else for (const x of Array.isArray(v) ? v : Object.values(v)) if (x !== null && typeof x === 'object') stack.push([x, depth + 1]);
+  }
+  if (!found) return undefined;
+  const withPath: [unknown, number, string][] = [[root, 0, '$']];
+  while (withPath.length > 0) {
+    const [v, depth, path] = withPath.pop() as [unknown, number, string];
+    if (v === null || typeof v !== 'object') continue;
+    if (depth >= MAX_DEPTH) return path;
+    if (Array.isArray(v)) v.forEach((x, i) => withPath.push([x, depth + 1, `${path}[${i}]`]));
+    else for (const [k, x] of Object.entries(v)) withPath.push([x, depth + 1, /^[A-Za-z_][A-Za-z0-9_]*$/.test(k) ? `${path}.${k}` : `${path}[${JSON.stringify(k)}]`]);
+  }
+  return '$';
+}

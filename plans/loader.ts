@@ -4,7 +4,7 @@
  * contract, rank programs, per-rank shapes, collectives, dataflow, lineage.
  */
 import { IssueSink, PlanError, type PlanIssue } from './errors.js';
-import { parsePlanJson, readPlanText } from './json.js';
+import { findTooDeep, MAX_DEPTH, parsePlanJson, readPlanText } from './json.js';
 import { validateSchema } from './schema.js';
 import { Mesh } from './mesh.js';
 import { buildLogical } from './logical.js';
@@ -35,6 +35,8 @@ export function loadPlanObject(file: string, raw: unknown): LoadedPlan {
   if (raw !== null && typeof raw === 'object' && 'format' in raw && (raw as { format: unknown }).format !== 'planproof/v1') {
     throw new PlanError(file, [{ path: '$.format', message: `unsupported plan format ${JSON.stringify((raw as { format: unknown }).format)}; this planproof reads "planproof/v1"` }]);
   }
+  const deep = findTooDeep(raw);
+  if (deep !== undefined) throw new PlanError(file, [{ path: deep, message: `nested deeper than ${MAX_DEPTH} levels (limit of the plan format)` }]);
   validateSchema(raw, sink);
   sink.throwIfAny();
   const plan = raw as RawPlan;
