@@ -154,7 +154,9 @@ function compileAttrs(attrs: Record<string, AttrValue>, path: string, ec: ExprCo
     }
     return v;
   };
-  const out = walk(attrs, []) as Attrs;
+  // Only attribute values can be expressions; `attrs` itself is always a plain object.
+  const out: Record<string, AttrValue> = {};
+  for (const [k, v] of Object.entries(attrs)) out[k] = walk(v, [k]);
   return { attrs: out, exprs };
 }
 

@@ -1,0 +1,89 @@
+import { strict as assert } from 'node:assert';
+import { readFileSync } from 'node:fs';
+import fc from 'fast-check';
+import { loadPlanObject, loadPlanText } from '../plans/loader.js';
+import { PlanError } from '../plans/errors.js';
+import { EXAMPLES, FIXTURES } from './helpers.js';
+
+const bases = [`${EXAMPLES}mlp-dp2.json`, `${EXAMPLES}mlp-tp2.json`, `${FIXTURES}equiv/mlp-dp2.explicit.json`].map((f) => JSON.parse(readFileSync(f, 'utf8')) as unknown);
+
+type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+
+/** All container paths of a JSON value (as key lists). */
+function paths(v: Json, prefix: (string | number)[] = [], out: (string | number)[][] = []): (string | number)[][] {
+  if (v !== null && typeof v === 'object') {
+    out.push(prefix);
+    if (Array.isArray(v)) v.forEach((x, i) => paths(x, [...prefix, i], out));
+    else for (const [k, x] of Object.entries(v)) paths(x, [...prefix, k], out);
+  }
+  return out;
+}
+
+type Mutation = { kind: 'set' | 'delete' | 'dup'; at: number; key: number; value: Json };
+
+function mutate(base: Json, muts: Mutation[]): Json {
+  const doc = structuredClone(base);
+  for (const m of muts) {
+    const ps = paths(doc);
+    const p = ps[m.at % ps.length] as (string | number)[];
+    let node: Json = doc;
+    for (const k of p) node = (node as Record<string | number, Json>)[k] as Json;
+    if (node === null || typeof node !== 'object') continue;
+    const keys = Array.isArray(node) ? node.map((_, i) => i) : Object.keys(node);
+    if (keys.length === 0) continue;
+    const k = keys[m.key % keys.length] as string | number;
+    if (m.kind === 'set') (node as Record<string | number, Json>)[k] = structuredClone(m.value);
+    else if (m.kind === 'delete') {
+      if (Array.isArray(node)) node.splice(k as number, 1);
+      else delete (node as Record<string, Json>)[k as string];
+    } else if (Array.isArray(node)) node.push(structuredClone(node[k as number] as Json));
+  }
+  return doc;
+}
+
+const mutation = fc.record({
+  kind: fc.constantFrom('set' as const, 'delete' as const, 'dup' as const),
+  at: fc.nat(),
+  key: fc.nat(),
+  value: fc.oneof(fc.jsonValue({ maxDepth: 3 }) as fc.Arbitrary<Json>, fc.constantFrom<Json>(-1, 0, 1, 2, 1e12, 2 ** 31, '*', 'R', 'S(0)', 'P(avg)', 'x', 'dp', { expr: 'dp*2' }, { expr: 'dp/0' }, [0, 2], [[0, 1], [1, 2]])),
+});
+
+describe('hostile input never crashes the loader', () => {
+  it('random mutations of valid plans load or are rejected with a located PlanError', () => {
+    let rejected = 0;
+    fc.assert(
+      fc.property(fc.nat(bases.length - 1), fc.array(mutation, { minLength: 1, maxLength: 4 }), (b, muts) => {
+        const doc = mutate(bases[b] as Json, muts);
+        try {
+          loadPlanObject('fuzz.json', doc);
+        } catch (e) {
+          if (!(e instanceof PlanError)) throw e;
+          rejected++;
+          assert.ok(e.issues.length > 0);
+          for (const i of e.issues) assert.ok(i.message.length > 0 && !/undefined|NaN|\[object Object\]/.test(i.message), `bad message: ${i.message}`);
+        }
+      }),
+      { numRuns: 400, seed: 20261121 },
+    );
+    // Sanity: the mutations are not all harmless.
+    assert.ok(rejected > 100, `only ${rejected} of 400 mutated plans were rejected`);
+  });
+  it('deep nesting is rejected by depth, not by a stack overflow', () => {
+    const deep = '{"a":'.repeat(100000) + '{}' + '}'.repeat(100000);
+    const text = readFileSync(`${EXAMPLES}mlp-dp2.json`, 'utf8').replace('"attrs": {\n     "approximate": "none"\n    }', `"attrs": {"approximate": "none", "k": ${deep}}`);
+    assert.notEqual(text.indexOf('"k": {"a"'), -1, 'the fixture edit did not apply');
+    assert.throws(() => loadPlanText('deep.json', text), (e: unknown) => e instanceof PlanError && /nested deeper than 64 levels/.test(e.message) && /\$\.logical\.ops\[1\]\.attrs\.k\.a\.a/.test(e.message));
+  });
+  it('an attribute object shaped like an expression is attributes, not an expression (fuzz regression)', () => {
+    const doc = structuredClone(bases[2]) as { parallel: { programs: { ops: { attrs?: unknown }[] }[] } };
+    const op = doc.parallel.programs[0]?.ops[5];
+    assert.ok(op !== undefined);
+    op.attrs = { expr: 'dp*2' };
+    assert.throws(() => loadPlanObject('x.json', doc), (e: unknown) => e instanceof PlanError && /\$\.parallel\.programs\[0\]\.ops\[5\]/.test(e.message));
+  });
+  it('__proto__ keys are data, not prototype writes', () => {
+    const text = readFileSync(`${EXAMPLES}mlp-dp2.json`, 'utf8').replace('"attrs": {\n     "approximate": "none"\n    }', '"attrs": {"approximate": "none", "__proto__": {"polluted": 1}}');
+    assert.throws(() => loadPlanText('proto.json', text), /unknown attribute '__proto__'/);
+    assert.equal(({} as Record<string, unknown>)['polluted'], undefined);
+  });
+});
