@@ -16,6 +16,7 @@ import { jpath, type IssueSink } from '../plans/errors.js';
 import type { Mesh } from '../plans/mesh.js';
 import type { Contract, LogicalGraph, Program, RankView } from '../plans/model.js';
 import { specVars } from '../plans/programs.js';
+import { ExprError, exprIssue } from '../plans/expr.js';
 import { evalLineage, LineageError, type LineageNF, regionStr, valueStr } from './model.js';
 
 export interface Claim {
@@ -65,6 +66,10 @@ export function collectClaims(programs: Program[], rankProgram: Int32Array, mesh
           const nf = evalLineage(spec, mesh, rank, lshape, view(rank).shapes[t] as Shape);
           claims.push({ nf, rank, holders: n, program: p.index, tensor: t });
         } catch (e) {
+          if (e instanceof ExprError) {
+            exprIssue(sink, e, spec.path, rank);
+            continue;
+          }
           if (!(e instanceof LineageError)) throw e;
           sink.add(spec.path, `${e.message} (logical '${logical.tensors.name(spec.logical)}' is ${shapeText(lshape)})`, `rank ${rank} tensor '${p.tensors.name(t)}'`);
         }

@@ -13,6 +13,7 @@ import type { CollectiveInstance, GroupSpec, PeerSpec, Program, RankView } from 
 import type { RawCollective, RawIo, RawPlan } from './raw.js';
 import { evalInt, selectRanks } from './programs.js';
 import { rankEnv } from '../lineage/model.js';
+import { ExprError, exprIssue } from './expr.js';
 
 export function canonicalJson(v: AttrValue | Attrs | undefined): string {
   if (v === null || typeof v !== 'object') return JSON.stringify(v);
@@ -53,6 +54,16 @@ function resolveGroup(ctx: Ctx, g: GroupSpec, rank: number, path: string): Int32
   return Int32Array.from(rs.sort((a, b) => a - b));
 }
 
+function guard<T>(ctx: Ctx, rank: number, path: string, f: () => T | undefined): T | undefined {
+  try {
+    return f();
+  } catch (e) {
+    if (!(e instanceof ExprError)) throw e;
+    exprIssue(ctx.sink, e, path, rank);
+    return undefined;
+  }
+}
+
 function resolvePeer(ctx: Ctx, p: PeerSpec, rank: number, path: string): number | undefined {
   let peer: number;
   if (p.kind === 'rank') peer = evalInt(p.rank, rankEnv(ctx.mesh, rank));
@@ -82,7 +93,13 @@ function resolvePeer(ctx: Ctx, p: PeerSpec, rank: number, path: string): number 
 export function buildCollectives(raw: RawPlan, mesh: Mesh, programs: Program[], rankProgram: Int32Array, view: (rank: number) => RankView, sink: IssueSink): CollectiveInstance[] {
   const ctx: Ctx = { mesh, programs, rankProgram, view, sink };
   const out: CollectiveInstance[] = [];
-  (raw.parallel.collectives ?? []).forEach((c, i) => multiRank(ctx, c, jpath('$.parallel.collectives', i), out));
+  const ids = new Map<string, number>();
+  (raw.parallel.collectives ?? []).forEach((c, i) => {
+    const prev = ids.get(c.id);
+    if (prev !== undefined) sink.add(jpath('$.parallel.collectives', i, 'id'), `collective id '${c.id}' is used twice (first at $.parallel.collectives[${prev}])`);
+    else ids.set(c.id, i);
+    multiRank(ctx, c, jpath('$.parallel.collectives', i), out);
+  });
   matchPerRankCalls(ctx, out);
   for (const inst of out) checkInstance(ctx, inst);
   return out;
@@ -214,7 +231,7 @@ function matchPerRankCalls(ctx: Ctx, out: CollectiveInstance[]): void {
       if (coll?.pattern === 'p2p') {
         const spec = p.peers[op];
         if (spec === undefined) continue;
-        const peer = resolvePeer(ctx, spec, r, path);
+        const peer = guard(ctx, r, path, () => resolvePeer(ctx, spec, r, path));
         if (peer === undefined) continue;
         const send = coll.side === 'send';
         const key = send ? `${r}>${peer}` : `${peer}>${r}`;
@@ -225,7 +242,7 @@ function matchPerRankCalls(ctx: Ctx, out: CollectiveInstance[]): void {
       }
       const spec = p.groups[op];
       if (spec === undefined) continue;
-      const members = resolveGroup(ctx, spec, r, path);
+      const members = guard(ctx, r, path, () => resolveGroup(ctx, spec, r, path));
       if (members === undefined) continue;
       if (!members.includes(r)) {
         sink.add(jpath(path, 'group'), `the group [${[...members].join(', ')}] does not contain the calling rank`, `rank ${r} op '${p.ops.ids.name(op)}'`);
@@ -356,10 +373,8 @@ function checkInstance(ctx: Ctx, inst: CollectiveInstance): void {
       ctx.sink.add(pathOf(i), `member rank ${inst.group[i]} passes no input to '${def.name}'`, label(i));
       return;
     }
-    if (!needs && t >= 0) {
-      ctx.sink.add(pathOf(i), `only the source rank passes an input to broadcast`, label(i));
-      return;
-    }
+    // A non-source member may pass a receive buffer (torch.distributed.broadcast's in-place
+    // tensor); its value is ignored but its shape must agree.
     if (inst.outputs[i] as number < 0) {
       ctx.sink.add(pathOf(i), `member rank ${inst.group[i]} receives no output from '${def.name}'`, label(i));
       return;

@@ -14,7 +14,12 @@ export interface CompiledExpr {
   eval(env: (name: string) => number): number;
 }
 
-export class ExprError extends Error {}
+import type { IssueSink } from './errors.js';
+
+export class ExprError extends Error {
+  /** JSON path of the expression, when known. */
+  path?: string;
+}
 
 type Node =
   | { k: 'num'; v: number }
@@ -164,4 +169,16 @@ function evalNode(n: Node, env: (name: string) => number, src: string): number {
       throw new ExprError(`unknown operator '${n.op}'`);
     }
   }
+}
+
+const reportedExpr = new WeakMap<IssueSink, Set<string>>();
+
+/** One issue per failing expression (the first failing rank), at the expression's path. */
+export function exprIssue(sink: IssueSink, e: ExprError, fallback: string, rank: number): void {
+  const path = e.path ?? fallback;
+  let seen = reportedExpr.get(sink);
+  if (seen === undefined) reportedExpr.set(sink, (seen = new Set()));
+  if (seen.has(path)) return;
+  seen.add(path);
+  sink.add(path, `template does not expand${rank >= 0 ? ` for rank ${rank}` : ''}: ${e.message}`);
 }

@@ -11,7 +11,7 @@ import { buildLogical } from './logical.js';
 import { buildPrograms, checkView, instantiate } from './programs.js';
 import { buildCollectives } from './collectives.js';
 import { checkDataflow } from './dataflow.js';
-import { ExprError } from './expr.js';
+import { ExprError, exprIssue } from './expr.js';
 import type { CollectiveInstance, Plan, RankView } from './model.js';
 import type { RawPlan } from './raw.js';
 import { checkLineage, collectClaims, type Claim, type Coverage } from '../lineage/check.js';
@@ -72,7 +72,7 @@ export function loadPlanObject(file: string, raw: unknown): LoadedPlan {
         checkView(view(r), sink, p.coordDependent || p.ranks.length === 1 ? `rank ${r} ` : '');
       } catch (e) {
         if (!(e instanceof ExprError)) throw e;
-        sink.add(p.path, `template does not expand for rank ${r}: ${e.message}`);
+        exprIssue(sink, e, p.path, r);
       }
       if (sink.size >= sink.cap) break;
     }
@@ -84,7 +84,7 @@ export function loadPlanObject(file: string, raw: unknown): LoadedPlan {
     collectives = buildCollectives(plan, mesh, programs, rankProgram, view, sink);
   } catch (e) {
     if (!(e instanceof ExprError)) throw e;
-    sink.add('$.parallel', `template does not expand: ${e.message}`);
+    exprIssue(sink, e, '$.parallel', -1);
     collectives = [];
   }
   sink.throwIfAny();
@@ -98,7 +98,7 @@ export function loadPlanObject(file: string, raw: unknown): LoadedPlan {
     claims = collectClaims(programs, rankProgram, mesh, logical, view, sink);
   } catch (e) {
     if (!(e instanceof ExprError)) throw e;
-    sink.add('$.parallel', `lineage template does not expand: ${e.message}`);
+    exprIssue(sink, e, '$.parallel', -1);
   }
   sink.throwIfAny();
   const coverage = checkLineage(claims, programs, logical, contract, sink);
@@ -150,3 +150,4 @@ function buildMesh(raw: RawPlan, sink: IssueSink): Mesh {
   }
   return new Mesh(axes, sizes, sink.size === 0 ? rankAt : undefined);
 }
+

@@ -24,7 +24,21 @@ export class ExprCompiler {
     if (typeof raw === 'number') return raw;
     try {
       const e = compileExpr(raw.expr, this.vars);
-      return e.vars.length === 0 ? e.eval(() => 0) : e;
+      if (e.vars.length === 0) return e.eval(() => 0);
+      const at = jpath(path, 'expr');
+      // Evaluation errors (e.g. inexact division for some rank) name the expression's path.
+      return {
+        source: e.source,
+        vars: e.vars,
+        eval: (env) => {
+          try {
+            return e.eval(env);
+          } catch (err) {
+            if (err instanceof ExprError) err.path ??= at;
+            throw err;
+          }
+        },
+      };
     } catch (err) {
       if (err instanceof ExprError) {
         sink.add(jpath(path, 'expr'), err.message);

@@ -80,9 +80,15 @@ export function validateSchema(raw: unknown, sink: IssueSink): boolean {
   }
   const paths = [...byPath.keys()];
   // Drop a path if a deeper failing path exists below it (the parent error is a consequence).
-  const leaves = paths.filter((p) => !paths.some((q) => q !== p && q.startsWith(p + '/')));
-  for (const p of leaves.sort()) {
-    const list = byPath.get(p) ?? [];
+  const leaves = new Set(paths.filter((p) => !paths.some((q) => q !== p && q.startsWith(p + '/'))));
+  for (const p of paths.sort()) {
+    let list = byPath.get(p) ?? [];
+    if (!leaves.has(p)) {
+      // A missing or unknown field at a parent is its own mistake, unless it comes from an
+      // alternative of a oneOf that the value did not mean to take.
+      list = list.filter((e) => (e.keyword === 'required' || e.keyword === 'additionalProperties') && !/\/(oneOf|anyOf)\//.test(e.schemaPath));
+      if (list.length === 0) continue;
+    }
     const concrete = list.filter((e) => !vague.has(e.keyword));
     const pick = concrete[0] ?? list.find((e) => e.keyword !== 'oneOf' && e.keyword !== 'anyOf') ?? list[0];
     if (pick === undefined) continue;
