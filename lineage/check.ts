@@ -126,7 +126,8 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
       continue;
     }
     const complete = new Uint8Array(cells);
-    const groups = new Map<string, { n: number; present: Map<number, Uint8Array>; firstClaim: Claim[] }>();
+    // Partial groups by (n, reduce, divisor); per group, the claims of each chunk index.
+    const groups = new Map<string, { n: number; byIdx: Map<number, Claim[]> }>();
     const strides = sizes.map((_, d) => sizes.slice(d + 1).reduce((p, s) => p * s, 1));
     const cellsOf = (c: Claim): number[] => {
       let acc = [0];
@@ -146,20 +147,16 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
     };
     for (const c of cs) {
       const v = c.nf.value;
-      const cl = cellsOf(c);
       if (v.n === 1 && v.divisor === 1) {
-        for (const x of cl) complete[x] = 1;
+        for (const x of cellsOf(c)) complete[x] = 1;
         continue;
       }
       const gk = `${v.n},${v.reduce},${v.divisor}`;
       let g = groups.get(gk);
-      if (g === undefined) groups.set(gk, (g = { n: v.n, present: new Map(), firstClaim: [] }));
-      g.firstClaim[v.idx] ??= c;
-      for (const x of cl) {
-        let bits = g.present.get(x);
-        if (bits === undefined) g.present.set(x, (bits = new Uint8Array(v.n)));
-        bits[v.idx] = 1;
-      }
+      if (g === undefined) groups.set(gk, (g = { n: v.n, byIdx: new Map() }));
+      let l = g.byIdx.get(v.idx);
+      if (l === undefined) g.byIdx.set(v.idx, (l = []));
+      l.push(c);
     }
     const cellRegion = (x: number): string => {
       const parts = sizes.map((_, d) => {
@@ -169,36 +166,64 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
       });
       return `[${parts.join(', ')}]`;
     };
-    let partialOnly = false;
-    let allComplete = true;
+    const groupText = (gk: string): string => {
+      const [n, reduce, divisor] = gk.split(',');
+      return `${reduce} of ${n}${divisor === '1' ? '' : `, divided by ${divisor}`}`;
+    };
     let reported = 0;
-    for (let x = 0; x < cells && reported < 3; x++) {
-      let held = complete[x] === 1;
-      if (!held) allComplete = false;
-      for (const [gk, g] of groups) {
-        const bits = g.present.get(x);
-        if (bits === undefined) continue;
-        held = true;
-        const missing: number[] = [];
-        bits.forEach((b, i) => {
-          if (!b) missing.push(i);
-        });
-        if (missing.length > 0) {
-          const have = g.firstClaim.findIndex((c, i) => c !== undefined && bits[i] === 1);
-          const hc = g.firstClaim[have] as Claim;
-          const [n, reduce, divisor] = gk.split(',');
-          sink.add(
-            specPath(hc),
-            `elements ${cellRegion(x)} are held as partial addends (${reduce} of ${n}${divisor === '1' ? '' : `, divided by ${divisor}`}) but chunk(s) ${missing.slice(0, 8).join(', ')}${missing.length > 8 ? ', ...' : ''} are held by no rank, e.g. ${label(hc)} holds chunk ${have}: the partial group is incomplete`,
-            where,
-          );
-          reported++;
+    const incomplete = (gk: string, g: { n: number; byIdx: Map<number, Claim[]> }, x: number): void => {
+      const present = [...g.byIdx].filter(([, l]) => l.some((c) => cellsOf(c).includes(x))).map(([i]) => i);
+      const have = new Set(present);
+      const missing: number[] = [];
+      for (let i = 0; i < g.n && missing.length < 8; i++) if (!have.has(i)) missing.push(i);
+      const hc = (g.byIdx.get(present[0] as number) as Claim[])[0] as Claim;
+      sink.add(
+        specPath(hc),
+        `elements ${cellRegion(x)} are held as partial addends (${groupText(gk)}) but chunk(s) ${missing.join(', ')}${g.n - have.size > missing.length ? ', ...' : ''} are held by no rank, e.g. ${label(hc)} holds chunk ${hc.nf.value.idx}: the partial group is incomplete`,
+        where,
+      );
+      reported++;
+    };
+    // Distinct chunks per cell, counted with a stamp array: memory O(cells), work O(sum of
+    // claim cells), whatever n is.
+    const partialHeld = new Uint8Array(cells);
+    for (const [gk, g] of groups) {
+      if (reported >= 3) break;
+      if (g.byIdx.size < g.n) {
+        // Fewer distinct chunks than n exist at all: incomplete wherever the group is held.
+        const first = cellsOf(([...g.byIdx.values()][0] as Claim[])[0] as Claim)[0] as number;
+        incomplete(gk, g, first);
+        continue;
+      }
+      const count = new Int32Array(cells);
+      const stamp = new Int32Array(cells).fill(-1);
+      for (const [idx, l] of g.byIdx) {
+        for (const c of l) {
+          for (const x of cellsOf(c)) {
+            if (stamp[x] === idx) continue;
+            stamp[x] = idx;
+            count[x] = (count[x] as number) + 1;
+          }
         }
       }
-      if (!held) {
-        sink.add(specPath(cs[0] as Claim), `elements ${cellRegion(x)} are held by no rank: the lineage does not tile the tensor (held: ${cs.slice(0, 4).map((c) => `${label(c)} ${regionStr(c.nf.ranges)} ${valueStr(c.nf.value)}`).join('; ')})`, where);
-        reported++;
-      } else if (complete[x] !== 1) partialOnly = true;
+      for (let x = 0; x < cells && reported < 3; x++) {
+        const k = count[x] as number;
+        if (k === 0) continue;
+        partialHeld[x] = 1;
+        if (k < g.n) incomplete(gk, g, x);
+      }
+    }
+    let partialOnly = false;
+    let allComplete = true;
+    for (let x = 0; x < cells && reported < 3; x++) {
+      if (complete[x] === 1) continue;
+      allComplete = false;
+      if (partialHeld[x] === 1) {
+        partialOnly = true;
+        continue;
+      }
+      sink.add(specPath(cs[0] as Claim), `elements ${cellRegion(x)} are held by no rank: the lineage does not tile the tensor (held: ${cs.slice(0, 4).map((c) => `${label(c)} ${regionStr(c.nf.ranges)} ${valueStr(c.nf.value)}`).join('; ')})`, where);
+      reported++;
     }
     coverage.push({ logical: lt, claims: cs.length, holders, complete: allComplete && reported === 0, partialOnly, hasPartials: groups.size > 0 });
   }

@@ -221,6 +221,7 @@ function matchPerRankCalls(ctx: Ctx, out: CollectiveInstance[]): void {
   // Group calls: key = members in group order; per member, its call sites in program order.
   const groupCalls = new Map<string, { members: Int32Array; calls: Map<number, number[]> }>();
   const p2p = new Map<string, { sends: number[]; recvs: number[] }>();
+  const issuesBefore = ctx.sink.size;
   for (let r = 0; r < mesh.size; r++) {
     const p = programs[rankProgram[r] as number];
     if (p === undefined) continue;
@@ -256,6 +257,9 @@ function matchPerRankCalls(ctx: Ctx, out: CollectiveInstance[]): void {
       list.push(op);
     }
   }
+  // A call whose group or peer failed to resolve is missing from its queue: matching the
+  // rest would report false mismatches, so stop at the real error.
+  if (ctx.sink.size > issuesBefore) return;
   for (const g of groupCalls.values()) {
     const counts = [...g.members].map((m) => g.calls.get(m)?.length ?? 0);
     const n = Math.max(...counts);

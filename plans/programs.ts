@@ -162,15 +162,14 @@ function compileAttrs(attrs: Record<string, AttrValue>, path: string, ec: ExprCo
         return 0;
       }
       if (Array.isArray(v)) return v.map((x, i) => walk(x, [...keys, String(i)]));
-      const o: Record<string, AttrValue> = {};
-      for (const [k, x] of Object.entries(v)) o[k] = walk(x, [...keys, k]);
-      return o;
+      // fromEntries defines own properties: a '__proto__' key stays data (and is then
+      // rejected as an unknown attribute) instead of replacing the prototype.
+      return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x, [...keys, k])])) as AttrValue;
     }
     return v;
   };
   // Only attribute values can be expressions; `attrs` itself is always a plain object.
-  const out: Record<string, AttrValue> = {};
-  for (const [k, v] of Object.entries(attrs)) out[k] = walk(v, [k]);
+  const out = Object.fromEntries(Object.entries(attrs).map(([k, v]) => [k, walk(v, [k])])) as Attrs;
   return { attrs: out, exprs };
 }
 
@@ -346,10 +345,22 @@ export function checkView(view: RankView, sink: IssueSink, rankLabel: string): v
   const ops = p.ops;
   for (let op = 0; op < ops.size; op++) {
     const kind = ops.kind[op] as number;
-    if (kind < 0 || registry.get(kind).collective !== undefined) continue;
+    if (kind < 0) continue;
     const ins = ops.opInputs(op);
     const outs = ops.opOutputs(op);
     if (ins.some((t) => t < 0) || outs.some((t) => t < 0)) continue;
+    const def = registry.get(kind);
+    if (def.collective !== undefined) {
+      // Shapes are checked across the group once calls are matched; arity and attributes here.
+      const bad =
+        ins.length < def.inputs.min || ins.length > def.inputs.max
+          ? `takes ${def.inputs.min === def.inputs.max ? def.inputs.min : `${def.inputs.min} to ${def.inputs.max}`} input(s), got ${ins.length}`
+          : outs.length < def.outputs.min || outs.length > def.outputs.max
+            ? `produces ${def.outputs.min === def.outputs.max ? def.outputs.min : `${def.outputs.min} to ${def.outputs.max}`} output(s), got ${outs.length}`
+            : registry.checkAttrs(kind, view.attrs[op] as Attrs);
+      if (bad !== undefined) sink.add(ops.ids.paths[op] as string, bad, `${rankLabel}op '${ops.ids.name(op)}' (${def.name})`);
+      continue;
+    }
     const msg = checkOpShapes(kind, [...ins].map((t) => view.shapes[t] as Shape), [...outs].map((t) => view.shapes[t] as Shape), view.attrs[op] as Attrs);
     if (msg !== undefined) sink.add(ops.ids.paths[op] as string, msg, `${rankLabel}op '${ops.ids.name(op)}' (${registry.get(kind).name})`);
   }
