@@ -164,6 +164,35 @@ describe('collectives and point-to-point', () => {
       ["rank 1 tensor 'a2a'", true],
     ]);
   });
+  it('broadcast in one SPMD template: non-source ranks pass a receive buffer whose value is ignored', () => {
+    const mk = (bufShape: number[]): unknown => ({
+      format: 'planproof/v1',
+      mesh: { axes: [{ name: 'dp', size: 2 }] },
+      logical: logical2(
+        [{ id: 'cp', op: 'identity', inputs: ['x'], outputs: ['y'] }],
+        [
+          { id: 'x', shape: [4, 2], role: 'input' },
+          { id: 'y', shape: [4, 2], role: 'output' },
+        ],
+      ),
+      parallel: {
+        programs: [
+          {
+            ranks: 'all',
+            tensors: [
+              { id: 'buf', shape: bufShape, lineage: { logical: 'x', placements: ['R'] } },
+              { id: 'y', shape: [4, 2], lineage: { logical: 'y', placements: ['R'] } },
+            ],
+            ops: [{ id: 'bc', op: 'broadcast', inputs: ['buf'], outputs: ['y'], attrs: { src: 0 }, group: { axes: ['dp'] } }],
+          },
+        ],
+      },
+      contract: { inputs: ['x'], outputs: ['y'] },
+    });
+    assert.deepEqual(normalForm(loadPlanObject('bc', mk([4, 2]))).collectives, ['broadcast {"src":0} [0:buf->y 1:buf->y]']);
+    // Mis-shaped buffers: the broadcast's output no longer has the declared shape.
+    rejects(mk([2, 2]), /\$\.parallel\.programs\[0\]\.ops\[0\] rank 0 op 'bc': output is declared \[4, 2\] but broadcast over 2 ranks of \[2, 2\] gives \[2, 2\]/);
+  });
   it('multi-rank entries over axis groups can be restricted by a rank selector', () => {
     const raw = pipeline('ok') as { parallel: { collectives?: object[]; programs: { ops: object[]; tensors: object[] }[] } };
     const st1 = raw.parallel.programs[1] as { ops: object[]; tensors: object[] };
