@@ -11,10 +11,16 @@
  * (read + parse + every check), time per op and its ratio to the smallest case, heap still
  * held by the loaded plan after a full GC, and the process's peak RSS (resourceUsage().maxRSS)
  * after the first load. A case whose load throws is reported with the error instead.
+ *
+ * Two series are summarised as scaling exponents k (time ~ size^k, 1 = linear):
+ *  - 'size': explicit per-rank plans over 2 ranks, ~10k to ~300k ops in the file;
+ *  - 'ranks': one SPMD template (fixed file) over 2 to 1024 ranks, against the ops the
+ *    loader checks on all ranks (logical ops + ranks x program ops).
+ * The whole run takes about 2-4 minutes on a quiet 2-core machine.
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parsePlanJson, readPlanText } from '../plans/json.js';
@@ -28,6 +34,8 @@ interface Case {
   readonly layers: number;
   /** Shown next to the name in the table. */
   readonly note?: string;
+  /** 'size': explicit plans of growing size; 'ranks': one template over growing meshes. */
+  readonly series?: 'size' | 'ranks';
 }
 
 /** What the child process reports. */
@@ -43,36 +51,48 @@ interface ChildResult {
 }
 
 interface Row extends Case {
+  /** Ops as written in the file: logical + every program's ops. */
   readonly ops: number;
   readonly logicalOps: number;
-  readonly programOps: number;
+  /** Logical ops + program ops summed over the ranks that run them. */
+  readonly expandedOps: number;
   readonly bytes: number;
   readonly result: ChildResult;
 }
 
 const HEADLINE_OPS = 100_000;
+const SWEEP_LAYERS = 100;
 
 function defaultCases(): Case[] {
-  const explicit = (ops: number, ranks = 2, note?: string): Case => ({
+  const explicit = (ops: number, ranks: number, note?: string, series?: 'size'): Case => ({
     name: `explicit-${ops / 1000}k${ranks === 2 ? '' : `-dp${ranks}`}`,
     spelling: 'explicit',
     ranks,
     layers: layersForOps(ops, ranks),
     ...(note === undefined ? {} : { note }),
+    ...(series === undefined ? {} : { series }),
   });
-  const headlineLayers = layersForOps(HEADLINE_OPS, 2);
-  const small = layersForOps(10_000, 2);
+  const headline = layersForOps(HEADLINE_OPS, 2);
+  const template = (ranks: number, layers: number, note?: string, series?: 'ranks'): Case => ({
+    name: `template-dp${ranks}-${layers}l`,
+    spelling: 'template',
+    ranks,
+    layers,
+    ...(note === undefined ? {} : { note }),
+    ...(series === undefined ? {} : { series }),
+  });
   return [
-    explicit(10_000),
-    explicit(30_000),
-    explicit(HEADLINE_OPS, 2, 'headline'),
-    explicit(300_000, 2, 'deep chain'),
+    explicit(10_000, 2, undefined, 'size'),
+    explicit(30_000, 2, undefined, 'size'),
+    explicit(HEADLINE_OPS, 2, 'headline', 'size'),
+    explicit(300_000, 2, 'deep chain', 'size'),
     explicit(300_000, 8, 'wide: same depth as 100k'),
-    { name: `template-dp2-${headlineLayers}l`, spelling: 'template', ranks: 2, layers: headlineLayers, note: 'logical graph of the 100k case' },
-    { name: `template-dp64-${headlineLayers}l`, spelling: 'template', ranks: 64, layers: headlineLayers },
-    { name: `template-dp2-${small}l`, spelling: 'template', ranks: 2, layers: small, note: 'logical graph of the 10k case' },
-    { name: `template-dp64-${small}l`, spelling: 'template', ranks: 64, layers: small },
-    { name: `template-dp512-${small}l`, spelling: 'template', ranks: 512, layers: small },
+    template(2, headline, 'logical graph of the 100k case'),
+    template(64, headline),
+    template(2, SWEEP_LAYERS, 'ranks sweep', 'ranks'),
+    template(64, SWEEP_LAYERS, 'ranks sweep', 'ranks'),
+    template(256, SWEEP_LAYERS, 'ranks sweep', 'ranks'),
+    template(1024, SWEEP_LAYERS, 'ranks sweep', 'ranks'),
   ];
 }
 
@@ -121,7 +141,8 @@ function child(file: string, runs: number): ChildResult {
     return { runsMs, parseMs, heapRetained, heapAfterLoad, rssAfterLoad, maxRss, baseRss: base.rss };
   } catch (e) {
     const msg = e instanceof Error ? `${e.name}: ${e.message.split('\n')[0] ?? ''}` : String(e);
-    const where = e instanceof Error ? (e.stack ?? '').split('\n').slice(1, 4).map((s) => s.trim()).join(' | ') : '';
+    const frames = e instanceof Error ? (e.stack ?? '').split('\n').slice(1, 4) : [];
+    const where = frames.map((f) => f.trim().replace(/\(?file:\/\/\S*?\/(node_modules|dist)\//, '($1/')).join(' | ');
     return { runsMs, parseMs: 0, heapRetained, heapAfterLoad, rssAfterLoad, maxRss: process.resourceUsage().maxRSS * 1024, baseRss: base.rss, error: `${msg} [${where}]` };
   }
 }
@@ -153,29 +174,57 @@ function runCase(c: Case, dir: string, runs: number): Row {
     const why = out.error?.message ?? `exit ${String(out.status ?? out.signal)}: ${out.stderr.split('\n').filter((l) => /Error|error/.test(l))[0] ?? out.stderr.slice(0, 200)}`;
     result = { runsMs: [], parseMs: 0, heapRetained: 0, heapAfterLoad: 0, rssAfterLoad: 0, maxRss: 0, baseRss: 0, error: why };
   }
-  const programOps = plan.parallel.programs[0]?.ops.length ?? 0;
-  return { ...c, ops: count.total, logicalOps: count.logical, programOps, bytes, result };
+  const programOps = plan.parallel.programs.reduce((n, p) => n + p.ops.length * (p.ranks === 'all' ? c.ranks : Array.isArray(p.ranks) ? p.ranks.length : 0), 0);
+  return { ...c, ops: count.total, logicalOps: count.logical, expandedOps: count.logical + programOps, bytes, result };
 }
 
+const fmt = (n: number): string => n.toLocaleString('en-US');
+const ok = (r: Row): boolean => r.result.error === undefined && r.result.runsMs.length > 0;
+const ms = (r: Row): number => median(r.result.runsMs);
+const perOp = (r: Row): number => (ms(r) * 1000) / r.ops;
+
 function table(rows: readonly Row[]): string {
-  const ref = rows.find((r) => r.result.error === undefined && r.spelling === 'explicit');
-  const perOp = (r: Row): number => (median(r.result.runsMs) * 1000) / r.ops;
+  const ref = rows.find((r) => ok(r) && r.series === 'size');
   const lines = [
-    '| case | spelling | ranks | layers | ops in file (logical + parallel) | file MB | load ms (median) | runs ms | of which read+parse ms | µs/op | µs/op vs first | heap retained MB | peak RSS MB |',
-    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
+    '| case | spelling | ranks | layers | ops in file (logical + parallel) | ops on all ranks | file MB | load ms (median) | runs ms | read+parse ms | µs/op in file | µs/op vs first | heap retained MB | peak RSS MB |',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|',
   ];
   for (const r of rows) {
-    const head = `| ${r.name}${r.note === undefined ? '' : ` (${r.note})`} | ${r.spelling} | ${r.ranks} | ${r.layers} | ${r.ops.toLocaleString('en-US')} (${r.logicalOps.toLocaleString('en-US')} + ${(r.ops - r.logicalOps).toLocaleString('en-US')}) | ${mb(r.bytes)} |`;
-    if (r.result.error !== undefined) {
-      lines.push(`${head} **failed**: ${r.result.error.replace(/\|/g, '\\|')} | | | | | | ${r.result.maxRss > 0 ? mb(r.result.maxRss) : ''} |`);
+    const head = `| ${r.name}${r.note === undefined ? '' : ` (${r.note})`} | ${r.spelling} | ${r.ranks} | ${r.layers} | ${fmt(r.ops)} (${fmt(r.logicalOps)} + ${fmt(r.ops - r.logicalOps)}) | ${fmt(r.expandedOps)} | ${mb(r.bytes)} |`;
+    if (!ok(r)) {
+      lines.push(`${head} **failed**: ${(r.result.error ?? 'no result').replace(/\|/g, '\\|')} | | | | | | ${r.result.maxRss > 0 ? mb(r.result.maxRss) : ''} |`);
       continue;
     }
     const ratio = ref === undefined ? '' : `${(perOp(r) / perOp(ref)).toFixed(2)}x`;
     lines.push(
-      `${head} ${median(r.result.runsMs).toFixed(0)} | ${r.result.runsMs.map((x) => x.toFixed(0)).join(' / ')} | ${r.result.parseMs.toFixed(0)} | ${perOp(r).toFixed(1)} | ${ratio} | ${mb(r.result.heapRetained)} | ${mb(r.result.maxRss)} |`,
+      `${head} ${ms(r).toFixed(0)} | ${r.result.runsMs.map((x) => x.toFixed(0)).join(' / ')} | ${r.result.parseMs.toFixed(0)} | ${perOp(r).toFixed(1)} | ${ratio} | ${mb(r.result.heapRetained)} | ${mb(r.result.maxRss)} |`,
     );
   }
   return lines.join('\n');
+}
+
+/** Growth between consecutive rows of a series: time ratio and exponent k in time ~ size^k. */
+function scaling(rows: readonly Row[]): string {
+  const out: string[] = [];
+  const pairs = (series: 'size' | 'ranks'): [Row, Row][] => {
+    const rs = rows.filter((r) => r.series === series && ok(r));
+    return rs.slice(1).map((r, i) => [rs[i] as Row, r]);
+  };
+  for (const [a, b] of pairs('size')) {
+    const n = b.ops / a.ops;
+    const t = ms(b) / ms(a);
+    out.push(`- ${a.name} -> ${b.name}: ops x${n.toFixed(2)}, load time x${t.toFixed(2)}, exponent ${(Math.log(t) / Math.log(n)).toFixed(2)} (time ~ ops^k; 1 = linear)`);
+  }
+  for (const [a, b] of pairs('ranks')) {
+    const n = b.expandedOps / a.expandedOps;
+    const t = ms(b) / ms(a);
+    out.push(
+      `- ${a.name} -> ${b.name}: same file size, ops on all ranks x${n.toFixed(2)}, load time x${t.toFixed(2)}, exponent ${(Math.log(t) / Math.log(n)).toFixed(2)} (time ~ (ranks x program ops)^k); ${((ms(b) * 1000) / b.expandedOps).toFixed(2)} µs per op on all ranks`,
+    );
+  }
+  const failed = rows.filter((r) => r.series !== undefined && !ok(r)).map((r) => r.name);
+  if (failed.length > 0) out.push(`- not loaded: ${failed.join(', ')}`);
+  return out.join('\n');
 }
 
 function parseArgs(argv: string[]): { runs: number; only?: Set<string>; json?: string } {
@@ -205,6 +254,7 @@ function parent(argv: string[]): void {
   const dir = mkdtempSync(join(tmpdir(), 'planproof-bench-'));
   const rows: Row[] = [];
   const t0 = performance.now();
+  const load0 = loadavg();
   try {
     for (const c of cases) {
       process.stderr.write(`${c.name}: ${c.spelling}, ${c.ranks} ranks, ${c.layers} layers ... `);
@@ -219,6 +269,13 @@ function parent(argv: string[]): void {
   console.log('');
   console.log(table(rows));
   console.log('');
+  console.log('Scaling:');
+  console.log('');
+  console.log(scaling(rows));
+  console.log('');
+  const bases = rows.filter(ok).map((r) => r.result.baseRss);
+  if (bases.length > 0) console.log(`Baseline RSS of a warmed-up child before loading: median ${mb(median(bases))} MB (included in peak RSS).`);
+  console.log(`Load average (1, 5, 15 min) at start: ${load0.map((x) => x.toFixed(2)).join(', ')}; at end: ${loadavg().map((x) => x.toFixed(2)).join(', ')} (${cpus().length} CPUs).`);
   console.log(`Total benchmark time ${((performance.now() - t0) / 1000).toFixed(0)} s.`);
   if (json !== undefined) writeFileSync(json, JSON.stringify(rows, null, 1));
 }

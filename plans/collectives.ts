@@ -54,6 +54,27 @@ function resolveGroup(ctx: Ctx, g: GroupSpec, rank: number, path: string): Int32
   return Int32Array.from(rs.sort((a, b) => a - b));
 }
 
+/** Flat mesh index of `rank` with the group axes' coordinates set to 0: names the group. */
+function groupBase(mesh: Mesh, rank: number, axes: readonly number[]): number {
+  let flat = mesh.flatOf[rank] as number;
+  let stride = 1;
+  for (let a = mesh.axes.length - 1; a >= 0; a--) {
+    if (axes.includes(a)) flat -= mesh.coord(rank, a) * stride;
+    stride *= mesh.sizes[a] as number;
+  }
+  return flat;
+}
+
+/** The axis-group key of an explicit member list, if it is exactly one axis group in its order. */
+function sameAsAxes(mesh: Mesh, members: Int32Array): string | undefined {
+  const first = members[0] as number;
+  const axes = mesh.axes.map((_, a) => a).filter((a) => members.some((m) => mesh.coord(m, a) !== mesh.coord(first, a)));
+  if (axes.length === 0) return undefined;
+  const g = mesh.groupAlong(first, axes);
+  if (g.length !== members.length || g.some((m, i) => m !== members[i])) return undefined;
+  return `a${axes.join('.')}|${groupBase(mesh, first, axes)}`;
+}
+
 function guard<T>(ctx: Ctx, rank: number, path: string, f: () => T | undefined): T | undefined {
   try {
     return f();
@@ -243,15 +264,25 @@ function matchPerRankCalls(ctx: Ctx, out: CollectiveInstance[]): void {
       }
       const spec = p.groups[op];
       if (spec === undefined) continue;
-      const members = guard(ctx, r, path, () => resolveGroup(ctx, spec, r, path));
-      if (members === undefined) continue;
-      if (!members.includes(r)) {
-        sink.add(jpath(path, 'group'), `the group [${[...members].join(', ')}] does not contain the calling rank`, `rank ${r} op '${p.ops.ids.name(op)}'`);
-        continue;
+      // Each distinct group is resolved and keyed once: per-call work must not grow with the
+      // group size, or matching a 1024-rank data-parallel group is quadratic.
+      let g: { members: Int32Array; calls: Map<number, number[]> } | undefined;
+      if (spec.kind === 'axes') {
+        const gk = `a${spec.axes.join('.')}|${groupBase(mesh, r, spec.axes)}`;
+        g = groupCalls.get(gk);
+        if (g === undefined) groupCalls.set(gk, (g = { members: mesh.groupAlong(r, spec.axes), calls: new Map() }));
+      } else {
+        const members = guard(ctx, r, path, () => resolveGroup(ctx, spec, r, path));
+        if (members === undefined) continue;
+        if (!members.includes(r)) {
+          sink.add(jpath(path, 'group'), `the group [${[...members].join(', ')}] does not contain the calling rank`, `rank ${r} op '${p.ops.ids.name(op)}'`);
+          continue;
+        }
+        // Rank lists share queues with axis groups of the same members (one communicator).
+        const gk = sameAsAxes(mesh, members) ?? `r${members.join(',')}`;
+        g = groupCalls.get(gk);
+        if (g === undefined) groupCalls.set(gk, (g = { members, calls: new Map() }));
       }
-      const key = members.join(',');
-      let g = groupCalls.get(key);
-      if (g === undefined) groupCalls.set(key, (g = { members, calls: new Map() }));
       let list = g.calls.get(r);
       if (list === undefined) g.calls.set(r, (list = []));
       list.push(op);

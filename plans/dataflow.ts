@@ -10,6 +10,7 @@
  *    quotient has a cycle is the exact per-rank graph built, to confirm and report it.
  */
 import { registry } from '../ops/registry.js';
+import { type Csr, findCycle, toCsr } from './cycles.js';
 import type { IssueSink, PlanIssue } from './errors.js';
 import type { CollectiveInstance, Contract, LogicalGraph, Program } from './model.js';
 
@@ -111,10 +112,7 @@ export function checkDataflow(
   }
 }
 
-interface FlowGraph {
-  n: number;
-  succ: Int32Array;
-  succStart: Int32Array;
+interface FlowGraph extends Csr {
   label: (node: number) => string;
   path: (node: number) => string;
 }
@@ -221,17 +219,7 @@ function buildFlowGraph(programs: Program[], rankProgram: Int32Array, collective
     });
   });
   for (const [a, b] of instEdges) edge(a, b);
-  const n = next;
-  const succStart = new Int32Array(n + 1);
-  for (const a of src) succStart[a + 1] = (succStart[a + 1] as number) + 1;
-  for (let i = 0; i < n; i++) succStart[i + 1] = (succStart[i + 1] as number) + (succStart[i] as number);
-  const fillPos = succStart.slice(0, n);
-  const succ = new Int32Array(src.length);
-  src.forEach((a, i) => {
-    const at = fillPos[a] as number;
-    succ[at] = dst[i] as number;
-    fillPos[a] = at + 1;
-  });
+  const csr = toCsr(next, src, dst);
   const unitAt = (node: number): number => {
     let lo = 0;
     let hi = unitCount;
@@ -255,44 +243,5 @@ function buildFlowGraph(programs: Program[], rankProgram: Int32Array, collective
     const who = mode === 'program' ? p.name : `rank ${u}`;
     return [`${who} op '${p.ops.ids.name(local)}'${done ? ' (completion)' : ''}`, p.ops.ids.paths[local] as string];
   };
-  return { n, succ, succStart, label: (x) => describe(x)[0], path: (x) => describe(x)[1] };
-}
-
-/** Kahn's algorithm; on failure walks back through unfinished nodes to return one cycle. */
-function findCycle(g: FlowGraph): number[] | undefined {
-  const indeg = new Int32Array(g.n);
-  for (const v of g.succ) indeg[v] = (indeg[v] as number) + 1;
-  const queue = new Int32Array(g.n);
-  let head = 0;
-  let tail = 0;
-  for (let v = 0; v < g.n; v++) if (indeg[v] === 0) queue[tail++] = v;
-  while (head < tail) {
-    const v = queue[head++] as number;
-    for (let e = g.succStart[v] as number; e < (g.succStart[v + 1] as number); e++) {
-      const w = g.succ[e] as number;
-      indeg[w] = (indeg[w] as number) - 1;
-      if (indeg[w] === 0) queue[tail++] = w;
-    }
-  }
-  if (tail === g.n) return undefined;
-  // Every unfinished node still has an unfinished predecessor, so walking predecessors
-  // among unfinished nodes must revisit a node: that loop is a cycle.
-  const predOf = new Map<number, number>();
-  for (let v = 0; v < g.n; v++) {
-    if (indeg[v] === 0) continue;
-    for (let e = g.succStart[v] as number; e < (g.succStart[v + 1] as number); e++) {
-      const w = g.succ[e] as number;
-      if ((indeg[w] as number) > 0 && !predOf.has(w)) predOf.set(w, v);
-    }
-  }
-  let v = -1;
-  for (let x = 0; x < g.n && v < 0; x++) if ((indeg[x] as number) > 0) v = x;
-  const seenAt = new Map<number, number>();
-  const walk: number[] = [];
-  while (!seenAt.has(v)) {
-    seenAt.set(v, walk.length);
-    walk.push(v);
-    v = predOf.get(v) as number;
-  }
-  return walk.slice(seenAt.get(v)).reverse();
+  return { ...csr, label: (x) => describe(x)[0], path: (x) => describe(x)[1] };
 }

@@ -1,10 +1,10 @@
 /** Builds and checks the logical (single-device) graph: SSA, dangling tensors, shapes, cycles. */
-import { Graph, alg } from '@dagrejs/graphlib';
 import { registry } from '../ops/registry.js';
 import { type Attrs, ShapeError, type Shape, sameShape, shapeStr, numel } from '../ops/types.js';
 import { jpath, type IssueSink } from './errors.js';
 import { NameTable, OpTableBuilder, type LogicalGraph, type Role, type Contract } from './model.js';
 import type { RawPlan } from './raw.js';
+import { findCycle, toCsr } from './cycles.js';
 
 /** Largest element count of one tensor: exact integer arithmetic on indices must stay safe. */
 export const MAX_ELEMENTS = 2 ** 53 - 1;
@@ -146,19 +146,20 @@ function arityStr(min: number, max: number): string {
 }
 
 function checkLogicalAcyclic(g: LogicalGraph, sink: IssueSink): void {
-  const dg = new Graph({ directed: true, multigraph: false });
   const ops = g.ops;
-  for (let op = 0; op < ops.size; op++) dg.setNode(String(op));
+  const src: number[] = [];
+  const dst: number[] = [];
   for (let op = 0; op < ops.size; op++) {
     for (const t of ops.opInputs(op)) {
       const p = g.producer[t] as number;
-      if (p >= 0) dg.setEdge(String(p), String(op));
+      if (p >= 0) {
+        src.push(p);
+        dst.push(op);
+      }
     }
   }
-  if (alg.isAcyclic(dg)) return;
-  for (const cyc of alg.findCycles(dg).slice(0, 3)) {
-    const names = cyc.map((n: string) => `'${ops.ids.name(Number(n))}'`).reverse();
-    const first = Number(cyc[cyc.length - 1]);
-    sink.add(ops.ids.paths[first] as string, `the logical graph has a cycle through ops ${names.join(' -> ')} -> ${names[0] ?? ''}`);
-  }
+  const cyc = findCycle(toCsr(ops.size, src, dst));
+  if (cyc === undefined) return;
+  const names = cyc.map((n) => `'${ops.ids.name(n)}'`);
+  sink.add(ops.ids.paths[cyc[0] as number] as string, `the logical graph has a cycle through ops ${names.join(' -> ')} -> ${names[0] ?? ''}`);
 }
