@@ -68,3 +68,9 @@ export function findCycle(g: Csr): number[] | undefined {
   }
   return walk.slice(seenAt.get(v)).reverse();
 }
+
+/** "a -> b -> ... -> a" for a cycle, eliding the middle of long ones (error lines stay short). */
+export function cycleText(names: readonly string[]): string {
+  const shown = names.length <= 10 ? names : [...names.slice(0, 6), `... ${names.length - 9} more ...`, ...names.slice(-3)];
+  return `${shown.join(' -> ')} -> ${names[0] ?? ''}${names.length > 10 ? ` (a cycle of ${names.length} ops)` : ''}`;
+}

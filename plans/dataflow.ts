@@ -10,7 +10,7 @@
  *    quotient has a cycle is the exact per-rank graph built, to confirm and report it.
  */
 import { registry } from '../ops/registry.js';
-import { type Csr, findCycle, toCsr } from './cycles.js';
+import { type Csr, cycleText, findCycle, toCsr } from './cycles.js';
 import type { IssueSink, PlanIssue } from './errors.js';
 import type { CollectiveInstance, Contract, LogicalGraph, Program } from './model.js';
 
@@ -102,13 +102,13 @@ export function checkDataflow(
   if (qc === undefined) return;
   const nodes = programs.reduce((s, p) => s + p.ops.size * p.ranks.length, 0);
   if (nodes > MAX_EXACT_NODES) {
-    sink.add(quotient.path(qc[0] as number), `possible cycle (checked on ranks merged by program; the plan is too large for the exact check): ${qc.map(quotient.label).join(' -> ')}`);
+    sink.add(quotient.path(qc[0] as number), `possible cycle (checked on ranks merged by program; the plan is too large for the exact check): ${cycleText(qc.map(quotient.label))}`);
     return;
   }
   const exact = buildFlowGraph(programs, rankProgram, collectives, 'rank');
   const ec = findCycle(exact);
   if (ec !== undefined) {
-    sink.add(exact.path(ec[0] as number), `the parallel graph has a cycle (a deadlock if it runs): ${ec.map(exact.label).join(' -> ')}`);
+    sink.add(exact.path(ec[0] as number), `the parallel graph has a cycle (a deadlock if it runs): ${cycleText(ec.map(exact.label))}`);
   }
 }
 

@@ -4,7 +4,7 @@ import { type Attrs, ShapeError, type Shape, sameShape, shapeStr, numel } from '
 import { jpath, type IssueSink } from './errors.js';
 import { NameTable, OpTableBuilder, type LogicalGraph, type Role, type Contract } from './model.js';
 import type { RawPlan } from './raw.js';
-import { findCycle, toCsr } from './cycles.js';
+import { cycleText, findCycle, toCsr } from './cycles.js';
 
 /** Largest element count of one tensor: exact integer arithmetic on indices must stay safe. */
 export const MAX_ELEMENTS = 2 ** 53 - 1;
@@ -160,6 +160,5 @@ function checkLogicalAcyclic(g: LogicalGraph, sink: IssueSink): void {
   }
   const cyc = findCycle(toCsr(ops.size, src, dst));
   if (cyc === undefined) return;
-  const names = cyc.map((n) => `'${ops.ids.name(n)}'`);
-  sink.add(ops.ids.paths[cyc[0] as number] as string, `the logical graph has a cycle through ops ${names.join(' -> ')} -> ${names[0] ?? ''}`);
+  sink.add(ops.ids.paths[cyc[0] as number] as string, `the logical graph has a cycle through ops ${cycleText(cyc.map((n) => `'${ops.ids.name(n)}'`))}`);
 }

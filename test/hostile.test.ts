@@ -81,6 +81,35 @@ describe('hostile input never crashes the loader', () => {
     op.attrs = { expr: 'dp*2' };
     assert.throws(() => loadPlanObject('x.json', doc), (e: unknown) => e instanceof PlanError && /\$\.parallel\.programs\[0\]\.ops\[5\]/.test(e.message));
   });
+  it('a 40,000-op dependency chain loads, and a cycle closing it is reported (no recursion depth limit)', () => {
+    const n = 40000;
+    const chain = (cyclic: boolean): unknown => {
+      const tensors = Array.from({ length: n + 1 }, (_, i) => ({ id: `t${i}`, shape: [2], role: i === 0 ? 'input' : i === n ? 'output' : 'activation' }));
+      const ops = Array.from({ length: n }, (_, i) =>
+        i === 0 && cyclic ? { id: 'op0', op: 'add', inputs: ['t0', `t${n}`], outputs: ['t1'] } : { id: `op${i}`, op: 'neg', inputs: [`t${i}`], outputs: [`t${i + 1}`] },
+      );
+      return {
+        format: 'planproof/v1',
+        mesh: { axes: [{ name: 'dp', size: 1 }] },
+        logical: { tensors, ops },
+        parallel: {
+          programs: [
+            {
+              ranks: 'all',
+              tensors: [
+                { id: 'a', shape: [2], lineage: { logical: 't0' } },
+                { id: 'b', shape: [2], lineage: { logical: `t${n}` } },
+              ],
+              ops: [{ id: 'x', op: 'identity', inputs: ['a'], outputs: ['b'] }],
+            },
+          ],
+        },
+        contract: { inputs: ['t0'], outputs: [`t${n}`] },
+      };
+    };
+    assert.equal(loadPlanObject('chain.json', chain(false)).logical.ops.size, n);
+    assert.throws(() => loadPlanObject('cyc.json', chain(true)), (e: unknown) => e instanceof PlanError && /logical graph has a cycle through ops 'op\d+' -> .* -> \.\.\. 39991 more \.\.\. -> .*\(a cycle of 40000 ops\)$/.test(e.message) && e.message.length < 400);
+  });
   it('__proto__ keys are data, not prototype writes', () => {
     const text = readFileSync(`${EXAMPLES}mlp-dp2.json`, 'utf8').replace('"attrs": {\n     "approximate": "none"\n    }', '"attrs": {"approximate": "none", "__proto__": {"polluted": 1}}');
     assert.throws(() => loadPlanText('proto.json', text), /unknown attribute '__proto__'/);
