@@ -1,0 +1,621 @@
+/**
+ * Exact real-valued terms in a normal form, hash-consed in a TermStore.
+ *
+ * A term is  c · M · Π f_i^k_i  where
+ *  - c is an exact rational (BigInt);
+ *  - M is a Laurent monomial over atoms: free symbols, exp atoms, max/min atoms and
+ *    uninterpreted function applications. Positive atoms (exp, and UFs declared positive)
+ *    may carry any rational power, so exp(a + b) = exp(a) · exp(b) and exp(c·m) = exp(m)^c
+ *    hold by construction: exp of a polynomial is a monomial of exp atoms;
+ *  - f_i are normalized polynomials with at least two terms (monomial content removed,
+ *    leading coefficient 1) and k_i nonzero integers, so a denominator is a product of
+ *    factors and identical factors cancel by adding exponents.
+ * max and min are associative, commutative and idempotent (arguments flattened, sorted and
+ * deduplicated).
+ *
+ * Equality: identical ids are equal. Otherwise `isZero(sub(a, b))` decides identity of the
+ * two rational functions over independent atoms exactly (the subtraction expands both sides
+ * relative to their common factors, i.e. cross-multiplies). Atoms are treated as independent,
+ * which is sound for "equal" (a formal identity holds for every interpretation of the
+ * uninterpreted functions); "different" may still be equal for the real functions, so a
+ * difference is never a refutation by itself (see the engine's use of numeric witnesses).
+ *
+ * Division records a side condition (the divisor is nonzero); `provablyNonzero` discharges
+ * the easy ones syntactically (positive atoms, sums of positive terms).
+ */
+import { type Q, Q0, Q1, q, qAdd, qCmp, qDiv, qEq, qFromNumber, qIsInt, qIsOne, qIsZero, qKey, qMin, qMul, qSign, qToNumber } from './rational.js';
+
+export type TermId = number;
+export type AtomId = number;
+
+export type AtomKind = 'sym' | 'exp' | 'max' | 'min' | 'uf';
+
+interface Atom {
+  readonly kind: AtomKind;
+  readonly positive: boolean;
+  /** sym: display name; uf: function name. */
+  readonly name: string;
+  /** exp: [monomial id]; max/min/uf: argument term ids. */
+  readonly args: readonly number[];
+}
+
+/** Sorted by atom id; powers nonzero. */
+interface Mono {
+  readonly atoms: readonly AtomId[];
+  readonly pows: readonly Q[];
+}
+
+/** Sorted by monomial id; coefficients nonzero. */
+interface Poly {
+  readonly monos: readonly number[];
+  readonly coefs: readonly Q[];
+}
+
+interface Term {
+  readonly c: Q;
+  readonly mono: number;
+  /** Sorted by factor poly id; exponents nonzero integers. */
+  readonly fids: readonly number[];
+  readonly fexp: readonly number[];
+}
+
+/** Real functions for evaluating UF atoms (witnesses, debugging). */
+export type UfImpl = (name: string, args: number[]) => number;
+
+export class TermStore {
+  private readonly atoms: Atom[] = [];
+  private readonly atomIndex = new Map<string, AtomId>();
+  private readonly monos: Mono[] = [];
+  private readonly monoIndex = new Map<string, number>();
+  private readonly polys: Poly[] = [];
+  private readonly polyIndex = new Map<string, number>();
+  private readonly terms: Term[] = [];
+  private readonly termIndex = new Map<string, TermId>();
+  /** Divisors recorded by `div`, each required to be nonzero. */
+  readonly conditions: TermId[] = [];
+
+  readonly unitMono: number;
+  readonly zero: TermId;
+  readonly one: TermId;
+
+  constructor() {
+    this.unitMono = this.internMono([], []);
+    this.zero = this.internTerm(Q0, this.unitMono, [], []);
+    this.one = this.internTerm(Q1, this.unitMono, [], []);
+  }
+
+  get size(): number {
+    return this.terms.length;
+  }
+
+  // ---------------------------------------------------------------- interning
+
+  private internAtom(kind: AtomKind, name: string, args: readonly number[], positive: boolean): AtomId {
+    const key = `${kind}|${name}|${args.join(',')}`;
+    let id = this.atomIndex.get(key);
+    if (id === undefined) {
+      id = this.atoms.length;
+      this.atoms.push({ kind, positive, name, args });
+      this.atomIndex.set(key, id);
+    }
+    return id;
+  }
+
+  private internMono(atoms: readonly AtomId[], pows: readonly Q[]): number {
+    let key = '';
+    for (let i = 0; i < atoms.length; i++) key += `${atoms[i]}^${qKey(pows[i] as Q)};`;
+    let id = this.monoIndex.get(key);
+    if (id === undefined) {
+      id = this.monos.length;
+      this.monos.push({ atoms, pows });
+      this.monoIndex.set(key, id);
+    }
+    return id;
+  }
+
+  private internPoly(monos: readonly number[], coefs: readonly Q[]): number {
+    let key = '';
+    for (let i = 0; i < monos.length; i++) key += `${monos[i]}*${qKey(coefs[i] as Q)};`;
+    let id = this.polyIndex.get(key);
+    if (id === undefined) {
+      id = this.polys.length;
+      this.polys.push({ monos, coefs });
+      this.polyIndex.set(key, id);
+    }
+    return id;
+  }
+
+  private internTerm(c: Q, mono: number, fids: readonly number[], fexp: readonly number[]): TermId {
+    if (qIsZero(c)) {
+      mono = this.unitMono;
+      fids = [];
+      fexp = [];
+    }
+    let key = `${qKey(c)}|${mono}|`;
+    for (let i = 0; i < fids.length; i++) key += `${fids[i]}^${fexp[i]};`;
+    let id = this.termIndex.get(key);
+    if (id === undefined) {
+      id = this.terms.length;
+      this.terms.push({ c, mono, fids, fexp });
+      this.termIndex.set(key, id);
+    }
+    return id;
+  }
+
+  // ---------------------------------------------------------------- monomials
+
+  private monoMulPow(a: number, b: number, kb: Q): number {
+    const A = this.monos[a] as Mono;
+    const B = this.monos[b] as Mono;
+    if (B.atoms.length === 0) return a;
+    const atoms: AtomId[] = [];
+    const pows: Q[] = [];
+    let i = 0;
+    let j = 0;
+    while (i < A.atoms.length || j < B.atoms.length) {
+      const x = A.atoms[i] ?? Infinity;
+      const y = B.atoms[j] ?? Infinity;
+      if (x < y) {
+        atoms.push(x);
+        pows.push(A.pows[i] as Q);
+        i++;
+      } else if (y < x) {
+        atoms.push(y);
+        pows.push(qMul(B.pows[j] as Q, kb));
+        j++;
+      } else {
+        const p = qAdd(A.pows[i] as Q, qMul(B.pows[j] as Q, kb));
+        if (!qIsZero(p)) {
+          atoms.push(x);
+          pows.push(p);
+        }
+        i++;
+        j++;
+      }
+    }
+    return this.internMono(atoms, pows);
+  }
+
+  private monoMul(a: number, b: number): number {
+    return this.monoMulPow(a, b, Q1);
+  }
+
+  private monoPow(a: number, k: Q): number {
+    return this.monoMulPow(this.unitMono, a, k);
+  }
+
+  /** Per atom, the smaller power of the two (absent = 0): the common part of a and b. */
+  private monoMin(a: number, b: number): number {
+    const A = this.monos[a] as Mono;
+    const B = this.monos[b] as Mono;
+    const atoms: AtomId[] = [];
+    const pows: Q[] = [];
+    let i = 0;
+    let j = 0;
+    while (i < A.atoms.length || j < B.atoms.length) {
+      const x = A.atoms[i] ?? Infinity;
+      const y = B.atoms[j] ?? Infinity;
+      let atom: number;
+      let p: Q;
+      if (x < y) {
+        atom = x;
+        p = qMin(A.pows[i] as Q, Q0);
+        i++;
+      } else if (y < x) {
+        atom = y;
+        p = qMin(B.pows[j] as Q, Q0);
+        j++;
+      } else {
+        atom = x;
+        p = qMin(A.pows[i] as Q, B.pows[j] as Q);
+        i++;
+        j++;
+      }
+      if (!qIsZero(p)) {
+        atoms.push(atom);
+        pows.push(p);
+      }
+    }
+    return this.internMono(atoms, pows);
+  }
+
+  // ---------------------------------------------------------------- polynomials
+
+  private polyFromMap(m: Map<number, Q>): Poly {
+    const monos = [...m.keys()].filter((k) => !qIsZero(m.get(k) as Q)).sort((x, y) => x - y);
+    return { monos, coefs: monos.map((k) => m.get(k) as Q) };
+  }
+
+  private polyMulInto(acc: Map<number, Q>, p: Poly, c: Q, mono: number): void {
+    for (let i = 0; i < p.monos.length; i++) {
+      const m = this.monoMul(p.monos[i] as number, mono);
+      const v = qMul(p.coefs[i] as Q, c);
+      const prev = acc.get(m);
+      acc.set(m, prev === undefined ? v : qAdd(prev, v));
+    }
+  }
+
+  private polyMul(a: Poly, b: Poly): Poly {
+    const acc = new Map<number, Q>();
+    for (let i = 0; i < b.monos.length; i++) this.polyMulInto(acc, a, b.coefs[i] as Q, b.monos[i] as number);
+    return this.polyFromMap(acc);
+  }
+
+  /** Expands c · M · Π f^k (all k > 0) into a polynomial. */
+  private expand(c: Q, mono: number, fids: readonly number[], fexp: readonly number[]): Poly {
+    let p: Poly = { monos: [mono], coefs: [c] };
+    for (let i = 0; i < fids.length; i++) {
+      const f = this.polys[fids[i] as number] as Poly;
+      const k = fexp[i] as number;
+      if (k < 0) throw new Error('expand: negative factor exponent');
+      for (let r = 0; r < k; r++) p = this.polyMul(p, f);
+    }
+    return p;
+  }
+
+  /** Turns a polynomial into a term: c · content monomial · normalized factor. */
+  private termOfPoly(p: Poly): TermId {
+    if (p.monos.length === 0) return this.zero;
+    if (p.monos.length === 1) return this.internTerm(p.coefs[0] as Q, p.monos[0] as number, [], []);
+    let content = p.monos[0] as number;
+    for (let i = 1; i < p.monos.length; i++) content = this.monoMin(content, p.monos[i] as number);
+    const inv = this.monoPow(content, q(-1n));
+    const acc = new Map<number, Q>();
+    for (let i = 0; i < p.monos.length; i++) acc.set(this.monoMul(p.monos[i] as number, inv), p.coefs[i] as Q);
+    const reduced = this.polyFromMap(acc);
+    const lc = reduced.coefs[0] as Q;
+    const fid = this.internPoly(
+      reduced.monos,
+      reduced.coefs.map((x) => qDiv(x, lc)),
+    );
+    return this.internTerm(lc, content, [fid], [1]);
+  }
+
+  // ---------------------------------------------------------------- constructors
+
+  /** A fresh free symbol (an input element). Names are for display and evaluation: keep them unique. */
+  sym(name: string): TermId {
+    const a = this.internAtom('sym', name, [this.atoms.length], false);
+    return this.internTerm(Q1, this.internMono([a], [Q1]), [], []);
+  }
+
+  const(c: Q | number | string): TermId {
+    const v = typeof c === 'object' ? c : typeof c === 'number' ? qFromNumber(c) : qParseStr(c);
+    return this.internTerm(v, this.unitMono, [], []);
+  }
+
+  /** The constant value of a term, or undefined when it depends on atoms. */
+  constValue(t: TermId): Q | undefined {
+    const T = this.terms[t] as Term;
+    return T.mono === this.unitMono && T.fids.length === 0 ? T.c : undefined;
+  }
+
+  isZero(t: TermId): boolean {
+    return t === this.zero;
+  }
+
+  add(a: TermId, b: TermId): TermId {
+    return this.sum([a, b]);
+  }
+
+  sub(a: TermId, b: TermId): TermId {
+    return this.sum([a, this.neg(b)]);
+  }
+
+  neg(a: TermId): TermId {
+    return this.scale(a, q(-1n));
+  }
+
+  scale(a: TermId, k: Q): TermId {
+    const A = this.terms[a] as Term;
+    return this.internTerm(qMul(A.c, k), A.mono, A.fids, A.fexp);
+  }
+
+  /**
+   * n-ary sum. The common part of all addends (smallest power of each atom and factor) is
+   * kept factored; the rests are expanded and added as polynomials.
+   */
+  sum(list: readonly TermId[]): TermId {
+    const ts = list.filter((t) => t !== this.zero);
+    if (ts.length === 0) return this.zero;
+    if (ts.length === 1) return ts[0] as TermId;
+    const T = ts.map((t) => this.terms[t] as Term);
+    const t0 = T[0] as Term;
+    // Same shape everywhere: just add coefficients.
+    if (T.every((x) => x.mono === t0.mono && sameFactors(x, t0))) {
+      let c = Q0;
+      for (const x of T) c = qAdd(c, x.c);
+      return this.internTerm(c, t0.mono, t0.fids, t0.fexp);
+    }
+    let gm = t0.mono;
+    for (const x of T) gm = this.monoMin(gm, x.mono);
+    const gf = new Map<number, number>();
+    const allF = new Set<number>();
+    for (const x of T) for (const f of x.fids) allF.add(f);
+    for (const f of allF) {
+      let k = Infinity;
+      for (const x of T) {
+        const i = x.fids.indexOf(f);
+        k = Math.min(k, i < 0 ? 0 : (x.fexp[i] as number));
+      }
+      if (k !== 0) gf.set(f, k);
+    }
+    const ginv = this.monoPow(gm, q(-1n));
+    const acc = new Map<number, Q>();
+    for (const x of T) {
+      const fids: number[] = [];
+      const fexp: number[] = [];
+      x.fids.forEach((f, i) => {
+        const k = (x.fexp[i] as number) - (gf.get(f) ?? 0);
+        if (k !== 0) {
+          fids.push(f);
+          fexp.push(k);
+        }
+      });
+      for (const [f, k] of gf) {
+        if (!x.fids.includes(f)) {
+          fids.push(f);
+          fexp.push(-k);
+        }
+      }
+      const p = this.expand(x.c, this.monoMul(x.mono, ginv), ...sortFactors(fids, fexp));
+      for (let i = 0; i < p.monos.length; i++) {
+        const m = p.monos[i] as number;
+        const prev = acc.get(m);
+        acc.set(m, prev === undefined ? (p.coefs[i] as Q) : qAdd(prev, p.coefs[i] as Q));
+      }
+    }
+    const s = this.termOfPoly(this.polyFromMap(acc));
+    if (s === this.zero) return this.zero;
+    const g = this.internTerm(Q1, gm, ...sortFactors([...gf.keys()], [...gf.values()]));
+    return this.mul(g, s);
+  }
+
+  mul(a: TermId, b: TermId): TermId {
+    if (a === this.zero || b === this.zero) return this.zero;
+    const A = this.terms[a] as Term;
+    const B = this.terms[b] as Term;
+    const fm = new Map<number, number>();
+    A.fids.forEach((f, i) => fm.set(f, A.fexp[i] as number));
+    B.fids.forEach((f, i) => fm.set(f, (fm.get(f) ?? 0) + (B.fexp[i] as number)));
+    const keep = [...fm].filter(([, k]) => k !== 0);
+    return this.internTerm(qMul(A.c, B.c), this.monoMul(A.mono, B.mono), ...sortFactors(keep.map(([f]) => f), keep.map(([, k]) => k)));
+  }
+
+  /** 1 / a. Throws on the zero term. Records no condition: use div for that. */
+  inv(a: TermId): TermId {
+    if (a === this.zero) throw new RangeError('division by the zero term');
+    const A = this.terms[a] as Term;
+    return this.internTerm(qDiv(Q1, A.c), this.monoPow(A.mono, q(-1n)), A.fids, A.fexp.map((k) => -k));
+  }
+
+  /** a / b, recording the side condition b ≠ 0 unless it is evident. */
+  div(a: TermId, b: TermId): TermId {
+    if (!this.provablyNonzero(b)) this.conditions.push(b);
+    return this.mul(a, this.inv(b));
+  }
+
+  /** exp with exp(a + b) = exp(a) · exp(b) built in. */
+  exp(a: TermId): TermId {
+    if (a === this.zero) return this.one;
+    const A = this.terms[a] as Term;
+    if (A.fexp.some((k) => k < 0)) {
+      // A genuine fraction in the exponent: an opaque positive atom.
+      return this.atomTerm(this.internAtom('uf', 'exp', [a], true));
+    }
+    const p = this.expand(A.c, A.mono, A.fids, A.fexp);
+    const atoms: AtomId[] = [];
+    const pows: Q[] = [];
+    for (let i = 0; i < p.monos.length; i++) {
+      atoms.push(this.internAtom('exp', '', [p.monos[i] as number], true));
+      pows.push(p.coefs[i] as Q);
+    }
+    // Atoms are new or existing ids; build the monomial by multiplication to keep it sorted.
+    let mono = this.unitMono;
+    atoms.forEach((at, i) => (mono = this.monoMul(mono, this.internMono([at], [pows[i] as Q]))));
+    return this.internTerm(Q1, mono, [], []);
+  }
+
+  /** max, associative, commutative and idempotent. */
+  max(args: readonly TermId[]): TermId {
+    return this.lattice('max', args);
+  }
+
+  min(args: readonly TermId[]): TermId {
+    return this.lattice('min', args);
+  }
+
+  private lattice(kind: 'max' | 'min', args: readonly TermId[]): TermId {
+    if (args.length === 0) throw new RangeError(`${kind} of nothing`);
+    const flat = new Set<TermId>();
+    for (const t of args) {
+      const at = this.soleAtom(t);
+      if (at !== undefined && (this.atoms[at] as Atom).kind === kind) for (const x of (this.atoms[at] as Atom).args) flat.add(x);
+      else flat.add(t);
+    }
+    const list = [...flat].sort((x, y) => x - y);
+    const consts = list.map((t) => this.constValue(t));
+    if (consts.every((c) => c !== undefined)) {
+      let best = consts[0] as Q;
+      for (const c of consts) if ((kind === 'max' ? qCmp(c as Q, best) : qCmp(best, c as Q)) > 0) best = c as Q;
+      return this.const(best);
+    }
+    if (list.length === 1) return list[0] as TermId;
+    const positive = list.every((t) => this.provablyPositive(t));
+    return this.atomTerm(this.internAtom(kind, '', list, kind === 'max' ? list.some((t) => this.provablyPositive(t)) : positive));
+  }
+
+  /** An uninterpreted function application; `positive` declares f > 0 for all arguments. */
+  uf(name: string, args: readonly TermId[], positive = false): TermId {
+    return this.atomTerm(this.internAtom('uf', name, args, positive));
+  }
+
+  private atomTerm(a: AtomId): TermId {
+    return this.internTerm(Q1, this.internMono([a], [Q1]), [], []);
+  }
+
+  /** The atom when t is exactly one atom to the power 1 with coefficient 1. */
+  private soleAtom(t: TermId): AtomId | undefined {
+    const T = this.terms[t] as Term;
+    if (!qIsOne(T.c) || T.fids.length > 0) return undefined;
+    const M = this.monos[T.mono] as Mono;
+    return M.atoms.length === 1 && qIsOne(M.pows[0] as Q) ? M.atoms[0] : undefined;
+  }
+
+  // ---------------------------------------------------------------- decisions
+
+  /** Exact identity of two terms as rational functions over independent atoms. */
+  equal(a: TermId, b: TermId): boolean {
+    return a === b || this.sub(a, b) === this.zero;
+  }
+
+  private monoNonneg(m: number, strict: boolean): boolean {
+    const M = this.monos[m] as Mono;
+    return M.atoms.every((a, i) => {
+      const at = this.atoms[a] as Atom;
+      if (at.positive) return true;
+      const p = M.pows[i] as Q;
+      return !strict && qIsInt(p) && p.n % 2n === 0n;
+    });
+  }
+
+  private polyPositive(p: Poly): boolean {
+    let strict = false;
+    for (let i = 0; i < p.monos.length; i++) {
+      if (qSign(p.coefs[i] as Q) <= 0) return false;
+      if (!this.monoNonneg(p.monos[i] as number, false)) return false;
+      if (this.monoNonneg(p.monos[i] as number, true)) strict = true;
+    }
+    return strict;
+  }
+
+  /** t > 0 for every value of the atoms (syntactic: positive atoms, sums of positive terms). */
+  provablyPositive(t: TermId): boolean {
+    const T = this.terms[t] as Term;
+    if (qSign(T.c) <= 0) return false;
+    if (!this.monoNonneg(T.mono, true)) return false;
+    return T.fids.every((f) => this.polyPositive(this.polys[f] as Poly));
+  }
+
+  /** t ≠ 0 for every value of the atoms (syntactically evident). */
+  provablyNonzero(t: TermId): boolean {
+    const T = this.terms[t] as Term;
+    if (qIsZero(T.c)) return false;
+    if (!this.monoNonneg(T.mono, true)) return false;
+    return T.fids.every((f) => this.polyPositive(this.polys[f] as Poly));
+  }
+
+  // ---------------------------------------------------------------- evaluation and display
+
+  /**
+   * Evaluates t with symbols from `symValue` (by symbol name) and UF atoms from `uf`, in
+   * floating point. Used for witnesses and cross-checks, never for a proof.
+   */
+  evaluate(t: TermId, symValue: (name: string) => number, uf: UfImpl, memo = new Map<string, number>()): number {
+    const T = this.terms[t] as Term;
+    let v = qToNumber(T.c) * this.evalMono(T.mono, symValue, uf, memo);
+    T.fids.forEach((f, i) => {
+      const P = this.polys[f] as Poly;
+      let s = 0;
+      for (let j = 0; j < P.monos.length; j++) s += qToNumber(P.coefs[j] as Q) * this.evalMono(P.monos[j] as number, symValue, uf, memo);
+      v *= s ** (T.fexp[i] as number);
+    });
+    return v;
+  }
+
+  private evalMono(m: number, symValue: (name: string) => number, uf: UfImpl, memo: Map<string, number>): number {
+    const M = this.monos[m] as Mono;
+    let v = 1;
+    M.atoms.forEach((a, i) => {
+      v *= this.evalAtom(a, symValue, uf, memo) ** qToNumber(M.pows[i] as Q);
+    });
+    return v;
+  }
+
+  private evalAtom(a: AtomId, symValue: (name: string) => number, uf: UfImpl, memo: Map<string, number>): number {
+    const key = `a${a}`;
+    const hit = memo.get(key);
+    if (hit !== undefined) return hit;
+    const A = this.atoms[a] as Atom;
+    let v: number;
+    switch (A.kind) {
+      case 'sym':
+        v = symValue(A.name);
+        break;
+      case 'exp':
+        v = Math.exp(this.evalMono(A.args[0] as number, symValue, uf, memo));
+        break;
+      case 'max':
+        v = Math.max(...A.args.map((x) => this.evaluate(x, symValue, uf, memo)));
+        break;
+      case 'min':
+        v = Math.min(...A.args.map((x) => this.evaluate(x, symValue, uf, memo)));
+        break;
+      case 'uf':
+        v = A.name === 'exp' ? Math.exp(this.evaluate(A.args[0] as TermId, symValue, uf, memo)) : uf(A.name, A.args.map((x) => this.evaluate(x, symValue, uf, memo)));
+        break;
+    }
+    memo.set(key, v);
+    return v;
+  }
+
+  /** A readable rendering (for residuals in reports); long sums are elided. */
+  render(t: TermId, budget = 400): string {
+    const T = this.terms[t] as Term;
+    const parts: string[] = [];
+    const c = T.c;
+    const m = this.renderMono(T.mono);
+    if (!qIsOne(c) || m === '') parts.push(qEq(c, q(-1n)) && m !== '' ? '-' : qKey(c));
+    if (m !== '') parts.push(m);
+    T.fids.forEach((f, i) => {
+      const P = this.polys[f] as Poly;
+      const body = P.monos.map((mm, j) => `${qKey(P.coefs[j] as Q)}${this.renderMono(mm) === '' ? '' : '*' + this.renderMono(mm)}`).join(' + ');
+      const k = T.fexp[i] as number;
+      parts.push(`(${body})${k === 1 ? '' : `^${k}`}`);
+    });
+    const s = parts.join('*').replace(/^-\*/, '-');
+    return s.length > budget ? `${s.slice(0, budget)}...` : s;
+  }
+
+  private renderMono(m: number): string {
+    const M = this.monos[m] as Mono;
+    return M.atoms
+      .map((a, i) => {
+        const p = M.pows[i] as Q;
+        const base = this.renderAtom(a);
+        return qIsOne(p) ? base : `${base}^${qKey(p)}`;
+      })
+      .join('*');
+  }
+
+  private renderAtom(a: AtomId): string {
+    const A = this.atoms[a] as Atom;
+    switch (A.kind) {
+      case 'sym':
+        return A.name;
+      case 'exp':
+        return `exp(${this.renderMono(A.args[0] as number) || '1'})`;
+      case 'max':
+      case 'min':
+        return `${A.kind}(${A.args.map((x) => this.render(x, 60)).join(', ')})`;
+      case 'uf':
+        return `${A.name}(${A.args.map((x) => this.render(x, 60)).join(', ')})`;
+    }
+  }
+}
+
+function sameFactors(a: Term, b: Term): boolean {
+  return a.fids.length === b.fids.length && a.fids.every((f, i) => f === b.fids[i] && a.fexp[i] === b.fexp[i]);
+}
+
+function sortFactors(fids: number[], fexp: number[]): [number[], number[]] {
+  const idx = fids.map((_, i) => i).sort((x, y) => (fids[x] as number) - (fids[y] as number));
+  return [idx.map((i) => fids[i] as number), idx.map((i) => fexp[i] as number)];
+}
+
+function qParseStr(s: string): Q {
+  const m = /^(-?[0-9]+)(?:\/([0-9]+))?$/.exec(s);
+  if (m === null) throw new RangeError(`'${s}' is not a rational`);
+  return q(BigInt(m[1] as string), BigInt(m[2] ?? '1'));
+}
+

@@ -1,0 +1,141 @@
+import { strict as assert } from 'node:assert';
+import { TermStore, type TermId } from '../sdfg/terms.js';
+import { q, qFromNumber, qToNumber, qParse } from '../sdfg/rational.js';
+
+const syms = (T: TermStore, prefix: string, n: number): TermId[] => Array.from({ length: n }, (_, i) => T.sym(`${prefix}${i}`));
+
+describe('rationals', () => {
+  it('are exact: doubles convert to their dyadic value, strings parse p/q', () => {
+    assert.deepEqual(qFromNumber(0.5), q(1n, 2n));
+    assert.deepEqual(qFromNumber(0.1), q(3602879701896397n, 36028797018963968n));
+    assert.equal(qToNumber(qFromNumber(0.1)), 0.1);
+    assert.deepEqual(qParse('-6/4'), q(-3n, 2n));
+    assert.throws(() => qFromNumber(NaN), /finite/);
+    assert.throws(() => qParse('1/x'), /not a rational/);
+  });
+});
+
+describe('term normal form', () => {
+  it('polynomial identities: commutativity, distributivity, cancellation', () => {
+    const T = new TermStore();
+    const [a, b, c] = syms(T, 'x', 3) as [TermId, TermId, TermId];
+    assert.equal(T.add(a, b), T.add(b, a));
+    assert.equal(T.mul(a, T.add(b, c)), T.add(T.mul(a, b), T.mul(c, a)));
+    assert.equal(T.sub(T.mul(T.add(a, b), T.add(a, b)), T.add(T.mul(a, a), T.add(T.scale(T.mul(a, b), q(2n)), T.mul(b, b)))), T.zero);
+    assert.notEqual(T.add(a, b), T.add(a, c));
+  });
+
+  it('k-split matmul: the sum of the two half-K partial products is the full product', () => {
+    const T = new TermStore();
+    const K = 8;
+    const a = syms(T, 'a', K);
+    const b = syms(T, 'b', K);
+    const full = T.sum(a.map((x, k) => T.mul(x, b[k] as TermId)));
+    const p0 = T.sum(a.slice(0, K / 2).map((x, k) => T.mul(x, b[k] as TermId)));
+    const p1 = T.sum(a.slice(K / 2).map((x, k) => T.mul(x, b[k + K / 2] as TermId)));
+    assert.equal(T.add(p0, p1), full);
+    // Near miss: one partial product dropped (a missing all-reduce) or counted twice.
+    assert.ok(!T.equal(p0, full));
+    assert.ok(!T.equal(T.add(p0, T.scale(p1, q(2n))), full));
+  });
+
+  it('DP gradient averaging: mean of per-rank means == global mean; a doubled scale is refuted', () => {
+    const T = new TermStore();
+    const g = syms(T, 'g', 8);
+    const mean = (xs: TermId[]): TermId => T.scale(T.sum(xs), q(1n, BigInt(xs.length)));
+    const logical = mean(g);
+    const avgOfMeans = T.scale(T.add(mean(g.slice(0, 4)), mean(g.slice(4))), q(1n, 2n));
+    assert.equal(avgOfMeans, logical);
+    const sumOfMeans = T.add(mean(g.slice(0, 4)), mean(g.slice(4)));
+    assert.ok(!T.equal(sumOfMeans, logical));
+    assert.ok(!T.equal(T.scale(avgOfMeans, q(1n, 2n)), logical));
+  });
+
+  it('exp is a homomorphism: exp(a+b) = exp(a)·exp(b), exp(2a) = exp(a)^2, exp(a)/exp(a) = 1 without side conditions', () => {
+    const T = new TermStore();
+    const [a, b] = syms(T, 'x', 2) as [TermId, TermId];
+    assert.equal(T.exp(T.add(a, b)), T.mul(T.exp(a), T.exp(b)));
+    assert.equal(T.exp(T.scale(a, q(2n))), T.mul(T.exp(a), T.exp(a)));
+    assert.equal(T.exp(T.zero), T.one);
+    assert.equal(T.div(T.exp(a), T.exp(a)), T.one);
+    assert.equal(T.conditions.length, 0, 'exp is positive: no side condition');
+    assert.ok(!T.equal(T.exp(T.add(a, b)), T.add(T.exp(a), T.exp(b))));
+  });
+
+  it('max is associative, commutative and idempotent', () => {
+    const T = new TermStore();
+    const [a, b, c] = syms(T, 'x', 3) as [TermId, TermId, TermId];
+    assert.equal(T.max([T.max([a, b]), c]), T.max([a, T.max([c, b])]));
+    assert.equal(T.max([a, a]), a);
+    assert.equal(T.max([T.const(2), T.const(-3)]), T.const(2));
+    assert.notEqual(T.max([a, b]), T.min([a, b]));
+    assert.notEqual(T.max([a, b]), T.max([a, c]));
+  });
+
+  it('online softmax: combining two blocks with rescaling by exp of max differences equals softmax·V', () => {
+    const T = new TermStore();
+    const n = 8;
+    const x = syms(T, 's', n);
+    const v = syms(T, 'v', n);
+    // Logical: o = Σ_j softmax(x)_j v_j with softmax_j = exp(x_j) / Σ exp(x).
+    const Z = T.sum(x.map((xi) => T.exp(xi)));
+    const logical = T.sum(x.map((xi, j) => T.mul(T.div(T.exp(xi), Z), v[j] as TermId)));
+    // Parallel: two blocks, each with its own running max, then rescale-and-combine.
+    const block = (lo: number, hi: number): { m: TermId; s: TermId; o: TermId } => {
+      const xs = x.slice(lo, hi);
+      const m = T.max(xs);
+      const p = xs.map((xi) => T.exp(T.sub(xi, m)));
+      const s = T.sum(p);
+      const o = T.div(T.sum(p.map((pi, j) => T.mul(pi, v[lo + j] as TermId))), s);
+      return { m, s, o };
+    };
+    const b0 = block(0, n / 2);
+    const b1 = block(n / 2, n);
+    const m = T.max([b0.m, b1.m]);
+    const r0 = T.exp(T.sub(b0.m, m));
+    const r1 = T.exp(T.sub(b1.m, m));
+    const s = T.add(T.mul(b0.s, r0), T.mul(b1.s, r1));
+    const combined = T.div(T.add(T.mul(T.mul(b0.o, b0.s), r0), T.mul(T.mul(b1.o, b1.s), r1)), s);
+    assert.equal(combined, logical, 'normal forms coincide');
+    // Every denominator is a sum of exponentials: discharged syntactically.
+    assert.equal(T.conditions.length, 0);
+    // Near miss 1: combining without rescaling.
+    const noRescale = T.div(T.add(T.mul(b0.o, b0.s), T.mul(b1.o, b1.s)), T.add(b0.s, b1.s));
+    assert.ok(!T.equal(noRescale, logical));
+    // Near miss 2: the denominator is not reduced across blocks (each block divides by its own sum).
+    const unreduced = T.add(T.mul(b0.o, r0), T.mul(b1.o, r1));
+    assert.ok(!T.equal(unreduced, logical));
+  });
+
+  it('rational functions: a/b + c/d == (ad + cb)/(bd); division records nonzero conditions', () => {
+    const T = new TermStore();
+    const [a, b, c, d] = syms(T, 'x', 4) as [TermId, TermId, TermId, TermId];
+    const lhs = T.add(T.div(a, b), T.div(c, d));
+    const rhs = T.div(T.add(T.mul(a, d), T.mul(c, b)), T.mul(b, d));
+    assert.ok(T.equal(lhs, rhs));
+    assert.ok(T.conditions.length >= 3);
+    assert.equal(T.div(T.mul(a, b), b), a);
+    const onePlusSq = T.add(T.one, T.mul(a, a));
+    assert.ok(T.provablyNonzero(onePlusSq));
+    assert.ok(!T.provablyNonzero(T.add(a, b)));
+    assert.throws(() => T.div(a, T.zero), /zero term/);
+  });
+
+  it('uninterpreted functions are equal only on equal arguments; gelu on partial sums is refuted', () => {
+    const T = new TermStore();
+    const [a, b] = syms(T, 'x', 2) as [TermId, TermId];
+    const gelu = (t: TermId): TermId => T.uf('gelu', [t]);
+    assert.equal(gelu(T.add(a, b)), gelu(T.add(b, a)));
+    assert.ok(!T.equal(T.add(gelu(a), gelu(b)), gelu(T.add(a, b))));
+  });
+
+  it('evaluates with real functions for witnesses', () => {
+    const T = new TermStore();
+    const [a, b] = syms(T, 'x', 2) as [TermId, TermId];
+    const t = T.div(T.exp(T.sub(a, T.max([a, b]))), T.add(T.one, T.uf('tanh', [b])));
+    const env = (n: string): number => (n === 'x0' ? 0.3 : -1.2);
+    const want = Math.exp(0.3 - Math.max(0.3, -1.2)) / (1 + Math.tanh(-1.2));
+    assert.ok(Math.abs(T.evaluate(t, env, (name, args) => (name === 'tanh' ? Math.tanh(args[0] as number) : NaN)) - want) < 1e-12);
+    assert.match(T.render(t), /exp|max|tanh/);
+  });
+});
