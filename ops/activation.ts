@@ -1,14 +1,61 @@
-/** Non-linear element-wise functions and their backward ops. */
-import { type OpDef, attrObject, fixed, noAttrs, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
+/** Non-linear element-wise functions and their backward ops, in exact real semantics. */
+import type { Algebra, Dense } from './algebra.js';
+import { arg, zipWith } from './dense.js';
+import { type Attrs, type OpDef, attrObject, fixed, noAttrs, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
 
 const geluAttrs = attrObject({ approximate: { enum: ['none', 'tanh'] } });
+/** The tanh approximation's cubic coefficient, as PyTorch writes it (0.044715). */
+const GELU_K = '44715/1000000';
 
-function fwd(name: string, doc: string, attrSchema: object = noAttrs()): OpDef {
-  return { name, family: 'activation', doc, inputs: fixed(1), outputs: fixed(1), attrSchema, shape: ([a]) => [a as Shape] };
+type Unary = <S>(alg: Algebra<S>, x: S, attrs: Attrs) => S;
+type Backward = <S>(alg: Algebra<S>, g: S, saved: S, attrs: Attrs) => S;
+
+const half = <S>(alg: Algebra<S>): S => alg.constant('1/2');
+
+/** u = sqrt(2/pi) (x + 0.044715 x^3), the tanh-approximation's inner argument. */
+function geluTanhInner<S>(alg: Algebra<S>, x: S): S {
+  const c = alg.fn('sqrt_2_over_pi', alg.zero);
+  const x3 = alg.mul(alg.mul(x, x), x);
+  return alg.mul(c, alg.add(x, alg.mul(alg.constant(GELU_K), x3)));
+}
+
+function gelu<S>(alg: Algebra<S>, x: S, attrs: Attrs): S {
+  if (attrs['approximate'] === 'tanh') {
+    const t = alg.fn('tanh', geluTanhInner(alg, x));
+    return alg.mul(alg.mul(half(alg), x), alg.add(alg.one, t));
+  }
+  return alg.mul(x, alg.fn('Phi', x));
+}
+
+function geluGrad<S>(alg: Algebra<S>, g: S, x: S, attrs: Attrs): S {
+  if (attrs['approximate'] === 'tanh') {
+    const t = alg.fn('tanh', geluTanhInner(alg, x));
+    const c = alg.fn('sqrt_2_over_pi', alg.zero);
+    const du = alg.mul(c, alg.add(alg.one, alg.mul(alg.constant(`${3 * 44715}/1000000`), alg.mul(x, x))));
+    const d = alg.add(alg.mul(half(alg), alg.add(alg.one, t)), alg.mul(alg.mul(alg.mul(half(alg), x), alg.sub(alg.one, alg.mul(t, t))), du));
+    return alg.mul(g, d);
+  }
+  return alg.mul(g, alg.add(alg.fn('Phi', x), alg.mul(x, alg.fn('phi', x))));
+}
+
+function fwd(name: string, doc: string, f: Unary, attrSchema: object = noAttrs()): OpDef {
+  return {
+    name,
+    family: 'activation',
+    doc,
+    inputs: fixed(1),
+    outputs: fixed(1),
+    attrSchema,
+    shape: ([a]) => [a as Shape],
+    apply: (alg, ins, at) => {
+      const x = arg(ins, 0);
+      return [{ shape: x.shape, data: x.data.map((v) => f(alg, v, at)) }];
+    },
+  };
 }
 
 /** backward(grad_out, saved) -> grad_in, all the same shape. */
-function bwd(name: string, doc: string, attrSchema: object = noAttrs()): OpDef {
+function bwd(name: string, doc: string, f: Backward, attrSchema: object = noAttrs()): OpDef {
   return {
     name,
     family: 'activation',
@@ -20,17 +67,21 @@ function bwd(name: string, doc: string, attrSchema: object = noAttrs()): OpDef {
       if (!sameShape(g as Shape, x as Shape)) throw new ShapeError(`grad ${shapeStr(g as Shape)} and saved tensor ${shapeStr(x as Shape)} differ`);
       return [g as Shape];
     },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => [zipWith([arg(ins, 0), arg(ins, 1)], ([g, s]) => f(alg, g as S, s as S, at))],
   };
 }
 
 export const ops: OpDef[] = [
-  fwd('exp', 'torch.exp(a)'),
-  fwd('tanh', 'torch.tanh(a)'),
-  fwd('sigmoid', 'torch.sigmoid(a)'),
-  fwd('silu', 'torch.nn.functional.silu(a) = a * sigmoid(a)'),
-  fwd('gelu', 'torch.nn.functional.gelu(a, approximate)', geluAttrs),
-  bwd('gelu_backward', 'grad of gelu: (grad_out, x) -> grad_x', geluAttrs),
-  bwd('silu_backward', 'grad of silu: (grad_out, x) -> grad_x'),
-  bwd('tanh_backward', 'grad of tanh: (grad_out, y) -> grad_out * (1 - y^2), y = tanh(x)'),
-  bwd('sigmoid_backward', 'grad of sigmoid: (grad_out, y) -> grad_out * y * (1 - y), y = sigmoid(x)'),
+  fwd('exp', 'torch.exp(a)', (alg, x) => alg.exp(x)),
+  fwd('tanh', 'torch.tanh(a)', (alg, x) => alg.fn('tanh', x)),
+  fwd('sigmoid', 'torch.sigmoid(a)', (alg, x) => alg.fn('sigmoid', x)),
+  fwd('silu', 'torch.nn.functional.silu(a) = a * sigmoid(a)', (alg, x) => alg.mul(x, alg.fn('sigmoid', x))),
+  fwd('gelu', 'torch.nn.functional.gelu(a, approximate): x * Phi(x), or the tanh form', gelu, geluAttrs),
+  bwd('gelu_backward', 'grad of gelu: (grad_out, x) -> grad_out * (Phi(x) + x phi(x)), or the tanh form\'s derivative', geluGrad, geluAttrs),
+  bwd('silu_backward', 'grad of silu: (grad_out, x) -> grad_out * s * (1 + x (1 - s)), s = sigmoid(x)', (alg, g, x) => {
+    const s = alg.fn('sigmoid', x);
+    return alg.mul(g, alg.mul(s, alg.add(alg.one, alg.mul(x, alg.sub(alg.one, s)))));
+  }),
+  bwd('tanh_backward', 'grad of tanh: (grad_out, y) -> grad_out * (1 - y^2), y = tanh(x)', (alg, g, y) => alg.mul(g, alg.sub(alg.one, alg.mul(y, y)))),
+  bwd('sigmoid_backward', 'grad of sigmoid: (grad_out, y) -> grad_out * y * (1 - y), y = sigmoid(x)', (alg, g, y) => alg.mul(g, alg.mul(y, alg.sub(alg.one, y)))),
 ];

@@ -4,7 +4,79 @@
  * into collective instances. Group order is ascending rank for rank lists (as
  * torch.distributed.new_group sorts them) and mesh-coordinate order for axis groups.
  */
+import type { Algebra, Dense } from './algebra.js';
+import { arg, cat, narrow, zipWith } from './dense.js';
 import { type Attrs, type OpDef, attrNum, attrObject, fixed, normDim, ShapeError, type Shape, shapeStr } from './types.js';
+
+type GroupApply = <S>(alg: Algebra<S>, inputs: readonly (Dense<S> | undefined)[], attrs: Attrs, group: Int32Array) => (Dense<S> | undefined)[];
+
+function present<S>(inputs: readonly (Dense<S> | undefined)[]): Dense<S>[] {
+  return inputs.map((x, i) => {
+    if (x === undefined) throw new Error(`member ${i} passes no input`);
+    return x;
+  });
+}
+
+/** Element-wise reduction of the members' tensors. */
+function reduceMembers<S>(alg: Algebra<S>, xs: readonly Dense<S>[], reduce: string): Dense<S> {
+  return zipWith(xs, (vals) => {
+    switch (reduce) {
+      case 'sum':
+        return alg.sum(vals);
+      case 'avg':
+        return alg.mul(alg.sum(vals), alg.constant(`1/${vals.length}`));
+      case 'max':
+        return alg.max(vals);
+      case 'min':
+        return alg.min(vals);
+    }
+    throw new Error(`unknown reduction '${reduce}'`);
+  });
+}
+
+function split<S>(x: Dense<S>, dim: number, g: number): Dense<S>[] {
+  const c = (x.shape[dim] as number) / g;
+  return Array.from({ length: g }, (_, i) => narrow(x, dim, i * c, (i + 1) * c));
+}
+
+const allReduceApply: GroupApply = (alg, inputs, at) => {
+  const r = reduceMembers(alg, present(inputs), String(at['reduce']));
+  return inputs.map(() => r);
+};
+const allGatherApply: GroupApply = (_alg, inputs, at) => {
+  const xs = present(inputs);
+  const r = cat(xs, normDim(attrNum(at, 'dim'), (xs[0] as Dense<unknown>).shape.length));
+  return inputs.map(() => r);
+};
+const reduceScatterApply: GroupApply = (alg, inputs, at) => {
+  const xs = present(inputs);
+  const r = reduceMembers(alg, xs, String(at['reduce']));
+  return split(r, normDim(attrNum(at, 'dim'), r.shape.length), xs.length);
+};
+const allToAllApply: GroupApply = (_alg, inputs, at) => {
+  const xs = present(inputs);
+  const rank = (xs[0] as Dense<unknown>).shape.length;
+  const sd = normDim(attrNum(at, 'split_dim'), rank);
+  const cd = normDim(attrNum(at, 'concat_dim'), rank);
+  const chunks = xs.map((x) => split(x, sd, xs.length));
+  // Member j receives chunk j of every member i, concatenated in member order.
+  return xs.map((_, j) => cat(chunks.map((c) => c[j] as Dense<never>), cd));
+};
+const broadcastApply: GroupApply = (_alg, inputs, at, group) => {
+  const i = group.indexOf(attrNum(at, 'src'));
+  const x = inputs[i];
+  if (x === undefined) throw new Error('broadcast source passes no input');
+  return inputs.map(() => x);
+};
+const p2pApply: GroupApply = (_alg, inputs) => [undefined, inputs[0]];
+
+/** A collective's value for a single member (group of one), as OpDef.apply. */
+function soloApply(f: GroupApply) {
+  return <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
+    const out = f(alg, [arg(ins, 0)], at, Int32Array.of(typeof at['src'] === 'number' ? at['src'] : 0));
+    return out.filter((x): x is Dense<S> => x !== undefined);
+  };
+}
 
 const reduceAttr = { enum: ['sum', 'avg', 'max', 'min'] };
 
@@ -13,6 +85,7 @@ function collective(
   doc: string,
   attrSchema: object,
   outShape: (input: Shape, attrs: Attrs, g: number) => Shape,
+  applyGroup: GroupApply,
 ): OpDef {
   return {
     name,
@@ -23,7 +96,8 @@ function collective(
     attrSchema,
     // Per-member shape without the group; the loader calls collective.outShape with it.
     shape: ([a], at) => [outShape(a as Shape, at, 1)],
-    collective: { pattern: 'symmetric', outShape },
+    apply: soloApply(applyGroup),
+    collective: { pattern: 'symmetric', outShape, applyGroup },
   };
 }
 
@@ -38,18 +112,20 @@ function scaleDim(s: Shape, d: number, mul: number, div: number, what: string): 
 const identityShape = (a: Shape): Shape => a;
 
 export const ops: OpDef[] = [
-  collective('all_reduce', 'dist.all_reduce(x, op) over the group: every member gets the reduction of all inputs', attrObject({ reduce: reduceAttr }, ['reduce']), identityShape),
+  collective('all_reduce', 'dist.all_reduce(x, op) over the group: every member gets the reduction of all inputs', attrObject({ reduce: reduceAttr }, ['reduce']), identityShape, allReduceApply),
   collective(
     'all_gather',
     'dist.all_gather_into_tensor: members\' inputs concatenated along dim, in group order',
     attrObject({ dim: { type: 'integer' } }, ['dim']),
     (a, at, g) => scaleDim(a, normDim(attrNum(at, 'dim'), a.length), g, 1, 'all_gather'),
+    allGatherApply,
   ),
   collective(
     'reduce_scatter',
     'dist.reduce_scatter_tensor: the reduction of all inputs, split along dim; member i keeps chunk i',
     attrObject({ dim: { type: 'integer' }, reduce: reduceAttr }, ['dim', 'reduce']),
     (a, at, g) => scaleDim(a, normDim(attrNum(at, 'dim'), a.length), 1, g, 'reduce_scatter'),
+    reduceScatterApply,
   ),
   collective(
     'all_to_all',
@@ -60,6 +136,7 @@ export const ops: OpDef[] = [
       const cd = normDim(attrNum(at, 'concat_dim'), a.length, 'concat_dim');
       return scaleDim(scaleDim(a, sd, 1, g, 'all_to_all'), cd, g, 1, 'all_to_all');
     },
+    allToAllApply,
   ),
   {
     name: 'broadcast',
@@ -72,7 +149,8 @@ export const ops: OpDef[] = [
       if (a === undefined) throw new ShapeError('broadcast output shape comes from the source rank');
       return [a];
     },
-    collective: { pattern: 'broadcast', outShape: identityShape },
+    apply: soloApply(broadcastApply),
+    collective: { pattern: 'broadcast', outShape: identityShape, applyGroup: broadcastApply },
   },
   {
     name: 'send',
@@ -82,7 +160,8 @@ export const ops: OpDef[] = [
     outputs: fixed(0),
     attrSchema: attrObject({}),
     shape: () => [],
-    collective: { pattern: 'p2p', side: 'send', outShape: identityShape },
+    apply: () => [],
+    collective: { pattern: 'p2p', side: 'send', outShape: identityShape, applyGroup: p2pApply },
   },
   {
     name: 'recv',
@@ -94,7 +173,10 @@ export const ops: OpDef[] = [
     shape: () => {
       throw new ShapeError('recv output shape comes from the matching send');
     },
-    collective: { pattern: 'p2p', side: 'recv', outShape: identityShape },
+    apply: () => {
+      throw new Error('recv has no value on its own: it is evaluated with its matching send');
+    },
+    collective: { pattern: 'p2p', side: 'recv', outShape: identityShape, applyGroup: p2pApply },
   },
   {
     name: 'send_recv',
@@ -104,6 +186,7 @@ export const ops: OpDef[] = [
     outputs: fixed(1),
     attrSchema: attrObject({}),
     shape: ([a]) => [a as Shape],
-    collective: { pattern: 'p2p', outShape: identityShape },
+    apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [arg(ins, 0)],
+    collective: { pattern: 'p2p', outShape: identityShape, applyGroup: p2pApply },
   },
 ];

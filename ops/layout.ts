@@ -1,5 +1,16 @@
 /** Ops that move elements without arithmetic: transpose, permute, reshape, slice, concat, split. */
-import { type OpDef, attrInts, attrNum, attrObject, fixed, normDim, numel, ShapeError, type Shape, shapeStr } from './types.js';
+import type { Algebra, Dense } from './algebra.js';
+import { arg, at, cat, generate, narrow } from './dense.js';
+import { type Attrs, type OpDef, attrInts, attrNum, attrObject, fixed, normDim, numel, ShapeError, type Shape, shapeStr } from './types.js';
+
+function permuteApply<S>(x: Dense<S>, dims: readonly number[]): Dense<S> {
+  const shape = dims.map((d) => x.shape[d] as number);
+  return generate(shape, (idx) => {
+    const src = new Array<number>(dims.length);
+    dims.forEach((d, i) => (src[d] = idx[i] as number));
+    return at(x, src);
+  });
+}
 
 const intList = { type: 'array', items: { type: 'integer' }, maxItems: 16 };
 
@@ -18,6 +29,13 @@ export const ops: OpDef[] = [
       [s[d0], s[d1]] = [s[d1] as number, s[d0] as number];
       return [s];
     },
+    apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => {
+      const x = arg(ins, 0);
+      const d0 = normDim(attrNum(a, 'dim0'), x.shape.length);
+      const d1 = normDim(attrNum(a, 'dim1'), x.shape.length);
+      const dims = x.shape.map((_, i) => (i === d0 ? d1 : i === d1 ? d0 : i));
+      return [permuteApply(x, dims)];
+    },
   },
   {
     name: 'permute',
@@ -31,6 +49,10 @@ export const ops: OpDef[] = [
       const dims = (attrInts(at, 'dims') ?? []).map((d) => normDim(d, s.length));
       if (dims.length !== s.length || new Set(dims).size !== dims.length) throw new ShapeError(`dims [${dims.join(', ')}] are not a permutation of ${s.length} dims`);
       return [dims.map((d) => s[d] as number)];
+    },
+    apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => {
+      const x = arg(ins, 0);
+      return [permuteApply(x, (attrInts(a, 'dims') ?? []).map((d) => normDim(d, x.shape.length)))];
     },
   },
   {
@@ -51,6 +73,12 @@ export const ops: OpDef[] = [
       if (!out.every((d) => Number.isInteger(d) && d >= 0) || numel(out) !== n) throw new ShapeError(`cannot reshape ${shapeStr(s)} (${n} elements) to ${shapeStr(tgt)}`);
       return [out];
     },
+    apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => {
+      const x = arg(ins, 0);
+      const tgt = attrInts(a, 'shape') ?? [];
+      const known = tgt.reduce((p, d) => (d === -1 ? p : p * d), 1);
+      return [{ shape: tgt.map((d) => (d === -1 ? x.data.length / known : d)), data: x.data }];
+    },
   },
   {
     name: 'slice',
@@ -67,6 +95,10 @@ export const ops: OpDef[] = [
       if (!(st < en && en <= (s[d] as number))) throw new ShapeError(`slice [${st}, ${en}) is not inside dim ${d} of size ${s[d]}`);
       s[d] = en - st;
       return [s];
+    },
+    apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => {
+      const x = arg(ins, 0);
+      return [narrow(x, normDim(attrNum(a, 'dim'), x.shape.length), attrNum(a, 'start'), attrNum(a, 'end'))];
     },
   },
   {
@@ -90,6 +122,7 @@ export const ops: OpDef[] = [
       out[d] = total;
       return [out];
     },
+    apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => [cat(ins, normDim(attrNum(a, 'dim'), arg(ins, 0).shape.length))],
   },
   {
     name: 'split',
@@ -108,6 +141,16 @@ export const ops: OpDef[] = [
         const o = [...s];
         o[d] = z;
         return o;
+      });
+    },
+    apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => {
+      const x = arg(ins, 0);
+      const d = normDim(attrNum(a, 'dim'), x.shape.length);
+      let start = 0;
+      return (attrInts(a, 'sizes') ?? []).map((z) => {
+        const piece = narrow(x, d, start, start + z);
+        start += z;
+        return piece;
       });
     },
   },

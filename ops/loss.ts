@@ -1,5 +1,7 @@
 /** Losses and their backward ops. */
-import { type OpDef, attrObject, fixed, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
+import type { Algebra, Dense } from './algebra.js';
+import { arg } from './dense.js';
+import { type Attrs, type OpDef, attrObject, fixed, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
 
 const reduction = attrObject({ reduction: { enum: ['mean', 'sum'] } });
 
@@ -15,6 +17,16 @@ export const ops: OpDef[] = [
       if (!sameShape(p as Shape, t as Shape)) throw new ShapeError(`prediction ${shapeStr(p as Shape)} and target ${shapeStr(t as Shape)} differ`);
       return [[]];
     },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
+      const p = arg(ins, 0);
+      const t = arg(ins, 1);
+      const sq = p.data.map((v, i) => {
+        const d = alg.sub(v, t.data[i] as S);
+        return alg.mul(d, d);
+      });
+      const s = alg.sum(sq);
+      return [{ shape: [], data: [at['reduction'] === 'sum' ? s : alg.mul(s, alg.constant(`1/${p.data.length}`))] }];
+    },
   },
   {
     name: 'mse_loss_backward',
@@ -27,6 +39,14 @@ export const ops: OpDef[] = [
       if (g !== undefined && g.length !== 0) throw new ShapeError(`loss gradient must be a scalar, got ${shapeStr(g)}`);
       if (!sameShape(p as Shape, t as Shape)) throw new ShapeError(`prediction ${shapeStr(p as Shape)} and target ${shapeStr(t as Shape)} differ`);
       return [p as Shape];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
+      const p = arg(ins, 0);
+      const t = arg(ins, 1);
+      const g = ins[2];
+      let k = alg.constant(at['reduction'] === 'sum' ? 2 : `2/${p.data.length}`);
+      if (g !== undefined) k = alg.mul(k, g.data[0] as S);
+      return [{ shape: p.shape, data: p.data.map((v, i) => alg.mul(k, alg.sub(v, t.data[i] as S))) }];
     },
   },
 ];

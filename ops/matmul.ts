@@ -1,5 +1,34 @@
 /** Matrix products with torch.matmul / F.linear shape semantics. */
+import type { Algebra, Dense } from './algebra.js';
+import { arg, at, generate } from './dense.js';
 import { type OpDef, broadcastShapes, fixed, noAttrs, ShapeError, type Shape, shapeStr } from './types.js';
+
+/** torch.matmul values: 1-D operands are promoted and the promoted dims dropped again. */
+export function matmulApply<S>(alg: Algebra<S>, a: Dense<S>, b: Dense<S>): Dense<S> {
+  const a2: Dense<S> = a.shape.length === 1 ? { shape: [1, a.shape[0] as number], data: a.data } : a;
+  const b2: Dense<S> = b.shape.length === 1 ? { shape: [b.shape[0] as number, 1], data: b.data } : b;
+  const ra = a2.shape.length;
+  const rb = b2.shape.length;
+  const m = a2.shape[ra - 2] as number;
+  const k = a2.shape[ra - 1] as number;
+  const n = b2.shape[rb - 1] as number;
+  const batch = broadcastShapes(a2.shape.slice(0, -2), b2.shape.slice(0, -2));
+  const bidx = (x: Dense<S>, idx: readonly number[]): number[] => {
+    const xb = x.shape.length - 2;
+    const off = batch.length - xb;
+    return Array.from({ length: xb }, (_, d) => ((x.shape[d] as number) === 1 ? 0 : (idx[d + off] as number)));
+  };
+  const full = generate([...batch, m, n], (idx) => {
+    const i = idx[batch.length] as number;
+    const j = idx[batch.length + 1] as number;
+    const pa = bidx(a2, idx);
+    const pb = bidx(b2, idx);
+    const terms: S[] = [];
+    for (let kk = 0; kk < k; kk++) terms.push(alg.mul(at(a2, [...pa, i, kk]), at(b2, [...pb, kk, j])));
+    return alg.sum(terms);
+  });
+  return { shape: matmulShape(a.shape, b.shape), data: full.data };
+}
 
 export function matmulShape(a: Shape, b: Shape): Shape {
   if (a.length === 0 || b.length === 0) throw new ShapeError('matmul operands must have at least one dim');
@@ -24,6 +53,7 @@ export const ops: OpDef[] = [
     outputs: fixed(1),
     attrSchema: noAttrs(),
     shape: ([a, b]) => [matmulShape(a as Shape, b as Shape)],
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [matmulApply(alg, arg(ins, 0), arg(ins, 1))],
   },
   {
     name: 'linear',
@@ -39,6 +69,16 @@ export const ops: OpDef[] = [
       if (xs.length === 0 || xs[xs.length - 1] !== ws[1]) throw new ShapeError(`linear input ${shapeStr(xs)} does not match weight ${shapeStr(ws)}`);
       if (b !== undefined && (b.length !== 1 || b[0] !== ws[0])) throw new ShapeError(`linear bias ${shapeStr(b)} does not match weight ${shapeStr(ws)}`);
       return [[...xs.slice(0, -1), ws[0] as number]];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => {
+      const x = arg(ins, 0);
+      const w = arg(ins, 1);
+      const b = ins[2];
+      const [o, i] = w.shape as [number, number];
+      const wt = generate([i, o], (idx) => at(w, [idx[1] as number, idx[0] as number]));
+      const y = matmulApply(alg, x, wt);
+      if (b === undefined) return [y];
+      return [{ shape: y.shape, data: y.data.map((v, f) => alg.add(v, b.data[f % o] as S)) }];
     },
   },
 ];

@@ -1,5 +1,7 @@
 /** Optimizer steps. */
-import { type OpDef, attrObject, fixed, sameShape, scalarSchema, ShapeError, type Shape, shapeStr } from './types.js';
+import type { Algebra, Dense } from './algebra.js';
+import { arg } from './dense.js';
+import { type Attrs, type OpDef, attrObject, attrScalar, fixed, sameShape, scalarSchema, ShapeError, type Shape, shapeStr } from './types.js';
 
 export const ops: OpDef[] = [
   {
@@ -12,6 +14,21 @@ export const ops: OpDef[] = [
     shape: ([p, g]) => {
       if (!sameShape(p as Shape, g as Shape)) throw new ShapeError(`parameter ${shapeStr(p as Shape)} and gradient ${shapeStr(g as Shape)} differ`);
       return [p as Shape];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
+      const p = arg(ins, 0);
+      const g = arg(ins, 1);
+      const lr = alg.constant(attrScalar(at, 'lr'));
+      const wd = at['weight_decay'] === undefined ? undefined : alg.constant(attrScalar(at, 'weight_decay'));
+      return [
+        {
+          shape: p.shape,
+          data: p.data.map((v, i) => {
+            const grad = wd === undefined ? (g.data[i] as S) : alg.add(g.data[i] as S, alg.mul(wd, v));
+            return alg.sub(v, alg.mul(lr, grad));
+          }),
+        },
+      ];
     },
   },
 ];

@@ -1,5 +1,37 @@
 /** Reductions over dims, softmax along a dim, and expand (the backward of sum/mean). */
-import { type OpDef, type Attrs, attrInts, attrObject, fixed, normDim, sameShape, ShapeError, type Shape, shapeStr, attrNum } from './types.js';
+import type { Algebra, Dense } from './algebra.js';
+import { arg, broadcastReader, generate, reduceDims, strides } from './dense.js';
+import { type OpDef, type Attrs, attrInts, attrObject, fixed, normDim, numel, sameShape, ShapeError, type Shape, shapeStr, attrNum } from './types.js';
+
+function reduceDimList(shape: Shape, attrs: Attrs): number[] {
+  return (attrInts(attrs, 'dims') ?? shape.map((_, i) => i)).map((d) => normDim(d, shape.length));
+}
+
+/** Applies f to every 1-D fiber of x along dim (softmax-like ops). */
+export function alongDimApply<S>(xs: readonly Dense<S>[], dim: number, f: (fibers: S[][]) => S[]): Dense<S> {
+  const x = xs[0] as Dense<S>;
+  const d = normDim(dim, x.shape.length);
+  const st = strides(x.shape);
+  const len = x.shape[d] as number;
+  const out: S[] = new Array<S>(x.data.length);
+  const outer = numel(x.shape) / Math.max(len, 1);
+  const step = st[d] as number;
+  for (let o = 0; o < outer; o++) {
+    const base = Math.floor(o / step) * step * len + (o % step);
+    const fibers = xs.map((t) => Array.from({ length: len }, (_, i) => t.data[base + i * step] as S));
+    const r = f(fibers);
+    for (let i = 0; i < len; i++) out[base + i * step] = r[i] as S;
+  }
+  return { shape: x.shape, data: out };
+}
+
+/** Numerically stable softmax; exact terms normalize the max away, so it is also exact. */
+export function softmaxFiber<S>(alg: Algebra<S>, x: S[]): S[] {
+  const m = alg.max(x);
+  const e = x.map((v) => alg.exp(alg.sub(v, m)));
+  const z = alg.sum(e);
+  return e.map((v) => alg.div(v, z));
+}
 
 const reduceAttrs = attrObject({
   dims: { type: 'array', items: { type: 'integer' }, maxItems: 16 },
@@ -23,13 +55,28 @@ function reduceShape(a: Shape, attrs: Attrs): Shape {
   return out;
 }
 
-function reduction(name: string, doc: string): OpDef {
-  return { name, family: 'reduce', doc, inputs: fixed(1), outputs: fixed(1), attrSchema: reduceAttrs, shape: ([a], at) => [reduceShape(a as Shape, at)] };
+function reduction(name: string, doc: string, mean: boolean): OpDef {
+  return {
+    name,
+    family: 'reduce',
+    doc,
+    inputs: fixed(1),
+    outputs: fixed(1),
+    attrSchema: reduceAttrs,
+    shape: ([a], at) => [reduceShape(a as Shape, at)],
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
+      const x = arg(ins, 0);
+      const dims = reduceDimList(x.shape, at);
+      const n = dims.reduce((p, d) => p * (x.shape[d] as number), 1);
+      const k = alg.constant(`1/${n}`);
+      return [reduceDims(x, dims, at['keepdim'] === true, (vals) => (mean ? alg.mul(alg.sum(vals), k) : alg.sum(vals)))];
+    },
+  };
 }
 
 const dimAttr = attrObject({ dim: { type: 'integer' } }, ['dim']);
 
-function alongDim(name: string, doc: string): OpDef {
+function alongDim(name: string, doc: string, f: <S>(alg: Algebra<S>, x: S[]) => S[]): OpDef {
   return {
     name,
     family: 'reduce',
@@ -41,14 +88,19 @@ function alongDim(name: string, doc: string): OpDef {
       normDim(attrNum(at, 'dim'), (a as Shape).length);
       return [a as Shape];
     },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => [alongDimApply([arg(ins, 0)], attrNum(at, 'dim'), ([x]) => f(alg, x as S[]))],
   };
 }
 
 export const ops: OpDef[] = [
-  reduction('sum', 'torch.sum(a, dims, keepdim); all dims when dims is omitted'),
-  reduction('mean', 'torch.mean(a, dims, keepdim); all dims when dims is omitted'),
-  alongDim('softmax', 'torch.softmax(a, dim)'),
-  alongDim('log_softmax', 'torch.log_softmax(a, dim)'),
+  reduction('sum', 'torch.sum(a, dims, keepdim); all dims when dims is omitted', false),
+  reduction('mean', 'torch.mean(a, dims, keepdim); all dims when dims is omitted', true),
+  alongDim('softmax', 'torch.softmax(a, dim)', softmaxFiber),
+  alongDim('log_softmax', 'torch.log_softmax(a, dim) = x - m - log(sum(exp(x - m))), m = max(x)', <S>(alg: Algebra<S>, x: S[]): S[] => {
+    const m = alg.max(x);
+    const lse = alg.fn('log', alg.sum(x.map((v) => alg.exp(alg.sub(v, m)))));
+    return x.map((v) => alg.sub(alg.sub(v, m), lse));
+  }),
   {
     name: 'softmax_backward',
     family: 'reduce',
@@ -61,6 +113,12 @@ export const ops: OpDef[] = [
       normDim(attrNum(at, 'dim'), (y as Shape).length);
       return [g as Shape];
     },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => [
+      alongDimApply([arg(ins, 0), arg(ins, 1)], attrNum(at, 'dim'), ([g, y]) => {
+        const dot = alg.sum((g as S[]).map((gi, i) => alg.mul(gi, (y as S[])[i] as S)));
+        return (y as S[]).map((yi, i) => alg.mul(yi, alg.sub((g as S[])[i] as S, dot)));
+      }),
+    ],
   },
   {
     name: 'expand',
@@ -85,6 +143,14 @@ export const ops: OpDef[] = [
         return t;
       });
       return [out];
+    },
+    apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
+      const x = arg(ins, 0);
+      const tgt = attrInts(at, 'shape') ?? [];
+      const off = tgt.length - x.shape.length;
+      const shape = tgt.map((t, i) => (t === -1 ? (x.shape[i - off] as number) : t));
+      const r = broadcastReader(x, shape.length);
+      return [generate(shape, r)];
     },
   },
 ];

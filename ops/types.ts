@@ -6,6 +6,8 @@
  * records by the engine.
  */
 
+import type { Algebra, Dense } from './algebra.js';
+
 export type Shape = readonly number[];
 export type AttrValue = null | boolean | number | string | AttrValue[] | { [k: string]: AttrValue };
 export type Attrs = Readonly<Record<string, AttrValue>>;
@@ -34,6 +36,11 @@ export interface CollectiveRule {
   readonly side?: 'send' | 'recv';
   /** Output shape of one member from its input shape (members' inputs must agree). */
   outShape(input: Shape, attrs: Attrs, groupSize: number): Shape;
+  /**
+   * Values: members' inputs in group order (undefined where a member passes none) to members'
+   * outputs in group order (undefined where a member receives none). `group` holds the ranks.
+   */
+  applyGroup<S>(alg: Algebra<S>, inputs: readonly (Dense<S> | undefined)[], attrs: Attrs, group: Int32Array): (Dense<S> | undefined)[];
 }
 
 export interface OpDef {
@@ -48,6 +55,12 @@ export interface OpDef {
   readonly attrSchema: object;
   /** Output shapes from input shapes; throws ShapeError with a one-line reason. */
   shape(inputs: readonly Shape[], attrs: Attrs): Shape[];
+  /**
+   * Values of the outputs, over any scalar domain: Float64 for numeric evaluation, exact terms
+   * for symbolic evaluation. Inputs have passed the shape rule. Collectives apply as a group of
+   * one here; see CollectiveRule.applyGroup.
+   */
+  apply<S>(alg: Algebra<S>, inputs: readonly Dense<S>[], attrs: Attrs): Dense<S>[];
   /** Present on communication ops. */
   readonly collective?: CollectiveRule;
 }
@@ -117,4 +130,12 @@ export function attrInts(attrs: Attrs, key: string): number[] | undefined {
   if (v === undefined) return undefined;
   if (!Array.isArray(v) || !v.every((x) => typeof x === 'number')) throw new ShapeError(`attribute '${key}' must be a list of integers`);
   return v as number[];
+}
+
+/** A scalar attribute as given (number or "p/q"), for Algebra.constant. */
+export function attrScalar(attrs: Attrs, key: string, dflt?: number | string): number | string {
+  const v = attrs[key];
+  if (v === undefined && dflt !== undefined) return dflt;
+  if (typeof v !== 'number' && typeof v !== 'string') throw new ShapeError(`attribute '${key}' must be a number or a rational string`);
+  return v;
 }

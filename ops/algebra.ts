@@ -1,0 +1,84 @@
+/**
+ * The scalar domain op rules are written against. One rule per op serves both numeric
+ * evaluation (Float64) and symbolic evaluation (exact terms), so the two cannot drift apart.
+ * Functions without a closed form in the term language are named here and become
+ * uninterpreted functions symbolically; `realFunctions` gives their real meaning.
+ */
+import type { Shape } from './types.js';
+
+/** Named real functions (uninterpreted in the symbolic domain). */
+export type RealFn = 'tanh' | 'sigmoid' | 'Phi' | 'phi' | 'log' | 'sqrt' | 'sqrt_2_over_pi';
+
+/** Whether f(x) > 0 for every real x (the engine may rely on it). */
+export const positiveFns: ReadonlySet<RealFn> = new Set<RealFn>(['sigmoid', 'Phi', 'phi', 'sqrt_2_over_pi']);
+
+export const realFunctions: Readonly<Record<RealFn, (x: number) => number>> = {
+  tanh: Math.tanh,
+  sigmoid: (x) => 1 / (1 + Math.exp(-x)),
+  Phi: (x) => 0.5 * (1 + erf(x / Math.SQRT2)),
+  phi: (x) => Math.exp(-0.5 * x * x) / Math.sqrt(2 * Math.PI),
+  log: Math.log,
+  sqrt: Math.sqrt,
+  sqrt_2_over_pi: () => Math.sqrt(2 / Math.PI),
+};
+
+export interface Algebra<S> {
+  readonly exact: boolean;
+  readonly zero: S;
+  readonly one: S;
+  /** A constant from a JSON number or a rational string "p/q". */
+  constant(v: number | string): S;
+  add(a: S, b: S): S;
+  sub(a: S, b: S): S;
+  mul(a: S, b: S): S;
+  div(a: S, b: S): S;
+  neg(a: S): S;
+  sum(xs: readonly S[]): S;
+  exp(a: S): S;
+  max(xs: readonly S[]): S;
+  min(xs: readonly S[]): S;
+  fn(name: RealFn, a: S): S;
+}
+
+/** A dense row-major tensor over a scalar domain. */
+export interface Dense<S> {
+  readonly shape: Shape;
+  readonly data: readonly S[];
+}
+
+/**
+ * erf with |error| < 1.2e-16 relative near 0 and ~1e-16 absolute elsewhere: series for small
+ * |x|, continued fraction for large |x|. Math has no erf.
+ */
+export function erf(x: number): number {
+  const ax = Math.abs(x);
+  if (ax < 2.5) {
+    // Maclaurin series: erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1))
+    let term = x;
+    let sum = x;
+    const x2 = x * x;
+    for (let n = 1; n < 200; n++) {
+      term *= -x2 / n;
+      const add = term / (2 * n + 1);
+      sum += add;
+      if (Math.abs(add) < 1e-17 * Math.abs(sum)) break;
+    }
+    return (2 / Math.sqrt(Math.PI)) * sum;
+  }
+  // erfc(x) = exp(-x^2)/sqrt(pi) * 1/(x + 1/2/(x + 1/(x + 3/2/(x + ...)))) (Lentz)
+  let f = ax;
+  let C = ax;
+  let D = 0;
+  for (let n = 1; n < 300; n++) {
+    const an = n / 2;
+    D = ax + an * D;
+    D = D === 0 ? 1e-300 : 1 / D;
+    C = ax + an / C;
+    if (C === 0) C = 1e-300;
+    const delta = C * D;
+    f *= delta;
+    if (Math.abs(delta - 1) < 1e-16) break;
+  }
+  const erfc = Math.exp(-ax * ax) / Math.sqrt(Math.PI) / f;
+  return x > 0 ? 1 - erfc : erfc - 1;
+}

@@ -1,0 +1,63 @@
+/** The two scalar domains the op rules run on: Float64 numbers and exact terms. */
+import { type Algebra, positiveFns, type RealFn, realFunctions } from '../ops/algebra.js';
+import { qParse } from './rational.js';
+import type { TermId, TermStore } from './terms.js';
+
+export const floatAlgebra: Algebra<number> = {
+  exact: false,
+  zero: 0,
+  one: 1,
+  constant: (v) => (typeof v === 'number' ? v : evalRational(v)),
+  add: (a, b) => a + b,
+  sub: (a, b) => a - b,
+  mul: (a, b) => a * b,
+  div: (a, b) => a / b,
+  neg: (a) => -a,
+  sum: (xs) => {
+    // Neumaier summation: witnesses should not be rounding artifacts of long sums.
+    let s = 0;
+    let c = 0;
+    for (const x of xs) {
+      const t = s + x;
+      c += Math.abs(s) >= Math.abs(x) ? s - t + x : x - t + s;
+      s = t;
+    }
+    return s + c;
+  },
+  exp: Math.exp,
+  max: (xs) => Math.max(...xs),
+  min: (xs) => Math.min(...xs),
+  fn: (name, a) => realFunctions[name](a),
+};
+
+function evalRational(s: string): number {
+  const r = qParse(s);
+  return Number(r.n) / Number(r.d);
+}
+
+/** Exact terms in `store`; UFs of RealFn names, with declared positivity. */
+export function termAlgebra(store: TermStore): Algebra<TermId> {
+  return {
+    exact: true,
+    zero: store.zero,
+    one: store.one,
+    constant: (v) => store.const(qParse(v)),
+    add: (a, b) => store.add(a, b),
+    sub: (a, b) => store.sub(a, b),
+    mul: (a, b) => store.mul(a, b),
+    div: (a, b) => store.div(a, b),
+    neg: (a) => store.neg(a),
+    sum: (xs) => store.sum(xs),
+    exp: (a) => store.exp(a),
+    max: (xs) => store.max(xs),
+    min: (xs) => store.min(xs),
+    fn: (name: RealFn, a) => store.uf(name, name === 'sqrt_2_over_pi' ? [] : [a], positiveFns.has(name)),
+  };
+}
+
+/** Real meaning of the UF atoms termAlgebra creates (for evaluating terms). */
+export function realUf(name: string, args: number[]): number {
+  const f = (realFunctions as Record<string, ((x: number) => number) | undefined>)[name];
+  if (f === undefined) throw new Error(`no real function '${name}'`);
+  return f(args[0] ?? 0);
+}
