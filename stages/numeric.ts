@@ -1,0 +1,193 @@
+/**
+ * Numeric evaluation of a whole plan: both graphs run in Float64 on the same random contract
+ * inputs, and every lineage claim on every rank is compared with the logical value. A
+ * difference far beyond rounding is a concrete witness that the plan is not equivalent
+ * (end to end, from real inputs); agreement proves nothing and is never reported as
+ * "verified".
+ */
+import type { Dense } from '../ops/algebra.js';
+import { numel } from '../ops/types.js';
+import { floatAlgebra } from '../sdfg/algebras.js';
+import { executeLogical, executeParallel, logicalIndexer, logicalOrder, type LogicalValues } from '../sdfg/execute.js';
+import type { LoadedPlan } from '../plans/loader.js';
+import type { Program } from '../plans/model.js';
+import { evalLineage, type LineageNF } from '../lineage/model.js';
+
+/** A difference this far beyond rounding (relative) is a witness. */
+export const WITNESS_TOLERANCE = 1e-6;
+/** Plans larger than this (total elements of logical tensors) are not evaluated numerically. */
+export const MAX_NUMERIC_ELEMENTS = 20_000_000;
+
+export interface Mismatch {
+  readonly logical: string;
+  /** Row-major coordinates in the logical tensor. */
+  readonly element: number[];
+  readonly rank: number;
+  readonly tensor: string;
+  readonly kind: 'complete' | 'partial' | 'replica';
+  /** The value the parallel plan holds (for partials: the combined addends). */
+  readonly parallel: number;
+  /** The logical value (for 'replica': another rank's copy of the same addend). */
+  readonly expected: number;
+  /** Position of the logical tensor in topological order (inputs first). */
+  readonly order: number;
+}
+
+export interface NumericReport {
+  readonly evaluated: boolean;
+  readonly reason?: string;
+  readonly seed: number;
+  readonly claimsChecked: number;
+  /** Sorted by topological order, then rank; at most a few per logical tensor. */
+  readonly mismatches: Mismatch[];
+  /** Logical tensors with at least one mismatch, in topological order. */
+  readonly failingTensors: string[];
+}
+
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export function differs(a: number, b: number): boolean {
+  if (Number.isNaN(a) !== Number.isNaN(b)) return true;
+  return Math.abs(a - b) > WITNESS_TOLERANCE * Math.max(1, Math.abs(a), Math.abs(b));
+}
+
+export function numericCheck(plan: LoadedPlan, seed = 1): NumericReport {
+  const lg = plan.logical;
+  let total = 0;
+  for (let t = 0; t < lg.tensors.size; t++) total += numel(lg.shapes[t] ?? []);
+  if (total > MAX_NUMERIC_ELEMENTS) {
+    return { evaluated: false, reason: `the logical tensors hold ${total} elements; numeric evaluation is limited to ${MAX_NUMERIC_ELEMENTS}`, seed, claimsChecked: 0, mismatches: [], failingTensors: [] };
+  }
+  const rnd = mulberry32(seed);
+  const uniform = (): number => rnd() * 2 - 1;
+  const inputs: LogicalValues<number> = new Array(lg.tensors.size);
+  for (const t of plan.contract.inputs) {
+    const shape = lg.shapes[t] ?? [];
+    inputs[t] = { shape, data: Array.from({ length: numel(shape) }, uniform) };
+  }
+  const logical = executeLogical(plan, floatAlgebra, inputs);
+
+  // Addends of partial inputs: drawn once per (logical tensor, group), shared by replicas.
+  const addends = new Map<string, number[][]>();
+  const addendsOf = (nf: LineageNF): number[][] => {
+    const v = nf.value;
+    const key = `${nf.logical}|${v.n}|${v.reduce}|${v.divisor}`;
+    let a = addends.get(key);
+    if (a === undefined) {
+      const lv = logical[nf.logical] as Dense<number>;
+      a = Array.from({ length: v.n }, () => new Array<number>(lv.data.length));
+      for (let e = 0; e < lv.data.length; e++) {
+        const x = lv.data[e] as number;
+        if (v.reduce === 'sum') {
+          let rest = x * v.divisor;
+          for (let i = 0; i < v.n - 1; i++) {
+            const r = uniform();
+            (a[i] as number[])[e] = r;
+            rest -= r;
+          }
+          (a[v.n - 1] as number[])[e] = rest;
+        } else {
+          const holder = e % v.n;
+          for (let i = 0; i < v.n; i++) (a[i] as number[])[e] = i === holder ? x : v.reduce === 'max' ? x - 0.5 - rnd() : x + 0.5 + rnd();
+        }
+      }
+      addends.set(key, a);
+    }
+    return a;
+  };
+  const lineageOf = (r: number, t: number): LineageNF | undefined => {
+    const p = plan.programs[plan.rankProgram[r] as number] as Program;
+    const spec = p.lineage[t];
+    if (spec === undefined) return undefined;
+    return evalLineage(spec, plan.mesh, r, lg.shapes[spec.logical] ?? [], plan.view(r).shapes[t] ?? []);
+  };
+  const parallel = executeParallel(plan, floatAlgebra, (r, t) => {
+    const nf = lineageOf(r, t) as LineageNF;
+    const shape = plan.view(r).shapes[t] ?? [];
+    const idx = logicalIndexer(nf, lg.shapes[nf.logical] ?? []);
+    const src = nf.value.n === 1 && nf.value.divisor === 1 ? (logical[nf.logical] as Dense<number>).data : (addendsOf(nf)[nf.value.idx] as number[]);
+    return { shape, data: Array.from({ length: numel(shape) }, (_, f) => src[idx(f)] as number) };
+  });
+
+  // Topological position of each logical tensor.
+  const order = new Int32Array(lg.tensors.size).fill(-1);
+  logicalOrder(plan).forEach((op, i) => {
+    for (const t of lg.ops.opOutputs(op)) order[t] = i;
+  });
+  const mismatches: Mismatch[] = [];
+  const coords = (t: number, flat: number): number[] => {
+    const shape = lg.shapes[t] ?? [];
+    const out = new Array<number>(shape.length);
+    for (let d = shape.length - 1; d >= 0; d--) {
+      out[d] = flat % (shape[d] as number);
+      flat = Math.floor(flat / (shape[d] as number));
+    }
+    return out;
+  };
+  const perTensor = new Map<number, number>();
+  const note = (m: Omit<Mismatch, 'order' | 'element'> & { lt: number; flat: number }): void => {
+    const n = perTensor.get(m.lt) ?? 0;
+    if (n >= 4) return;
+    perTensor.set(m.lt, n + 1);
+    mismatches.push({ logical: m.logical, element: coords(m.lt, m.flat), rank: m.rank, tensor: m.tensor, kind: m.kind, parallel: m.parallel, expected: m.expected, order: order[m.lt] as number });
+  };
+  // Partial groups: per (logical, n, reduce, divisor) and element, the addend per chunk index.
+  const groups = new Map<string, { nf: LineageNF; chunks: Map<number, Map<number, { v: number; rank: number; tensor: string }>> }>();
+  let claimsChecked = 0;
+  for (let r = 0; r < plan.mesh.size; r++) {
+    const p = plan.programs[plan.rankProgram[r] as number] as Program;
+    for (let t = 0; t < p.tensors.size; t++) {
+      const nf = lineageOf(r, t);
+      const val = (parallel[r] as (Dense<number> | undefined)[])[t];
+      if (nf === undefined || val === undefined) continue;
+      claimsChecked++;
+      const lv = logical[nf.logical] as Dense<number>;
+      const idx = logicalIndexer(nf, lg.shapes[nf.logical] ?? []);
+      const name = lg.tensors.name(nf.logical);
+      const v = nf.value;
+      if (v.n === 1 && v.divisor === 1) {
+        val.data.forEach((x, f) => {
+          const g = idx(f);
+          if (differs(x, lv.data[g] as number)) note({ logical: name, lt: nf.logical, flat: g, rank: r, tensor: p.tensors.name(t), kind: 'complete', parallel: x, expected: lv.data[g] as number });
+        });
+        continue;
+      }
+      const key = `${nf.logical}|${v.n}|${v.reduce}|${v.divisor}`;
+      let grp = groups.get(key);
+      if (grp === undefined) groups.set(key, (grp = { nf, chunks: new Map() }));
+      val.data.forEach((x, f) => {
+        const g = idx(f);
+        let byIdx = (grp as { chunks: Map<number, Map<number, { v: number; rank: number; tensor: string }>> }).chunks.get(g);
+        if (byIdx === undefined) (grp as { chunks: Map<number, Map<number, { v: number; rank: number; tensor: string }>> }).chunks.set(g, (byIdx = new Map()));
+        const prev = byIdx.get(v.idx);
+        if (prev === undefined) byIdx.set(v.idx, { v: x, rank: r, tensor: p.tensors.name(t) });
+        else if (differs(prev.v, x)) note({ logical: name, lt: nf.logical, flat: g, rank: r, tensor: p.tensors.name(t), kind: 'replica', parallel: x, expected: prev.v });
+      });
+    }
+  }
+  for (const { nf, chunks } of groups.values()) {
+    const lv = logical[nf.logical] as Dense<number>;
+    const v = nf.value;
+    for (const [g, byIdx] of chunks) {
+      if (byIdx.size < v.n) continue;
+      const xs = [...byIdx.values()].map((e) => e.v);
+      const combined = v.reduce === 'sum' ? xs.reduce((a, b) => a + b, 0) / v.divisor : v.reduce === 'max' ? Math.max(...xs) : Math.min(...xs);
+      if (differs(combined, lv.data[g] as number)) {
+        const first = [...byIdx.values()][0] as { rank: number; tensor: string };
+        note({ logical: lg.tensors.name(nf.logical), lt: nf.logical, flat: g, rank: first.rank, tensor: first.tensor, kind: 'partial', parallel: combined, expected: lv.data[g] as number });
+      }
+    }
+  }
+  mismatches.sort((a, b) => a.order - b.order || a.rank - b.rank);
+  const failingTensors = [...new Set(mismatches.map((m) => m.logical))];
+  return { evaluated: true, seed, claimsChecked, mismatches, failingTensors };
+}
