@@ -9,11 +9,12 @@ import { hideBin } from 'yargs/helpers';
 import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
 import { loadPlan, type LoadedPlan } from '../plans/loader.js';
 import { formatSummary, summarize } from './summary.js';
+import { verifyPlan, type VerifyReport } from '../stages/verify.js';
+import { formatReport } from '../stages/report.js';
 
 export const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
-/** What `verify` says while the proof engine is not part of this version. */
-export const NO_PROOF_REASON = 'the proof engine is not part of this version of planproof: the plan was loaded and checked (schema, SSA, shapes, collectives, lineage tiling), but no equivalence proof was attempted';
+const verdictCode = { verified: ExitCode.verified, not_equivalent: ExitCode.notEquivalent, unknown: ExitCode.unknown } as const;
 
 interface Out {
   log(s: string): void;
@@ -44,35 +45,38 @@ function inspect(file: string, json: boolean, out: Out): number {
   return 0;
 }
 
-function verify(file: string, json: boolean, out: Out): number {
+function progress(): ((done: number, total: number) => void) | undefined {
+  if (!process.stderr.isTTY) return undefined;
+  return (done, total) => {
+    process.stderr.write(`\rproving stage ${done}/${total}${done === total ? '\n' : ''}`);
+  };
+}
+
+function runVerify(plan: LoadedPlan, seed: number): VerifyReport {
+  const onStage = progress();
+  return verifyPlan(plan, onStage === undefined ? { seed } : { seed, onStage });
+}
+
+function verify(file: string, json: boolean, seed: number, verbose: boolean, out: Out): number {
   const plan = load(file, json, out);
   if (typeof plan === 'number') return plan;
-  const s = summarize(plan);
-  if (json) out.log(JSON.stringify({ verdict: 'unknown', reason: NO_PROOF_REASON, file, plan: s }, null, 2));
-  else {
-    out.log(formatSummary(s));
-    out.log('');
-    out.log(`verdict     UNKNOWN: nothing was proved.`);
-    out.log(`            ${NO_PROOF_REASON}.`);
-  }
-  return ExitCode.unknown;
+  const report = runVerify(plan, seed);
+  out.log(json ? JSON.stringify(report, null, 2) : formatReport(report, verbose));
+  return verdictCode[report.verdict];
 }
 
 function demo(json: boolean, out: Out): number {
   const plan = load(DEMO_PLAN, json, out);
   if (typeof plan === 'number') return plan;
-  const s = summarize(plan);
-  if (json) out.log(JSON.stringify({ demo: true, verdict: 'unknown', reason: NO_PROOF_REASON, plan: s }, null, 2));
+  const report = runVerify(plan, 1);
+  if (json) out.log(JSON.stringify({ demo: true, ...report }, null, 2));
   else {
-    out.log('planproof demo: the embedded example plan, loaded and checked.\n');
-    out.log(formatSummary(s));
-    out.log('');
-    out.log('The plan is well formed: every tensor is produced once, shapes agree, collective calls');
-    out.log('match across their groups, and the lineage tiles every logical tensor it names.');
-    out.log(`Nothing was proved: ${NO_PROOF_REASON}.`);
-    out.log('`planproof verify <plan.json>` exits 3 (unknown) until the engine lands.');
+    out.log('planproof demo: the embedded example, a two-layer MLP training iteration (forward, MSE loss,');
+    out.log('backward, SGD step) under Megatron tensor parallelism on 2 ranks, checked and proved.\n');
+    out.log(formatReport(report, true));
+    out.log('\nTry a buggy plan: planproof verify examples/buggy/mlp-dp2-loss-scale-twice.json');
   }
-  return 0;
+  return verdictCode[report.verdict];
 }
 
 /** Runs the CLI on `argv` (without node and script); returns the exit code. */
@@ -83,12 +87,14 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .scriptName('planproof')
     .usage('$0 <command> [options]\n\nProves that a distributed training plan computes what the single-device model computes.')
     .option('json', { type: 'boolean', default: false, describe: 'machine-readable output on stdout' })
+    .option('seed', { type: 'number', default: 1, describe: 'seed of the random inputs used for numeric witnesses' })
+    .option('verbose', { type: 'boolean', default: false, describe: 'list every stage, also proved ones' })
     .command(
       'verify <plan>',
-      'load and check a plan, then prove its equivalence (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
+      'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
       (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1)' }),
       (a) => {
-        if (typeof a.plan === 'string') code = verify(a.plan, a.json, out);
+        if (typeof a.plan === 'string') code = verify(a.plan, a.json, a.seed, a.verbose, out);
       },
     )
     .command(
@@ -101,7 +107,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     )
     .command(
       'demo',
-      'load and check the embedded example plan (a two-layer MLP under tensor parallelism)',
+      'verify the embedded example plan (a two-layer MLP training iteration under tensor parallelism)',
       (y) => y,
       (a) => {
         code = demo(a.json, out);

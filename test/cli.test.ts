@@ -3,18 +3,27 @@ import { spawnSync } from 'node:child_process';
 import { EXAMPLES, ROOT, runCli } from './helpers.js';
 
 describe('cli', () => {
-  it('verify loads a valid plan but says nothing was proved and exits 3', async () => {
+  it('verify proves a correct plan and exits 0', async () => {
     const r = await runCli(['verify', `${EXAMPLES}mlp-dp2.json`]);
-    assert.equal(r.code, 3);
-    assert.match(r.stdout, /UNKNOWN: nothing was proved/);
-    assert.doesNotMatch(r.stdout, /verified/i);
+    assert.equal(r.code, 0);
+    assert.match(r.stdout, /VERIFIED: all 11 stages proved equivalent/);
   });
-  it('verify --json reports verdict unknown', async () => {
+  it('verify --json reports the verdict, the stages and the numeric run', async () => {
     const r = await runCli(['verify', `${EXAMPLES}mlp-tp2.json`, '--json']);
-    assert.equal(r.code, 3);
-    const j = JSON.parse(r.stdout) as { verdict: string; reason: string };
-    assert.equal(j.verdict, 'unknown');
-    assert.match(j.reason, /no equivalence proof/);
+    assert.equal(r.code, 0);
+    const j = JSON.parse(r.stdout) as { verdict: string; stages: { status: string }[]; numeric: { evaluated: boolean; mismatches: number } };
+    assert.equal(j.verdict, 'verified');
+    assert.equal(j.stages.length, 14);
+    assert.ok(j.stages.every((s) => s.status === 'proved'));
+    assert.deepEqual([j.numeric.evaluated, j.numeric.mismatches], [true, 0]);
+  });
+  it('verify refutes a buggy plan with witness values and exits 1', async () => {
+    const r = await runCli(['verify', `${EXAMPLES}buggy/mlp-dp2-missing-grad-allreduce.json`]);
+    assert.equal(r.code, 1);
+    assert.match(r.stdout, /w1_new +sgd_w1 \(sgd_update\) +0,1 +NOT EQUIVALENT/);
+    assert.match(r.stdout, /witness: rank 0 'w1_new' holds -?[0-9.]+ where logical w1_new\[0, 0\] = -?[0-9.]+/);
+    assert.match(r.stdout, /a reduction \(all-reduce \/ reduce-scatter\) of a partial value is missing/);
+    assert.match(r.stdout, /NOT EQUIVALENT: stage 11 \(w1_new, op 'sgd_w1'\) is the first failing stage/);
   });
   it('inspect summarizes mesh, ops, collectives and lineage', async () => {
     const r = await runCli(['inspect', `${EXAMPLES}mlp-dp2.json`, '--json']);
@@ -26,11 +35,11 @@ describe('cli', () => {
     assert.deepEqual(s.lineage.find((l) => l.logical === 'g_w1'), { logical: 'g_w1', role: 'grad', claims: 3, holders: 4, coverage: 'complete', partials: true });
     assert.equal(s.lineage.find((l) => l.logical === 'x')?.coverage, 'complete');
   });
-  it('demo loads the embedded example and exits 0', async () => {
+  it('demo verifies the embedded example and exits 0', async () => {
     const r = await runCli(['demo']);
     assert.equal(r.code, 0);
     assert.match(r.stdout, /mlp-tp2/);
-    assert.match(r.stdout, /Nothing was proved/);
+    assert.match(r.stdout, /VERIFIED: all 14 stages proved/);
   });
   it('usage errors exit 4, never 1 (1 means not equivalent)', async () => {
     assert.equal((await runCli(['frobnicate'])).code, 4);
@@ -40,7 +49,9 @@ describe('cli', () => {
   it('the installed bin runs as a process with the documented exit codes', () => {
     const bin = `${ROOT}dist/cli/main.js`;
     const ok = spawnSync(process.execPath, [bin, 'verify', `${EXAMPLES}mlp-dp2.json`], { encoding: 'utf8' });
-    assert.equal(ok.status, 3);
+    assert.equal(ok.status, 0);
+    const bad = spawnSync(process.execPath, [bin, 'verify', `${EXAMPLES}buggy/mlp-dp2-divergent-replica.json`], { encoding: 'utf8' });
+    assert.equal(bad.status, 1);
     const missing = spawnSync(process.execPath, [bin, 'inspect', '/nonexistent/plan.json'], { encoding: 'utf8' });
     assert.equal(missing.status, 2);
     assert.match(missing.stderr, /\/nonexistent\/plan\.json: cannot read plan file \(ENOENT\)/);

@@ -1,0 +1,60 @@
+/** The human-readable verification report: for the person who has to fix the bug. */
+import type { Mismatch } from './numeric.js';
+import type { StageReport, VerifyReport } from './verify.js';
+
+function ranksText(r: readonly number[]): string {
+  if (r.length > 2 && r.every((x, i) => i === 0 || x === (r[i - 1] as number) + 1)) return `${r[0]}-${r[r.length - 1]}`;
+  return r.join(',');
+}
+
+function num(x: number): string {
+  return Number.isInteger(x) ? String(x) : x.toPrecision(8);
+}
+
+function witnessLine(m: Mismatch): string {
+  const at = `${m.logical}[${m.element.join(', ')}]`;
+  switch (m.kind) {
+    case 'complete':
+      return `rank ${m.rank} '${m.tensor}' holds ${num(m.parallel)} where logical ${at} = ${num(m.expected)}`;
+    case 'partial':
+      return `the addends of ${at} (e.g. rank ${m.rank} '${m.tensor}') combine to ${num(m.parallel)}, logical = ${num(m.expected)}`;
+    case 'replica':
+      return `rank ${m.rank} '${m.tensor}' holds ${num(m.parallel)} for ${at} but another replica of the same addend holds ${num(m.expected)}`;
+  }
+}
+
+const mark = { proved: 'proved', not_equivalent: 'NOT EQUIVALENT', unknown: 'unknown' } as const;
+
+export function formatReport(r: VerifyReport, verbose = false): string {
+  const out: string[] = [];
+  out.push(`plan        ${r.name === '' ? '(unnamed)' : r.name}  (${r.file})`);
+  out.push(`stages      ${r.stages.length}, one per logical tensor that ranks compute (every replica on every rank is proved)`);
+  out.push(
+    `numeric     ${r.numeric.evaluated ? `${r.numeric.claimsChecked} claims evaluated at random inputs (seed ${r.numeric.seed}): ${r.numeric.mismatches === 0 ? 'all agree' : `${r.numeric.mismatches} differ`}` : `not evaluated (${r.numeric.reason ?? ''})`}`,
+  );
+  const w = Math.max(6, ...r.stages.map((s) => s.logical.length));
+  const show = (s: StageReport): boolean => verbose || s.status !== 'proved' || r.stages.length <= 40;
+  out.push('');
+  out.push(`  #   ${'tensor'.padEnd(w)}  ${'logical op'.padEnd(24)} ${'ranks'.padEnd(8)} result`);
+  let hidden = 0;
+  for (const s of r.stages) {
+    if (!show(s)) {
+      hidden++;
+      continue;
+    }
+    const op = s.op === undefined ? '(contract input)' : `${s.op.id} (${s.op.kind})`;
+    out.push(`  ${String(s.index).padStart(3)} ${s.logical.padEnd(w)}  ${op.padEnd(24)} ${ranksText(s.ranks).padEnd(8)} ${mark[s.status]}`);
+    if (s.status === 'proved') continue;
+    if (s.op?.loc !== undefined) out.push(`        source: ${s.op.loc}`);
+    if (s.failingRanks.length > 0) out.push(`        failing ranks: ${s.failingRanks.join(', ')}`);
+    for (const m of s.witness ?? []) out.push(`        witness: ${witnessLine(m)}`);
+    if (s.diagnosis !== undefined) out.push(`        looks like: ${s.diagnosis}`);
+    if (s.reason !== undefined) out.push(`        ${s.status === 'unknown' ? 'why unknown' : 'proof'}: ${s.reason}`);
+  }
+  if (hidden > 0) out.push(`  ... ${hidden} proved stage(s) not shown (--verbose lists them)`);
+  out.push('');
+  const head = r.verdict === 'verified' ? 'VERIFIED' : r.verdict === 'not_equivalent' ? 'NOT EQUIVALENT' : 'UNKNOWN';
+  out.push(`verdict     ${head}: ${r.summary} (${(r.ms / 1000).toFixed(2)} s)`);
+  if (r.verdict === 'not_equivalent') out.push(`            witness inputs: the contract inputs drawn uniformly from [-1, 1) with seed ${r.numeric.seed} (planproof verify --seed ${r.numeric.seed} reproduces them)`);
+  return out.join('\n');
+}

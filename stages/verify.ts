@@ -1,0 +1,149 @@
+/**
+ * The verdict of a plan, with evidence for each outcome:
+ *  - verified: every stage proved in the exact normal form, and the numeric run agrees;
+ *  - not equivalent: some stage's normal forms differ AND the numeric run from real inputs
+ *    shows concrete differing values on that stage's tensor (the witness);
+ *  - unknown: anything else, with the reason (a difference without a witness, an
+ *    undischarged side condition, a plan too large to evaluate numerically, ...).
+ */
+import type { LoadedPlan } from '../plans/loader.js';
+import { registry } from '../ops/registry.js';
+import { logicalOrder } from '../sdfg/execute.js';
+import { numericCheck, type Mismatch, type NumericReport } from './numeric.js';
+import { decompose, Prover, type StageResult } from './prove.js';
+
+export type Verdict = 'verified' | 'not_equivalent' | 'unknown';
+
+export interface StageReport {
+  readonly index: number;
+  readonly logical: string;
+  /** Producing logical op id and kind, or undefined for a contract input. */
+  readonly op?: { id: string; kind: string; loc?: string };
+  readonly ranks: number[];
+  readonly status: 'proved' | 'not_equivalent' | 'unknown';
+  readonly reason?: string;
+  readonly failingRanks: number[];
+  /** Concrete differing values (first few), for not_equivalent stages. */
+  readonly witness?: Mismatch[];
+  /** A diagnosis of the witness, when one fits. */
+  readonly diagnosis?: string;
+  readonly logicalOps: number;
+  readonly parallelOps: number;
+  readonly ms: number;
+}
+
+export interface VerifyReport {
+  readonly file: string;
+  readonly name: string;
+  readonly verdict: Verdict;
+  readonly summary: string;
+  readonly stages: StageReport[];
+  readonly numeric: { evaluated: boolean; seed: number; claimsChecked: number; mismatches: number; reason?: string };
+  /** Semantics approximations used by this plan's ops (none so far). */
+  readonly approximations: string[];
+  readonly ms: number;
+}
+
+export interface VerifyOptions {
+  readonly seed?: number;
+  readonly onStage?: (done: number, total: number) => void;
+}
+
+export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyReport {
+  const t0 = performance.now();
+  const seed = opts.seed ?? 1;
+  const numeric: NumericReport = numericCheck(plan, seed);
+  const order = logicalOrder(plan);
+  const stages = decompose(plan, order);
+  const prover = new Prover(plan);
+  const lg = plan.logical;
+  const reports: StageReport[] = [];
+  stages.forEach((s, i) => {
+    let r: StageResult;
+    try {
+      r = prover.prove(s);
+    } catch (e) {
+      r = { stage: s, status: 'unknown', reason: `engine error: ${e instanceof Error ? e.message : String(e)}`, failingRanks: s.obligations.map((o) => o.rank), logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
+    }
+    opts.onStage?.(i + 1, stages.length);
+    const name = lg.tensors.name(s.logical);
+    const prodOp = lg.producer[s.logical] as number;
+    const op = prodOp < 0 ? undefined : { id: lg.ops.ids.name(prodOp), kind: registry.get(lg.ops.kind[prodOp] as number).name, ...(lg.ops.loc[prodOp] === undefined ? {} : { loc: lg.ops.loc[prodOp] as string }) };
+    const base = {
+      index: i + 1,
+      logical: name,
+      ...(op === undefined ? {} : { op }),
+      ranks: [...new Set(s.obligations.map((o) => o.rank))].sort((a, b) => a - b),
+      failingRanks: r.failingRanks,
+      logicalOps: r.logicalOps,
+      parallelOps: r.parallelOps,
+      ms: r.ms,
+    };
+    if (r.status === 'proved') {
+      reports.push({ ...base, status: 'proved' });
+      return;
+    }
+    if (r.status === 'unknown') {
+      reports.push({ ...base, status: 'unknown', reason: r.reason ?? 'undecided' });
+      return;
+    }
+    const witness = numeric.mismatches.filter((m) => m.logical === name);
+    if (witness.length > 0) {
+      const diagnosis = diagnose(witness, r.failingRanks, base.ranks, r.reason ?? '');
+      reports.push({ ...base, status: 'not_equivalent', reason: `normal forms differ: ${r.reason ?? ''}`, witness: witness.slice(0, 4), ...(diagnosis === undefined ? {} : { diagnosis }) });
+    } else {
+      const why = numeric.evaluated ? `no numeric witness at seed ${seed}` : `no numeric evaluation (${numeric.reason ?? ''})`;
+      reports.push({ ...base, status: 'unknown', reason: `normal forms differ but ${why}; the engine may lack an identity the plan relies on: ${r.reason ?? ''}` });
+    }
+  });
+
+  const failing = reports.filter((r) => r.status === 'not_equivalent');
+  const unknown = reports.filter((r) => r.status === 'unknown');
+  let verdict: Verdict;
+  let summary: string;
+  if (failing.length > 0) {
+    const f = failing[0] as StageReport;
+    verdict = 'not_equivalent';
+    summary = `stage ${f.index} (${f.logical}${f.op ? `, op '${f.op.id}'` : ''}) is the first failing stage and the likely root cause${failing.length > 1 ? `; ${failing.length - 1} later stage(s) also fail: ${failing.slice(1).map((x) => x.logical).join(', ')}` : ''}`;
+  } else if (unknown.length > 0) {
+    verdict = 'unknown';
+    summary = `${unknown.length} of ${reports.length} stage(s) undecided; first: stage ${(unknown[0] as StageReport).index} (${(unknown[0] as StageReport).logical}): ${(unknown[0] as StageReport).reason ?? ''}`;
+  } else if (numeric.mismatches.length > 0) {
+    // Every stage proved yet the numbers differ: never claim "verified" against evidence.
+    verdict = 'unknown';
+    summary = `internal inconsistency: all stages proved, but numeric evaluation differs on ${numeric.failingTensors.join(', ')} (please report this plan)`;
+  } else {
+    verdict = 'verified';
+    summary = `all ${reports.length} stages proved equivalent in exact arithmetic; every contract output is held complete`;
+  }
+  return {
+    file: plan.file,
+    name: plan.name,
+    verdict,
+    summary,
+    stages: reports,
+    numeric: { evaluated: numeric.evaluated, seed, claimsChecked: numeric.claimsChecked, mismatches: numeric.mismatches.length, ...(numeric.reason === undefined ? {} : { reason: numeric.reason }) },
+    approximations: [],
+    ms: performance.now() - t0,
+  };
+}
+
+/** Names the likely kind of bug from the witness values (design principle 8). */
+function diagnose(w: Mismatch[], failingRanks: number[], ranks: number[], residual: string): string | undefined {
+  if (w.some((m) => m.kind === 'replica')) return 'replicas of one addend disagree across ranks: divergence';
+  // Addend symbols (name[e]#i/n) left in the residual: a partial value was used as if complete.
+  const addend = /([A-Za-z0-9_.:/@\[\]-]+?)\[\d+\]#\d+\/\d+/.exec(residual);
+  if (addend !== null) return `the result depends on individual partial addends of '${addend[1] ?? ''}': a reduction (all-reduce / reduce-scatter) of a partial value is missing`;
+  const ratios = w.filter((m) => Math.abs(m.expected) > 1e-12).map((m) => m.parallel / m.expected);
+  if (ratios.length >= 2 && ratios.every((x) => Math.abs(x - (ratios[0] as number)) < 1e-6 * Math.max(1, Math.abs(ratios[0] as number)))) {
+    const c = ratios[0] as number;
+    return `parallel = ${fmt(c)} x logical: a scaling bug (a sum where an average is needed, or the reverse; a loss scale applied twice)`;
+  }
+  if (failingRanks.length > 0 && failingRanks.length < ranks.length) return `only rank(s) ${failingRanks.join(', ')} of ${ranks.join(', ')} are wrong: the ranks diverge (a replica computed differently, or a wrong slice on one rank)`;
+  return undefined;
+}
+
+function fmt(x: number): string {
+  const r = Math.round(x * 1e6) / 1e6;
+  return String(r);
+}

@@ -1,0 +1,141 @@
+import { strict as assert } from 'node:assert';
+import { readFileSync } from 'node:fs';
+import { loadPlan, loadPlanObject } from '../plans/loader.js';
+import { verifyPlan } from '../stages/verify.js';
+import { EXAMPLES } from './helpers.js';
+
+interface Entry {
+  file: string;
+  expect: 'verified' | 'not_equivalent';
+  firstFailing?: { logicalTensor: string; ranks: number[] };
+}
+const manifest = JSON.parse(readFileSync(`${EXAMPLES}manifest.json`, 'utf8')) as Entry[];
+
+/** One-tensor plan: logical y = f(x) elementwise, rank computes it with `ops` over tensors `tensors`. */
+function elementwise(logicalOp: string, ops: object[], tensors: object[]): unknown {
+  return {
+    format: 'planproof/v1',
+    mesh: { axes: [{ name: 'dp', size: 1 }] },
+    logical: {
+      tensors: [
+        { id: 'x', shape: [3], role: 'input' },
+        { id: 'y', shape: [3], role: 'output' },
+      ],
+      ops: [{ id: 'f', op: logicalOp, inputs: ['x'], outputs: ['y'] }],
+    },
+    parallel: {
+      programs: [
+        {
+          ranks: 'all',
+          tensors: [{ id: 'x', shape: [3], lineage: { logical: 'x' } }, ...tensors, { id: 'y', shape: [3], lineage: { logical: 'y' } }],
+          ops,
+        },
+      ],
+    },
+    contract: { inputs: ['x'], outputs: ['y'] },
+  };
+}
+
+describe('verify: verdicts with evidence', () => {
+  for (const e of manifest) {
+    it(`${e.file}: ${e.expect}${e.firstFailing ? ` at ${e.firstFailing.logicalTensor}` : ''}`, () => {
+      const r = verifyPlan(loadPlan(`${EXAMPLES}${e.file}`));
+      assert.equal(r.verdict, e.expect, r.summary);
+      if (e.expect === 'verified') {
+        assert.ok(r.stages.length > 5 && r.stages.every((s) => s.status === 'proved'));
+        assert.equal(r.numeric.mismatches, 0);
+        return;
+      }
+      const failing = r.stages.filter((s) => s.status === 'not_equivalent');
+      const first = failing[0];
+      assert.ok(first !== undefined);
+      assert.equal(first.logical, e.firstFailing?.logicalTensor);
+      assert.deepEqual(first.failingRanks, e.firstFailing?.ranks);
+      assert.ok((first.witness ?? []).length > 0, 'a not-equivalent stage carries a witness');
+      for (const w of first.witness ?? []) assert.ok(Math.abs(w.parallel - w.expected) > 1e-6);
+      // Assume-guarantee: stages after the root cause are proved from their (assumed) inputs.
+      assert.equal(failing.length, 1, `only the root cause fails symbolically: ${failing.map((s) => s.logical).join(', ')}`);
+    });
+  }
+
+  it('a correct plan relying on an identity the engine lacks is unknown, never not-equivalent: tanh(x) = 2 sigmoid(2x) - 1', () => {
+    const p = loadPlanObject(
+      'tanh.json',
+      elementwise(
+        'tanh',
+        [
+          { id: 'two_x', op: 'scale', inputs: ['x'], outputs: ['x2'], attrs: { factor: 2 } },
+          { id: 's', op: 'sigmoid', inputs: ['x2'], outputs: ['s'] },
+          { id: 's2', op: 'scale', inputs: ['s'], outputs: ['s2'], attrs: { factor: 2 } },
+          { id: 'one', op: 'div', inputs: ['x', 'x'], outputs: ['one'] },
+          { id: 'y', op: 'sub', inputs: ['s2', 'one'], outputs: ['y'] },
+        ],
+        [
+          { id: 'x2', shape: [3] },
+          { id: 's', shape: [3] },
+          { id: 's2', shape: [3] },
+          { id: 'one', shape: [3] },
+        ],
+      ),
+    );
+    const r = verifyPlan(p);
+    assert.equal(r.verdict, 'unknown', r.summary);
+    assert.equal(r.numeric.mismatches, 0, 'the identity holds numerically');
+    assert.match(r.stages[0]?.reason ?? '', /no numeric witness|side condition/);
+  });
+
+  it('an undischarged division blocks "verified": y = (x * x) / x computed for y = x', () => {
+    const p = loadPlanObject(
+      'div.json',
+      elementwise(
+        'identity',
+        [
+          { id: 'sq', op: 'mul', inputs: ['x', 'x'], outputs: ['sq'] },
+          { id: 'y', op: 'div', inputs: ['sq', 'x'], outputs: ['y'] },
+        ],
+        [{ id: 'sq', shape: [3] }],
+      ),
+    );
+    const r = verifyPlan(p);
+    assert.equal(r.verdict, 'unknown');
+    assert.match(r.stages[0]?.reason ?? '', /side condition not discharged: .*x\[0\].* != 0/);
+  });
+
+  it('dividing by a sum of exponentials needs no side condition: softmax written out by hand is verified; the wrong dim is refuted', () => {
+    const plan = (dim: number): unknown => ({
+      format: 'planproof/v1',
+      mesh: { axes: [{ name: 'dp', size: 1 }] },
+      logical: {
+        tensors: [
+          { id: 'x', shape: [2, 4], role: 'input' },
+          { id: 'y', shape: [2, 4], role: 'output' },
+        ],
+        ops: [{ id: 'sm', op: 'softmax', inputs: ['x'], outputs: ['y'], attrs: { dim: 1 } }],
+      },
+      parallel: {
+        programs: [
+          {
+            ranks: 'all',
+            tensors: [
+              { id: 'x', shape: [2, 4], lineage: { logical: 'x' } },
+              { id: 'e', shape: [2, 4] },
+              { id: 's', shape: dim === 1 ? [2, 1] : [1, 4] },
+              { id: 'y', shape: [2, 4], lineage: { logical: 'y' } },
+            ],
+            ops: [
+              { id: 'e', op: 'exp', inputs: ['x'], outputs: ['e'] },
+              { id: 's', op: 'sum', inputs: ['e'], outputs: ['s'], attrs: { dims: [dim], keepdim: true } },
+              { id: 'y', op: 'div', inputs: ['e', 's'], outputs: ['y'] },
+            ],
+          },
+        ],
+      },
+      contract: { inputs: ['x'], outputs: ['y'] },
+    });
+    const good = verifyPlan(loadPlanObject('softmax.json', plan(1)));
+    assert.equal(good.verdict, 'verified', good.summary);
+    const bad = verifyPlan(loadPlanObject('softmax-dim0.json', plan(0)));
+    assert.equal(bad.verdict, 'not_equivalent');
+    assert.equal(bad.stages[0]?.logical, 'y');
+  });
+});
