@@ -132,7 +132,7 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
 function diagnose(w: Mismatch[], failingRanks: number[], ranks: number[], residual: string): string | undefined {
   if (w.some((m) => m.kind === 'replica')) return 'replicas of one addend disagree across ranks: divergence';
   // Addend symbols (name[e]#i/n) left in the residual: a partial value was used as if complete.
-  const addend = /([A-Za-z0-9_.:/@\[\]-]+?)\[\d+\]#\d+\/\d+/.exec(residual);
+  const addend = /([A-Za-z0-9_.:/@[\]-]+?)\[\d+\]#\d+\/\d+/.exec(residual);
   if (addend !== null) return `the result depends on individual partial addends of '${addend[1] ?? ''}': a reduction (all-reduce / reduce-scatter) of a partial value is missing`;
   const ratios = w.filter((m) => Math.abs(m.expected) > 1e-12).map((m) => m.parallel / m.expected);
   if (ratios.length >= 2 && ratios.every((x) => Math.abs(x - (ratios[0] as number)) < 1e-6 * Math.max(1, Math.abs(ratios[0] as number)))) {
