@@ -1,18 +1,7 @@
 import { strict as assert } from 'node:assert';
 import { loadPlanObject } from '../plans/loader.js';
-import { PlanError } from '../plans/errors.js';
+import { rejects } from './helpers.js';
 import { normalForm } from '../plans/normal.js';
-
-function rejects(p: unknown, ...patterns: RegExp[]): void {
-  assert.throws(
-    () => loadPlanObject('t.json', p),
-    (e: unknown) => {
-      assert.ok(e instanceof PlanError, `expected a PlanError, got ${String(e)}`);
-      for (const re of patterns) assert.match(e.message, re);
-      return true;
-    },
-  );
-}
 
 const logical2 = (ops: object[], tensors: object[]): object => ({ tensors, ops });
 

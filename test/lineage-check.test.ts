@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { loadPlanObject } from '../plans/loader.js';
-import { PlanError } from '../plans/errors.js';
+import { rejects } from './helpers.js';
 
 /** A one-op plan: y = identity(x) per rank, with the given lineage on x and y (template or per rank). */
 function plan(axes: [string, number][], xShape: number[], local: (r: number) => { shape: number[]; x: object; y: object }, outputs = true): unknown {
@@ -30,17 +30,6 @@ function plan(axes: [string, number][], xShape: number[], local: (r: number) => 
     },
     contract: { inputs: ['x'], outputs: ['y'] },
   };
-}
-
-function rejects(p: unknown, ...patterns: RegExp[]): void {
-  assert.throws(
-    () => loadPlanObject('t.json', p),
-    (e: unknown) => {
-      assert.ok(e instanceof PlanError, `expected a PlanError, got ${String(e)}`);
-      for (const re of patterns) assert.match(e.message, re);
-      return true;
-    },
-  );
 }
 
 describe('lineage tiling', () => {
