@@ -7,9 +7,11 @@ import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
-import { loadPlan, type LoadedPlan } from '../plans/loader.js';
+import { loadPlanText, type LoadedPlan } from '../plans/loader.js';
+import { readPlanText } from '../plans/json.js';
+import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
-import { verifyPlan, type VerifyReport } from '../stages/verify.js';
+import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
 import { formatReport } from '../stages/report.js';
 
 export const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
@@ -23,9 +25,15 @@ interface Out {
 
 const stdio: Out = { log: (s) => process.stdout.write(s + '\n'), err: (s) => process.stderr.write(s + '\n') };
 
-function load(file: string, json: boolean, out: Out): LoadedPlan | number {
+interface Loaded {
+  plan: LoadedPlan;
+  text: string;
+}
+
+function loadWithText(file: string, json: boolean, out: Out): Loaded | number {
   try {
-    return loadPlan(file);
+    const text = readPlanText(file);
+    return { plan: loadPlanText(file, text), text };
   } catch (e) {
     if (!(e instanceof PlanError)) throw e;
     if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues: e.issues }, null, 2));
@@ -35,6 +43,17 @@ function load(file: string, json: boolean, out: Out): LoadedPlan | number {
     }
     return ExitCode.invalidPlan;
   }
+}
+
+function load(file: string, json: boolean, out: Out): LoadedPlan | number {
+  const l = loadWithText(file, json, out);
+  return typeof l === 'number' ? l : l.plan;
+}
+
+export interface EngineOptions {
+  seed: number;
+  jobs: number;
+  deadline: number;
 }
 
 function inspect(file: string, json: boolean, out: Out): number {
@@ -52,23 +71,23 @@ function progress(): ((done: number, total: number) => void) | undefined {
   };
 }
 
-function runVerify(plan: LoadedPlan, seed: number): VerifyReport {
+async function runVerify(l: Loaded, eng: EngineOptions): Promise<VerifyReport> {
   const onStage = progress();
-  return verifyPlan(plan, onStage === undefined ? { seed } : { seed, onStage });
+  return verifyPlanInPool(l.plan, l.text, { seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, ...(onStage === undefined ? {} : { onStage }) });
 }
 
-function verify(file: string, json: boolean, seed: number, verbose: boolean, out: Out): number {
-  const plan = load(file, json, out);
-  if (typeof plan === 'number') return plan;
-  const report = runVerify(plan, seed);
+async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out): Promise<number> {
+  const l = loadWithText(file, json, out);
+  if (typeof l === 'number') return l;
+  const report = await runVerify(l, eng);
   out.log(json ? JSON.stringify(report, null, 2) : formatReport(report, verbose));
   return verdictCode[report.verdict];
 }
 
-function demo(json: boolean, out: Out): number {
-  const plan = load(DEMO_PLAN, json, out);
-  if (typeof plan === 'number') return plan;
-  const report = runVerify(plan, 1);
+async function demo(json: boolean, eng: EngineOptions, out: Out): Promise<number> {
+  const l = loadWithText(DEMO_PLAN, json, out);
+  if (typeof l === 'number') return l;
+  const report = await runVerify(l, eng);
   if (json) out.log(JSON.stringify({ demo: true, ...report }, null, 2));
   else {
     out.log('planproof demo: the embedded example, a two-layer MLP training iteration (forward, MSE loss,');
@@ -89,12 +108,14 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .option('json', { type: 'boolean', default: false, describe: 'machine-readable output on stdout' })
     .option('seed', { type: 'number', default: 1, describe: 'seed of the random inputs used for numeric witnesses' })
     .option('verbose', { type: 'boolean', default: false, describe: 'list every stage, also proved ones' })
+    .option('jobs', { type: 'number', default: Math.min(2, availableParallelism()), describe: 'worker threads proving stages (0: in this thread)' })
+    .option('deadline', { type: 'number', default: 60, describe: 'seconds a stage may take before it is stopped and reported unknown' })
     .command(
       'verify <plan>',
       'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
       (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1)' }),
-      (a) => {
-        if (typeof a.plan === 'string') code = verify(a.plan, a.json, a.seed, a.verbose, out);
+      async (a) => {
+        if (typeof a.plan === 'string') code = await verify(a.plan, a.json, { seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out);
       },
     )
     .command(
@@ -109,8 +130,8 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       'demo',
       'verify the embedded example plan (a two-layer MLP training iteration under tensor parallelism)',
       (y) => y,
-      (a) => {
-        code = demo(a.json, out);
+      async (a) => {
+        code = await demo(a.json, { seed: a.seed, jobs: a.jobs, deadline: a.deadline }, out);
       },
     )
     .demandCommand(1, 'name a command: verify, inspect or demo')

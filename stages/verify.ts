@@ -10,7 +10,8 @@ import type { LoadedPlan } from '../plans/loader.js';
 import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type Mismatch, type NumericReport } from './numeric.js';
-import { decompose, Prover, type StageResult } from './prove.js';
+import { decompose, Prover, type Stage, type StageResult } from './prove.js';
+import { proveInPool, type PoolOptions } from './pool.js';
 
 export type Verdict = 'verified' | 'not_equivalent' | 'unknown';
 
@@ -52,20 +53,56 @@ export interface VerifyOptions {
 export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyReport {
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
-  const numeric: NumericReport = numericCheck(plan, seed);
-  const order = logicalOrder(plan);
-  const stages = decompose(plan, order);
+  const numeric = numericCheck(plan, seed);
+  const stages = decompose(plan, logicalOrder(plan));
   const prover = new Prover(plan);
-  const lg = plan.logical;
-  const reports: StageReport[] = [];
-  stages.forEach((s, i) => {
+  const results = stages.map((s, i) => {
     let r: StageResult;
     try {
       r = prover.prove(s);
     } catch (e) {
-      r = { stage: s, status: 'unknown', reason: `engine error: ${e instanceof Error ? e.message : String(e)}`, failingRanks: s.obligations.map((o) => o.rank), logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
+      r = engineError(s, e);
     }
     opts.onStage?.(i + 1, stages.length);
+    return r;
+  });
+  return assemble(plan, results, numeric, seed, t0);
+}
+
+export interface PoolVerifyOptions extends VerifyOptions {
+  /** Worker threads; 0 proves in this thread. */
+  readonly jobs: number;
+  /** Per-stage deadline (ms). */
+  readonly deadlineMs: number;
+  readonly fault?: PoolOptions['fault'];
+}
+
+/** verifyPlan with stages proved in worker threads under a per-stage deadline. */
+export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: PoolVerifyOptions): Promise<VerifyReport> {
+  if (opts.jobs <= 0) return verifyPlan(plan, opts);
+  const t0 = performance.now();
+  const seed = opts.seed ?? 1;
+  const numeric = numericCheck(plan, seed);
+  const stages = decompose(plan, logicalOrder(plan));
+  const results = await proveInPool(plan.file, text, stages, {
+    jobs: opts.jobs,
+    deadlineMs: opts.deadlineMs,
+    ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
+    ...(opts.fault === undefined ? {} : { fault: opts.fault }),
+  });
+  return assemble(plan, results, numeric, seed, t0);
+}
+
+function engineError(s: Stage, e: unknown): StageResult {
+  return { stage: s, status: 'unknown', reason: `engine error: ${e instanceof Error ? e.message : String(e)}`, failingRanks: s.obligations.map((o) => o.rank), logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
+}
+
+/** Turns stage results and the numeric run into the verdict and the report. */
+function assemble(plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, seed: number, t0: number): VerifyReport {
+  const lg = plan.logical;
+  const reports: StageReport[] = [];
+  results.forEach((r, i) => {
+    const s = r.stage;
     const name = lg.tensors.name(s.logical);
     const prodOp = lg.producer[s.logical] as number;
     const op = prodOp < 0 ? undefined : { id: lg.ops.ids.name(prodOp), kind: registry.get(lg.ops.kind[prodOp] as number).name, ...(lg.ops.loc[prodOp] === undefined ? {} : { loc: lg.ops.loc[prodOp] as string }) };

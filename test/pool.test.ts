@@ -1,0 +1,39 @@
+import { strict as assert } from 'node:assert';
+import { readFileSync } from 'node:fs';
+import { loadPlanText } from '../plans/loader.js';
+import { verifyPlan, verifyPlanInPool } from '../stages/verify.js';
+import { EXAMPLES } from './helpers.js';
+
+const file = `${EXAMPLES}mlp-dp2tp2.json`;
+const text = readFileSync(file, 'utf8');
+const plan = loadPlanText(file, text);
+
+describe('worker pool with deadlines', () => {
+  it('proves the same verdicts in worker threads as in process', async () => {
+    const inPool = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000 });
+    const local = verifyPlan(plan);
+    assert.equal(inPool.verdict, 'verified');
+    assert.deepEqual(
+      inPool.stages.map((s) => [s.logical, s.status]),
+      local.stages.map((s) => [s.logical, s.status]),
+    );
+  });
+
+  it('a stage that exceeds its deadline is unknown, never verified, and the others still finish', async () => {
+    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 1500, fault: { stage: 3, kind: 'hang' } });
+    assert.equal(r.verdict, 'unknown');
+    const stuck = r.stages[3];
+    assert.equal(stuck?.status, 'unknown');
+    assert.match(stuck?.reason ?? '', /deadline of 1\.5 s exceeded; the worker was stopped/);
+    assert.ok(r.stages.filter((s, i) => i !== 3).every((s) => s.status === 'proved'));
+    assert.match(r.summary, /1 of 11 stage\(s\) undecided/);
+  });
+
+  it('a worker killed mid-proof makes its stage unknown and the run completes', async () => {
+    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000, fault: { stage: 5, kind: 'crash' } });
+    assert.equal(r.verdict, 'unknown');
+    assert.equal(r.stages[5]?.status, 'unknown');
+    assert.match(r.stages[5]?.reason ?? '', /the worker proving this stage failed/);
+    assert.equal(r.stages.filter((s) => s.status === 'proved').length, 10);
+  });
+});
