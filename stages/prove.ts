@@ -15,7 +15,7 @@
  * evidently nonzero or that the logical side divides by as well. A normal-form difference is
  * not a refutation: the caller pairs it with a numeric witness or reports "unknown".
  */
-import type { Dense } from '../ops/algebra.js';
+import type { Algebra, Dense } from '../ops/algebra.js';
 import { registry } from '../ops/registry.js';
 import { type Attrs, numel } from '../ops/types.js';
 import { termAlgebra } from '../sdfg/algebras.js';
@@ -116,14 +116,43 @@ function producers(plan: LoadedPlan): Map<string, Producer> {
   return m;
 }
 
-export class Prover {
+/** One equality the stage must establish. */
+export interface Pair<S> {
+  readonly par: S;
+  readonly log: S;
+  readonly rank: number;
+  /** Where it comes from, for messages. */
+  readonly what: string;
+}
+
+export interface StageBuild<S> {
+  readonly pairs: Pair<S>[];
+  readonly logicalOps: number;
+  readonly parallelOps: number;
+  /** Set when the stage's input relation cannot be encoded. */
+  readonly unsupported?: string;
+}
+
+export interface SymbolSource<S> {
+  readonly alg: Algebra<S>;
+  sym(name: string): S;
+  /** Called after the logical side is built, before the parallel side (divisions after it are the parallel side's). */
+  parallelStart?(): void;
+}
+
+/**
+ * Builds a stage over any algebra: symbols for the inputs (by substitution), the logical
+ * value, the parallel values, and the equalities between them. Deciding the equalities is
+ * the caller's (exact normal form, or Z3).
+ */
+export class StageBuilder {
   private readonly prod: Map<string, Producer>;
   private readonly lineageCache = new Map<string, LineageNF | undefined>();
-  constructor(private readonly plan: LoadedPlan) {
+  constructor(readonly plan: LoadedPlan) {
     this.prod = producers(plan);
   }
 
-  private lineage(r: number, t: number): LineageNF | undefined {
+  lineage(r: number, t: number): LineageNF | undefined {
     const key = `${r}:${t}`;
     if (this.lineageCache.has(key)) return this.lineageCache.get(key);
     const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
@@ -133,21 +162,20 @@ export class Prover {
     return nf;
   }
 
-  private tensorName(r: number, t: number): string {
+  tensorName(r: number, t: number): string {
     return (this.plan.programs[this.plan.rankProgram[r] as number] as Program).tensors.name(t);
   }
 
-  prove(stage: Stage): StageResult {
-    const t0 = performance.now();
+  build<S>(stage: Stage, src: SymbolSource<S>): StageBuild<S> {
     const plan = this.plan;
     const lg = plan.logical;
-    const T = new TermStore();
-    const alg = termAlgebra(T);
+    const alg = src.alg;
+    const combine = (reduce: string, divisor: number, xs: S[]): S =>
+      reduce === 'sum' ? alg.mul(alg.sum(xs), alg.constant(`1/${divisor}`)) : reduce === 'max' ? alg.max(xs) : alg.min(xs);
 
-    // 1. Parallel closure: the ops and instances the obligations depend on, and the inputs.
+    // 1. Parallel closure. Claims of the stage's own logical tensor are recomputed, never
+    // assumed (unless no op produces them: claims of a contract input).
     const inputs = new Map<string, LineageNF>();
-    // Claims of the stage's own logical tensor are recomputed, never assumed (unless no op
-    // produces them: claims of a contract input).
     const stack = stage.obligations.map((o) => [o.rank, o.tensor] as [number, number]);
     const seen = new Set<string>();
     while (stack.length > 0) {
@@ -174,16 +202,13 @@ export class Prover {
       }
     }
 
-    // 2. Symbols for the logical tensors named by the inputs (substitution).
+    // 2. Symbols for the logical tensors the inputs name (substitution).
     const inputLogical = new Set<number>([...inputs.values()].map((nf) => nf.logical));
-    const logicalSyms = new Map<number, TermId[]>();
-    const chunkTerms = new Map<string, TermId>();
-    let unsupported: string | undefined;
+    const logicalSyms = new Map<number, S[]>();
+    const chunkTerms = new Map<string, S>();
     for (const L of inputLogical) {
       const shape = lg.shapes[L] ?? [];
-      const n = numel(shape);
       const name = lg.tensors.name(L);
-      // Partial groups among this stage's input claims of L, per element.
       const groupsAt = new Map<number, Map<string, LineageNF>>();
       for (const nf of inputs.values()) {
         if (nf.logical !== L || (nf.value.n === 1 && nf.value.divisor === 1)) continue;
@@ -197,85 +222,75 @@ export class Prover {
           if (!m.has(gk)) m.set(gk, nf);
         }
       }
-      const vals: TermId[] = new Array<TermId>(n);
-      for (let e = 0; e < n; e++) {
+      const vals: S[] = new Array<S>(numel(shape));
+      for (let e = 0; e < vals.length; e++) {
         const gs = groupsAt.get(e);
         if (gs === undefined) {
-          vals[e] = T.sym(`${name}[${e}]`);
+          vals[e] = src.sym(`${name}[${e}]`);
           continue;
         }
-        let value: TermId | undefined;
-        let first = true;
+        let value: S | undefined;
         for (const [gk, nf] of gs) {
           const v = nf.value;
-          const chunks: TermId[] = [];
-          if (first) {
-            for (let i = 0; i < v.n; i++) chunks.push(T.sym(`${name}[${e}]#${i}/${v.n}`));
-            const comb = v.reduce === 'sum' ? T.scale(T.sum(chunks), { n: 1n, d: BigInt(v.divisor) }) : v.reduce === 'max' ? T.max(chunks) : T.min(chunks);
-            value = comb;
-            first = false;
+          const chunks: S[] = [];
+          if (value === undefined) {
+            for (let i = 0; i < v.n; i++) chunks.push(src.sym(`${name}[${e}]#${i}/${v.n}`));
+            value = combine(v.reduce, v.divisor, chunks);
           } else {
-            if (v.reduce !== 'sum') {
-              unsupported = `logical '${name}' is assumed as two partial decompositions, one of them ${v.reduce}`;
-              break;
-            }
-            for (let i = 0; i < v.n - 1; i++) chunks.push(T.sym(`${name}[${e}]#${i}/${v.n}'`));
-            chunks.push(T.sub(T.scale(value as TermId, { n: BigInt(v.divisor), d: 1n }), T.sum(chunks)));
+            if (v.reduce !== 'sum') return { pairs: [], logicalOps: 0, parallelOps: 0, unsupported: `logical '${name}' is assumed as two partial decompositions, one of them ${v.reduce}` };
+            for (let i = 0; i < v.n - 1; i++) chunks.push(src.sym(`${name}[${e}]#${i}/${v.n}'`));
+            chunks.push(alg.sub(alg.mul(value, alg.constant(v.divisor)), alg.sum(chunks)));
           }
           chunks.forEach((c, i) => chunkTerms.set(`${L}|${gk}|${e}|${i}`, c));
         }
-        vals[e] = value as TermId;
+        vals[e] = value as S;
       }
       logicalSyms.set(L, vals);
     }
-    if (unsupported !== undefined) return this.result(stage, 'unknown', `unsupported input relation: ${unsupported}`, stage.obligations.map((o) => o.rank), 0, 0, T, t0);
 
     // 3. Logical value of the stage's tensor, from the input logical tensors.
-    const lvals = new Map<number, Dense<TermId>>();
+    const lvals = new Map<number, Dense<S>>();
     for (const [L, v] of logicalSyms) lvals.set(L, { shape: lg.shapes[L] ?? [], data: v });
     let logicalOps = 0;
-    const evalLogical = (x: number): Dense<TermId> => {
+    const evalLogical = (x: number): Dense<S> => {
       const hit = lvals.get(x);
       if (hit !== undefined) return hit;
       const op = lg.producer[x] as number;
-      let out: Dense<TermId>;
       if (op < 0) {
         // A contract input the parallel side does not read in this stage: fresh symbols.
         const shape = lg.shapes[x] ?? [];
-        out = { shape, data: Array.from({ length: numel(shape) }, (_, e) => T.sym(`${lg.tensors.name(x)}[${e}]`)) };
-      } else {
-        logicalOps++;
-        const ins = [...lg.ops.opInputs(op)].map(evalLogical);
-        const outs = registry.get(lg.ops.kind[op] as number).apply(alg, ins, lg.attrs[op] as Attrs);
-        lg.ops.opOutputs(op).forEach((t, k) => lvals.set(t, outs[k] as Dense<TermId>));
-        out = lvals.get(x) as Dense<TermId>;
+        const v = { shape, data: Array.from({ length: numel(shape) }, (_, e) => src.sym(`${lg.tensors.name(x)}[${e}]`)) };
+        lvals.set(x, v);
+        return v;
       }
-      lvals.set(x, out);
-      return out;
+      logicalOps++;
+      const ins = [...lg.ops.opInputs(op)].map(evalLogical);
+      const outs = registry.get(lg.ops.kind[op] as number).apply(alg, ins, lg.attrs[op] as Attrs);
+      lg.ops.opOutputs(op).forEach((t, k) => lvals.set(t, outs[k] as Dense<S>));
+      return lvals.get(x) as Dense<S>;
     };
     const target = evalLogical(stage.logical);
-    const logicalConds = new Set(T.conditions);
+    src.parallelStart?.();
 
-    // 4. Parallel values: inputs from the symbols, then the closure's ops in dependency order.
-    const pvals = new Map<string, Dense<TermId>>();
+    // 4. Parallel values: inputs from the symbols, then producers on demand.
+    const pvals = new Map<string, Dense<S>>();
     for (const [key, nf] of inputs) {
       const [r, t] = key.split(':').map(Number) as [number, number];
       const shape = plan.view(r).shapes[t] ?? [];
-      const lshape = lg.shapes[nf.logical] ?? [];
-      const idx = logicalIndexer(nf, lshape);
-      const src = logicalSyms.get(nf.logical) as TermId[];
+      const idx = logicalIndexer(nf, lg.shapes[nf.logical] ?? []);
+      const sym = logicalSyms.get(nf.logical) as S[];
       const complete = nf.value.n === 1 && nf.value.divisor === 1;
       const gk = `${nf.value.n}|${nf.value.reduce}|${nf.value.divisor}`;
       pvals.set(key, {
         shape,
         data: Array.from({ length: numel(shape) }, (_, f) => {
           const e = idx(f);
-          return complete ? (src[e] as TermId) : (chunkTerms.get(`${nf.logical}|${gk}|${e}|${nf.value.idx}`) as TermId);
+          return complete ? (sym[e] as S) : (chunkTerms.get(`${nf.logical}|${gk}|${e}|${nf.value.idx}`) as S);
         }),
       });
     }
     let parallelOps = 0;
-    const evalPar = (r: number, t: number): Dense<TermId> => {
+    const evalPar = (r: number, t: number): Dense<S> => {
       const key = `${r}:${t}`;
       const hit = pvals.get(key);
       if (hit !== undefined) return hit;
@@ -286,7 +301,7 @@ export class Prover {
       if (pr.op >= 0) {
         const ins = [...p.ops.opInputs(pr.op)].map((x) => evalPar(r, x));
         const outs = registry.get(p.ops.kind[pr.op] as number).apply(alg, ins, plan.view(r).attrs[pr.op] as Attrs);
-        p.ops.opOutputs(pr.op).forEach((x, k) => pvals.set(`${r}:${x}`, outs[k] as Dense<TermId>));
+        p.ops.opOutputs(pr.op).forEach((x, k) => pvals.set(`${r}:${x}`, outs[k] as Dense<S>));
       } else {
         const c = plan.collectives[pr.inst];
         if (c === undefined) throw new Error('missing collective');
@@ -298,72 +313,88 @@ export class Prover {
           if (o >= 0 && v !== undefined) pvals.set(`${m}:${o}`, v);
         });
       }
-      return pvals.get(key) as Dense<TermId>;
+      return pvals.get(key) as Dense<S>;
     };
 
-    // 5. Compare every obligation with the logical value.
-    const failing = new Set<number>();
-    let firstResidual: string | undefined;
+    // 5. The equalities: complete claims element by element; replicas of one addend with each
+    // other; the combination of each partial group with the logical value.
+    const pairs: Pair<S>[] = [];
     const lshape = lg.shapes[stage.logical] ?? [];
-    const partial = new Map<string, Map<number, TermId>>();
+    const partial = new Map<string, Map<number, { v: S; rank: number }>>();
     for (const o of stage.obligations) {
       const v = evalPar(o.rank, o.tensor);
       const idx = logicalIndexer(o.nf, lshape);
       const complete = o.nf.value.n === 1 && o.nf.value.divisor === 1;
+      const tname = this.tensorName(o.rank, o.tensor);
       v.data.forEach((term, f) => {
         const e = idx(f);
         if (complete) {
-          const want = target.data[e] as TermId;
-          if (!T.equal(term, want)) {
-            failing.add(o.rank);
-            firstResidual ??= `rank ${o.rank} '${this.tensorName(o.rank, o.tensor)}' element ${e}: parallel - logical = ${T.render(T.sub(term, want), 300)}`;
-          }
+          pairs.push({ par: term, log: target.data[e] as S, rank: o.rank, what: `rank ${o.rank} '${tname}' element ${e}` });
           return;
         }
         const gk = `${o.nf.value.n}|${o.nf.value.reduce}|${o.nf.value.divisor}|${e}`;
         let m = partial.get(gk);
         if (m === undefined) partial.set(gk, (m = new Map()));
         const prev = m.get(o.nf.value.idx);
-        if (prev === undefined) m.set(o.nf.value.idx, term);
-        else if (!T.equal(prev, term)) {
-          failing.add(o.rank);
-          firstResidual ??= `rank ${o.rank} '${this.tensorName(o.rank, o.tensor)}': replicas of addend ${o.nf.value.idx} differ`;
-        }
+        if (prev === undefined) m.set(o.nf.value.idx, { v: term, rank: o.rank });
+        else pairs.push({ par: term, log: prev.v, rank: o.rank, what: `rank ${o.rank} '${tname}': replica of addend ${o.nf.value.idx} of element ${e}` });
       });
     }
     for (const [gk, m] of partial) {
-      const [n, reduce, divisor, e] = gk.split('|');
-      const chunks: TermId[] = [];
+      const [n, reduce, divisor, e] = gk.split('|') as [string, string, string, string];
+      const chunks: S[] = [];
+      let rank = -1;
       for (let i = 0; i < Number(n); i++) {
-        const c = m.get(i) ?? chunkTerms.get(`${stage.logical}|${n}|${reduce}|${divisor}|${e}|${i}`);
-        if (c === undefined) {
-          firstResidual ??= `element ${e}: addend ${i} of ${n} is not computed in this stage`;
-          stage.obligations.forEach((o) => failing.add(o.rank));
-          break;
-        }
-        chunks.push(c);
+        const c = m.get(i);
+        const v = c?.v ?? chunkTerms.get(`${stage.logical}|${n}|${reduce}|${divisor}|${e}|${i}`);
+        if (v === undefined) return { pairs: [], logicalOps, parallelOps, unsupported: `element ${e}: addend ${i} of ${n} is computed by no rank in this stage` };
+        if (c !== undefined && rank < 0) rank = c.rank;
+        chunks.push(v);
       }
-      if (chunks.length < Number(n)) continue;
-      const comb = reduce === 'sum' ? T.scale(T.sum(chunks), { n: 1n, d: BigInt(divisor as string) }) : reduce === 'max' ? T.max(chunks) : T.min(chunks);
-      const want = target.data[Number(e)] as TermId;
-      if (!T.equal(comb, want)) {
-        stage.obligations.filter((o) => o.nf.value.n === Number(n)).forEach((o) => failing.add(o.rank));
-        firstResidual ??= `element ${e}: combined addends - logical = ${T.render(T.sub(comb, want), 300)}`;
-      }
+      pairs.push({ par: combine(reduce, Number(divisor), chunks), log: target.data[Number(e)] as S, rank, what: `element ${e}: the ${reduce} of ${n} addends` });
     }
-    if (failing.size > 0) return this.result(stage, 'differs', firstResidual, [...failing], logicalOps, parallelOps, T, t0);
+    return { pairs, logicalOps, parallelOps };
+  }
+}
 
-    // 6. Side conditions of the parallel side's divisions.
+/** The default decision procedure: the exact normal form, with syntactic side conditions. */
+export class Prover {
+  private readonly builder: StageBuilder;
+  constructor(plan: LoadedPlan) {
+    this.builder = new StageBuilder(plan);
+  }
+
+  prove(stage: Stage): StageResult {
+    const t0 = performance.now();
+    const T = new TermStore();
+    let logicalConds = new Set<TermId>();
+    const b = this.builder.build(stage, {
+      alg: termAlgebra(T),
+      sym: (name) => T.sym(name),
+      parallelStart: () => {
+        logicalConds = new Set(T.conditions);
+      },
+    });
+    const ranks = stage.obligations.map((o) => o.rank);
+    if (b.unsupported !== undefined) return result(stage, 'unknown', `unsupported input relation: ${b.unsupported}`, ranks, b, T.size, t0);
+    const failing = new Set<number>();
+    let firstResidual: string | undefined;
+    for (const p of b.pairs) {
+      if (T.equal(p.par, p.log)) continue;
+      failing.add(p.rank);
+      firstResidual ??= `${p.what}: parallel - logical = ${T.render(T.sub(p.par, p.log), 300)}`;
+    }
+    if (failing.size > 0) return result(stage, 'differs', firstResidual, [...failing], b, T.size, t0);
     for (const c of T.conditions) {
       if (logicalConds.has(c) || T.provablyNonzero(c)) continue;
       if ([...logicalConds].some((l) => T.equal(l, c) || T.equal(l, T.neg(c)))) continue;
-      return this.result(stage, 'unknown', `side condition not discharged: ${T.render(c, 200)} != 0 (the parallel plan divides by it, the logical one does not)`, stage.obligations.map((o) => o.rank), logicalOps, parallelOps, T, t0);
+      return result(stage, 'unknown', `side condition not discharged: ${T.render(c, 200)} != 0 (the parallel plan divides by it, the logical one does not)`, ranks, b, T.size, t0);
     }
-    return this.result(stage, 'proved', undefined, [], logicalOps, parallelOps, T, t0);
+    return result(stage, 'proved', undefined, [], b, T.size, t0);
   }
+}
 
-  private result(stage: Stage, status: StageStatus, reason: string | undefined, failingRanks: number[], logicalOps: number, parallelOps: number, T: TermStore, t0: number): StageResult {
-    const r: StageResult = { stage, status, failingRanks: [...new Set(failingRanks)].sort((a, b) => a - b), logicalOps, parallelOps, terms: T.size, ms: performance.now() - t0 };
-    return reason === undefined ? r : { ...r, reason };
-  }
+export function result(stage: Stage, status: StageStatus, reason: string | undefined, failingRanks: number[], b: { logicalOps: number; parallelOps: number }, terms: number, t0: number): StageResult {
+  const r: StageResult = { stage, status, failingRanks: [...new Set(failingRanks)].sort((a, c) => a - c), logicalOps: b.logicalOps, parallelOps: b.parallelOps, terms, ms: performance.now() - t0 };
+  return reason === undefined ? r : { ...r, reason };
 }
