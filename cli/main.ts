@@ -13,6 +13,7 @@ import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
 import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
 import { formatReport } from '../stages/report.js';
+import { shutdownZ3 } from '../stages/z3.js';
 
 export const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -51,6 +52,7 @@ function load(file: string, json: boolean, out: Out): LoadedPlan | number {
 }
 
 export interface EngineOptions {
+  engine: 'normal' | 'z3';
   seed: number;
   jobs: number;
   deadline: number;
@@ -73,7 +75,9 @@ function progress(): ((done: number, total: number) => void) | undefined {
 
 async function runVerify(l: Loaded, eng: EngineOptions): Promise<VerifyReport> {
   const onStage = progress();
-  return verifyPlanInPool(l.plan, l.text, { seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, ...(onStage === undefined ? {} : { onStage }) });
+  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, ...(onStage === undefined ? {} : { onStage }) });
+  if (eng.engine === 'z3' && eng.jobs <= 0) await shutdownZ3();
+  return report;
 }
 
 async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out): Promise<number> {
@@ -109,13 +113,14 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .option('seed', { type: 'number', default: 1, describe: 'seed of the random inputs used for numeric witnesses' })
     .option('verbose', { type: 'boolean', default: false, describe: 'list every stage, also proved ones' })
     .option('jobs', { type: 'number', default: Math.min(2, availableParallelism()), describe: 'worker threads proving stages (0: in this thread)' })
+    .option('engine', { choices: ['normal', 'z3'] as const, default: 'normal' as const, describe: 'decision procedure: the exact normal form, or Z3 alone as a cross-check' })
     .option('deadline', { type: 'number', default: 60, describe: 'seconds a stage may take before it is stopped and reported unknown' })
     .command(
       'verify <plan>',
       'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
       (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1)' }),
       async (a) => {
-        if (typeof a.plan === 'string') code = await verify(a.plan, a.json, { seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out);
+        if (typeof a.plan === 'string') code = await verify(a.plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out);
       },
     )
     .command(
@@ -131,7 +136,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       'verify the embedded example plan (a two-layer MLP training iteration under tensor parallelism)',
       (y) => y,
       async (a) => {
-        code = await demo(a.json, { seed: a.seed, jobs: a.jobs, deadline: a.deadline }, out);
+        code = await demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, out);
       },
     )
     .demandCommand(1, 'name a command: verify, inspect or demo')

@@ -12,6 +12,7 @@ export interface PoolOptions {
   readonly jobs: number;
   /** Per-stage deadline in milliseconds. */
   readonly deadlineMs: number;
+  readonly engine?: 'normal' | 'z3';
   readonly onStage?: (done: number, total: number) => void;
   readonly fault?: StageTask['fault'];
 }
@@ -24,7 +25,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
     return await Promise.all(
       stages.map(async (stage, i): Promise<StageResult> => {
         const t0 = performance.now();
-        const task: StageTask = { key, file, text, stage: i, ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
+        const task: StageTask = { key, file, text, stage: i, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
         let result: StageResult;
         try {
           result = (await pool.run(task, { signal: AbortSignal.timeout(opts.deadlineMs) })) as StageResult;

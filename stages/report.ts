@@ -29,6 +29,7 @@ export function formatReport(r: VerifyReport, verbose = false): string {
   const out: string[] = [];
   out.push(`plan        ${r.name === '' ? '(unnamed)' : r.name}  (${r.file})`);
   out.push(`stages      ${r.stages.length}, one per logical tensor that ranks compute (every replica on every rank is proved)`);
+  out.push(`engine      ${r.engine === 'z3' ? 'Z3 alone (cross-check; exp identities not built in)' : 'exact normal form'}`);
   out.push(
     `numeric     ${r.numeric.evaluated ? `${r.numeric.claimsChecked} claims evaluated at random inputs (seed ${r.numeric.seed}): ${r.numeric.mismatches === 0 ? 'all agree' : `${r.numeric.mismatches} differ`}` : `not evaluated (${r.numeric.reason ?? ''})`}`,
   );

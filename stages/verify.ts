@@ -12,6 +12,7 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type Mismatch, type NumericReport } from './numeric.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { proveInPool, type PoolOptions } from './pool.js';
+import { Z3Prover } from './z3.js';
 
 export type Verdict = 'verified' | 'not_equivalent' | 'unknown';
 
@@ -43,6 +44,8 @@ export interface VerifyReport {
   /** Semantics approximations used by this plan's ops (none so far). */
   readonly approximations: string[];
   readonly ms: number;
+  /** Set when a decision procedure other than the normal form was used. */
+  readonly engine?: Engine;
 }
 
 export interface VerifyOptions {
@@ -69,9 +72,13 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
   return assemble(plan, results, numeric, seed, t0);
 }
 
+export type Engine = 'normal' | 'z3';
+
 export interface PoolVerifyOptions extends VerifyOptions {
   /** Worker threads; 0 proves in this thread. */
   readonly jobs: number;
+  /** Decision procedure: the exact normal form (default) or Z3 alone (a cross-check). */
+  readonly engine?: Engine;
   /** Per-stage deadline (ms). */
   readonly deadlineMs: number;
   readonly fault?: PoolOptions['fault'];
@@ -79,18 +86,35 @@ export interface PoolVerifyOptions extends VerifyOptions {
 
 /** verifyPlan with stages proved in worker threads under a per-stage deadline. */
 export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: PoolVerifyOptions): Promise<VerifyReport> {
-  if (opts.jobs <= 0) return verifyPlan(plan, opts);
+  const engine = opts.engine ?? 'normal';
+  if (opts.jobs <= 0 && engine === 'normal') return verifyPlan(plan, opts);
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
   const numeric = numericCheck(plan, seed);
   const stages = decompose(plan, logicalOrder(plan));
-  const results = await proveInPool(plan.file, text, stages, {
-    jobs: opts.jobs,
-    deadlineMs: opts.deadlineMs,
-    ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
-    ...(opts.fault === undefined ? {} : { fault: opts.fault }),
-  });
-  return assemble(plan, results, numeric, seed, t0);
+  let results: StageResult[];
+  if (opts.jobs <= 0) {
+    const prover = new Z3Prover(plan);
+    results = [];
+    for (const [i, s] of stages.entries()) {
+      try {
+        results.push(await prover.prove(s, opts.deadlineMs));
+      } catch (e) {
+        results.push(engineError(s, e));
+      }
+      opts.onStage?.(i + 1, stages.length);
+    }
+  } else {
+    results = await proveInPool(plan.file, text, stages, {
+      jobs: opts.jobs,
+      deadlineMs: opts.deadlineMs,
+      engine,
+      ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
+      ...(opts.fault === undefined ? {} : { fault: opts.fault }),
+    });
+  }
+  const report = assemble(plan, results, numeric, seed, t0);
+  return engine === 'z3' ? { ...report, engine } : report;
 }
 
 function engineError(s: Stage, e: unknown): StageResult {
@@ -127,7 +151,7 @@ function assemble(plan: LoadedPlan, results: readonly StageResult[], numeric: Nu
     const witness = numeric.mismatches.filter((m) => m.logical === name);
     if (witness.length > 0) {
       const diagnosis = diagnose(witness, r.failingRanks, base.ranks, r.reason ?? '');
-      reports.push({ ...base, status: 'not_equivalent', reason: `normal forms differ: ${r.reason ?? ''}`, witness: witness.slice(0, 4), ...(diagnosis === undefined ? {} : { diagnosis }) });
+      reports.push({ ...base, status: 'not_equivalent', reason: `the two sides differ: ${r.reason ?? ''}`, witness: witness.slice(0, 4), ...(diagnosis === undefined ? {} : { diagnosis }) });
     } else {
       const why = numeric.evaluated ? `no numeric witness at seed ${seed}` : `no numeric evaluation (${numeric.reason ?? ''})`;
       reports.push({ ...base, status: 'unknown', reason: `normal forms differ but ${why}; the engine may lack an identity the plan relies on: ${r.reason ?? ''}` });

@@ -6,19 +6,22 @@
 import { loadPlanText, type LoadedPlan } from '../plans/loader.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
+import { Z3Prover } from './z3.js';
 
 export interface StageTask {
   readonly key: string;
   readonly file: string;
   readonly text: string;
   readonly stage: number;
+  readonly engine: 'normal' | 'z3';
+  readonly deadlineMs: number;
   /** Fault injection for tests of the pool: hang (busy loop) or crash (the worker exits). */
   readonly fault?: { readonly stage: number; readonly kind: 'hang' | 'crash' };
 }
 
-let cached: { key: string; plan: LoadedPlan; stages: Stage[]; prover: Prover } | undefined;
+let cached: { key: string; plan: LoadedPlan; stages: Stage[]; prover: Prover; z3?: Z3Prover } | undefined;
 
-export default function proveStage(task: StageTask): StageResult {
+export default async function proveStage(task: StageTask): Promise<StageResult> {
   if (cached?.key !== task.key) {
     const plan = loadPlanText(task.file, task.text);
     cached = { key: task.key, plan, stages: decompose(plan, logicalOrder(plan)), prover: new Prover(plan) };
@@ -31,5 +34,9 @@ export default function proveStage(task: StageTask): StageResult {
   }
   const stage = cached.stages[task.stage];
   if (stage === undefined) throw new Error(`no stage ${task.stage}`);
+  if (task.engine === 'z3') {
+    cached.z3 ??= new Z3Prover(cached.plan);
+    return cached.z3.prove(stage, task.deadlineMs);
+  }
   return cached.prover.prove(stage);
 }

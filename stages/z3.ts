@@ -1,0 +1,120 @@
+/**
+ * Z3 as an independent decision procedure (`--engine z3`): the same stage equalities, built
+ * directly as Z3 Real terms with no normal form. exp and the named real functions are
+ * uninterpreted functions with only their positivity as axioms; max and min are If-terms.
+ * So Z3 proves strictly from the field axioms and those facts: it is a cross-check of the
+ * default engine, weaker on exp identities (an online-softmax rescale needs the normal
+ * form), never stronger than the truth.
+ */
+import { init, killThreads, type Arith, type Bool, type Context, type FuncDecl } from 'z3-solver';
+import type { Algebra, RealFn } from '../ops/algebra.js';
+import { positiveFns } from '../ops/algebra.js';
+import { qParse } from '../sdfg/rational.js';
+import type { LoadedPlan } from '../plans/loader.js';
+import { result, StageBuilder, type Stage, type StageResult } from './prove.js';
+
+type Api = Awaited<ReturnType<typeof init>>;
+type Ctx = Context<'main'>;
+type Real = Arith<'main'>;
+
+let api: Promise<Api> | undefined;
+
+async function z3(): Promise<{ api: Api; ctx: Ctx }> {
+  api ??= init();
+  const a = await api;
+  return { api: a, ctx: a.Context('main') };
+}
+
+/** Stops Z3's threads so the process can exit (z3-solver keeps them alive). */
+export async function shutdownZ3(): Promise<void> {
+  if (api === undefined) return;
+  const a = await api;
+  await killThreads(a.em);
+  api = undefined;
+}
+
+function z3Algebra(ctx: Ctx, axioms: Bool<'main'>[]): Algebra<Real> {
+  const fns = new Map<string, FuncDecl<'main'>>();
+  const fn = (name: string): FuncDecl<'main'> => {
+    let f = fns.get(name);
+    if (f === undefined) fns.set(name, (f = ctx.Function.declare(name, ctx.Real.sort(), ctx.Real.sort())));
+    return f;
+  };
+  let sqrt2pi: Real | undefined;
+  const zero = ctx.Real.val(0);
+  const apply = (name: string, a: Real, positive: boolean): Real => {
+    const v = fn(name).call(a) as Real;
+    if (positive) axioms.push(v.gt(0));
+    return v;
+  };
+  return {
+    exact: true,
+    zero,
+    one: ctx.Real.val(1),
+    constant: (v) => {
+      const r = qParse(v);
+      return ctx.Real.val({ numerator: r.n, denominator: r.d });
+    },
+    add: (a, b) => a.add(b),
+    sub: (a, b) => a.sub(b),
+    mul: (a, b) => a.mul(b),
+    div: (a, b) => a.div(b),
+    neg: (a) => a.neg(),
+    sum: (xs) => (xs.length === 0 ? zero : xs.length === 1 ? (xs[0] as Real) : ctx.Sum(xs[0] as Real, ...xs.slice(1))),
+    exp: (a) => apply('exp', a, true),
+    max: (xs) => xs.slice(1).reduce((m, x) => ctx.If(x.gt(m), x, m) as Real, xs[0] as Real),
+    min: (xs) => xs.slice(1).reduce((m, x) => ctx.If(x.lt(m), x, m) as Real, xs[0] as Real),
+    fn: (name: RealFn, a) => {
+      if (name === 'sqrt_2_over_pi') {
+        if (sqrt2pi === undefined) {
+          sqrt2pi = ctx.Real.const('sqrt_2_over_pi');
+          axioms.push(sqrt2pi.gt(0));
+        }
+        return sqrt2pi;
+      }
+      return apply(name, a, positiveFns.has(name));
+    },
+  };
+}
+
+export class Z3Prover {
+  private readonly builder: StageBuilder;
+  constructor(plan: LoadedPlan) {
+    this.builder = new StageBuilder(plan);
+  }
+
+  async prove(stage: Stage, timeoutMs: number): Promise<StageResult> {
+    const t0 = performance.now();
+    const { ctx } = await z3();
+    const axioms: Bool<'main'>[] = [];
+    let n = 0;
+    const b = this.builder.build(stage, { alg: z3Algebra(ctx, axioms), sym: (name) => ctx.Real.const(`${name}$${n++}`) });
+    const ranks = stage.obligations.map((o) => o.rank);
+    if (b.unsupported !== undefined) return result(stage, 'unknown', `unsupported input relation: ${b.unsupported}`, ranks, b, 0, t0);
+    if (b.pairs.length === 0) return result(stage, 'proved', undefined, [], b, 0, t0);
+    const solver = new ctx.Solver();
+    solver.set('timeout', Math.max(1, Math.floor(timeoutMs)));
+    for (const a of axioms) solver.add(a);
+    solver.add(ctx.Or(...b.pairs.map((p) => p.par.neq(p.log))));
+    // Z3's own timeout overshoots; interrupt from a timer as well.
+    const timer = setTimeout(() => ctx.interrupt(), timeoutMs + 100);
+    let verdict: string;
+    try {
+      verdict = await solver.check();
+    } finally {
+      clearTimeout(timer);
+    }
+    if (verdict === 'unsat') return result(stage, 'proved', undefined, [], b, 0, t0);
+    if (verdict === 'unknown') return result(stage, 'unknown', `z3 returned unknown (${solver.reasonUnknown()})`, ranks, b, 0, t0);
+    const model = solver.model();
+    const failing = new Set<number>();
+    let first: string | undefined;
+    for (const p of b.pairs) {
+      const d = model.eval(p.par.sub(p.log), true).toString();
+      if (d === '0' || d === '0.0') continue;
+      failing.add(p.rank);
+      first ??= `${p.what}: z3 found values where parallel - logical = ${d}`;
+    }
+    return result(stage, 'differs', first ?? 'z3 found a model where the two sides differ', failing.size > 0 ? [...failing] : ranks, b, 0, t0);
+  }
+}
