@@ -76,7 +76,7 @@ function progress(): ((done: number, total: number) => void) | undefined {
 async function runVerify(l: Loaded, eng: EngineOptions): Promise<VerifyReport> {
   const onStage = progress();
   const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, ...(onStage === undefined ? {} : { onStage }) });
-  if (eng.engine === 'z3' && eng.jobs <= 0) await shutdownZ3();
+  await shutdownZ3();
   return report;
 }
 

@@ -51,6 +51,8 @@ export interface StageResult {
   readonly parallelOps: number;
   readonly terms: number;
   readonly ms: number;
+  /** Which procedure decided a proved stage, when not the normal form. */
+  readonly decidedBy?: 'z3';
 }
 
 /** One stage per logical tensor with produced claims, in topological order of the logical graph. */

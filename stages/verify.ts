@@ -32,6 +32,8 @@ export interface StageReport {
   readonly logicalOps: number;
   readonly parallelOps: number;
   readonly ms: number;
+  /** Set when Z3 proved what the normal form left open. */
+  readonly decidedBy?: 'z3';
 }
 
 export interface VerifyReport {
@@ -87,13 +89,32 @@ export interface PoolVerifyOptions extends VerifyOptions {
 /** verifyPlan with stages proved in worker threads under a per-stage deadline. */
 export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: PoolVerifyOptions): Promise<VerifyReport> {
   const engine = opts.engine ?? 'normal';
-  if (opts.jobs <= 0 && engine === 'normal') return verifyPlan(plan, opts);
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
   const numeric = numericCheck(plan, seed);
   const stages = decompose(plan, logicalOrder(plan));
   let results: StageResult[];
-  if (opts.jobs <= 0) {
+  if (opts.jobs > 0) {
+    results = await proveInPool(plan.file, text, stages, {
+      jobs: opts.jobs,
+      deadlineMs: opts.deadlineMs,
+      engine,
+      ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
+      ...(opts.fault === undefined ? {} : { fault: opts.fault }),
+    });
+  } else if (engine === 'normal') {
+    const prover = new Prover(plan);
+    results = stages.map((s, i) => {
+      let r: StageResult;
+      try {
+        r = prover.prove(s);
+      } catch (e) {
+        r = engineError(s, e);
+      }
+      opts.onStage?.(i + 1, stages.length);
+      return r;
+    });
+  } else {
     const prover = new Z3Prover(plan);
     results = [];
     for (const [i, s] of stages.entries()) {
@@ -104,17 +125,33 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
       }
       opts.onStage?.(i + 1, stages.length);
     }
-  } else {
-    results = await proveInPool(plan.file, text, stages, {
-      jobs: opts.jobs,
-      deadlineMs: opts.deadlineMs,
-      engine,
-      ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
-      ...(opts.fault === undefined ? {} : { fault: opts.fault }),
-    });
   }
+  if (engine === 'normal') results = await z3Fallback(plan, results, numeric, opts.deadlineMs);
   const report = assemble(plan, results, numeric, seed, t0);
   return engine === 'z3' ? { ...report, engine } : report;
+}
+
+/**
+ * The layered decision: stages the normal form leaves open (a difference with no numeric
+ * witness, or a division it cannot show nonzero) go to Z3, which knows max/min as If-terms
+ * and nonlinear real arithmetic. A Z3 proof is taken; anything else keeps the first answer.
+ */
+async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number): Promise<StageResult[]> {
+  const witnessed = new Set(numeric.failingTensors);
+  const open = results.filter((r) => (r.status === 'differs' && !witnessed.has(plan.logical.tensors.name(r.stage.logical))) || (r.status === 'unknown' && /side condition|no numeric witness/.test(r.reason ?? '')));
+  if (open.length === 0) return results;
+  const prover = new Z3Prover(plan);
+  const out = [...results];
+  for (const r of open) {
+    let z: StageResult;
+    try {
+      z = await prover.prove(r.stage, deadlineMs);
+    } catch {
+      continue;
+    }
+    if (z.status === 'proved') out[out.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + z.ms };
+  }
+  return out;
 }
 
 function engineError(s: Stage, e: unknown): StageResult {
@@ -141,7 +178,7 @@ function assemble(plan: LoadedPlan, results: readonly StageResult[], numeric: Nu
       ms: r.ms,
     };
     if (r.status === 'proved') {
-      reports.push({ ...base, status: 'proved' });
+      reports.push({ ...base, status: 'proved', ...(r.decidedBy === undefined ? {} : { decidedBy: r.decidedBy }) });
       return;
     }
     if (r.status === 'unknown') {

@@ -29,3 +29,55 @@ describe('--engine z3 agrees with the normal form on every example', function ()
     });
   }
 });
+
+describe('layered decision: Z3 decides what the normal form leaves open', function () {
+  this.timeout(60_000);
+  after(async () => shutdownZ3());
+  // z = max(a0, a1) + min(a0, a1) over the two addends of g = a0 + a1: true, but only with
+  // the meaning of max and min (the normal form keeps them as atoms).
+  const plan = (second: string): string =>
+    JSON.stringify({
+      format: 'planproof/v1',
+      mesh: { axes: [{ name: 'tp', size: 2 }] },
+      logical: {
+        tensors: [
+          { id: 'g', shape: [2], role: 'input' },
+          { id: 'z', shape: [2], role: 'output' },
+        ],
+        ops: [{ id: 'id', op: 'identity', inputs: ['g'], outputs: ['z'] }],
+      },
+      parallel: {
+        programs: [
+          {
+            ranks: 'all',
+            tensors: [
+              { id: 'g', shape: [2], lineage: { logical: 'g', placements: ['P(sum)'] } },
+              { id: 'mx', shape: [2] },
+              { id: 'mn', shape: [2] },
+              { id: 'z', shape: [2], lineage: { logical: 'z', placements: ['R'] } },
+            ],
+            ops: [
+              { id: 'mx', op: 'all_reduce', inputs: ['g'], outputs: ['mx'], attrs: { reduce: 'max' }, group: { axes: ['tp'] } },
+              { id: 'mn', op: 'all_reduce', inputs: ['g'], outputs: ['mn'], attrs: { reduce: second }, group: { axes: ['tp'] } },
+              { id: 'z', op: 'add', inputs: ['mx', 'mn'], outputs: ['z'] },
+            ],
+          },
+        ],
+      },
+      contract: { inputs: ['g'], outputs: ['z'] },
+    });
+  it('max + min of two addends equals their sum: unknown to the normal form, proved by Z3', async () => {
+    const text = plan('min');
+    const p = loadPlanText('maxmin.json', text);
+    assert.equal(verifyPlan(p).verdict, 'unknown', 'the normal form alone cannot decide it');
+    const r = await verifyPlanInPool(p, text, { jobs: 0, deadlineMs: 30_000 });
+    assert.equal(r.verdict, 'verified', r.summary);
+    assert.equal(r.stages[0]?.decidedBy, 'z3');
+  });
+  it('its near-miss (max + max) is refuted with a witness, not sent to Z3 as open', async () => {
+    const text = plan('max');
+    const r = await verifyPlanInPool(loadPlanText('maxmax.json', text), text, { jobs: 0, deadlineMs: 30_000 });
+    assert.equal(r.verdict, 'not_equivalent');
+    assert.ok((r.stages[0]?.witness ?? []).length > 0);
+  });
+});
