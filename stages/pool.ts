@@ -1,7 +1,8 @@
 /**
  * Proves stages in a pool of worker threads (piscina). Each stage has a deadline: a worker
  * that exceeds it is stopped and the stage is "unknown" (never "verified"); a worker that
- * dies takes only its current stage with it. The run always completes.
+ * dies takes only its current stage with it. The run always completes. Workers are recycled
+ * (a fresh pool every `recycleAfter` stages per worker) and have a heap limit.
  */
 import { createHash } from 'node:crypto';
 import { Piscina } from 'piscina';
@@ -15,15 +16,37 @@ export interface PoolOptions {
   readonly engine?: 'normal' | 'z3';
   readonly onStage?: (done: number, total: number) => void;
   readonly fault?: StageTask['fault'];
+  /** Workers are replaced after this many stages each (memory hygiene; Z3 grows). */
+  readonly recycleAfter?: number;
+  /** Heap limit of a worker (MiB): a stage that exceeds it kills only its worker. */
+  readonly workerHeapMb?: number;
 }
 
+export const DEFAULT_RECYCLE_AFTER = 200;
+export const DEFAULT_WORKER_HEAP_MB = 6144;
+
 export async function proveInPool(file: string, text: string, stages: readonly Stage[], opts: PoolOptions): Promise<StageResult[]> {
-  const pool = new Piscina({ filename: new URL('./worker.js', import.meta.url).href, maxThreads: Math.max(1, opts.jobs), minThreads: 1, idleTimeout: 1000 });
+  const jobs = Math.max(1, opts.jobs);
   const key = createHash('sha256').update(text).digest('hex');
+  // Recycling: a fresh pool for every batch of jobs x recycleAfter stages.
+  const batch = jobs * Math.max(1, opts.recycleAfter ?? DEFAULT_RECYCLE_AFTER);
+  const results: StageResult[] = [];
   let done = 0;
-  try {
-    return await Promise.all(
-      stages.map(async (stage, i): Promise<StageResult> => {
+  for (let start = 0; start < stages.length; start += batch) {
+    const pool = new Piscina({
+      filename: new URL('./worker.js', import.meta.url).href,
+      maxThreads: jobs,
+      minThreads: 1,
+      idleTimeout: 1000,
+      resourceLimits: { maxOldGenerationSizeMb: opts.workerHeapMb ?? DEFAULT_WORKER_HEAP_MB },
+    });
+    try {
+      // At most `jobs` tasks in flight: a deadline must measure a stage's run, not its wait.
+      const slice = stages.slice(start, start + batch);
+      const part: StageResult[] = new Array<StageResult>(slice.length);
+      let next = 0;
+      const runOne = async (stage: Stage, j: number): Promise<StageResult> => {
+        const i = start + j;
         const t0 = performance.now();
         const task: StageTask = { key, file, text, stage: i, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
         let result: StageResult;
@@ -39,9 +62,18 @@ export async function proveInPool(file: string, text: string, stages: readonly S
         }
         opts.onStage?.(++done, stages.length);
         return result;
-      }),
-    );
-  } finally {
-    await pool.destroy();
+      };
+      const lane = async (): Promise<void> => {
+        while (next < slice.length) {
+          const j = next++;
+          part[j] = await runOne(slice[j] as Stage, j);
+        }
+      };
+      await Promise.all(Array.from({ length: Math.min(jobs, slice.length) }, lane));
+      results.push(...part);
+    } finally {
+      await pool.destroy();
+    }
   }
+  return results;
 }

@@ -84,6 +84,7 @@ export interface PoolVerifyOptions extends VerifyOptions {
   /** Per-stage deadline (ms). */
   readonly deadlineMs: number;
   readonly fault?: PoolOptions['fault'];
+  readonly recycleAfter?: number;
 }
 
 /** verifyPlan with stages proved in worker threads under a per-stage deadline. */
@@ -99,6 +100,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
       jobs: opts.jobs,
       deadlineMs: opts.deadlineMs,
       engine,
+      ...(opts.recycleAfter === undefined ? {} : { recycleAfter: opts.recycleAfter }),
       ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
       ...(opts.fault === undefined ? {} : { fault: opts.fault }),
     });

@@ -19,6 +19,12 @@ describe('worker pool with deadlines', () => {
     );
   });
 
+  it('recycles workers: a fresh pool every few stages gives the same results', async () => {
+    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000, recycleAfter: 2 });
+    assert.equal(r.verdict, 'verified');
+    assert.equal(r.stages.length, 11);
+  });
+
   it('a stage that exceeds its deadline is unknown, never verified, and the others still finish', async () => {
     const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 1500, fault: { stage: 3, kind: 'hang' } });
     assert.equal(r.verdict, 'unknown');
