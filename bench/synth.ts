@@ -17,13 +17,16 @@
  * so loading runs every phase: schema, logical graph, programs, per-rank shapes, collective
  * matching, dataflow/cycle check and lineage tiling.
  *
+ * Tensor sizes are set by `width` (W, default 8) and `batchPerRank` (default 2); the proof
+ * engine works at the plan's own shapes, so proving benchmarks use small ones.
+ *
  * Spellings:
  *  - 'explicit': one program per rank ("ranks": [r]), concrete shard offsets, lineage as
  *    index/value maps (value [r, ranks, "avg"] before the all-reduce);
  *  - 'template': one SPMD program for "all" ranks, lineage as DTensor placements
  *    (S(0), R, P(avg)).
  */
-import type { RawLineage, RawLogicalTensor, RawOp, RawParallelOp, RawParallelTensor, RawPlan } from '../plans/raw.js';
+import type { RawInt, RawLineage, RawLogicalTensor, RawOp, RawParallelOp, RawParallelTensor, RawPlan } from '../plans/raw.js';
 
 export type Spelling = 'explicit' | 'template';
 
@@ -37,6 +40,15 @@ export interface SynthOptions {
   readonly width?: number;
   /** Local batch per rank (default 2). */
   readonly batchPerRank?: number;
+  /**
+   * Also write lineage on the backward intermediates d_h, d_in and d_a. Each rank's loss is the
+   * mean over its own shard, so its gradients are `ranks` times the logical gradient's rows:
+   * a batch shard with value map `{chunk: 0, of: 1, divisor: ranks}` (logical = local / ranks).
+   * Default false: they stay unannotated, as most temporaries in real plans do. The proof
+   * engine cuts stages at lineage, so without it every weight-gradient stage reaches back
+   * through the whole gradient chain to the loss (bench/prove.ts measures both).
+   */
+  readonly gradLineage?: boolean;
 }
 
 export interface OpCount {
@@ -79,7 +91,7 @@ export function countOps(plan: RawPlan): OpCount {
 }
 
 /** One tensor of the model: its logical shape and how a rank holds it. */
-type Layout = 'batch' | 'batchT' | 'replicated' | 'partial' | 'none';
+type Layout = 'batch' | 'batchT' | 'replicated' | 'partial' | 'scaledBatch' | 'none';
 
 interface TensorDef {
   readonly id: string;
@@ -107,6 +119,7 @@ export function synthPlan(o: SynthOptions): RawPlan {
   const W = o.width ?? 8;
   const b = o.batchPerRank ?? 2;
   const B = b * ranks;
+  const gradLayout: Layout = o.gradLineage === true ? 'scaledBatch' : 'none';
   if (!Number.isInteger(layers) || layers < 1) throw new RangeError(`layers must be a positive integer, got ${layers}`);
   if (!Number.isInteger(ranks) || ranks < 1) throw new RangeError(`ranks must be a positive integer, got ${ranks}`);
 
@@ -143,17 +156,17 @@ export function synthPlan(o: SynthOptions): RawPlan {
   lops.push({ id: 'loss_fn', op: 'mse_loss', inputs: [a(layers), 'y'], outputs: ['loss'], attrs: { reduction: 'mean' } });
   pops.push({ id: 'loss_fn', op: 'mse_loss', inputs: [a(layers), 'y'], outputs: ['loss_part'], attrs: { reduction: 'mean' } });
   pops.push({ id: 'loss_avg', op: 'all_reduce', inputs: ['loss_part'], outputs: ['loss'], attrs: { reduce: 'avg' }, collective: true });
-  lt.push({ id: `d_a${layers}`, shape: [B, W], role: 'grad', layout: 'none' });
+  lt.push({ id: `d_a${layers}`, shape: [B, W], role: 'grad', layout: gradLayout });
   both({ id: 'loss_bwd', op: 'mse_loss_backward', inputs: [a(layers), 'y'], outputs: [`d_a${layers}`], attrs: { reduction: 'mean' } });
 
   // Backward and update, last layer first.
   for (let i = layers; i >= 1; i--) {
-    lt.push({ id: `d_h${i}`, shape: [B, W], role: 'grad', layout: 'none' });
+    lt.push({ id: `d_h${i}`, shape: [B, W], role: 'grad', layout: gradLayout });
     both({ id: `act${i}_bwd`, op: 'gelu_backward', inputs: [`d_a${i}`, `h${i}`], outputs: [`d_h${i}`], attrs: gelu });
     if (i > 1) {
       lt.push({ id: `w${i}_t`, shape: [W, W], role: 'activation', layout: 'replicated' });
-      lt.push({ id: `d_in${i}`, shape: [B, W], role: 'grad', layout: 'none' });
-      lt.push({ id: `d_a${i - 1}`, shape: [B, W], role: 'grad', layout: 'none' });
+      lt.push({ id: `d_in${i}`, shape: [B, W], role: 'grad', layout: gradLayout });
+      lt.push({ id: `d_a${i - 1}`, shape: [B, W], role: 'grad', layout: gradLayout });
       both({ id: `w${i}_t`, op: 'transpose', inputs: [`w${i}`], outputs: [`w${i}_t`], attrs: swap });
       both({ id: `fc${i}_bwd_in`, op: 'matmul', inputs: [`d_h${i}`, `w${i}_t`], outputs: [`d_in${i}`] });
       both({ id: `res${i - 1}_bwd`, op: 'add', inputs: [`d_in${i}`, `d_a${i}`], outputs: [`d_a${i - 1}`] });
@@ -207,14 +220,14 @@ function rawOp(op: OpDef): RawOp {
 function localShape(t: TensorDef, b: number): number[] {
   const [d0, d1] = t.shape;
   if (d0 === undefined || d1 === undefined) return [];
-  if (t.layout === 'batch' || t.layout === 'none') return [b, d1];
+  if (t.layout === 'batch' || t.layout === 'scaledBatch' || t.layout === 'none') return [b, d1];
   if (t.layout === 'batchT') return [d0, b];
   return [d0, d1];
 }
 
 /**
- * Lineage of one local tensor; undefined for backward intermediates (d_h, d_in, d_a), which
- * stay unannotated like most temporaries in real plans. `r` is the rank (explicit spelling)
+ * Lineage of one local tensor; undefined for backward intermediates (d_h, d_in, d_a) unless
+ * `gradLineage` is set: by default they stay unannotated like most temporaries in real plans. `r` is the rank (explicit spelling)
  * or undefined (template: placements).
  */
 function lineageOf(t: TensorDef, r: number | undefined, ranks: number, b: number): RawLineage | undefined {
@@ -230,5 +243,10 @@ function lineageOf(t: TensorDef, r: number | undefined, ranks: number, b: number
       return r === undefined ? { logical, placements: ['S(0)'] } : { logical, index: [[r * b, (r + 1) * b], '*'] };
     case 'batchT':
       return r === undefined ? { logical, placements: ['S(1)'] } : { logical, index: ['*', [r * b, (r + 1) * b]] };
+    case 'scaledBatch': {
+      // Placements cannot say "shard times ranks"; a template uses an index map with expressions.
+      const rows: [RawInt, RawInt] = r === undefined ? [{ expr: `${b}*dp` }, { expr: `${b}*dp + ${b}` }] : [r * b, (r + 1) * b];
+      return ranks === 1 ? { logical, index: [rows, '*'] } : { logical, index: [rows, '*'], value: { chunk: 0, of: 1, divisor: ranks } };
+    }
   }
 }

@@ -1,6 +1,7 @@
 /** Non-linear element-wise functions and their backward ops, in exact real semantics. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, zipWith } from './dense.js';
+import { type BackwardRule, type GradRef, NO_BACKWARD, one } from './grad.js';
 import { type Attrs, type OpDef, attrObject, fixed, noAttrs, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
 
 const geluAttrs = attrObject({ approximate: { enum: ['none', 'tanh'] } });
@@ -38,7 +39,7 @@ function geluGrad<S>(alg: Algebra<S>, g: S, x: S, attrs: Attrs): S {
   return alg.mul(g, alg.add(alg.fn('Phi', x), alg.mul(x, alg.fn('phi', x))));
 }
 
-function fwd(name: string, doc: string, f: Unary, attrSchema: object = noAttrs()): OpDef {
+function fwd(name: string, doc: string, f: Unary, backward: BackwardRule, attrSchema: object = noAttrs()): OpDef {
   return {
     name,
     family: 'activation',
@@ -51,6 +52,7 @@ function fwd(name: string, doc: string, f: Unary, attrSchema: object = noAttrs()
       const x = arg(ins, 0);
       return [{ shape: x.shape, data: x.data.map((v) => f(alg, v, at)) }];
     },
+    backward,
   };
 }
 
@@ -68,15 +70,16 @@ function bwd(name: string, doc: string, f: Backward, attrSchema: object = noAttr
       return [g as Shape];
     },
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => [zipWith([arg(ins, 0), arg(ins, 1)], ([g, s]) => f(alg, g as S, s as S, at))],
+    backward: NO_BACKWARD,
   };
 }
 
 export const ops: OpDef[] = [
-  fwd('exp', 'torch.exp(a)', (alg, x) => alg.exp(x)),
-  fwd('tanh', 'torch.tanh(a)', (alg, x) => alg.fn('tanh', x)),
-  fwd('sigmoid', 'torch.sigmoid(a)', (alg, x) => alg.fn('sigmoid', x)),
-  fwd('silu', 'torch.nn.functional.silu(a) = a * sigmoid(a)', (alg, x) => alg.mul(x, alg.fn('sigmoid', x))),
-  fwd('gelu', 'torch.nn.functional.gelu(a, approximate): x * Phi(x), or the tanh form', gelu, geluAttrs),
+  fwd('exp', 'torch.exp(a)', (alg, x) => alg.exp(x), (b, { outputs: [o], grads: [g] }) => [one(b, 'mul', [g as GradRef, o as GradRef])]),
+  fwd('tanh', 'torch.tanh(a)', (alg, x) => alg.fn('tanh', x), (b, { outputs: [o], grads: [g] }) => [one(b, 'tanh_backward', [g as GradRef, o as GradRef])]),
+  fwd('sigmoid', 'torch.sigmoid(a)', (alg, x) => alg.fn('sigmoid', x), (b, { outputs: [o], grads: [g] }) => [one(b, 'sigmoid_backward', [g as GradRef, o as GradRef])]),
+  fwd('silu', 'torch.nn.functional.silu(a) = a * sigmoid(a)', (alg, x) => alg.mul(x, alg.fn('sigmoid', x)), (b, { inputs: [x], grads: [g] }) => [one(b, 'silu_backward', [g as GradRef, x as GradRef])]),
+  fwd('gelu', 'torch.nn.functional.gelu(a, approximate): x * Phi(x), or the tanh form', gelu, (b, { inputs: [x], grads: [g], attrs }) => [one(b, 'gelu_backward', [g as GradRef, x as GradRef], attrs)], geluAttrs),
   bwd('gelu_backward', 'grad of gelu: (grad_out, x) -> grad_out * (Phi(x) + x phi(x)), or the tanh form\'s derivative', geluGrad, geluAttrs),
   bwd('silu_backward', 'grad of silu: (grad_out, x) -> grad_out * s * (1 + x (1 - s)), s = sigmoid(x)', (alg, g, x) => {
     const s = alg.fn('sigmoid', x);

@@ -6,6 +6,7 @@
  */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, cat, narrow, zipWith } from './dense.js';
+import { NO_BACKWARD } from './grad.js';
 import { type Attrs, type OpDef, attrNum, attrObject, fixed, normDim, ShapeError, type Shape, shapeStr } from './types.js';
 
 type GroupApply = <S>(alg: Algebra<S>, inputs: readonly (Dense<S> | undefined)[], attrs: Attrs, group: Int32Array) => (Dense<S> | undefined)[];
@@ -97,6 +98,9 @@ function collective(
     // Per-member shape without the group; the loader calls collective.outShape with it.
     shape: ([a], at) => [outShape(a as Shape, at, 1)],
     apply: soloApply(applyGroup),
+    // Collectives' adjoints are collectives (all_reduce(sum) <-> all_reduce(sum), all_gather <->
+    // reduce_scatter, all_to_all with dims swapped, send <-> recv): plan generators mirror them.
+    backward: NO_BACKWARD,
     collective: { pattern: 'symmetric', outShape, applyGroup },
   };
 }
@@ -150,6 +154,7 @@ export const ops: OpDef[] = [
       return [a];
     },
     apply: soloApply(broadcastApply),
+    backward: NO_BACKWARD,
     collective: { pattern: 'broadcast', outShape: identityShape, applyGroup: broadcastApply },
   },
   {
@@ -161,6 +166,7 @@ export const ops: OpDef[] = [
     attrSchema: attrObject({}),
     shape: () => [],
     apply: () => [],
+    backward: NO_BACKWARD,
     collective: { pattern: 'p2p', side: 'send', outShape: identityShape, applyGroup: p2pApply },
   },
   {
@@ -176,6 +182,7 @@ export const ops: OpDef[] = [
     apply: () => {
       throw new Error('recv has no value on its own: it is evaluated with its matching send');
     },
+    backward: NO_BACKWARD,
     collective: { pattern: 'p2p', side: 'recv', outShape: identityShape, applyGroup: p2pApply },
   },
   {
@@ -187,6 +194,7 @@ export const ops: OpDef[] = [
     attrSchema: attrObject({}),
     shape: ([a]) => [a as Shape],
     apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [arg(ins, 0)],
+    backward: NO_BACKWARD,
     collective: { pattern: 'p2p', outShape: identityShape, applyGroup: p2pApply },
   },
 ];

@@ -1,6 +1,7 @@
 /** Element-wise arithmetic with PyTorch broadcasting. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, broadcastReader, generate } from './dense.js';
+import { type BackwardRule, type GradRef, one, unbroadcast } from './grad.js';
 import { type Attrs, type OpDef, attrObject, attrScalar, broadcastShapes, fixed, noAttrs, scalarSchema, type Shape } from './types.js';
 
 type Binary = <S>(alg: Algebra<S>, a: S, b: S) => S;
@@ -16,7 +17,7 @@ export function mapDense<S>(x: Dense<S>, f: (v: S) => S): Dense<S> {
   return { shape: x.shape, data: x.data.map(f) };
 }
 
-function binary(name: string, doc: string, f: Binary): OpDef {
+function binary(name: string, doc: string, f: Binary, backward: BackwardRule): OpDef {
   return {
     name,
     family: 'elementwise',
@@ -26,14 +27,22 @@ function binary(name: string, doc: string, f: Binary): OpDef {
     attrSchema: noAttrs(),
     shape: ([a, b]) => [broadcastShapes(a as Shape, b as Shape)],
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [applyBinary(alg, arg(ins, 0), arg(ins, 1), f)],
+    backward,
   };
 }
 
 export const ops: OpDef[] = [
-  binary('add', 'torch.add(a, b)', (alg, a, b) => alg.add(a, b)),
-  binary('sub', 'torch.sub(a, b)', (alg, a, b) => alg.sub(a, b)),
-  binary('mul', 'torch.mul(a, b)', (alg, a, b) => alg.mul(a, b)),
-  binary('div', 'torch.div(a, b) (true division)', (alg, a, b) => alg.div(a, b)),
+  binary('add', 'torch.add(a, b)', (alg, a, b) => alg.add(a, b), (b, { inputs: [x, y], grads: [g] }) => [unbroadcast(b, g as GradRef, b.shape(x as GradRef)), unbroadcast(b, g as GradRef, b.shape(y as GradRef))]),
+  binary('sub', 'torch.sub(a, b)', (alg, a, b) => alg.sub(a, b), (b, { inputs: [x, y], grads: [g] }) => [unbroadcast(b, g as GradRef, b.shape(x as GradRef)), unbroadcast(b, one(b, 'neg', [g as GradRef]), b.shape(y as GradRef))]),
+  binary('mul', 'torch.mul(a, b)', (alg, a, b) => alg.mul(a, b), (b, { inputs: [x, y], grads: [g] }) => [
+    unbroadcast(b, one(b, 'mul', [g as GradRef, y as GradRef]), b.shape(x as GradRef)),
+    unbroadcast(b, one(b, 'mul', [g as GradRef, x as GradRef]), b.shape(y as GradRef)),
+  ]),
+  binary('div', 'torch.div(a, b) (true division)', (alg, a, b) => alg.div(a, b), (b, { inputs: [x, y], outputs: [o], grads: [g] }) => [
+    unbroadcast(b, one(b, 'div', [g as GradRef, y as GradRef]), b.shape(x as GradRef)),
+    // d(x/y)/dy = -x/y^2 = -out/y
+    unbroadcast(b, one(b, 'neg', [one(b, 'div', [one(b, 'mul', [g as GradRef, o as GradRef]), y as GradRef])]), b.shape(y as GradRef)),
+  ]),
   {
     name: 'neg',
     family: 'elementwise',
@@ -43,6 +52,7 @@ export const ops: OpDef[] = [
     attrSchema: noAttrs(),
     shape: ([a]) => [a as Shape],
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [mapDense(arg(ins, 0), (v) => alg.neg(v))],
+    backward: (b, { grads: [g] }) => [one(b, 'neg', [g as GradRef])],
   },
   {
     name: 'identity',
@@ -53,6 +63,7 @@ export const ops: OpDef[] = [
     attrSchema: noAttrs(),
     shape: ([a]) => [a as Shape],
     apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [arg(ins, 0)],
+    backward: (b, { grads: [g] }) => [one(b, 'identity', [g as GradRef])],
   },
   {
     name: 'scale',
@@ -66,5 +77,6 @@ export const ops: OpDef[] = [
       const k = alg.constant(attrScalar(at, 'factor'));
       return [mapDense(arg(ins, 0), (v) => alg.mul(v, k))];
     },
+    backward: (b, { grads: [g], attrs }) => [one(b, 'scale', [g as GradRef], { factor: attrs['factor'] ?? 1 })],
   },
 ];

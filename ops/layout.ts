@@ -1,6 +1,7 @@
 /** Ops that move elements without arithmetic: transpose, permute, reshape, slice, concat, split. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, at, cat, generate, narrow } from './dense.js';
+import { type GradRef, one } from './grad.js';
 import { type Attrs, type OpDef, attrInts, attrNum, attrObject, fixed, normDim, numel, ShapeError, type Shape, shapeStr } from './types.js';
 
 function permuteApply<S>(x: Dense<S>, dims: readonly number[]): Dense<S> {
@@ -36,6 +37,7 @@ export const ops: OpDef[] = [
       const dims = x.shape.map((_, i) => (i === d0 ? d1 : i === d1 ? d0 : i));
       return [permuteApply(x, dims)];
     },
+    backward: (b, { grads: [g], attrs }) => [one(b, 'transpose', [g as GradRef], { dim0: attrs['dim0'] ?? 0, dim1: attrs['dim1'] ?? 0 })],
   },
   {
     name: 'permute',
@@ -53,6 +55,13 @@ export const ops: OpDef[] = [
     apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => {
       const x = arg(ins, 0);
       return [permuteApply(x, (attrInts(a, 'dims') ?? []).map((d) => normDim(d, x.shape.length)))];
+    },
+    backward: (b, { inputs: [x], grads: [g], attrs }) => {
+      const r = b.shape(x as GradRef).length;
+      const dims = (attrInts(attrs, 'dims') ?? []).map((d) => normDim(d, r));
+      const inv = new Array<number>(r);
+      dims.forEach((d, i) => (inv[d] = i));
+      return [one(b, 'permute', [g as GradRef], { dims: inv })];
     },
   },
   {
@@ -79,6 +88,7 @@ export const ops: OpDef[] = [
       const known = tgt.reduce((p, d) => (d === -1 ? p : p * d), 1);
       return [{ shape: tgt.map((d) => (d === -1 ? x.data.length / known : d)), data: x.data }];
     },
+    backward: (b, { inputs: [x], grads: [g] }) => [one(b, 'reshape', [g as GradRef], { shape: [...b.shape(x as GradRef)] })],
   },
   {
     name: 'slice',
@@ -99,6 +109,11 @@ export const ops: OpDef[] = [
     apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => {
       const x = arg(ins, 0);
       return [narrow(x, normDim(attrNum(a, 'dim'), x.shape.length), attrNum(a, 'start'), attrNum(a, 'end'))];
+    },
+    backward: (b, { inputs: [x], grads: [g], attrs }) => {
+      const xs = b.shape(x as GradRef);
+      const d = normDim(attrNum(attrs, 'dim'), xs.length);
+      return [one(b, 'pad', [g as GradRef], { dim: d, before: attrNum(attrs, 'start'), after: (xs[d] as number) - attrNum(attrs, 'end') })];
     },
   },
   {
@@ -123,6 +138,10 @@ export const ops: OpDef[] = [
       return [out];
     },
     apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => [cat(ins, normDim(attrNum(a, 'dim'), arg(ins, 0).shape.length))],
+    backward: (b, { inputs, grads: [g], attrs }) => {
+      const d = normDim(attrNum(attrs, 'dim'), b.shape(inputs[0] as GradRef).length);
+      return b.op('split', [g as GradRef], { dim: d, sizes: inputs.map((x) => b.shape(x)[d] as number) });
+    },
   },
   {
     name: 'split',
@@ -152,6 +171,42 @@ export const ops: OpDef[] = [
         start += z;
         return piece;
       });
+    },
+    backward: (b, { grads, attrs }) => [one(b, 'concat', grads, { dim: attrs['dim'] ?? 0 })],
+  },
+  {
+    name: 'pad',
+    family: 'layout',
+    doc: 'torch.nn.functional.pad with zeros along one dim: `before` zeros, a, `after` zeros (the backward of slice)',
+    inputs: fixed(1),
+    outputs: fixed(1),
+    attrSchema: attrObject({ dim: { type: 'integer' }, before: { type: 'integer', minimum: 0 }, after: { type: 'integer', minimum: 0 } }, ['dim', 'before', 'after']),
+    shape: ([a], at) => {
+      const s = [...(a as Shape)];
+      const d = normDim(attrNum(at, 'dim'), s.length);
+      s[d] = (s[d] as number) + attrNum(at, 'before') + attrNum(at, 'after');
+      return [s];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => {
+      const x = arg(ins, 0);
+      const d = normDim(attrNum(a, 'dim'), x.shape.length);
+      const before = attrNum(a, 'before');
+      const shape = [...x.shape];
+      shape[d] = (shape[d] as number) + before + attrNum(a, 'after');
+      return [
+        generate(shape, (idx) => {
+          const i = (idx[d] as number) - before;
+          if (i < 0 || i >= (x.shape[d] as number)) return alg.zero;
+          const src = [...idx];
+          src[d] = i;
+          return at(x, src);
+        }),
+      ];
+    },
+    backward: (b, { inputs: [x], grads: [g], attrs }) => {
+      const d = normDim(attrNum(attrs, 'dim'), b.shape(x as GradRef).length);
+      const before = attrNum(attrs, 'before');
+      return [one(b, 'slice', [g as GradRef], { dim: d, start: before, end: before + (b.shape(x as GradRef)[d] as number) })];
     },
   },
 ];

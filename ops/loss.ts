@@ -1,6 +1,7 @@
 /** Losses and their backward ops. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg } from './dense.js';
+import { type GradRef, NO_BACKWARD, one } from './grad.js';
 import { type Attrs, type OpDef, attrObject, fixed, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
 
 const reduction = attrObject({ reduction: { enum: ['mean', 'sum'] } });
@@ -27,6 +28,10 @@ export const ops: OpDef[] = [
       const s = alg.sum(sq);
       return [{ shape: [], data: [at['reduction'] === 'sum' ? s : alg.mul(s, alg.constant(`1/${p.data.length}`))] }];
     },
+    backward: (b, { inputs: [p, t], grads: [g], attrs }) => {
+      const gp = one(b, 'mse_loss_backward', [p as GradRef, t as GradRef, g as GradRef], attrs);
+      return [gp, one(b, 'neg', [gp])];
+    },
   },
   {
     name: 'mse_loss_backward',
@@ -48,5 +53,6 @@ export const ops: OpDef[] = [
       if (g !== undefined) k = alg.mul(k, g.data[0] as S);
       return [{ shape: p.shape, data: p.data.map((v, i) => alg.mul(k, alg.sub(v, t.data[i] as S))) }];
     },
+    backward: NO_BACKWARD,
   },
 ];

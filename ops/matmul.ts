@@ -1,6 +1,7 @@
 /** Matrix products with torch.matmul / F.linear shape semantics. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, at, generate } from './dense.js';
+import { type GradBuilder, type GradRef, one, unbroadcast } from './grad.js';
 import { type OpDef, broadcastShapes, fixed, noAttrs, ShapeError, type Shape, shapeStr } from './types.js';
 
 /** torch.matmul values: 1-D operands are promoted and the promoted dims dropped again. */
@@ -54,6 +55,7 @@ export const ops: OpDef[] = [
     attrSchema: noAttrs(),
     shape: ([a, b]) => [matmulShape(a as Shape, b as Shape)],
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [matmulApply(alg, arg(ins, 0), arg(ins, 1))],
+    backward: (b, { inputs: [a, c], grads: [g] }) => matmulGrad(b, a as GradRef, c as GradRef, g as GradRef),
   },
   {
     name: 'linear',
@@ -80,5 +82,37 @@ export const ops: OpDef[] = [
       if (b === undefined) return [y];
       return [{ shape: y.shape, data: y.data.map((v, f) => alg.add(v, b.data[f % o] as S)) }];
     },
+    backward: (b, { inputs, grads: [g] }) => {
+      const [x, w] = inputs as [GradRef, GradRef];
+      const [o, i] = b.shape(w) as [number, number];
+      const g2 = one(b, 'reshape', [g as GradRef], { shape: [-1, o] });
+      const x2 = one(b, 'reshape', [x], { shape: [-1, i] });
+      const gx = one(b, 'matmul', [g as GradRef, w]);
+      const gw = one(b, 'matmul', [one(b, 'transpose', [g2], { dim0: 0, dim1: 1 }), x2]);
+      const lead = b.shape(g as GradRef).length - 1;
+      const gb = inputs.length > 2 ? (lead === 0 ? (g as GradRef) : one(b, 'sum', [g as GradRef], { dims: Array.from({ length: lead }, (_, d) => d) })) : undefined;
+      return [gx, gw, gb];
+    },
   },
 ];
+
+/** Gradients of torch.matmul for every operand-rank combination. */
+function matmulGrad(b: GradBuilder, a: GradRef, c: GradRef, g: GradRef): GradRef[] {
+  const ra = b.shape(a).length;
+  const rc = b.shape(c).length;
+  const tr = (x: GradRef): GradRef => one(b, 'transpose', [x], { dim0: -1, dim1: -2 });
+  if (ra === 1 && rc === 1) return [one(b, 'mul', [g, c]), one(b, 'mul', [g, a])];
+  if (ra === 1 && rc === 2) {
+    // [k] @ [k, n] -> [n]
+    const ga = one(b, 'matmul', [c, g]);
+    const gc = one(b, 'matmul', [one(b, 'reshape', [a], { shape: [-1, 1] }), one(b, 'reshape', [g], { shape: [1, -1] })]);
+    return [ga, gc];
+  }
+  if (ra === 2 && rc === 1) {
+    // [m, k] @ [k] -> [m]
+    const ga = one(b, 'matmul', [one(b, 'reshape', [g], { shape: [-1, 1] }), one(b, 'reshape', [c], { shape: [1, -1] })]);
+    return [ga, one(b, 'matmul', [tr(a), g])];
+  }
+  if (ra < 2 || rc < 2) throw new Error('matmul backward: batched 1-D operands are not supported');
+  return [unbroadcast(b, one(b, 'matmul', [g, tr(c)]), b.shape(a)), unbroadcast(b, one(b, 'matmul', [tr(a), g]), b.shape(c))];
+}

@@ -1,6 +1,7 @@
 /** Optimizer steps. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg } from './dense.js';
+import { NO_BACKWARD } from './grad.js';
 import { type Attrs, type OpDef, attrObject, attrScalar, fixed, sameShape, scalarSchema, ShapeError, type Shape, shapeStr } from './types.js';
 
 export const ops: OpDef[] = [
@@ -30,5 +31,6 @@ export const ops: OpDef[] = [
         },
       ];
     },
+    backward: NO_BACKWARD,
   },
 ];

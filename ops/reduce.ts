@@ -1,6 +1,7 @@
 /** Reductions over dims, softmax along a dim, and expand (the backward of sum/mean). */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, broadcastReader, generate, reduceDims, strides } from './dense.js';
+import { type GradRef, NO_BACKWARD, one, unbroadcast } from './grad.js';
 import { type OpDef, type Attrs, attrInts, attrObject, fixed, normDim, numel, sameShape, ShapeError, type Shape, shapeStr, attrNum } from './types.js';
 
 function reduceDimList(shape: Shape, attrs: Attrs): number[] {
@@ -71,12 +72,20 @@ function reduction(name: string, doc: string, mean: boolean): OpDef {
       const k = alg.constant(`1/${n}`);
       return [reduceDims(x, dims, at['keepdim'] === true, (vals) => (mean ? alg.mul(alg.sum(vals), k) : alg.sum(vals)))];
     },
+    backward: (b, { inputs: [x], grads: [g], attrs }) => {
+      const xs = b.shape(x as GradRef);
+      const dims = reduceDimList(xs, attrs);
+      const keep = xs.map((v, d) => (dims.includes(d) ? 1 : v));
+      const e = one(b, 'expand', [one(b, 'reshape', [g as GradRef], { shape: keep })], { shape: [...xs] });
+      const n = dims.reduce((p, d) => p * (xs[d] as number), 1);
+      return [mean ? one(b, 'scale', [e], { factor: `1/${n}` }) : e];
+    },
   };
 }
 
 const dimAttr = attrObject({ dim: { type: 'integer' } }, ['dim']);
 
-function alongDim(name: string, doc: string, f: <S>(alg: Algebra<S>, x: S[]) => S[]): OpDef {
+function alongDim(name: string, doc: string, f: <S>(alg: Algebra<S>, x: S[]) => S[], backward: OpDef['backward']): OpDef {
   return {
     name,
     family: 'reduce',
@@ -89,17 +98,22 @@ function alongDim(name: string, doc: string, f: <S>(alg: Algebra<S>, x: S[]) => 
       return [a as Shape];
     },
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => [alongDimApply([arg(ins, 0)], attrNum(at, 'dim'), ([x]) => f(alg, x as S[]))],
+    backward,
   };
 }
 
 export const ops: OpDef[] = [
   reduction('sum', 'torch.sum(a, dims, keepdim); all dims when dims is omitted', false),
   reduction('mean', 'torch.mean(a, dims, keepdim); all dims when dims is omitted', true),
-  alongDim('softmax', 'torch.softmax(a, dim)', softmaxFiber),
+  alongDim('softmax', 'torch.softmax(a, dim)', softmaxFiber, (b, { outputs: [o], grads: [g], attrs }) => [one(b, 'softmax_backward', [g as GradRef, o as GradRef], { dim: attrs['dim'] ?? -1 })]),
   alongDim('log_softmax', 'torch.log_softmax(a, dim) = x - m - log(sum(exp(x - m))), m = max(x)', <S>(alg: Algebra<S>, x: S[]): S[] => {
     const m = alg.max(x);
     const lse = alg.fn('log', alg.sum(x.map((v) => alg.exp(alg.sub(v, m)))));
     return x.map((v) => alg.sub(alg.sub(v, m), lse));
+  }, (b, { outputs: [o], grads: [g], attrs }) => {
+    // g - softmax(x) * sum(g) along dim, softmax(x) = exp(log_softmax(x))
+    const s = one(b, 'sum', [g as GradRef], { dims: [attrs['dim'] as number], keepdim: true });
+    return [one(b, 'sub', [g as GradRef, one(b, 'mul', [one(b, 'exp', [o as GradRef]), s])])];
   }),
   {
     name: 'softmax_backward',
@@ -119,6 +133,7 @@ export const ops: OpDef[] = [
         return (y as S[]).map((yi, i) => alg.mul(yi, alg.sub((g as S[])[i] as S, dot)));
       }),
     ],
+    backward: NO_BACKWARD,
   },
   {
     name: 'expand',
@@ -152,5 +167,6 @@ export const ops: OpDef[] = [
       const r = broadcastReader(x, shape.length);
       return [generate(shape, r)];
     },
+    backward: (b, { inputs: [x], grads: [g] }) => [unbroadcast(b, g as GradRef, b.shape(x as GradRef))],
   },
 ];

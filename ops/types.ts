@@ -7,6 +7,7 @@
  */
 
 import type { Algebra, Dense } from './algebra.js';
+import type { BackwardRule, NO_BACKWARD } from './grad.js';
 
 export type Shape = readonly number[];
 export type AttrValue = null | boolean | number | string | AttrValue[] | { [k: string]: AttrValue };
@@ -63,6 +64,8 @@ export interface OpDef {
   apply<S>(alg: Algebra<S>, inputs: readonly Dense<S>[], attrs: Attrs): Dense<S>[];
   /** Present on communication ops. */
   readonly collective?: CollectiveRule;
+  /** Input gradients as ops, or 'none' when the op is not differentiated (see ops/grad.ts). */
+  readonly backward: BackwardRule | typeof NO_BACKWARD;
 }
 
 export const fixed = (n: number): Arity => ({ min: n, max: n });

@@ -62,7 +62,15 @@ interface Term {
 /** Real functions for evaluating UF atoms (witnesses, debugging). */
 export type UfImpl = (name: string, args: number[]) => number;
 
+/** Thrown when a stage needs more normal-form work than its budget allows. */
+export class TermBudgetError extends Error {}
+
+/** Default budget: monomial products per store (one store per stage). */
+export const DEFAULT_TERM_BUDGET = 1_000_000;
+
 export class TermStore {
+  /** Monomial products performed so far (the normal form's unit of work). */
+  work = 0;
   private readonly atoms: Atom[] = [];
   private readonly atomIndex = new Map<string, AtomId>();
   private readonly monos: Mono[] = [];
@@ -78,7 +86,7 @@ export class TermStore {
   readonly zero: TermId;
   readonly one: TermId;
 
-  constructor() {
+  constructor(readonly budget = DEFAULT_TERM_BUDGET) {
     this.unitMono = this.internMono([], []);
     this.zero = this.internTerm(Q0, this.unitMono, [], []);
     this.one = this.internTerm(Q1, this.unitMono, [], []);
@@ -226,7 +234,13 @@ export class TermStore {
     return { monos, coefs: monos.map((k) => m.get(k) as Q) };
   }
 
+  private charge(n: number): void {
+    this.work += n;
+    if (this.work > this.budget) throw new TermBudgetError(`more than ${this.budget} monomial products`);
+  }
+
   private polyMulInto(acc: Map<number, Q>, p: Poly, c: Q, mono: number): void {
+    this.charge(p.monos.length);
     for (let i = 0; i < p.monos.length; i++) {
       const m = this.monoMul(p.monos[i] as number, mono);
       const v = qMul(p.coefs[i] as Q, c);
@@ -359,6 +373,7 @@ export class TermStore {
         }
       }
       const p = this.expand(x.c, this.monoMul(x.mono, ginv), ...sortFactors(fids, fexp));
+      this.charge(p.monos.length);
       for (let i = 0; i < p.monos.length; i++) {
         const m = p.monos[i] as number;
         const prev = acc.get(m);

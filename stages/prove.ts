@@ -20,7 +20,7 @@ import { registry } from '../ops/registry.js';
 import { type Attrs, numel } from '../ops/types.js';
 import { termAlgebra } from '../sdfg/algebras.js';
 import { logicalIndexer } from '../sdfg/execute.js';
-import { TermStore, type TermId } from '../sdfg/terms.js';
+import { DEFAULT_TERM_BUDGET, TermBudgetError, TermStore, type TermId } from '../sdfg/terms.js';
 import type { LoadedPlan } from '../plans/loader.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, type LineageNF } from '../lineage/model.js';
@@ -362,13 +362,26 @@ export class StageBuilder {
 /** The default decision procedure: the exact normal form, with syntactic side conditions. */
 export class Prover {
   private readonly builder: StageBuilder;
-  constructor(plan: LoadedPlan) {
+  constructor(
+    plan: LoadedPlan,
+    private readonly budget = DEFAULT_TERM_BUDGET,
+  ) {
     this.builder = new StageBuilder(plan);
   }
 
   prove(stage: Stage): StageResult {
     const t0 = performance.now();
-    const T = new TermStore();
+    try {
+      return this.proveWithin(stage, t0);
+    } catch (e) {
+      if (!(e instanceof TermBudgetError)) throw e;
+      const ranks = stage.obligations.map((o) => o.rank);
+      return result(stage, 'unknown', `the stage is too large for the exact normal form (${e.message}): give lineage to intermediate tensors (activation gradients, for instance) so that stages are cut shorter`, ranks, { logicalOps: 0, parallelOps: 0 }, 0, t0);
+    }
+  }
+
+  private proveWithin(stage: Stage, t0: number): StageResult {
+    const T = new TermStore(this.budget);
     let logicalConds = new Set<TermId>();
     const b = this.builder.build(stage, {
       alg: termAlgebra(T),

@@ -2,6 +2,8 @@ import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import { loadPlan, loadPlanObject } from '../plans/loader.js';
 import { verifyPlan } from '../stages/verify.js';
+import { decompose, Prover } from '../stages/prove.js';
+import { logicalOrder } from '../sdfg/execute.js';
 import { EXAMPLES } from './helpers.js';
 
 interface Entry {
@@ -57,6 +59,16 @@ describe('verify: verdicts with evidence', () => {
       assert.equal(failing.length, 1, `only the root cause fails symbolically: ${failing.map((s) => s.logical).join(', ')}`);
     });
   }
+
+  it('a stage too large for the normal form ends in unknown with advice, never in a crash or a verdict', () => {
+    const p = loadPlan(`${EXAMPLES}mlp-dp2.json`);
+    const prover = new Prover(p, 50);
+    const results = decompose(p, logicalOrder(p)).map((s) => prover.prove(s));
+    const big = results.filter((r) => r.status === 'unknown');
+    assert.ok(big.length > 0);
+    for (const r of big) assert.match(r.reason ?? '', /too large for the exact normal form \(more than 50 monomial products\): give lineage to intermediate tensors/);
+    assert.ok(results.every((r) => r.status !== 'differs'));
+  });
 
   it('a correct plan relying on an identity the engine lacks is unknown, never not-equivalent: tanh(x) = 2 sigmoid(2x) - 1', () => {
     const p = loadPlanObject(

@@ -1,0 +1,120 @@
+import { strict as assert } from 'node:assert';
+import type { Dense } from '../ops/algebra.js';
+import type { GradBuilder, GradRef } from '../ops/grad.js';
+import { registry } from '../ops/registry.js';
+import type { Attrs, Shape } from '../ops/types.js';
+import { floatAlgebra } from '../sdfg/algebras.js';
+import { mulberry32 } from '../stages/numeric.js';
+
+/** Evaluates emitted ops immediately in Float64, checking each op's shape rule on the way. */
+class EagerBuilder implements GradBuilder {
+  readonly vals: Dense<number>[] = [];
+  put(v: Dense<number>): GradRef {
+    this.vals.push(v);
+    return this.vals.length - 1;
+  }
+  op(name: string, inputs: readonly GradRef[], attrs: Attrs = {}): GradRef[] {
+    const id = registry.id(name);
+    assert.ok(id >= 0, `backward emits unknown op '${name}'`);
+    const def = registry.get(id);
+    const ins = inputs.map((r) => this.vals[r] as Dense<number>);
+    assert.equal(registry.checkAttrs(id, attrs), undefined, `backward emits '${name}' with bad attributes ${JSON.stringify(attrs)}`);
+    const shapes = def.shape(ins.map((x) => x.shape), attrs);
+    const outs = def.apply(floatAlgebra, ins, attrs);
+    outs.forEach((o, k) => assert.deepEqual([...o.shape], [...(shapes[k] as Shape)], `${name}: apply and shape rule disagree`));
+    return outs.map((o) => this.put(o));
+  }
+  shape(r: GradRef): Shape {
+    return (this.vals[r] as Dense<number>).shape;
+  }
+}
+
+interface Sample {
+  op: string;
+  shapes: number[][];
+  attrs?: Attrs;
+  /** Inputs that must stay away from 0 (denominators). */
+  positive?: number[];
+}
+
+const samples: Sample[] = [
+  { op: 'add', shapes: [[2, 3], [3]] },
+  { op: 'sub', shapes: [[2, 1], [2, 3]] },
+  { op: 'mul', shapes: [[2, 3], [1, 3]] },
+  { op: 'div', shapes: [[2, 3], [2, 1]], positive: [1] },
+  { op: 'neg', shapes: [[2, 2]] },
+  { op: 'identity', shapes: [[3]] },
+  { op: 'scale', shapes: [[2, 2]], attrs: { factor: '-1/3' } },
+  { op: 'exp', shapes: [[3]] },
+  { op: 'tanh', shapes: [[3]] },
+  { op: 'sigmoid', shapes: [[3]] },
+  { op: 'silu', shapes: [[3]] },
+  { op: 'gelu', shapes: [[4]], attrs: { approximate: 'none' } },
+  { op: 'gelu', shapes: [[4]], attrs: { approximate: 'tanh' } },
+  { op: 'matmul', shapes: [[2, 3], [3, 4]] },
+  { op: 'matmul', shapes: [[3], [3, 2]] },
+  { op: 'matmul', shapes: [[2, 3], [3]] },
+  { op: 'matmul', shapes: [[3], [3]] },
+  { op: 'matmul', shapes: [[2, 2, 3], [3, 4]] },
+  { op: 'linear', shapes: [[2, 3], [4, 3], [4]] },
+  { op: 'linear', shapes: [[2, 2, 3], [4, 3]] },
+  { op: 'sum', shapes: [[2, 3, 4]], attrs: { dims: [1] } },
+  { op: 'sum', shapes: [[2, 3]], attrs: { keepdim: true } },
+  { op: 'mean', shapes: [[2, 3, 4]], attrs: { dims: [0, -1] } },
+  { op: 'softmax', shapes: [[2, 4]], attrs: { dim: 1 } },
+  { op: 'log_softmax', shapes: [[2, 4]], attrs: { dim: -1 } },
+  { op: 'expand', shapes: [[3, 1]], attrs: { shape: [2, 3, 4] } },
+  { op: 'transpose', shapes: [[2, 3, 4]], attrs: { dim0: 0, dim1: 2 } },
+  { op: 'permute', shapes: [[2, 3, 4]], attrs: { dims: [2, 0, 1] } },
+  { op: 'reshape', shapes: [[2, 6]], attrs: { shape: [3, -1] } },
+  { op: 'slice', shapes: [[2, 5]], attrs: { dim: 1, start: 1, end: 3 } },
+  { op: 'pad', shapes: [[2, 3]], attrs: { dim: -1, before: 1, after: 2 } },
+  { op: 'concat', shapes: [[2, 3], [1, 3]], attrs: { dim: 0 } },
+  { op: 'split', shapes: [[5, 2]], attrs: { dim: 0, sizes: [2, 3] } },
+  { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'mean' } },
+  { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'sum' } },
+];
+
+function numelOf(s: readonly number[]): number {
+  return s.reduce((p, v) => p * v, 1);
+}
+
+describe('backward rules match central finite differences', () => {
+  it('every differentiable op has a sample here', () => {
+    const covered = new Set(samples.map((s) => s.op));
+    const missing = registry.names().filter((n) => registry.get(registry.id(n)).backward !== 'none' && !covered.has(n));
+    assert.deepEqual(missing, []);
+  });
+  samples.forEach((s, si) => {
+    it(`${s.op} ${JSON.stringify(s.shapes)} ${s.attrs === undefined ? '' : JSON.stringify(s.attrs)}`, () => {
+      const def = registry.get(registry.id(s.op));
+      assert.notEqual(def.backward, 'none');
+      const rnd = mulberry32(1000 + si);
+      const attrs = s.attrs ?? {};
+      const inputs: Dense<number>[] = s.shapes.map((shape, i) => ({ shape, data: Array.from({ length: numelOf(shape) }, () => (s.positive?.includes(i) ? 0.5 + rnd() : rnd() * 2 - 1)) }));
+      const outs = def.apply(floatAlgebra, inputs, attrs);
+      const weights = outs.map((o) => o.data.map(() => rnd() * 2 - 1));
+      const loss = (ins: Dense<number>[]): number =>
+        def.apply(floatAlgebra, ins, attrs).reduce((acc, o, k) => acc + o.data.reduce((a, v, j) => a + v * ((weights[k] as number[])[j] as number), 0), 0);
+      const b = new EagerBuilder();
+      const inRefs = inputs.map((x) => b.put(x));
+      const outRefs = outs.map((o) => b.put(o));
+      const gRefs = outs.map((o, k) => b.put({ shape: o.shape, data: weights[k] as number[] }));
+      const grads = (def.backward as Exclude<typeof def.backward, 'none'>)(b, { inputs: inRefs, outputs: outRefs, grads: gRefs, attrs });
+      inputs.forEach((x, i) => {
+        const gref = grads[i];
+        assert.ok(gref !== undefined, `no gradient for input ${i}`);
+        const g = b.vals[gref] as Dense<number>;
+        assert.deepEqual([...g.shape], [...x.shape], `gradient of input ${i} has the wrong shape`);
+        const h = 1e-5;
+        x.data.forEach((v, j) => {
+          const plus = inputs.map((y, k) => (k === i ? { shape: y.shape, data: y.data.map((u, jj) => (jj === j ? v + h : u)) } : y));
+          const minus = inputs.map((y, k) => (k === i ? { shape: y.shape, data: y.data.map((u, jj) => (jj === j ? v - h : u)) } : y));
+          const fd = (loss(plus) - loss(minus)) / (2 * h);
+          const an = g.data[j] as number;
+          assert.ok(Math.abs(an - fd) <= 1e-6 + 1e-5 * Math.abs(fd), `input ${i} element ${j}: backward ${an}, finite difference ${fd}`);
+        });
+      });
+    });
+  });
+});
