@@ -4,16 +4,26 @@
  */
 import { Ajv, type ValidateFunction } from 'ajv';
 import type { Attrs, OpDef } from './types.js';
-import { ops as elementwise } from './elementwise.js';
-import { ops as activation } from './activation.js';
-import { ops as matmul } from './matmul.js';
-import { ops as reduce } from './reduce.js';
-import { ops as layout } from './layout.js';
-import { ops as loss } from './loss.js';
-import { ops as optim } from './optim.js';
-import { ops as collectives } from './collectives.js';
+import { readdirSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
-const families: readonly (readonly OpDef[])[] = [elementwise, activation, matmul, reduce, layout, loss, optim, collectives];
+/**
+ * Op families are discovered: every module in this folder that exports `ops` is one. Adding
+ * a family is one new file (plus its tests). Sorted file order keeps op ids deterministic.
+ */
+async function discoverFamilies(): Promise<OpDef[][]> {
+  const dir = dirname(fileURLToPath(import.meta.url));
+  const self = fileURLToPath(import.meta.url).split(/[\\/]/).pop();
+  const families: OpDef[][] = [];
+  for (const f of readdirSync(dir).filter((x) => x.endsWith('.js') && x !== self).sort()) {
+    const m = (await import(pathToFileURL(join(dir, f)).href)) as { ops?: unknown };
+    if (Array.isArray(m.ops)) families.push(m.ops as OpDef[]);
+  }
+  return families;
+}
+
+const families = await discoverFamilies();
 
 export class OpRegistry {
   private readonly byName = new Map<string, number>();
