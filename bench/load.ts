@@ -18,6 +18,7 @@
  *    loader checks on all ranks (logical ops + ranks x program ops).
  * The whole run takes about 2-4 minutes on a quiet 2-core machine.
  */
+import { parseBenchArgs } from './args.js';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
@@ -227,29 +228,8 @@ function scaling(rows: readonly Row[]): string {
   return out.join('\n');
 }
 
-function parseArgs(argv: string[]): { runs: number; only?: Set<string>; json?: string } {
-  let runs = 3;
-  let only: Set<string> | undefined;
-  let json: string | undefined;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    const v = argv[i + 1];
-    if (a === '--runs' && v !== undefined) {
-      runs = Math.max(1, Number(v));
-      i++;
-    } else if (a === '--only' && v !== undefined) {
-      only = new Set(v.split(','));
-      i++;
-    } else if (a === '--json' && v !== undefined) {
-      json = v;
-      i++;
-    } else throw new Error(`unknown argument ${a ?? ''}; usage: load.js [--runs N] [--only name,...] [--json out.json]`);
-  }
-  return { runs, ...(only === undefined ? {} : { only }), ...(json === undefined ? {} : { json }) };
-}
-
 function parent(argv: string[]): void {
-  const { runs, only, json } = parseArgs(argv);
+  const { runs, only, json } = parseBenchArgs(argv, 'load.js');
   const cases = defaultCases().filter((c) => only === undefined || only.has(c.name));
   const dir = mkdtempSync(join(tmpdir(), 'planproof-bench-'));
   const rows: Row[] = [];

@@ -25,6 +25,7 @@
  * A case whose verdict (or first failing stage) differs from what is expected is printed with
  * a loud WARNING and the process exits 1.
  */
+import { parseBenchArgs } from './args.js';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
@@ -303,29 +304,8 @@ function scaling(rows: readonly Row[]): string {
   return out.join('\n');
 }
 
-function parseArgs(argv: string[]): { runs: number; only?: Set<string>; json?: string } {
-  let runs = 3;
-  let only: Set<string> | undefined;
-  let json: string | undefined;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    const v = argv[i + 1];
-    if (a === '--runs' && v !== undefined) {
-      runs = Math.max(1, Number(v));
-      i++;
-    } else if (a === '--only' && v !== undefined) {
-      only = new Set(v.split(','));
-      i++;
-    } else if (a === '--json' && v !== undefined) {
-      json = v;
-      i++;
-    } else throw new Error(`unknown argument ${a ?? ''}; usage: prove.js [--runs N] [--only name,...] [--json out.json]`);
-  }
-  return { runs, ...(only === undefined ? {} : { only }), ...(json === undefined ? {} : { json }) };
-}
-
 function parent(argv: string[]): void {
-  const { runs, only, json } = parseArgs(argv);
+  const { runs, only, json } = parseBenchArgs(argv, 'prove.js');
   const cases = defaultCases().filter((c) => only === undefined || only.has(c.name));
   const dir = mkdtempSync(join(tmpdir(), 'planproof-bench-prove-'));
   const rows: Row[] = [];

@@ -60,18 +60,21 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
   const seed = opts.seed ?? 1;
   const numeric = numericCheck(plan, seed);
   const stages = decompose(plan, logicalOrder(plan));
+  return assemble(plan, proveInProcess(plan, stages, opts.onStage), numeric, seed, t0);
+}
+
+function proveInProcess(plan: LoadedPlan, stages: readonly Stage[], onStage?: (done: number, total: number) => void): StageResult[] {
   const prover = new Prover(plan);
-  const results = stages.map((s, i) => {
+  return stages.map((s, i) => {
     let r: StageResult;
     try {
       r = prover.prove(s);
     } catch (e) {
       r = engineError(s, e);
     }
-    opts.onStage?.(i + 1, stages.length);
+    onStage?.(i + 1, stages.length);
     return r;
   });
-  return assemble(plan, results, numeric, seed, t0);
 }
 
 export type Engine = 'normal' | 'z3';
@@ -105,17 +108,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
       ...(opts.fault === undefined ? {} : { fault: opts.fault }),
     });
   } else if (engine === 'normal') {
-    const prover = new Prover(plan);
-    results = stages.map((s, i) => {
-      let r: StageResult;
-      try {
-        r = prover.prove(s);
-      } catch (e) {
-        r = engineError(s, e);
-      }
-      opts.onStage?.(i + 1, stages.length);
-      return r;
-    });
+    results = proveInProcess(plan, stages, opts.onStage);
   } else {
     const prover = new Z3Prover(plan);
     results = [];
