@@ -1,33 +1,10 @@
 import { strict as assert } from 'node:assert';
 import type { Dense } from '../ops/algebra.js';
-import type { GradBuilder, GradRef } from '../ops/grad.js';
 import { registry } from '../ops/registry.js';
-import type { Attrs, Shape } from '../ops/types.js';
+import type { Attrs } from '../ops/types.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
 import { mulberry32 } from '../stages/numeric.js';
-
-/** Evaluates emitted ops immediately in Float64, checking each op's shape rule on the way. */
-class EagerBuilder implements GradBuilder {
-  readonly vals: Dense<number>[] = [];
-  put(v: Dense<number>): GradRef {
-    this.vals.push(v);
-    return this.vals.length - 1;
-  }
-  op(name: string, inputs: readonly GradRef[], attrs: Attrs = {}): GradRef[] {
-    const id = registry.id(name);
-    assert.ok(id >= 0, `backward emits unknown op '${name}'`);
-    const def = registry.get(id);
-    const ins = inputs.map((r) => this.vals[r] as Dense<number>);
-    assert.equal(registry.checkAttrs(id, attrs), undefined, `backward emits '${name}' with bad attributes ${JSON.stringify(attrs)}`);
-    const shapes = def.shape(ins.map((x) => x.shape), attrs);
-    const outs = def.apply(floatAlgebra, ins, attrs);
-    outs.forEach((o, k) => assert.deepEqual([...o.shape], [...(shapes[k] as Shape)], `${name}: apply and shape rule disagree`));
-    return outs.map((o) => this.put(o));
-  }
-  shape(r: GradRef): Shape {
-    return (this.vals[r] as Dense<number>).shape;
-  }
-}
+import { EagerBuilder } from './helpers.js';
 
 interface Sample {
   op: string;

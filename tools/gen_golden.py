@@ -1,0 +1,196 @@
+#!/usr/bin/python3
+"""Golden vectors from real PyTorch for every op in ops/.
+
+Run with Debian's python3-torch (1.13, in the system Python 3.11):
+
+    apt-get install python3-torch
+    /usr/bin/python3 tools/gen_golden.py            # writes test/fixtures/golden/ops.json
+
+Each case: the op name and attributes as a plan writes them, float64 inputs, the outputs
+PyTorch computes, and, for differentiable ops, torch.autograd's input gradients for a given
+output gradient (`seed`). Collectives are computed as PyTorch computes them over the
+members' tensors (torch.distributed's reduction semantics on stacked inputs). The output is
+deterministic (fixed seed), so re-running reproduces the committed file byte for byte.
+"""
+import json
+import os
+import sys
+from fractions import Fraction
+
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(20261121)
+DT = torch.float64
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'test', 'fixtures', 'golden', 'ops.json')
+
+
+def rnd(*shape, positive=False):
+    x = torch.rand(*shape, dtype=DT) * 2 - 1
+    return x.abs() + 0.5 if positive else x
+
+
+def enc(t):
+    t = t.detach().to(DT).contiguous()
+    return {'shape': list(t.shape), 'data': [float(v) for v in t.reshape(-1).tolist()]}
+
+
+def scalar(v):
+    """A plan attribute's exact scalar ('p/q' strings are exact rationals) as a float."""
+    return float(Fraction(v)) if isinstance(v, str) else float(v)
+
+
+cases = []
+
+
+def case(op, attrs, inputs, fn, diff=None, positive=(), note=''):
+    """fn(*tensors) -> tensor or tuple of tensors. diff: input indices that get gradients."""
+    ins = [rnd(*s, positive=(i in positive)) if isinstance(s, tuple) else s for i, s in enumerate(inputs)]
+    if diff is None:
+        diff = list(range(len(ins)))
+    leaves = [x.clone().requires_grad_(i in diff) for i, x in enumerate(ins)]
+    out = fn(*leaves)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    entry = {'op': op, 'attrs': attrs, 'note': note, 'inputs': [enc(x) for x in ins], 'outputs': [enc(o) for o in outs]}
+    if diff:
+        seeds = [rnd(*o.shape) if o.dim() > 0 else rnd(1).reshape(()) for o in outs]
+        wrt = [leaves[i] for i in diff]
+        grads = torch.autograd.grad(outs, wrt, grad_outputs=seeds, allow_unused=True)
+        gin = [None] * len(ins)
+        for i, g in zip(diff, grads):
+            gin[i] = enc(g if g is not None else torch.zeros_like(ins[i]))
+        entry['grad'] = {'seed': [enc(s) for s in seeds], 'inputs': gin}
+    cases.append(entry)
+
+
+def backward_case(op, attrs, x_shape, fwd, saved='input', note=''):
+    """Golden for an explicit backward op (grad_out, saved) -> grad_in, from autograd of fwd."""
+    x = rnd(*x_shape).requires_grad_(True)
+    y = fwd(x)
+    g = rnd(*y.shape)
+    (gx,) = torch.autograd.grad(y, x, grad_outputs=g)
+    s = x if saved == 'input' else y
+    cases.append({'op': op, 'attrs': attrs, 'note': note, 'inputs': [enc(g), enc(s)], 'outputs': [enc(gx)]})
+
+
+def collective(op, attrs, member_shapes, fn, src=None, note=''):
+    """fn(list of member tensors) -> list of member outputs (None where a member gets none)."""
+    ins = [rnd(*s) for s in member_shapes]
+    outs = fn(ins)
+    group = list(range(len(ins)))
+    cases.append({
+        'op': op, 'attrs': attrs, 'note': note, 'group': group,
+        'memberInputs': [enc(x) if (src is None or i == src) else None for i, x in enumerate(ins)],
+        'memberOutputs': [None if o is None else enc(o) for o in outs],
+    })
+
+
+# ---- element-wise
+for shapes, note in [(((2, 3), (3,)), 'broadcast row'), (((4,), (4,)), 'same shape'), (((2, 1, 3), (1, 4, 1)), 'both broadcast, size-1 dims')]:
+    case('add', {}, list(shapes), torch.add, note=note)
+    case('sub', {}, list(shapes), torch.sub, note=note)
+    case('mul', {}, list(shapes), torch.mul, note=note)
+    case('div', {}, list(shapes), torch.div, positive=(1,), note=note)
+for s in [(3,), (2, 2), (1, 1)]:
+    case('neg', {}, [s], torch.neg)
+    case('identity', {}, [s], lambda x: x.clone())
+for factor, s in [('1/3', (2, 3)), (-2, (4,)), ('7/2', (1,))]:
+    case('scale', {'factor': factor}, [s], lambda x, f=factor: x * scalar(f))
+
+# ---- activations and their backward ops
+for s in [(5,), (2, 3), (1,)]:
+    case('exp', {}, [s], torch.exp)
+    case('tanh', {}, [s], torch.tanh)
+    case('sigmoid', {}, [s], torch.sigmoid)
+    case('silu', {}, [s], F.silu)
+    for approx in ['none', 'tanh']:
+        case('gelu', {'approximate': approx}, [s], lambda x, a=approx: F.gelu(x, approximate=a))
+        backward_case('gelu_backward', {'approximate': approx}, s, lambda x, a=approx: F.gelu(x, approximate=a))
+    backward_case('silu_backward', {}, s, F.silu)
+    backward_case('tanh_backward', {}, s, torch.tanh, saved='output')
+    backward_case('sigmoid_backward', {}, s, torch.sigmoid, saved='output')
+
+# ---- matmul / linear
+for a, b, note in [((2, 3), (3, 4), '2-D'), ((3,), (3, 2), '1-D @ 2-D'), ((2, 3), (3,), '2-D @ 1-D'), ((3,), (3,), 'dot'), ((2, 1, 2, 3), (4, 3, 2), 'batched, broadcast batch')]:
+    case('matmul', {}, [a, b], torch.matmul, note=note)
+case('linear', {}, [(2, 3), (4, 3), (4,)], F.linear, note='with bias')
+case('linear', {}, [(2, 2, 3), (4, 3)], F.linear, note='no bias, 3-D input')
+case('linear', {}, [(1, 3), (1, 3), (1,)], F.linear, note='size-1 dims')
+
+# ---- reductions, softmax, expand
+for s, attrs in [((2, 3, 4), {'dims': [1]}), ((2, 3), {'keepdim': True}), ((2, 3, 4), {'dims': [0, -1], 'keepdim': True}), ((1, 5), {'dims': [0]})]:
+    dims = attrs.get('dims', list(range(len(s))))
+    keep = attrs.get('keepdim', False)
+    case('sum', attrs, [s], lambda x, d=dims, k=keep: torch.sum(x, dim=d, keepdim=k))
+    case('mean', attrs, [s], lambda x, d=dims, k=keep: torch.mean(x, dim=d, keepdim=k))
+for s, dim in [((2, 4), 1), ((3, 2, 2), 0), ((1, 5), -1)]:
+    case('softmax', {'dim': dim}, [s], lambda x, d=dim: torch.softmax(x, dim=d))
+    case('log_softmax', {'dim': dim}, [s], lambda x, d=dim: torch.log_softmax(x, dim=d))
+    backward_case('softmax_backward', {'dim': dim}, s, lambda x, d=dim: torch.softmax(x, dim=d), saved='output')
+for s, shape in [((3, 1), [2, 3, 4]), ((1,), [3]), ((2, 1), [-1, 5])]:
+    case('expand', {'shape': shape}, [s], lambda x, sh=shape: x.expand(*sh))
+
+# ---- layout
+for s, d0, d1 in [((2, 3, 4), 0, 2), ((2, 3), 0, 1), ((1, 2, 3), -1, -2)]:
+    case('transpose', {'dim0': d0, 'dim1': d1}, [s], lambda x, a=d0, b=d1: torch.transpose(x, a, b))
+for s, dims in [((2, 3, 4), [2, 0, 1]), ((2, 3), [1, 0]), ((1, 2, 1), [1, 2, 0])]:
+    case('permute', {'dims': dims}, [s], lambda x, p=dims: x.permute(*p))
+for s, shape in [((2, 6), [3, -1]), ((2, 3, 2), [12]), ((1, 4), [2, 1, 2])]:
+    case('reshape', {'shape': shape}, [s], lambda x, sh=shape: x.reshape(*sh))
+for s, dim, start, end in [((2, 5), 1, 1, 3), ((4, 2), 0, 0, 4), ((3, 3, 2), -2, 2, 3)]:
+    case('slice', {'dim': dim, 'start': start, 'end': end}, [s], lambda x, d=dim, a=start, b=end: torch.narrow(x, d, a, b - a))
+for s, dim, before, after in [((2, 3), -1, 1, 2), ((2, 3), 0, 0, 1), ((1,), 0, 2, 0)]:
+    pad = [0, 0] * (len(s) - 1 - (dim % len(s))) + [before, after]
+    case('pad', {'dim': dim, 'before': before, 'after': after}, [s], lambda x, p=pad: F.pad(x, p))
+case('concat', {'dim': 0}, [(2, 3), (1, 3)], lambda a, b: torch.cat([a, b], 0))
+case('concat', {'dim': -1}, [(2, 1), (2, 2), (2, 3)], lambda a, b, c: torch.cat([a, b, c], -1))
+case('concat', {'dim': 1}, [(1, 2)], lambda a: torch.cat([a], 1), note='single input')
+for s, dim, sizes in [((5, 2), 0, [2, 3]), ((2, 6), 1, [1, 1, 4]), ((3,), 0, [3])]:
+    case('split', {'dim': dim, 'sizes': sizes}, [s], lambda x, d=dim, z=sizes: torch.split(x, z, d))
+
+# ---- losses
+for s, red in [((3, 2), 'mean'), ((4,), 'sum'), ((1, 1), 'mean')]:
+    case('mse_loss', {'reduction': red}, [s, s], lambda p, t, r=red: F.mse_loss(p, t, reduction=r))
+    p, t = rnd(*s), rnd(*s)
+    pp = p.clone().requires_grad_(True)
+    loss = F.mse_loss(pp, t, reduction=red)
+    g = rnd(1).reshape(())
+    (gp,) = torch.autograd.grad(loss, pp, grad_outputs=g)
+    cases.append({'op': 'mse_loss_backward', 'attrs': {'reduction': red}, 'note': 'autograd of mse_loss', 'inputs': [enc(p), enc(t), enc(g)], 'outputs': [enc(gp)]})
+
+# ---- optimizer: torch.optim.SGD's own step
+for s, lr, wd in [((2, 3), '1/10', None), ((4,), 0.05, '1/100'), ((1,), 1, 0.5)]:
+    p0, g0 = rnd(*s), rnd(*s)
+    param = torch.nn.Parameter(p0.clone())
+    param.grad = g0.clone()
+    opt = torch.optim.SGD([param], lr=scalar(lr), weight_decay=scalar(wd) if wd is not None else 0)
+    opt.step()
+    attrs = {'lr': lr} if wd is None else {'lr': lr, 'weight_decay': wd}
+    cases.append({'op': 'sgd_update', 'attrs': attrs, 'note': 'torch.optim.SGD step', 'inputs': [enc(p0), enc(g0)], 'outputs': [enc(param)]})
+
+# ---- collectives (group semantics of torch.distributed over the members' tensors)
+def stacked_reduce(xs, how):
+    st = torch.stack(xs)
+    return {'sum': st.sum(0), 'avg': st.mean(0), 'max': st.max(0).values, 'min': st.min(0).values}[how]
+
+
+for how in ['sum', 'avg', 'max', 'min']:
+    collective('all_reduce', {'reduce': how}, [(2, 3)] * 2, lambda xs, h=how: [stacked_reduce(xs, h)] * len(xs))
+collective('all_reduce', {'reduce': 'sum'}, [(3,)] * 4, lambda xs: [stacked_reduce(xs, 'sum')] * 4, note='4 members')
+for dim, shapes in [(0, [(2, 3)] * 2), (1, [(2, 1)] * 3), (-1, [(1, 2)] * 2)]:
+    collective('all_gather', {'dim': dim}, shapes, lambda xs, d=dim: [torch.cat(xs, d)] * len(xs))
+for dim, how, shapes in [(0, 'sum', [(4, 2)] * 2), (1, 'avg', [(2, 6)] * 3), (0, 'max', [(2,)] * 2)]:
+    collective('reduce_scatter', {'dim': dim, 'reduce': how}, shapes, lambda xs, d=dim, h=how: list(torch.chunk(stacked_reduce(xs, h), len(xs), d)))
+for sd, cd, shapes in [(0, 1, [(4, 2)] * 2), (1, 0, [(2, 6)] * 3), (0, 0, [(4,)] * 2)]:
+    collective('all_to_all', {'split_dim': sd, 'concat_dim': cd}, shapes,
+               lambda xs, s=sd, c=cd: [torch.cat([torch.chunk(x, len(xs), s)[j] for x in xs], c) for j in range(len(xs))])
+for src, shapes in [(0, [(2, 2)] * 2), (2, [(3,)] * 3), (1, [(1, 4)] * 2)]:
+    collective('broadcast', {'src': src}, shapes, lambda xs, s=src: [xs[s]] * len(xs), src=src)
+for s in [(2, 3), (1,), (4, 1)]:
+    collective('send_recv', {}, [s, s], lambda xs: [None, xs[0]], src=0)
+
+os.makedirs(os.path.dirname(OUT), exist_ok=True)
+with open(OUT, 'w') as f:
+    json.dump({'generator': 'tools/gen_golden.py', 'torch': torch.__version__, 'python': sys.version.split()[0], 'cases': cases}, f, separators=(',', ':'))
+    f.write('\n')
+print(f'{len(cases)} cases -> {os.path.relpath(OUT)}')
