@@ -137,3 +137,11 @@ describe('docs/plan-format.md', () => {
     assert.throws(() => extractExamples('<!-- example: c -->\ntext\n'), /must be followed by a ```json block/);
   });
 });
+
+describe('docs/ops.md', () => {
+  const ops = readFileSync(`${ROOT}docs/ops.md`, 'utf8');
+  it('lists every op in ops/ and nothing that is not there', () => {
+    const listed = [...ops.matchAll(/^\| `([a-z_0-9]+)` \| [a-z]+ \|/gm)].map((m) => m[1] as string).sort();
+    assert.deepEqual(listed, registry.names().sort());
+  });
+});
