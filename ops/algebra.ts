@@ -7,10 +7,13 @@
 import type { Shape } from './types.js';
 
 /** Named real functions (uninterpreted in the symbolic domain). */
-export type RealFn = 'tanh' | 'sigmoid' | 'Phi' | 'phi' | 'log' | 'sqrt' | 'sqrt_2_over_pi';
+export type RealFn = 'tanh' | 'sigmoid' | 'Phi' | 'phi' | 'log' | 'sqrt' | 'rsqrt' | 'sqrt_2_over_pi';
 
-/** Whether f(x) > 0 for every real x (the engine may rely on it). */
-export const positiveFns: ReadonlySet<RealFn> = new Set<RealFn>(['sigmoid', 'Phi', 'phi', 'sqrt_2_over_pi']);
+/**
+ * Whether f(x) > 0 wherever f is defined (the engine may rely on it). rsqrt is defined for
+ * x > 0 only; plans apply it to variances plus a positive eps.
+ */
+export const positiveFns: ReadonlySet<RealFn> = new Set<RealFn>(['sigmoid', 'Phi', 'phi', 'rsqrt', 'sqrt_2_over_pi']);
 
 export const realFunctions: Readonly<Record<RealFn, (x: number) => number>> = {
   tanh: Math.tanh,
@@ -19,6 +22,7 @@ export const realFunctions: Readonly<Record<RealFn, (x: number) => number>> = {
   phi: (x) => Math.exp(-0.5 * x * x) / Math.sqrt(2 * Math.PI),
   log: Math.log,
   sqrt: Math.sqrt,
+  rsqrt: (x) => 1 / Math.sqrt(x),
   sqrt_2_over_pi: () => Math.sqrt(2 / Math.PI),
 };
 

@@ -48,6 +48,10 @@ const samples: Sample[] = [
   { op: 'pad', shapes: [[2, 3]], attrs: { dim: -1, before: 1, after: 2 } },
   { op: 'concat', shapes: [[2, 3], [1, 3]], attrs: { dim: 0 } },
   { op: 'split', shapes: [[5, 2]], attrs: { dim: 0, sizes: [2, 3] } },
+  { op: 'layer_norm', shapes: [[2, 4], [4], [4]], attrs: { eps: '1/100' } },
+  { op: 'layer_norm', shapes: [[2, 2, 3]], attrs: { eps: '1/10', normalized_dims: 2 } },
+  { op: 'rms_norm', shapes: [[3, 4], [4]], attrs: { eps: '1/100' } },
+  { op: 'rms_norm', shapes: [[2, 3]], attrs: { eps: '1/1000' } },
   { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'mean' } },
   { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'sum' } },
 ];

@@ -148,6 +148,35 @@ case('concat', {'dim': 1}, [(1, 2)], lambda a: torch.cat([a], 1), note='single i
 for s, dim, sizes in [((5, 2), 0, [2, 3]), ((2, 6), 1, [1, 1, 4]), ((3,), 0, [3])]:
     case('split', {'dim': dim, 'sizes': sizes}, [s], lambda x, d=dim, z=sizes: torch.split(x, z, d))
 
+# ---- norms
+def rms_norm(x, w, k, eps):
+    """RMSNorm as Llama's module computes it (torch 1.13 has no F.rms_norm)."""
+    dims = tuple(range(x.dim() - k, x.dim()))
+    y = x * torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + eps)
+    return y if w is None else y * w
+
+
+for s, k, eps, affine in [((2, 4), 1, '1/100000', True), ((3, 2, 3), 2, '1/10', True), ((2, 1, 3), 1, '1/1000', False)]:
+    ns = list(s[len(s) - k:])
+    a = {'normalized_dims': k, 'eps': eps}
+    if affine:
+        case('layer_norm', a, [s, tuple(ns), tuple(ns)], lambda x, w, b, n=ns, e=eps: F.layer_norm(x, n, w, b, scalar(e)))
+        case('rms_norm', a, [s, tuple(ns)], lambda x, w, kk=k, e=eps: rms_norm(x, w, kk, scalar(e)))
+    else:
+        case('layer_norm', a, [s], lambda x, n=ns, e=eps: F.layer_norm(x, n, None, None, scalar(e)))
+        case('rms_norm', a, [s], lambda x, kk=k, e=eps: rms_norm(x, None, kk, scalar(e)))
+    # Explicit backward ops: autograd of the forward, outputs grad_x[, grad_w[, grad_b]].
+    x = rnd(*s).requires_grad_(True)
+    w = rnd(*ns).requires_grad_(True) if affine else None
+    b = rnd(*ns).requires_grad_(True) if affine else None
+    for op, fwd, params in [('layer_norm_backward', lambda: F.layer_norm(x, ns, w, b, scalar(eps)), [x] + ([w, b] if affine else [])),
+                            ('rms_norm_backward', lambda: rms_norm(x, w, k, scalar(eps)), [x] + ([w] if affine else []))]:
+        y = fwd()
+        g = rnd(*y.shape)
+        grads = torch.autograd.grad(y, params, grad_outputs=g)
+        ins = [enc(g), enc(x)] + ([enc(w)] if affine else [])
+        cases.append({'op': op, 'attrs': a, 'note': 'autograd of the forward', 'inputs': ins, 'outputs': [enc(t) for t in grads]})
+
 # ---- losses
 for s, red in [((3, 2), 'mean'), ((4,), 'sum'), ((1, 1), 'mean')]:
     case('mse_loss', {'reduction': red}, [s, s], lambda p, t, r=red: F.mse_loss(p, t, reduction=r))
