@@ -1,0 +1,76 @@
+import { strict as assert } from 'node:assert';
+import { loadPlanObject } from '../plans/loader.js';
+import { verifyPlan } from '../stages/verify.js';
+
+/**
+ * Sequence-parallel LayerNorm over sp=2: rows (tokens) sharded, weight and bias replicated;
+ * the weight and bias gradients are partial sums over the ranks' rows and must be
+ * all-reduced over SP. `missingAllReduce` is Megatron-LM #1446: the reduction is left out and
+ * each rank's partial gradient is used as if complete.
+ */
+function spLayerNorm(missingAllReduce: boolean): unknown {
+  const T = (id: string, shape: number[], role: string): object => ({ id, shape, role });
+  const ops: object[] = [
+    { id: 'ln', op: 'layer_norm', inputs: ['h', 'w_h', 'b_h'], outputs: ['y_h'], attrs: { eps: '1/100000' } },
+    { id: 'ln_grad', op: 'layer_norm_backward', inputs: ['gy_h', 'h', 'w_h'], outputs: ['gx_h', missingAllReduce ? 'gw' : 'gw_part', missingAllReduce ? 'gb' : 'gb_part'], attrs: { eps: '1/100000' } },
+  ];
+  if (!missingAllReduce) {
+    ops.push(
+      { id: 'ar_w', op: 'all_reduce', inputs: ['gw_part'], outputs: ['gw'], attrs: { reduce: 'sum' }, group: { axes: ['sp'] } },
+      { id: 'ar_b', op: 'all_reduce', inputs: ['gb_part'], outputs: ['gb'], attrs: { reduce: 'sum' }, group: { axes: ['sp'] } },
+    );
+  }
+  return {
+    format: 'planproof/v1',
+    name: `sp-layernorm${missingAllReduce ? '-missing-allreduce' : ''}`,
+    mesh: { axes: [{ name: 'sp', size: 2 }] },
+    logical: {
+      tensors: [T('x', [4, 3], 'input'), T('w', [3], 'param'), T('b', [3], 'param'), T('gy', [4, 3], 'input'), T('y', [4, 3], 'output'), T('gx', [4, 3], 'output'), T('gw', [3], 'output'), T('gb', [3], 'output')],
+      ops: [
+        { id: 'ln', op: 'layer_norm', inputs: ['x', 'w', 'b'], outputs: ['y'], attrs: { eps: '1/100000' } },
+        { id: 'ln_grad', op: 'layer_norm_backward', inputs: ['gy', 'x', 'w'], outputs: ['gx', 'gw', 'gb'], attrs: { eps: '1/100000' } },
+      ],
+    },
+    parallel: {
+      programs: [
+        {
+          ranks: 'all',
+          tensors: [
+            { id: 'h', shape: [2, 3], lineage: { logical: 'x', placements: ['S(0)'] } },
+            { id: 'w_h', shape: [3], lineage: { logical: 'w', placements: ['R'] } },
+            { id: 'b_h', shape: [3], lineage: { logical: 'b', placements: ['R'] } },
+            { id: 'gy_h', shape: [2, 3], lineage: { logical: 'gy', placements: ['S(0)'] } },
+            { id: 'y_h', shape: [2, 3], lineage: { logical: 'y', placements: ['S(0)'] } },
+            { id: 'gx_h', shape: [2, 3], lineage: { logical: 'gx', placements: ['S(0)'] } },
+            ...(missingAllReduce
+              ? []
+              : [
+                  { id: 'gw_part', shape: [3], lineage: { logical: 'gw', placements: ['P(sum)'] } },
+                  { id: 'gb_part', shape: [3], lineage: { logical: 'gb', placements: ['P(sum)'] } },
+                ]),
+            { id: 'gw', shape: [3], lineage: { logical: 'gw', placements: ['R'] } },
+            { id: 'gb', shape: [3], lineage: { logical: 'gb', placements: ['R'] } },
+          ],
+          ops,
+        },
+      ],
+    },
+    contract: { inputs: ['x', 'w', 'b', 'gy'], outputs: ['y', 'gx', 'gw', 'gb'] },
+  };
+}
+
+describe('parallel forms of the norm ops', () => {
+  it('sequence-parallel LayerNorm with the weight-gradient all-reduce over SP is verified', () => {
+    const r = verifyPlan(loadPlanObject('sp-ln.json', spLayerNorm(false)));
+    assert.equal(r.verdict, 'verified', r.summary);
+    assert.deepEqual(r.stages.map((s) => s.logical).sort(), ['gb', 'gw', 'gx', 'y']);
+  });
+  it('Megatron-LM #1446, the SP LayerNorm weight gradient never all-reduced, is refuted at gw with a witness', () => {
+    const r = verifyPlan(loadPlanObject('sp-ln-bug.json', spLayerNorm(true)));
+    assert.equal(r.verdict, 'not_equivalent');
+    const first = r.stages.find((s) => s.status === 'not_equivalent');
+    assert.ok(first !== undefined && ['gw', 'gb'].includes(first.logical), `first failing: ${first?.logical}`);
+    assert.ok((first.witness ?? []).length > 0);
+    assert.deepEqual(first.failingRanks, [0, 1]);
+  });
+});
