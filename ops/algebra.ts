@@ -13,6 +13,9 @@ export type RealFn = 'tanh' | 'sigmoid' | 'Phi' | 'phi' | 'log' | 'sqrt' | 'rsqr
  * Whether f(x) > 0 wherever f is defined (the engine may rely on it). rsqrt is defined for
  * x > 0 only; plans apply it to variances plus a positive eps.
  */
+/** f(x) >= 0 wherever defined (sqrt may be 0, so it is not positive). */
+export const nonnegFns: ReadonlySet<RealFn> = new Set<RealFn>(['sqrt']);
+
 export const positiveFns: ReadonlySet<RealFn> = new Set<RealFn>(['sigmoid', 'Phi', 'phi', 'rsqrt', 'sqrt_2_over_pi']);
 
 export const realFunctions: Readonly<Record<RealFn, (x: number) => number>> = {

@@ -1,5 +1,5 @@
 /** The two scalar domains the op rules run on: Float64 numbers and exact terms. */
-import { type Algebra, positiveFns, type RealFn, realFunctions } from '../ops/algebra.js';
+import { type Algebra, nonnegFns, positiveFns, type RealFn, realFunctions } from '../ops/algebra.js';
 import { qParse } from './rational.js';
 import type { TermId, TermStore } from './terms.js';
 
@@ -51,7 +51,7 @@ export function termAlgebra(store: TermStore): Algebra<TermId> {
     exp: (a) => store.exp(a),
     max: (xs) => store.max(xs),
     min: (xs) => store.min(xs),
-    fn: (name: RealFn, a) => store.uf(name, name === 'sqrt_2_over_pi' ? [] : [a], positiveFns.has(name)),
+    fn: (name: RealFn, a) => store.uf(name, name === 'sqrt_2_over_pi' ? [] : [a], positiveFns.has(name), nonnegFns.has(name)),
   };
 }
 

@@ -33,6 +33,8 @@ export type AtomKind = 'sym' | 'exp' | 'max' | 'min' | 'uf';
 interface Atom {
   readonly kind: AtomKind;
   readonly positive: boolean;
+  /** >= 0 where defined (e.g. sqrt); positive atoms are nonneg too. */
+  readonly nonneg: boolean;
   /** sym: display name; uf: function name. */
   readonly name: string;
   /** exp: [monomial id]; max/min/uf: argument term ids. */
@@ -98,12 +100,12 @@ export class TermStore {
 
   // ---------------------------------------------------------------- interning
 
-  private internAtom(kind: AtomKind, name: string, args: readonly number[], positive: boolean): AtomId {
+  private internAtom(kind: AtomKind, name: string, args: readonly number[], positive: boolean, nonneg = positive): AtomId {
     const key = `${kind}|${name}|${args.join(',')}`;
     let id = this.atomIndex.get(key);
     if (id === undefined) {
       id = this.atoms.length;
-      this.atoms.push({ kind, positive, name, args });
+      this.atoms.push({ kind, positive, nonneg: nonneg || positive, name, args });
       this.atomIndex.set(key, id);
     }
     return id;
@@ -460,9 +462,12 @@ export class TermStore {
     return this.atomTerm(this.internAtom(kind, '', list, kind === 'max' ? list.some((t) => this.provablyPositive(t)) : positive));
   }
 
-  /** An uninterpreted function application; `positive` declares f > 0 for all arguments. */
-  uf(name: string, args: readonly TermId[], positive = false): TermId {
-    return this.atomTerm(this.internAtom('uf', name, args, positive));
+  /**
+   * An uninterpreted function application; `positive` declares f > 0 and `nonneg` f >= 0
+   * wherever f is defined.
+   */
+  uf(name: string, args: readonly TermId[], positive = false, nonneg = false): TermId {
+    return this.atomTerm(this.internAtom('uf', name, args, positive, nonneg));
   }
 
   private atomTerm(a: AtomId): TermId {
@@ -489,8 +494,9 @@ export class TermStore {
     return M.atoms.every((a, i) => {
       const at = this.atoms[a] as Atom;
       if (at.positive) return true;
+      if (strict) return false;
       const p = M.pows[i] as Q;
-      return !strict && qIsInt(p) && p.n % 2n === 0n;
+      return at.nonneg || (qIsInt(p) && p.n % 2n === 0n);
     });
   }
 

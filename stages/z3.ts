@@ -8,7 +8,7 @@
  */
 import { init, killThreads, type Arith, type Bool, type Context, type FuncDecl } from 'z3-solver';
 import type { Algebra, RealFn } from '../ops/algebra.js';
-import { positiveFns } from '../ops/algebra.js';
+import { nonnegFns, positiveFns } from '../ops/algebra.js';
 import { qParse } from '../sdfg/rational.js';
 import type { LoadedPlan } from '../plans/loader.js';
 import { result, StageBuilder, type Stage, type StageResult } from './prove.js';
@@ -42,9 +42,10 @@ function z3Algebra(ctx: Ctx, axioms: Bool<'main'>[]): Algebra<Real> {
   };
   let sqrt2pi: Real | undefined;
   const zero = ctx.Real.val(0);
-  const apply = (name: string, a: Real, positive: boolean): Real => {
+  const apply = (name: string, a: Real, positive: boolean, nonneg = false): Real => {
     const v = fn(name).call(a) as Real;
     if (positive) axioms.push(v.gt(0));
+    else if (nonneg) axioms.push(v.ge(0));
     return v;
   };
   return {
@@ -72,7 +73,7 @@ function z3Algebra(ctx: Ctx, axioms: Bool<'main'>[]): Algebra<Real> {
         }
         return sqrt2pi;
       }
-      return apply(name, a, positiveFns.has(name));
+      return apply(name, a, positiveFns.has(name), nonnegFns.has(name));
     },
   };
 }

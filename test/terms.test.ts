@@ -119,6 +119,11 @@ describe('term normal form', () => {
     assert.ok(T.provablyNonzero(onePlusSq));
     assert.ok(!T.provablyNonzero(T.add(a, b)));
     assert.throws(() => T.div(a, T.zero), /zero term/);
+    // sqrt is >= 0, not > 0: sqrt(v) + eps is evidently nonzero, sqrt(v) alone is not.
+    const sq = T.uf('sqrt', [b], false, true);
+    assert.ok(T.provablyNonzero(T.add(sq, T.const('1/100000000'))));
+    assert.ok(!T.provablyNonzero(sq));
+    assert.ok(!T.provablyNonzero(T.sub(sq, T.const('1/100000000'))));
   });
 
   it('uninterpreted functions are equal only on equal arguments; gelu on partial sums is refuted', () => {
