@@ -51,7 +51,12 @@ export function termAlgebra(store: TermStore): Algebra<TermId> {
     exp: (a) => store.exp(a),
     max: (xs) => store.max(xs),
     min: (xs) => store.min(xs),
-    fn: (name: RealFn, a) => store.uf(name, name === 'sqrt_2_over_pi' ? [] : [a], positiveFns.has(name), nonnegFns.has(name)),
+    fn: (name: RealFn, a) => {
+      // sqrt of a positive constant (a bias correction, say) is positive, not just >= 0.
+      const c = name === 'sqrt' ? store.constValue(a) : undefined;
+      const positive = positiveFns.has(name) || (c !== undefined && c.n > 0n);
+      return store.uf(name, name === 'sqrt_2_over_pi' ? [] : [a], positive, nonnegFns.has(name));
+    },
   };
 }
 

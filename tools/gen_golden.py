@@ -197,6 +197,58 @@ for s, lr, wd in [((2, 3), '1/10', None), ((4,), 0.05, '1/100'), ((1,), 1, 0.5)]
     attrs = {'lr': lr} if wd is None else {'lr': lr, 'weight_decay': wd}
     cases.append({'op': 'sgd_update', 'attrs': attrs, 'note': 'torch.optim.SGD step', 'inputs': [enc(p0), enc(g0)], 'outputs': [enc(param)]})
 
+# ---- optimizers with state, and gradient clipping (torch's own implementations)
+for s_, lr, mom, damp, wd, nest, first in [((2, 3), '1/10', '9/10', 0, None, False, False), ((4,), 0.05, '1/2', '1/10', '1/100', False, True), ((3,), 1, '9/10', 0, '1/10', True, False)]:
+    p0, g0, b0 = rnd(*s_), rnd(*s_), rnd(*s_)
+    param = torch.nn.Parameter(p0.clone())
+    param.grad = g0.clone()
+    opt = torch.optim.SGD([param], lr=scalar(lr), momentum=scalar(mom), dampening=scalar(damp), weight_decay=scalar(wd) if wd is not None else 0, nesterov=nest)
+    if not first:
+        opt.state[param] = {'momentum_buffer': b0.clone()}
+    opt.step()
+    attrs = {'lr': lr, 'momentum': mom}
+    if damp != 0:
+        attrs['dampening'] = damp
+    if wd is not None:
+        attrs['weight_decay'] = wd
+    if nest:
+        attrs['nesterov'] = True
+    if first:
+        attrs['first_step'] = True
+    buf = opt.state[param]['momentum_buffer']
+    cases.append({'op': 'sgd_momentum_update', 'attrs': attrs, 'note': 'torch.optim.SGD step' + (' (first step)' if first else ''), 'inputs': [enc(p0), enc(g0), enc(b0)], 'outputs': [enc(param), enc(buf)]})
+
+for cls, s_, lr, b1, b2, eps, wd, step in [(torch.optim.Adam, (2, 3), '1/1000', '9/10', '999/1000', '1/100000000', None, 1),
+                                           (torch.optim.Adam, (4,), '1/100', '4/5', '99/100', '1/1000', '1/10', 3),
+                                           (torch.optim.AdamW, (3,), '1/10', '9/10', '999/1000', '1/100000000', '1/100', 2),
+                                           (torch.optim.AdamW, (1, 2), 1, '1/2', '3/4', '1/10', '1/2', 5)]:
+    p0, g0, m0, v0 = rnd(*s_), rnd(*s_), rnd(*s_), rnd(*s_).abs()
+    param = torch.nn.Parameter(p0.clone())
+    param.grad = g0.clone()
+    kwargs = {'lr': scalar(lr), 'betas': (scalar(b1), scalar(b2)), 'eps': scalar(eps), 'foreach': False}
+    kwargs['weight_decay'] = scalar(wd) if wd is not None else 0
+    opt = cls([param], **kwargs)
+    opt.state[param] = {'step': torch.tensor(float(step - 1)), 'exp_avg': m0.clone(), 'exp_avg_sq': v0.clone()}
+    opt.step()
+    st = opt.state[param]
+    attrs = {'lr': lr, 'beta1': b1, 'beta2': b2, 'eps': eps, 'step': step}
+    if wd is not None:
+        attrs['weight_decay'] = wd
+    if cls is torch.optim.AdamW:
+        attrs['decoupled_weight_decay'] = True
+    cases.append({'op': 'adam_update', 'attrs': attrs, 'note': f'{cls.__name__} step {step}', 'inputs': [enc(p0), enc(g0), enc(m0), enc(v0)], 'outputs': [enc(param), enc(st['exp_avg']), enc(st['exp_avg_sq'])]})
+
+for shapes, max_norm in [([(2, 3), (4,)], '1/2'), ([(3,)], 100), ([(1, 2), (2,), (1,)], '1/10')]:
+    grads = [rnd(*sh) for sh in shapes]
+    params = [torch.nn.Parameter(torch.zeros(sh, dtype=DT)) for sh in shapes]
+    for p_, g_ in zip(params, grads):
+        p_.grad = g_.clone()
+    total = torch.nn.utils.clip_grad_norm_(params, scalar(max_norm))
+    coef = torch.clamp(scalar(max_norm) / (total + 1e-6), max=1.0)
+    cases.append({'op': 'clip_grad_norm', 'attrs': {'max_norm': max_norm}, 'note': 'torch.nn.utils.clip_grad_norm_', 'inputs': [enc(g) for g in grads], 'outputs': [enc(p_.grad) for p_ in params]})
+    total_sq = sum((g * g).sum() for g in grads)
+    cases.append({'op': 'clip_coef', 'attrs': {'max_norm': max_norm}, 'note': 'the factor clip_grad_norm_ applies', 'inputs': [enc(total_sq)], 'outputs': [enc(coef)]})
+
 # ---- collectives (group semantics of torch.distributed over the members' tensors)
 def stacked_reduce(xs, how):
     st = torch.stack(xs)
