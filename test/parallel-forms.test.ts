@@ -74,3 +74,61 @@ describe('parallel forms of the norm ops', () => {
     assert.deepEqual(first.failingRanks, [0, 1]);
   });
 });
+
+/**
+ * Global-norm gradient clipping with the gradient sharded over tp=2: each rank sums the
+ * squares of its shard, the partial sums are all-reduced, and every shard is scaled by
+ * clip_coef. `localNorm` is the near-miss: the norm of the local shard only (no all-reduce).
+ */
+function shardedClip(localNorm: boolean): unknown {
+  const ops: object[] = [
+    { id: 'sq', op: 'mul', inputs: ['g_s', 'g_s'], outputs: ['sq'] },
+    { id: 'ss', op: 'sum', inputs: ['sq'], outputs: ['ss'] },
+    ...(localNorm ? [] : [{ id: 'ar', op: 'all_reduce', inputs: ['ss'], outputs: ['total'], attrs: { reduce: 'sum' }, group: { axes: ['tp'] } }]),
+    { id: 'coef', op: 'clip_coef', inputs: [localNorm ? 'ss' : 'total'], outputs: ['coef'], attrs: { max_norm: '1/10' } },
+    { id: 'clip', op: 'mul', inputs: ['g_s', 'coef'], outputs: ['gc_s'] },
+  ];
+  return {
+    format: 'planproof/v1',
+    mesh: { axes: [{ name: 'tp', size: 2 }] },
+    logical: {
+      tensors: [
+        { id: 'g', shape: [4, 2], role: 'grad' },
+        { id: 'gc', shape: [4, 2], role: 'output' },
+      ],
+      ops: [{ id: 'clip', op: 'clip_grad_norm', inputs: ['g'], outputs: ['gc'], attrs: { max_norm: '1/10' } }],
+    },
+    parallel: {
+      programs: [
+        {
+          ranks: 'all',
+          tensors: [
+            { id: 'g_s', shape: [2, 2], lineage: { logical: 'g', placements: ['S(0)'] } },
+            { id: 'sq', shape: [2, 2] },
+            { id: 'ss', shape: [] },
+            ...(localNorm ? [] : [{ id: 'total', shape: [] }]),
+            { id: 'coef', shape: [] },
+            { id: 'gc_s', shape: [2, 2], lineage: { logical: 'gc', placements: ['S(0)'] } },
+          ],
+          ops,
+        },
+      ],
+    },
+    contract: { inputs: ['g'], outputs: ['gc'] },
+  };
+}
+
+describe('parallel forms of gradient clipping', () => {
+  it('sharded global-norm clipping (sum of squares all-reduced) is verified', () => {
+    const r = verifyPlan(loadPlanObject('clip.json', shardedClip(false)));
+    assert.equal(r.verdict, 'verified', r.summary);
+  });
+  it('clipping by the local shard norm only is refuted with a witness on both ranks', () => {
+    const r = verifyPlan(loadPlanObject('clip-local.json', shardedClip(true)));
+    assert.equal(r.verdict, 'not_equivalent', r.summary);
+    const s = r.stages[0];
+    assert.equal(s?.logical, 'gc');
+    assert.deepEqual(s?.failingRanks, [0, 1]);
+    assert.ok((s?.witness ?? []).length > 0);
+  });
+});
