@@ -87,4 +87,21 @@ export const ops: OpDef[] = [
   }),
   bwd('tanh_backward', 'grad of tanh: (grad_out, y) -> grad_out * (1 - y^2), y = tanh(x)', (alg, g, y) => alg.mul(g, alg.sub(alg.one, alg.mul(y, y)))),
   bwd('sigmoid_backward', 'grad of sigmoid: (grad_out, y) -> grad_out * y * (1 - y), y = sigmoid(x)', (alg, g, y) => alg.mul(g, alg.mul(y, alg.sub(alg.one, y)))),
+  {
+    name: 'swiglu',
+    family: 'activation',
+    doc: 'SwiGLU gate: silu(gate) * up (the Llama MLP: down(silu(x W_gate) * x W_up))',
+    inputs: fixed(2),
+    outputs: fixed(1),
+    attrSchema: noAttrs(),
+    shape: ([a, b]) => {
+      if (!sameShape(a as Shape, b as Shape)) throw new ShapeError(`gate ${shapeStr(a as Shape)} and up ${shapeStr(b as Shape)} differ`);
+      return [a as Shape];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [zipWith([arg(ins, 0), arg(ins, 1)], ([a, b]) => alg.mul(alg.mul(a as S, alg.fn('sigmoid', a as S)), b as S))],
+    backward: (b, { inputs: [gate, up], grads: [g] }) => [
+      one(b, 'silu_backward', [one(b, 'mul', [g as GradRef, up as GradRef]), gate as GradRef]),
+      one(b, 'mul', [g as GradRef, one(b, 'silu', [gate as GradRef])]),
+    ],
+  },
 ];

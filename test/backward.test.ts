@@ -12,6 +12,8 @@ interface Sample {
   attrs?: Attrs;
   /** Inputs that must stay away from 0 (denominators). */
   positive?: number[];
+  /** Inputs that get no gradient (masks, indices). */
+  noGrad?: number[];
 }
 
 const samples: Sample[] = [
@@ -52,6 +54,10 @@ const samples: Sample[] = [
   { op: 'layer_norm', shapes: [[2, 2, 3]], attrs: { eps: '1/10', normalized_dims: 2 } },
   { op: 'rms_norm', shapes: [[3, 4], [4]], attrs: { eps: '1/100' } },
   { op: 'rms_norm', shapes: [[2, 3]], attrs: { eps: '1/1000' } },
+  { op: 'swiglu', shapes: [[2, 3], [2, 3]] },
+  { op: 'dropout', shapes: [[2, 3], [2, 3]], attrs: { p: '1/4' }, noGrad: [1] },
+  { op: 'rope', shapes: [[2, 3, 4], [3, 4], [3, 4]] },
+  { op: 'rope', shapes: [[2, 2], [1, 2], [2, 2]] },
   { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'mean' } },
   { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'sum' } },
 ];
@@ -83,6 +89,10 @@ describe('backward rules match central finite differences', () => {
       const gRefs = outs.map((o, k) => b.put({ shape: o.shape, data: weights[k] as number[] }));
       const grads = (def.backward as Exclude<typeof def.backward, 'none'>)(b, { inputs: inRefs, outputs: outRefs, grads: gRefs, attrs });
       inputs.forEach((x, i) => {
+        if (s.noGrad?.includes(i)) {
+          assert.equal(grads[i], undefined, `input ${i} should get no gradient`);
+          return;
+        }
         const gref = grads[i];
         assert.ok(gref !== undefined, `no gradient for input ${i}`);
         const g = b.vals[gref] as Dense<number>;

@@ -197,6 +197,22 @@ for s, lr, wd in [((2, 3), '1/10', None), ((4,), 0.05, '1/100'), ((1,), 1, 0.5)]
     attrs = {'lr': lr} if wd is None else {'lr': lr, 'weight_decay': wd}
     cases.append({'op': 'sgd_update', 'attrs': attrs, 'note': 'torch.optim.SGD step', 'inputs': [enc(p0), enc(g0)], 'outputs': [enc(param)]})
 
+# ---- transformer pieces: SwiGLU, dropout with its mask, rotary embedding (HF convention)
+for s_ in [(2, 4), (3,), (1, 2, 2)]:
+    case('swiglu', {}, [s_, s_], lambda a, b: F.silu(a) * b)
+for s_, p_ in [((2, 4), '1/10'), ((5,), '1/2'), ((1, 3), 0)]:
+    mask = torch.bernoulli(torch.full(s_, 1 - scalar(p_), dtype=DT))
+    case('dropout', {'p': p_}, [s_, mask], lambda x, m, pp=p_: x * m / (1 - scalar(pp)), diff=[0])
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+for xs, ts in [((2, 3, 4), (3, 4)), ((1, 2, 1, 2), (2, 1, 2)), ((4, 6), (4, 6))]:
+    case('rope', {}, [xs, ts, ts], lambda x, c, s: x * c + rotate_half(x) * s, note='x * cos + rotate_half(x) * sin')
+
 # ---- optimizers with state, and gradient clipping (torch's own implementations)
 for s_, lr, mom, damp, wd, nest, first in [((2, 3), '1/10', '9/10', 0, None, False, False), ((4,), 0.05, '1/2', '1/10', '1/100', False, True), ((3,), 1, '9/10', 0, '1/10', True, False)]:
     p0, g0, b0 = rnd(*s_), rnd(*s_), rnd(*s_)
