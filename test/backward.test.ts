@@ -58,6 +58,8 @@ const samples: Sample[] = [
   { op: 'dropout', shapes: [[2, 3], [2, 3]], attrs: { p: '1/4' }, noGrad: [1] },
   { op: 'rope', shapes: [[2, 3, 4], [3, 4], [3, 4]] },
   { op: 'rope', shapes: [[2, 2], [1, 2], [2, 2]] },
+  { op: 'attention', shapes: [[2, 3, 2], [1, 3, 2], [1, 3, 2]], attrs: { causal: true } },
+  { op: 'attention', shapes: [[1, 2, 2, 3], [1, 2, 3, 3], [1, 2, 3, 2]], attrs: { scale: '1/2' } },
   { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'mean' } },
   { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'sum' } },
 ];

@@ -213,6 +213,62 @@ def rotate_half(x):
 for xs, ts in [((2, 3, 4), (3, 4)), ((1, 2, 1, 2), (2, 1, 2)), ((4, 6), (4, 6))]:
     case('rope', {}, [xs, ts, ts], lambda x, c, s: x * c + rotate_half(x) * s, note='x * cos + rotate_half(x) * sin')
 
+# ---- attention: scaled dot product, causal mask, grouped-query heads, online-softmax blocks
+def scores(q, k, causal, scale, q_off=0, k_off=0):
+    g = q.shape[-3] // k.shape[-3]
+    k2 = k.repeat_interleave(g, dim=-3)
+    sc = (q @ k2.transpose(-1, -2)) * (scalar(scale) if scale is not None else 1 / (q.shape[-1] ** 0.5))
+    if causal:
+        i = torch.arange(q.shape[-2]).unsqueeze(-1) + q_off
+        j = torch.arange(k.shape[-2]).unsqueeze(0) + k_off
+        sc = sc.masked_fill(j > i, float('-inf'))
+    return sc
+
+
+def attn(q, k, v, causal=False, scale=None):
+    g = q.shape[-3] // k.shape[-3]
+    return torch.softmax(scores(q, k, causal, scale), dim=-1) @ v.repeat_interleave(g, dim=-3)
+
+
+def attn_partial(q, k, v, causal, scale, q_off, k_off):
+    g = q.shape[-3] // k.shape[-3]
+    sc = scores(q, k, causal, scale, q_off, k_off)
+    m = sc.max(dim=-1).values
+    p = torch.exp(sc - m.unsqueeze(-1))
+    l_ = p.sum(dim=-1)
+    return (p @ v.repeat_interleave(g, dim=-3)) / l_.unsqueeze(-1), m, l_
+
+
+ATT = [((2, 3, 4), (2, 3, 4), (2, 3, 4), False, None, 'plain, 2 heads'),
+       ((1, 2, 3, 2), (1, 2, 3, 2), (1, 2, 3, 2), True, None, 'causal, batch dim'),
+       ((4, 3, 2), (2, 3, 2), (2, 3, 3), True, '1/2', 'grouped-query: 4 q heads on 2 kv heads, causal, scale 1/2')]
+for qs, ks, vs, causal, scale, note in ATT:
+    attrs = {'causal': True} if causal else {}
+    if scale is not None:
+        attrs['scale'] = scale
+    case('attention', attrs, [qs, ks, vs], lambda q, k, v, c=causal, sc=scale: attn(q, k, v, c, sc), note=note)
+    q, k, v = rnd(*qs).requires_grad_(True), rnd(*ks).requires_grad_(True), rnd(*vs).requires_grad_(True)
+    o = attn(q, k, v, causal, scale)
+    g = rnd(*o.shape)
+    dq, dk, dv = torch.autograd.grad(o, (q, k, v), grad_outputs=g)
+    cases.append({'op': 'attention_backward', 'attrs': attrs, 'note': 'autograd of attention: ' + note, 'inputs': [enc(g), enc(q), enc(k), enc(v), enc(o)], 'outputs': [enc(dq), enc(dk), enc(dv)]})
+for qs, ks, causal, q_off, k_off, note in [((2, 2, 3), (2, 3, 3), False, 0, 0, 'one block'),
+                                           ((1, 2, 2), (1, 2, 2), True, 2, 0, 'causal, keys from an earlier chunk'),
+                                           ((1, 3, 2), (1, 2, 2), True, 1, 1, 'causal, diagonal chunk with offsets')]:
+    attrs = {'causal': True, 'q_offset': q_off, 'k_offset': k_off} if causal else {}
+    ins = [rnd(*qs), rnd(*ks), rnd(*ks)]
+    outs = attn_partial(*ins, causal, None, q_off, k_off)
+    cases.append({'op': 'attention_partial', 'attrs': attrs, 'note': note, 'inputs': [enc(x) for x in ins], 'outputs': [enc(x) for x in outs]})
+for rows, dv in [((2, 3), 4), ((1,), 2), ((2, 1, 2), 3)]:
+    o1, o2 = rnd(*rows, dv), rnd(*rows, dv)
+    m1, m2 = rnd(*rows) * 3, rnd(*rows) * 3
+    l1, l2 = rnd(*rows, positive=True), rnd(*rows, positive=True)
+    m = torch.maximum(m1, m2)
+    w1, w2 = l1 * torch.exp(m1 - m), l2 * torch.exp(m2 - m)
+    l_ = w1 + w2
+    o = (o1 * w1.unsqueeze(-1) + o2 * w2.unsqueeze(-1)) / l_.unsqueeze(-1)
+    cases.append({'op': 'attention_combine', 'attrs': {}, 'note': 'rescale-and-combine', 'inputs': [enc(x) for x in (o1, m1, l1, o2, m2, l2)], 'outputs': [enc(o), enc(m), enc(l_)]})
+
 # ---- optimizers with state, and gradient clipping (torch's own implementations)
 for s_, lr, mom, damp, wd, nest, first in [((2, 3), '1/10', '9/10', 0, None, False, False), ((4,), 0.05, '1/2', '1/10', '1/100', False, True), ((3,), 1, '9/10', 0, '1/10', True, False)]:
     p0, g0, b0 = rnd(*s_), rnd(*s_), rnd(*s_)

@@ -1,0 +1,246 @@
+/**
+ * Scaled dot-product attention over [..., heads, seq, head_dim] tensors, with grouped-query
+ * heads (q heads = g * kv heads; q head h reads kv head floor(h / g)) and an exact causal
+ * mask: masked positions are left out of the softmax sums, not given a large negative score.
+ *
+ * For flash / ring attention, `attention_partial` computes one key block's contribution as
+ * (o, m, l): the block-normalized output, the row max of the scores and the row sum of
+ * exp(score - m). `attention_combine` merges two partials by rescaling with exp of max
+ * differences. The combination of all blocks equals full attention exactly, which the engine
+ * proves because exp(a + b) = exp(a) exp(b) is built into its normal form.
+ *
+ * Causal masking with an offset: key position j is visible from query position i when
+ * j + k_offset <= i + q_offset (global positions), so a ring step over a remote key chunk
+ * passes the chunks' offsets.
+ */
+import type { Algebra, Dense } from './algebra.js';
+import { arg, at } from './dense.js';
+import { NO_BACKWARD, type GradRef } from './grad.js';
+import { type Attrs, type OpDef, attrNum, attrObject, fixed, sameShape, scalarSchema, ShapeError, type Shape, shapeStr, attrScalar } from './types.js';
+
+const attnAttrs = attrObject({
+  scale: scalarSchema,
+  causal: { type: 'boolean' },
+  q_offset: { type: 'integer', minimum: 0 },
+  k_offset: { type: 'integer', minimum: 0 },
+});
+
+interface Dims {
+  readonly batch: number[];
+  readonly hq: number;
+  readonly hk: number;
+  readonly sq: number;
+  readonly sk: number;
+  readonly d: number;
+  readonly dv: number;
+}
+
+function dims(q: Shape, k: Shape, v: Shape): Dims {
+  if (q.length < 3 || k.length !== q.length || v.length !== q.length) throw new ShapeError(`q ${shapeStr(q)}, k ${shapeStr(k)} and v ${shapeStr(v)} must be [..., heads, seq, dim] of one rank`);
+  const r = q.length;
+  const batch = q.slice(0, r - 3);
+  if (!sameShape(batch, k.slice(0, r - 3)) || !sameShape(batch, v.slice(0, r - 3))) throw new ShapeError(`batch dims differ: ${shapeStr(q)}, ${shapeStr(k)}, ${shapeStr(v)}`);
+  const [hq, sq, d] = q.slice(r - 3) as [number, number, number];
+  const [hk, sk, dk] = k.slice(r - 3) as [number, number, number];
+  const [hv, sv, dv] = v.slice(r - 3) as [number, number, number];
+  if (dk !== d) throw new ShapeError(`q head dim ${d} and k head dim ${dk} differ`);
+  if (hv !== hk || sv !== sk) throw new ShapeError(`k ${shapeStr(k)} and v ${shapeStr(v)} disagree on heads or sequence`);
+  if (hq % hk !== 0) throw new ShapeError(`${hq} query heads are not a multiple of ${hk} key/value heads`);
+  return { batch, hq, hk, sq, sk, d, dv };
+}
+
+const visible = (a: Attrs, i: number, j: number): boolean => a['causal'] !== true || j + attrNum(a, 'k_offset', 0) <= i + attrNum(a, 'q_offset', 0);
+
+/** For every (batch, head, query row): the visible keys' scores. Calls f with row context. */
+function forRows<S>(
+  alg: Algebra<S>,
+  q: Dense<S>,
+  k: Dense<S>,
+  a: Attrs,
+  dm: Dims,
+  f: (b: number[], h: number, i: number, keys: number[], scores: S[]) => void,
+): void {
+  const scale = a['scale'] === undefined ? alg.div(alg.one, alg.fn('sqrt', alg.constant(dm.d))) : alg.constant(attrScalar(a, 'scale'));
+  const group = dm.hq / dm.hk;
+  const nb = dm.batch.reduce((p, x) => p * x, 1);
+  for (let bf = 0; bf < nb; bf++) {
+    const b: number[] = [];
+    let rem = bf;
+    for (let t = dm.batch.length - 1; t >= 0; t--) {
+      b[t] = rem % (dm.batch[t] as number);
+      rem = Math.floor(rem / (dm.batch[t] as number));
+    }
+    for (let h = 0; h < dm.hq; h++) {
+      const hk = Math.floor(h / group);
+      for (let i = 0; i < dm.sq; i++) {
+        const keys: number[] = [];
+        const scores: S[] = [];
+        for (let j = 0; j < dm.sk; j++) {
+          if (!visible(a, i, j)) continue;
+          const terms: S[] = [];
+          for (let c = 0; c < dm.d; c++) terms.push(alg.mul(at(q, [...b, h, i, c]), at(k, [...b, hk, j, c])));
+          keys.push(j);
+          scores.push(alg.mul(alg.sum(terms), scale));
+        }
+        f(b, h, i, keys, scores);
+      }
+    }
+  }
+}
+
+function attentionApply<S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs, partial: boolean): Dense<S>[] {
+  const [q, k, v] = [arg(ins, 0), arg(ins, 1), arg(ins, 2)];
+  const dm = dims(q.shape, k.shape, v.shape);
+  const group = dm.hq / dm.hk;
+  const o: S[] = [];
+  const ms: S[] = [];
+  const ls: S[] = [];
+  forRows(alg, q, k, a, dm, (b, h, _i, keys, scores) => {
+    if (keys.length === 0) throw new Error('a query row sees no key (causal offsets leave it empty)');
+    const m = alg.max(scores);
+    const p = scores.map((s) => alg.exp(alg.sub(s, m)));
+    const l = alg.sum(p);
+    for (let c = 0; c < dm.dv; c++) {
+      const acc = p.map((pj, t) => alg.mul(pj, at(v, [...b, Math.floor(h / group), keys[t] as number, c])));
+      o.push(alg.div(alg.sum(acc), l));
+    }
+    ms.push(m);
+    ls.push(l);
+  });
+  const oshape = [...dm.batch, dm.hq, dm.sq, dm.dv];
+  if (!partial) return [{ shape: oshape, data: o }];
+  const sshape = [...dm.batch, dm.hq, dm.sq];
+  return [
+    { shape: oshape, data: o },
+    { shape: sshape, data: ms },
+    { shape: sshape, data: ls },
+  ];
+}
+
+export const ops: OpDef[] = [
+  {
+    name: 'attention',
+    family: 'attention',
+    doc: 'softmax(q k^T * scale, masked) v over [..., heads, seq, dim]; scale defaults to 1/sqrt(dim); causal masking excludes future keys exactly; grouped-query heads',
+    inputs: fixed(3),
+    outputs: fixed(1),
+    attrSchema: attnAttrs,
+    shape: ([q, k, v]) => {
+      const dm = dims(q as Shape, k as Shape, v as Shape);
+      return [[...dm.batch, dm.hq, dm.sq, dm.dv]];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => attentionApply(alg, ins, a, false),
+    backward: (b, { inputs: [q, k, v], outputs: [o], grads: [g], attrs }) => b.op('attention_backward', [g as GradRef, q as GradRef, k as GradRef, v as GradRef, o as GradRef], attrs),
+  },
+  {
+    name: 'attention_backward',
+    family: 'attention',
+    doc: 'grad of attention: (grad_out, q, k, v, out) -> (dq, dk, dv); P = softmax, dv = P^T g, dS = P (g v^T - rowsum(g * out)), dq = dS k scale, dk = dS^T q scale (kv heads summed over their query group)',
+    inputs: fixed(5),
+    outputs: fixed(3),
+    attrSchema: attnAttrs,
+    shape: ([g, q, k, v, o]) => {
+      const dm = dims(q as Shape, k as Shape, v as Shape);
+      const os = [...dm.batch, dm.hq, dm.sq, dm.dv];
+      if (!sameShape(g as Shape, os) || !sameShape(o as Shape, os)) throw new ShapeError(`grad ${shapeStr(g as Shape)} and output ${shapeStr(o as Shape)} must be ${shapeStr(os)}`);
+      return [q as Shape, k as Shape, v as Shape];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => {
+      const [g, q, k, v, o] = [arg(ins, 0), arg(ins, 1), arg(ins, 2), arg(ins, 3), arg(ins, 4)];
+      const dm = dims(q.shape, k.shape, v.shape);
+      const group = dm.hq / dm.hk;
+      const scale = a['scale'] === undefined ? alg.div(alg.one, alg.fn('sqrt', alg.constant(dm.d))) : alg.constant(attrScalar(a, 'scale'));
+      const acc = (shape: Shape): S[][] => Array.from({ length: shape.reduce((p, x) => p * x, 1) }, () => []);
+      const dq = acc(q.shape);
+      const dk = acc(k.shape);
+      const dv = acc(v.shape);
+      const flat = (shape: Shape, idx: number[]): number => idx.reduce((f, x, t) => f * (shape[t] as number) + x, 0);
+      forRows(alg, q, k, a, dm, (b, h, i, keys, scores) => {
+        const hk = Math.floor(h / group);
+        const m = alg.max(scores);
+        const e = scores.map((s) => alg.exp(alg.sub(s, m)));
+        const l = alg.sum(e);
+        const p = e.map((x) => alg.div(x, l));
+        const gi = Array.from({ length: dm.dv }, (_, c) => at(g, [...b, h, i, c]));
+        const delta = alg.sum(gi.map((x, c) => alg.mul(x, at(o, [...b, h, i, c]))));
+        keys.forEach((j, t) => {
+          const pj = p[t] as S;
+          for (let c = 0; c < dm.dv; c++) (dv[flat(v.shape, [...b, hk, j, c])] as S[]).push(alg.mul(pj, gi[c] as S));
+          const dp = alg.sum(gi.map((x, c) => alg.mul(x, at(v, [...b, hk, j, c]))));
+          const ds = alg.mul(alg.mul(pj, alg.sub(dp, delta)), scale);
+          for (let c = 0; c < dm.d; c++) {
+            (dq[flat(q.shape, [...b, h, i, c])] as S[]).push(alg.mul(ds, at(k, [...b, hk, j, c])));
+            (dk[flat(k.shape, [...b, hk, j, c])] as S[]).push(alg.mul(ds, at(q, [...b, h, i, c])));
+          }
+        });
+      });
+      return [
+        { shape: q.shape, data: dq.map((x) => alg.sum(x)) },
+        { shape: k.shape, data: dk.map((x) => alg.sum(x)) },
+        { shape: v.shape, data: dv.map((x) => alg.sum(x)) },
+      ];
+    },
+    backward: NO_BACKWARD,
+  },
+  {
+    name: 'attention_partial',
+    family: 'attention',
+    doc: 'one key block of flash / ring attention: (q, k, v) -> (o, m, l) with o the block-normalized output, m the row max of the (masked) scores, l = sum exp(score - m)',
+    inputs: fixed(3),
+    outputs: fixed(3),
+    attrSchema: attnAttrs,
+    shape: ([q, k, v]) => {
+      const dm = dims(q as Shape, k as Shape, v as Shape);
+      const rows = [...dm.batch, dm.hq, dm.sq];
+      return [[...rows, dm.dv], rows, rows];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => attentionApply(alg, ins, a, true),
+    backward: NO_BACKWARD,
+  },
+  {
+    name: 'attention_combine',
+    family: 'attention',
+    doc: 'merge two attention partials (o1, m1, l1, o2, m2, l2) -> (o, m, l): m = max(m1, m2), li\' = li exp(mi - m), l = l1\' + l2\', o = (o1 l1\' + o2 l2\') / l',
+    inputs: fixed(6),
+    outputs: fixed(3),
+    attrSchema: attrObject({}),
+    shape: ([o1, m1, l1, o2, m2, l2]) => {
+      for (const [x, y, what] of [
+        [o1, o2, 'outputs'],
+        [m1, m2, 'maxima'],
+        [l1, l2, 'sums'],
+      ] as const) {
+        if (!sameShape(x as Shape, y as Shape)) throw new ShapeError(`the partials' ${what} differ: ${shapeStr(x as Shape)} vs ${shapeStr(y as Shape)}`);
+      }
+      if (!sameShape(m1 as Shape, l1 as Shape) || !sameShape((o1 as Shape).slice(0, -1), m1 as Shape)) throw new ShapeError(`output ${shapeStr(o1 as Shape)} and row statistics ${shapeStr(m1 as Shape)} do not fit`);
+      return [o1 as Shape, m1 as Shape, l1 as Shape];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => {
+      const [o1, m1, l1, o2, m2, l2] = [0, 1, 2, 3, 4, 5].map((i) => arg(ins, i));
+      const dv = (o1 as Dense<S>).shape[(o1 as Dense<S>).shape.length - 1] as number;
+      const m: S[] = [];
+      const l: S[] = [];
+      const o: S[] = [];
+      (m1 as Dense<S>).data.forEach((a1, r) => {
+        const a2 = (m2 as Dense<S>).data[r] as S;
+        const mm = alg.max([a1, a2]);
+        const w1 = alg.mul((l1 as Dense<S>).data[r] as S, alg.exp(alg.sub(a1, mm)));
+        const w2 = alg.mul((l2 as Dense<S>).data[r] as S, alg.exp(alg.sub(a2, mm)));
+        const ll = alg.add(w1, w2);
+        m.push(mm);
+        l.push(ll);
+        for (let c = 0; c < dv; c++) {
+          const x1 = (o1 as Dense<S>).data[r * dv + c] as S;
+          const x2 = (o2 as Dense<S>).data[r * dv + c] as S;
+          o.push(alg.div(alg.add(alg.mul(x1, w1), alg.mul(x2, w2)), ll));
+        }
+      });
+      return [
+        { shape: (o1 as Dense<S>).shape, data: o },
+        { shape: (m1 as Dense<S>).shape, data: m },
+        { shape: (l1 as Dense<S>).shape, data: l },
+      ];
+    },
+    backward: NO_BACKWARD,
+  },
+];
