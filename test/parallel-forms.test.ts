@@ -132,3 +132,85 @@ describe('parallel forms of gradient clipping', () => {
     assert.ok((s?.witness ?? []).length > 0);
   });
 });
+
+/**
+ * Ring (context-parallel) causal attention over cp=2 without load balancing: rank r holds query,
+ * key and value rows [2r, 2r+2). Rank 1 receives rank 0's K/V chunk, computes both partials
+ * and merges them with the online-softmax combine; rank 0 only sees its own chunk (the remote
+ * one is entirely in its future). `average` is the near-miss: averaging the two partial outputs.
+ */
+function ringAttention(average: boolean): unknown {
+  const rows = (r: number): object => ['*', [2 * r, 2 * r + 2], '*'];
+  const t = (id: string, logical: string | undefined, r: number): object => ({ id, shape: [1, 2, 2], ...(logical === undefined ? {} : { lineage: { logical, index: rows(r) } }) });
+  const stats = (id: string): object => ({ id, shape: [1, 2] });
+  return {
+    format: 'planproof/v1',
+    mesh: { axes: [{ name: 'cp', size: 2 }] },
+    logical: {
+      tensors: [
+        { id: 'q', shape: [1, 4, 2], role: 'input' },
+        { id: 'k', shape: [1, 4, 2], role: 'input' },
+        { id: 'v', shape: [1, 4, 2], role: 'input' },
+        { id: 'o', shape: [1, 4, 2], role: 'output' },
+      ],
+      ops: [{ id: 'attn', op: 'attention', inputs: ['q', 'k', 'v'], outputs: ['o'], attrs: { causal: true } }],
+    },
+    parallel: {
+      programs: [
+        {
+          ranks: [0],
+          tensors: [t('q', 'q', 0), t('k', 'k', 0), t('v', 'v', 0), t('o', 'o', 0), stats('m'), stats('l')],
+          ops: [
+            { id: 'send_k', op: 'send', inputs: ['k'], outputs: [], peer: 1 },
+            { id: 'send_v', op: 'send', inputs: ['v'], outputs: [], peer: 1 },
+            { id: 'local', op: 'attention_partial', inputs: ['q', 'k', 'v'], outputs: ['o', 'm', 'l'], attrs: { causal: true, q_offset: 0, k_offset: 0 } },
+          ],
+        },
+        {
+          ranks: [1],
+          tensors: [
+            t('q', 'q', 1),
+            t('k', 'k', 1),
+            t('v', 'v', 1),
+            t('k_in', undefined, 1),
+            t('v_in', undefined, 1),
+            t('o_a', undefined, 1),
+            stats('m_a'),
+            stats('l_a'),
+            t('o_b', undefined, 1),
+            stats('m_b'),
+            stats('l_b'),
+            ...(average ? [t('o_sum', undefined, 1)] : [stats('m'), stats('l')]),
+            t('o', 'o', 1),
+          ],
+          ops: [
+            { id: 'recv_k', op: 'recv', inputs: [], outputs: ['k_in'], peer: 0 },
+            { id: 'recv_v', op: 'recv', inputs: [], outputs: ['v_in'], peer: 0 },
+            { id: 'local', op: 'attention_partial', inputs: ['q', 'k', 'v'], outputs: ['o_a', 'm_a', 'l_a'], attrs: { causal: true, q_offset: 2, k_offset: 2 } },
+            { id: 'remote', op: 'attention_partial', inputs: ['q', 'k_in', 'v_in'], outputs: ['o_b', 'm_b', 'l_b'], attrs: { causal: true, q_offset: 2, k_offset: 0 } },
+            ...(average
+              ? [
+                  { id: 'sum', op: 'add', inputs: ['o_a', 'o_b'], outputs: ['o_sum'] },
+                  { id: 'avg', op: 'scale', inputs: ['o_sum'], outputs: ['o'], attrs: { factor: '1/2' } },
+                ]
+              : [{ id: 'combine', op: 'attention_combine', inputs: ['o_a', 'm_a', 'l_a', 'o_b', 'm_b', 'l_b'], outputs: ['o', 'm', 'l'] }]),
+          ],
+        },
+      ],
+    },
+    contract: { inputs: ['q', 'k', 'v'], outputs: ['o'] },
+  };
+}
+
+describe('parallel forms of attention', () => {
+  it('ring attention with the online-softmax combine (rescaling by exp of max differences) is verified', () => {
+    const r = verifyPlan(loadPlanObject('ring.json', ringAttention(false)));
+    assert.equal(r.verdict, 'verified', r.summary);
+  });
+  it('combining the partial outputs by averaging is refuted on rank 1 with a witness', () => {
+    const r = verifyPlan(loadPlanObject('ring-avg.json', ringAttention(true)));
+    assert.equal(r.verdict, 'not_equivalent', r.summary);
+    assert.deepEqual(r.stages[0]?.failingRanks, [1]);
+    assert.ok((r.stages[0]?.witness ?? []).length > 0);
+  });
+});
