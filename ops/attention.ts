@@ -49,6 +49,11 @@ function dims(q: Shape, k: Shape, v: Shape): Dims {
   return { batch, hq, hk, sq, sk, d, dv };
 }
 
+/** The score scale: the `scale` attribute, or 1/sqrt(head dim) as PyTorch defaults. */
+function attnScale<S>(alg: Algebra<S>, a: Attrs, d: number): S {
+  return a['scale'] === undefined ? alg.div(alg.one, alg.fn('sqrt', alg.constant(d))) : alg.constant(attrScalar(a, 'scale'));
+}
+
 const visible = (a: Attrs, i: number, j: number): boolean => a['causal'] !== true || j + attrNum(a, 'k_offset', 0) <= i + attrNum(a, 'q_offset', 0);
 
 /** For every (batch, head, query row): the visible keys' scores. Calls f with row context. */
@@ -60,7 +65,7 @@ function forRows<S>(
   dm: Dims,
   f: (b: number[], h: number, i: number, keys: number[], scores: S[]) => void,
 ): void {
-  const scale = a['scale'] === undefined ? alg.div(alg.one, alg.fn('sqrt', alg.constant(dm.d))) : alg.constant(attrScalar(a, 'scale'));
+  const scale = attnScale(alg, a, dm.d);
   const group = dm.hq / dm.hk;
   const nb = dm.batch.reduce((p, x) => p * x, 1);
   for (let bf = 0; bf < nb; bf++) {
@@ -149,7 +154,7 @@ export const ops: OpDef[] = [
       const [g, q, k, v, o] = [arg(ins, 0), arg(ins, 1), arg(ins, 2), arg(ins, 3), arg(ins, 4)];
       const dm = dims(q.shape, k.shape, v.shape);
       const group = dm.hq / dm.hk;
-      const scale = a['scale'] === undefined ? alg.div(alg.one, alg.fn('sqrt', alg.constant(dm.d))) : alg.constant(attrScalar(a, 'scale'));
+      const scale = attnScale(alg, a, dm.d);
       const acc = (shape: Shape): S[][] => Array.from({ length: shape.reduce((p, x) => p * x, 1) }, () => []);
       const dq = acc(q.shape);
       const dk = acc(k.shape);

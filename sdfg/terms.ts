@@ -101,38 +101,19 @@ export class TermStore {
   // ---------------------------------------------------------------- interning
 
   private internAtom(kind: AtomKind, name: string, args: readonly number[], positive: boolean, nonneg = positive): AtomId {
-    const key = `${kind}|${name}|${args.join(',')}`;
-    let id = this.atomIndex.get(key);
-    if (id === undefined) {
-      id = this.atoms.length;
-      this.atoms.push({ kind, positive, nonneg: nonneg || positive, name, args });
-      this.atomIndex.set(key, id);
-    }
-    return id;
+    return intern(this.atomIndex, this.atoms, `${kind}|${name}|${args.join(',')}`, () => ({ kind, positive, nonneg: nonneg || positive, name, args }));
   }
 
   private internMono(atoms: readonly AtomId[], pows: readonly Q[]): number {
     let key = '';
     for (let i = 0; i < atoms.length; i++) key += `${atoms[i]}^${qKey(pows[i] as Q)};`;
-    let id = this.monoIndex.get(key);
-    if (id === undefined) {
-      id = this.monos.length;
-      this.monos.push({ atoms, pows });
-      this.monoIndex.set(key, id);
-    }
-    return id;
+    return intern(this.monoIndex, this.monos, key, () => ({ atoms, pows }));
   }
 
   private internPoly(monos: readonly number[], coefs: readonly Q[]): number {
     let key = '';
     for (let i = 0; i < monos.length; i++) key += `${monos[i]}*${qKey(coefs[i] as Q)};`;
-    let id = this.polyIndex.get(key);
-    if (id === undefined) {
-      id = this.polys.length;
-      this.polys.push({ monos, coefs });
-      this.polyIndex.set(key, id);
-    }
-    return id;
+    return intern(this.polyIndex, this.polys, key, () => ({ monos, coefs }));
   }
 
   private internTerm(c: Q, mono: number, fids: readonly number[], fexp: readonly number[]): TermId {
@@ -143,13 +124,7 @@ export class TermStore {
     }
     let key = `${qKey(c)}|${mono}|`;
     for (let i = 0; i < fids.length; i++) key += `${fids[i]}^${fexp[i]};`;
-    let id = this.termIndex.get(key);
-    if (id === undefined) {
-      id = this.terms.length;
-      this.terms.push({ c, mono, fids, fexp });
-      this.termIndex.set(key, id);
-    }
-    return id;
+    return intern(this.termIndex, this.terms, key, () => ({ c, mono, fids, fexp }));
   }
 
   // ---------------------------------------------------------------- monomials
@@ -623,6 +598,17 @@ export class TermStore {
         return `${A.name}(${A.args.map((x) => this.render(x, 60)).join(', ')})`;
     }
   }
+}
+
+/** Hash-consing: the id of `key` in `index`, appending `make()` to `list` when it is new. */
+function intern<T>(index: Map<string, number>, list: T[], key: string, make: () => T): number {
+  let id = index.get(key);
+  if (id === undefined) {
+    id = list.length;
+    list.push(make());
+    index.set(key, id);
+  }
+  return id;
 }
 
 function sameFactors(a: Term, b: Term): boolean {
