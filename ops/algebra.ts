@@ -45,6 +45,46 @@ export interface Algebra<S> {
   max(xs: readonly S[]): S;
   min(xs: readonly S[]): S;
   fn(name: RealFn, a: S): S;
+  /**
+   * [pred(a)] for an integer-valued a (a token id, a label, a routing choice, a count): 1
+   * where pred holds, else 0. Symbolically ids stay symbolic (indicator atoms), so lookups,
+   * masks and gathers written with `test` are exact for every possible id.
+   */
+  test(a: S, pred: (v: number) => boolean): S;
+  /** a's value when it is a known constant (always, for numbers): lets ops index directly. */
+  known(a: S): number | undefined;
+  /**
+   * Indices of the k largest of xs, largest first (torch.topk). Symbolically an
+   * uninterpreted choice: the same scores always make the same choice.
+   */
+  topk(xs: readonly S[], k: number): S[];
+  /**
+   * Declares that cond must be 1 wherever the op runs (e.g. every id within its table: PyTorch
+   * raises otherwise). The stage builder turns it into an obligation; numerically the op
+   * yields NaN where it would raise.
+   */
+  require(cond: S, what: string): void;
+}
+
+/** Indices of the k largest values, largest first; ties broken by the lower index. */
+export function topkIndices(xs: readonly number[], k: number): number[] {
+  return xs
+    .map((v, i) => [v, i] as const)
+    .sort((a, b) => b[0] - a[0] || a[1] - b[1])
+    .slice(0, k)
+    .map(([, i]) => i);
+}
+
+/** The key of choice j of topk(k) (symbolic choices; evaluated by `evalChoice`). */
+export function topkKey(k: number, j: number): string {
+  return `topk${k}.${j}`;
+}
+
+/** Real meaning of a choice key: the j-th index of topk(args, k). */
+export function evalChoice(key: string, args: readonly number[]): number | undefined {
+  const m = /^topk([0-9]+)\.([0-9]+)$/.exec(key);
+  if (m === null) return undefined;
+  return topkIndices(args, Number(m[1]))[Number(m[2])];
 }
 
 /** A dense row-major tensor over a scalar domain. */

@@ -32,6 +32,33 @@ function binary(name: string, doc: string, f: Binary, backward: BackwardRule): O
 }
 
 export const ops: OpDef[] = [
+  {
+    name: 'where',
+    family: 'elementwise',
+    doc: 'torch.where(cond, a, b): a where cond is nonzero, else b (broadcasting); the unselected value never propagates',
+    inputs: fixed(3),
+    outputs: fixed(1),
+    attrSchema: noAttrs(),
+    shape: ([c, a, b]) => [broadcastShapes(c as Shape, broadcastShapes(a as Shape, b as Shape))],
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => {
+      const [c, a, b] = [arg(ins, 0), arg(ins, 1), arg(ins, 2)];
+      const shape = broadcastShapes(c.shape, broadcastShapes(a.shape, b.shape));
+      const [rc, ra, rb] = [broadcastReader(c, shape.length), broadcastReader(a, shape.length), broadcastReader(b, shape.length)];
+      return [
+        generate(shape, (idx) => {
+          const cv = rc(idx);
+          const k = alg.known(cv);
+          if (k !== undefined) return k !== 0 ? ra(idx) : rb(idx);
+          const t = alg.test(cv, (v) => v !== 0);
+          return alg.add(alg.mul(t, ra(idx)), alg.mul(alg.sub(alg.one, t), rb(idx)));
+        }),
+      ];
+    },
+    backward: (b, { inputs: [c, x, y], grads: [g] }) => {
+      const gx = one(b, 'where', [c as GradRef, g as GradRef, one(b, 'scale', [g as GradRef], { factor: 0 })]);
+      return [undefined, unbroadcast(b, gx, b.shape(x as GradRef)), unbroadcast(b, one(b, 'sub', [g as GradRef, gx]), b.shape(y as GradRef))];
+    },
+  },
   binary('add', 'torch.add(a, b)', (alg, a, b) => alg.add(a, b), (b, { inputs: [x, y], grads: [g] }) => [unbroadcast(b, g as GradRef, b.shape(x as GradRef)), unbroadcast(b, g as GradRef, b.shape(y as GradRef))]),
   binary('sub', 'torch.sub(a, b)', (alg, a, b) => alg.sub(a, b), (b, { inputs: [x, y], grads: [g] }) => [unbroadcast(b, g as GradRef, b.shape(x as GradRef)), unbroadcast(b, one(b, 'neg', [g as GradRef]), b.shape(y as GradRef))]),
   binary('mul', 'torch.mul(a, b)', (alg, a, b) => alg.mul(a, b), (b, { inputs: [x, y], grads: [g] }) => [

@@ -6,7 +6,90 @@ import { type Attrs, type OpDef, attrObject, fixed, sameShape, ShapeError, type 
 
 const reduction = attrObject({ reduction: { enum: ['mean', 'sum'] } });
 
+const ceAttrs = attrObject({ reduction: { enum: ['mean', 'sum', 'none'] }, ignore_index: { type: 'integer' } });
+
+function ceShape([x, t]: readonly Shape[]): void {
+  if ((x as Shape).length !== 2) throw new ShapeError(`logits must be [N, C], got ${shapeStr(x as Shape)}`);
+  if (!sameShape([(x as Shape)[0] as number], t as Shape)) throw new ShapeError(`labels ${shapeStr(t as Shape)} must be [${(x as Shape)[0]}] for logits ${shapeStr(x as Shape)}`);
+}
+
+/**
+ * Per row: the loss terms of torch.nn.functional.cross_entropy. w = [label != ignore_index]
+ * (PyTorch's default ignore_index is -100), target = x[label] (rows of ignored labels read
+ * nothing), lse = m + log(sum exp(x - m)) with m the row max, p = softmax.
+ */
+function ceRows<S>(alg: Algebra<S>, x: Dense<S>, labels: Dense<S>, at: Attrs, what: string): { w: S[]; loss: S[]; p: S[][]; onehot: S[][] } {
+  const [N, C] = x.shape as [number, number];
+  const ignore = typeof at['ignore_index'] === 'number' ? at['ignore_index'] : -100;
+  const out = { w: [] as S[], loss: [] as S[], p: [] as S[][], onehot: [] as S[][] };
+  for (let i = 0; i < N; i++) {
+    const row = x.data.slice(i * C, (i + 1) * C) as S[];
+    const label = labels.data[i] as S;
+    const w = alg.test(label, (v) => v !== ignore);
+    alg.require(alg.test(label, (v) => v === ignore || (Number.isInteger(v) && v >= 0 && v < C)), `${what}: label within [0, ${C}) or the ignore index ${ignore}`);
+    const onehot = row.map((_, c) => alg.test(label, (v) => v === c));
+    const m = alg.max(row);
+    const e = row.map((v) => alg.exp(alg.sub(v, m)));
+    const z = alg.sum(e);
+    const target = alg.sum(onehot.map((h, c) => alg.mul(h, row[c] as S)));
+    out.w.push(w);
+    const kl = alg.known(label);
+    // PyTorch raises on such a label; numerically that shows as NaN.
+    const bad = !alg.exact && kl !== undefined && kl !== ignore && !(Number.isInteger(kl) && kl >= 0 && kl < C);
+    out.loss.push(bad ? alg.constant(Number.NaN) : alg.mul(w, alg.sub(alg.add(m, alg.fn('log', z)), target)));
+    out.p.push(e.map((v) => alg.div(v, z)));
+    out.onehot.push(onehot);
+  }
+  return out;
+}
+
 export const ops: OpDef[] = [
+  {
+    name: 'cross_entropy',
+    family: 'loss',
+    doc: "torch.nn.functional.cross_entropy(logits [N, C], labels [N], reduction='mean'|'sum'|'none', ignore_index=-100): mean divides by the number of non-ignored labels",
+    inputs: fixed(2),
+    outputs: fixed(1),
+    attrSchema: ceAttrs,
+    shape: (ins, at) => {
+      ceShape(ins);
+      return [at['reduction'] === 'none' ? [(ins[0] as Shape)[0] as number] : []];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
+      const r = ceRows(alg, arg(ins, 0), arg(ins, 1), at, 'cross_entropy');
+      if (at['reduction'] === 'none') return [{ shape: [r.loss.length], data: r.loss }];
+      const s = alg.sum(r.loss);
+      return [{ shape: [], data: [at['reduction'] === 'sum' ? s : alg.div(s, alg.sum(r.w))] }];
+    },
+    backward: (b, { inputs: [x, t], grads: [g], attrs }) => [one(b, 'cross_entropy_backward', [g as GradRef, x as GradRef, t as GradRef], attrs), undefined],
+  },
+  {
+    name: 'cross_entropy_backward',
+    family: 'loss',
+    doc: 'grad of cross_entropy: (grad_loss, logits, labels) -> grad_logits = grad_loss * w * (softmax(logits) - onehot(label)) (/ number of non-ignored labels for mean)',
+    inputs: fixed(3),
+    outputs: fixed(1),
+    attrSchema: ceAttrs,
+    shape: ([g, x, t], at) => {
+      ceShape([x as Shape, t as Shape]);
+      const gs = at['reduction'] === 'none' ? [(x as Shape)[0] as number] : [];
+      if (!sameShape(g as Shape, gs)) throw new ShapeError(`loss gradient must be ${shapeStr(gs)}, got ${shapeStr(g as Shape)}`);
+      return [x as Shape];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
+      const g = arg(ins, 0);
+      const x = arg(ins, 1);
+      const r = ceRows(alg, x, arg(ins, 2), at, 'cross_entropy_backward');
+      const none = at['reduction'] === 'none';
+      const k = none ? undefined : at['reduction'] === 'sum' ? (g.data[0] as S) : alg.div(g.data[0] as S, alg.sum(r.w));
+      const data = r.p.flatMap((p, i) => {
+        const gi = alg.mul(none ? (g.data[i] as S) : (k as S), r.w[i] as S);
+        return p.map((pc, c) => alg.mul(gi, alg.sub(pc, (r.onehot[i] as S[])[c] as S)));
+      });
+      return [{ shape: x.shape, data }];
+    },
+    backward: NO_BACKWARD,
+  },
   {
     name: 'mse_loss',
     family: 'loss',

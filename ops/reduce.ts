@@ -103,6 +103,22 @@ function alongDim(name: string, doc: string, f: <S>(alg: Algebra<S>, x: S[]) => 
 }
 
 export const ops: OpDef[] = [
+  {
+    name: 'amax',
+    family: 'reduce',
+    doc: 'torch.amax(a, dims, keepdim): the maximum over dims (all when omitted); used detached, as the stabilizing max of softmax and cross-entropy',
+    inputs: fixed(1),
+    outputs: fixed(1),
+    attrSchema: reduceAttrs,
+    shape: ([a], at) => [reduceShape(a as Shape, at)],
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
+      const x = arg(ins, 0);
+      return [reduceDims(x, reduceDimList(x.shape, at), at['keepdim'] === true, (vals) => alg.max(vals))];
+    },
+    // The gradient of a max needs comparisons of reals; plans use amax detached (a shift that
+    // cancels), as Megatron's vocab-parallel cross-entropy does.
+    backward: NO_BACKWARD,
+  },
   reduction('sum', 'torch.sum(a, dims, keepdim); all dims when dims is omitted', false),
   reduction('mean', 'torch.mean(a, dims, keepdim); all dims when dims is omitted', true),
   alongDim('softmax', 'torch.softmax(a, dim)', softmaxFiber, (b, { outputs: [o], grads: [g], attrs }) => [one(b, 'softmax_backward', [g as GradRef, o as GradRef], { dim: attrs['dim'] ?? -1 })]),

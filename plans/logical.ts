@@ -3,7 +3,7 @@ import { registry } from '../ops/registry.js';
 import { type Attrs, ShapeError, type Shape, sameShape, shapeStr, numel } from '../ops/types.js';
 import { jpath, type IssueSink } from './errors.js';
 import { NameTable, OpTableBuilder, type LogicalGraph, type Role, type Contract } from './model.js';
-import type { RawPlan } from './raw.js';
+import type { RawLogicalTensor, RawPlan } from './raw.js';
 import { cycleText, findCycle, toCsr } from './cycles.js';
 
 /** Largest element count of one tensor: exact integer arithmetic on indices must stay safe. */
@@ -15,6 +15,7 @@ export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGra
   const shapes: Shape[] = [];
   const roles: Role[] = [];
   const dtypes: (string | undefined)[] = [];
+  const domains: (readonly number[] | undefined)[] = [];
   raw.logical.tensors.forEach((t, i) => {
     const p = jpath(base, 'tensors', i);
     if (tensors.add(t.id, p) < 0) {
@@ -25,6 +26,7 @@ export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGra
     shapes.push(t.shape);
     roles.push(t.role);
     dtypes.push(t.dtype);
+    domains.push(domainOf(t, p, sink));
   });
 
   const ops = new OpTableBuilder();
@@ -79,6 +81,10 @@ export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGra
   for (let t = 0; t < tensors.size; t++) {
     const p = tensors.paths[t] as string;
     const where = `tensor '${tensors.name(t)}'`;
+    const dt = dtypes[t];
+    if (isInput[t] && dt !== undefined && INTEGER_DTYPES.has(dt) && domains[t] === undefined) {
+      sink.add(p, `integer input of dtype ${dt} needs "values" (the ids it may take, e.g. {"range": [0, 50257]}): ids stay symbolic over that range`, where);
+    }
     if ((producer[t] as number) < 0 && !isInput[t]) {
       if (consumed[t]) sink.add(p, 'is consumed but never produced and not listed in $.contract.inputs (dangling)', where);
       else if (!isOutput[t]) sink.add(p, 'is declared but never produced, consumed or listed in the contract (dangling)', where);
@@ -98,9 +104,35 @@ export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGra
     if (registry.get(kind).collective !== undefined) sink.add(p, 'collectives belong in the parallel graph, not the logical one', `op '${table.ids.name(op)}'`);
   }
 
-  const graph: LogicalGraph = { tensors, shapes, roles, dtypes, ops: table, attrs, producer };
+  const graph: LogicalGraph = { tensors, shapes, roles, dtypes, domains, ops: table, attrs, producer };
   if (sink.size === 0) checkLogicalAcyclic(graph, sink);
   return { graph, contract: { inputs: Int32Array.from(cin), outputs: Int32Array.from(cout) } };
+}
+
+const INTEGER_DTYPES = new Set(['int64', 'int32', 'int16', 'int8', 'uint8']);
+/** Symbolic ids cost one indicator per value and element: keep domains proof-sized. */
+export const MAX_DOMAIN = 1 << 20;
+
+/** The ascending value list of an integer tensor (bool: {0, 1}). */
+function domainOf(t: RawLogicalTensor, p: string, sink: IssueSink): readonly number[] | undefined {
+  const v = t.values;
+  if (v === undefined) return t.dtype === 'bool' ? [0, 1] : undefined;
+  if (t.dtype === undefined || !(INTEGER_DTYPES.has(t.dtype) || t.dtype === 'bool')) {
+    sink.add(jpath(p, 'values'), `"values" is for integer tensors; give an integer "dtype" (got ${t.dtype ?? 'none'})`);
+    return undefined;
+  }
+  const [lo, hi] = v.range;
+  if (hi <= lo) {
+    sink.add(jpath(p, 'values', 'range'), `range [${lo}, ${hi}) is empty`);
+    return undefined;
+  }
+  const set = new Set<number>(v.also ?? []);
+  if (hi - lo + set.size > MAX_DOMAIN) {
+    sink.add(jpath(p, 'values', 'range'), `range [${lo}, ${hi}) has more than ${MAX_DOMAIN} values`);
+    return undefined;
+  }
+  for (let x = lo; x < hi; x++) set.add(x);
+  return [...set].sort((a, b) => a - b);
 }
 
 function resolveList(names: string[], tensors: NameTable, path: string, sink: IssueSink): number[] {

@@ -93,6 +93,8 @@ export interface LogicalGraph {
   readonly shapes: Shape[];
   readonly roles: Role[];
   readonly dtypes: (string | undefined)[];
+  /** Integer inputs: the values each element may take, ascending (categorical symbols). */
+  readonly domains: (readonly number[] | undefined)[];
   readonly ops: OpTable;
   readonly attrs: Attrs[];
   /** producer[t] = op index, or -1 for iteration inputs. */

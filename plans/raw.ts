@@ -16,6 +16,7 @@ export interface RawLogicalTensor {
   shape: number[];
   role: 'input' | 'param' | 'optimizer_state' | 'activation' | 'grad' | 'output';
   dtype?: string;
+  values?: { range: [number, number]; also?: number[] };
   loc?: string;
 }
 export interface RawOp {

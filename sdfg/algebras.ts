@@ -1,5 +1,5 @@
 /** The two scalar domains the op rules run on: Float64 numbers and exact terms. */
-import { type Algebra, nonnegFns, positiveFns, type RealFn, realFunctions } from '../ops/algebra.js';
+import { type Algebra, evalChoice, nonnegFns, positiveFns, type RealFn, realFunctions, topkIndices, topkKey } from '../ops/algebra.js';
 import { qParse } from './rational.js';
 import type { TermId, TermStore } from './terms.js';
 
@@ -28,6 +28,10 @@ export const floatAlgebra: Algebra<number> = {
   max: (xs) => Math.max(...xs),
   min: (xs) => Math.min(...xs),
   fn: (name, a) => realFunctions[name](a),
+  test: (a, pred) => (pred(a) ? 1 : 0),
+  known: (a) => a,
+  topk: (xs, k) => topkIndices(xs, k),
+  require: () => undefined,
 };
 
 function evalRational(s: string): number {
@@ -57,11 +61,23 @@ export function termAlgebra(store: TermStore): Algebra<TermId> {
       const positive = positiveFns.has(name) || (c !== undefined && c.n > 0n);
       return store.uf(name, name === 'sqrt_2_over_pi' ? [] : [a], positive, nonnegFns.has(name));
     },
+    test: (a, pred) => store.test(a, pred),
+    known: (a) => {
+      const c = store.constValue(a);
+      return c === undefined ? undefined : Number(c.n) / Number(c.d);
+    },
+    topk: (xs, k) => {
+      const values = xs.map((_, i) => i);
+      return Array.from({ length: k }, (_, j) => store.choice(topkKey(k, j), xs, values));
+    },
+    require: () => undefined,
   };
 }
 
 /** Real meaning of the UF atoms termAlgebra creates (for evaluating terms). */
 export function realUf(name: string, args: number[]): number {
+  const c = evalChoice(name, args);
+  if (c !== undefined) return c;
   const f = (realFunctions as Record<string, ((x: number) => number) | undefined>)[name];
   if (f === undefined) throw new Error(`no real function '${name}'`);
   return f(args[0] ?? 0);

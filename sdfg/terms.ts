@@ -28,16 +28,18 @@ import { type Q, Q0, Q1, q, qAdd, qCmp, qDiv, qEq, qFromNumber, qIsInt, qIsOne, 
 export type TermId = number;
 export type AtomId = number;
 
-export type AtomKind = 'sym' | 'exp' | 'max' | 'min' | 'uf';
+export type AtomKind = 'sym' | 'exp' | 'max' | 'min' | 'uf' | 'ind';
 
 interface Atom {
   readonly kind: AtomKind;
+  /** ind: the categorical group; -1 otherwise. */
+  readonly group: number;
   readonly positive: boolean;
   /** >= 0 where defined (e.g. sqrt); positive atoms are nonneg too. */
   readonly nonneg: boolean;
   /** sym: display name; uf: function name. */
   readonly name: string;
-  /** exp: [monomial id]; max/min/uf: argument term ids. */
+  /** exp: [monomial id]; max/min/uf: argument term ids; ind: [group, class]. */
   readonly args: readonly number[];
 }
 
@@ -45,13 +47,32 @@ interface Atom {
 interface Mono {
   readonly atoms: readonly AtomId[];
   readonly pows: readonly Q[];
+  /** Holds an indicator atom. */
+  readonly ind: boolean;
 }
 
 /** Sorted by monomial id; coefficients nonzero. */
 interface Poly {
   readonly monos: readonly number[];
   readonly coefs: readonly Q[];
+  readonly ind: boolean;
 }
+
+/**
+ * A categorical variable: an integer-valued input (a token id, a label) or a choice made by a
+ * function of other terms (a top-k routing decision). It takes exactly one of `values`.
+ */
+interface Group {
+  readonly name: string;
+  readonly values: readonly number[];
+  /** For choices: the function key and argument terms (evaluated by the UF implementation). */
+  readonly choice?: { readonly key: string; readonly args: readonly TermId[] };
+}
+
+/** The zero monomial: a product of two different classes of one categorical variable. */
+const ZERO_MONO = -1;
+/** Shannon expansions and tests enumerate at most this many joint assignments. */
+export const MAX_ASSIGNMENTS = 4096;
 
 interface Term {
   readonly c: Q;
@@ -67,6 +88,9 @@ export type UfImpl = (name: string, args: number[]) => number;
 /** Thrown when a stage needs more normal-form work than its budget allows. */
 export class TermBudgetError extends Error {}
 
+/** Thrown when a term needs a rule the normal form does not have (reported as "unknown"). */
+export class TermUnsupportedError extends Error {}
+
 /** Default budget: monomial products per store (one store per stage). */
 export const DEFAULT_TERM_BUDGET = 1_000_000;
 
@@ -81,6 +105,8 @@ export class TermStore {
   private readonly polyIndex = new Map<string, number>();
   private readonly terms: Term[] = [];
   private readonly termIndex = new Map<string, TermId>();
+  private readonly groups: Group[] = [];
+  private readonly choiceIndex = new Map<string, number>();
   /** Divisors recorded by `div`, each required to be nonzero. */
   readonly conditions: TermId[] = [];
 
@@ -101,19 +127,20 @@ export class TermStore {
   // ---------------------------------------------------------------- interning
 
   private internAtom(kind: AtomKind, name: string, args: readonly number[], positive: boolean, nonneg = positive): AtomId {
-    return intern(this.atomIndex, this.atoms, `${kind}|${name}|${args.join(',')}`, () => ({ kind, positive, nonneg: nonneg || positive, name, args }));
+    const group = kind === 'ind' ? (args[0] as number) : -1;
+    return intern(this.atomIndex, this.atoms, `${kind}|${name}|${args.join(',')}`, () => ({ kind, group, positive, nonneg: nonneg || positive, name, args }));
   }
 
   private internMono(atoms: readonly AtomId[], pows: readonly Q[]): number {
     let key = '';
     for (let i = 0; i < atoms.length; i++) key += `${atoms[i]}^${qKey(pows[i] as Q)};`;
-    return intern(this.monoIndex, this.monos, key, () => ({ atoms, pows }));
+    return intern(this.monoIndex, this.monos, key, () => ({ atoms, pows, ind: atoms.some((a) => (this.atoms[a] as Atom).kind === 'ind') }));
   }
 
   private internPoly(monos: readonly number[], coefs: readonly Q[]): number {
     let key = '';
     for (let i = 0; i < monos.length; i++) key += `${monos[i]}*${qKey(coefs[i] as Q)};`;
-    return intern(this.polyIndex, this.polys, key, () => ({ monos, coefs }));
+    return intern(this.polyIndex, this.polys, key, () => ({ monos, coefs, ind: monos.some((m) => (this.monos[m] as Mono).ind) }));
   }
 
   private internTerm(c: Q, mono: number, fids: readonly number[], fexp: readonly number[]): TermId {
@@ -129,12 +156,18 @@ export class TermStore {
 
   // ---------------------------------------------------------------- monomials
 
+  /**
+   * a · b^kb. Indicator atoms are idempotent (e^2 = e: positive powers clamp to 1) and two
+   * classes of one variable annihilate (e_i · e_j = 0): the result is then ZERO_MONO. A
+   * negative indicator power only exists transiently, while a common content is divided out.
+   */
   private monoMulPow(a: number, b: number, kb: Q): number {
     const A = this.monos[a] as Mono;
     const B = this.monos[b] as Mono;
     if (B.atoms.length === 0) return a;
     const atoms: AtomId[] = [];
     const pows: Q[] = [];
+    const clamp = (atom: AtomId, p: Q): Q => ((this.atoms[atom] as Atom).kind === 'ind' && qSign(p) > 0 ? Q1 : p);
     let i = 0;
     let j = 0;
     while (i < A.atoms.length || j < B.atoms.length) {
@@ -146,27 +179,42 @@ export class TermStore {
         i++;
       } else if (y < x) {
         atoms.push(y);
-        pows.push(qMul(B.pows[j] as Q, kb));
+        pows.push(clamp(y, qMul(B.pows[j] as Q, kb)));
         j++;
       } else {
         const p = qAdd(A.pows[i] as Q, qMul(B.pows[j] as Q, kb));
         if (!qIsZero(p)) {
           atoms.push(x);
-          pows.push(p);
+          pows.push(clamp(x, p));
         }
         i++;
         j++;
       }
     }
+    if (A.ind || B.ind) {
+      const seen = new Set<number>();
+      for (let k = 0; k < atoms.length; k++) {
+        const at = this.atoms[atoms[k] as number] as Atom;
+        if (at.kind !== 'ind' || qSign(pows[k] as Q) < 0) continue;
+        if (seen.has(at.group)) return ZERO_MONO;
+        seen.add(at.group);
+      }
+    }
     return this.internMono(atoms, pows);
   }
 
+  /** a · b where the product cannot vanish (content removal, exp atoms). */
   private monoMul(a: number, b: number): number {
-    return this.monoMulPow(a, b, Q1);
+    const m = this.monoMulPow(a, b, Q1);
+    if (m === ZERO_MONO) throw new Error('internal: unexpected zero monomial');
+    return m;
   }
 
+  /** a^k; for k < 0 indicator atoms get the transient negative power used to divide out content. */
   private monoPow(a: number, k: Q): number {
-    return this.monoMulPow(this.unitMono, a, k);
+    if (a === this.unitMono) return a;
+    const M = this.monos[a] as Mono;
+    return this.internMono(M.atoms, M.pows.map((p) => qMul(p, k)));
   }
 
   /** Per atom, the smaller power of the two (absent = 0): the common part of a and b. */
@@ -208,7 +256,7 @@ export class TermStore {
 
   private polyFromMap(m: Map<number, Q>): Poly {
     const monos = [...m.keys()].filter((k) => !qIsZero(m.get(k) as Q)).sort((x, y) => x - y);
-    return { monos, coefs: monos.map((k) => m.get(k) as Q) };
+    return { monos, coefs: monos.map((k) => m.get(k) as Q), ind: monos.some((k) => (this.monos[k] as Mono).ind) };
   }
 
   private charge(n: number): void {
@@ -219,7 +267,8 @@ export class TermStore {
   private polyMulInto(acc: Map<number, Q>, p: Poly, c: Q, mono: number): void {
     this.charge(p.monos.length);
     for (let i = 0; i < p.monos.length; i++) {
-      const m = this.monoMul(p.monos[i] as number, mono);
+      const m = this.monoMulPow(p.monos[i] as number, mono, Q1);
+      if (m === ZERO_MONO) continue;
       const v = qMul(p.coefs[i] as Q, c);
       const prev = acc.get(m);
       acc.set(m, prev === undefined ? v : qAdd(prev, v));
@@ -234,7 +283,7 @@ export class TermStore {
 
   /** Expands c · M · Π f^k (all k > 0) into a polynomial. */
   private expand(c: Q, mono: number, fids: readonly number[], fexp: readonly number[]): Poly {
-    let p: Poly = { monos: [mono], coefs: [c] };
+    let p: Poly = { monos: [mono], coefs: [c], ind: (this.monos[mono] as Mono).ind };
     for (let i = 0; i < fids.length; i++) {
       const f = this.polys[fids[i] as number] as Poly;
       const k = fexp[i] as number;
@@ -367,6 +416,7 @@ export class TermStore {
     if (a === this.zero || b === this.zero) return this.zero;
     const A = this.terms[a] as Term;
     const B = this.terms[b] as Term;
+    if (this.numeratorInd(A) || this.numeratorInd(B)) return this.mulExpanded(A, B);
     const fm = new Map<number, number>();
     A.fids.forEach((f, i) => fm.set(f, A.fexp[i] as number));
     B.fids.forEach((f, i) => fm.set(f, (fm.get(f) ?? 0) + (B.fexp[i] as number)));
@@ -374,11 +424,202 @@ export class TermStore {
     return this.internTerm(qMul(A.c, B.c), this.monoMul(A.mono, B.mono), ...sortFactors(keep.map(([f]) => f), keep.map(([, k]) => k)));
   }
 
+  /** The numerator (monomial and positive factors) holds an indicator atom. */
+  private numeratorInd(T: Term): boolean {
+    return (this.monos[T.mono] as Mono).ind || T.fids.some((f, i) => (T.fexp[i] as number) > 0 && (this.polys[f] as Poly).ind);
+  }
+
+  /**
+   * Products with indicators are expanded, so that e_i · e_j = 0 and e^2 = e apply between
+   * every pair of monomials: numerators of indicator terms are always reduced polynomials,
+   * which is what makes their normal form canonical. Denominators stay factored.
+   */
+  private mulExpanded(A: Term, B: Term): TermId {
+    const num = (T: Term): Poly => {
+      const f: number[] = [];
+      const k: number[] = [];
+      T.fids.forEach((x, i) => {
+        if ((T.fexp[i] as number) > 0) {
+          f.push(x);
+          k.push(T.fexp[i] as number);
+        }
+      });
+      return this.expand(T.c, T.mono, f, k);
+    };
+    const t = this.termOfPoly(this.polyMul(num(A), num(B)));
+    const den = new Map<number, number>();
+    for (const T of [A, B]) T.fids.forEach((f, i) => {
+      const k = T.fexp[i] as number;
+      if (k < 0) den.set(f, (den.get(f) ?? 0) + k);
+    });
+    if (den.size === 0 || t === this.zero) return t;
+    const R = this.terms[t] as Term;
+    R.fids.forEach((f, i) => den.set(f, (den.get(f) ?? 0) + (R.fexp[i] as number)));
+    const keep = [...den].filter(([, k]) => k !== 0);
+    return this.internTerm(R.c, R.mono, ...sortFactors(keep.map(([f]) => f), keep.map(([, k]) => k)));
+  }
+
+  // ---------------------------------------------------------------- categorical variables
+
+  /**
+   * A fresh categorical input (e.g. a token id) taking one of `values`. It is represented by
+   * indicator atoms e_k = [x = values[k]] for every class but the last, whose indicator is
+   * 1 - sum of the others; the returned term is x = sum_k values[k] · [x = values[k]].
+   * Indicators are non-negative, idempotent and pairwise annihilating, so functions of
+   * categorical variables have a canonical reduced polynomial form.
+   */
+  categorical(name: string, values: readonly number[]): TermId {
+    if (values.length === 0) throw new RangeError(`categorical '${name}' has no values`);
+    this.groups.push({ name, values });
+    return this.groupValue(this.groups.length - 1);
+  }
+
+  /**
+   * A choice made by a function of `args` (a top-k routing decision): one categorical
+   * variable per distinct (key, args), so the same scores always make the same choice.
+   */
+  choice(key: string, args: readonly TermId[], values: readonly number[]): TermId {
+    const ck = `${key}|${args.join(',')}`;
+    let g = this.choiceIndex.get(ck);
+    if (g === undefined) {
+      const gs = this.groupsOfAll(args);
+      if (gs.length > 0) return this.shannon(args, (xs) => this.choice(key, xs, values));
+      g = this.groups.length;
+      this.groups.push({ name: `${key}#${g}`, values, choice: { key, args } });
+      this.choiceIndex.set(ck, g);
+    }
+    return this.groupValue(g);
+  }
+
+  private groupValue(g: number): TermId {
+    const G = this.groups[g] as Group;
+    return this.sum(G.values.map((v, k) => this.scale(this.indicator(g, k), qFromNumber(v))));
+  }
+
+  /** [x_g = values[k]]. */
+  private indicator(g: number, k: number): TermId {
+    const G = this.groups[g] as Group;
+    if (G.values.length === 1) return this.one;
+    if (k < G.values.length - 1) return this.atomTerm(this.internAtom('ind', G.name, [g, k], false, true));
+    return this.sub(this.one, this.sum(G.values.slice(0, -1).map((_, j) => this.indicator(g, j))));
+  }
+
+  /** Categorical groups occurring in t (only at polynomial level: atoms never hold indicators). */
+  private groupsOf(t: TermId, into: Set<number>): void {
+    const T = this.terms[t] as Term;
+    const scan = (m: number): void => {
+      const M = this.monos[m] as Mono;
+      if (M.ind) for (const a of M.atoms) if ((this.atoms[a] as Atom).kind === 'ind') into.add((this.atoms[a] as Atom).group);
+    };
+    scan(T.mono);
+    for (const f of T.fids) {
+      const P = this.polys[f] as Poly;
+      if (P.ind) for (const m of P.monos) scan(m);
+    }
+  }
+
+  private groupsOfAll(ts: readonly TermId[]): number[] {
+    const set = new Set<number>();
+    for (const t of ts) this.groupsOf(t, set);
+    return [...set].sort((a, b) => a - b);
+  }
+
+  /** Every joint class assignment of `groups` (last group fastest), bounded. */
+  private assignments(groups: readonly number[]): number[][] {
+    let n = 1;
+    for (const g of groups) n *= (this.groups[g] as Group).values.length;
+    if (n > MAX_ASSIGNMENTS) throw new TermUnsupportedError(`a value depends on ${groups.length} categorical variables with ${n} joint values (more than ${MAX_ASSIGNMENTS})`);
+    this.charge(n);
+    const out: number[][] = [];
+    const cur = groups.map(() => 0);
+    for (let i = 0; i < n; i++) {
+      out.push([...cur]);
+      for (let d = groups.length - 1; d >= 0; d--) {
+        cur[d] = (cur[d] as number) + 1;
+        if ((cur[d] as number) < (this.groups[groups[d] as number] as Group).values.length) break;
+        cur[d] = 0;
+      }
+    }
+    return out;
+  }
+
+  /** t with each listed group fixed to its class (indicators become 0 or 1). */
+  private restrict(t: TermId, groups: readonly number[], classes: readonly number[]): TermId {
+    const T = this.terms[t] as Term;
+    const cls = new Map<number, number>();
+    groups.forEach((g, i) => cls.set(g, classes[i] as number));
+    const mono = (m: number, c: Q): TermId => {
+      const M = this.monos[m] as Mono;
+      if (!M.ind) return this.internTerm(c, m, [], []);
+      const atoms: AtomId[] = [];
+      const pows: Q[] = [];
+      for (let i = 0; i < M.atoms.length; i++) {
+        const at = this.atoms[M.atoms[i] as number] as Atom;
+        const k = at.kind === 'ind' ? cls.get(at.group) : undefined;
+        if (k === undefined) {
+          atoms.push(M.atoms[i] as number);
+          pows.push(M.pows[i] as Q);
+        } else if (k !== at.args[1]) return this.zero;
+      }
+      return this.internTerm(c, this.internMono(atoms, pows), [], []);
+    };
+    let r = mono(T.mono, T.c);
+    T.fids.forEach((f, i) => {
+      const P = this.polys[f] as Poly;
+      const v = P.ind ? this.sum(P.monos.map((m, j) => mono(m, P.coefs[j] as Q))) : this.internTerm(Q1, this.unitMono, [f], [1]);
+      const k = T.fexp[i] as number;
+      if (k < 0 && v === this.zero) throw new TermUnsupportedError('a denominator vanishes for some categorical value');
+      const base = k < 0 ? this.inv(v) : v;
+      for (let e = 0; e < Math.abs(k); e++) r = this.mul(r, base);
+    });
+    return r;
+  }
+
+  /** The indicator of one joint assignment. */
+  private assignmentIndicator(groups: readonly number[], classes: readonly number[]): TermId {
+    let r = this.one;
+    groups.forEach((g, i) => (r = this.mul(r, this.indicator(g, classes[i] as number))));
+    return r;
+  }
+
+  /**
+   * f(args) for args that depend on categorical variables: the case split
+   * sum over assignments s of [s] · f(args | s), so atoms never hold indicators.
+   */
+  private shannon(args: readonly TermId[], f: (args: TermId[]) => TermId): TermId {
+    const groups = this.groupsOfAll(args);
+    const parts: TermId[] = [];
+    for (const cls of this.assignments(groups)) {
+      parts.push(this.mul(this.assignmentIndicator(groups, cls), f(args.map((a) => this.restrict(a, groups, cls)))));
+    }
+    return this.sum(parts);
+  }
+
+  /**
+   * [pred(t)] for an integer-valued t that is a function of categorical variables (an id, an
+   * id minus an offset, a count of routing choices): 1 where pred holds, else 0.
+   */
+  test(t: TermId, pred: (v: number) => boolean): TermId {
+    const groups = this.groupsOfAll([t]);
+    const value = (x: TermId): number => {
+      const c = this.constValue(x);
+      if (c === undefined) throw new TermUnsupportedError(`a comparison needs an integer value, got ${this.render(x, 80)}`);
+      return qToNumber(c);
+    };
+    if (groups.length === 0) return pred(value(t)) ? this.one : this.zero;
+    const parts: TermId[] = [];
+    for (const cls of this.assignments(groups)) if (pred(value(this.restrict(t, groups, cls)))) parts.push(this.assignmentIndicator(groups, cls));
+    return this.sum(parts);
+  }
+
   /** 1 / a. Throws on the zero term. Records no condition: use div for that. */
   inv(a: TermId): TermId {
     if (a === this.zero) throw new RangeError('division by the zero term');
     const A = this.terms[a] as Term;
-    return this.internTerm(qDiv(Q1, A.c), this.monoPow(A.mono, q(-1n)), A.fids, A.fexp.map((k) => -k));
+    const M = this.monos[A.mono] as Mono;
+    // 1/e = e wherever it is defined (e = 1), so indicator atoms keep their power.
+    const mono = M.ind ? this.internMono(M.atoms, M.atoms.map((at, i) => ((this.atoms[at] as Atom).kind === 'ind' ? Q1 : qMul(M.pows[i] as Q, q(-1n))))) : this.monoPow(A.mono, q(-1n));
+    return this.internTerm(qDiv(Q1, A.c), mono, A.fids, A.fexp.map((k) => -k));
   }
 
   /** a / b, recording the side condition b ≠ 0 unless it is evident. */
@@ -390,6 +631,7 @@ export class TermStore {
   /** exp with exp(a + b) = exp(a) · exp(b) built in. */
   exp(a: TermId): TermId {
     if (a === this.zero) return this.one;
+    if (this.groupsOfAll([a]).length > 0) return this.shannon([a], ([x]) => this.exp(x as TermId));
     const A = this.terms[a] as Term;
     if (A.fexp.some((k) => k < 0)) {
       // A genuine fraction in the exponent: an opaque positive atom.
@@ -419,6 +661,7 @@ export class TermStore {
 
   private lattice(kind: 'max' | 'min', args: readonly TermId[]): TermId {
     if (args.length === 0) throw new RangeError(`${kind} of nothing`);
+    if (this.groupsOfAll(args).length > 0) return this.shannon(args, (xs) => this.lattice(kind, xs));
     const flat = new Set<TermId>();
     for (const t of args) {
       const at = this.soleAtom(t);
@@ -442,6 +685,7 @@ export class TermStore {
    * wherever f is defined.
    */
   uf(name: string, args: readonly TermId[], positive = false, nonneg = false): TermId {
+    if (this.groupsOfAll(args).length > 0) return this.shannon(args, (xs) => this.uf(name, xs, positive, nonneg));
     return this.atomTerm(this.internAtom('uf', name, args, positive, nonneg));
   }
 
@@ -550,6 +794,12 @@ export class TermStore {
       case 'uf':
         v = A.name === 'exp' ? Math.exp(this.evaluate(A.args[0] as TermId, symValue, uf, memo)) : uf(A.name, A.args.map((x) => this.evaluate(x, symValue, uf, memo)));
         break;
+      case 'ind': {
+        const G = this.groups[A.args[0] as number] as Group;
+        const x = G.choice === undefined ? symValue(G.name) : uf(G.choice.key, G.choice.args.map((y) => this.evaluate(y, symValue, uf, memo)));
+        v = x === G.values[A.args[1] as number] ? 1 : 0;
+        break;
+      }
     }
     memo.set(key, v);
     return v;
@@ -596,6 +846,10 @@ export class TermStore {
         return `${A.kind}(${A.args.map((x) => this.render(x, 60)).join(', ')})`;
       case 'uf':
         return `${A.name}(${A.args.map((x) => this.render(x, 60)).join(', ')})`;
+      case 'ind': {
+        const G = this.groups[A.args[0] as number] as Group;
+        return `[${G.name}=${G.values[A.args[1] as number]}]`;
+      }
     }
   }
 }

@@ -72,7 +72,10 @@ export function numericCheck(plan: LoadedPlan, seed = 1): NumericReport {
   const inputs: LogicalValues<number> = new Array(lg.tensors.size);
   for (const t of plan.contract.inputs) {
     const shape = lg.shapes[t] ?? [];
-    inputs[t] = { shape, data: Array.from({ length: numel(shape) }, uniform) };
+    const dom = lg.domains[t];
+    // Integer inputs draw from their declared values (so an ignore index does occur).
+    const draw = dom === undefined ? uniform : (): number => dom[Math.floor(rnd() * dom.length)] as number;
+    inputs[t] = { shape, data: Array.from({ length: numel(shape) }, draw) };
   }
   const logical = executeLogical(plan, floatAlgebra, inputs);
 

@@ -20,7 +20,7 @@ import { registry } from '../ops/registry.js';
 import { type Attrs, numel } from '../ops/types.js';
 import { termAlgebra } from '../sdfg/algebras.js';
 import { logicalIndexer } from '../sdfg/execute.js';
-import { DEFAULT_TERM_BUDGET, TermBudgetError, TermStore, type TermId } from '../sdfg/terms.js';
+import { DEFAULT_TERM_BUDGET, TermBudgetError, TermStore, TermUnsupportedError, type TermId } from '../sdfg/terms.js';
 import type { LoadedPlan } from '../plans/loader.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, type LineageNF } from '../lineage/model.js';
@@ -137,7 +137,8 @@ export interface StageBuild<S> {
 
 export interface SymbolSource<S> {
   readonly alg: Algebra<S>;
-  sym(name: string): S;
+  /** A fresh input element; `values` makes it categorical (an integer id taking one of them). */
+  sym(name: string, values?: readonly number[]): S;
   /** Called after the logical side is built, before the parallel side (divisions after it are the parallel side's). */
   parallelStart?(): void;
 }
@@ -171,7 +172,10 @@ export class StageBuilder {
   build<S>(stage: Stage, src: SymbolSource<S>): StageBuild<S> {
     const plan = this.plan;
     const lg = plan.logical;
-    const alg = src.alg;
+    // Requirements the ops declare (ids within their table) become obligations of the stage.
+    const reqs: { cond: S; what: string; rank: number }[] = [];
+    let here = { what: '', rank: stage.obligations[0]?.rank ?? 0 };
+    const alg: Algebra<S> = { ...src.alg, require: (cond, what) => reqs.push({ cond, what: `${here.what}: ${what}`, rank: here.rank }) };
     const combine = (reduce: string, divisor: number, xs: S[]): S =>
       reduce === 'sum' ? alg.mul(alg.sum(xs), alg.constant(`1/${divisor}`)) : reduce === 'max' ? alg.max(xs) : alg.min(xs);
 
@@ -225,12 +229,14 @@ export class StageBuilder {
         }
       }
       const vals: S[] = new Array<S>(numel(shape));
+      const domain = lg.domains[L];
       for (let e = 0; e < vals.length; e++) {
         const gs = groupsAt.get(e);
         if (gs === undefined) {
-          vals[e] = src.sym(`${name}[${e}]`);
+          vals[e] = src.sym(`${name}[${e}]`, domain);
           continue;
         }
+        if (domain !== undefined) return { pairs: [], logicalOps: 0, parallelOps: 0, unsupported: `integer tensor '${name}' is held as partial addends` };
         let value: S | undefined;
         for (const [gk, nf] of gs) {
           const v = nf.value;
@@ -261,12 +267,13 @@ export class StageBuilder {
       if (op < 0) {
         // A contract input the parallel side does not read in this stage: fresh symbols.
         const shape = lg.shapes[x] ?? [];
-        const v = { shape, data: Array.from({ length: numel(shape) }, (_, e) => src.sym(`${lg.tensors.name(x)}[${e}]`)) };
+        const v = { shape, data: Array.from({ length: numel(shape) }, (_, e) => src.sym(`${lg.tensors.name(x)}[${e}]`, lg.domains[x])) };
         lvals.set(x, v);
         return v;
       }
       logicalOps++;
       const ins = [...lg.ops.opInputs(op)].map(evalLogical);
+      here = { what: `logical op '${lg.ops.ids.name(op)}'`, rank: here.rank };
       const outs = registry.get(lg.ops.kind[op] as number).apply(alg, ins, lg.attrs[op] as Attrs);
       lg.ops.opOutputs(op).forEach((t, k) => lvals.set(t, outs[k] as Dense<S>));
       return lvals.get(x) as Dense<S>;
@@ -302,6 +309,7 @@ export class StageBuilder {
       parallelOps++;
       if (pr.op >= 0) {
         const ins = [...p.ops.opInputs(pr.op)].map((x) => evalPar(r, x));
+        here = { what: `rank ${r} op '${p.ops.ids.name(pr.op)}'`, rank: r };
         const outs = registry.get(p.ops.kind[pr.op] as number).apply(alg, ins, plan.view(r).attrs[pr.op] as Attrs);
         p.ops.opOutputs(pr.op).forEach((x, k) => pvals.set(`${r}:${x}`, outs[k] as Dense<S>));
       } else {
@@ -355,6 +363,7 @@ export class StageBuilder {
       }
       pairs.push({ par: combine(reduce, Number(divisor), chunks), log: target.data[Number(e)] as S, rank, what: `element ${e}: the ${reduce} of ${n} addends` });
     }
+    for (const q of reqs) pairs.push({ par: q.cond, log: alg.one, rank: q.rank, what: q.what });
     return { pairs, logicalOps, parallelOps };
   }
 }
@@ -374,6 +383,7 @@ export class Prover {
     try {
       return this.proveWithin(stage, t0);
     } catch (e) {
+      if (e instanceof TermUnsupportedError) return result(stage, 'unknown', `outside the exact normal form: ${e.message}`, stage.obligations.map((o) => o.rank), { logicalOps: 0, parallelOps: 0 }, 0, t0);
       if (!(e instanceof TermBudgetError)) throw e;
       const ranks = stage.obligations.map((o) => o.rank);
       return result(stage, 'unknown', `the stage is too large for the exact normal form (${e.message}): give lineage to intermediate tensors (activation gradients, for instance) so that stages are cut shorter`, ranks, { logicalOps: 0, parallelOps: 0 }, 0, t0);
@@ -385,7 +395,7 @@ export class Prover {
     let logicalConds = new Set<TermId>();
     const b = this.builder.build(stage, {
       alg: termAlgebra(T),
-      sym: (name) => T.sym(name),
+      sym: (name, values) => (values === undefined ? T.sym(name) : T.categorical(name, values)),
       parallelStart: () => {
         logicalConds = new Set(T.conditions);
       },

@@ -33,7 +33,35 @@ export async function shutdownZ3(): Promise<void> {
   api = undefined;
 }
 
-function z3Algebra(ctx: Ctx, axioms: Bool<'main'>[]): Algebra<Real> {
+/** A value the z3 encoding cannot express (a comparison on a value of unknown range). */
+export class Z3UnsupportedError extends Error {}
+
+/** Joint values of two integer-valued operands, when small. */
+function combineDomains(a: readonly number[] | undefined, b: readonly number[] | undefined, f: (x: number, y: number) => number): number[] | undefined {
+  if (a === undefined || b === undefined || a.length * b.length > 4096) return undefined;
+  const out = new Set<number>();
+  for (const x of a) for (const y of b) out.add(f(x, y));
+  return [...out];
+}
+
+/**
+ * Z3 terms for the stage algebra. Integer-valued terms (ids, masks, counts) carry the finite
+ * set of values they can take, so a test becomes an If over that set.
+ */
+export function z3Algebra(ctx: Ctx, axioms: Bool<'main'>[]): Algebra<Real> & { categorical(name: string, values: readonly number[]): Real } {
+  const dom = new Map<number, readonly number[]>();
+  const withDom = (e: Real, d: readonly number[] | undefined): Real => {
+    if (d !== undefined) dom.set(e.id(), d);
+    return e;
+  };
+  const domOf = (e: Real): readonly number[] | undefined => dom.get(e.id());
+  const num = (v: number): Real => withDom(ctx.Real.val(v), [v]);
+  const choices = new Map<string, Real[]>();
+  const categorical = (name: string, values: readonly number[]): Real => {
+    const x = ctx.Real.const(name);
+    axioms.push(ctx.Or(...values.map((v) => x.eq(v))));
+    return withDom(x, values);
+  };
   const fns = new Map<string, FuncDecl<'main'>>();
   const fn = (name: string): FuncDecl<'main'> => {
     let f = fns.get(name);
@@ -48,20 +76,28 @@ function z3Algebra(ctx: Ctx, axioms: Bool<'main'>[]): Algebra<Real> {
     else if (nonneg) axioms.push(v.ge(0));
     return v;
   };
+  withDom(zero, [0]);
   return {
     exact: true,
     zero,
-    one: ctx.Real.val(1),
+    one: num(1),
     constant: (v) => {
       const r = qParse(v);
-      return ctx.Real.val({ numerator: r.n, denominator: r.d });
+      const e = ctx.Real.val({ numerator: r.n, denominator: r.d });
+      return r.d === 1n ? withDom(e, [Number(r.n)]) : e;
     },
-    add: (a, b) => a.add(b),
-    sub: (a, b) => a.sub(b),
-    mul: (a, b) => a.mul(b),
+    add: (a, b) => withDom(a.add(b), combineDomains(domOf(a), domOf(b), (x, y) => x + y)),
+    sub: (a, b) => withDom(a.sub(b), combineDomains(domOf(a), domOf(b), (x, y) => x - y)),
+    mul: (a, b) => withDom(a.mul(b), combineDomains(domOf(a), domOf(b), (x, y) => x * y)),
     div: (a, b) => a.div(b),
-    neg: (a) => a.neg(),
-    sum: (xs) => (xs.length === 0 ? zero : xs.length === 1 ? (xs[0] as Real) : ctx.Sum(xs[0] as Real, ...xs.slice(1))),
+    neg: (a) => withDom(a.neg(), domOf(a)?.map((x) => -x)),
+    sum: (xs) => {
+      if (xs.length === 0) return zero;
+      if (xs.length === 1) return xs[0] as Real;
+      let d: readonly number[] | undefined = domOf(xs[0] as Real);
+      for (const x of xs.slice(1)) d = combineDomains(d, domOf(x), (p, q) => p + q);
+      return withDom(ctx.Sum(xs[0] as Real, ...xs.slice(1)), d);
+    },
     exp: (a) => apply('exp', a, true),
     max: (xs) => xs.slice(1).reduce((m, x) => ctx.If(x.gt(m), x, m) as Real, xs[0] as Real),
     min: (xs) => xs.slice(1).reduce((m, x) => ctx.If(x.lt(m), x, m) as Real, xs[0] as Real),
@@ -75,6 +111,32 @@ function z3Algebra(ctx: Ctx, axioms: Bool<'main'>[]): Algebra<Real> {
       }
       return apply(name, a, positiveFns.has(name), nonnegFns.has(name));
     },
+    test: (a, pred) => {
+      const d = domOf(a);
+      if (d === undefined) throw new Z3UnsupportedError('a comparison on a value whose range the z3 encoding does not track');
+      const hits = d.filter(pred);
+      if (hits.length === 0) return zero;
+      if (hits.length === d.length) return num(1);
+      return withDom(ctx.If(ctx.Or(...hits.map((v) => a.eq(v))), ctx.Real.val(1), ctx.Real.val(0)) as Real, [0, 1]);
+    },
+    known: (a) => {
+      const d = domOf(a);
+      return d !== undefined && d.length === 1 ? d[0] : undefined;
+    },
+    topk: (xs, k) => {
+      // One choice per distinct score vector: the same scores make the same choice.
+      const key = `${k}|${xs.map((x) => x.id()).join(',')}`;
+      let cs = choices.get(key);
+      if (cs === undefined) {
+        const values = xs.map((_, i) => i);
+        cs = Array.from({ length: k }, (_, j) => categorical(`topk${k}.${j}$${choices.size}`, values));
+        if (cs.length > 1) axioms.push(ctx.Distinct(...cs));
+        choices.set(key, cs);
+      }
+      return cs;
+    },
+    require: () => undefined,
+    categorical,
   };
 }
 
@@ -89,7 +151,14 @@ export class Z3Prover {
     const { ctx } = await z3();
     const axioms: Bool<'main'>[] = [];
     let n = 0;
-    const b = this.builder.build(stage, { alg: z3Algebra(ctx, axioms), sym: (name) => ctx.Real.const(`${name}$${n++}`) });
+    const alg = z3Algebra(ctx, axioms);
+    let b;
+    try {
+      b = this.builder.build(stage, { alg, sym: (name, values) => (values === undefined ? ctx.Real.const(`${name}$${n++}`) : alg.categorical(`${name}$${n++}`, values)) });
+    } catch (e) {
+      if (!(e instanceof Z3UnsupportedError)) throw e;
+      return result(stage, 'unknown', `z3: ${e.message}`, stage.obligations.map((o) => o.rank), { logicalOps: 0, parallelOps: 0 }, 0, t0);
+    }
     const ranks = stage.obligations.map((o) => o.rank);
     if (b.unsupported !== undefined) return result(stage, 'unknown', `unsupported input relation: ${b.unsupported}`, ranks, b, 0, t0);
     if (b.pairs.length === 0) return result(stage, 'proved', undefined, [], b, 0, t0);
