@@ -14,7 +14,11 @@ interface Sample {
   positive?: number[];
   /** Inputs that get no gradient (masks, indices). */
   noGrad?: number[];
+  /** Integer inputs: input index -> the values drawn from (ids, labels, routing choices). */
+  ints?: Record<number, number[]>;
 }
+
+const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
 
 const samples: Sample[] = [
   { op: 'add', shapes: [[2, 3], [3]] },
@@ -62,6 +66,20 @@ const samples: Sample[] = [
   { op: 'attention', shapes: [[1, 2, 2, 3], [1, 2, 3, 3], [1, 2, 3, 2]], attrs: { scale: '1/2' } },
   { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'mean' } },
   { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'sum' } },
+  { op: 'log', shapes: [[3]], positive: [0] },
+  { op: 'where', shapes: [[2, 1], [2, 3], [3]], noGrad: [0], ints: { 0: [0, 1] } },
+  { op: 'embedding', shapes: [[3], [4, 2]], noGrad: [0], ints: { 0: range(4) } },
+  { op: 'gather', shapes: [[2, 4], [2, 3]], noGrad: [1], ints: { 1: range(4) } },
+  { op: 'vocab_mask', shapes: [[3]], attrs: { start: 2, end: 4 }, noGrad: [0], ints: { 0: range(6) } },
+  { op: 'vocab_local_ids', shapes: [[3]], attrs: { start: 2, end: 4 }, noGrad: [0], ints: { 0: range(6) } },
+  { op: 'cross_entropy', shapes: [[4, 3], [4]], attrs: { reduction: 'mean' }, noGrad: [1], ints: { 1: [-100, 0, 1, 2] } },
+  { op: 'cross_entropy', shapes: [[3, 3], [3]], attrs: { reduction: 'none', ignore_index: 1 }, noGrad: [1], ints: { 1: range(3) } },
+  { op: 'topk', shapes: [[2, 4]], attrs: { k: 2 } },
+  { op: 'moe_dispatch', shapes: [[3, 2], [3, 2]], attrs: { experts: 3 }, noGrad: [1], ints: { 1: range(3) } },
+  { op: 'moe_dispatch', shapes: [[3, 2], [3, 2], [3, 2]], attrs: { experts: 3 }, noGrad: [1], ints: { 1: range(3) } },
+  { op: 'moe_gather', shapes: [[3, 4, 2], [2, 2]], noGrad: [1], ints: { 1: range(3) } },
+  { op: 'moe_combine', shapes: [[2, 4, 3], [2, 2], [2, 2]], noGrad: [1], ints: { 1: range(2) } },
+  { op: 'moe_combine', shapes: [[2, 2, 3], [2, 1]], noGrad: [1], ints: { 1: range(2) } },
 ];
 
 function numelOf(s: readonly number[]): number {
@@ -80,7 +98,12 @@ describe('backward rules match central finite differences', () => {
       assert.notEqual(def.backward, 'none');
       const rnd = mulberry32(1000 + si);
       const attrs = s.attrs ?? {};
-      const inputs: Dense<number>[] = s.shapes.map((shape, i) => ({ shape, data: Array.from({ length: numelOf(shape) }, () => (s.positive?.includes(i) ? 0.5 + rnd() : rnd() * 2 - 1)) }));
+      const draw = (i: number): number => {
+        const dom = s.ints?.[i];
+        if (dom !== undefined) return dom[Math.floor(rnd() * dom.length)] as number;
+        return s.positive?.includes(i) ? 0.5 + rnd() : rnd() * 2 - 1;
+      };
+      const inputs: Dense<number>[] = s.shapes.map((shape, i) => ({ shape, data: Array.from({ length: numelOf(shape) }, () => draw(i)) }));
       const outs = def.apply(floatAlgebra, inputs, attrs);
       const weights = outs.map((o) => o.data.map(() => rnd() * 2 - 1));
       const loss = (ins: Dense<number>[]): number =>

@@ -21,6 +21,8 @@ interface Case {
   group?: number[];
   memberInputs?: (Enc | null)[];
   memberOutputs?: (Enc | null)[];
+  /** Integer inputs: the values each element may take (symbolic ids). */
+  ints?: Record<string, number[]>;
 }
 const golden = JSON.parse(readFileSync(`${FIXTURES}golden/ops.json`, 'utf8')) as { torch: string; cases: Case[] };
 
@@ -34,14 +36,16 @@ function close(got: readonly number[], want: Enc, what: string): void {
 }
 
 /** Symbolic evaluation with one symbol per input element, then the terms evaluated with the real functions. */
-function symbolic(inputs: readonly Enc[], run: (T: TermStore, ins: Dense<TermId>[]) => (Dense<TermId> | undefined)[]): (number[] | undefined)[] {
+function symbolic(inputs: readonly Enc[], run: (T: TermStore, ins: Dense<TermId>[]) => (Dense<TermId> | undefined)[], ints: Record<string, number[]> = {}): (number[] | undefined)[] {
   const T = new TermStore();
   const values = new Map<string, number>();
   const ins = inputs.map((x, i) => ({
     shape: x.shape,
     data: x.data.map((v, j) => {
       values.set(`in${i}_${j}`, v);
-      return T.sym(`in${i}_${j}`);
+      const dom = ints[String(i)];
+      // Integer inputs are categorical: the result must hold for every id, evaluated at this one.
+      return dom === undefined ? T.sym(`in${i}_${j}`) : T.categorical(`in${i}_${j}`, dom);
     }),
   }));
   const env = (n: string): number => values.get(n) as number;
@@ -93,7 +97,7 @@ describe(`golden vectors from PyTorch ${golden.torch} (tools/gen_golden.py)`, ()
         assert.deepEqual([...(outs[i] as Dense<number>).shape], w.shape, `output ${i} shape`);
         close((outs[i] as Dense<number>).data, w, `output ${i}`);
       });
-      const sym = symbolic(inputs, (T, ins) => def.apply(termAlgebra(T), ins, c.attrs));
+      const sym = symbolic(inputs, (T, ins) => def.apply(termAlgebra(T), ins, c.attrs), c.ints);
       (c.outputs ?? []).forEach((w, i) => close(sym[i] as number[], w, `symbolic output ${i}`));
       if (c.grad === undefined) return;
       assert.notEqual(def.backward, 'none', `${c.op} has autograd golden data but no backward rule`);

@@ -43,8 +43,9 @@ def scalar(v):
 cases = []
 
 
-def case(op, attrs, inputs, fn, diff=None, positive=(), note=''):
-    """fn(*tensors) -> tensor or tuple of tensors. diff: input indices that get gradients."""
+def case(op, attrs, inputs, fn, diff=None, positive=(), note='', ints=None):
+    """fn(*tensors) -> tensor or tuple of tensors. diff: input indices that get gradients.
+    ints: {input index: the values that integer input may take} (symbolic ids in the test)."""
     ins = [rnd(*s, positive=(i in positive)) if isinstance(s, tuple) else s for i, s in enumerate(inputs)]
     if diff is None:
         diff = list(range(len(ins)))
@@ -52,10 +53,13 @@ def case(op, attrs, inputs, fn, diff=None, positive=(), note=''):
     out = fn(*leaves)
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     entry = {'op': op, 'attrs': attrs, 'note': note, 'inputs': [enc(x) for x in ins], 'outputs': [enc(o) for o in outs]}
+    if ints:
+        entry['ints'] = {str(i): list(v) for i, v in ints.items()}
     if diff:
         seeds = [rnd(*o.shape) if o.dim() > 0 else rnd(1).reshape(()) for o in outs]
         wrt = [leaves[i] for i in diff]
-        grads = torch.autograd.grad(outs, wrt, grad_outputs=seeds, allow_unused=True)
+        live = [(o, sd) for o, sd in zip(outs, seeds) if o.requires_grad]  # integer outputs (indices) have no gradient
+        grads = torch.autograd.grad([o for o, _ in live], wrt, grad_outputs=[sd for _, sd in live], allow_unused=True)
         gin = [None] * len(ins)
         for i, g in zip(diff, grads):
             gin[i] = enc(g if g is not None else torch.zeros_like(ins[i]))
@@ -320,6 +324,109 @@ for shapes, max_norm in [([(2, 3), (4,)], '1/2'), ([(3,)], 100), ([(1, 2), (2,),
     cases.append({'op': 'clip_grad_norm', 'attrs': {'max_norm': max_norm}, 'note': 'torch.nn.utils.clip_grad_norm_', 'inputs': [enc(g) for g in grads], 'outputs': [enc(p_.grad) for p_ in params]})
     total_sq = sum((g * g).sum() for g in grads)
     cases.append({'op': 'clip_coef', 'attrs': {'max_norm': max_norm}, 'note': 'the factor clip_grad_norm_ applies', 'inputs': [enc(total_sq)], 'outputs': [enc(coef)]})
+
+# ---- integer-indexed ops: ids are symbolic in the test (one-hot indicators over `ints`)
+def grad_case(op, attrs, fwd, leaf_shape, other, order, ints, note=''):
+    """Golden for a backward op from autograd: fwd(leaf, *other) -> y; inputs ordered by `order`
+    over {'g': seed, 'leaf': leaf, 0..: other}."""
+    leaf = rnd(*leaf_shape).requires_grad_(True)
+    y = fwd(leaf, *other)
+    g = rnd(*y.shape) if y.dim() > 0 else rnd(1).reshape(())
+    (gl,) = torch.autograd.grad(y, leaf, grad_outputs=g)
+    named = {'g': g, 'leaf': leaf}
+    named.update({i: o for i, o in enumerate(other)})
+    cases.append({'op': op, 'attrs': attrs, 'note': note, 'inputs': [enc(named[k]) for k in order], 'outputs': [enc(gl)], 'ints': {str(i): list(v) for i, v in ints.items()}})
+
+
+for ids, V, D, note in [(torch.tensor([0, 2, 2, 3]), 4, 3, 'repeated id'), (torch.tensor([[1, 0], [0, 1]]), 2, 2, '2-D ids'), (torch.tensor([0]), 1, 1, 'size-1 table')]:
+    case('embedding', {}, [ids, (V, D)], F.embedding, diff=[1], ints={0: range(V)}, note=note)
+    grad_case('embedding_backward', {'num_embeddings': V}, lambda w, i: F.embedding(i, w), (V, D), [ids], ['g', 0], {1: range(V)}, note=note)
+for xs, idx, note in [((2, 4), torch.tensor([[3, 0, 3], [1, 1, 2]]), 'repeated index'), ((3, 2), torch.tensor([[1], [0], [1]]), 'one index per row'), ((2, 2, 3), torch.tensor([[[2, 0], [1, 1]], [[0, 0], [2, 1]]]), '3-D')]:
+    C = xs[-1]
+    case('gather', {}, [xs, idx], lambda x, i: torch.gather(x, -1, i), diff=[0], ints={1: range(C)}, note=note)
+    grad_case('gather_backward', {'size': C}, lambda x, i: torch.gather(x, -1, i), xs, [idx], ['g', 0], {1: range(C)}, note=note)
+for ids, start, end, note in [(torch.tensor([0, 3, 4, 7, 5]), 4, 8, 'upper half of 8'), (torch.tensor([[1, 2], [3, 0]]), 0, 2, 'lower half, 2-D'), (torch.tensor([2]), 2, 3, 'one-id range')]:
+    mask = lambda i, s=start, e=end: (i < s) | (i >= e)
+    case('vocab_mask', {'start': start, 'end': end}, [ids], lambda i, m=mask: m(i).to(DT), diff=[], ints={0: range(8)}, note=note)
+
+    def local(i, s=start, m=mask):
+        out = i - s
+        out[m(i)] = 0  # Megatron's VocabParallelEmbedding: masked_input[input_mask] = 0
+        return out
+    case('vocab_local_ids', {'start': start, 'end': end}, [ids], local, diff=[], ints={0: range(8)}, note=note)
+for cs, note in [(((2, 3), (2, 3)), 'same shape'), (((2, 1), (2, 3)), 'broadcast condition'), (((3,), (1,)), 'broadcast value')]:
+    cond = torch.tensor([[True], [False]]) if cs[0] == (2, 1) else (torch.tensor([True, False, True]) if cs[0] == (3,) else torch.tensor([[True, False, False], [False, True, True]]))
+    case('where', {}, [cond, cs[1], cs[1] if cs[0] != (3,) else (3,)], torch.where, diff=[1, 2], ints={0: [0, 1]}, note=note)
+for s in [(4,), (2, 3), (1,)]:
+    case('log', {}, [s], torch.log, positive=(0,))
+for s, attrs in [((2, 3, 4), {'dims': [1]}), ((2, 3), {'keepdim': True}), ((1, 5), {'dims': [-1], 'keepdim': True})]:
+    case('amax', attrs, [s], lambda x, d=attrs.get('dims', list(range(len(s)))), k=attrs.get('keepdim', False): torch.amax(x, dim=d, keepdim=k), diff=[])
+
+# ---- cross-entropy: labels symbolic over their classes plus the ignore index
+for (N, C), labels, attrs, note in [
+    ((4, 5), torch.tensor([1, -100, 4, 0]), {'reduction': 'mean'}, 'default ignore_index present'),
+    ((3, 4), torch.tensor([3, 3, 0]), {'reduction': 'sum'}, 'sum'),
+    ((3, 3), torch.tensor([2, 1, 2]), {'reduction': 'mean', 'ignore_index': 2}, 'ignore_index 2, one label counted'),
+    ((2, 4), torch.tensor([0, -100]), {'reduction': 'none'}, 'none'),
+    ((1, 1), torch.tensor([0]), {'reduction': 'mean'}, 'size-1'),
+]:
+    ign = attrs.get('ignore_index', -100)
+    dom = sorted(set(range(C)) | {ign})
+    kw = {'reduction': attrs['reduction'], 'ignore_index': ign}
+    case('cross_entropy', attrs, [(N, C), labels], lambda x, t, k=kw: F.cross_entropy(x, t, **k), diff=[0], ints={1: dom}, note=note)
+    grad_case('cross_entropy_backward', attrs, lambda x, t, k=kw: F.cross_entropy(x, t, **k), (N, C), [labels], ['g', 'leaf', 0], {2: dom}, note=note)
+
+# ---- MoE: top-k routing, dropless dispatch / combine (Megatron's permutation: a stable sort
+# of the flattened routing choices by expert, then index_select of the token rows)
+for s, k, note in [((3, 4), 2, 'top-2 of 4'), ((2, 3), 3, 'k = all (a full sort)'), ((2, 2, 3), 1, 'top-1, 3-D')]:
+    case('topk', {'k': k}, [s], lambda x, kk=k: torch.topk(x, kk, dim=-1), diff=[0], note=note)
+
+
+def permute(x, idx, w=None):
+    """Rows of the routing slots sorted by expert (stable), and the slot of each sorted row."""
+    N, k = idx.shape
+    order = torch.sort(idx.reshape(-1), stable=True).indices
+    rows = x.index_select(0, order // k)
+    if w is not None:
+        rows = rows * w.reshape(-1).index_select(0, order).unsqueeze(-1)
+    return rows, order
+
+
+def dispatch(x, idx, E, w=None):
+    rows, order = permute(x, idx, w)
+    counts = torch.bincount(idx.reshape(-1), minlength=E).tolist()
+    n, D = idx.numel(), x.shape[1]
+    out, start = [], 0
+    for e in range(E):
+        seg = rows[start:start + counts[e]]
+        out.append(torch.cat([seg, torch.zeros(n - counts[e], D, dtype=DT)]))
+        start += counts[e]
+    return torch.stack(out)
+
+
+def gather_slots(y, idx):
+    """Megatron's unpermute: the expert output row of every slot, [N, k, F]."""
+    E, n, F_ = y.shape
+    flat = idx.reshape(-1)
+    counts = torch.bincount(flat, minlength=E).tolist()
+    sorted_rows = torch.cat([y[e, :counts[e]] for e in range(E)])
+    order = torch.sort(flat, stable=True).indices
+    slots = torch.empty_like(order)
+    slots[order] = torch.arange(n)
+    return sorted_rows.index_select(0, slots).reshape(idx.shape[0], idx.shape[1], F_)
+
+
+for (N, D), idx, E, weighted, note in [
+    ((3, 2), torch.tensor([[1, 0], [1, 2], [0, 1]]), 3, False, 'top-2 of 3 experts'),
+    ((4, 3), torch.tensor([[2], [0], [2], [2]]), 4, True, 'top-1, weighted, an idle expert'),
+    ((1, 2), torch.tensor([[0]]), 1, False, 'one token, one expert'),
+]:
+    case('moe_dispatch', {'experts': E}, [(N, D), idx] + ([tuple(idx.shape)] if weighted else []), lambda x, i, *w, e=E: dispatch(x, i, e, w[0] if w else None),
+         diff=[0, 2] if weighted else [0], ints={1: range(E)}, note=note)
+    n = idx.numel()
+    case('moe_gather', {}, [(E, n, D), idx], gather_slots, diff=[0], ints={1: range(E)}, note=note)
+    case('moe_combine', {}, [(E, n, D), idx] + ([tuple(idx.shape)] if weighted else []),
+         lambda y, i, *w: (gather_slots(y, i) * (w[0].unsqueeze(-1) if w else 1)).sum(1), diff=[0, 2] if weighted else [0], ints={1: range(E)}, note=note)
 
 # ---- collectives (group semantics of torch.distributed over the members' tensors)
 def stacked_reduce(xs, how):
