@@ -1,6 +1,7 @@
 /** Non-linear element-wise functions and their backward ops, in exact real semantics. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, zipWith } from './dense.js';
+import { sameShapeSig } from './dims.js';
 import { type BackwardRule, type GradRef, NO_BACKWARD, one } from './grad.js';
 import { type Attrs, type OpDef, attrObject, fixed, noAttrs, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
 
@@ -53,6 +54,7 @@ function fwd(name: string, doc: string, f: Unary, backward: BackwardRule, attrSc
       return [{ shape: x.shape, data: x.data.map((v) => f(alg, v, at)) }];
     },
     backward,
+    dims: ([a]) => sameShapeSig(a as Shape, 1, 1),
   };
 }
 
@@ -71,6 +73,7 @@ function bwd(name: string, doc: string, f: Backward, attrSchema: object = noAttr
     },
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => [zipWith([arg(ins, 0), arg(ins, 1)], ([g, s]) => f(alg, g as S, s as S, at))],
     backward: NO_BACKWARD,
+    dims: ([g]) => sameShapeSig(g as Shape, 2, 1),
   };
 }
 
@@ -104,5 +107,6 @@ export const ops: OpDef[] = [
       one(b, 'silu_backward', [one(b, 'mul', [g as GradRef, up as GradRef]), gate as GradRef]),
       one(b, 'mul', [g as GradRef, one(b, 'silu', [gate as GradRef])]),
     ],
+    dims: ([a]) => sameShapeSig(a as Shape, 2, 1),
   },
 ];

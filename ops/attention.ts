@@ -15,8 +15,9 @@
  */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, at } from './dense.js';
+import { batchDim, dimLabels } from './dims.js';
 import { NO_BACKWARD, type GradRef } from './grad.js';
-import { type Attrs, type OpDef, attrNum, attrObject, fixed, sameShape, scalarSchema, ShapeError, type Shape, shapeStr, attrScalar } from './types.js';
+import { type Attrs, type DimLabel, type DimRole, type OpDef, attrNum, attrObject, fixed, sameShape, scalarSchema, ShapeError, type Shape, shapeStr, attrScalar } from './types.js';
 
 const attnAttrs = attrObject({
   scale: scalarSchema,
@@ -93,6 +94,28 @@ function forRows<S>(
   }
 }
 
+/**
+ * Labels of q, k, v, the output and the row statistics. Batch dims are SIMD. Heads are SIMD
+ * when q and kv heads are equal; grouped-query heads pair h with floor(h / g), so both head
+ * dims are fixed. A causal mask compares positions (j + k_offset <= i + q_offset), so both
+ * sequence dims are fixed under it; otherwise query rows are SIMD (contracted in the
+ * backward, which sums over them for dk and dv) and keys are contracted. The head dim is
+ * contracted, or fixed when the scale defaults to 1/sqrt(d) (its size is then a constant).
+ * The value dim is SIMD forward and contracted backward (dS sums g v^T over it).
+ */
+function attnLabels(q: Shape, k: Shape, v: Shape, a: Attrs, backward: boolean): { q: DimLabel[]; k: DimLabel[]; v: DimLabel[]; o: DimLabel[]; rows: DimLabel[] } {
+  const dm = dims(q, k, v);
+  const causal = a['causal'] === true;
+  const b = dimLabels(dm.batch, 'b', 'batch');
+  const lab = (label: string, role: DimRole): DimLabel => ({ label, role });
+  const [hq, hk] = dm.hq === dm.hk ? [batchDim('h'), batchDim('h')] : [lab('hq', 'fixed'), lab('hk', 'fixed')];
+  const sq = lab('sq', causal ? 'fixed' : backward ? 'contracted' : 'batch');
+  const sk = lab('sk', causal ? 'fixed' : 'contracted');
+  const d = lab('d', a['scale'] === undefined ? 'fixed' : 'contracted');
+  const dv = lab('dv', backward ? 'contracted' : 'batch');
+  return { q: [...b, hq, sq, d], k: [...b, hk, sk, d], v: [...b, hk, sk, dv], o: [...b, hq, sq, dv], rows: [...b, hq, sq] };
+}
+
 function attentionApply<S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs, partial: boolean): Dense<S>[] {
   const [q, k, v] = [arg(ins, 0), arg(ins, 1), arg(ins, 2)];
   const dm = dims(q.shape, k.shape, v.shape);
@@ -136,6 +159,10 @@ export const ops: OpDef[] = [
     },
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => attentionApply(alg, ins, a, false),
     backward: (b, { inputs: [q, k, v], outputs: [o], grads: [g], attrs }) => b.op('attention_backward', [g as GradRef, q as GradRef, k as GradRef, v as GradRef, o as GradRef], attrs),
+    dims: ([q, k, v], a) => {
+      const l = attnLabels(q as Shape, k as Shape, v as Shape, a, false);
+      return { inputs: [l.q, l.k, l.v], outputs: [l.o] };
+    },
   },
   {
     name: 'attention_backward',
@@ -186,6 +213,10 @@ export const ops: OpDef[] = [
       ];
     },
     backward: NO_BACKWARD,
+    dims: ([, q, k, v], a) => {
+      const l = attnLabels(q as Shape, k as Shape, v as Shape, a, true);
+      return { inputs: [l.o, l.q, l.k, l.v, l.o], outputs: [l.q, l.k, l.v] };
+    },
   },
   {
     name: 'attention_partial',
@@ -201,6 +232,10 @@ export const ops: OpDef[] = [
     },
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => attentionApply(alg, ins, a, true),
     backward: NO_BACKWARD,
+    dims: ([q, k, v], a) => {
+      const l = attnLabels(q as Shape, k as Shape, v as Shape, a, false);
+      return { inputs: [l.q, l.k, l.v], outputs: [l.o, l.rows, l.rows] };
+    },
   },
   {
     name: 'attention_combine',
@@ -247,5 +282,11 @@ export const ops: OpDef[] = [
       ];
     },
     backward: NO_BACKWARD,
+    // Row by row and, within a row, column by column: SIMD everywhere.
+    dims: ([, m]) => {
+      const rows = dimLabels(m as Shape, 'r', 'batch');
+      const o = [...rows, batchDim('dv')];
+      return { inputs: [o, rows, rows, o, rows, rows], outputs: [o, rows, rows] };
+    },
   },
 ];

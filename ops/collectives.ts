@@ -6,8 +6,9 @@
  */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, cat, narrow, zipWith } from './dense.js';
+import { batchDim, dimLabels, fixedDim, resizeOneDim, sameShapeSig } from './dims.js';
 import { NO_BACKWARD } from './grad.js';
-import { type Attrs, type OpDef, attrNum, attrObject, fixed, normDim, ShapeError, type Shape, shapeStr } from './types.js';
+import { type Attrs, type DimSig, type OpDef, attrNum, attrObject, fixed, normDim, ShapeError, type Shape, shapeStr } from './types.js';
 
 type GroupApply = <S>(alg: Algebra<S>, inputs: readonly (Dense<S> | undefined)[], attrs: Attrs, group: Int32Array) => (Dense<S> | undefined)[];
 
@@ -87,6 +88,7 @@ function collective(
   attrSchema: object,
   outShape: (input: Shape, attrs: Attrs, g: number) => Shape,
   applyGroup: GroupApply,
+  dims: (input: Shape, attrs: Attrs) => DimSig,
 ): OpDef {
   return {
     name,
@@ -102,6 +104,9 @@ function collective(
     // reduce_scatter, all_to_all with dims swapped, send <-> recv): plan generators mirror them.
     backward: NO_BACKWARD,
     collective: { pattern: 'symmetric', outShape, applyGroup },
+    // Per member; the group size divides or multiplies the gathered / scattered / split dims,
+    // which are therefore fixed.
+    dims: ([a], at) => dims(a as Shape, at),
   };
 }
 
@@ -116,13 +121,21 @@ function scaleDim(s: Shape, d: number, mul: number, div: number, what: string): 
 const identityShape = (a: Shape): Shape => a;
 
 export const ops: OpDef[] = [
-  collective('all_reduce', 'dist.all_reduce(x, op) over the group: every member gets the reduction of all inputs', attrObject({ reduce: reduceAttr }, ['reduce']), identityShape, allReduceApply),
+  collective(
+    'all_reduce',
+    'dist.all_reduce(x, op) over the group: every member gets the reduction of all inputs',
+    attrObject({ reduce: reduceAttr }, ['reduce']),
+    identityShape,
+    allReduceApply,
+    (a) => sameShapeSig(a, 1, 1),
+  ),
   collective(
     'all_gather',
     'dist.all_gather_into_tensor: members\' inputs concatenated along dim, in group order',
     attrObject({ dim: { type: 'integer' } }, ['dim']),
     (a, at, g) => scaleDim(a, normDim(attrNum(at, 'dim'), a.length), g, 1, 'all_gather'),
     allGatherApply,
+    (a, at) => resizeOneDim(a, attrNum(at, 'dim')),
   ),
   collective(
     'reduce_scatter',
@@ -130,6 +143,7 @@ export const ops: OpDef[] = [
     attrObject({ dim: { type: 'integer' }, reduce: reduceAttr }, ['dim', 'reduce']),
     (a, at, g) => scaleDim(a, normDim(attrNum(at, 'dim'), a.length), 1, g, 'reduce_scatter'),
     reduceScatterApply,
+    (a, at) => resizeOneDim(a, attrNum(at, 'dim')),
   ),
   collective(
     'all_to_all',
@@ -141,6 +155,12 @@ export const ops: OpDef[] = [
       return scaleDim(scaleDim(a, sd, 1, g, 'all_to_all'), cd, g, 1, 'all_to_all');
     },
     allToAllApply,
+    (a, at) => {
+      const sd = normDim(attrNum(at, 'split_dim'), a.length, 'split_dim');
+      const cd = normDim(attrNum(at, 'concat_dim'), a.length, 'concat_dim');
+      const side = (name: string) => a.map((_, d) => (d === sd || d === cd ? fixedDim(`d${d}.${name}`) : batchDim(`d${d}`)));
+      return { inputs: [side('in')], outputs: [side('out')] };
+    },
   ),
   {
     name: 'broadcast',
@@ -155,6 +175,10 @@ export const ops: OpDef[] = [
     },
     apply: soloApply(broadcastApply),
     backward: NO_BACKWARD,
+    dims: ([a]) => {
+      if (a === undefined) throw new ShapeError('broadcast output shape comes from the source rank');
+      return sameShapeSig(a, 1, 1);
+    },
     collective: { pattern: 'broadcast', outShape: identityShape, applyGroup: broadcastApply },
   },
   {
@@ -167,6 +191,7 @@ export const ops: OpDef[] = [
     shape: () => [],
     apply: () => [],
     backward: NO_BACKWARD,
+    dims: ([a]) => ({ inputs: [dimLabels(a as Shape, 'd', 'batch')], outputs: [] }),
     collective: { pattern: 'p2p', side: 'send', outShape: identityShape, applyGroup: p2pApply },
   },
   {
@@ -183,6 +208,9 @@ export const ops: OpDef[] = [
       throw new Error('recv has no value on its own: it is evaluated with its matching send');
     },
     backward: NO_BACKWARD,
+    dims: () => {
+      throw new ShapeError('recv output shape comes from the matching send');
+    },
     collective: { pattern: 'p2p', side: 'recv', outShape: identityShape, applyGroup: p2pApply },
   },
   {
@@ -195,6 +223,7 @@ export const ops: OpDef[] = [
     shape: ([a]) => [a as Shape],
     apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [arg(ins, 0)],
     backward: NO_BACKWARD,
+    dims: ([a]) => sameShapeSig(a as Shape, 1, 1),
     collective: { pattern: 'p2p', outShape: identityShape, applyGroup: p2pApply },
   },
 ];

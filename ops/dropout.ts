@@ -1,6 +1,7 @@
 /** Dropout with its mask as an input (the plan carries the sampled mask; no randomness here). */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, zipWith } from './dense.js';
+import { sameShapeSig } from './dims.js';
 import { type GradRef, one } from './grad.js';
 import { type Attrs, type OpDef, attrObject, attrScalar, fixed, sameShape, scalarSchema, ShapeError, type Shape, shapeStr } from './types.js';
 import { qParse } from '../sdfg/rational.js';
@@ -31,5 +32,6 @@ export const ops: OpDef[] = [
     },
     // The mask is an input, not a parameter: it gets no gradient.
     backward: (b, { inputs: [, mask], grads: [g], attrs }) => [one(b, 'scale', [one(b, 'mul', [g as GradRef, mask as GradRef])], { factor: keepScale(attrScalar(attrs, 'p')) }), undefined],
+    dims: ([x]) => sameShapeSig(x as Shape, 2, 1),
   },
 ];

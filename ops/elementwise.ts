@@ -1,6 +1,7 @@
 /** Element-wise arithmetic with PyTorch broadcasting. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, broadcastReader, generate } from './dense.js';
+import { broadcastSig, sameShapeSig } from './dims.js';
 import { type BackwardRule, type GradRef, one, unbroadcast } from './grad.js';
 import { type Attrs, type OpDef, attrObject, attrScalar, broadcastShapes, fixed, noAttrs, scalarSchema, type Shape } from './types.js';
 
@@ -28,6 +29,7 @@ function binary(name: string, doc: string, f: Binary, backward: BackwardRule): O
     shape: ([a, b]) => [broadcastShapes(a as Shape, b as Shape)],
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [applyBinary(alg, arg(ins, 0), arg(ins, 1), f)],
     backward,
+    dims: (ins) => broadcastSig(ins),
   };
 }
 
@@ -58,6 +60,8 @@ export const ops: OpDef[] = [
       const gx = one(b, 'where', [c as GradRef, g as GradRef, one(b, 'scale', [g as GradRef], { factor: 0 })]);
       return [undefined, unbroadcast(b, gx, b.shape(x as GradRef)), unbroadcast(b, one(b, 'sub', [g as GradRef, gx]), b.shape(y as GradRef))];
     },
+    // cond is 0/1, not a position: its values need no axis.
+    dims: (ins) => broadcastSig(ins),
   },
   binary('add', 'torch.add(a, b)', (alg, a, b) => alg.add(a, b), (b, { inputs: [x, y], grads: [g] }) => [unbroadcast(b, g as GradRef, b.shape(x as GradRef)), unbroadcast(b, g as GradRef, b.shape(y as GradRef))]),
   binary('sub', 'torch.sub(a, b)', (alg, a, b) => alg.sub(a, b), (b, { inputs: [x, y], grads: [g] }) => [unbroadcast(b, g as GradRef, b.shape(x as GradRef)), unbroadcast(b, one(b, 'neg', [g as GradRef]), b.shape(y as GradRef))]),
@@ -80,6 +84,7 @@ export const ops: OpDef[] = [
     shape: ([a]) => [a as Shape],
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [mapDense(arg(ins, 0), (v) => alg.neg(v))],
     backward: (b, { grads: [g] }) => [one(b, 'neg', [g as GradRef])],
+    dims: ([a]) => sameShapeSig(a as Shape, 1, 1),
   },
   {
     name: 'identity',
@@ -91,6 +96,7 @@ export const ops: OpDef[] = [
     shape: ([a]) => [a as Shape],
     apply: <S>(_alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [arg(ins, 0)],
     backward: (b, { grads: [g] }) => [one(b, 'identity', [g as GradRef])],
+    dims: ([a]) => sameShapeSig(a as Shape, 1, 1),
   },
   {
     name: 'scale',
@@ -105,5 +111,6 @@ export const ops: OpDef[] = [
       return [mapDense(arg(ins, 0), (v) => alg.mul(v, k))];
     },
     backward: (b, { grads: [g], attrs }) => [one(b, 'scale', [g as GradRef], { factor: attrs['factor'] ?? 1 })],
+    dims: ([a]) => sameShapeSig(a as Shape, 1, 1),
   },
 ];

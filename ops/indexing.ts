@@ -9,6 +9,7 @@
  */
 import type { Algebra, Dense } from './algebra.js';
 import { arg } from './dense.js';
+import { batchDim, contractedDim, dimLabels, fixedDim } from './dims.js';
 import { type GradRef, NO_BACKWARD, one } from './grad.js';
 import { type Attrs, type OpDef, attrNum, attrObject, fixed, noAttrs, numel, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
 
@@ -73,6 +74,13 @@ export const ops: OpDef[] = [
       for (const id of ids.data) data.push(...readRow(alg, lookup(alg, id, V, 'embedding'), D, (r, d) => w.data[r * D + d] as S));
       return [{ shape: [...ids.shape, D], data }];
     },
+    // Ids and features are SIMD; the vocab dim is looked up across (ids index it).
+    dims: ([ids]) => {
+      const i = dimLabels(ids as Shape, 'i', 'batch');
+      const V = contractedDim('vocab');
+      const D = batchDim('dim');
+      return { inputs: [i, [V, D]], outputs: [[...i, D]], inputValues: { 0: V } };
+    },
     backward: (b, { inputs: [ids, w], grads: [g] }) => [undefined, one(b, 'embedding_backward', [g as GradRef, ids as GradRef], { num_embeddings: b.shape(w as GradRef)[0] as number })],
   },
   {
@@ -97,6 +105,14 @@ export const ops: OpDef[] = [
       return [{ shape: [V, D], data: acc.flatMap((row) => row.map((xs) => alg.sum(xs))) }];
     },
     backward: NO_BACKWARD,
+    // Rows of grad_out are summed into table rows: the id dims are contracted; the table size
+    // is the num_embeddings attribute.
+    dims: ([, ids]) => {
+      const i = dimLabels(ids as Shape, 'i', 'contracted');
+      const V = fixedDim('vocab');
+      const D = batchDim('dim');
+      return { inputs: [[...i, D], i], outputs: [[V, D]], inputValues: { 1: V } };
+    },
   },
   {
     name: 'gather',
@@ -121,6 +137,12 @@ export const ops: OpDef[] = [
         return readRow(alg, lookup(alg, id, C, 'gather'), 1, (r) => x.data[base + r] as S)[0] as S;
       });
       return [{ shape: idx.shape, data }];
+    },
+    dims: ([x]) => {
+      const lead = dimLabels((x as Shape).slice(0, -1), 'l', 'batch');
+      const C = contractedDim('c');
+      const m = batchDim('m');
+      return { inputs: [[...lead, C], [...lead, m]], outputs: [[...lead, m]], inputValues: { 1: C } };
     },
     backward: (b, { inputs: [x, idx], grads: [g] }) => {
       const xs = b.shape(x as GradRef);
@@ -153,6 +175,13 @@ export const ops: OpDef[] = [
       return [{ shape: [...g.shape.slice(0, -1), C], data }];
     },
     backward: NO_BACKWARD,
+    // Scatter-add sums over the m index columns; the output size is the `size` attribute.
+    dims: ([g]) => {
+      const lead = dimLabels((g as Shape).slice(0, -1), 'l', 'batch');
+      const m = contractedDim('m');
+      const C = fixedDim('c');
+      return { inputs: [[...lead, m], [...lead, m]], outputs: [[...lead, C]], inputValues: { 1: C } };
+    },
   },
   {
     name: 'vocab_mask',
@@ -171,6 +200,11 @@ export const ops: OpDef[] = [
       return [{ shape: ids.shape, data: ids.data.map((id) => alg.test(id, (v) => v < s || v >= e)) }];
     },
     backward: (_b, _c) => [undefined],
+    // start and end are positions on the vocab axis: it cannot shrink.
+    dims: ([ids]) => {
+      const i = dimLabels(ids as Shape, 'i', 'batch');
+      return { inputs: [i], outputs: [i], inputValues: { 0: fixedDim('vocab') } };
+    },
   },
   {
     name: 'vocab_local_ids',
@@ -189,5 +223,9 @@ export const ops: OpDef[] = [
       return [{ shape: ids.shape, data: ids.data.map((id) => alg.mul(alg.test(id, (v) => v >= s && v < e), alg.sub(id, alg.constant(s)))) }];
     },
     backward: (_b, _c) => [undefined],
+    dims: ([ids]) => {
+      const i = dimLabels(ids as Shape, 'i', 'batch');
+      return { inputs: [i], outputs: [i], inputValues: { 0: fixedDim('vocab') }, outputValues: { 0: fixedDim('local_vocab') } };
+    },
   },
 ];

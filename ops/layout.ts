@@ -1,6 +1,7 @@
 /** Ops that move elements without arithmetic: transpose, permute, reshape, slice, concat, split. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, at, cat, generate, narrow } from './dense.js';
+import { dimLabels, resizeOneDim } from './dims.js';
 import { type GradRef, one } from './grad.js';
 import { type Attrs, type OpDef, attrInts, attrNum, attrObject, fixed, normDim, numel, ShapeError, type Shape, shapeStr } from './types.js';
 
@@ -38,6 +39,13 @@ export const ops: OpDef[] = [
       return [permuteApply(x, dims)];
     },
     backward: (b, { grads: [g], attrs }) => [one(b, 'transpose', [g as GradRef], { dim0: attrs['dim0'] ?? 0, dim1: attrs['dim1'] ?? 0 })],
+    // Labels move with the dims.
+    dims: ([a], at) => {
+      const l = dimLabels(a as Shape, 'd', 'batch');
+      const d0 = normDim(attrNum(at, 'dim0'), l.length, 'dim0');
+      const d1 = normDim(attrNum(at, 'dim1'), l.length, 'dim1');
+      return { inputs: [l], outputs: [l.map((x, i) => (i === d0 ? l[d1] : i === d1 ? l[d0] : x) as typeof x)] };
+    },
   },
   {
     name: 'permute',
@@ -62,6 +70,10 @@ export const ops: OpDef[] = [
       const inv = new Array<number>(r);
       dims.forEach((d, i) => (inv[d] = i));
       return [one(b, 'permute', [g as GradRef], { dims: inv })];
+    },
+    dims: ([a], at) => {
+      const l = dimLabels(a as Shape, 'd', 'batch');
+      return { inputs: [l], outputs: [(attrInts(at, 'dims') ?? []).map((d) => l[normDim(d, l.length)] as (typeof l)[number])] };
     },
   },
   {
@@ -89,6 +101,13 @@ export const ops: OpDef[] = [
       return [{ shape: tgt.map((d) => (d === -1 ? x.data.length / known : d)), data: x.data }];
     },
     backward: (b, { inputs: [x], grads: [g] }) => [one(b, 'reshape', [g as GradRef], { shape: [...b.shape(x as GradRef)] })],
+    // The target shape is an attribute: every dim on both sides is fixed (conservative; a dim
+    // that reshape leaves alone could be tracked, but its size is still spelled in the attribute).
+    dims: ([a], at) => {
+      const s = a as Shape;
+      const tgt = attrInts(at, 'shape') ?? [];
+      return { inputs: [dimLabels(s, 'in', 'fixed')], outputs: [dimLabels(tgt, 'out', 'fixed')] };
+    },
   },
   {
     name: 'slice',
@@ -115,6 +134,7 @@ export const ops: OpDef[] = [
       const d = normDim(attrNum(attrs, 'dim'), xs.length);
       return [one(b, 'pad', [g as GradRef], { dim: d, before: attrNum(attrs, 'start'), after: (xs[d] as number) - attrNum(attrs, 'end') })];
     },
+    dims: ([a], at) => resizeOneDim(a as Shape, attrNum(at, 'dim')),
   },
   {
     name: 'concat',
@@ -142,6 +162,7 @@ export const ops: OpDef[] = [
       const d = normDim(attrNum(attrs, 'dim'), b.shape(inputs[0] as GradRef).length);
       return b.op('split', [g as GradRef], { dim: d, sizes: inputs.map((x) => b.shape(x)[d] as number) });
     },
+    dims: (ins, at) => resizeOneDim(ins[0] as Shape, attrNum(at, 'dim'), ins.length, 1),
   },
   {
     name: 'split',
@@ -173,6 +194,7 @@ export const ops: OpDef[] = [
       });
     },
     backward: (b, { grads, attrs }) => [one(b, 'concat', grads, { dim: attrs['dim'] ?? 0 })],
+    dims: ([a], at) => resizeOneDim(a as Shape, attrNum(at, 'dim'), 1, (attrInts(at, 'sizes') ?? []).length),
   },
   {
     name: 'pad',
@@ -208,5 +230,6 @@ export const ops: OpDef[] = [
       const before = attrNum(attrs, 'before');
       return [one(b, 'slice', [g as GradRef], { dim: d, start: before, end: before + (b.shape(x as GradRef)[d] as number) })];
     },
+    dims: ([a], at) => resizeOneDim(a as Shape, attrNum(at, 'dim')),
   },
 ];

@@ -1,8 +1,9 @@
 /** Losses and their backward ops. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg } from './dense.js';
+import { dimLabels } from './dims.js';
 import { type GradRef, NO_BACKWARD, one } from './grad.js';
-import { type Attrs, type OpDef, attrObject, fixed, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
+import { type Attrs, type DimLabel, type DimRole, type OpDef, attrObject, fixed, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
 
 const reduction = attrObject({ reduction: { enum: ['mean', 'sum'] } });
 
@@ -43,6 +44,24 @@ function ceRows<S>(alg: Algebra<S>, x: Dense<S>, labels: Dense<S>, at: Attrs, wh
   return out;
 }
 
+/**
+ * Rows N and classes C of cross-entropy. Classes are compared across (max, sum of exp, the
+ * label's one-hot): contracted, unless a non-negative ignore_index names a position on them.
+ * Rows: 'mean' divides by the number of non-ignored labels, which is N itself whenever no
+ * label can be ignored (a size as a constant, as in mean), so they are fixed; otherwise they
+ * are `sumRole` ('contracted' for the summed loss, 'batch' where each row stands alone).
+ */
+function ceLabels(at: Attrs, sumRole: DimRole): { N: DimLabel; C: DimLabel } {
+  const ignore = typeof at['ignore_index'] === 'number' ? at['ignore_index'] : -100;
+  const rows: DimRole = at['reduction'] === 'none' ? 'batch' : at['reduction'] === 'sum' ? sumRole : 'fixed';
+  return { N: { label: 'n', role: rows }, C: { label: 'c', role: ignore >= 0 ? 'fixed' : 'contracted' } };
+}
+
+/** mse's dims: mean divides by numel (a size as a constant, so fixed); sum is `sumRole`. */
+function mseRole(at: Attrs, sumRole: DimRole): DimRole {
+  return at['reduction'] === 'sum' ? sumRole : 'fixed';
+}
+
 export const ops: OpDef[] = [
   {
     name: 'cross_entropy',
@@ -62,6 +81,11 @@ export const ops: OpDef[] = [
       return [{ shape: [], data: [at['reduction'] === 'sum' ? s : alg.div(s, alg.sum(r.w))] }];
     },
     backward: (b, { inputs: [x, t], grads: [g], attrs }) => [one(b, 'cross_entropy_backward', [g as GradRef, x as GradRef, t as GradRef], attrs), undefined],
+    dims: (_ins, at) => {
+      const none = at['reduction'] === 'none';
+      const { N, C } = ceLabels(at, 'contracted');
+      return { inputs: [[N, C], [N]], outputs: [none ? [N] : []], inputValues: { 1: C } };
+    },
   },
   {
     name: 'cross_entropy_backward',
@@ -89,6 +113,12 @@ export const ops: OpDef[] = [
       return [{ shape: x.shape, data }];
     },
     backward: NO_BACKWARD,
+    // 'sum' and 'none' scale each row by the given gradient alone.
+    dims: (_ins, at) => {
+      const none = at['reduction'] === 'none';
+      const { N, C } = ceLabels(at, 'batch');
+      return { inputs: [none ? [N] : [], [N, C], [N]], outputs: [[N, C]], inputValues: { 2: C } };
+    },
   },
   {
     name: 'mse_loss',
@@ -115,6 +145,10 @@ export const ops: OpDef[] = [
       const gp = one(b, 'mse_loss_backward', [p as GradRef, t as GradRef, g as GradRef], attrs);
       return [gp, one(b, 'neg', [gp])];
     },
+    dims: ([p], at) => {
+      const l = dimLabels(p as Shape, 'd', mseRole(at, 'contracted'));
+      return { inputs: [l, l], outputs: [[]] };
+    },
   },
   {
     name: 'mse_loss_backward',
@@ -137,5 +171,9 @@ export const ops: OpDef[] = [
       return [{ shape: p.shape, data: p.data.map((v, i) => alg.mul(k, alg.sub(v, t.data[i] as S))) }];
     },
     backward: NO_BACKWARD,
+    dims: (ins, at) => {
+      const l = dimLabels(ins[0] as Shape, 'd', mseRole(at, 'batch'));
+      return { inputs: [l, l, ...(ins.length > 2 ? [[]] : [])], outputs: [l] };
+    },
   },
 ];

@@ -1,8 +1,9 @@
 /** Matrix products with torch.matmul / F.linear shape semantics. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, at, generate } from './dense.js';
+import { batchDim, broadcastLabels, contractedDim, dimLabels } from './dims.js';
 import { type GradBuilder, type GradRef, one, unbroadcast } from './grad.js';
-import { type OpDef, broadcastShapes, fixed, noAttrs, ShapeError, type Shape, shapeStr } from './types.js';
+import { type DimLabel, type DimSig, type OpDef, broadcastShapes, fixed, noAttrs, ShapeError, type Shape, shapeStr } from './types.js';
 
 /** torch.matmul values: 1-D operands are promoted and the promoted dims dropped again. */
 export function matmulApply<S>(alg: Algebra<S>, a: Dense<S>, b: Dense<S>): Dense<S> {
@@ -45,6 +46,19 @@ export function matmulShape(a: Shape, b: Shape): Shape {
   return out;
 }
 
+/** Rows m and columns n are SIMD, k is contracted; batch dims broadcast as element-wise ops do. */
+function matmulDims(a: Shape, b: Shape): DimSig {
+  const K = contractedDim('k');
+  const M = batchDim('m');
+  const N = batchDim('n');
+  const lead = broadcastLabels([a.length === 1 ? [] : a.slice(0, -2), b.length === 1 ? [] : b.slice(0, -2)]);
+  const [la, lb] = lead.inputs as [DimLabel[], DimLabel[]];
+  const out = [...lead.out];
+  if (a.length > 1) out.push(M);
+  if (b.length > 1) out.push(N);
+  return { inputs: [a.length === 1 ? [K] : [...la, M, K], b.length === 1 ? [K] : [...lb, K, N]], outputs: [out] };
+}
+
 export const ops: OpDef[] = [
   {
     name: 'matmul',
@@ -56,6 +70,7 @@ export const ops: OpDef[] = [
     shape: ([a, b]) => [matmulShape(a as Shape, b as Shape)],
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [matmulApply(alg, arg(ins, 0), arg(ins, 1))],
     backward: (b, { inputs: [a, c], grads: [g] }) => matmulGrad(b, a as GradRef, c as GradRef, g as GradRef),
+    dims: ([a, b]) => matmulDims(a as Shape, b as Shape),
   },
   {
     name: 'linear',
@@ -92,6 +107,13 @@ export const ops: OpDef[] = [
       const lead = b.shape(g as GradRef).length - 1;
       const gb = inputs.length > 2 ? (lead === 0 ? (g as GradRef) : one(b, 'sum', [g as GradRef], { dims: Array.from({ length: lead }, (_, d) => d) })) : undefined;
       return [gx, gw, gb];
+    },
+    // Output features are SIMD (row o of the weight, entry o of the bias); input features are contracted.
+    dims: ([x, , b]) => {
+      const lead = dimLabels((x as Shape).slice(0, -1), 'x', 'batch');
+      const I = contractedDim('in');
+      const O = batchDim('out');
+      return { inputs: [[...lead, I], [O, I], ...(b === undefined ? [] : [[O]])], outputs: [[...lead, O]] };
     },
   },
 ];

@@ -9,6 +9,7 @@
  */
 import type { Algebra, Dense } from './algebra.js';
 import { arg } from './dense.js';
+import { batchDim, dimLabels, fixedDim } from './dims.js';
 import { type GradRef, one } from './grad.js';
 import { type Attrs, type OpDef, attrNum, attrObject, fixed, normDim, noAttrs, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
 
@@ -78,6 +79,16 @@ function routeShape(x: Shape, idx: Shape, w: Shape | undefined): [number, number
   return [x[0] as number, idx[1] as number, x[1] as number];
 }
 
+/**
+ * Routing ops: a buffer position counts earlier slots routed to the same expert, across
+ * tokens, and buffers have N*k rows, so tokens N, choices k, experts E and buffer rows are
+ * fixed; only the feature dim is SIMD. Routing choices index the experts.
+ */
+const E = fixedDim('experts');
+const N = fixedDim('n');
+const K = fixedDim('k');
+const SLOTS = fixedDim('slots');
+
 const expertsAttr = attrObject({ experts: { type: 'integer', minimum: 1 } }, ['experts']);
 
 export const ops: OpDef[] = [
@@ -120,6 +131,14 @@ export const ops: OpDef[] = [
       const xs = b.shape(x as GradRef);
       return [one(b, 'gather_backward', [g as GradRef, idx as GradRef], { size: xs[xs.length - 1] as number })];
     },
+    // Rows are SIMD; the scores are compared across (contracted), but must keep more than k
+    // entries: only k = 1 lets them shrink to 2. k is an attribute.
+    dims: ([x], at) => {
+      const lead = dimLabels((x as Shape).slice(0, -1), 'l', 'batch');
+      const C = { label: 'c', role: attrNum(at, 'k') === 1 ? 'contracted' : 'fixed' } as const;
+      const out = [...lead, fixedDim('k')];
+      return { inputs: [[...lead, C]], outputs: [out, out], outputValues: { 1: C } };
+    },
   },
   {
     name: 'moe_dispatch',
@@ -161,6 +180,10 @@ export const ops: OpDef[] = [
       const rows = one(b, 'moe_gather', [g as GradRef, idx as GradRef]);
       return [gx, undefined, one(b, 'sum', [one(b, 'mul', [rows, one(b, 'reshape', [x as GradRef], { shape: [N, 1, D] })])], { dims: [2] })];
     },
+    dims: (ins) => {
+      const D = batchDim('f');
+      return { inputs: [[N, D], [N, K], ...(ins.length > 2 ? [[N, K]] : [])], outputs: [[E, SLOTS, D]], inputValues: { 1: E } };
+    },
   },
   {
     name: 'moe_gather',
@@ -182,6 +205,10 @@ export const ops: OpDef[] = [
       // The adjoint of reading slot rows is dispatching them back: rows of g as k "tokens" each.
       const flat = one(b, 'reshape', [g as GradRef], { shape: [N * k, F] });
       return [one(b, 'moe_dispatch', [flat, one(b, 'reshape', [idx as GradRef], { shape: [N * k, 1] })], { experts: E }), undefined];
+    },
+    dims: () => {
+      const F = batchDim('f');
+      return { inputs: [[E, SLOTS, F], [N, K]], outputs: [[N, K, F]], inputValues: { 1: E } };
     },
   },
   {
@@ -222,6 +249,10 @@ export const ops: OpDef[] = [
       const [N, F] = b.shape(g as GradRef) as [number, number];
       const rows = one(b, 'moe_gather', [y as GradRef, idx as GradRef]);
       return [gy, undefined, one(b, 'sum', [one(b, 'mul', [rows, one(b, 'reshape', [g as GradRef], { shape: [N, 1, F] })])], { dims: [2] })];
+    },
+    dims: (ins) => {
+      const F = batchDim('f');
+      return { inputs: [[E, SLOTS, F], [N, K], ...(ins.length > 2 ? [[N, K]] : [])], outputs: [[N, F]], inputValues: { 1: E } };
     },
   },
 ];

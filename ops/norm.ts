@@ -6,8 +6,9 @@
  */
 import type { Algebra, Dense } from './algebra.js';
 import { arg } from './dense.js';
+import { dimLabels } from './dims.js';
 import { type GradRef, NO_BACKWARD } from './grad.js';
-import { type Attrs, type OpDef, attrNum, attrObject, attrScalar, numel, sameShape, scalarSchema, ShapeError, type Shape, shapeStr } from './types.js';
+import { type Attrs, type DimLabel, type OpDef, attrNum, attrObject, attrScalar, numel, sameShape, scalarSchema, ShapeError, type Shape, shapeStr } from './types.js';
 
 const normAttrs = attrObject({ normalized_dims: { type: 'integer', minimum: 1, maximum: 16 }, eps: scalarSchema }, ['eps']);
 
@@ -112,6 +113,19 @@ function normBackward(kind: 'layer' | 'rms') {
   };
 }
 
+/**
+ * Rows (the leading dims) and the normalized trailing dims: the normalized dims are 'fixed'
+ * because their element count enters the values as 1/n (the mean and the variance); the rows
+ * are SIMD, unless an output sums over them (the weight and bias gradients): then 'contracted'.
+ */
+function normLabels(x: Shape, attrs: Attrs, rowsSummed: boolean): { x: DimLabel[]; w: DimLabel[] } {
+  const k = attrNum(attrs, 'normalized_dims', 1);
+  if (k > x.length) throw new ShapeError(`normalized_dims ${k} exceeds the rank of ${shapeStr(x)}`);
+  const rows = dimLabels(x.slice(0, x.length - k), 'row', rowsSummed ? 'contracted' : 'batch');
+  const w = dimLabels(x.slice(x.length - k), 'norm', 'fixed');
+  return { x: [...rows, ...w], w };
+}
+
 function norm(kind: 'layer' | 'rms'): OpDef[] {
   const name = kind === 'layer' ? 'layer_norm' : 'rms_norm';
   const maxIn = kind === 'layer' ? 3 : 2;
@@ -138,6 +152,10 @@ function norm(kind: 'layer' | 'rms'): OpDef[] {
         const outs = bld.op(`${name}_backward`, [g as GradRef, ...inputs.slice(0, 2)], attrs);
         return [outs[0], outs[1], outs[2]].slice(0, inputs.length);
       },
+      dims: (ins, attrs) => {
+        const l = normLabels(ins[0] as Shape, attrs, false);
+        return { inputs: [l.x, ...ins.slice(1).map(() => l.w)], outputs: [l.x] };
+      },
     },
     {
       name: `${name}_backward`,
@@ -154,6 +172,12 @@ function norm(kind: 'layer' | 'rms'): OpDef[] {
       },
       apply: normBackward(kind),
       backward: NO_BACKWARD,
+      dims: (ins, attrs) => {
+        const withW = ins.length > 2;
+        const l = normLabels(ins[1] as Shape, attrs, withW);
+        const nOut = withW ? (kind === 'layer' ? 3 : 2) : 1;
+        return { inputs: [l.x, l.x, ...(withW ? [l.w] : [])], outputs: [l.x, ...Array.from({ length: nOut - 1 }, () => l.w)] };
+      },
     },
   ];
 }

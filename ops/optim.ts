@@ -1,6 +1,7 @@
 /** Optimizer steps. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg } from './dense.js';
+import { dimLabels, sameShapeSig } from './dims.js';
 import { NO_BACKWARD } from './grad.js';
 import { type Attrs, type OpDef, attrNum, attrObject, attrScalar, fixed, sameShape, scalarSchema, ShapeError, type Shape, shapeStr } from './types.js';
 import { qParse } from '../sdfg/rational.js';
@@ -33,6 +34,7 @@ export const ops: OpDef[] = [
       ];
     },
     backward: NO_BACKWARD,
+    dims: ([p]) => sameShapeSig(p as Shape, 2, 1),
   },
   {
     name: 'sgd_momentum_update',
@@ -66,6 +68,7 @@ export const ops: OpDef[] = [
       ];
     },
     backward: NO_BACKWARD,
+    dims: ([p]) => sameShapeSig(p as Shape, 3, 2),
   },
   {
     name: 'adam_update',
@@ -121,6 +124,7 @@ export const ops: OpDef[] = [
       return out.map((data) => ({ shape: p.shape, data }));
     },
     backward: NO_BACKWARD,
+    dims: ([p]) => sameShapeSig(p as Shape, 4, 3),
   },
   {
     name: 'clip_coef',
@@ -137,6 +141,7 @@ export const ops: OpDef[] = [
       { shape: [], data: [clipFactor(alg, arg(ins, 0).data[0] as S, at)] },
     ],
     backward: NO_BACKWARD,
+    dims: () => ({ inputs: [[]], outputs: [[]] }),
   },
   {
     name: 'clip_grad_norm',
@@ -152,6 +157,11 @@ export const ops: OpDef[] = [
       return ins.map((x) => ({ shape: x.shape, data: x.data.map((v) => alg.mul(v, c)) }));
     },
     backward: NO_BACKWARD,
+    // Not SIMD: every element scales by a factor of the global norm of all of them.
+    dims: (ins) => {
+      const l = ins.map((s, k) => dimLabels(s, `t${k}.d`, 'contracted'));
+      return { inputs: l, outputs: l };
+    },
   },
 ];
 

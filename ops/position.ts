@@ -5,6 +5,7 @@
  */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, broadcastReader, generate } from './dense.js';
+import { broadcastLabels } from './dims.js';
 import { type GradBuilder, type GradRef, one, unbroadcast } from './grad.js';
 import { type OpDef, broadcastShapes, fixed, noAttrs, ShapeError, type Shape, shapeStr } from './types.js';
 
@@ -61,6 +62,12 @@ export const ops: OpDef[] = [
       const gcos = unbroadcast(b, one(b, 'mul', [g as GradRef, x as GradRef]), b.shape(cos as GradRef));
       const gsin = unbroadcast(b, one(b, 'mul', [g as GradRef, rotateHalfOps(b, x as GradRef, false)]), b.shape(sin as GradRef));
       return [gx, gcos, gsin];
+    },
+    // SIMD except the last dim, whose halves are paired by rotate_half.
+    dims: (ins) => {
+      const x = ins[0] as Shape;
+      const l = broadcastLabels(ins, (i) => (i === x.length - 1 ? 'fixed' : 'batch'));
+      return { inputs: l.inputs, outputs: [l.out] };
     },
   },
 ];

@@ -1,8 +1,9 @@
 /** Reductions over dims, softmax along a dim, and expand (the backward of sum/mean). */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, broadcastReader, generate, reduceDims, strides } from './dense.js';
+import { batchDim, fixedDim } from './dims.js';
 import { type GradRef, NO_BACKWARD, one, unbroadcast } from './grad.js';
-import { type OpDef, type Attrs, attrInts, attrObject, fixed, normDim, numel, sameShape, ShapeError, type Shape, shapeStr, attrNum } from './types.js';
+import { type DimLabel, type DimRole, type DimSig, type OpDef, type Attrs, attrInts, attrObject, fixed, normDim, numel, sameShape, ShapeError, type Shape, shapeStr, attrNum } from './types.js';
 
 function reduceDimList(shape: Shape, attrs: Attrs): number[] {
   return (attrInts(attrs, 'dims') ?? shape.map((_, i) => i)).map((d) => normDim(d, shape.length));
@@ -56,6 +57,25 @@ function reduceShape(a: Shape, attrs: Attrs): Shape {
   return out;
 }
 
+/**
+ * Reduced dims get `reducedRole`, the others are SIMD; a keepdim output dim (size 1, no input
+ * dim behind it) is 'fixed'.
+ */
+function reduceSig(shape: Shape, attrs: Attrs, reducedRole: DimRole): DimSig {
+  const red = new Set(reduceDimList(shape, attrs));
+  const keep = attrs['keepdim'] === true;
+  const ins = shape.map((_, d): DimLabel => (red.has(d) ? { label: `r${d}`, role: reducedRole } : batchDim(`d${d}`)));
+  const out = shape.flatMap((_, d): DimLabel[] => (!red.has(d) ? [batchDim(`d${d}`)] : keep ? [fixedDim(`keep${d}`)] : []));
+  return { inputs: [ins], outputs: [out] };
+}
+
+/** `dim` is normalized across ('contracted'), every other dim is SIMD; nIn inputs of one shape. */
+function alongDimSig(shape: Shape, attrs: Attrs, nIn: number): DimSig {
+  const d = normDim(attrNum(attrs, 'dim'), shape.length);
+  const l = shape.map((_, i): DimLabel => (i === d ? { label: `r${i}`, role: 'contracted' } : batchDim(`d${i}`)));
+  return { inputs: Array.from({ length: nIn }, () => l), outputs: [l] };
+}
+
 function reduction(name: string, doc: string, mean: boolean): OpDef {
   return {
     name,
@@ -80,6 +100,9 @@ function reduction(name: string, doc: string, mean: boolean): OpDef {
       const n = dims.reduce((p, d) => p * (xs[d] as number), 1);
       return [mean ? one(b, 'scale', [e], { factor: `1/${n}` }) : e];
     },
+    // mean's 1/n is the reduced size as a constant: shrinking n would change it on this side
+    // only (a plan may spell the same 1/n as a scale factor), so mean's reduced dims are fixed.
+    dims: ([a], at) => reduceSig(a as Shape, at, mean ? 'fixed' : 'contracted'),
   };
 }
 
@@ -99,6 +122,7 @@ function alongDim(name: string, doc: string, f: <S>(alg: Algebra<S>, x: S[]) => 
     },
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => [alongDimApply([arg(ins, 0)], attrNum(at, 'dim'), ([x]) => f(alg, x as S[]))],
     backward,
+    dims: ([a], at) => alongDimSig(a as Shape, at, 1),
   };
 }
 
@@ -118,6 +142,7 @@ export const ops: OpDef[] = [
     // The gradient of a max needs comparisons of reals; plans use amax detached (a shift that
     // cancels), as Megatron's vocab-parallel cross-entropy does.
     backward: NO_BACKWARD,
+    dims: ([a], at) => reduceSig(a as Shape, at, 'contracted'),
   },
   reduction('sum', 'torch.sum(a, dims, keepdim); all dims when dims is omitted', false),
   reduction('mean', 'torch.mean(a, dims, keepdim); all dims when dims is omitted', true),
@@ -150,6 +175,7 @@ export const ops: OpDef[] = [
       }),
     ],
     backward: NO_BACKWARD,
+    dims: ([g], at) => alongDimSig(g as Shape, at, 2),
   },
   {
     name: 'expand',
@@ -184,5 +210,18 @@ export const ops: OpDef[] = [
       return [generate(shape, r)];
     },
     backward: (b, { inputs: [x], grads: [g] }) => [unbroadcast(b, g as GradRef, b.shape(x as GradRef))],
+    // A dim kept with -1 is SIMD; a size the attribute spells out (new, broadcast, or restated)
+    // is fixed: shrinking would contradict the attribute.
+    dims: ([a], at) => {
+      const src = a as Shape;
+      const tgt = attrInts(at, 'shape') ?? [];
+      const off = tgt.length - src.length;
+      const out = tgt.map((t, i): DimLabel => (t === -1 ? batchDim(`o${i}`) : fixedDim(`o${i}`)));
+      const ins = src.map((s, d): DimLabel => {
+        const t = tgt[d + off] as number;
+        return t === -1 || t === s ? (out[d + off] as DimLabel) : fixedDim(`o${d + off}.bcast`);
+      });
+      return { inputs: [ins], outputs: [out] };
+    },
   },
 ];

@@ -1,9 +1,8 @@
 /**
  * An operator is one record of rules (JAX-style primitive with a rule table). The loader and,
  * later, the engine only ever look rules up here; nothing switches on op names elsewhere.
- * This issue defines the rules the loader needs (attributes, arity, shapes, collective
- * pattern); numeric/symbolic evaluation and reduction constraints are added to the same
- * records by the engine.
+ * Rules: attributes, arity, shapes, collective pattern, values (numeric and symbolic through
+ * one Algebra), backward, and reduction constraints for shape reduction (`dims`).
  */
 
 import type { Algebra, Dense } from './algebra.js';
@@ -66,6 +65,45 @@ export interface OpDef {
   readonly collective?: CollectiveRule;
   /** Input gradients as ops, or 'none' when the op is not differentiated (see ops/grad.ts). */
   readonly backward: BackwardRule | typeof NO_BACKWARD;
+  /**
+   * Reduction constraints for shape reduction: a label and a role for every dim of every
+   * input and output (see DimSig and docs/ops.md, "Reduction constraints"). Inputs have
+   * passed the shape rule; throws ShapeError where the shape rule does.
+   */
+  dims(inputs: readonly Shape[], attrs: Attrs): DimSig;
+}
+
+/**
+ * How a dim may be shrunk for proving at reduced shapes (TrainVerify's shape reduction).
+ * - 'batch': the op is SIMD along it (output index i reads only index i of the inputs, by the
+ *   same rule for every i): it may shrink to 1.
+ * - 'contracted': the op sums, normalizes, max-reduces or compares across it; its size never
+ *   enters the values as a constant: it may shrink but must stay >= 2.
+ * - 'fixed': its size or positions are fixed by an attribute (slice bounds, split sizes, a
+ *   reshape target, a vocab range, k, the number of experts), enter the values as a constant
+ *   (mean's 1/n, the default attention scale 1/sqrt(d)), or the op pairs positions along it
+ *   (rotary halves, causal masks, routing buffers): it may not shrink. Always safe.
+ */
+export type DimRole = 'batch' | 'contracted' | 'fixed';
+
+/** Dims with the same label (within one op's signature) have the same size and shrink together. */
+export interface DimLabel {
+  readonly label: string;
+  readonly role: DimRole;
+}
+
+export interface DimSig {
+  /** One label per dim, per input / output, in order. */
+  readonly inputs: readonly (readonly DimLabel[])[];
+  readonly outputs: readonly (readonly DimLabel[])[];
+  /**
+   * Integer tensors whose values are positions along an axis (token ids index the vocab
+   * dim, labels the class dim, routing choices the experts), by input / output index: the
+   * axis, which may or may not be a dim of this op. Shrinking the axis shrinks the values'
+   * range with it, so such an axis is never 'batch'.
+   */
+  readonly inputValues?: Readonly<Record<number, DimLabel>>;
+  readonly outputValues?: Readonly<Record<number, DimLabel>>;
 }
 
 export const fixed = (n: number): Arity => ({ min: n, max: n });

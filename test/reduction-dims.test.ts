@@ -1,0 +1,386 @@
+/**
+ * Reduction constraints (OpDef.dims) are checked, not trusted:
+ * - structurally, for every op: one label per dim of every input and output, equal labels on
+ *   equal sizes, one role per label, integer-value axes never 'batch';
+ * - semantically, for every sample: every 'batch' label is really SIMD. Restricting the
+ *   inputs to index i along that label's dims and re-running the op (Float64) gives exactly
+ *   the full outputs restricted the same way (outputs without the label must not change), at
+ *   every index, and for all batch labels at once. Collectives are also run as groups of two.
+ * - every 'contracted' label fails that same check (so the check can fail, and contracted
+ *   labels are not SIMD dims given away).
+ */
+import { strict as assert } from 'node:assert';
+import type { Dense } from '../ops/algebra.js';
+import { narrow } from '../ops/dense.js';
+import { registry } from '../ops/registry.js';
+import { type Attrs, type DimLabel, type DimSig, type OpDef, ShapeError, type Shape } from '../ops/types.js';
+import { floatAlgebra } from '../sdfg/algebras.js';
+import { mulberry32 } from '../stages/numeric.js';
+
+interface Sample {
+  op: string;
+  shapes: number[][];
+  attrs?: Attrs;
+  /** Inputs drawn from (1/2, 3/2) (denominators, logs, second moments, positive sums). */
+  positive?: number[];
+  /** Integer inputs: input index -> the values drawn from. */
+  ints?: Record<number, number[]>;
+  /** Both the shape rule and dims() must reject this sample with a ShapeError matching it. */
+  rejects?: RegExp;
+}
+
+const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
+const adam = { lr: '1/10', beta1: '9/10', beta2: '99/100', eps: '1/1000', step: 2 };
+
+const samples: Sample[] = [
+  // elementwise (with broadcasting)
+  { op: 'add', shapes: [[2, 3], [3]] },
+  { op: 'add', shapes: [[2, 1], [2, 3]] },
+  { op: 'sub', shapes: [[2, 1], [1, 3]] },
+  { op: 'mul', shapes: [[3], [2, 3]] },
+  { op: 'div', shapes: [[2, 3], [2, 1]], positive: [1] },
+  { op: 'where', shapes: [[2, 1], [2, 3], [3]], ints: { 0: [0, 1] } },
+  { op: 'neg', shapes: [[2, 3]] },
+  { op: 'identity', shapes: [[3, 2]] },
+  { op: 'scale', shapes: [[2, 2]], attrs: { factor: '-1/3' } },
+  // activation
+  { op: 'exp', shapes: [[2, 3]] },
+  { op: 'log', shapes: [[3]], positive: [0] },
+  { op: 'tanh', shapes: [[3]] },
+  { op: 'sigmoid', shapes: [[3]] },
+  { op: 'silu', shapes: [[2, 2]] },
+  { op: 'gelu', shapes: [[4]], attrs: { approximate: 'none' } },
+  { op: 'gelu', shapes: [[2, 2]], attrs: { approximate: 'tanh' } },
+  { op: 'gelu_backward', shapes: [[2, 3], [2, 3]], attrs: { approximate: 'tanh' } },
+  { op: 'silu_backward', shapes: [[2, 3], [2, 3]] },
+  { op: 'tanh_backward', shapes: [[3], [3]] },
+  { op: 'sigmoid_backward', shapes: [[3], [3]] },
+  { op: 'swiglu', shapes: [[2, 3], [2, 3]] },
+  { op: 'dropout', shapes: [[2, 3], [2, 3]], attrs: { p: '1/4' }, ints: { 1: [0, 1] } },
+  // matmul
+  { op: 'matmul', shapes: [[2, 3], [3, 4]] },
+  { op: 'matmul', shapes: [[3], [3, 2]] },
+  { op: 'matmul', shapes: [[2, 3], [3]] },
+  { op: 'matmul', shapes: [[3], [3]] },
+  { op: 'matmul', shapes: [[2, 2, 3], [3, 4]] },
+  { op: 'matmul', shapes: [[2, 1, 2, 3], [3, 3, 2]] },
+  { op: 'linear', shapes: [[2, 3], [4, 3], [4]] },
+  { op: 'linear', shapes: [[2, 2, 3], [4, 3]] },
+  // reduce
+  { op: 'sum', shapes: [[2, 3, 4]], attrs: { dims: [1] } },
+  { op: 'sum', shapes: [[2, 3]], attrs: { keepdim: true } },
+  { op: 'sum', shapes: [[2, 3, 4]], attrs: { dims: [0, -1], keepdim: true } },
+  { op: 'mean', shapes: [[2, 3, 4]], attrs: { dims: [0, -1] } },
+  { op: 'mean', shapes: [[2, 3]], attrs: { dims: [1], keepdim: true } },
+  { op: 'amax', shapes: [[2, 3]], attrs: { dims: [1] } },
+  { op: 'amax', shapes: [[2, 3, 2]] },
+  { op: 'softmax', shapes: [[2, 4]], attrs: { dim: 1 } },
+  { op: 'softmax', shapes: [[3, 2, 2]], attrs: { dim: 0 } },
+  { op: 'log_softmax', shapes: [[2, 4]], attrs: { dim: -1 } },
+  { op: 'softmax_backward', shapes: [[2, 3], [2, 3]], attrs: { dim: 0 } },
+  { op: 'expand', shapes: [[3, 1]], attrs: { shape: [2, 3, 4] } },
+  { op: 'expand', shapes: [[3, 1]], attrs: { shape: [-1, 4] } },
+  { op: 'expand', shapes: [[2, 3]], attrs: { shape: [2, -1] } },
+  // layout
+  { op: 'transpose', shapes: [[2, 3, 4]], attrs: { dim0: 0, dim1: 2 } },
+  { op: 'transpose', shapes: [[2, 3]], attrs: { dim0: -1, dim1: -2 } },
+  { op: 'permute', shapes: [[2, 3, 4]], attrs: { dims: [2, 0, 1] } },
+  { op: 'reshape', shapes: [[2, 6]], attrs: { shape: [3, -1] } },
+  { op: 'slice', shapes: [[2, 5]], attrs: { dim: 1, start: 1, end: 3 } },
+  { op: 'pad', shapes: [[2, 3]], attrs: { dim: -1, before: 1, after: 2 } },
+  { op: 'concat', shapes: [[2, 3], [1, 3]], attrs: { dim: 0 } },
+  { op: 'split', shapes: [[5, 2]], attrs: { dim: 0, sizes: [2, 3] } },
+  // norm
+  { op: 'layer_norm', shapes: [[2, 4], [4], [4]], attrs: { eps: '1/100' } },
+  { op: 'layer_norm', shapes: [[2, 2, 3]], attrs: { eps: '1/10', normalized_dims: 2 } },
+  { op: 'layer_norm_backward', shapes: [[2, 4], [2, 4], [4]], attrs: { eps: '1/100' } },
+  { op: 'layer_norm_backward', shapes: [[3, 2], [3, 2]], attrs: { eps: '1/100' } },
+  { op: 'rms_norm', shapes: [[3, 4], [4]], attrs: { eps: '1/100' } },
+  { op: 'rms_norm', shapes: [[2, 3]], attrs: { eps: '1/1000' } },
+  { op: 'rms_norm_backward', shapes: [[3, 4], [3, 4], [4]], attrs: { eps: '1/100' } },
+  { op: 'rms_norm_backward', shapes: [[2, 2, 3], [2, 2, 3]], attrs: { eps: '1/100', normalized_dims: 2 } },
+  // attention
+  { op: 'attention', shapes: [[2, 3, 2], [1, 3, 2], [1, 3, 2]], attrs: { causal: true } },
+  { op: 'attention', shapes: [[2, 2, 3, 2], [2, 2, 4, 2], [2, 2, 4, 3]], attrs: { scale: '1/2' } },
+  { op: 'attention', shapes: [[2, 2, 2], [2, 3, 2], [2, 3, 2]] },
+  { op: 'attention_backward', shapes: [[2, 2, 3], [2, 2, 2], [2, 3, 2], [2, 3, 3], [2, 2, 3]], attrs: { scale: '1/2' } },
+  { op: 'attention_backward', shapes: [[2, 3, 2], [2, 3, 2], [1, 3, 2], [1, 3, 2], [2, 3, 2]], attrs: { causal: true } },
+  { op: 'attention_partial', shapes: [[2, 2, 2], [2, 3, 2], [2, 3, 2]], attrs: { scale: '1/3' } },
+  { op: 'attention_partial', shapes: [[2, 2, 2], [2, 3, 2], [2, 3, 2]], attrs: { causal: true, q_offset: 1 } },
+  { op: 'attention_combine', shapes: [[2, 3, 2], [2, 3], [2, 3], [2, 3, 2], [2, 3], [2, 3]], positive: [2, 5] },
+  // collectives
+  { op: 'all_reduce', shapes: [[2, 3]], attrs: { reduce: 'sum' } },
+  { op: 'all_reduce', shapes: [[2, 3]], attrs: { reduce: 'max' } },
+  { op: 'all_gather', shapes: [[2, 3]], attrs: { dim: 1 } },
+  { op: 'reduce_scatter', shapes: [[4, 3]], attrs: { dim: 0, reduce: 'avg' } },
+  { op: 'all_to_all', shapes: [[4, 2, 3]], attrs: { split_dim: 0, concat_dim: 2 } },
+  { op: 'all_to_all', shapes: [[2, 4]], attrs: { split_dim: 1, concat_dim: 1 } },
+  { op: 'broadcast', shapes: [[2, 3]], attrs: { src: 0 } },
+  { op: 'broadcast', shapes: [], attrs: { src: 0 }, rejects: /comes from the source rank/ },
+  { op: 'send', shapes: [[2, 3]] },
+  { op: 'recv', shapes: [], rejects: /comes from the matching send/ },
+  { op: 'send_recv', shapes: [[2, 3]] },
+  // indexing
+  { op: 'embedding', shapes: [[2, 3], [4, 2]], ints: { 0: range(4) } },
+  { op: 'embedding_backward', shapes: [[2, 3, 2], [2, 3]], attrs: { num_embeddings: 4 }, ints: { 1: range(4) } },
+  { op: 'gather', shapes: [[2, 4], [2, 3]], ints: { 1: range(4) } },
+  { op: 'gather_backward', shapes: [[2, 3], [2, 3]], attrs: { size: 4 }, ints: { 1: range(4) } },
+  { op: 'vocab_mask', shapes: [[2, 3]], attrs: { start: 2, end: 4 }, ints: { 0: range(6) } },
+  { op: 'vocab_local_ids', shapes: [[2, 3]], attrs: { start: 2, end: 4 }, ints: { 0: range(6) } },
+  // loss
+  { op: 'cross_entropy', shapes: [[4, 3], [4]], attrs: { reduction: 'mean' }, ints: { 1: [-100, 0, 1, 2] } },
+  { op: 'cross_entropy', shapes: [[3, 3], [3]], attrs: { reduction: 'none', ignore_index: 1 }, ints: { 1: range(3) } },
+  { op: 'cross_entropy', shapes: [[3, 4], [3]], attrs: { reduction: 'sum' }, ints: { 1: range(4) } },
+  { op: 'cross_entropy_backward', shapes: [[], [4, 3], [4]], ints: { 2: range(3) } },
+  { op: 'cross_entropy_backward', shapes: [[3], [3, 3], [3]], attrs: { reduction: 'none' }, ints: { 2: range(3) } },
+  { op: 'cross_entropy_backward', shapes: [[], [3, 4], [3]], attrs: { reduction: 'sum' }, ints: { 2: range(4) } },
+  { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'mean' } },
+  { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'sum' } },
+  { op: 'mse_loss_backward', shapes: [[3, 2], [3, 2], []], attrs: { reduction: 'mean' } },
+  { op: 'mse_loss_backward', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'sum' } },
+  // moe
+  { op: 'topk', shapes: [[2, 4]], attrs: { k: 2 } },
+  { op: 'topk', shapes: [[2, 3, 4]], attrs: { k: 1 } },
+  { op: 'moe_dispatch', shapes: [[3, 2], [3, 2]], attrs: { experts: 3 }, ints: { 1: range(3) } },
+  { op: 'moe_dispatch', shapes: [[3, 2], [3, 2], [3, 2]], attrs: { experts: 3 }, ints: { 1: range(3) } },
+  { op: 'moe_gather', shapes: [[3, 4, 2], [2, 2]], ints: { 1: range(3) } },
+  { op: 'moe_combine', shapes: [[2, 4, 3], [2, 2], [2, 2]], ints: { 1: range(2) } },
+  { op: 'moe_combine', shapes: [[2, 2, 3], [2, 1]], ints: { 1: range(2) } },
+  // optim
+  { op: 'sgd_update', shapes: [[2, 3], [2, 3]], attrs: { lr: '1/10', weight_decay: '1/100' } },
+  { op: 'sgd_momentum_update', shapes: [[2, 3], [2, 3], [2, 3]], attrs: { lr: '1/10', momentum: '9/10', nesterov: true } },
+  { op: 'adam_update', shapes: [[2, 3], [2, 3], [2, 3], [2, 3]], attrs: { ...adam, weight_decay: '1/100', decoupled_weight_decay: true }, positive: [3] },
+  { op: 'clip_coef', shapes: [[]], attrs: { max_norm: 1 }, positive: [0] },
+  // max_norm small, so the clip factor is below 1 (a saturated min would hide the coupling).
+  { op: 'clip_grad_norm', shapes: [[2, 3], [4]], attrs: { max_norm: '1/10' } },
+  // position
+  { op: 'rope', shapes: [[2, 3, 4], [3, 4], [3, 4]] },
+  { op: 'rope', shapes: [[2, 2], [1, 2], [2, 2]] },
+];
+
+type Num = Dense<number>;
+
+function numelOf(s: Shape): number {
+  return s.reduce((p, v) => p * v, 1);
+}
+
+function defOf(name: string): OpDef {
+  const id = registry.id(name);
+  assert.ok(id >= 0, `unknown op ${name}`);
+  return registry.get(id);
+}
+
+function title(s: Sample): string {
+  return `${s.op} ${JSON.stringify(s.shapes)}${s.attrs === undefined ? '' : ` ${JSON.stringify(s.attrs)}`}`;
+}
+
+function inputsOf(s: Sample, seed: number): Num[] {
+  const rnd = mulberry32(seed);
+  const draw = (i: number): number => {
+    const dom = s.ints?.[i];
+    if (dom !== undefined) return dom[Math.floor(rnd() * dom.length)] as number;
+    return s.positive?.includes(i) ? 0.5 + rnd() : rnd() * 2 - 1;
+  };
+  return s.shapes.map((shape, i) => ({ shape, data: Array.from({ length: numelOf(shape) }, () => draw(i)) }));
+}
+
+/** Every label's size and role in a signature, checking that they agree wherever it appears. */
+function labelTable(sig: DimSig, inShapes: readonly Shape[], outShapes: readonly Shape[]): Map<string, { size: number; role: DimLabel['role'] }> {
+  const table = new Map<string, { size: number; role: DimLabel['role'] }>();
+  const visit = (labels: readonly DimLabel[], shape: Shape, where: string): void => {
+    assert.equal(labels.length, shape.length, `${where}: ${labels.length} labels for a rank-${shape.length} tensor`);
+    labels.forEach((l, d) => {
+      const size = shape[d] as number;
+      const seen = table.get(l.label);
+      if (seen === undefined) {
+        table.set(l.label, { size, role: l.role });
+        return;
+      }
+      assert.equal(size, seen.size, `${where} dim ${d}: label '${l.label}' has size ${size} here and ${seen.size} elsewhere`);
+      assert.equal(l.role, seen.role, `${where} dim ${d}: label '${l.label}' is '${l.role}' here and '${seen.role}' elsewhere`);
+    });
+  };
+  assert.equal(sig.inputs.length, inShapes.length, `labels for ${sig.inputs.length} inputs, the op has ${inShapes.length}`);
+  assert.equal(sig.outputs.length, outShapes.length, `labels for ${sig.outputs.length} outputs, the op has ${outShapes.length}`);
+  sig.inputs.forEach((l, i) => visit(l, inShapes[i] as Shape, `input ${i}`));
+  sig.outputs.forEach((l, i) => visit(l, outShapes[i] as Shape, `output ${i}`));
+  const values = (m: DimSig['inputValues'], n: number, where: string): void => {
+    for (const [k, l] of Object.entries(m ?? {})) {
+      assert.ok(Number(k) >= 0 && Number(k) < n, `${where} values: no ${where} ${k}`);
+      assert.notEqual(l.role, 'batch', `${where} ${k}: its values index axis '${l.label}', which cannot be batch`);
+      const seen = table.get(l.label);
+      if (seen !== undefined) assert.equal(l.role, seen.role, `values axis '${l.label}' is '${l.role}' there and '${seen.role}' on the dims`);
+    }
+  };
+  values(sig.inputValues, inShapes.length, 'input');
+  values(sig.outputValues, outShapes.length, 'output');
+  return table;
+}
+
+/** x restricted to index pick[label] along every dim carrying a picked label. */
+function restrict(x: Num, labels: readonly DimLabel[], pick: ReadonlyMap<string, number>): Num {
+  let y = x;
+  labels.forEach((l, d) => {
+    const i = pick.get(l.label);
+    if (i !== undefined) y = narrow(y, d, i, i + 1);
+  });
+  return y;
+}
+
+/** The first difference between two output lists, or undefined. Exact: same terms, same order. */
+function firstDiff(got: readonly Num[], want: readonly Num[]): string | undefined {
+  if (got.length !== want.length) return `${got.length} outputs, expected ${want.length}`;
+  for (let k = 0; k < want.length; k++) {
+    const g = got[k] as Num;
+    const w = want[k] as Num;
+    if (g.shape.length !== w.shape.length || g.shape.some((v, d) => v !== w.shape[d])) return `output ${k} has shape [${g.shape.join(', ')}], expected [${w.shape.join(', ')}]`;
+    for (let j = 0; j < w.data.length; j++) {
+      if (!Object.is(g.data[j], w.data[j])) return `output ${k} element ${j}: ${g.data[j]} vs ${w.data[j]}`;
+    }
+  }
+  return undefined;
+}
+
+interface Run {
+  readonly what: string;
+  readonly inputs: readonly Num[];
+  readonly inLabels: readonly (readonly DimLabel[])[];
+  readonly outLabels: readonly (readonly DimLabel[])[];
+  readonly run: (ins: readonly Num[]) => Num[];
+}
+
+/** Whether restricting every picked label to its index commutes with the op; a difference otherwise. */
+function simdDiff(r: Run, pick: ReadonlyMap<string, number>): string | undefined {
+  const full = r.run(r.inputs);
+  const want = full.map((o, k) => restrict(o, r.outLabels[k] as DimLabel[], pick));
+  const got = r.run(r.inputs.map((x, i) => restrict(x, r.inLabels[i] as DimLabel[], pick)));
+  return firstDiff(got, want);
+}
+
+/** The op applied alone, and (for collectives) as a group of two members. */
+function runsOf(s: Sample, def: OpDef, sig: DimSig, seed: number): Run[] {
+  const attrs = s.attrs ?? {};
+  const inputs = inputsOf(s, seed);
+  const runs: Run[] = [{ what: 'apply', inputs, inLabels: sig.inputs, outLabels: sig.outputs, run: (ins) => def.apply(floatAlgebra, ins, attrs) }];
+  const c = def.collective;
+  if (c === undefined || inputs.length === 0 || sig.outputs.length === 0) return runs;
+  const group = Int32Array.of(0, 1);
+  const present = (xs: readonly (Num | undefined)[]): Num[] => xs.map((x) => {
+    assert.ok(x !== undefined, 'a member got no output');
+    return x;
+  });
+  const lin = sig.inputs[0] as DimLabel[];
+  const lout = sig.outputs[0] as DimLabel[];
+  if (c.pattern === 'symmetric') {
+    const second = inputsOf(s, seed + 7919)[0] as Num;
+    runs.push({ what: 'group of 2', inputs: [inputs[0] as Num, second], inLabels: [lin, lin], outLabels: [lout, lout], run: (ins) => present(c.applyGroup(floatAlgebra, ins, attrs, group)) });
+  } else if (c.pattern === 'broadcast') {
+    runs.push({ what: 'group of 2', inputs, inLabels: [lin], outLabels: [lout, lout], run: (ins) => present(c.applyGroup(floatAlgebra, [ins[0], undefined], attrs, group)) });
+  } else {
+    runs.push({ what: 'pair', inputs, inLabels: [lin], outLabels: [lout], run: (ins) => present(c.applyGroup(floatAlgebra, [ins[0], undefined], attrs, group).slice(1)) });
+  }
+  return runs;
+}
+
+describe('reduction constraints (OpDef.dims)', () => {
+  it('every registered op has a sample', () => {
+    const covered = new Set(samples.map((s) => s.op));
+    assert.deepEqual(
+      registry.names().filter((n) => !covered.has(n)),
+      [],
+    );
+  });
+
+  it('the checker catches a mislabeled dim: softmax with its dim called batch', () => {
+    const def = defOf('softmax');
+    const s: Sample = { op: 'softmax', shapes: [[2, 3]], attrs: { dim: 1 } };
+    const wrong: DimSig = { inputs: [[{ label: 'a', role: 'batch' }, { label: 'b', role: 'batch' }]], outputs: [[{ label: 'a', role: 'batch' }, { label: 'b', role: 'batch' }]] };
+    const [r] = runsOf(s, def, wrong, 1);
+    assert.equal(simdDiff(r as Run, new Map([['a', 1]])), undefined);
+    assert.match(String(simdDiff(r as Run, new Map([['b', 1]]))), /output 0 has shape \[2, 1\], expected|element/);
+  });
+
+  // The SIMD check cannot see a size used as a constant (1/n); these dims stay fixed by
+  // decision (docs/ops.md, "Reduction constraints"), and this pins it.
+  it('dims whose size is a constant in the values are fixed, not contracted', () => {
+    const roleOf = (op: string, shapes: number[][], attrs: Attrs, input: number, dim: number): string => defOf(op).dims(shapes, attrs).inputs[input]?.[dim]?.role ?? 'missing';
+    const cases: [string, number[][], Attrs, number, number, string][] = [
+      ['mean', [[2, 3]], { dims: [1] }, 0, 1, 'fixed'],
+      ['sum', [[2, 3]], { dims: [1] }, 0, 1, 'contracted'],
+      ['layer_norm', [[2, 3]], { eps: '1/10' }, 0, 1, 'fixed'],
+      ['rms_norm_backward', [[2, 3], [2, 3]], { eps: '1/10' }, 1, 1, 'fixed'],
+      ['mse_loss', [[2, 3], [2, 3]], {}, 0, 0, 'fixed'],
+      ['mse_loss', [[2, 3], [2, 3]], { reduction: 'sum' }, 0, 0, 'contracted'],
+      ['mse_loss_backward', [[2, 3], [2, 3]], {}, 0, 1, 'fixed'],
+      ['cross_entropy', [[2, 3], [2]], {}, 0, 0, 'fixed'],
+      ['cross_entropy', [[2, 3], [2]], { reduction: 'sum' }, 0, 0, 'contracted'],
+      ['cross_entropy_backward', [[], [2, 3], [2]], {}, 1, 0, 'fixed'],
+      ['attention', [[2, 3, 2], [2, 3, 2], [2, 3, 2]], {}, 0, 2, 'fixed'],
+      ['attention', [[2, 3, 2], [2, 3, 2], [2, 3, 2]], { scale: '1/2' }, 0, 2, 'contracted'],
+    ];
+    for (const [op, shapes, attrs, input, dim, role] of cases) assert.equal(roleOf(op, shapes, attrs, input, dim), role, `${op} ${JSON.stringify(attrs)} input ${input} dim ${dim}`);
+  });
+
+  samples.forEach((s, si) => {
+    describe(title(s), () => {
+      const def = defOf(s.op);
+      const attrs = s.attrs ?? {};
+
+      if (s.rejects !== undefined) {
+        it('is rejected by the shape rule and by dims() alike', () => {
+          const re = s.rejects as RegExp;
+          assert.throws(() => def.shape(s.shapes, attrs), (e: unknown) => e instanceof ShapeError && re.test(e.message));
+          assert.throws(() => def.dims(s.shapes, attrs), (e: unknown) => e instanceof ShapeError && re.test(e.message));
+        });
+        return;
+      }
+
+      let sig: DimSig;
+      let table: Map<string, { size: number; role: DimLabel['role'] }>;
+      before(() => {
+        assert.equal(registry.checkAttrs(registry.id(s.op), attrs), undefined, 'sample attributes are invalid');
+        sig = def.dims(s.shapes, attrs);
+        table = labelTable(sig, s.shapes, def.shape(s.shapes, attrs));
+      });
+
+      it('labels every dim consistently; batch and contracted labels are >= 2 here (so the checks bite)', () => {
+        for (const [label, { size, role }] of table) {
+          if (role !== 'fixed') assert.ok(size >= 2, `${role} label '${label}' has size ${size}: pick a sample where it is >= 2`);
+        }
+      });
+
+      it("'batch' labels are SIMD: restricting them to any index commutes with the op", () => {
+        const batch = [...table].filter(([, v]) => v.role === 'batch');
+        for (const r of runsOf(s, def, sig, 100 + si)) {
+          const full = r.run(r.inputs);
+          full.forEach((o, k) => assert.ok(o.data.every((v) => Number.isFinite(v)), `${r.what}: output ${k} is not finite; fix the sample`));
+          for (const [label, { size }] of batch) {
+            for (let i = 0; i < size; i++) {
+              const d = simdDiff(r, new Map([[label, i]]));
+              assert.equal(d, undefined, `${r.what}: '${label}' is labeled batch, but at index ${i}: ${d}`);
+            }
+          }
+          if (batch.length > 1) {
+            for (const at of ['first', 'last'] as const) {
+              const pick = new Map(batch.map(([label, { size }]) => [label, at === 'first' ? 0 : size - 1]));
+              const d = simdDiff(r, pick);
+              assert.equal(d, undefined, `${r.what}: all batch labels at their ${at} index: ${d}`);
+            }
+          }
+        }
+      });
+
+      it("'contracted' labels are not SIMD: the same check fails for each", () => {
+        const contracted = [...table].filter(([, v]) => v.role === 'contracted');
+        const [r] = runsOf(s, def, sig, 100 + si);
+        for (const [label, { size }] of contracted) {
+          const diffs = range(size).map((i) => simdDiff(r as Run, new Map([[label, i]])));
+          assert.ok(
+            diffs.some((d) => d !== undefined),
+            `'${label}' is labeled contracted, but restricting it commutes with the op at every index: it could be batch`,
+          );
+        }
+      });
+    });
+  });
+});
