@@ -106,6 +106,7 @@ export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGra
 
   const graph: LogicalGraph = { tensors, shapes, roles, dtypes, domains, ops: table, attrs, producer };
   if (sink.size === 0) checkLogicalAcyclic(graph, sink);
+  if (sink.size === 0) propagateDomains(graph);
   return { graph, contract: { inputs: Int32Array.from(cin), outputs: Int32Array.from(cout) } };
 }
 
@@ -175,6 +176,45 @@ export function checkOpShapes(kind: number, inShapes: Shape[], outShapes: Shape[
 
 function arityStr(min: number, max: number): string {
   return min === max ? `${min}` : max === Infinity ? `at least ${min}` : `${min} to ${max}`;
+}
+
+/** Ops that move integer values without computing on them: their outputs keep the ids' values. */
+const VALUE_PRESERVING = new Set(['reshape', 'transpose', 'permute', 'slice', 'concat', 'split', 'identity', 'expand']);
+
+/**
+ * Integer tensors computed from integer inputs by layout ops (labels reshaped for the loss,
+ * ids sliced per micro-batch) keep the inputs' values, so they stay categorical when a stage
+ * takes them as inputs.
+ */
+function propagateDomains(g: LogicalGraph): void {
+  const doms = g.domains as (readonly number[] | undefined)[];
+  const n = g.ops.size;
+  const indeg = new Int32Array(n);
+  const consumers: number[][] = Array.from({ length: g.tensors.size }, () => []);
+  for (let op = 0; op < n; op++) {
+    for (const t of g.ops.opInputs(op)) {
+      if ((g.producer[t] as number) >= 0) indeg[op] = (indeg[op] as number) + 1;
+      (consumers[t] as number[]).push(op);
+    }
+  }
+  const queue: number[] = [];
+  for (let op = 0; op < n; op++) if (indeg[op] === 0) queue.push(op);
+  for (let i = 0; i < queue.length; i++) {
+    const op = queue[i] as number;
+    const ins = [...g.ops.opInputs(op)];
+    if (VALUE_PRESERVING.has(registry.get(g.ops.kind[op] as number).name) && ins.length > 0 && ins.every((t) => doms[t] !== undefined)) {
+      const set = new Set<number>();
+      for (const t of ins) for (const v of doms[t] as readonly number[]) set.add(v);
+      const d = [...set].sort((a, b) => a - b);
+      for (const t of g.ops.opOutputs(op)) doms[t] ??= d;
+    }
+    for (const t of g.ops.opOutputs(op)) {
+      for (const c of consumers[t] as number[]) {
+        indeg[c] = (indeg[c] as number) - 1;
+        if (indeg[c] === 0) queue.push(c);
+      }
+    }
+  }
 }
 
 function checkLogicalAcyclic(g: LogicalGraph, sink: IssueSink): void {

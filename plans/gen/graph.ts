@@ -1,0 +1,272 @@
+/**
+ * One side of a generated plan (the logical graph, or one SPMD rank program) as it is built:
+ * tensors in SSA with shapes from the op registry's shape rules, a tape for reverse-mode
+ * differentiation through the ops' own backward rules, and per-tensor provenance that the
+ * strategy turns into lineage.
+ *
+ * Names are deterministic: `scope/op#k`, counted per scope over regular ops only, so the
+ * logical build and the parallel build of the same model code name corresponding tensors
+ * alike (communication and other parallel-only ops use their own counters).
+ */
+import type { GradBuilder, GradRef } from '../../ops/grad.js';
+import { registry } from '../../ops/registry.js';
+import type { Attrs, Shape } from '../../ops/types.js';
+
+/** Mesh axes a value varies across (sharded or partial); 'mb' is the micro-batch index. */
+export interface Provenance {
+  /** Mesh axes (by name) the value differs across ranks on. */
+  readonly varies: ReadonlySet<string>;
+  /** Micro-batches whose data the value depends on (empty: none). */
+  readonly mbs: ReadonlySet<number>;
+  /** Holds the batch dim at 0 (a per-sample activation). */
+  readonly batch: boolean;
+}
+
+export interface GenTensor {
+  readonly name: string;
+  readonly shape: Shape;
+  readonly prov: Provenance;
+  dtype?: string;
+  role?: 'input' | 'param' | 'optimizer_state';
+  /** Integer inputs: range(lo, hi). */
+  values?: [number, number];
+  /** Explicit lineage target (logical tensor name); default: the tensor's own name. */
+  logical?: string;
+  /** No lineage (an intermediate whose relation is not a plain slice or partial sum). */
+  noLineage?: boolean;
+  /** Per dim: which split it carries (the batch rows, or the tp shard), when known. */
+  tags?: (DimTag | undefined)[];
+}
+
+export type DimTag = 'rows' | 'tp';
+
+export interface GenOp {
+  id: string;
+  op: string;
+  inputs: string[];
+  outputs: string[];
+  attrs?: Attrs;
+  group?: { axes: string[] };
+  microbatch?: number;
+}
+
+type TapeEntry = { scopes: string[] } & (
+  | { kind: 'op'; name: string; inputs: GradRef[]; outputs: GradRef[]; attrs: Attrs }
+  | { kind: 'custom'; inputs: GradRef[]; outputs: GradRef[]; backward: (grads: GradRef[]) => (GradRef | undefined)[] }
+);
+
+export class GenGraph implements GradBuilder {
+  readonly tensors: GenTensor[] = [];
+  readonly ops: GenOp[] = [];
+  private readonly tape: TapeEntry[] = [];
+  private readonly counters = new Map<string, number>();
+  private scopes: string[] = [];
+  /** Provenance given to ops' outputs beyond their inputs' (e.g. the current micro-batch). */
+  private recording = true;
+
+  constructor(readonly label: string) {}
+
+  shape(r: GradRef): Shape {
+    return this.t(r).shape;
+  }
+
+  t(r: GradRef): GenTensor {
+    const x = this.tensors[r];
+    if (x === undefined) throw new Error(`${this.label}: no tensor ${r}`);
+    return x;
+  }
+
+  name(r: GradRef): string {
+    return this.t(r).name;
+  }
+
+  /** Runs f with names under `scope` (joined with '/'). */
+  scope<T>(scope: string, f: () => T): T {
+    this.scopes.push(scope);
+    try {
+      return f();
+    } finally {
+      this.scopes.pop();
+    }
+  }
+
+  /** A fresh name under the current scope (parallel-only ops use bases the model never uses). */
+  scopedName(base: string): string {
+    return this.fresh(base);
+  }
+
+  private fresh(base: string): string {
+    const s = [...this.scopes, base].join('/');
+    const k = this.counters.get(s) ?? 0;
+    this.counters.set(s, k + 1);
+    return k === 0 ? s : `${s}#${k}`;
+  }
+
+  /** A tensor with no producer (an input, a parameter, optimizer state). */
+  leaf(name: string, shape: Shape, prov: Provenance, extra: Partial<GenTensor> = {}): GradRef {
+    if (this.tensors.some((x) => x.name === name)) throw new Error(`${this.label}: tensor '${name}' declared twice`);
+    this.tensors.push({ name, shape, prov, ...extra });
+    return this.tensors.length - 1;
+  }
+
+  private add(name: string, shape: Shape, prov: Provenance): GradRef {
+    this.tensors.push({ name, shape, prov });
+    return this.tensors.length - 1;
+  }
+
+  /** Emits a regular op (recorded on the tape); output shapes from the registry. */
+  op(name: string, inputs: readonly GradRef[], attrs: Attrs = {}, outName?: string): GradRef[] {
+    const id = registry.id(name);
+    if (id < 0) throw new Error(`${this.label}: unknown op '${name}'`);
+    const bad = registry.checkAttrs(id, attrs);
+    if (bad !== undefined) throw new Error(`${this.label}: op '${name}' ${bad} (${JSON.stringify(attrs)})`);
+    const def = registry.get(id);
+    const inShapes = inputs.map((r) => this.shape(r));
+    const shapes = def.shape(inShapes, attrs);
+    const prov = merge(inputs.map((r) => this.t(r).prov));
+    const base = outName ?? this.fresh(name);
+    const outs = shapes.map((s, k) => this.add(k === 0 ? base : `${base}.${k}`, s, prov));
+    // Carry dim tags along the op's dim signature: a label shared by an input dim and an
+    // output dim is the same index (SIMD), so the split moves with it.
+    const sig = def.dims(inShapes, attrs);
+    const byLabel = new Map<string, DimTag>();
+    inputs.forEach((r, i) => this.t(r).tags?.forEach((tag, d) => {
+      const l = sig.inputs[i]?.[d];
+      if (tag !== undefined && l !== undefined && l.role !== 'fixed') byLabel.set(l.label, tag);
+    }));
+    outs.forEach((o, k) => {
+      const tags = (sig.outputs[k] ?? []).map((l) => byLabel.get(l.label));
+      if (name === 'reshape') reshapeTags(this.t(inputs[0] as GradRef), shapes[0] as Shape).forEach((tag, d) => (tags[d] ??= tag));
+      if (tags.some((x) => x !== undefined)) this.t(o).tags = tags;
+    });
+    this.ops.push({ id: base, op: name, inputs: inputs.map((r) => this.name(r)), outputs: outs.map((r) => this.name(r)), ...(Object.keys(attrs).length > 0 ? { attrs } : {}) });
+    if (this.recording) this.tape.push({ kind: 'op', name, inputs: [...inputs], outputs: outs, attrs, scopes: [...this.scopes] });
+    return outs;
+  }
+
+  one(name: string, inputs: readonly GradRef[], attrs: Attrs = {}, outName?: string): GradRef {
+    return this.op(name, inputs, attrs, outName)[0] as GradRef;
+  }
+
+  /**
+   * A collective over mesh axes (not on the tape). Provenance: all_reduce and all_gather make
+   * the value the same on every member; reduce_scatter and all_to_all keep it varying.
+   */
+  collective(name: string, input: GradRef, attrs: Attrs, axes: string[], sizes: Record<string, number>): GradRef {
+    const id = registry.id(name);
+    const rule = registry.get(id).collective;
+    if (rule === undefined) throw new Error(`'${name}' is not a collective`);
+    const groupSize = axes.reduce((p, a) => p * (sizes[a] ?? 1), 1);
+    const shape = rule.outShape(this.shape(input), attrs, groupSize);
+    const p = this.t(input).prov;
+    const varies = new Set(p.varies);
+    if (name === 'all_reduce' || name === 'all_gather') for (const a of axes) varies.delete(a);
+    const base = this.fresh(name);
+    const out = this.add(base, shape, { varies, mbs: p.mbs, batch: p.batch });
+    const tags = this.t(input).tags;
+    if (name === 'all_reduce' && tags !== undefined) this.t(out).tags = [...tags];
+    this.ops.push({ id: base, op: name, inputs: [this.name(input)], outputs: [base], attrs, group: { axes } });
+    return out;
+  }
+
+  /** An identity-like region boundary with its own adjoint (Megatron's f / g conjugates). */
+  custom(inputs: GradRef[], outputs: GradRef[], backward: (grads: GradRef[]) => (GradRef | undefined)[]): void {
+    this.tape.push({ kind: 'custom', inputs, outputs, backward, scopes: [...this.scopes] });
+  }
+
+  /** Emits ops without recording them (backward ops, optimizer steps). */
+  untaped<T>(f: () => T): T {
+    const prev = this.recording;
+    this.recording = false;
+    try {
+      return f();
+    } finally {
+      this.recording = prev;
+    }
+  }
+
+  /**
+   * Reverse-mode differentiation of `loss` (seeded with `seed`) through the tape, using each
+   * op's backward rule. Returns the gradient of each requested tensor (undefined: no path).
+   * Fan-out gradients are summed in reverse tape order, identically in every build.
+   */
+  backward(loss: GradRef, seed: GradRef, wrt: readonly GradRef[]): (GradRef | undefined)[] {
+    const grads = new Map<GradRef, GradRef>([[loss, seed]]);
+    const need = this.needed(wrt);
+    // Backward ops are named in 'grad/' plus their forward op's scope, so parallel-only
+    // forward code (a vocab-parallel loss) has parallel-only gradient names too.
+    const outer = [...this.scopes];
+    return this.untaped(() => {
+      try {
+        for (let i = this.tape.length - 1; i >= 0; i--) {
+          const e = this.tape[i] as TapeEntry;
+          if (!e.outputs.some((o) => grads.has(o))) continue;
+          if (!e.inputs.some((x) => need.has(x))) continue;
+          const rel = e.scopes.slice(0, outer.length).every((x, k) => x === outer[k]) ? e.scopes.slice(outer.length) : e.scopes;
+          this.scopes = [...outer, 'grad', ...rel];
+          const gs = e.outputs.map((o) => grads.get(o) ?? this.one('scale', [o], { factor: 0 }));
+          let gin: (GradRef | undefined)[];
+          if (e.kind === 'custom') gin = e.backward(gs);
+          else {
+            const rule = registry.get(registry.id(e.name)).backward;
+            if (rule === 'none') throw new Error(`${this.label}: no backward rule for '${e.name}' on the path to the loss`);
+            gin = rule(this, { inputs: e.inputs, outputs: e.outputs, grads: gs, attrs: e.attrs });
+          }
+          e.inputs.forEach((x, k) => {
+            const g = gin[k];
+            if (g === undefined || !need.has(x)) return;
+            const prev = grads.get(x);
+            // Named after the tensor whose gradient accumulates, so both builds agree.
+            grads.set(x, prev === undefined ? g : this.one('add', [prev, g], {}, this.fresh(`acc:${this.name(x)}`)));
+          });
+        }
+        return wrt.map((w) => grads.get(w));
+      } finally {
+        this.scopes = outer;
+      }
+    });
+  }
+
+  /** Tensors from which some `wrt` tensor is reachable forward... i.e. on a path to them. */
+  private needed(wrt: readonly GradRef[]): Set<GradRef> {
+    // A tape input needs a gradient when it is a wrt tensor or depends on one.
+    const dep = new Set<GradRef>(wrt);
+    for (const e of this.tape) if (e.inputs.some((x) => dep.has(x))) for (const o of e.outputs) dep.add(o);
+    return dep;
+  }
+}
+
+/**
+ * A reshape keeps a split when the dim stays outermost of its group: an output dim starting
+ * where the tagged input dim starts (same row-major prefix product) and merging it with inner
+ * dims, or splitting off its outer part, holds the same contiguous blocks.
+ */
+function reshapeTags(x: GenTensor, out: Shape): (DimTag | undefined)[] {
+  const tags: (DimTag | undefined)[] = out.map(() => undefined);
+  if (x.tags === undefined) return tags;
+  const pre = (s: Shape): number[] => s.map((_, i) => s.slice(0, i).reduce((p, v) => p * v, 1));
+  const pi = pre(x.shape);
+  const po = pre(out);
+  x.tags.forEach((tag, i) => {
+    if (tag === undefined) return;
+    const a = x.shape[i] as number;
+    // The outermost output dim starting there carries the blocks (it may be a size-1 head dim).
+    const j = po.findIndex((p, jj) => p === pi[i] && ((out[jj] as number) % a === 0 || a % (out[jj] as number) === 0));
+    if (j >= 0) tags[j] = tag;
+  });
+  return tags;
+}
+
+export function merge(ps: readonly Provenance[]): Provenance {
+  const varies = new Set<string>();
+  const mbs = new Set<number>();
+  let batch = false;
+  for (const p of ps) {
+    for (const a of p.varies) varies.add(a);
+    for (const m of p.mbs) mbs.add(m);
+    batch ||= p.batch;
+  }
+  return { varies, mbs, batch };
+}
+
+export const REPLICATED: Provenance = { varies: new Set(), mbs: new Set(), batch: false };

@@ -1,0 +1,122 @@
+/**
+ * Model code is written once against `Net` and built twice: as the logical (single-device)
+ * graph, and as the SPMD program of one rank under a parallelization. Net hides the
+ * difference: parameters are full or sharded, Megatron's tensor-parallel regions are
+ * identities or communication, the batch is global or a micro-batch of a data-parallel shard.
+ */
+import type { GradRef } from '../../ops/grad.js';
+import type { Attrs, AttrValue, Shape } from '../../ops/types.js';
+import { GenGraph, REPLICATED, type Provenance } from './graph.js';
+
+export interface Parallelism {
+  readonly dp: number;
+  readonly tp: number;
+  /** Micro-batches per iteration (gradient accumulation). */
+  readonly micro: number;
+}
+
+export const SERIAL: Parallelism = { dp: 1, tp: 1, micro: 1 };
+
+/** A value that depends on the rank's tensor-parallel coordinate: `k * tp + c` (k, c integers). */
+export interface TpAffine {
+  readonly k: number;
+  readonly c: number;
+}
+
+export class Net {
+  /** The micro-batch being built (parallel side), or -1 (logical: the whole batch). */
+  mb = -1;
+  constructor(
+    readonly g: GenGraph,
+    /** undefined: the logical graph. */
+    readonly par: Parallelism | undefined,
+  ) {}
+
+  get logical(): boolean {
+    return this.par === undefined;
+  }
+
+  get tp(): number {
+    return this.par?.tp ?? 1;
+  }
+
+  /** Rows of the batch this build holds, of `global` rows. */
+  rows(global: number): number {
+    if (this.par === undefined) return global;
+    const n = this.par.dp * this.par.micro;
+    if (global % n !== 0) throw new Error(`global batch ${global} is not divisible by dp*micro = ${n}`);
+    return global / n;
+  }
+
+  sizes(): Record<string, number> {
+    return { dp: this.par?.dp ?? 1, tp: this.par?.tp ?? 1 };
+  }
+
+  /** A parameter, split along `shard` over tp (Megatron column / row / vocab parallel). */
+  param(name: string, shape: Shape, shard?: number, role: 'param' | 'optimizer_state' = 'param'): GradRef {
+    const local = [...shape];
+    let prov: Provenance = REPLICATED;
+    if (shard !== undefined && this.tp > 1) {
+      if ((shape[shard] as number) % this.tp !== 0) throw new Error(`${name}: dim ${shard} of [${shape.join(', ')}] is not divisible by tp = ${this.tp}`);
+      local[shard] = (shape[shard] as number) / this.tp;
+      prov = { varies: new Set(['tp']), mbs: new Set(), batch: false };
+    }
+    const tags = shard !== undefined && this.tp > 1 ? shape.map((_, d) => (d === shard ? ('tp' as const) : undefined)) : undefined;
+    return this.g.leaf(name, local, prov, { role, ...(tags === undefined ? {} : { tags }) });
+  }
+
+  /** A data input with the batch in dim 0 (this build's rows of it). */
+  data(name: string, shape: Shape, extra: { dtype?: string; values?: [number, number] } = {}): GradRef {
+    const local = [this.rows(shape[0] as number), ...shape.slice(1)];
+    const varies = new Set<string>(this.par !== undefined && this.par.dp > 1 ? ['dp'] : []);
+    const mbs = new Set<number>(this.mb >= 0 ? [this.mb] : []);
+    const n = this.mb >= 0 ? `${name}@mb${this.mb}` : name;
+    return this.g.leaf(n, local, { varies, mbs, batch: true }, { role: 'input', logical: name, tags: shape.map((_, d) => (d === 0 ? ('rows' as const) : undefined)), ...(extra.dtype === undefined ? {} : { dtype: extra.dtype }), ...(extra.values === undefined ? {} : { values: extra.values }) });
+  }
+
+  op(name: string, inputs: readonly GradRef[], attrs: Attrs = {}, outName?: string): GradRef {
+    return this.g.one(name, inputs, attrs, outName);
+  }
+
+  /** A value used without its gradient (a softmax shift that cancels): not on the tape. */
+  detached(name: string, inputs: readonly GradRef[], attrs: Attrs = {}): GradRef {
+    return this.g.untaped(() => this.g.one(name, inputs, attrs));
+  }
+
+  /**
+   * An op whose attributes depend on the tensor-parallel coordinate: `tpAttrs` gives each
+   * such attribute as k * tp + c. The shape rule sees rank 0's values.
+   */
+  opTp(name: string, inputs: readonly GradRef[], attrs: Attrs, tpAttrs: Record<string, TpAffine>): GradRef {
+    const at0: Record<string, AttrValue> = { ...attrs };
+    for (const [k, v] of Object.entries(tpAttrs)) at0[k] = v.c;
+    const out = this.g.one(name, inputs, at0);
+    if (this.tp > 1) {
+      const op = this.g.ops[this.g.ops.length - 1];
+      if (op !== undefined) {
+        const emitted: Record<string, AttrValue> = { ...attrs };
+        for (const [k, v] of Object.entries(tpAttrs)) emitted[k] = { expr: `${v.k}*tp + ${v.c}` };
+        op.attrs = emitted;
+      }
+    }
+    return out;
+  }
+
+  /** Megatron's f: identity forward, all-reduce of the gradient over tp backward. */
+  copyToTp(x: GradRef): GradRef {
+    if (this.tp === 1) return x;
+    const y = this.g.untaped(() => this.g.one('identity', [x], {}, this.g.scopedName('tp_copy')));
+    this.g.custom([x], [y], ([gy]) => [this.g.collective('all_reduce', gy as GradRef, { reduce: 'sum' }, ['tp'], this.sizes())]);
+    return y;
+  }
+
+  /** Megatron's g: all-reduce over tp forward, identity backward. */
+  reduceFromTp(x: GradRef): GradRef {
+    if (this.tp === 1) return x;
+    const y = this.g.collective('all_reduce', x, { reduce: 'sum' }, ['tp'], this.sizes());
+    this.g.custom([x], [y], ([gy]) => [gy]);
+    return y;
+  }
+}
+
+export type { Shape };

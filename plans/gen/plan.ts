@@ -1,0 +1,231 @@
+/**
+ * Writes a whole training iteration as a plan: forward, backward (the ops' own backward
+ * rules), gradient accumulation over micro-batches, the data-parallel gradient all-reduce,
+ * global-norm clipping and the AdamW step; logically on one device, and as one SPMD program
+ * over a (dp, tp) mesh.
+ *
+ * Lineage is derived, not guessed: every parallel tensor named like a logical tensor claims
+ * the slice its provenance implies. A dim smaller than its logical size by the dp (times
+ * micro-batch) factor is the rank's rows; by the tp factor, the rank's shard; a value that
+ * varies across an axis at full size is an addend (chunk) over that axis. The verifier then
+ * checks every claim, so a wrong derivation shows up as a refuted correct plan.
+ */
+import type { GradRef } from '../../ops/grad.js';
+import type { AttrValue } from '../../ops/types.js';
+import { GenGraph, type GenTensor } from './graph.js';
+import { buildModel, type ModelConfig } from './models.js';
+import { Net, type Parallelism } from './net.js';
+
+export interface OptimizerConfig {
+  readonly lr: string;
+  readonly beta1: string;
+  readonly beta2: string;
+  readonly eps: string;
+  readonly weightDecay: string;
+  /** Global-norm clipping threshold; undefined: no clipping. */
+  readonly maxNorm?: string;
+}
+
+export const ADAMW: OptimizerConfig = { lr: '1/1000', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1' };
+
+export interface GenOptions {
+  readonly model: ModelConfig;
+  readonly par: Parallelism;
+  readonly optimizer?: OptimizerConfig;
+  readonly name?: string;
+}
+
+interface Built {
+  g: GenGraph;
+  params: Map<string, GradRef>;
+  loss: GradRef;
+  outputs: string[];
+  gradNames: Map<string, string>;
+}
+
+/** Builds one side: logical (par undefined) or one rank's SPMD program. */
+export function build(model: ModelConfig, par: Parallelism | undefined, opt: OptimizerConfig, logicalGrads?: Map<string, string>): Built {
+  const g = new GenGraph(par === undefined ? 'logical' : 'parallel');
+  const net = new Net(g, par);
+  const m = buildModel(model);
+  const params = m.params(net);
+  const names = [...params.keys()];
+  const seed = g.leaf('loss_seed', [], { varies: new Set(), mbs: new Set(), batch: false }, { role: 'input' });
+  const micro = par?.micro ?? 1;
+  const perMicro: (GradRef | undefined)[][] = [];
+  const losses: GradRef[] = [];
+  for (let mb = 0; mb < micro; mb++) {
+    net.mb = par === undefined ? -1 : mb;
+    const scope = par === undefined || micro === 1 ? '' : `mb${mb}`;
+    const run = (): void => {
+      const loss = m.forward(net, params);
+      losses.push(loss);
+      perMicro.push(g.backward(loss, seed, names.map((n) => params.get(n) as GradRef)));
+    };
+    if (scope === '') run();
+    else g.scope(scope, run);
+  }
+  const gradNames = new Map<string, string>();
+  return g.untaped(() => {
+    // Gradient accumulation over micro-batches, then the data-parallel reduction.
+    const grads = names.map((n, i) => {
+      const parts = perMicro.map((gs) => gs[i]).filter((x): x is GradRef => x !== undefined);
+      if (parts.length === 0) throw new Error(`parameter '${n}' gets no gradient`);
+      let acc = parts[0] as GradRef;
+      for (const x of parts.slice(1)) acc = g.one('add', [acc, x], {}, g.scopedName(`accum.${n}`));
+      // The logical build names each parameter's gradient; the parallel one points at it.
+      const logical = logicalGrads?.get(n) ?? g.t(parts[0] as GradRef).name;
+      gradNames.set(n, logical);
+      g.t(acc).logical = logical;
+      if (par !== undefined && par.dp > 1) {
+        acc = g.collective('all_reduce', acc, { reduce: 'sum' }, ['dp'], { dp: par.dp, tp: par.tp });
+        g.t(acc).logical = logical;
+      }
+      return acc;
+    });
+    let loss = losses[0] as GradRef;
+    if (micro > 1) {
+      for (const x of losses.slice(1)) loss = g.one('add', [loss, x], {}, g.scopedName('accum.loss'));
+      g.t(loss).logical = 'loss';
+    }
+    if (par !== undefined && par.dp > 1) {
+      loss = g.collective('all_reduce', loss, { reduce: 'sum' }, ['dp'], { dp: par.dp, tp: par.tp });
+      g.t(loss).logical = 'loss';
+    }
+    const clipped = opt.maxNorm === undefined ? grads : clip(g, par, names, params, grads, opt.maxNorm);
+    const outputs = [g.name(loss)];
+    names.forEach((n, i) => {
+      const p = params.get(n) as GradRef;
+      const shard = g.t(p).prov.varies.has('tp');
+      const state = (k: string): GradRef => g.leaf(`${n}.${k}`, g.shape(p), g.t(p).prov, { role: 'optimizer_state' });
+      const outs = g.op('adam_update', [p, clipped[i] as GradRef, state('m'), state('v')], { lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, step: 1, weight_decay: opt.weightDecay, decoupled_weight_decay: true }, `${n}.new`);
+      void shard;
+      outputs.push(...outs.map((o) => g.name(o)));
+    });
+    return { g, params, loss, outputs, gradNames };
+  });
+}
+
+/**
+ * Global-norm clipping. Logically clip_grad_norm over all gradients; under tp, each rank sums
+ * the squares of its shards (a replicated gradient counts 1/tp on each rank, so once in
+ * total), all-reduces the sum over tp, and scales every gradient by clip_coef.
+ */
+function clip(g: GenGraph, par: Parallelism | undefined, names: string[], params: Map<string, GradRef>, grads: GradRef[], maxNorm: string): GradRef[] {
+  if (par === undefined || par.tp === 1) {
+    const outs = g.op('clip_grad_norm', grads, { max_norm: maxNorm }, 'clip');
+    return outs;
+  }
+  return g.scope('clip_tp', () => {
+    const sq = grads.map((x, i) => {
+      const s = g.one('sum', [g.one('mul', [x, x])]);
+      const sharded = g.t(params.get(names[i] as string) as GradRef).prov.varies.has('tp');
+      return sharded ? s : g.one('scale', [s], { factor: `1/${par.tp}` });
+    });
+    let total = sq[0] as GradRef;
+    for (const s of sq.slice(1)) total = g.one('add', [total, s]);
+    total = g.collective('all_reduce', total, { reduce: 'sum' }, ['tp'], { dp: par.dp, tp: par.tp });
+    const coef = g.one('clip_coef', [total], { max_norm: maxNorm });
+    return grads.map((x, i) => g.one('mul', [x, coef], {}, i === 0 ? 'clip' : `clip.${i}`));
+  });
+}
+
+type Json = Record<string, unknown>;
+
+/** The plan as JSON (the only thing the verifier sees). */
+export function generatePlan(o: GenOptions): Json {
+  const opt = o.optimizer ?? ADAMW;
+  const L = build(o.model, undefined, opt);
+  const P = build(o.model, o.par, opt, L.gradNames);
+  const logicalByName = new Map(L.g.tensors.map((t) => [t.name, t]));
+  const produced = new Set(L.g.ops.flatMap((op) => op.outputs));
+  const tensorJson = (t: GenTensor, extra: Json): Json => ({
+    id: t.name,
+    shape: [...t.shape],
+    ...(t.dtype === undefined ? {} : { dtype: t.dtype }),
+    ...extra,
+  });
+  const logicalTensors = L.g.tensors.map((t) =>
+    tensorJson(t, {
+      role: L.outputs.includes(t.name) ? 'output' : produced.has(t.name) ? (t.name.startsWith('grad/') ? 'grad' : 'activation') : (t.role ?? 'input'),
+      ...(t.values === undefined ? {} : { values: { range: t.values } }),
+    }),
+  );
+  const par = o.par;
+  const parallelTensors = P.g.tensors.map((t) => {
+    const lin = t.noLineage === true ? undefined : lineage(t, logicalByName.get(t.logical ?? t.name.replace(/^mb[0-9]+\//, '')), par);
+    return tensorJson(t, lin === undefined ? {} : { lineage: lin });
+  });
+  const contractInputs = L.g.tensors.filter((t) => !produced.has(t.name)).map((t) => t.name);
+  return {
+    format: 'planproof/v1',
+    name: o.name ?? `${o.model.family}-dp${par.dp}-tp${par.tp}-mb${par.micro}`,
+    description: `Generated by planproof gen: ${o.model.family}, ${o.model.layers} layer(s), hidden ${o.model.hidden}, global batch ${o.model.batch}; dp ${par.dp}, tp ${par.tp}, ${par.micro} micro-batch(es); forward, backward, accumulation, gradient all-reduce, clipping, AdamW.`,
+    mesh: { axes: [{ name: 'dp', size: par.dp }, { name: 'tp', size: par.tp }] },
+    logical: { tensors: logicalTensors, ops: L.g.ops.map((op) => ({ id: op.id, op: op.op, inputs: op.inputs, outputs: op.outputs, ...(op.attrs === undefined ? {} : { attrs: op.attrs }) })) },
+    parallel: {
+      programs: [
+        {
+          ranks: 'all',
+          tensors: parallelTensors,
+          ops: P.g.ops.map((op) => ({ id: op.id, op: op.op, inputs: op.inputs, outputs: op.outputs, ...(op.attrs === undefined ? {} : { attrs: op.attrs }), ...(op.group === undefined ? {} : { group: op.group }) })),
+        },
+      ],
+    },
+    contract: { inputs: contractInputs, outputs: L.outputs },
+  };
+}
+
+const expr = (s: string): { expr: string } => ({ expr: s });
+
+/** The lineage claim of a parallel tensor from its provenance and the two shapes. */
+function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json | undefined {
+  if (l === undefined) return undefined;
+  const ps = t.shape;
+  const ls = l.shape;
+  if (ps.length !== ls.length) return undefined;
+  const micro = par.micro;
+  const mbs = [...t.prov.mbs];
+  if (mbs.length > 1 && mbs.length < micro) return undefined;
+  const oneMb = micro > 1 && mbs.length === 1 ? (mbs[0] as number) : undefined;
+  const dpVaries = t.prov.varies.has('dp') && par.dp > 1;
+  const tpVaries = t.prov.varies.has('tp') && par.tp > 1;
+  const index: (string | AttrValue)[] = ps.map(() => '*');
+  const partial: { coord: string; size: number }[] = [];
+  const claimed = new Set<number>();
+  // Rows of the batch: dp shard, then micro-batch, in dim 0.
+  const rowFactor = (dpVaries ? par.dp : 1) * (oneMb !== undefined ? micro : 1);
+  // The dim holding the batch rows: tagged through the ops' dim signatures, else dim 0.
+  const tagged = (tag: string): number => t.tags?.findIndex((x) => x === tag) ?? -1;
+  const rd = tagged('rows') >= 0 ? tagged('rows') : t.tags === undefined ? 0 : -1;
+  if (rowFactor > 1 && rd >= 0 && (ls[rd] ?? 0) === (ps[rd] ?? -1) * rowFactor) {
+    const n = ps[rd] as number;
+    const base = `${oneMb !== undefined ? micro * n : n}*dp + ${(oneMb ?? 0) * n}`;
+    index[rd] = dpVaries ? [expr(base), expr(`${base} + ${n}`)] : [(oneMb ?? 0) * n, (oneMb ?? 0) * n + n];
+    claimed.add(rd);
+  } else {
+    if (dpVaries) partial.push({ coord: 'dp', size: par.dp });
+    if (oneMb !== undefined) partial.push({ coord: String(oneMb), size: micro });
+  }
+  if (tpVaries) {
+    const td = tagged('tp');
+    const d = td >= 0 && !claimed.has(td) && (ls[td] as number) === (ps[td] as number) * par.tp ? td : ps.findIndex((s, i) => !claimed.has(i) && (ls[i] as number) === s * par.tp);
+    if (d >= 0) {
+      index[d] = [expr(`${ps[d]}*tp`), expr(`${ps[d]}*tp + ${ps[d]}`)];
+      claimed.add(d);
+    } else partial.push({ coord: 'tp', size: par.tp });
+  }
+  for (let i = 0; i < ps.length; i++) if (!claimed.has(i) && ps[i] !== ls[i]) return undefined;
+  const out: Json = { logical: l.name };
+  if (index.some((x) => x !== '*')) out['index'] = index;
+  if (partial.length > 0) {
+    let idx = '0';
+    let n = 1;
+    for (const p of partial) {
+      idx = `(${idx})*${p.size} + ${p.coord}`;
+      n *= p.size;
+    }
+    out['value'] = [expr(idx), n];
+  }
+  return out;
+}
