@@ -14,6 +14,10 @@ import { formatSummary, summarize } from './summary.js';
 import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
 import { formatReport } from '../stages/report.js';
 import { shutdownZ3 } from '../stages/z3.js';
+import { generatePlan, ADAMW } from '../plans/gen/plan.js';
+import { BUGS, bugById } from '../plans/gen/bugs.js';
+import { PRESETS } from '../plans/gen/presets.js';
+import { writeFileSync } from 'node:fs';
 
 export const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -102,6 +106,80 @@ async function demo(json: boolean, eng: EngineOptions, out: Out): Promise<number
   return verdictCode[report.verdict];
 }
 
+interface GenArgs {
+  preset?: string | undefined;
+  model?: 'mlp' | 'gpt2' | undefined;
+  layers?: number | undefined;
+  hidden?: number | undefined;
+  heads?: number | undefined;
+  seq?: number | undefined;
+  vocab?: number | undefined;
+  batch?: number | undefined;
+  ffn?: number | undefined;
+  dp?: number | undefined;
+  tp?: number | undefined;
+  micro?: number | undefined;
+  inject?: string | undefined;
+  listBugs?: boolean | undefined;
+  out?: string | undefined;
+}
+
+function gen(a: GenArgs, out: Out): number {
+  if (a.listBugs === true) {
+    for (const b of BUGS) out.log(`${b.id.padEnd(34)} ${b.kind.padEnd(22)} ${b.title}`);
+    return 0;
+  }
+  const base = PRESETS[a.preset ?? 'gpt2-tiny'];
+  if (base === undefined) {
+    out.err(`planproof: unknown preset '${a.preset ?? ''}' (presets: ${Object.keys(PRESETS).join(', ')})`);
+    return ExitCode.usage;
+  }
+  const pick = (v: number | undefined, d: number): number => v ?? d;
+  const model = {
+    family: a.model ?? base.model.family,
+    layers: pick(a.layers, base.model.layers),
+    hidden: pick(a.hidden, base.model.hidden),
+    heads: pick(a.heads, base.model.heads),
+    seq: pick(a.seq, base.model.seq),
+    vocab: pick(a.vocab, base.model.vocab),
+    batch: pick(a.batch, base.model.batch),
+    ffn: pick(a.ffn, base.model.ffn ?? 4 * base.model.hidden),
+  };
+  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro) };
+  for (const [k, v] of Object.entries({ ...model, ...par })) {
+    if (typeof v === 'number' && (!Number.isInteger(v) || v < 1)) {
+      out.err(`planproof: --${k} must be a positive integer, got ${v}`);
+      return ExitCode.usage;
+    }
+  }
+  let plan: Record<string, unknown>;
+  try {
+    plan = generatePlan({ model, par, optimizer: ADAMW });
+    if (a.inject !== undefined) {
+      const bug = bugById(a.inject);
+      if (bug === undefined) {
+        out.err(`planproof: unknown bug '${a.inject}' (run 'planproof gen --list-bugs')`);
+        return ExitCode.usage;
+      }
+      const ctx = { ...par, family: model.family };
+      if (!bug.applies(ctx)) {
+        out.err(`planproof: bug '${bug.id}' needs a plan with ${bug.title.split(':')[0] ?? ''}: not applicable to this configuration`);
+        return ExitCode.usage;
+      }
+      bug.inject(plan, ctx);
+      plan['name'] = `${String(plan['name'])}+${bug.id}`;
+    }
+  } catch (e) {
+    // Configuration errors (indivisible sizes) are the user's; say so without a stack trace.
+    out.err(`planproof: cannot generate this plan: ${e instanceof Error ? e.message : String(e)}`);
+    return ExitCode.usage;
+  }
+  const text = JSON.stringify(plan, null, 1);
+  if (a.out === undefined) out.log(text);
+  else writeFileSync(a.out, text + '\n');
+  return 0;
+}
+
 /** Runs the CLI on `argv` (without node and script); returns the exit code. */
 export async function main(argv: string[], out: Out = stdio): Promise<number> {
   let code: number = ExitCode.usage;
@@ -139,7 +217,31 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
         code = await demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, out);
       },
     )
-    .demandCommand(1, 'name a command: verify, inspect or demo')
+    .command(
+      'gen',
+      'write a generated training-iteration plan (logical graph, SPMD program, lineage), optionally with a catalogued bug injected',
+      (y) =>
+        y
+          .option('preset', { type: 'string', describe: `a named configuration: ${Object.keys(PRESETS).join(', ')}` })
+          .option('model', { choices: ['mlp', 'gpt2'] as const, describe: 'model family (overrides the preset)' })
+          .option('layers', { type: 'number' })
+          .option('hidden', { type: 'number' })
+          .option('heads', { type: 'number' })
+          .option('seq', { type: 'number' })
+          .option('vocab', { type: 'number' })
+          .option('batch', { type: 'number', describe: 'global batch' })
+          .option('ffn', { type: 'number' })
+          .option('dp', { type: 'number' })
+          .option('tp', { type: 'number' })
+          .option('micro', { type: 'number', describe: 'micro-batches per iteration' })
+          .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })
+          .option('list-bugs', { type: 'boolean', default: false })
+          .option('out', { type: 'string', describe: 'output file (default: stdout)' }),
+      (a) => {
+        code = gen(a, out);
+      },
+    )
+    .demandCommand(1, 'name a command: verify, inspect, demo or gen')
     .strict()
     .help()
     .version()
@@ -160,6 +262,11 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
 
 const isEntry = process.argv[1] !== undefined && fileURLToPath(import.meta.url) === (await import('node:fs')).realpathSync(process.argv[1]);
 if (isEntry) {
+  // A closed pipe (planproof gen | head) ends output quietly, not with a stack trace.
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+    throw e;
+  });
   main(hideBin(process.argv))
     .then((code) => {
       process.exitCode = code;

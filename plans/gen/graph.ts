@@ -251,7 +251,9 @@ function reshapeTags(x: GenTensor, out: Shape): (DimTag | undefined)[] {
     if (tag === undefined) return;
     const a = x.shape[i] as number;
     // The outermost output dim starting there carries the blocks (it may be a size-1 head dim).
-    const j = po.findIndex((p, jj) => p === pi[i] && ((out[jj] as number) % a === 0 || a % (out[jj] as number) === 0));
+    // Outermost first (a split's outer part carries the blocks, even at size 1); size-1 dims
+    // share prefix products with their neighbours, so a dim already tagged is skipped.
+    const j = po.findIndex((p, jj) => p === pi[i] && tags[jj] === undefined && ((out[jj] as number) % a === 0 || a % (out[jj] as number) === 0));
     if (j >= 0) tags[j] = tag;
   });
   return tags;

@@ -1,0 +1,357 @@
+/**
+ * A catalog of real parallelization bugs, injected into a generated plan file. Every bug is a
+ * mutation of the written plan (an op replaced, rewired, re-grouped or given another
+ * constant; one rank's program diverging), so the verifier only ever sees a plan file, as it
+ * would from a real framework. docs/bugs.md gives each entry's source.
+ */
+type Json = Record<string, unknown>;
+
+export interface PlanOp {
+  id: string;
+  op: string;
+  inputs: string[];
+  outputs: string[];
+  attrs?: Record<string, unknown>;
+  group?: { axes: string[] };
+}
+
+interface Program {
+  ranks: unknown;
+  tensors: Json[];
+  ops: PlanOp[];
+}
+
+export interface BugContext {
+  readonly dp: number;
+  readonly tp: number;
+  readonly micro: number;
+  readonly family: string;
+}
+
+export interface Bug {
+  readonly id: string;
+  readonly title: string;
+  /** Where it comes from (issue, paper, reproduction). */
+  readonly source: string;
+  /** TTrace's taxonomy: wrong data, wrong communication, missing communication; or a scheduling or consistency error. */
+  readonly kind: 'missing-communication' | 'wrong-communication' | 'wrong-data' | 'scheduling' | 'consistency';
+  /** Whether the generated plan has the place this bug needs. */
+  applies(c: BugContext): boolean;
+  /** Mutates the plan; returns the op or tensor the bug is in (tests expect it in the first failing stage). */
+  inject(plan: Json, c: BugContext): string;
+}
+
+function program(plan: Json, i = 0): Program {
+  const p = (plan['parallel'] as { programs: Program[] }).programs[i];
+  if (p === undefined) throw new Error('plan has no program');
+  return p;
+}
+
+function find(ops: PlanOp[], pred: (o: PlanOp) => boolean, what: string, last = false): PlanOp {
+  const list = ops.filter(pred);
+  const o = last ? list[list.length - 1] : list[0];
+  if (o === undefined) throw new Error(`bug injection: no ${what} in this plan`);
+  return o;
+}
+
+const isAr = (axis: string) => (o: PlanOp): boolean => o.op === 'all_reduce' && (o.group?.axes ?? []).includes(axis);
+
+/** Replaces a collective by a local copy, keeping the dataflow. */
+function toIdentity(o: PlanOp): string {
+  o.op = 'identity';
+  delete o.attrs;
+  delete o.group;
+  return o.id;
+}
+
+/**
+ * Splits the SPMD program so that `rank` runs its own copy, and returns that copy (a bug on
+ * one rank only).
+ */
+function ownProgram(plan: Json, rank: number, nRanks: number): Program {
+  const progs = (plan['parallel'] as { programs: Program[] }).programs;
+  const base = progs[0] as Program;
+  const copy = JSON.parse(JSON.stringify(base)) as Program;
+  base.ranks = Array.from({ length: nRanks }, (_, r) => r).filter((r) => r !== rank);
+  copy.ranks = [rank];
+  progs.push(copy);
+  return copy;
+}
+
+
+export const BUGS: Bug[] = [
+  {
+    id: 'dp-grad-allreduce-dropped',
+    title: 'a data-parallel gradient all-reduce replaced by a local copy (the dataflow is kept)',
+    source: 'TrainVerify bug 5 (backward all-reduce replaced by identity); TTrace: missing communication',
+    kind: 'missing-communication',
+    applies: (c) => c.dp > 1,
+    inject: (p) => toIdentity(find(program(p).ops, isAr('dp'), 'dp gradient all-reduce')),
+  },
+  {
+    id: 'dp-grad-allreduce-avg',
+    title: 'gradients all-reduced with avg while the loss is already divided by the global batch: gradients scaled by 1/dp',
+    source: 'TTrace table 1: DP loss scaling; DeepSpeed PR #4957 (gradients divided twice)',
+    kind: 'wrong-data',
+    applies: (c) => c.dp > 1,
+    inject: (p) => {
+      const o = find(program(p).ops, isAr('dp'), 'dp gradient all-reduce');
+      o.attrs = { reduce: 'avg' };
+      return o.id;
+    },
+  },
+  {
+    id: 'dp-wrong-group',
+    title: 'the gradient all-reduce runs over the tensor-parallel group instead of the data-parallel one',
+    source: 'TTrace table 1: wrong communication group; Megatron-LM PR #5916 (gradients reduced over the wrong group)',
+    kind: 'wrong-communication',
+    applies: (c) => c.dp > 1 && c.tp > 1,
+    inject: (p) => {
+      const o = find(program(p).ops, isAr('dp'), 'dp gradient all-reduce', true);
+      o.group = { axes: ['tp'] };
+      return o.id;
+    },
+  },
+  {
+    id: 'loss-per-rank-normalization',
+    title: 'the loss is normalized by the rank-local token count instead of the global one',
+    source: 'torchtitan PR #2206; Megatron-LM #7452 (per-token losses divided by local counts); TTrace: DP loss scaling',
+    kind: 'wrong-data',
+    applies: (c) => c.dp * c.micro > 1,
+    inject: (p, c) => {
+      const o = find(program(p).ops, (x) => x.op === 'scale' && /(^|\/)loss$/.test(x.outputs[0] ?? ''), 'loss scaling');
+      const f = String(o.attrs?.['factor'] ?? '1/1');
+      const [, d] = f.split('/');
+      o.attrs = { factor: `1/${Number(d) / (c.dp * c.micro)}` };
+      return o.id;
+    },
+  },
+  {
+    id: 'tp-forward-allreduce-dropped',
+    title: 'the row-parallel output all-reduce replaced by a local copy',
+    source: 'TrainVerify bug 1 (all-reduce replaced by identity); Megatron RowParallelLinear',
+    kind: 'missing-communication',
+    applies: (c) => c.tp > 1,
+    inject: (p) => toIdentity(find(program(p).ops, (o) => isAr('tp')(o) && !/(^|\/)grad\//.test(o.id) && !o.id.includes('vp_') && !o.id.includes('clip'), 'forward tp all-reduce', true)),
+  },
+  {
+    id: 'tp-backward-allreduce-dropped',
+    title: "the all-reduce of the input gradient of a column-parallel layer (Megatron's f backward) replaced by a local copy",
+    source: 'TrainVerify bug 5; spmd_types: the gradient of a replicated input is partial',
+    kind: 'missing-communication',
+    applies: (c) => c.tp > 1,
+    inject: (p) => toIdentity(find(program(p).ops, (o) => isAr('tp')(o) && /(^|\/)grad\//.test(o.id), 'backward tp all-reduce')),
+  },
+  {
+    id: 'clip-local-norm',
+    title: 'global-norm clipping from the rank-local norm: the sum of squares is not all-reduced over tp',
+    source: 'Megatron-LM PR #5916 (gradient norm leaves out shards); TrainCheck',
+    kind: 'missing-communication',
+    applies: (c) => c.tp > 1,
+    inject: (p) => toIdentity(find(program(p).ops, (o) => isAr('tp')(o) && o.id.includes('clip_tp'), 'clipping all-reduce')),
+  },
+  {
+    id: 'clip-one-rank',
+    title: 'gradient clipping applied on rank 0 only (the other ranks step with unclipped gradients): replicas diverge',
+    source: 'BLOOM-176B / DeepSpeed #1801 (TrainCheck)',
+    kind: 'wrong-data',
+    applies: () => true,
+    inject: (p, c) => {
+      const prog = program(p);
+      const n = c.dp * c.tp;
+      const others = n > 1 ? prog : undefined;
+      if (others === undefined) throw new Error('needs at least two ranks');
+      ownProgram(p, 0, n);
+      // Ranks other than 0 skip clipping: their optimizer reads the unclipped gradient.
+      const clipOps = prog.ops.filter((o) => o.op === 'clip_grad_norm' || (o.op === 'mul' && /(^|\/)clip(\.[0-9]+)?$/.test(o.outputs[0] ?? '')));
+      if (clipOps.length === 0) throw new Error('bug injection: no clipping in this plan');
+      const first = clipOps[0] as PlanOp;
+      if (first.op === 'clip_grad_norm') {
+        first.op = 'identity';
+        // identity takes one input: clip each gradient separately as a copy.
+        const ins = first.inputs;
+        const outs = first.outputs;
+        prog.ops.splice(prog.ops.indexOf(first), 1, ...ins.map((x, i) => ({ id: `noclip.${i}`, op: 'identity', inputs: [x], outputs: [outs[i] as string] })));
+      } else for (const o of clipOps) {
+        o.op = 'identity';
+        o.inputs = [o.inputs[0] as string];
+      }
+      return first.id;
+    },
+  },
+  {
+    id: 'vocab-embedding-rows-not-zeroed',
+    title: 'vocab-parallel embedding: ids outside the rank\'s range are masked to 0 but their rows are not zeroed',
+    source: 'TTrace table 1: wrong embedding mask under TP; Megatron VocabParallelEmbedding',
+    kind: 'wrong-data',
+    applies: (c) => c.tp > 1 && c.family === 'gpt2',
+    inject: (p) => {
+      const o = find(program(p).ops, (x) => x.op === 'where' && x.id.includes('vp_emb'), 'vocab-parallel embedding mask');
+      o.op = 'identity';
+      o.inputs = [o.inputs[2] as string];
+      return o.id;
+    },
+  },
+  {
+    id: 'vocab-range-off-by-one',
+    title: 'vocab-parallel embedding: each rank believes its vocabulary range starts one id later',
+    source: 'Megatron-LM #1754 (vocabulary padding mismatch between embedding and cross-entropy shards)',
+    kind: 'wrong-data',
+    applies: (c) => c.tp > 1 && c.family === 'gpt2',
+    inject: (p) => {
+      const ops = program(p).ops.filter((x) => (x.op === 'vocab_mask' || x.op === 'vocab_local_ids') && x.id.includes('vp_emb'));
+      if (ops.length === 0) throw new Error('bug injection: no vocab-parallel embedding');
+      for (const o of ops) {
+        const shift = (v: unknown): unknown => (typeof v === 'object' && v !== null && 'expr' in v ? { expr: `${String((v as { expr: string }).expr)} + 1` } : v);
+        o.attrs = { start: shift(o.attrs?.['start']), end: shift(o.attrs?.['end']) };
+      }
+      return (ops[0] as PlanOp).id;
+    },
+  },
+  {
+    id: 'vocab-ce-target-not-reduced',
+    title: 'vocab-parallel cross-entropy: the target-logit all-reduce is left out (each rank uses its own, zero when it does not own the label)',
+    source: 'Megatron-LM #7452 (vocab-parallel cross-entropy fed wrong partials); Megatron vocab_parallel_cross_entropy',
+    kind: 'missing-communication',
+    applies: (c) => c.tp > 1 && c.family === 'gpt2',
+    inject: (p) => toIdentity(find(program(p).ops, (o) => isAr('tp')(o) && o.id.includes('vp_ce') && o.attrs?.['reduce'] === 'sum', 'cross-entropy all-reduce')),
+  },
+  {
+    id: 'vocab-ce-local-max',
+    title: 'vocab-parallel cross-entropy: the row max is not all-reduced, so ranks shift their logits differently',
+    source: 'Megatron vocab_parallel_cross_entropy (all-reduce of the max)',
+    kind: 'missing-communication',
+    applies: (c) => c.tp > 1 && c.family === 'gpt2',
+    inject: (p) => toIdentity(find(program(p).ops, (o) => isAr('tp')(o) && o.id.includes('vp_ce') && o.attrs?.['reduce'] === 'max', 'cross-entropy max all-reduce')),
+  },
+  {
+    id: 'accumulation-reset',
+    title: 'gradient accumulation reset every micro-batch: only the last micro-batch\'s gradient survives',
+    source: 'open-instruct PR #1498 (ZeRO-2 manual accumulation)',
+    kind: 'wrong-data',
+    applies: (c) => c.micro > 1,
+    inject: (p) => {
+      const o = find(program(p).ops, (x) => x.op === 'add' && x.id.startsWith('accum.') && !x.id.startsWith('accum.loss'), 'gradient accumulation');
+      o.op = 'identity';
+      o.inputs = [o.inputs[1] as string];
+      return o.id;
+    },
+  },
+  {
+    id: 'grad-after-reducer',
+    title: "the last micro-batch's gradient is added after the data-parallel reducer ran (an op scheduled after the gradient all-reduce)",
+    source: 'TrainVerify bug 14 (scheduling: the last op of micro-batch 2 moved after the reducer; TrainVerify crashes on it)',
+    kind: 'scheduling',
+    applies: (c) => c.micro > 1 && c.dp > 1,
+    inject: (p) => {
+      const ops = program(p).ops;
+      const acc = find(ops, (x) => x.op === 'add' && x.id.startsWith('accum.') && !x.id.startsWith('accum.loss'), 'gradient accumulation');
+      const ar = find(ops, (x) => isAr('dp')(x) && x.inputs[0] === acc.outputs[0], 'the reducer of that gradient');
+      // Reducer now sees only the earlier micro-batches; the late add happens after it.
+      const early = acc.inputs[0] as string;
+      const late = acc.inputs[1] as string;
+      const partial = acc.outputs[0] as string;
+      const reduced = ar.outputs[0] as string;
+      ar.inputs = [early];
+      ar.outputs = [partial];
+      acc.inputs = [partial, late];
+      acc.outputs = [reduced];
+      ops.splice(ops.indexOf(acc), 1);
+      ops.splice(ops.indexOf(ar) + 1, 0, acc);
+      return acc.id;
+    },
+  },
+  {
+    id: 'ln-eps-one-rank',
+    title: "one rank's LayerNorm epsilon changed",
+    source: 'TrainVerify bug 7 (one rank\'s epsilon constant changed)',
+    kind: 'wrong-data',
+    applies: (c) => c.family === 'gpt2' && c.dp * c.tp > 1,
+    inject: (p, c) => {
+      const prog = ownProgram(p, c.dp * c.tp - 1, c.dp * c.tp);
+      const o = find(prog.ops, (x) => x.op === 'layer_norm', 'layer norm');
+      o.attrs = { ...(o.attrs ?? {}), eps: '1/1000' };
+      return o.id;
+    },
+  },
+  {
+    id: 'attention-scale-one-rank',
+    title: "one rank's attention scale changed",
+    source: 'TrainVerify bug 12 (attention scale constant changed on one rank)',
+    kind: 'wrong-data',
+    applies: (c) => c.family === 'gpt2' && c.dp * c.tp > 1,
+    inject: (p, c) => {
+      const prog = ownProgram(p, 0, c.dp * c.tp);
+      const o = find(prog.ops, (x) => x.op === 'attention', 'attention');
+      o.attrs = { ...(o.attrs ?? {}), scale: '1/3' };
+      return o.id;
+    },
+  },
+  {
+    id: 'attention-scale-all-ranks',
+    title: 'the attention scale changed on every rank',
+    source: 'TrainVerify bug 13 (the same constant changed on several ranks)',
+    kind: 'wrong-data',
+    applies: (c) => c.family === 'gpt2',
+    inject: (p) => {
+      const o = find(program(p).ops, (x) => x.op === 'attention', 'attention');
+      o.attrs = { ...(o.attrs ?? {}), scale: '1/3' };
+      return o.id;
+    },
+  },
+  {
+    id: 'fanout-duplicate-grad',
+    title: 'a fan-out gradient sum adds one branch twice instead of both branches',
+    source: 'TrainVerify bug 10 (backward fan-out given a duplicated wrong gradient input)',
+    kind: 'wrong-data',
+    applies: () => true,
+    inject: (p) => {
+      const o = find(program(p).ops, (x) => x.op === 'add' && /\/acc:/.test(x.id), 'gradient fan-out sum');
+      o.inputs = [o.inputs[0] as string, o.inputs[0] as string];
+      return o.id;
+    },
+  },
+  {
+    id: 'adam-eps-one-rank',
+    title: "one rank's optimizer epsilon changed: replicas of a parameter diverge",
+    source: 'TrainVerify bug 9 (an add constant changed on several ranks); TTrace: lost / divergent parameter update',
+    kind: 'wrong-data',
+    applies: (c) => c.dp * c.tp > 1,
+    inject: (p, c) => {
+      const prog = ownProgram(p, 0, c.dp * c.tp);
+      const o = find(prog.ops, (x) => x.op === 'adam_update', 'optimizer step');
+      o.attrs = { ...(o.attrs ?? {}), eps: '1/1000' };
+      return o.id;
+    },
+  },
+  {
+    id: 'allreduce-dropped-dataflow',
+    title: 'a gradient all-reduce deleted outright, leaving its output unproduced',
+    source: 'TrainVerify bug 2 (adapter prims dropped, dataflow broken): the plan is inconsistent',
+    kind: 'consistency',
+    applies: (c) => c.dp > 1,
+    inject: (p) => {
+      const ops = program(p).ops;
+      const o = find(ops, isAr('dp'), 'dp gradient all-reduce');
+      ops.splice(ops.indexOf(o), 1);
+      return o.outputs[0] as string;
+    },
+  },
+  {
+    id: 'allreduce-to-allgather',
+    title: 'a gradient all-reduce replaced by an all-gather',
+    source: 'TrainVerify bug 3 (all-reduce -> all-gather): the shapes no longer agree',
+    kind: 'consistency',
+    applies: (c) => c.dp > 1,
+    inject: (p) => {
+      const o = find(program(p).ops, isAr('dp'), 'dp gradient all-reduce');
+      o.op = 'all_gather';
+      o.attrs = { dim: 0 };
+      return o.id;
+    },
+  },
+];
+
+export function bugById(id: string): Bug | undefined {
+  return BUGS.find((b) => b.id === id);
+}

@@ -1,0 +1,112 @@
+import { strict as assert } from 'node:assert';
+import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
+import { BUGS, type BugContext } from '../plans/gen/bugs.js';
+import { PRESETS } from '../plans/gen/presets.js';
+import type { ModelConfig } from '../plans/gen/models.js';
+import { loadPlanObject } from '../plans/loader.js';
+import { PlanError } from '../plans/errors.js';
+import { verifyPlan } from '../stages/verify.js';
+import { numericCheck } from '../stages/numeric.js';
+import { runCli } from './helpers.js';
+
+const MLP = (PRESETS['mlp-tiny'] as { model: ModelConfig }).model;
+const GPT2 = (PRESETS['gpt2-tiny'] as { model: ModelConfig }).model;
+// A large learning rate and a small clipping threshold make every optimizer-side bug visible
+// numerically (with max_norm 1 the clip factor is often exactly 1 at random inputs).
+const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
+
+describe('plan generators: the strategy matrix verifies', () => {
+  const matrix: [ModelConfig, number, number, number][] = [];
+  for (const m of [MLP, GPT2]) for (const [dp, tp, micro] of [[1, 1, 1], [2, 1, 1], [1, 2, 1], [1, 1, 2], [2, 2, 2]] as const) matrix.push([m, dp, tp, micro]);
+  for (const [model, dp, tp, micro] of matrix) {
+    it(`${model.family} dp${dp} tp${tp} micro${micro}: forward, backward, accumulation, reduction, clipping, AdamW are verified`, () => {
+      const plan = generatePlan({ model, par: { dp, tp, micro }, optimizer: OPT });
+      const lp = loadPlanObject('gen.json', plan);
+      const r = verifyPlan(lp);
+      assert.equal(r.verdict, 'verified', r.summary);
+      // Every contract output (loss, updated parameters and optimizer state) is proved.
+      const staged = new Set(r.stages.map((s) => s.logical));
+      for (const o of (plan['contract'] as { outputs: string[] }).outputs) assert.ok(staged.has(o), `no stage for '${o}'`);
+    });
+  }
+});
+
+/** Parallel tensors downstream of `start` (an op id or tensor name) in the first program. */
+function downstream(plan: Record<string, unknown>, start: string): Set<string> {
+  const progs = (plan['parallel'] as { programs: { ops: { id: string; inputs: string[]; outputs: string[] }[]; tensors: { id: string; lineage?: { logical: string } }[] }[] }).programs;
+  const claims = new Set<string>();
+  for (const prog of progs) {
+    const reach = new Set<string>([start]);
+    for (const o of prog.ops) if (o.id === start) for (const x of o.outputs) reach.add(x);
+    let grew = true;
+    while (grew) {
+      grew = false;
+      for (const o of prog.ops) {
+        if (o.inputs.some((x) => reach.has(x)) && o.outputs.some((x) => !reach.has(x))) {
+          for (const x of o.outputs) reach.add(x);
+          grew = true;
+        }
+      }
+    }
+    for (const t of prog.tensors) if (reach.has(t.id) && t.lineage !== undefined) claims.add(t.lineage.logical);
+  }
+  return claims;
+}
+
+describe('bug catalog: every injected bug is caught', () => {
+  const ctx: BugContext = { dp: 2, tp: 2, micro: 2, family: 'gpt2' };
+  it('has at least 20 entries, each with a source', () => {
+    assert.ok(BUGS.length >= 20, `${BUGS.length} bugs`);
+    for (const b of BUGS) assert.ok(b.source.length > 10 && b.title.length > 10, b.id);
+  });
+  for (const bug of BUGS) {
+    it(`${bug.id} (${bug.kind}) is ${bug.kind === 'consistency' ? 'rejected at load with its place named' : 'refuted at a stage downstream of the injection, and is a real bug numerically'}`, () => {
+      assert.ok(bug.applies(ctx), 'the test configuration must have the place this bug needs');
+      const plan = generatePlan({ model: GPT2, par: ctx, optimizer: OPT });
+      const where = bug.inject(plan, ctx);
+      if (bug.kind === 'consistency') {
+        assert.throws(
+          () => loadPlanObject('bug.json', plan),
+          (e: unknown) => e instanceof PlanError && e.issues.length > 0 && e.issues.every((i) => i.path.startsWith('$.parallel')),
+        );
+        return;
+      }
+      const lp = loadPlanObject('bug.json', plan);
+      const r = verifyPlan(lp);
+      assert.equal(r.verdict, 'not_equivalent', r.summary);
+      const first = r.stages.find((s) => s.status === 'not_equivalent');
+      assert.ok(first !== undefined && (first.witness ?? []).length > 0);
+      assert.ok(downstream(plan, where).has(first.logical), `first failing stage '${first.logical}' is not downstream of the injected '${where}'`);
+      // Real: the buggy plan's values differ from the logical ones at random inputs.
+      assert.ok(numericCheck(lp, r.numeric.seed).mismatches.length > 0);
+    });
+  }
+  it('a mutation that keeps the plan equivalent verifies: two independent gradient all-reduces swapped in program order', () => {
+    const plan = generatePlan({ model: MLP, par: { dp: 2, tp: 1, micro: 1 }, optimizer: OPT });
+    const ops = (plan['parallel'] as { programs: { ops: { op: string }[] }[] }).programs[0]?.ops ?? [];
+    const idx = ops.map((o, i) => (o.op === 'all_reduce' ? i : -1)).filter((i) => i >= 0);
+    assert.ok(idx.length >= 2);
+    const [a, b] = [idx[0] as number, idx[1] as number];
+    [ops[a], ops[b]] = [ops[b] as { op: string }, ops[a] as { op: string }];
+    assert.equal(verifyPlan(loadPlanObject('swap.json', plan)).verdict, 'verified');
+  });
+});
+
+describe('planproof gen', () => {
+  it('writes a plan that verify proves, and lists the catalog', async () => {
+    const r = await runCli(['gen', '--preset', 'mlp-tiny', '--dp', '2', '--tp', '1', '--micro', '1']);
+    assert.equal(r.code, 0, r.stderr);
+    const plan = JSON.parse(r.stdout) as Record<string, unknown>;
+    assert.equal(verifyPlan(loadPlanObject('gen.json', plan)).verdict, 'verified');
+    const l = await runCli(['gen', '--list-bugs']);
+    assert.equal(l.code, 0);
+    for (const b of BUGS) assert.ok(l.stdout.includes(b.id));
+  });
+  it('rejects an unknown preset, an unknown bug and an indivisible configuration with exit 4 and no stack trace', async () => {
+    for (const args of [['gen', '--preset', 'nope'], ['gen', '--inject', 'nope'], ['gen', '--preset', 'gpt2-tiny', '--dp', '3']]) {
+      const r = await runCli(args);
+      assert.equal(r.code, 4, args.join(' '));
+      assert.ok(!/\n\s+at /.test(r.stderr), r.stderr);
+    }
+  });
+});
