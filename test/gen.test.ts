@@ -7,7 +7,8 @@ import { loadPlanObject } from '../plans/loader.js';
 import { PlanError } from '../plans/errors.js';
 import { verifyPlan } from '../stages/verify.js';
 import { numericCheck } from '../stages/numeric.js';
-import { runCli } from './helpers.js';
+import { runCli, ROOT } from './helpers.js';
+import { readFileSync } from 'node:fs';
 
 const MLP = (PRESETS['mlp-tiny'] as { model: ModelConfig }).model;
 const GPT2 = (PRESETS['gpt2-tiny'] as { model: ModelConfig }).model;
@@ -55,6 +56,12 @@ function downstream(plan: Record<string, unknown>, start: string): Set<string> {
 
 describe('bug catalog: every injected bug is caught', () => {
   const ctx: BugContext = { dp: 2, tp: 2, micro: 2, family: 'gpt2' };
+  it('docs/bugs.md lists every entry with its source, and nothing else', () => {
+    const doc = readFileSync(`${ROOT}docs/bugs.md`, 'utf8');
+    const listed = [...doc.matchAll(/^\| `([a-z0-9-]+)` \|/gm)].map((m) => m[1]);
+    assert.deepEqual(listed.sort(), BUGS.map((b) => b.id).sort());
+    for (const b of BUGS) assert.ok(doc.includes(b.source), `${b.id}: source not in docs/bugs.md`);
+  });
   it('has at least 20 entries, each with a source', () => {
     assert.ok(BUGS.length >= 20, `${BUGS.length} bugs`);
     for (const b of BUGS) assert.ok(b.source.length > 10 && b.title.length > 10, b.id);
