@@ -12,13 +12,14 @@ import { readFileSync } from 'node:fs';
 
 const MLP = (PRESETS['mlp-tiny'] as { model: ModelConfig }).model;
 const GPT2 = (PRESETS['gpt2-tiny'] as { model: ModelConfig }).model;
+const LLAMA = (PRESETS['llama-tiny'] as { model: ModelConfig }).model;
 // A large learning rate and a small clipping threshold make every optimizer-side bug visible
 // numerically (with max_norm 1 the clip factor is often exactly 1 at random inputs).
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 
 describe('plan generators: the strategy matrix verifies', () => {
   const matrix: [ModelConfig, number, number, number][] = [];
-  for (const m of [MLP, GPT2]) for (const [dp, tp, micro] of [[1, 1, 1], [2, 1, 1], [1, 2, 1], [1, 1, 2], [2, 2, 2]] as const) matrix.push([m, dp, tp, micro]);
+  for (const m of [MLP, GPT2, LLAMA]) for (const [dp, tp, micro] of [[1, 1, 1], [2, 1, 1], [1, 2, 1], [1, 1, 2], [2, 2, 2]] as const) matrix.push([m, dp, tp, micro]);
   for (const [model, dp, tp, micro] of matrix) {
     it(`${model.family} dp${dp} tp${tp} micro${micro}: forward, backward, accumulation, reduction, clipping, AdamW are verified`, () => {
       const plan = generatePlan({ model, par: { dp, tp, micro }, optimizer: OPT });
@@ -55,7 +56,12 @@ function downstream(plan: Record<string, unknown>, start: string): Set<string> {
 }
 
 describe('bug catalog: every injected bug is caught', () => {
-  const ctx: BugContext = { dp: 2, tp: 2, micro: 2, family: 'gpt2' };
+  const base = { dp: 2, tp: 2, micro: 2 };
+  // Each bug runs on the first family that has its place (gpt2, else llama).
+  const ctxFor = (bug: (typeof BUGS)[number]): [BugContext, ModelConfig] => {
+    const g: BugContext = { ...base, family: 'gpt2' };
+    return bug.applies(g) ? [g, GPT2] : [{ ...base, family: 'llama' }, LLAMA];
+  };
   it('docs/bugs.md lists every entry with its source, and nothing else', () => {
     const doc = readFileSync(`${ROOT}docs/bugs.md`, 'utf8');
     const listed = [...doc.matchAll(/^\| `([a-z0-9-]+)` \|/gm)].map((m) => m[1]);
@@ -68,8 +74,9 @@ describe('bug catalog: every injected bug is caught', () => {
   });
   for (const bug of BUGS) {
     it(`${bug.id} (${bug.kind}) is ${bug.kind === 'consistency' ? 'rejected at load with its place named' : 'refuted at a stage downstream of the injection, and is a real bug numerically'}`, () => {
+      const [ctx, model] = ctxFor(bug);
       assert.ok(bug.applies(ctx), 'the test configuration must have the place this bug needs');
-      const plan = generatePlan({ model: GPT2, par: ctx, optimizer: OPT });
+      const plan = generatePlan({ model, par: base, optimizer: OPT });
       const where = bug.inject(plan, ctx);
       if (bug.kind === 'consistency') {
         assert.throws(

@@ -306,8 +306,37 @@ export const BUGS: Bug[] = [
     kind: 'wrong-data',
     applies: () => true,
     inject: (p) => {
-      const o = find(program(p).ops, (x) => x.op === 'add' && /\/acc:/.test(x.id), 'gradient fan-out sum');
+      const o = find(program(p).ops, (x) => x.op === 'add' && /\/acc\[/.test(x.id), 'gradient fan-out sum');
       o.inputs = [o.inputs[0] as string, o.inputs[0] as string];
+      return o.id;
+    },
+  },
+  {
+    id: 'rope-backward-cos-sin-swapped',
+    title: 'the rotary-embedding backward multiplies the gradient by sin where it needs cos, and the reverse',
+    source: 'TrainVerify bug 11 (rotary backward inputs swapped); TrainVerify itself approximated rotary with one table',
+    kind: 'wrong-data',
+    applies: (c) => c.family === 'llama',
+    inject: (p) => {
+      const ops = program(p).ops.filter((x) => /(^|\/)grad\//.test(x.id) && x.op === 'mul');
+      const c = ops.find((x) => x.inputs.includes('rope_cos'));
+      const s = ops.find((x) => x.inputs.includes('rope_sin') && c !== undefined && x.inputs[0] === c.inputs[0]);
+      if (c === undefined || s === undefined) throw new Error('bug injection: no rotary backward in this plan');
+      c.inputs = c.inputs.map((x) => (x === 'rope_cos' ? 'rope_sin' : x));
+      s.inputs = s.inputs.map((x) => (x === 'rope_sin' ? 'rope_cos' : x));
+      return c.id;
+    },
+  },
+  {
+    id: 'rmsnorm-eps-one-rank',
+    title: "one rank's RMSNorm epsilon changed",
+    source: 'TrainVerify bug 7 (one rank\'s epsilon constant changed), on the Llama plan it used',
+    kind: 'wrong-data',
+    applies: (c) => c.family === 'llama' && c.dp * c.tp > 1,
+    inject: (p, c) => {
+      const prog = ownProgram(p, 1, c.dp * c.tp);
+      const o = find(prog.ops, (x) => x.op === 'rms_norm', 'RMSNorm');
+      o.attrs = { ...(o.attrs ?? {}), eps: '1/1000' };
       return o.id;
     },
   },

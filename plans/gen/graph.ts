@@ -25,7 +25,7 @@ export interface Provenance {
 export interface GenTensor {
   readonly name: string;
   readonly shape: Shape;
-  readonly prov: Provenance;
+  prov: Provenance;
   dtype?: string;
   role?: 'input' | 'param' | 'optimizer_state';
   /** Integer inputs: range(lo, hi). */
@@ -132,7 +132,9 @@ export class GenGraph implements GradBuilder {
     const byLabel = new Map<string, DimTag>();
     inputs.forEach((r, i) => this.t(r).tags?.forEach((tag, d) => {
       const l = sig.inputs[i]?.[d];
-      if (tag !== undefined && l !== undefined && l.role !== 'fixed') byLabel.set(l.label, tag);
+      // A label shared by an input and an output dim is the same index (same size); 'fixed'
+      // only forbids shrinking it. Reshape's labels are all distinct (see reshapeTags).
+      if (tag !== undefined && l !== undefined) byLabel.set(l.label, tag);
     }));
     outs.forEach((o, k) => {
       const tags = (sig.outputs[k] ?? []).map((l) => byLabel.get(l.label));
@@ -217,7 +219,7 @@ export class GenGraph implements GradBuilder {
             if (g === undefined || !need.has(x)) return;
             const prev = grads.get(x);
             // Named after the tensor whose gradient accumulates, so both builds agree.
-            grads.set(x, prev === undefined ? g : this.one('add', [prev, g], {}, this.fresh(`acc:${this.name(x)}`)));
+            grads.set(x, prev === undefined ? g : this.one('add', [prev, g], {}, this.fresh(`acc[${this.name(x)}]`)));
           });
         }
         return wrt.map((w) => grads.get(w));

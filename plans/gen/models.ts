@@ -9,7 +9,7 @@ import type { GradRef } from '../../ops/grad.js';
 import type { Net } from './net.js';
 
 export interface ModelConfig {
-  readonly family: 'mlp' | 'gpt2';
+  readonly family: 'mlp' | 'gpt2' | 'llama';
   readonly layers: number;
   readonly hidden: number;
   /** Attention heads (gpt2). */
@@ -21,6 +21,8 @@ export interface ModelConfig {
   readonly batch: number;
   /** MLP inner width (default 4 * hidden). */
   readonly ffn?: number;
+  /** Key/value heads (llama, grouped-query attention; default: heads). */
+  readonly kvHeads?: number;
 }
 
 export interface Model {
@@ -173,6 +175,73 @@ function vocabCrossEntropy(net: Net, logits: GradRef, labels: GradRef, V: number
   });
 }
 
+/**
+ * Llama-3 style: RMSNorm, rotary embedding with separate cos / sin tables (inputs, as real
+ * code precomputes them), grouped-query attention, SwiGLU MLP, untied LM head. Under tp the
+ * query and key/value heads are split across ranks (kv heads must divide by tp).
+ */
+export function llama(c: ModelConfig): Model {
+  const H = c.hidden;
+  const hd = H / c.heads;
+  const kvh = c.kvHeads ?? c.heads;
+  if (!Number.isInteger(hd) || hd % 2 !== 0) throw new Error(`hidden ${H} / heads ${c.heads} must be an even head dim`);
+  if (c.heads % kvh !== 0) throw new Error(`heads ${c.heads} are not a multiple of kv heads ${kvh}`);
+  return {
+    params(net) {
+      const p = new Map<string, GradRef>();
+      const add = (k: string, shape: number[], shard?: number): void => void p.set(k, net.param(k, shape, shard));
+      add('embed', [c.vocab, H], 0);
+      for (let l = 0; l < c.layers; l++) {
+        add(`l${l}.attn_norm`, [H]);
+        add(`l${l}.attn.q`, [H, H], 0);
+        add(`l${l}.attn.k`, [kvh * hd, H], 0);
+        add(`l${l}.attn.v`, [kvh * hd, H], 0);
+        add(`l${l}.attn.o`, [H, H], 1);
+        add(`l${l}.mlp_norm`, [H]);
+        add(`l${l}.mlp.gate`, [ffn(c), H], 0);
+        add(`l${l}.mlp.up`, [ffn(c), H], 0);
+        add(`l${l}.mlp.down`, [H, ffn(c)], 1);
+      }
+      add('norm', [H]);
+      add('lm_head', [c.vocab, H], 0);
+      return p;
+    },
+    forward(net, p) {
+      const B = net.rows(c.batch);
+      const S = c.seq;
+      const nh = c.heads / net.tp;
+      const nkv = kvh / net.tp;
+      if (!Number.isInteger(nkv)) throw new Error(`kv heads ${kvh} are not divisible by tp = ${net.tp}`);
+      const ids = net.data('ids', [c.batch, S], { dtype: 'int64', values: [0, c.vocab] });
+      const labels = net.data('labels', [c.batch, S], { dtype: 'int64', values: [0, c.vocab] });
+      const cos = net.table('rope_cos', [S, hd]);
+      const sin = net.table('rope_sin', [S, hd]);
+      let h = vocabEmbedding(net, ids, get(p, 'embed'), c.vocab);
+      for (let l = 0; l < c.layers; l++) {
+        h = net.g.scope(`l${l}`, () => {
+          const norm = (x: GradRef, w: string): GradRef => net.op('rms_norm', [x, get(p, `l${l}.${w}`)], { eps: '1/100000' });
+          const a = net.copyToTp(norm(h, 'attn_norm'));
+          const heads = (n: string, count: number, rope: boolean): GradRef => {
+            const x = net.op('transpose', [net.op('reshape', [net.op('linear', [a, get(p, `l${l}.attn.${n}`)])], { shape: [B, S, count, hd] })], { dim0: 1, dim1: 2 });
+            return rope ? net.op('rope', [x, cos, sin]) : x;
+          };
+          const o = net.op('attention', [heads('q', nh, true), heads('k', nkv, true), heads('v', nkv, false)], { causal: true });
+          const merged = net.op('reshape', [net.op('transpose', [o], { dim0: 1, dim1: 2 })], { shape: [B, S, nh * hd] });
+          const h1 = net.op('add', [h, net.reduceFromTp(net.op('linear', [merged, get(p, `l${l}.attn.o`)]))]);
+          const b = net.copyToTp(norm(h1, 'mlp_norm'));
+          const gated = net.op('swiglu', [net.op('linear', [b, get(p, `l${l}.mlp.gate`)]), net.op('linear', [b, get(p, `l${l}.mlp.up`)])]);
+          return net.op('add', [h1, net.reduceFromTp(net.op('linear', [gated, get(p, `l${l}.mlp.down`)]))]);
+        });
+      }
+      const hf = net.copyToTp(net.op('rms_norm', [h, get(p, 'norm')], { eps: '1/100000' }));
+      const logits = net.op('linear', [hf, get(p, 'lm_head')]);
+      const flat = net.op('reshape', [logits], { shape: [B * S, (c.vocab / net.tp) | 0] });
+      const lab = net.op('reshape', [labels], { shape: [B * S] });
+      return meanLoss(net, (reduction, out) => vocabCrossEntropy(net, flat, lab, c.vocab, reduction, out), c.batch * S);
+    },
+  };
+}
+
 export function buildModel(c: ModelConfig): Model {
-  return c.family === 'mlp' ? mlp(c) : gpt2(c);
+  return c.family === 'mlp' ? mlp(c) : c.family === 'gpt2' ? gpt2(c) : llama(c);
 }

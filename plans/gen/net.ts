@@ -74,6 +74,13 @@ export class Net {
     return this.g.leaf(n, local, { varies, mbs, batch: true }, { role: 'input', logical: name, tags: shape.map((_, d) => (d === 0 ? ('rows' as const) : undefined)), ...(extra.dtype === undefined ? {} : { dtype: extra.dtype }), ...(extra.values === undefined ? {} : { values: extra.values }) });
   }
 
+  /** A replicated input table (rotary cos / sin), declared once per build. */
+  table(name: string, shape: Shape): GradRef {
+    const have = this.g.tensors.findIndex((t) => t.name === name);
+    if (have >= 0) return have;
+    return this.g.leaf(name, shape, REPLICATED, { role: 'input' });
+  }
+
   op(name: string, inputs: readonly GradRef[], attrs: Attrs = {}, outName?: string): GradRef {
     return this.g.one(name, inputs, attrs, outName);
   }
@@ -92,6 +99,9 @@ export class Net {
     for (const [k, v] of Object.entries(tpAttrs)) at0[k] = v.c;
     const out = this.g.one(name, inputs, at0);
     if (this.tp > 1) {
+      // Attributes that depend on the rank make the value vary across tp.
+      const t = this.g.t(out);
+      t.prov = { ...t.prov, varies: new Set([...t.prov.varies, 'tp']) };
       const op = this.g.ops[this.g.ops.length - 1];
       if (op !== undefined) {
         const emitted: Record<string, AttrValue> = { ...attrs };

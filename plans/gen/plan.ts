@@ -77,9 +77,13 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       const logical = logicalGrads?.get(n) ?? g.t(parts[0] as GradRef).name;
       gradNames.set(n, logical);
       g.t(acc).logical = logical;
+      // A gradient is laid out like its parameter (a tp shard stays on the same dim).
+      const ptags = g.t(params.get(n) as GradRef).tags;
+      if (ptags !== undefined) for (const x of [...parts, acc]) g.t(x).tags = [...ptags];
       if (par !== undefined && par.dp > 1) {
         acc = g.collective('all_reduce', acc, { reduce: 'sum' }, ['dp'], { dp: par.dp, tp: par.tp });
         g.t(acc).logical = logical;
+        if (ptags !== undefined) g.t(acc).tags = [...ptags];
       }
       return acc;
     });
@@ -197,7 +201,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
   const rowFactor = (dpVaries ? par.dp : 1) * (oneMb !== undefined ? micro : 1);
   // The dim holding the batch rows: tagged through the ops' dim signatures, else dim 0.
   const tagged = (tag: string): number => t.tags?.findIndex((x) => x === tag) ?? -1;
-  const rd = tagged('rows') >= 0 ? tagged('rows') : t.tags === undefined ? 0 : -1;
+  const rd = tagged('rows');
   if (rowFactor > 1 && rd >= 0 && (ls[rd] ?? 0) === (ps[rd] ?? -1) * rowFactor) {
     const n = ps[rd] as number;
     const base = `${oneMb !== undefined ? micro * n : n}*dp + ${(oneMb ?? 0) * n}`;

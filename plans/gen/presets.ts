@@ -23,6 +23,16 @@ export const PRESETS: Readonly<Record<string, Preset>> = {
     par: { dp: 2, tp: 2, micro: 2 },
     about: 'one-layer GPT-2 (vocab 4, 2 heads), dp2 tp2, 2 micro-batches (tests)',
   },
+  'llama-tiny': {
+    model: { family: 'llama', layers: 1, hidden: 8, heads: 4, kvHeads: 2, seq: 2, vocab: 4, batch: 4, ffn: 4 },
+    par: { dp: 2, tp: 2, micro: 2 },
+    about: 'one-layer Llama (RMSNorm, RoPE, 4 query / 2 kv heads, SwiGLU), dp2 tp2, 2 micro-batches (tests)',
+  },
+  'llama3-8b-shape': {
+    model: { family: 'llama', layers: 32, hidden: 4096, heads: 32, kvHeads: 8, seq: 128, vocab: 128256, batch: 512, ffn: 14336 },
+    par: { dp: 64, tp: 8, micro: 1 },
+    about: 'Llama-3 8B dimensions (TrainVerify L1 model, seq 128, gbs 512), dp64 tp8 (512 ranks): generation scale, not a proof size',
+  },
   'gpt2-small-shape': {
     model: { family: 'gpt2', layers: 12, hidden: 768, heads: 12, seq: 1024, vocab: 50304, batch: 512, ffn: 3072 },
     par: { dp: 8, tp: 4, micro: 4 },
