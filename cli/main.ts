@@ -119,6 +119,7 @@ interface GenArgs {
   dp?: number | undefined;
   tp?: number | undefined;
   micro?: number | undefined;
+  sp?: boolean | undefined;
   inject?: string | undefined;
   listBugs?: boolean | undefined;
   out?: string | undefined;
@@ -145,8 +146,8 @@ function gen(a: GenArgs, out: Out): number {
     batch: pick(a.batch, base.model.batch),
     ffn: pick(a.ffn, base.model.ffn ?? 4 * base.model.hidden),
   };
-  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro) };
-  for (const [k, v] of Object.entries({ ...model, ...par })) {
+  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true };
+  for (const [k, v] of Object.entries({ ...model, dp: par.dp, tp: par.tp, micro: par.micro })) {
     if (typeof v === 'number' && (!Number.isInteger(v) || v < 1)) {
       out.err(`planproof: --${k} must be a positive integer, got ${v}`);
       return ExitCode.usage;
@@ -234,6 +235,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('dp', { type: 'number' })
           .option('tp', { type: 'number' })
           .option('micro', { type: 'number', describe: 'micro-batches per iteration' })
+          .option('sp', { type: 'boolean', describe: 'Megatron sequence parallelism (with tp > 1)' })
           .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })
           .option('list-bugs', { type: 'boolean', default: false })
           .option('out', { type: 'string', describe: 'output file (default: stdout)' }),

@@ -18,11 +18,12 @@ const LLAMA = (PRESETS['llama-tiny'] as { model: ModelConfig }).model;
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 
 describe('plan generators: the strategy matrix verifies', () => {
-  const matrix: [ModelConfig, number, number, number][] = [];
-  for (const m of [MLP, GPT2, LLAMA]) for (const [dp, tp, micro] of [[1, 1, 1], [2, 1, 1], [1, 2, 1], [1, 1, 2], [2, 2, 2]] as const) matrix.push([m, dp, tp, micro]);
-  for (const [model, dp, tp, micro] of matrix) {
-    it(`${model.family} dp${dp} tp${tp} micro${micro}: forward, backward, accumulation, reduction, clipping, AdamW are verified`, () => {
-      const plan = generatePlan({ model, par: { dp, tp, micro }, optimizer: OPT });
+  const matrix: [ModelConfig, number, number, number, boolean][] = [];
+  for (const m of [MLP, GPT2, LLAMA]) for (const [dp, tp, micro] of [[1, 1, 1], [2, 1, 1], [1, 2, 1], [1, 1, 2], [2, 2, 2]] as const) matrix.push([m, dp, tp, micro, false]);
+  matrix.push([GPT2, 2, 2, 2, true], [LLAMA, 1, 2, 1, true]);
+  for (const [model, dp, tp, micro, sp] of matrix) {
+    it(`${model.family} dp${dp} tp${tp}${sp ? ' sp' : ''} micro${micro}: forward, backward, accumulation, reduction, clipping, AdamW are verified`, () => {
+      const plan = generatePlan({ model, par: { dp, tp, micro, sp }, optimizer: OPT });
       const lp = loadPlanObject('gen.json', plan);
       const r = verifyPlan(lp);
       assert.equal(r.verdict, 'verified', r.summary);
@@ -56,11 +57,15 @@ function downstream(plan: Record<string, unknown>, start: string): Set<string> {
 }
 
 describe('bug catalog: every injected bug is caught', () => {
-  const base = { dp: 2, tp: 2, micro: 2 };
-  // Each bug runs on the first family that has its place (gpt2, else llama).
+  // Each bug runs on the first configuration that has its place (gpt2, llama, then with SP).
   const ctxFor = (bug: (typeof BUGS)[number]): [BugContext, ModelConfig] => {
-    const g: BugContext = { ...base, family: 'gpt2' };
-    return bug.applies(g) ? [g, GPT2] : [{ ...base, family: 'llama' }, LLAMA];
+    for (const sp of [false, true]) {
+      for (const [family, model] of [['gpt2', GPT2], ['llama', LLAMA]] as const) {
+        const c: BugContext = { dp: 2, tp: 2, micro: 2, sp, family };
+        if (bug.applies(c)) return [c, model];
+      }
+    }
+    throw new Error(`no test configuration for ${bug.id}`);
   };
   it('docs/bugs.md lists every entry with its source, and nothing else', () => {
     const doc = readFileSync(`${ROOT}docs/bugs.md`, 'utf8');
@@ -76,7 +81,7 @@ describe('bug catalog: every injected bug is caught', () => {
     it(`${bug.id} (${bug.kind}) is ${bug.kind === 'consistency' ? 'rejected at load with its place named' : 'refuted at a stage downstream of the injection, and is a real bug numerically'}`, () => {
       const [ctx, model] = ctxFor(bug);
       assert.ok(bug.applies(ctx), 'the test configuration must have the place this bug needs');
-      const plan = generatePlan({ model, par: base, optimizer: OPT });
+      const plan = generatePlan({ model, par: ctx, optimizer: OPT });
       const where = bug.inject(plan, ctx);
       if (bug.kind === 'consistency') {
         assert.throws(

@@ -26,6 +26,7 @@ export interface BugContext {
   readonly tp: number;
   readonly micro: number;
   readonly family: string;
+  readonly sp?: boolean;
 }
 
 export interface Bug {
@@ -337,6 +338,30 @@ export const BUGS: Bug[] = [
       const prog = ownProgram(p, 1, c.dp * c.tp);
       const o = find(prog.ops, (x) => x.op === 'rms_norm', 'RMSNorm');
       o.attrs = { ...(o.attrs ?? {}), eps: '1/1000' };
+      return o.id;
+    },
+  },
+  {
+    id: 'sp-norm-grad-not-reduced',
+    title: 'sequence parallelism: a LayerNorm / RMSNorm weight gradient, partial over the sequence shards, is never all-reduced over tp',
+    source: 'Megatron-LM #1446 (final LayerNorm weight gradient under TP+SP); TTrace table 1: LayerNorm weights not synchronized under SP',
+    kind: 'missing-communication',
+    applies: (c) => c.sp === true && c.tp > 1 && c.family !== 'mlp',
+    inject: (p) => {
+      // The reducer of an accumulated norm-weight gradient (accum.<param>, param a norm).
+      const o = find(program(p).ops, (x) => isAr('tp')(x) && /^accum\.(.*\.)?(ln[0-9a-z]*|[a-z_]*norm)(\.w)?$/.test(x.inputs[0] ?? ''), 'norm weight gradient all-reduce');
+      return toIdentity(o);
+    },
+  },
+  {
+    id: 'sp-gather-before-norm',
+    title: 'sequence parallelism: the sequence all-gather placed on the hidden dim instead of the sequence dim',
+    source: 'Megatron sequence parallel (gather_from_sequence_parallel_region): a wrong layout; the shapes no longer agree',
+    kind: 'consistency',
+    applies: (c) => c.sp === true && c.tp > 1 && c.family !== 'mlp',
+    inject: (p) => {
+      const o = find(program(p).ops, (x) => x.op === 'all_gather' && (x.group?.axes ?? []).includes('tp'), 'sequence all-gather');
+      o.attrs = { dim: 2 };
       return o.id;
     },
   },

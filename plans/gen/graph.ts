@@ -38,7 +38,7 @@ export interface GenTensor {
   tags?: (DimTag | undefined)[];
 }
 
-export type DimTag = 'rows' | 'tp';
+export type DimTag = 'rows' | 'tp' | 'dp';
 
 export interface GenOp {
   id: string;
@@ -165,8 +165,13 @@ export class GenGraph implements GradBuilder {
     if (name === 'all_reduce' || name === 'all_gather') for (const a of axes) varies.delete(a);
     const base = this.fresh(name);
     const out = this.add(base, shape, { varies, mbs: p.mbs, batch: p.batch });
-    const tags = this.t(input).tags;
-    if (name === 'all_reduce' && tags !== undefined) this.t(out).tags = [...tags];
+    // Tags follow the data: an all-gather completes its dim, a reduce-scatter splits it over
+    // the group's (single) axis.
+    const tags = [...(this.t(input).tags ?? shape.map(() => undefined))];
+    const d = typeof attrs['dim'] === 'number' ? (attrs['dim'] < 0 ? attrs['dim'] + shape.length : attrs['dim']) : -1;
+    if (name === 'all_gather' && d >= 0) tags[d] = undefined;
+    if (name === 'reduce_scatter' && d >= 0 && axes.length === 1) tags[d] = axes[0] as DimTag;
+    if (name === 'all_reduce' || name === 'all_gather' || name === 'reduce_scatter') this.t(out).tags = tags;
     this.ops.push({ id: base, op: name, inputs: [this.name(input)], outputs: [base], attrs, group: { axes } });
     return out;
   }

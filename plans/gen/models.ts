@@ -107,24 +107,24 @@ export function gpt2(c: ModelConfig): Model {
       const ids = net.data('ids', [c.batch, S], { dtype: 'int64', values: [0, c.vocab] });
       const labels = net.data('labels', [c.batch, S], { dtype: 'int64', values: [0, c.vocab] });
       const wte = get(p, 'wte');
-      let h = net.op('add', [vocabEmbedding(net, ids, wte, c.vocab), get(p, 'wpe')]);
+      let h = net.op('add', [vocabEmbedding(net, ids, wte, c.vocab), net.seqChunk(get(p, 'wpe'), 0)]);
       const hl = (H / net.tp) | 0;
       const nh = c.heads / net.tp;
       if (!Number.isInteger(nh)) throw new Error(`heads ${c.heads} are not divisible by tp = ${net.tp}`);
       for (let l = 0; l < c.layers; l++) {
         h = net.g.scope(`l${l}`, () => {
           const ln = (x: GradRef, n: string): GradRef => net.op('layer_norm', [x, get(p, `l${l}.${n}.w`), get(p, `l${l}.${n}.b`)], { eps: '1/100000' });
-          const a = net.copyToTp(ln(h, 'ln1'));
+          const a = net.enterTp(ln(h, 'ln1'));
           const heads = (n: string): GradRef => net.op('transpose', [net.op('reshape', [net.op('linear', [a, get(p, `l${l}.attn.${n}`)])], { shape: [B, S, nh, hd] })], { dim0: 1, dim1: 2 });
           const o = net.op('attention', [heads('q'), heads('k'), heads('v')], { causal: true });
           const merged = net.op('reshape', [net.op('transpose', [o], { dim0: 1, dim1: 2 })], { shape: [B, S, hl] });
-          const h1 = net.op('add', [h, net.reduceFromTp(net.op('linear', [merged, get(p, `l${l}.attn.o`)]))]);
-          const b = net.copyToTp(ln(h1, 'ln2'));
+          const h1 = net.op('add', [h, net.leaveTp(net.op('linear', [merged, get(p, `l${l}.attn.o`)]))]);
+          const b = net.enterTp(ln(h1, 'ln2'));
           const f = net.op('gelu', [net.op('linear', [b, get(p, `l${l}.fc1.w`), get(p, `l${l}.fc1.b`)])]);
-          return net.op('add', [h1, net.reduceFromTp(net.op('linear', [f, get(p, `l${l}.fc2.w`)]))]);
+          return net.op('add', [h1, net.leaveTp(net.op('linear', [f, get(p, `l${l}.fc2.w`)]))]);
         });
       }
-      const hf = net.copyToTp(net.op('layer_norm', [h, get(p, 'lnf.w'), get(p, 'lnf.b')], { eps: '1/100000' }));
+      const hf = net.enterTp(net.op('layer_norm', [h, get(p, 'lnf.w'), get(p, 'lnf.b')], { eps: '1/100000' }));
       // Tied LM head: logits against the (vocab-parallel) embedding table.
       const logits = net.op('matmul', [hf, net.op('transpose', [wte], { dim0: 0, dim1: 1 })]);
       const flat = net.op('reshape', [logits], { shape: [B * S, (c.vocab / net.tp) | 0] });
@@ -148,7 +148,7 @@ function vocabEmbedding(net: Net, ids: GradRef, w: GradRef, V: number): GradRef 
     return net.op('where', [m, net.op('scale', [r], { factor: 0 }), r]);
   });
   net.g.t(rows).logical = 'emb';
-  const out = net.reduceFromTp(rows);
+  const out = net.leaveTp(rows);
   net.g.t(out).logical = 'emb';
   return out;
 }
@@ -220,20 +220,20 @@ export function llama(c: ModelConfig): Model {
       for (let l = 0; l < c.layers; l++) {
         h = net.g.scope(`l${l}`, () => {
           const norm = (x: GradRef, w: string): GradRef => net.op('rms_norm', [x, get(p, `l${l}.${w}`)], { eps: '1/100000' });
-          const a = net.copyToTp(norm(h, 'attn_norm'));
+          const a = net.enterTp(norm(h, 'attn_norm'));
           const heads = (n: string, count: number, rope: boolean): GradRef => {
             const x = net.op('transpose', [net.op('reshape', [net.op('linear', [a, get(p, `l${l}.attn.${n}`)])], { shape: [B, S, count, hd] })], { dim0: 1, dim1: 2 });
             return rope ? net.op('rope', [x, cos, sin]) : x;
           };
           const o = net.op('attention', [heads('q', nh, true), heads('k', nkv, true), heads('v', nkv, false)], { causal: true });
           const merged = net.op('reshape', [net.op('transpose', [o], { dim0: 1, dim1: 2 })], { shape: [B, S, nh * hd] });
-          const h1 = net.op('add', [h, net.reduceFromTp(net.op('linear', [merged, get(p, `l${l}.attn.o`)]))]);
-          const b = net.copyToTp(norm(h1, 'mlp_norm'));
+          const h1 = net.op('add', [h, net.leaveTp(net.op('linear', [merged, get(p, `l${l}.attn.o`)]))]);
+          const b = net.enterTp(norm(h1, 'mlp_norm'));
           const gated = net.op('swiglu', [net.op('linear', [b, get(p, `l${l}.mlp.gate`)]), net.op('linear', [b, get(p, `l${l}.mlp.up`)])]);
-          return net.op('add', [h1, net.reduceFromTp(net.op('linear', [gated, get(p, `l${l}.mlp.down`)]))]);
+          return net.op('add', [h1, net.leaveTp(net.op('linear', [gated, get(p, `l${l}.mlp.down`)]))]);
         });
       }
-      const hf = net.copyToTp(net.op('rms_norm', [h, get(p, 'norm')], { eps: '1/100000' }));
+      const hf = net.enterTp(net.op('rms_norm', [h, get(p, 'norm')], { eps: '1/100000' }));
       const logits = net.op('linear', [hf, get(p, 'lm_head')]);
       const flat = net.op('reshape', [logits], { shape: [B * S, (c.vocab / net.tp) | 0] });
       const lab = net.op('reshape', [labels], { shape: [B * S] });

@@ -13,6 +13,12 @@ export interface Parallelism {
   readonly tp: number;
   /** Micro-batches per iteration (gradient accumulation). */
   readonly micro: number;
+  /**
+   * Megatron sequence parallelism (with tp > 1): between the tensor-parallel regions the
+   * activations are split along the sequence over tp; regions start with an all-gather and
+   * end with a reduce-scatter.
+   */
+  readonly sp?: boolean;
 }
 
 export const SERIAL: Parallelism = { dp: 1, tp: 1, micro: 1 };
@@ -110,6 +116,37 @@ export class Net {
       }
     }
     return out;
+  }
+
+  get sp(): boolean {
+    return this.tp > 1 && this.par?.sp === true;
+  }
+
+  /** Enters a tensor-parallel region: Megatron's f, or under SP the sequence all-gather. */
+  enterTp(x: GradRef, seqDim = 1): GradRef {
+    if (!this.sp) return this.copyToTp(x);
+    const y = this.g.collective('all_gather', x, { dim: seqDim }, ['tp'], this.sizes());
+    this.g.custom([x], [y], ([gy]) => [this.g.collective('reduce_scatter', gy as GradRef, { dim: seqDim, reduce: 'sum' }, ['tp'], this.sizes())]);
+    return y;
+  }
+
+  /** Leaves a tensor-parallel region: Megatron's g, or under SP the sequence reduce-scatter. */
+  leaveTp(x: GradRef, seqDim = 1): GradRef {
+    if (!this.sp) return this.reduceFromTp(x);
+    const y = this.g.collective('reduce_scatter', x, { dim: seqDim, reduce: 'sum' }, ['tp'], this.sizes());
+    this.g.custom([x], [y], ([gy]) => [this.g.collective('all_gather', gy as GradRef, { dim: seqDim }, ['tp'], this.sizes())]);
+    return y;
+  }
+
+  /** Rows [tp * n, tp * n + n) of a replicated table along `dim` under SP (this rank's sequence chunk). */
+  seqChunk(x: GradRef, dim: number): GradRef {
+    if (!this.sp) return x;
+    const S = this.g.shape(x)[dim] as number;
+    const n = S / this.tp;
+    // The backward (a pad back into place) depends on the rank too, so it is spelled here.
+    const y = this.g.untaped(() => this.opTp('slice', [x], { dim }, { start: { k: n, c: 0 }, end: { k: n, c: n } }));
+    this.g.custom([x], [y], ([gy]) => [this.opTp('pad', [gy as GradRef], { dim }, { before: { k: n, c: 0 }, after: { k: -n, c: S - n } })]);
+    return y;
   }
 
   /** Megatron's f: identity forward, all-reduce of the gradient over tp backward. */

@@ -28,6 +28,11 @@ export const PRESETS: Readonly<Record<string, Preset>> = {
     par: { dp: 2, tp: 2, micro: 2 },
     about: 'one-layer Llama (RMSNorm, RoPE, 4 query / 2 kv heads, SwiGLU), dp2 tp2, 2 micro-batches (tests)',
   },
+  'llama-tiny-sp': {
+    model: { family: 'llama', layers: 1, hidden: 8, heads: 4, kvHeads: 2, seq: 2, vocab: 4, batch: 4, ffn: 4 },
+    par: { dp: 2, tp: 2, micro: 2, sp: true },
+    about: 'llama-tiny with Megatron sequence parallelism (tests)',
+  },
   'llama3-8b-shape': {
     model: { family: 'llama', layers: 32, hidden: 4096, heads: 32, kvHeads: 8, seq: 128, vocab: 128256, batch: 512, ffn: 14336 },
     par: { dp: 64, tp: 8, micro: 1 },
