@@ -120,6 +120,7 @@ interface GenArgs {
   tp?: number | undefined;
   micro?: number | undefined;
   sp?: boolean | undefined;
+  zero?: number | undefined;
   inject?: string | undefined;
   listBugs?: boolean | undefined;
   out?: string | undefined;
@@ -146,7 +147,7 @@ function gen(a: GenArgs, out: Out): number {
     batch: pick(a.batch, base.model.batch),
     ffn: pick(a.ffn, base.model.ffn ?? 4 * base.model.hidden),
   };
-  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true };
+  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2 };
   for (const [k, v] of Object.entries({ ...model, dp: par.dp, tp: par.tp, micro: par.micro })) {
     if (typeof v === 'number' && (!Number.isInteger(v) || v < 1)) {
       out.err(`planproof: --${k} must be a positive integer, got ${v}`);
@@ -236,6 +237,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('tp', { type: 'number' })
           .option('micro', { type: 'number', describe: 'micro-batches per iteration' })
           .option('sp', { type: 'boolean', describe: 'Megatron sequence parallelism (with tp > 1)' })
+          .option('zero', { type: 'number', choices: [0, 1, 2], describe: 'ZeRO stage (with dp > 1): sharded optimizer state and step' })
           .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })
           .option('list-bugs', { type: 'boolean', default: false })
           .option('out', { type: 'string', describe: 'output file (default: stdout)' }),

@@ -18,12 +18,12 @@ const LLAMA = (PRESETS['llama-tiny'] as { model: ModelConfig }).model;
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 
 describe('plan generators: the strategy matrix verifies', () => {
-  const matrix: [ModelConfig, number, number, number, boolean][] = [];
+  const matrix: [ModelConfig, number, number, number, boolean, (0 | 1 | 2)?][] = [];
   for (const m of [MLP, GPT2, LLAMA]) for (const [dp, tp, micro] of [[1, 1, 1], [2, 1, 1], [1, 2, 1], [1, 1, 2], [2, 2, 2]] as const) matrix.push([m, dp, tp, micro, false]);
-  matrix.push([GPT2, 2, 2, 2, true], [LLAMA, 1, 2, 1, true]);
-  for (const [model, dp, tp, micro, sp] of matrix) {
-    it(`${model.family} dp${dp} tp${tp}${sp ? ' sp' : ''} micro${micro}: forward, backward, accumulation, reduction, clipping, AdamW are verified`, () => {
-      const plan = generatePlan({ model, par: { dp, tp, micro, sp }, optimizer: OPT });
+  matrix.push([GPT2, 2, 2, 2, true], [LLAMA, 1, 2, 1, true], [MLP, 2, 1, 2, false, 1], [GPT2, 2, 2, 2, false, 1], [LLAMA, 2, 2, 2, true, 2]);
+  for (const [model, dp, tp, micro, sp, zero] of matrix) {
+    it(`${model.family} dp${dp} tp${tp}${sp ? ' sp' : ''}${zero === undefined ? '' : ` zero${zero}`} micro${micro}: forward, backward, accumulation, reduction, clipping, AdamW are verified`, () => {
+      const plan = generatePlan({ model, par: { dp, tp, micro, sp, zero: zero ?? 0 }, optimizer: OPT });
       const lp = loadPlanObject('gen.json', plan);
       const r = verifyPlan(lp);
       assert.equal(r.verdict, 'verified', r.summary);
@@ -59,9 +59,9 @@ function downstream(plan: Record<string, unknown>, start: string): Set<string> {
 describe('bug catalog: every injected bug is caught', () => {
   // Each bug runs on the first configuration that has its place (gpt2, llama, then with SP).
   const ctxFor = (bug: (typeof BUGS)[number]): [BugContext, ModelConfig] => {
-    for (const sp of [false, true]) {
+    for (const [sp, zero] of [[false, 0], [false, 1], [false, 2], [true, 0]] as const) {
       for (const [family, model] of [['gpt2', GPT2], ['llama', LLAMA]] as const) {
-        const c: BugContext = { dp: 2, tp: 2, micro: 2, sp, family };
+        const c: BugContext = { dp: 2, tp: 2, micro: 2, sp, zero, family };
         if (bug.applies(c)) return [c, model];
       }
     }

@@ -27,6 +27,7 @@ export interface BugContext {
   readonly micro: number;
   readonly family: string;
   readonly sp?: boolean;
+  readonly zero?: 0 | 1 | 2;
 }
 
 export interface Bug {
@@ -362,6 +363,50 @@ export const BUGS: Bug[] = [
     inject: (p) => {
       const o = find(program(p).ops, (x) => x.op === 'all_gather' && (x.group?.axes ?? []).includes('tp'), 'sequence all-gather');
       o.attrs = { dim: 2 };
+      return o.id;
+    },
+  },
+  {
+    id: 'zero-update-lost',
+    title: 'ZeRO: the all-gather of the updated parameter shards is replaced by the old parameter: the step is lost',
+    source: 'TTrace table 1: ZeRO parameter update lost',
+    kind: 'missing-communication',
+    applies: (c) => (c.zero ?? 0) > 0 && c.dp > 1,
+    inject: (p) => {
+      const ops = program(p).ops;
+      const o = find(ops, (x) => x.op === 'all_gather' && (x.group?.axes ?? []).includes('dp') && /\.new$/.test(x.inputs[0] ?? ''), 'parameter all-gather');
+      const shard = find(ops, (x) => x.op === 'slice' && x.outputs[0] === ops.find((y) => y.outputs.includes(o.inputs[0] as string))?.inputs[0], 'parameter shard');
+      o.op = 'identity';
+      o.inputs = [shard.inputs[0] as string];
+      delete o.attrs;
+      delete o.group;
+      return o.id;
+    },
+  },
+  {
+    id: 'zero2-accumulation-reset',
+    title: 'ZeRO-2: the sharded gradient buffer is reset every micro-batch, so only the last micro-batch\'s shard survives',
+    source: 'open-instruct PR #1498 (ZeRO-2 manual accumulation reset)',
+    kind: 'wrong-data',
+    applies: (c) => c.zero === 2 && c.dp > 1 && c.micro > 1,
+    inject: (p) => {
+      const ops = program(p).ops;
+      const o = find(ops, (x) => x.op === 'add' && x.id.startsWith('accum.') && !x.id.startsWith('accum.loss') && x.inputs.every((i) => ops.some((y) => y.op === 'reduce_scatter' && y.outputs.includes(i))), 'sharded gradient accumulation');
+      o.op = 'identity';
+      o.inputs = [o.inputs[1] as string];
+      return o.id;
+    },
+  },
+  {
+    id: 'zero-clip-norm-shards',
+    title: 'ZeRO: the gradient norm for clipping is summed over the tensor-parallel group only, not over the data-parallel shards',
+    source: 'Megatron-LM PR #5916 (gradient norm leaves out parts of the model); DeepSpeed ZeRO clipping',
+    kind: 'wrong-communication',
+    applies: (c) => (c.zero ?? 0) > 0 && c.dp > 1,
+    inject: (p) => {
+      const o = find(program(p).ops, (x) => x.op === 'all_reduce' && x.id.includes('clip_tp') && (x.group?.axes ?? []).includes('dp'), 'clipping norm all-reduce');
+      o.group = { axes: (o.group?.axes ?? []).filter((a) => a !== 'dp') };
+      if ((o.group.axes ?? []).length === 0) toIdentity(o);
       return o.id;
     },
   },

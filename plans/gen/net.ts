@@ -19,6 +19,12 @@ export interface Parallelism {
    * end with a reduce-scatter.
    */
   readonly sp?: boolean;
+  /**
+   * ZeRO stage with dp > 1: 1 reduce-scatters the accumulated gradients and shards the
+   * optimizer state and step, then all-gathers the parameters; 2 reduce-scatters every
+   * micro-batch's gradient and accumulates shards. 0: all-reduce (default).
+   */
+  readonly zero?: 0 | 1 | 2;
 }
 
 export const SERIAL: Parallelism = { dp: 1, tp: 1, micro: 1 };

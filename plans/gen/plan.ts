@@ -66,11 +66,29 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
     else g.scope(scope, run);
   }
   const gradNames = new Map<string, string>();
+  const zero = par !== undefined && par.dp > 1 ? (par.zero ?? 0) : 0;
+  const sizes = { dp: par?.dp ?? 1, tp: par?.tp ?? 1 };
   return g.untaped(() => {
+    // Per parameter: the dim ZeRO shards over dp (untouched by tp, divisible by dp), or -1.
+    const zeroDim = names.map((n) => {
+      if (zero === 0) return -1;
+      const p = params.get(n) as GradRef;
+      const tags = g.t(p).tags;
+      return g.shape(p).findIndex((s, d) => tags?.[d] === undefined && s % sizes.dp === 0);
+    });
+    const rsDp = (x: GradRef, d: number, n: string): GradRef => {
+      const y = g.collective('reduce_scatter', x, { dim: d, reduce: 'sum' }, ['dp'], sizes);
+      const ptags = g.t(params.get(n) as GradRef).tags;
+      if (ptags !== undefined) g.t(y).tags = ptags.map((t, k) => (k === d ? 'dp' : t));
+      return y;
+    };
     // Gradient accumulation over micro-batches, then the data-parallel reduction.
     const grads = names.map((n, i) => {
-      const parts = perMicro.map((gs) => gs[i]).filter((x): x is GradRef => x !== undefined);
+      let parts = perMicro.map((gs) => gs[i]).filter((x): x is GradRef => x !== undefined);
       if (parts.length === 0) throw new Error(`parameter '${n}' gets no gradient`);
+      const zd = zeroDim[i] as number;
+      // ZeRO-2: every micro-batch's gradient is reduce-scattered as it is produced.
+      if (zero === 2 && zd >= 0) parts = parts.map((x) => rsDp(x, zd, n));
       let acc = parts[0] as GradRef;
       for (const x of parts.slice(1)) acc = g.one('add', [acc, x], {}, g.scopedName(`accum.${n}`));
       // The logical build names each parameter's gradient; the parallel one points at it.
@@ -79,16 +97,21 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       g.t(acc).logical = logical;
       // A gradient is laid out like its parameter (a tp shard stays on the same dim).
       const ptags = g.t(params.get(n) as GradRef).tags;
-      if (ptags !== undefined) for (const x of [...parts, acc]) g.t(x).tags = [...ptags];
+      if (zero !== 2 || zd < 0) {
+        if (ptags !== undefined) for (const x of [...parts, acc]) g.t(x).tags = [...ptags];
+      } else g.t(acc).tags = g.t(parts[0] as GradRef).tags?.slice() ?? g.shape(acc).map((_, k) => (k === zd ? 'dp' : undefined));
       // Reduce over every axis the gradient varies on but the parameter does not: dp always;
       // tp for replicated parameters used on sequence shards (SP LayerNorm, positions).
       const pv = g.t(params.get(n) as GradRef).prov.varies;
       for (const axis of ['tp', 'dp']) {
-        if (par === undefined || !g.t(acc).prov.varies.has(axis) || pv.has(axis)) continue;
+        if (par === undefined || pv.has(axis)) continue;
         if ((axis === 'dp' ? par.dp : par.tp) === 1) continue;
-        acc = g.collective('all_reduce', acc, { reduce: 'sum' }, [axis], { dp: par.dp, tp: par.tp });
+        if (axis === 'dp' && zero === 2 && zd >= 0) continue;
+        if (!g.t(acc).prov.varies.has(axis)) continue;
+        const keepTags = g.t(acc).tags;
+        acc = axis === 'dp' && zd >= 0 ? rsDp(acc, zd, n) : g.collective('all_reduce', acc, { reduce: 'sum' }, [axis], sizes);
         g.t(acc).logical = logical;
-        if (ptags !== undefined) g.t(acc).tags = [...ptags];
+        if (!(axis === 'dp' && zd >= 0) && keepTags !== undefined) g.t(acc).tags = [...keepTags];
       }
       return acc;
     });
@@ -98,17 +121,35 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       g.t(loss).logical = 'loss';
     }
     if (par !== undefined && par.dp > 1) {
-      loss = g.collective('all_reduce', loss, { reduce: 'sum' }, ['dp'], { dp: par.dp, tp: par.tp });
+      loss = g.collective('all_reduce', loss, { reduce: 'sum' }, ['dp'], sizes);
       g.t(loss).logical = 'loss';
     }
-    const clipped = opt.maxNorm === undefined ? grads : clip(g, par, names, params, grads, opt.maxNorm);
+    const clipped = opt.maxNorm === undefined ? grads : clip(g, par, names, params, grads, opt.maxNorm, zeroDim);
     const outputs = [g.name(loss)];
     names.forEach((n, i) => {
       const p = params.get(n) as GradRef;
-      const shard = g.t(p).prov.varies.has('tp');
-      const state = (k: string): GradRef => g.leaf(`${n}.${k}`, g.shape(p), g.t(p).prov, { role: 'optimizer_state' });
-      const outs = g.op('adam_update', [p, clipped[i] as GradRef, state('m'), state('v')], { lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, step: 1, weight_decay: opt.weightDecay, decoupled_weight_decay: true }, `${n}.new`);
-      void shard;
+      const zd = zeroDim[i] as number;
+      const ptags = g.t(p).tags;
+      // ZeRO: this rank's block of the parameter and of its optimizer state.
+      let ps = p;
+      if (zd >= 0) {
+        const k = (g.shape(p)[zd] as number) / sizes.dp;
+        ps = g.one('slice', [p], { dim: zd, start: 0, end: k }, g.scopedName(`zero_shard.${n}`));
+        const op = g.ops[g.ops.length - 1];
+        if (op !== undefined) op.attrs = { dim: zd, start: { expr: `${k}*dp` }, end: { expr: `${k}*dp + ${k}` } };
+        const t = g.t(ps);
+        t.prov = { ...t.prov, varies: new Set([...t.prov.varies, 'dp']) };
+        t.tags = (ptags ?? g.shape(p).map(() => undefined)).map((x, d) => (d === zd ? 'dp' : x));
+        t.noLineage = true;
+      }
+      const state = (k: string): GradRef => g.leaf(`${n}.${k}`, g.shape(ps), g.t(ps).prov, { role: 'optimizer_state', ...(g.t(ps).tags === undefined ? {} : { tags: g.t(ps).tags }) });
+      const outs = g.op('adam_update', [ps, clipped[i] as GradRef, state('m'), state('v')], { lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, step: 1, weight_decay: opt.weightDecay, decoupled_weight_decay: true }, `${n}.new`);
+      if (zd >= 0) {
+        for (const o of outs) g.t(o).tags = g.t(ps).tags?.slice();
+        const full = g.collective('all_gather', outs[0] as GradRef, { dim: zd }, ['dp'], sizes);
+        g.t(full).logical = `${n}.new`;
+        if (ptags !== undefined) g.t(full).tags = [...ptags];
+      }
       outputs.push(...outs.map((o) => g.name(o)));
     });
     return { g, params, loss, outputs, gradNames };
@@ -120,27 +161,31 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
  * the squares of its shards (a replicated gradient counts 1/tp on each rank, so once in
  * total), all-reduces the sum over tp, and scales every gradient by clip_coef.
  */
-function clip(g: GenGraph, par: Parallelism | undefined, names: string[], params: Map<string, GradRef>, grads: GradRef[], maxNorm: string): GradRef[] {
-  if (par === undefined || par.tp === 1) {
+function clip(g: GenGraph, par: Parallelism | undefined, names: string[], params: Map<string, GradRef>, grads: GradRef[], maxNorm: string, zeroDim: number[]): GradRef[] {
+  const zeroed = zeroDim.some((d) => d >= 0);
+  if (par === undefined || (par.tp === 1 && !zeroed)) {
     const outs = g.op('clip_grad_norm', grads, { max_norm: maxNorm }, 'clip');
     return outs;
   }
   return g.scope('clip_tp', () => {
+    // Each rank sums the squares it holds; a value replicated over r ranks counts 1/r.
     const sq = grads.map((x, i) => {
       const s = g.one('sum', [g.one('mul', [x, x])]);
-      const sharded = g.t(params.get(names[i] as string) as GradRef).prov.varies.has('tp');
-      return sharded ? s : g.one('scale', [s], { factor: `1/${par.tp}` });
+      let copies = 1;
+      if (par.tp > 1 && !g.t(params.get(names[i] as string) as GradRef).prov.varies.has('tp')) copies *= par.tp;
+      if (zeroed && par.dp > 1 && (zeroDim[i] as number) < 0) copies *= par.dp;
+      return copies === 1 ? s : g.one('scale', [s], { factor: `1/${copies}` });
     });
     let total = sq[0] as GradRef;
     for (const s of sq.slice(1)) total = g.one('add', [total, s]);
-    total = g.collective('all_reduce', total, { reduce: 'sum' }, ['tp'], { dp: par.dp, tp: par.tp });
+    const axes = [...(zeroed && par.dp > 1 ? ['dp'] : []), ...(par.tp > 1 ? ['tp'] : [])];
+    total = g.collective('all_reduce', total, { reduce: 'sum' }, axes, { dp: par.dp, tp: par.tp });
     const coef = g.one('clip_coef', [total], { max_norm: maxNorm });
     return grads.map((x, i) => g.one('mul', [x, coef], {}, i === 0 ? 'clip' : `clip.${i}`));
   });
 }
 
 type Json = Record<string, unknown>;
-
 /** The plan as JSON (the only thing the verifier sees). */
 export function generatePlan(o: GenOptions): Json {
   const opt = o.optimizer ?? ADAMW;
@@ -168,7 +213,7 @@ export function generatePlan(o: GenOptions): Json {
   const contractInputs = L.g.tensors.filter((t) => !produced.has(t.name)).map((t) => t.name);
   return {
     format: 'planproof/v1',
-    name: o.name ?? `${o.model.family}-dp${par.dp}-tp${par.tp}${par.sp === true ? '-sp' : ''}-mb${par.micro}`,
+    name: o.name ?? `${o.model.family}-dp${par.dp}-tp${par.tp}${par.sp === true ? '-sp' : ''}${(par.zero ?? 0) > 0 ? `-zero${par.zero ?? 0}` : ''}-mb${par.micro}`,
     description: `Generated by planproof gen: ${o.model.family}, ${o.model.layers} layer(s), hidden ${o.model.hidden}, global batch ${o.model.batch}; dp ${par.dp}, tp ${par.tp}, ${par.micro} micro-batch(es); forward, backward, accumulation, gradient all-reduce, clipping, AdamW.`,
     mesh: { axes: [{ name: 'dp', size: par.dp }, { name: 'tp', size: par.tp }] },
     logical: { tensors: logicalTensors, ops: L.g.ops.map((op) => ({ id: op.id, op: op.op, inputs: op.inputs, outputs: op.outputs, ...(op.attrs === undefined ? {} : { attrs: op.attrs }) })) },
