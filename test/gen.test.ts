@@ -18,12 +18,14 @@ const LLAMA = (PRESETS['llama-tiny'] as { model: ModelConfig }).model;
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 
 describe('plan generators: the strategy matrix verifies', () => {
-  const matrix: [ModelConfig, number, number, number, boolean, (0 | 1 | 2)?][] = [];
+  const matrix: [ModelConfig, number, number, number, boolean, (0 | 1 | 2)?, number?][] = [];
   for (const m of [MLP, GPT2, LLAMA]) for (const [dp, tp, micro] of [[1, 1, 1], [2, 1, 1], [1, 2, 1], [1, 1, 2], [2, 2, 2]] as const) matrix.push([m, dp, tp, micro, false]);
   matrix.push([GPT2, 2, 2, 2, true], [LLAMA, 1, 2, 1, true], [MLP, 2, 1, 2, false, 1], [GPT2, 2, 2, 2, false, 1], [LLAMA, 2, 2, 2, true, 2]);
-  for (const [model, dp, tp, micro, sp, zero] of matrix) {
-    it(`${model.family} dp${dp} tp${tp}${sp ? ' sp' : ''}${zero === undefined ? '' : ` zero${zero}`} micro${micro}: forward, backward, accumulation, reduction, clipping, AdamW are verified`, () => {
-      const plan = generatePlan({ model, par: { dp, tp, micro, sp, zero: zero ?? 0 }, optimizer: OPT });
+  // Pipelines (two layers, two stages, 1F1B), with tied embedding (gpt2), SP and ZeRO (llama).
+  matrix.push([{ ...MLP, layers: 2 }, 1, 1, 2, false, 0, 2], [{ ...GPT2, layers: 2 }, 2, 2, 2, false, 0, 2], [{ ...LLAMA, layers: 2 }, 2, 2, 2, true, 1, 2]);
+  for (const [model, dp, tp, micro, sp, zero, pp] of matrix) {
+    it(`${model.family} dp${dp} tp${tp}${sp ? ' sp' : ''}${zero === undefined ? '' : ` zero${zero}`}${pp === undefined ? '' : ` pp${pp}`} micro${micro}: forward, backward, accumulation, reduction, clipping, AdamW are verified`, () => {
+      const plan = generatePlan({ model, par: { dp, tp, micro, sp, zero: zero ?? 0, pp: pp ?? 1 }, optimizer: OPT });
       const lp = loadPlanObject('gen.json', plan);
       const r = verifyPlan(lp);
       assert.equal(r.verdict, 'verified', r.summary);
@@ -36,33 +38,38 @@ describe('plan generators: the strategy matrix verifies', () => {
 
 /** Parallel tensors downstream of `start` (an op id or tensor name) in the first program. */
 function downstream(plan: Record<string, unknown>, start: string): Set<string> {
-  const progs = (plan['parallel'] as { programs: { ops: { id: string; inputs: string[]; outputs: string[] }[]; tensors: { id: string; lineage?: { logical: string } }[] }[] }).programs;
+  const progs = (plan['parallel'] as { programs: { ops: { id: string; op?: string; inputs: string[]; outputs: string[] }[]; tensors: { id: string; lineage?: { logical: string } }[] }[] }).programs;
   const claims = new Set<string>();
-  for (const prog of progs) {
-    const reach = new Set<string>([start]);
-    for (const o of prog.ops) if (o.id === start) for (const x of o.outputs) reach.add(x);
-    let grew = true;
-    while (grew) {
-      grew = false;
+  // Per program, the reached tensors; a reached send reaches every receive (pipelines).
+  const reach = progs.map(() => new Set<string>([start]));
+  let grew = true;
+  while (grew) {
+    grew = false;
+    const sent = progs.some((prog, i) => prog.ops.some((o) => (o.id === start || o.inputs.some((x) => (reach[i] as Set<string>).has(x))) && (o as { op?: string }).op === 'send'));
+    progs.forEach((prog, i) => {
+      const r = reach[i] as Set<string>;
       for (const o of prog.ops) {
-        if (o.inputs.some((x) => reach.has(x)) && o.outputs.some((x) => !reach.has(x))) {
-          for (const x of o.outputs) reach.add(x);
+        const hit = o.id === start || o.inputs.some((x) => r.has(x)) || (sent && (o as { op?: string }).op === 'recv');
+        if (hit && o.outputs.some((x) => !r.has(x))) {
+          for (const x of o.outputs) r.add(x);
           grew = true;
         }
       }
-    }
-    for (const t of prog.tensors) if (reach.has(t.id) && t.lineage !== undefined) claims.add(t.lineage.logical);
+    });
   }
+  progs.forEach((prog, i) => {
+    for (const t of prog.tensors) if ((reach[i] as Set<string>).has(t.id) && t.lineage !== undefined) claims.add(t.lineage.logical);
+  });
   return claims;
 }
 
 describe('bug catalog: every injected bug is caught', () => {
   // Each bug runs on the first configuration that has its place (gpt2, llama, then with SP).
   const ctxFor = (bug: (typeof BUGS)[number]): [BugContext, ModelConfig] => {
-    for (const [sp, zero] of [[false, 0], [false, 1], [false, 2], [true, 0]] as const) {
+    for (const [sp, zero, pp] of [[false, 0, 1], [false, 1, 1], [false, 2, 1], [true, 0, 1], [false, 0, 2], [false, 1, 2]] as const) {
       for (const [family, model] of [['gpt2', GPT2], ['llama', LLAMA]] as const) {
-        const c: BugContext = { dp: 2, tp: 2, micro: 2, sp, zero, family };
-        if (bug.applies(c)) return [c, model];
+        const c: BugContext = { dp: 2, tp: 2, micro: 2, sp, zero, pp, family };
+        if (bug.applies(c)) return [c, pp > 1 ? { ...model, layers: 2 } : model];
       }
     }
     throw new Error(`no test configuration for ${bug.id}`);
@@ -81,12 +88,12 @@ describe('bug catalog: every injected bug is caught', () => {
     it(`${bug.id} (${bug.kind}) is ${bug.kind === 'consistency' ? 'rejected at load with its place named' : 'refuted at a stage downstream of the injection, and is a real bug numerically'}`, () => {
       const [ctx, model] = ctxFor(bug);
       assert.ok(bug.applies(ctx), 'the test configuration must have the place this bug needs');
-      const plan = generatePlan({ model, par: ctx, optimizer: OPT });
+      const plan = generatePlan({ model, par: { ...ctx, pp: ctx.pp ?? 1 }, optimizer: OPT });
       const where = bug.inject(plan, ctx);
       if (bug.kind === 'consistency') {
         assert.throws(
           () => loadPlanObject('bug.json', plan),
-          (e: unknown) => e instanceof PlanError && e.issues.length > 0 && e.issues.every((i) => i.path.startsWith('$.parallel')),
+          (e: unknown) => e instanceof PlanError && e.issues.length > 0 && e.issues.every((i) => i.path.startsWith('$.parallel') && i.message.length > 20),
         );
         return;
       }

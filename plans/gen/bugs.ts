@@ -12,7 +12,7 @@ export interface PlanOp {
   inputs: string[];
   outputs: string[];
   attrs?: Record<string, unknown>;
-  group?: { axes: string[] };
+  group?: { axes: string[] } | unknown[];
 }
 
 interface Program {
@@ -28,6 +28,7 @@ export interface BugContext {
   readonly family: string;
   readonly sp?: boolean;
   readonly zero?: 0 | 1 | 2;
+  readonly pp?: number;
 }
 
 export interface Bug {
@@ -43,6 +44,10 @@ export interface Bug {
   inject(plan: Json, c: BugContext): string;
 }
 
+function programs(plan: Json): Program[] {
+  return (plan['parallel'] as { programs: Program[] }).programs;
+}
+
 function program(plan: Json, i = 0): Program {
   const p = (plan['parallel'] as { programs: Program[] }).programs[i];
   if (p === undefined) throw new Error('plan has no program');
@@ -56,7 +61,8 @@ function find(ops: PlanOp[], pred: (o: PlanOp) => boolean, what: string, last = 
   return o;
 }
 
-const isAr = (axis: string) => (o: PlanOp): boolean => o.op === 'all_reduce' && (o.group?.axes ?? []).includes(axis);
+const axesOf = (o: PlanOp): string[] => (o.group !== undefined && !Array.isArray(o.group) ? o.group.axes : []);
+const isAr = (axis: string) => (o: PlanOp): boolean => o.op === 'all_reduce' && axesOf(o).includes(axis);
 
 /** Replaces a collective by a local copy, keeping the dataflow. */
 function toIdentity(o: PlanOp): string {
@@ -361,7 +367,7 @@ export const BUGS: Bug[] = [
     kind: 'consistency',
     applies: (c) => c.sp === true && c.tp > 1 && c.family !== 'mlp',
     inject: (p) => {
-      const o = find(program(p).ops, (x) => x.op === 'all_gather' && (x.group?.axes ?? []).includes('tp'), 'sequence all-gather');
+      const o = find(program(p).ops, (x) => x.op === 'all_gather' && axesOf(x).includes('tp'), 'sequence all-gather');
       o.attrs = { dim: 2 };
       return o.id;
     },
@@ -374,7 +380,7 @@ export const BUGS: Bug[] = [
     applies: (c) => (c.zero ?? 0) > 0 && c.dp > 1,
     inject: (p) => {
       const ops = program(p).ops;
-      const o = find(ops, (x) => x.op === 'all_gather' && (x.group?.axes ?? []).includes('dp') && /\.new$/.test(x.inputs[0] ?? ''), 'parameter all-gather');
+      const o = find(ops, (x) => x.op === 'all_gather' && axesOf(x).includes('dp') && /\.new$/.test(x.inputs[0] ?? ''), 'parameter all-gather');
       const shard = find(ops, (x) => x.op === 'slice' && x.outputs[0] === ops.find((y) => y.outputs.includes(o.inputs[0] as string))?.inputs[0], 'parameter shard');
       o.op = 'identity';
       o.inputs = [shard.inputs[0] as string];
@@ -404,10 +410,78 @@ export const BUGS: Bug[] = [
     kind: 'wrong-communication',
     applies: (c) => (c.zero ?? 0) > 0 && c.dp > 1,
     inject: (p) => {
-      const o = find(program(p).ops, (x) => x.op === 'all_reduce' && x.id.includes('clip_tp') && (x.group?.axes ?? []).includes('dp'), 'clipping norm all-reduce');
-      o.group = { axes: (o.group?.axes ?? []).filter((a) => a !== 'dp') };
-      if ((o.group.axes ?? []).length === 0) toIdentity(o);
+      const o = find(program(p).ops, (x) => x.op === 'all_reduce' && x.id.includes('clip_tp') && axesOf(x).includes('dp'), 'clipping norm all-reduce');
+      const axes = axesOf(o).filter((a) => a !== 'dp');
+      o.group = { axes };
+      if (axes.length === 0) toIdentity(o);
       return o.id;
+    },
+  },
+  {
+    id: 'pp-microbatch-order-swapped',
+    title: 'pipeline: the first stage sends the second micro-batch\'s activations in the first one\'s slot: under 1F1B the schedule deadlocks, and the loader rejects it naming the cycle',
+    source: 'TrainVerify bug 6 (p2p send/recv mismatched across pipeline stages); Megatron p2p_communication',
+    kind: 'consistency',
+    applies: (c) => (c.pp ?? 1) > 1 && c.micro > 1,
+    inject: (p) => {
+      const ops = program(p, 0).ops;
+      const sends = ops.filter((x) => x.op === 'send' && JSON.stringify((x as { peer?: unknown }).peer) === '{"shift":{"pp":1}}');
+      const [a, b] = [sends[0], sends[1]];
+      if (a === undefined || b === undefined) throw new Error('bug injection: fewer than two forward sends');
+      const [x, y] = [a.inputs[0] as string, b.inputs[0] as string];
+      a.inputs = [y];
+      b.inputs = [x];
+      return a.inputs[0] as string;
+    },
+  },
+  {
+    id: 'pp-tied-embedding-grad-not-synced',
+    title: 'pipeline: the tied embedding / LM head gradients of the first and last stages are never summed',
+    source: 'Megatron-LM #656 (LM head drifts from the embedding); TTrace table 1: untied embedding / LM head',
+    kind: 'missing-communication',
+    applies: (c) => (c.pp ?? 1) > 1 && c.family === 'gpt2',
+    inject: (p) => {
+      const o = find(program(p, 0).ops, (x) => x.op === 'all_reduce' && Array.isArray(x.group), 'embedding-group all-reduce');
+      const id = o.id;
+      for (const prog of programs(p)) for (const x of prog.ops) if (x.op === 'all_reduce' && Array.isArray(x.group)) toIdentity(x);
+      return id;
+    },
+  },
+  {
+    id: 'pp-tied-grad-wrong-dp-partner',
+    title: 'pipeline + data parallel: the tied embedding gradient is summed with the last stage of another data-parallel replica',
+    source: 'Megatron-LM #844 (tied-embedding all-reduce and the distributed optimizer\'s reduce-scatter combine partial sums of different shards); TTrace: wrong communication group',
+    kind: 'wrong-communication',
+    // Without ZeRO every replica holds the same complete gradient, so the wrong partner is harmless.
+    applies: (c) => (c.pp ?? 1) > 1 && c.family === 'gpt2' && c.dp > 1 && (c.zero ?? 0) > 0,
+    inject: (p, c) => {
+      const T = c.tp;
+      const last = ((c.pp ?? 1) - 1) * c.dp * T;
+      let id = '';
+      programs(p).forEach((prog, k) => {
+        for (const x of prog.ops) {
+          if (x.op !== 'all_reduce' || !Array.isArray(x.group)) continue;
+          id = x.id;
+          // Pair (first stage, dp) with (last stage, dp') where dp' = dp + 1 mod dp-size.
+          x.group = k === 0 ? [{ expr: 'dp*' + T + ' + tp' }, { expr: `${last} + ((dp + 1) % ${c.dp})*${T} + tp` }] : [{ expr: `((dp + ${c.dp - 1}) % ${c.dp})*${T} + tp` }, { expr: `${last} + dp*${T} + tp` }];
+        }
+      });
+      return id;
+    },
+  },
+  {
+    id: 'pp-stage-boundary-wrong-tensor',
+    title: 'pipeline: the first stage sends the hidden states from before its last layer\'s MLP, so that sub-layer is skipped',
+    source: 'TTrace table 1: wrong pipeline stage division',
+    kind: 'wrong-data',
+    applies: (c) => (c.pp ?? 1) > 1 && c.family !== 'mlp',
+    inject: (p) => {
+      const ops = program(p, 0).ops;
+      const send = find(ops, (x) => x.op === 'send' && JSON.stringify((x as { peer?: unknown }).peer) === '{"shift":{"pp":1}}', 'forward send');
+      const prod = find(ops, (x) => x.outputs.includes(send.inputs[0] as string), 'the sent tensor\'s producer');
+      // The residual add's first input is the stream before the MLP.
+      send.inputs = [prod.inputs[0] as string];
+      return send.id;
     },
   },
   {

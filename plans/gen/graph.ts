@@ -10,7 +10,7 @@
  */
 import type { GradBuilder, GradRef } from '../../ops/grad.js';
 import { registry } from '../../ops/registry.js';
-import type { Attrs, Shape } from '../../ops/types.js';
+import type { Attrs, AttrValue, Shape } from '../../ops/types.js';
 
 /** Mesh axes a value varies across (sharded or partial); 'mb' is the micro-batch index. */
 export interface Provenance {
@@ -46,8 +46,8 @@ export interface GenOp {
   inputs: string[];
   outputs: string[];
   attrs?: Attrs;
-  group?: { axes: string[] };
-  microbatch?: number;
+  group?: { axes: string[] } | AttrValue[];
+  peer?: { shift: Record<string, number> };
 }
 
 type TapeEntry = { scopes: string[] } & (
@@ -154,11 +154,11 @@ export class GenGraph implements GradBuilder {
    * A collective over mesh axes (not on the tape). Provenance: all_reduce and all_gather make
    * the value the same on every member; reduce_scatter and all_to_all keep it varying.
    */
-  collective(name: string, input: GradRef, attrs: Attrs, axes: string[], sizes: Record<string, number>): GradRef {
+  collective(name: string, input: GradRef, attrs: Attrs, axes: string[], sizes: Record<string, number>, ranks?: AttrValue[]): GradRef {
     const id = registry.id(name);
     const rule = registry.get(id).collective;
     if (rule === undefined) throw new Error(`'${name}' is not a collective`);
-    const groupSize = axes.reduce((p, a) => p * (sizes[a] ?? 1), 1);
+    const groupSize = ranks !== undefined ? ranks.length : axes.reduce((p, a) => p * (sizes[a] ?? 1), 1);
     const shape = rule.outShape(this.shape(input), attrs, groupSize);
     const p = this.t(input).prov;
     const varies = new Set(p.varies);
@@ -172,8 +172,23 @@ export class GenGraph implements GradBuilder {
     if (name === 'all_gather' && d >= 0) tags[d] = undefined;
     if (name === 'reduce_scatter' && d >= 0 && axes.length === 1) tags[d] = axes[0] as DimTag;
     if (name === 'all_reduce' || name === 'all_gather' || name === 'reduce_scatter') this.t(out).tags = tags;
-    this.ops.push({ id: base, op: name, inputs: [this.name(input)], outputs: [base], attrs, group: { axes } });
+    this.ops.push({ id: base, op: name, inputs: [this.name(input)], outputs: [base], attrs, group: ranks ?? { axes } });
     return out;
+  }
+
+  /** A receive from a peer (pipeline): a new tensor laid out as `prov`/`tags` say; `logical` names its logical counterpart. */
+  recv(shape: Shape, peer: { shift: Record<string, number> }, prov: Provenance, tags: (DimTag | undefined)[] | undefined, logical: string): GradRef {
+    const base = this.fresh('recv');
+    const r = this.add(base, shape, prov);
+    const t = this.t(r);
+    if (tags !== undefined) t.tags = [...tags];
+    if (logical !== '') t.logical = logical;
+    this.ops.push({ id: base, op: 'recv', inputs: [], outputs: [base], peer });
+    return r;
+  }
+
+  send(x: GradRef, peer: { shift: Record<string, number> }): void {
+    this.ops.push({ id: this.fresh('send'), op: 'send', inputs: [this.name(x)], outputs: [], peer });
   }
 
   /** An identity-like region boundary with its own adjoint (Megatron's f / g conjugates). */

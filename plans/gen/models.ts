@@ -1,9 +1,10 @@
 /**
- * Model families, written once against Net (see net.ts): an MLP and a GPT-2 style
- * transformer (LayerNorm, learned positions, causal multi-head attention, GELU MLP, tied
- * embedding / LM head, cross-entropy). Under tensor parallelism the layers are Megatron's:
- * column- and row-parallel linears, heads split across ranks, vocab-parallel embedding and
- * cross-entropy.
+ * Model families, written once against Net (see net.ts): an MLP, a GPT-2 style transformer
+ * (LayerNorm, learned positions, causal multi-head attention, GELU MLP, tied embedding / LM
+ * head, cross-entropy) and a Llama-3 style one. Under tensor parallelism the layers are
+ * Megatron's: column- and row-parallel linears, heads split across ranks, vocab-parallel
+ * embedding and cross-entropy. A model is three parts (embedding, layer l, head) so that a
+ * pipeline stage can build only its own; parameters are declared where first used.
  */
 import type { GradRef } from '../../ops/grad.js';
 import type { Net } from './net.js';
@@ -12,9 +13,9 @@ export interface ModelConfig {
   readonly family: 'mlp' | 'gpt2' | 'llama';
   readonly layers: number;
   readonly hidden: number;
-  /** Attention heads (gpt2). */
+  /** Attention heads (gpt2, llama). */
   readonly heads: number;
-  /** Tokens per sample (gpt2). */
+  /** Tokens per sample (gpt2, llama). */
   readonly seq: number;
   readonly vocab: number;
   /** Global batch (samples per iteration). */
@@ -25,20 +26,48 @@ export interface ModelConfig {
   readonly kvHeads?: number;
 }
 
+interface ParamSpec {
+  readonly shape: number[];
+  /** Dim split over tp, if any. */
+  readonly shard?: number;
+}
+
+/** Parameters by name, declared in a build when first used (a pipeline stage declares its own). */
+export class Params {
+  private readonly refs = new Map<string, GradRef>();
+  constructor(
+    private readonly net: Net,
+    private readonly specs: ReadonlyMap<string, ParamSpec>,
+  ) {}
+  get(name: string): GradRef {
+    let r = this.refs.get(name);
+    if (r === undefined) {
+      const sp = this.specs.get(name);
+      if (sp === undefined) throw new Error(`no parameter '${name}'`);
+      r = this.net.param(name, sp.shape, sp.shard);
+      this.refs.set(name, r);
+    }
+    return r;
+  }
+  /** Declared parameters, in order of first use. */
+  declared(): Map<string, GradRef> {
+    return new Map(this.refs);
+  }
+}
+
 export interface Model {
-  /** Parameters in a fixed order, with their logical shapes and tp-shard dims. */
-  params(net: Net): Map<string, GradRef>;
-  /** One forward pass of this build's rows; returns the loss (a partial of the global mean). */
-  forward(net: Net, p: Map<string, GradRef>): GradRef;
+  readonly layers: number;
+  readonly specs: ReadonlyMap<string, ParamSpec>;
+  /** Parameters used by both the first and the last part (a tied embedding / LM head). */
+  readonly tied: readonly string[];
+  /** Data in, hidden states out (this build's rows). */
+  embed(net: Net, p: Params): GradRef;
+  layer(net: Net, p: Params, l: number, h: GradRef): GradRef;
+  /** Hidden states in, the loss out (a partial of the global mean on the parallel side). */
+  head(net: Net, p: Params, h: GradRef): GradRef;
 }
 
 const ffn = (c: ModelConfig): number => c.ffn ?? 4 * c.hidden;
-
-function get(p: Map<string, GradRef>, k: string): GradRef {
-  const r = p.get(k);
-  if (r === undefined) throw new Error(`no parameter '${k}'`);
-  return r;
-}
 
 /**
  * The mean loss over the global batch: logically one op; in a data-parallel micro-batch build,
@@ -49,30 +78,36 @@ function meanLoss(net: Net, sumOrMean: (reduction: 'sum' | 'mean', out?: string)
   return net.op('scale', [sumOrMean('sum')], { factor: `1/${globalCount}` }, net.g.scopedName('loss'));
 }
 
+function specMap(add: (f: (k: string, shape: number[], shard?: number) => void) => void): Map<string, ParamSpec> {
+  const m = new Map<string, ParamSpec>();
+  add((k, shape, shard) => m.set(k, shard === undefined ? { shape } : { shape, shard }));
+  return m;
+}
+
 export function mlp(c: ModelConfig): Model {
   const F = ffn(c);
   return {
-    params(net) {
-      const p = new Map<string, GradRef>();
+    layers: c.layers,
+    tied: [],
+    specs: specMap((add) => {
       for (let l = 0; l < c.layers; l++) {
-        p.set(`l${l}.fc1.w`, net.param(`l${l}.fc1.w`, [F, c.hidden], 0));
-        p.set(`l${l}.fc1.b`, net.param(`l${l}.fc1.b`, [F], 0));
-        p.set(`l${l}.fc2.w`, net.param(`l${l}.fc2.w`, [c.hidden, F], 1));
+        add(`l${l}.fc1.w`, [F, c.hidden], 0);
+        add(`l${l}.fc1.b`, [F], 0);
+        add(`l${l}.fc2.w`, [c.hidden, F], 1);
       }
-      return p;
-    },
-    forward(net, p) {
-      let h = net.data('x', [c.batch, c.hidden]);
-      const y = net.data('y', [c.batch, c.hidden]);
-      for (let l = 0; l < c.layers; l++) {
-        h = net.g.scope(`l${l}`, () => {
-          const a = net.op('gelu', [net.op('linear', [net.copyToTp(h), get(p, `l${l}.fc1.w`), get(p, `l${l}.fc1.b`)])]);
-          const o = net.reduceFromTp(net.op('linear', [a, get(p, `l${l}.fc2.w`)]));
-          return net.op('add', [h, o]);
-        });
-      }
-      return meanLoss(net, (reduction, out) => net.op('mse_loss', [h, y], { reduction }, out), c.batch * c.hidden);
-    },
+    }),
+    embed: (net) => net.data('x', [c.batch, c.hidden]),
+    layer: (net, p, l, h) =>
+      net.g.scope(`l${l}`, () => {
+        const a = net.op('gelu', [net.op('linear', [net.copyToTp(h), p.get(`l${l}.fc1.w`), p.get(`l${l}.fc1.b`)])]);
+        const o = net.reduceFromTp(net.op('linear', [a, p.get(`l${l}.fc2.w`)]));
+        return net.op('add', [h, o]);
+      }),
+    head: (net, _p, h) =>
+      net.g.scope('head', () => {
+        const y = net.data('y', [c.batch, c.hidden]);
+        return meanLoss(net, (reduction, out) => net.op('mse_loss', [h, y], { reduction }, out), c.batch * c.hidden);
+      }),
   };
 }
 
@@ -81,9 +116,9 @@ export function gpt2(c: ModelConfig): Model {
   const hd = H / c.heads;
   if (!Number.isInteger(hd)) throw new Error(`hidden ${H} is not divisible by heads ${c.heads}`);
   return {
-    params(net) {
-      const p = new Map<string, GradRef>();
-      const add = (k: string, shape: number[], shard?: number): void => void p.set(k, net.param(k, shape, shard));
+    layers: c.layers,
+    tied: ['wte'],
+    specs: specMap((add) => {
       add('wte', [c.vocab, H], 0);
       add('wpe', [c.seq, H]);
       for (let l = 0; l < c.layers; l++) {
@@ -99,38 +134,42 @@ export function gpt2(c: ModelConfig): Model {
       }
       add('lnf.w', [H]);
       add('lnf.b', [H]);
-      return p;
-    },
-    forward(net, p) {
+    }),
+    embed: (net, p) =>
+      net.g.scope('embed', () => {
+        const ids = net.data('ids', [c.batch, c.seq], { dtype: 'int64', values: [0, c.vocab] });
+        return net.op('add', [vocabEmbedding(net, ids, p.get('wte'), c.vocab), net.seqChunk(p.get('wpe'), 0)]);
+      }),
+    layer: (net, p, l, h) => {
       const B = net.rows(c.batch);
       const S = c.seq;
-      const ids = net.data('ids', [c.batch, S], { dtype: 'int64', values: [0, c.vocab] });
-      const labels = net.data('labels', [c.batch, S], { dtype: 'int64', values: [0, c.vocab] });
-      const wte = get(p, 'wte');
-      let h = net.op('add', [vocabEmbedding(net, ids, wte, c.vocab), net.seqChunk(get(p, 'wpe'), 0)]);
       const hl = (H / net.tp) | 0;
       const nh = c.heads / net.tp;
       if (!Number.isInteger(nh)) throw new Error(`heads ${c.heads} are not divisible by tp = ${net.tp}`);
-      for (let l = 0; l < c.layers; l++) {
-        h = net.g.scope(`l${l}`, () => {
-          const ln = (x: GradRef, n: string): GradRef => net.op('layer_norm', [x, get(p, `l${l}.${n}.w`), get(p, `l${l}.${n}.b`)], { eps: '1/100000' });
-          const a = net.enterTp(ln(h, 'ln1'));
-          const heads = (n: string): GradRef => net.op('transpose', [net.op('reshape', [net.op('linear', [a, get(p, `l${l}.attn.${n}`)])], { shape: [B, S, nh, hd] })], { dim0: 1, dim1: 2 });
-          const o = net.op('attention', [heads('q'), heads('k'), heads('v')], { causal: true });
-          const merged = net.op('reshape', [net.op('transpose', [o], { dim0: 1, dim1: 2 })], { shape: [B, S, hl] });
-          const h1 = net.op('add', [h, net.leaveTp(net.op('linear', [merged, get(p, `l${l}.attn.o`)]))]);
-          const b = net.enterTp(ln(h1, 'ln2'));
-          const f = net.op('gelu', [net.op('linear', [b, get(p, `l${l}.fc1.w`), get(p, `l${l}.fc1.b`)])]);
-          return net.op('add', [h1, net.leaveTp(net.op('linear', [f, get(p, `l${l}.fc2.w`)]))]);
-        });
-      }
-      const hf = net.enterTp(net.op('layer_norm', [h, get(p, 'lnf.w'), get(p, 'lnf.b')], { eps: '1/100000' }));
-      // Tied LM head: logits against the (vocab-parallel) embedding table.
-      const logits = net.op('matmul', [hf, net.op('transpose', [wte], { dim0: 0, dim1: 1 })]);
-      const flat = net.op('reshape', [logits], { shape: [B * S, (c.vocab / net.tp) | 0] });
-      const lab = net.op('reshape', [labels], { shape: [B * S] });
-      return meanLoss(net, (reduction, out) => vocabCrossEntropy(net, flat, lab, c.vocab, reduction, out), c.batch * S);
+      return net.g.scope(`l${l}`, () => {
+        const ln = (x: GradRef, n: string): GradRef => net.op('layer_norm', [x, p.get(`l${l}.${n}.w`), p.get(`l${l}.${n}.b`)], { eps: '1/100000' });
+        const a = net.enterTp(ln(h, 'ln1'));
+        const heads = (n: string): GradRef => net.op('transpose', [net.op('reshape', [net.op('linear', [a, p.get(`l${l}.attn.${n}`)])], { shape: [B, S, nh, hd] })], { dim0: 1, dim1: 2 });
+        const o = net.op('attention', [heads('q'), heads('k'), heads('v')], { causal: true });
+        const merged = net.op('reshape', [net.op('transpose', [o], { dim0: 1, dim1: 2 })], { shape: [B, S, hl] });
+        const h1 = net.op('add', [h, net.leaveTp(net.op('linear', [merged, p.get(`l${l}.attn.o`)]))]);
+        const b = net.enterTp(ln(h1, 'ln2'));
+        const f = net.op('gelu', [net.op('linear', [b, p.get(`l${l}.fc1.w`), p.get(`l${l}.fc1.b`)])]);
+        return net.op('add', [h1, net.leaveTp(net.op('linear', [f, p.get(`l${l}.fc2.w`)]))]);
+      });
     },
+    head: (net, p, h) =>
+      net.g.scope('head', () => {
+        const B = net.rows(c.batch);
+        const S = c.seq;
+        const labels = net.data('labels', [c.batch, S], { dtype: 'int64', values: [0, c.vocab] });
+        const hf = net.enterTp(net.op('layer_norm', [h, p.get('lnf.w'), p.get('lnf.b')], { eps: '1/100000' }));
+        // Tied LM head: logits against the (vocab-parallel) embedding table.
+        const logits = net.op('matmul', [hf, net.op('transpose', [p.get('wte')], { dim0: 0, dim1: 1 })]);
+        const flat = net.op('reshape', [logits], { shape: [B * S, (c.vocab / net.tp) | 0] });
+        const lab = net.op('reshape', [labels], { shape: [B * S] });
+        return meanLoss(net, (reduction, out) => vocabCrossEntropy(net, flat, lab, c.vocab, reduction, out), c.batch * S);
+      }),
   };
 }
 
@@ -147,9 +186,10 @@ function vocabEmbedding(net: Net, ids: GradRef, w: GradRef, V: number): GradRef 
     const m = net.op('reshape', [mask], { shape: [...shape, 1] });
     return net.op('where', [m, net.op('scale', [r], { factor: 0 }), r]);
   });
-  net.g.t(rows).logical = 'emb';
+  // The logical embedding output is named 'emb' in this scope (without a micro-batch prefix).
+  net.g.t(rows).logical = net.g.scopedName('emb').replace(/^mb[0-9]+\//, '');
   const out = net.leaveTp(rows);
-  net.g.t(out).logical = 'emb';
+  net.g.t(out).logical = net.g.t(rows).logical;
   return out;
 }
 
@@ -187,9 +227,9 @@ export function llama(c: ModelConfig): Model {
   if (!Number.isInteger(hd) || hd % 2 !== 0) throw new Error(`hidden ${H} / heads ${c.heads} must be an even head dim`);
   if (c.heads % kvh !== 0) throw new Error(`heads ${c.heads} are not a multiple of kv heads ${kvh}`);
   return {
-    params(net) {
-      const p = new Map<string, GradRef>();
-      const add = (k: string, shape: number[], shard?: number): void => void p.set(k, net.param(k, shape, shard));
+    layers: c.layers,
+    tied: [],
+    specs: specMap((add) => {
       add('embed', [c.vocab, H], 0);
       for (let l = 0; l < c.layers; l++) {
         add(`l${l}.attn_norm`, [H]);
@@ -204,41 +244,46 @@ export function llama(c: ModelConfig): Model {
       }
       add('norm', [H]);
       add('lm_head', [c.vocab, H], 0);
-      return p;
-    },
-    forward(net, p) {
+    }),
+    embed: (net, p) =>
+      net.g.scope('embed', () => {
+        const ids = net.data('ids', [c.batch, c.seq], { dtype: 'int64', values: [0, c.vocab] });
+        return vocabEmbedding(net, ids, p.get('embed'), c.vocab);
+      }),
+    layer: (net, p, l, h) => {
       const B = net.rows(c.batch);
       const S = c.seq;
       const nh = c.heads / net.tp;
       const nkv = kvh / net.tp;
-      if (!Number.isInteger(nkv)) throw new Error(`kv heads ${kvh} are not divisible by tp = ${net.tp}`);
-      const ids = net.data('ids', [c.batch, S], { dtype: 'int64', values: [0, c.vocab] });
-      const labels = net.data('labels', [c.batch, S], { dtype: 'int64', values: [0, c.vocab] });
+      if (!Number.isInteger(nkv) || !Number.isInteger(nh)) throw new Error(`kv heads ${kvh} are not divisible by tp = ${net.tp}`);
       const cos = net.table('rope_cos', [S, hd]);
       const sin = net.table('rope_sin', [S, hd]);
-      let h = vocabEmbedding(net, ids, get(p, 'embed'), c.vocab);
-      for (let l = 0; l < c.layers; l++) {
-        h = net.g.scope(`l${l}`, () => {
-          const norm = (x: GradRef, w: string): GradRef => net.op('rms_norm', [x, get(p, `l${l}.${w}`)], { eps: '1/100000' });
-          const a = net.enterTp(norm(h, 'attn_norm'));
-          const heads = (n: string, count: number, rope: boolean): GradRef => {
-            const x = net.op('transpose', [net.op('reshape', [net.op('linear', [a, get(p, `l${l}.attn.${n}`)])], { shape: [B, S, count, hd] })], { dim0: 1, dim1: 2 });
-            return rope ? net.op('rope', [x, cos, sin]) : x;
-          };
-          const o = net.op('attention', [heads('q', nh, true), heads('k', nkv, true), heads('v', nkv, false)], { causal: true });
-          const merged = net.op('reshape', [net.op('transpose', [o], { dim0: 1, dim1: 2 })], { shape: [B, S, nh * hd] });
-          const h1 = net.op('add', [h, net.leaveTp(net.op('linear', [merged, get(p, `l${l}.attn.o`)]))]);
-          const b = net.enterTp(norm(h1, 'mlp_norm'));
-          const gated = net.op('swiglu', [net.op('linear', [b, get(p, `l${l}.mlp.gate`)]), net.op('linear', [b, get(p, `l${l}.mlp.up`)])]);
-          return net.op('add', [h1, net.leaveTp(net.op('linear', [gated, get(p, `l${l}.mlp.down`)]))]);
-        });
-      }
-      const hf = net.enterTp(net.op('rms_norm', [h, get(p, 'norm')], { eps: '1/100000' }));
-      const logits = net.op('linear', [hf, get(p, 'lm_head')]);
-      const flat = net.op('reshape', [logits], { shape: [B * S, (c.vocab / net.tp) | 0] });
-      const lab = net.op('reshape', [labels], { shape: [B * S] });
-      return meanLoss(net, (reduction, out) => vocabCrossEntropy(net, flat, lab, c.vocab, reduction, out), c.batch * S);
+      return net.g.scope(`l${l}`, () => {
+        const norm = (x: GradRef, w: string): GradRef => net.op('rms_norm', [x, p.get(`l${l}.${w}`)], { eps: '1/100000' });
+        const a = net.enterTp(norm(h, 'attn_norm'));
+        const heads = (n: string, count: number, rope: boolean): GradRef => {
+          const x = net.op('transpose', [net.op('reshape', [net.op('linear', [a, p.get(`l${l}.attn.${n}`)])], { shape: [B, S, count, hd] })], { dim0: 1, dim1: 2 });
+          return rope ? net.op('rope', [x, cos, sin]) : x;
+        };
+        const o = net.op('attention', [heads('q', nh, true), heads('k', nkv, true), heads('v', nkv, false)], { causal: true });
+        const merged = net.op('reshape', [net.op('transpose', [o], { dim0: 1, dim1: 2 })], { shape: [B, S, nh * hd] });
+        const h1 = net.op('add', [h, net.leaveTp(net.op('linear', [merged, p.get(`l${l}.attn.o`)]))]);
+        const b = net.enterTp(norm(h1, 'mlp_norm'));
+        const gated = net.op('swiglu', [net.op('linear', [b, p.get(`l${l}.mlp.gate`)]), net.op('linear', [b, p.get(`l${l}.mlp.up`)])]);
+        return net.op('add', [h1, net.leaveTp(net.op('linear', [gated, p.get(`l${l}.mlp.down`)]))]);
+      });
     },
+    head: (net, p, h) =>
+      net.g.scope('head', () => {
+        const B = net.rows(c.batch);
+        const S = c.seq;
+        const labels = net.data('labels', [c.batch, S], { dtype: 'int64', values: [0, c.vocab] });
+        const hf = net.enterTp(net.op('rms_norm', [h, p.get('norm')], { eps: '1/100000' }));
+        const logits = net.op('linear', [hf, p.get('lm_head')]);
+        const flat = net.op('reshape', [logits], { shape: [B * S, (c.vocab / net.tp) | 0] });
+        const lab = net.op('reshape', [labels], { shape: [B * S] });
+        return meanLoss(net, (reduction, out) => vocabCrossEntropy(net, flat, lab, c.vocab, reduction, out), c.batch * S);
+      }),
   };
 }
 

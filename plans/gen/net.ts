@@ -25,6 +25,10 @@ export interface Parallelism {
    * micro-batch's gradient and accumulates shards. 0: all-reduce (default).
    */
   readonly zero?: 0 | 1 | 2;
+  /** Pipeline stages (layers split evenly; activations and gradients by send / recv). */
+  readonly pp?: number;
+  /** Pipeline schedule: the order of each stage's forward and backward micro-batch passes. */
+  readonly schedule?: 'gpipe' | '1f1b';
 }
 
 export const SERIAL: Parallelism = { dp: 1, tp: 1, micro: 1 };
@@ -61,7 +65,7 @@ export class Net {
   }
 
   sizes(): Record<string, number> {
-    return { dp: this.par?.dp ?? 1, tp: this.par?.tp ?? 1 };
+    return { dp: this.par?.dp ?? 1, tp: this.par?.tp ?? 1, pp: this.par?.pp ?? 1 };
   }
 
   /** A parameter, split along `shard` over tp (Megatron column / row / vocab parallel). */

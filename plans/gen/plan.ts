@@ -13,7 +13,7 @@
 import type { GradRef } from '../../ops/grad.js';
 import type { AttrValue } from '../../ops/types.js';
 import { GenGraph, type GenTensor } from './graph.js';
-import { buildModel, type ModelConfig } from './models.js';
+import { buildModel, Params, type ModelConfig } from './models.js';
 import { Net, type Parallelism } from './net.js';
 
 export interface OptimizerConfig {
@@ -38,36 +38,148 @@ export interface GenOptions {
 interface Built {
   g: GenGraph;
   params: Map<string, GradRef>;
-  loss: GradRef;
+  loss: GradRef | undefined;
   outputs: string[];
   gradNames: Map<string, string>;
+  /** Logical build: names of the hidden states after the embedding (index 0) and each layer, and of their gradients. */
+  hidden: string[];
+  hiddenGrads: (string | undefined)[];
+  /** Logical build: parameter names in order (the order of clip_grad_norm's outputs). */
+  order: string[];
 }
 
-/** Builds one side: logical (par undefined) or one rank's SPMD program. */
-export function build(model: ModelConfig, par: Parallelism | undefined, opt: OptimizerConfig, logicalGrads?: Map<string, string>): Built {
+/** What a pipeline stage needs from the logical build. */
+interface StageInfo {
+  readonly k: number;
+  readonly stages: number;
+  readonly hidden: readonly string[];
+  readonly hiddenGrads: readonly (string | undefined)[];
+  readonly order: readonly string[];
+  readonly schedule: 'gpipe' | '1f1b';
+}
+
+/** Layers [from, to) of pipeline stage k (layers split evenly, the remainder to the first stages). */
+export function stageLayers(layers: number, stages: number, k: number): [number, number] {
+  const base = Math.floor(layers / stages);
+  const extra = layers % stages;
+  const from = k * base + Math.min(k, extra);
+  return [from, from + base + (k < extra ? 1 : 0)];
+}
+
+/** Forward (F) and backward (B) events of a stage's micro-batches, in schedule order. */
+function events(micro: number, stages: number, k: number, schedule: 'gpipe' | '1f1b'): ['F' | 'B', number][] {
+  if (schedule === 'gpipe' || stages === 1) return [...Array.from({ length: micro }, (_, m) => ['F', m] as ['F', number]), ...Array.from({ length: micro }, (_, m) => ['B', m] as ['B', number])];
+  const warm = Math.min(stages - k - 1, micro);
+  const out: ['F' | 'B', number][] = [];
+  for (let m = 0; m < warm; m++) out.push(['F', m]);
+  for (let m = warm; m < micro; m++) out.push(['F', m], ['B', m - warm]);
+  for (let m = micro - warm; m < micro; m++) out.push(['B', m]);
+  return out;
+}
+
+/** Shape and layout of the hidden states a stage receives (those the embedding produces). */
+function shapeOfHidden(model: ModelConfig, par: Parallelism, mb: number): GenTensor {
+  const g = new GenGraph('scratch');
+  const net = new Net(g, par);
+  net.mb = mb;
+  const m = buildModel(model);
+  const h = m.embed(net, new Params(net, m.specs));
+  return g.t(h);
+}
+
+/** Builds one side: logical (par undefined) or the SPMD program of one pipeline stage. */
+export function build(model: ModelConfig, par: Parallelism | undefined, opt: OptimizerConfig, logicalGrads?: Map<string, string>, stage?: StageInfo): Built {
   const g = new GenGraph(par === undefined ? 'logical' : 'parallel');
   const net = new Net(g, par);
   const m = buildModel(model);
-  const params = m.params(net);
-  const names = [...params.keys()];
-  const seed = g.leaf('loss_seed', [], { varies: new Set(), mbs: new Set(), batch: false }, { role: 'input' });
+  const P = new Params(net, m.specs);
+  const k = stage?.k ?? 0;
+  const nStages = stage?.stages ?? 1;
+  const first = k === 0;
+  const last = k === nStages - 1;
+  const [from, to] = stageLayers(m.layers, nStages, k);
   const micro = par?.micro ?? 1;
-  const perMicro: (GradRef | undefined)[][] = [];
+  const sizes = { dp: par?.dp ?? 1, tp: par?.tp ?? 1, pp: nStages };
   const losses: GradRef[] = [];
-  for (let mb = 0; mb < micro; mb++) {
+  const perMicro = new Map<number, Map<string, GradRef>>();
+  const hidden: string[] = [];
+  const hiddenRefs: GradRef[] = [];
+  let hiddenGrads: (string | undefined)[] = [];
+  let seed: GradRef | undefined;
+  // Per micro-batch: the stage's input (received or embedded), its output, and its loss.
+  const fwd = new Map<number, { input: GradRef | undefined; output: GradRef; loss: GradRef | undefined }>();
+  const inScope = <T>(mb: number, f: () => T): T => (par === undefined || micro === 1 ? f() : g.scope(`mb${mb}`, f));
+  const forward = (mb: number): void => {
     net.mb = par === undefined ? -1 : mb;
-    const scope = par === undefined || micro === 1 ? '' : `mb${mb}`;
-    const run = (): void => {
-      const loss = m.forward(net, params);
-      losses.push(loss);
-      perMicro.push(g.backward(loss, seed, names.map((n) => params.get(n) as GradRef)));
-    };
-    if (scope === '') run();
-    else g.scope(scope, run);
-  }
+    inScope(mb, () => {
+      let input: GradRef | undefined;
+      let h: GradRef;
+      if (first) {
+        h = m.embed(net, P);
+        if (par === undefined) {
+          hidden.push(g.name(h));
+          hiddenRefs.push(h);
+        }
+      } else {
+        // The previous stage's hidden states, laid out as this build's own would be.
+        const like = shapeOfHidden(model, par as Parallelism, mb);
+        input = g.recv(like.shape, { shift: { pp: -1 } }, like.prov, like.tags, stage?.hidden[from] ?? '');
+        h = input;
+      }
+      for (let l = from; l < to; l++) {
+        h = m.layer(net, P, l, h);
+        if (par === undefined) {
+          hidden.push(g.name(h));
+          hiddenRefs.push(h);
+        }
+      }
+      let loss: GradRef | undefined;
+      if (last) {
+        loss = m.head(net, P, h);
+        losses.push(loss);
+      } else g.send(h, { shift: { pp: 1 } });
+      fwd.set(mb, { input, output: h, loss });
+    });
+  };
+  const backward = (mb: number): void => {
+    net.mb = par === undefined ? -1 : mb;
+    inScope(mb, () => {
+      const f = fwd.get(mb);
+      if (f === undefined) throw new Error(`micro-batch ${mb}: backward before forward`);
+      const declared = P.declared();
+      const names = [...declared.keys()];
+      const wrt = [...names.map((n) => declared.get(n) as GradRef), ...(f.input === undefined ? [] : [f.input]), ...(par === undefined ? hiddenRefs : [])];
+      let gs: (GradRef | undefined)[];
+      if (last) {
+        seed ??= g.leaf('loss_seed', [], { varies: new Set(), mbs: new Set(), batch: false }, { role: 'input' });
+        gs = g.backward(f.loss as GradRef, seed, wrt);
+      } else {
+        const like = g.t(f.output);
+        const gin = g.recv(like.shape, { shift: { pp: 1 } }, like.prov, like.tags, stage?.hiddenGrads[to] ?? '');
+        gs = g.backward(f.output, gin, wrt);
+      }
+      const byName = new Map<string, GradRef>();
+      names.forEach((n, i) => {
+        const x = gs[i];
+        if (x !== undefined) byName.set(n, x);
+      });
+      perMicro.set(mb, byName);
+      if (f.input !== undefined) {
+        const gi = gs[names.length];
+        if (gi === undefined) throw new Error(`stage ${k}: no gradient for the received hidden states`);
+        g.send(gi, { shift: { pp: -1 } });
+      }
+      if (par === undefined) hiddenGrads = hiddenRefs.map((_, i) => {
+        const x = gs[names.length + (f.input === undefined ? 0 : 1) + i];
+        return x === undefined ? undefined : g.name(x);
+      });
+    });
+  };
+  for (const [kind, mb] of events(micro, nStages, k, stage?.schedule ?? 'gpipe')) (kind === 'F' ? forward : backward)(mb);
+  const params = P.declared();
+  const names = [...params.keys()];
   const gradNames = new Map<string, string>();
   const zero = par !== undefined && par.dp > 1 ? (par.zero ?? 0) : 0;
-  const sizes = { dp: par?.dp ?? 1, tp: par?.tp ?? 1 };
   return g.untaped(() => {
     // Per parameter: the dim ZeRO shards over dp (untouched by tp, divisible by dp), or -1.
     const zeroDim = names.map((n) => {
@@ -84,7 +196,7 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
     };
     // Gradient accumulation over micro-batches, then the data-parallel reduction.
     const grads = names.map((n, i) => {
-      let parts = perMicro.map((gs) => gs[i]).filter((x): x is GradRef => x !== undefined);
+      let parts = [...perMicro.keys()].sort((a, b) => a - b).map((mb) => perMicro.get(mb)?.get(n)).filter((x): x is GradRef => x !== undefined);
       if (parts.length === 0) throw new Error(`parameter '${n}' gets no gradient`);
       const zd = zeroDim[i] as number;
       // ZeRO-2: every micro-batch's gradient is reduce-scattered as it is produced.
@@ -113,19 +225,45 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
         g.t(acc).logical = logical;
         if (!(axis === 'dp' && zd >= 0) && keepTags !== undefined) g.t(acc).tags = [...keepTags];
       }
+      // A tied parameter's gradient is complete only after the first and last stages add
+      // their parts (below): nothing before that claims it.
+      if (nStages > 1 && m.tied.includes(n)) {
+        for (const x of parts) g.t(x).noLineage = true;
+        for (let t = 0; t < g.tensors.length; t++) if (g.t(t).logical === logical) g.t(t).noLineage = true;
+      }
       return acc;
     });
-    let loss = losses[0] as GradRef;
-    if (micro > 1) {
+    // Tied parameters (the GPT-2 embedding and LM head) live on the first and the last
+    // pipeline stage; their gradients are summed between the two.
+    if (nStages > 1) {
+      names.forEach((n, i) => {
+        if (!m.tied.includes(n)) return;
+        const x = grads[i] as GradRef;
+        const D = sizes.dp;
+        const T = sizes.tp;
+        const mine = `dp*${T} + tp`;
+        const group = [{ expr: mine }, { expr: `${(nStages - 1) * D * T} + ${mine}` }];
+        g.t(x).noLineage = true;
+        const y = g.collective('all_reduce', x, { reduce: 'sum' }, [], sizes, group);
+        g.t(y).logical = gradNames.get(n) as string;
+        g.t(y).noLineage = false;
+        g.t(y).tags = g.t(x).tags?.slice();
+        grads[i] = y;
+      });
+    }
+    let loss = losses[0];
+    const lossName = loss === undefined ? undefined : g.name(loss).replace(/^mb[0-9]+\//, '');
+    if (loss !== undefined && micro > 1) {
       for (const x of losses.slice(1)) loss = g.one('add', [loss, x], {}, g.scopedName('accum.loss'));
-      g.t(loss).logical = 'loss';
+      g.t(loss).logical = lossName as string;
     }
-    if (par !== undefined && par.dp > 1) {
+    if (loss !== undefined && par !== undefined && par.dp > 1) {
       loss = g.collective('all_reduce', loss, { reduce: 'sum' }, ['dp'], sizes);
-      g.t(loss).logical = 'loss';
+      g.t(loss).logical = lossName as string;
     }
-    const clipped = opt.maxNorm === undefined ? grads : clip(g, par, names, params, grads, opt.maxNorm, zeroDim);
-    const outputs = [g.name(loss)];
+    const order = stage?.order ?? names;
+    const clipped = opt.maxNorm === undefined ? grads : clip(g, par, names, params, grads, opt.maxNorm, zeroDim, order, nStages, m.tied);
+    const outputs = loss === undefined ? [] : [g.name(loss)];
     names.forEach((n, i) => {
       const p = params.get(n) as GradRef;
       const zd = zeroDim[i] as number;
@@ -152,7 +290,7 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       }
       outputs.push(...outs.map((o) => g.name(o)));
     });
-    return { g, params, loss, outputs, gradNames };
+    return { g, params, loss, outputs, gradNames, hidden, hiddenGrads, order: names };
   });
 }
 
@@ -161,27 +299,32 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
  * the squares of its shards (a replicated gradient counts 1/tp on each rank, so once in
  * total), all-reduces the sum over tp, and scales every gradient by clip_coef.
  */
-function clip(g: GenGraph, par: Parallelism | undefined, names: string[], params: Map<string, GradRef>, grads: GradRef[], maxNorm: string, zeroDim: number[]): GradRef[] {
+function clip(g: GenGraph, par: Parallelism | undefined, names: string[], params: Map<string, GradRef>, grads: GradRef[], maxNorm: string, zeroDim: number[], order: readonly string[], stages: number, tied: readonly string[]): GradRef[] {
   const zeroed = zeroDim.some((d) => d >= 0);
-  if (par === undefined || (par.tp === 1 && !zeroed)) {
+  if (par === undefined || (par.tp === 1 && !zeroed && stages === 1)) {
     const outs = g.op('clip_grad_norm', grads, { max_norm: maxNorm }, 'clip');
     return outs;
   }
   return g.scope('clip_tp', () => {
-    // Each rank sums the squares it holds; a value replicated over r ranks counts 1/r.
+    // Each rank sums the squares it holds; a value held by r ranks counts 1/r.
     const sq = grads.map((x, i) => {
       const s = g.one('sum', [g.one('mul', [x, x])]);
       let copies = 1;
       if (par.tp > 1 && !g.t(params.get(names[i] as string) as GradRef).prov.varies.has('tp')) copies *= par.tp;
       if (zeroed && par.dp > 1 && (zeroDim[i] as number) < 0) copies *= par.dp;
+      if (stages > 1 && tied.includes(names[i] as string)) copies *= 2;
       return copies === 1 ? s : g.one('scale', [s], { factor: `1/${copies}` });
     });
     let total = sq[0] as GradRef;
     for (const s of sq.slice(1)) total = g.one('add', [total, s]);
-    const axes = [...(zeroed && par.dp > 1 ? ['dp'] : []), ...(par.tp > 1 ? ['tp'] : [])];
-    total = g.collective('all_reduce', total, { reduce: 'sum' }, axes, { dp: par.dp, tp: par.tp });
+    const axes = [...(stages > 1 ? ['pp'] : []), ...(zeroed && par.dp > 1 ? ['dp'] : []), ...(par.tp > 1 ? ['tp'] : [])];
+    total = g.collective('all_reduce', total, { reduce: 'sum' }, axes, { dp: par.dp, tp: par.tp, pp: stages });
     const coef = g.one('clip_coef', [total], { max_norm: maxNorm });
-    return grads.map((x, i) => g.one('mul', [x, coef], {}, i === 0 ? 'clip' : `clip.${i}`));
+    // Named as clip_grad_norm names its outputs, by the parameter's logical position.
+    return grads.map((x, i) => {
+      const j = order.indexOf(names[i] as string);
+      return g.one('mul', [x, coef], {}, j === 0 ? 'clip' : `clip.${j}`);
+    });
   });
 }
 
@@ -189,8 +332,14 @@ type Json = Record<string, unknown>;
 /** The plan as JSON (the only thing the verifier sees). */
 export function generatePlan(o: GenOptions): Json {
   const opt = o.optimizer ?? ADAMW;
+  const par = o.par;
+  const pp = par.pp ?? 1;
   const L = build(o.model, undefined, opt);
-  const P = build(o.model, o.par, opt, L.gradNames);
+  const layers = buildModel(o.model).layers;
+  if (pp > layers) throw new Error(`pp = ${pp} exceeds the ${layers} layer(s)`);
+  const stages = Array.from({ length: pp }, (_, k) =>
+    build(o.model, par, opt, L.gradNames, { k, stages: pp, hidden: L.hidden, hiddenGrads: L.hiddenGrads, order: L.order, schedule: par.schedule ?? '1f1b' }),
+  );
   const logicalByName = new Map(L.g.tensors.map((t) => [t.name, t]));
   const produced = new Set(L.g.ops.flatMap((op) => op.outputs));
   const tensorJson = (t: GenTensor, extra: Json): Json => ({
@@ -205,27 +354,24 @@ export function generatePlan(o: GenOptions): Json {
       ...(t.values === undefined ? {} : { values: { range: t.values } }),
     }),
   );
-  const par = o.par;
-  const parallelTensors = P.g.tensors.map((t) => {
-    const lin = t.noLineage === true ? undefined : lineage(t, logicalByName.get(t.logical ?? t.name.replace(/^mb[0-9]+\//, '')), par);
-    return tensorJson(t, lin === undefined ? {} : { lineage: lin });
+  const program = (P: Built, k: number): Json => ({
+    ...(pp > 1 ? { name: `stage${k}`, ranks: { where: { pp: k } } } : { ranks: 'all' }),
+    tensors: P.g.tensors.map((t) => {
+      const lin = t.noLineage === true ? undefined : lineage(t, logicalByName.get(t.logical ?? t.name.replace(/^mb[0-9]+\//, '')), par);
+      return tensorJson(t, lin === undefined ? {} : { lineage: lin });
+    }),
+    ops: P.g.ops.map((op) => ({ id: op.id, op: op.op, inputs: op.inputs, outputs: op.outputs, ...(op.attrs === undefined ? {} : { attrs: op.attrs }), ...(op.group === undefined ? {} : { group: op.group }), ...(op.peer === undefined ? {} : { peer: op.peer }) })),
   });
   const contractInputs = L.g.tensors.filter((t) => !produced.has(t.name)).map((t) => t.name);
+  const axes = [...(pp > 1 ? [{ name: 'pp', size: pp }] : []), { name: 'dp', size: par.dp }, { name: 'tp', size: par.tp }];
+  const tag = `${par.sp === true ? '-sp' : ''}${(par.zero ?? 0) > 0 ? `-zero${par.zero ?? 0}` : ''}${pp > 1 ? `-pp${pp}` : ''}`;
   return {
     format: 'planproof/v1',
-    name: o.name ?? `${o.model.family}-dp${par.dp}-tp${par.tp}${par.sp === true ? '-sp' : ''}${(par.zero ?? 0) > 0 ? `-zero${par.zero ?? 0}` : ''}-mb${par.micro}`,
-    description: `Generated by planproof gen: ${o.model.family}, ${o.model.layers} layer(s), hidden ${o.model.hidden}, global batch ${o.model.batch}; dp ${par.dp}, tp ${par.tp}, ${par.micro} micro-batch(es); forward, backward, accumulation, gradient all-reduce, clipping, AdamW.`,
-    mesh: { axes: [{ name: 'dp', size: par.dp }, { name: 'tp', size: par.tp }] },
+    name: o.name ?? `${o.model.family}-dp${par.dp}-tp${par.tp}${tag}-mb${par.micro}`,
+    description: `Generated by planproof gen: ${o.model.family}, ${o.model.layers} layer(s), hidden ${o.model.hidden}, global batch ${o.model.batch}; dp ${par.dp}, tp ${par.tp}${par.sp === true ? ' with sequence parallelism' : ''}${pp > 1 ? `, pp ${pp} (${par.schedule ?? '1f1b'})` : ''}${(par.zero ?? 0) > 0 ? `, ZeRO-${par.zero ?? 0}` : ''}, ${par.micro} micro-batch(es); forward, backward, accumulation, gradient reduction, clipping, AdamW.`,
+    mesh: { axes },
     logical: { tensors: logicalTensors, ops: L.g.ops.map((op) => ({ id: op.id, op: op.op, inputs: op.inputs, outputs: op.outputs, ...(op.attrs === undefined ? {} : { attrs: op.attrs }) })) },
-    parallel: {
-      programs: [
-        {
-          ranks: 'all',
-          tensors: parallelTensors,
-          ops: P.g.ops.map((op) => ({ id: op.id, op: op.op, inputs: op.inputs, outputs: op.outputs, ...(op.attrs === undefined ? {} : { attrs: op.attrs }), ...(op.group === undefined ? {} : { group: op.group }) })),
-        },
-      ],
-    },
+    parallel: { programs: stages.map((P, k) => program(P, k)) },
     contract: { inputs: contractInputs, outputs: L.outputs },
   };
 }
