@@ -121,6 +121,8 @@ interface GenArgs {
   micro?: number | undefined;
   sp?: boolean | undefined;
   zero?: number | undefined;
+  pp?: number | undefined;
+  schedule?: '1f1b' | 'gpipe' | undefined;
   inject?: string | undefined;
   listBugs?: boolean | undefined;
   out?: string | undefined;
@@ -147,8 +149,8 @@ function gen(a: GenArgs, out: Out): number {
     batch: pick(a.batch, base.model.batch),
     ffn: pick(a.ffn, base.model.ffn ?? 4 * base.model.hidden),
   };
-  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2 };
-  for (const [k, v] of Object.entries({ ...model, dp: par.dp, tp: par.tp, micro: par.micro })) {
+  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2, pp: pick(a.pp, base.par.pp ?? 1), schedule: a.schedule ?? base.par.schedule ?? '1f1b' };
+  for (const [k, v] of Object.entries({ ...model, dp: par.dp, tp: par.tp, micro: par.micro, pp: par.pp })) {
     if (typeof v === 'number' && (!Number.isInteger(v) || v < 1)) {
       out.err(`planproof: --${k} must be a positive integer, got ${v}`);
       return ExitCode.usage;
@@ -164,6 +166,7 @@ function gen(a: GenArgs, out: Out): number {
         return ExitCode.usage;
       }
       const ctx = { ...par, family: model.family };
+      void ctx.schedule;
       if (!bug.applies(ctx)) {
         out.err(`planproof: bug '${bug.id}' needs a plan with ${bug.title.split(':')[0] ?? ''}: not applicable to this configuration`);
         return ExitCode.usage;
@@ -237,6 +240,8 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('tp', { type: 'number' })
           .option('micro', { type: 'number', describe: 'micro-batches per iteration' })
           .option('sp', { type: 'boolean', describe: 'Megatron sequence parallelism (with tp > 1)' })
+          .option('pp', { type: 'number', describe: 'pipeline stages' })
+          .option('schedule', { choices: ['1f1b', 'gpipe'] as const, describe: 'pipeline schedule (default 1f1b)' })
           .option('zero', { type: 'number', choices: [0, 1, 2], describe: 'ZeRO stage (with dp > 1): sharded optimizer state and step' })
           .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })
           .option('list-bugs', { type: 'boolean', default: false })

@@ -34,6 +34,8 @@ export interface GenTensor {
   logical?: string;
   /** No lineage (an intermediate whose relation is not a plain slice or partial sum). */
   noLineage?: boolean;
+  /** Removed with the dead op that produced it (not written). */
+  dropped?: boolean;
   /** Per dim: which split it carries (the batch rows, or the tp shard), when known. */
   tags?: (DimTag | undefined)[];
 }
@@ -78,6 +80,12 @@ export class GenGraph implements GradBuilder {
 
   name(r: GradRef): string {
     return this.t(r).name;
+  }
+
+  /** The logical tensor x stands for: its explicit claim, else its name without a micro-batch prefix. */
+  logicalName(x: GradRef): string {
+    const t = this.t(x);
+    return t.logical ?? t.name.replace(/^mb[0-9]+\//, '');
   }
 
   /** Runs f with names under `scope` (joined with '/'). */
@@ -239,7 +247,7 @@ export class GenGraph implements GradBuilder {
             if (g === undefined || !need.has(x)) return;
             const prev = grads.get(x);
             // Named after the tensor whose gradient accumulates, so both builds agree.
-            grads.set(x, prev === undefined ? g : this.one('add', [prev, g], {}, this.fresh(`acc[${this.name(x)}]`)));
+            grads.set(x, prev === undefined ? g : this.one('add', [prev, g], {}, this.fresh(`acc[${this.logicalName(x)}]`)));
           });
         }
         return wrt.map((w) => grads.get(w));

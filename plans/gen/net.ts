@@ -136,7 +136,8 @@ export class Net {
   enterTp(x: GradRef, seqDim = 1): GradRef {
     if (!this.sp) return this.copyToTp(x);
     const y = this.g.collective('all_gather', x, { dim: seqDim }, ['tp'], this.sizes());
-    this.g.custom([x], [y], ([gy]) => [this.g.collective('reduce_scatter', gy as GradRef, { dim: seqDim, reduce: 'sum' }, ['tp'], this.sizes())]);
+    this.g.t(y).logical = this.g.logicalName(x);
+    this.g.custom([x], [y], ([gy]) => [this.claimAs(this.g.collective('reduce_scatter', gy as GradRef, { dim: seqDim, reduce: 'sum' }, ['tp'], this.sizes()), gy as GradRef)]);
     return y;
   }
 
@@ -163,7 +164,15 @@ export class Net {
   copyToTp(x: GradRef): GradRef {
     if (this.tp === 1) return x;
     const y = this.g.untaped(() => this.g.one('identity', [x], {}, this.g.scopedName('tp_copy')));
-    this.g.custom([x], [y], ([gy]) => [this.g.collective('all_reduce', gy as GradRef, { reduce: 'sum' }, ['tp'], this.sizes())]);
+    // The copy is the same value: it claims x's logical tensor, and so do its gradients.
+    this.g.t(y).logical = this.g.logicalName(x);
+    this.g.custom([x], [y], ([gy]) => [this.claimAs(this.g.collective('all_reduce', gy as GradRef, { reduce: 'sum' }, ['tp'], this.sizes()), gy as GradRef)]);
+    return y;
+  }
+
+  /** The reduced gradient claims what its partial input claims (now complete, or sharded). */
+  private claimAs(y: GradRef, from: GradRef): GradRef {
+    this.g.t(y).logical = this.g.logicalName(from);
     return y;
   }
 

@@ -340,7 +340,11 @@ export function generatePlan(o: GenOptions): Json {
   const stages = Array.from({ length: pp }, (_, k) =>
     build(o.model, par, opt, L.gradNames, { k, stages: pp, hidden: L.hidden, hiddenGrads: L.hiddenGrads, order: L.order, schedule: par.schedule ?? '1f1b' }),
   );
-  const logicalByName = new Map(L.g.tensors.map((t) => [t.name, t]));
+  // Backward rules compute every input's gradient; those nobody needs (the rotary tables',
+  // say) are dropped from both sides, so plans carry no dead work.
+  pruneDead(L.g, new Set(L.outputs));
+  const logicalByName = new Map(L.g.tensors.filter((t) => t.dropped !== true).map((t) => [t.name, t]));
+  for (const P of stages) pruneDead(P.g, new Set(P.g.tensors.filter((t) => t.noLineage !== true && logicalByName.has(t.logical ?? t.name.replace(/^mb[0-9]+\//, ''))).map((t) => t.name)));
   const produced = new Set(L.g.ops.flatMap((op) => op.outputs));
   const tensorJson = (t: GenTensor, extra: Json): Json => ({
     id: t.name,
@@ -348,7 +352,7 @@ export function generatePlan(o: GenOptions): Json {
     ...(t.dtype === undefined ? {} : { dtype: t.dtype }),
     ...extra,
   });
-  const logicalTensors = L.g.tensors.map((t) =>
+  const logicalTensors = L.g.tensors.filter((t) => t.dropped !== true).map((t) =>
     tensorJson(t, {
       role: L.outputs.includes(t.name) ? 'output' : produced.has(t.name) ? (t.name.startsWith('grad/') ? 'grad' : 'activation') : (t.role ?? 'input'),
       ...(t.values === undefined ? {} : { values: { range: t.values } }),
@@ -356,13 +360,13 @@ export function generatePlan(o: GenOptions): Json {
   );
   const program = (P: Built, k: number): Json => ({
     ...(pp > 1 ? { name: `stage${k}`, ranks: { where: { pp: k } } } : { ranks: 'all' }),
-    tensors: P.g.tensors.map((t) => {
+    tensors: P.g.tensors.filter((t) => t.dropped !== true).map((t) => {
       const lin = t.noLineage === true ? undefined : lineage(t, logicalByName.get(t.logical ?? t.name.replace(/^mb[0-9]+\//, '')), par);
       return tensorJson(t, lin === undefined ? {} : { lineage: lin });
     }),
     ops: P.g.ops.map((op) => ({ id: op.id, op: op.op, inputs: op.inputs, outputs: op.outputs, ...(op.attrs === undefined ? {} : { attrs: op.attrs }), ...(op.group === undefined ? {} : { group: op.group }), ...(op.peer === undefined ? {} : { peer: op.peer }) })),
   });
-  const contractInputs = L.g.tensors.filter((t) => !produced.has(t.name)).map((t) => t.name);
+  const contractInputs = L.g.tensors.filter((t) => t.dropped !== true && !produced.has(t.name)).map((t) => t.name);
   const axes = [...(pp > 1 ? [{ name: 'pp', size: pp }] : []), { name: 'dp', size: par.dp }, { name: 'tp', size: par.tp }];
   const tag = `${par.sp === true ? '-sp' : ''}${(par.zero ?? 0) > 0 ? `-zero${par.zero ?? 0}` : ''}${pp > 1 ? `-pp${pp}` : ''}`;
   return {
@@ -374,6 +378,21 @@ export function generatePlan(o: GenOptions): Json {
     parallel: { programs: stages.map((P, k) => program(P, k)) },
     contract: { inputs: contractInputs, outputs: L.outputs },
   };
+}
+
+/** Drops local ops whose outputs nobody reads and nobody needs (`keep`), to a fixpoint. */
+function pruneDead(g: GenGraph, keep: ReadonlySet<string>): void {
+  const local = (op: string): boolean => op !== 'send' && op !== 'recv' && !['all_reduce', 'all_gather', 'reduce_scatter', 'all_to_all', 'broadcast'].includes(op);
+  for (;;) {
+    const used = new Set(g.ops.flatMap((o) => o.inputs));
+    const dead = new Set(g.ops.filter((o) => local(o.op) && o.outputs.length > 0 && o.outputs.every((x) => !used.has(x) && !keep.has(x))).map((o) => o.id));
+    if (dead.size === 0) break;
+    const gone = new Set(g.ops.filter((o) => dead.has(o.id)).flatMap((o) => o.outputs));
+    g.ops.splice(0, g.ops.length, ...g.ops.filter((o) => !dead.has(o.id)));
+    g.tensors.forEach((t) => {
+      if (gone.has(t.name)) t.dropped = true;
+    });
+  }
 }
 
 const expr = (s: string): { expr: string } => ({ expr: s });
