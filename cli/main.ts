@@ -108,7 +108,10 @@ async function demo(json: boolean, eng: EngineOptions, out: Out): Promise<number
 
 interface GenArgs {
   preset?: string | undefined;
-  model?: 'mlp' | 'gpt2' | undefined;
+  model?: 'mlp' | 'gpt2' | 'llama' | 'moe' | undefined;
+  ep?: boolean | undefined;
+  experts?: number | undefined;
+  topk?: number | undefined;
   layers?: number | undefined;
   hidden?: number | undefined;
   heads?: number | undefined;
@@ -148,8 +151,13 @@ function gen(a: GenArgs, out: Out): number {
     vocab: pick(a.vocab, base.model.vocab),
     batch: pick(a.batch, base.model.batch),
     ffn: pick(a.ffn, base.model.ffn ?? 4 * base.model.hidden),
+    ...(base.model.kvHeads === undefined ? {} : { kvHeads: base.model.kvHeads }),
+    ...(base.model.shared === undefined ? {} : { shared: base.model.shared }),
+    ...(base.model.expertFfn === undefined ? {} : { expertFfn: base.model.expertFfn }),
+    experts: pick(a.experts, base.model.experts ?? 4),
+    topk: pick(a.topk, base.model.topk ?? 1),
   };
-  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2, pp: pick(a.pp, base.par.pp ?? 1), schedule: a.schedule ?? base.par.schedule ?? '1f1b' };
+  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2, pp: pick(a.pp, base.par.pp ?? 1), ep: a.ep ?? base.par.ep === true, schedule: a.schedule ?? base.par.schedule ?? '1f1b' };
   for (const [k, v] of Object.entries({ ...model, dp: par.dp, tp: par.tp, micro: par.micro, pp: par.pp })) {
     if (typeof v === 'number' && (!Number.isInteger(v) || v < 1)) {
       out.err(`planproof: --${k} must be a positive integer, got ${v}`);
@@ -228,7 +236,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       (y) =>
         y
           .option('preset', { type: 'string', describe: `a named configuration: ${Object.keys(PRESETS).join(', ')}` })
-          .option('model', { choices: ['mlp', 'gpt2'] as const, describe: 'model family (overrides the preset)' })
+          .option('model', { choices: ['mlp', 'gpt2', 'llama', 'moe'] as const, describe: 'model family (overrides the preset)' })
           .option('layers', { type: 'number' })
           .option('hidden', { type: 'number' })
           .option('heads', { type: 'number' })
@@ -241,6 +249,9 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('micro', { type: 'number', describe: 'micro-batches per iteration' })
           .option('sp', { type: 'boolean', describe: 'Megatron sequence parallelism (with tp > 1)' })
           .option('pp', { type: 'number', describe: 'pipeline stages' })
+          .option('ep', { type: 'boolean', describe: 'expert parallelism (moe): experts split across dp' })
+          .option('experts', { type: 'number' })
+          .option('topk', { type: 'number' })
           .option('schedule', { choices: ['1f1b', 'gpipe'] as const, describe: 'pipeline schedule (default 1f1b)' })
           .option('zero', { type: 'number', choices: [0, 1, 2], describe: 'ZeRO stage (with dp > 1): sharded optimizer state and step' })
           .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })

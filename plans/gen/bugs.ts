@@ -29,6 +29,7 @@ export interface BugContext {
   readonly sp?: boolean;
   readonly zero?: 0 | 1 | 2;
   readonly pp?: number;
+  readonly ep?: boolean;
 }
 
 export interface Bug {
@@ -482,6 +483,38 @@ export const BUGS: Bug[] = [
       // The residual add's first input is the stream before the MLP.
       send.inputs = [prod.inputs[0] as string];
       return send.id;
+    },
+  },
+  {
+    id: 'ep-expert-grad-scaled',
+    title: 'expert parallelism: the experts\' gradients are scaled by the data-parallel size (ep times too large)',
+    source: 'DeepSpeed #5618 / #6545 (expert gradients scaled by the DP size instead of the expert-DP group size); DeepSpeed PR #4957',
+    kind: 'wrong-data',
+    applies: (c) => c.family === 'moe' && c.ep === true && c.dp > 1,
+    inject: (p, c) => {
+      const prog = program(p);
+      const o = find(prog.ops, (x) => x.op === 'adam_update' && /experts\.w1\.new$/.test(x.id), 'expert optimizer step');
+      const g = o.inputs[1] as string;
+      const t = prog.tensors.find((x) => x['id'] === g);
+      const id = `${g}.scaled`;
+      prog.tensors.push({ id, shape: t?.['shape'] });
+      prog.ops.splice(prog.ops.indexOf(o), 0, { id, op: 'scale', inputs: [g], outputs: [id], attrs: { factor: c.dp } });
+      o.inputs[1] = id;
+      return id;
+    },
+  },
+  {
+    id: 'ep-return-alltoall-not-swapped',
+    title: 'expert parallelism: the all-to-all that returns expert outputs reuses the dispatch\'s split and concat dims: the shapes no longer agree',
+    source: 'Megatron MoE token dispatcher (all-to-all dispatch and combine); a wrong layout is a plan inconsistency',
+    kind: 'consistency',
+    applies: (c) => c.family === 'moe' && c.ep === true && c.dp > 1,
+    inject: (p) => {
+      const ops = program(p).ops.filter((x) => x.op === 'all_to_all' && !/(^|\/)grad\//.test(x.id));
+      const back = ops[1];
+      if (back === undefined) throw new Error('bug injection: no return all-to-all');
+      back.attrs = { split_dim: 0, concat_dim: 1 };
+      return back.id;
     },
   },
   {

@@ -10,7 +10,7 @@ import type { GradRef } from '../../ops/grad.js';
 import type { Net } from './net.js';
 
 export interface ModelConfig {
-  readonly family: 'mlp' | 'gpt2' | 'llama';
+  readonly family: 'mlp' | 'gpt2' | 'llama' | 'moe';
   readonly layers: number;
   readonly hidden: number;
   /** Attention heads (gpt2, llama). */
@@ -24,12 +24,19 @@ export interface ModelConfig {
   readonly ffn?: number;
   /** Key/value heads (llama, grouped-query attention; default: heads). */
   readonly kvHeads?: number;
+  /** MoE: routed experts, experts per token, shared experts (dense MLPs of width ffn). */
+  readonly experts?: number;
+  readonly topk?: number;
+  readonly shared?: number;
+  /** MoE: routed-expert MLP width (default ffn). */
+  readonly expertFfn?: number;
 }
 
 interface ParamSpec {
   readonly shape: number[];
-  /** Dim split over tp, if any. */
+  /** Dim split over tp (or over dp for experts, see axis), if any. */
   readonly shard?: number;
+  readonly axis?: 'tp' | 'dp';
 }
 
 /** Parameters by name, declared in a build when first used (a pipeline stage declares its own). */
@@ -44,7 +51,7 @@ export class Params {
     if (r === undefined) {
       const sp = this.specs.get(name);
       if (sp === undefined) throw new Error(`no parameter '${name}'`);
-      r = this.net.param(name, sp.shape, sp.shard);
+      r = this.net.param(name, sp.shape, sp.shard, 'param', sp.axis ?? 'tp');
       this.refs.set(name, r);
     }
     return r;
@@ -78,9 +85,9 @@ function meanLoss(net: Net, sumOrMean: (reduction: 'sum' | 'mean', out?: string)
   return net.op('scale', [sumOrMean('sum')], { factor: `1/${globalCount}` }, net.g.scopedName('loss'));
 }
 
-function specMap(add: (f: (k: string, shape: number[], shard?: number) => void) => void): Map<string, ParamSpec> {
+function specMap(add: (f: (k: string, shape: number[], shard?: number, axis?: 'tp' | 'dp') => void) => void): Map<string, ParamSpec> {
   const m = new Map<string, ParamSpec>();
-  add((k, shape, shard) => m.set(k, shard === undefined ? { shape } : { shape, shard }));
+  add((k, shape, shard, axis) => m.set(k, shard === undefined ? { shape } : axis === undefined ? { shape, shard } : { shape, shard, axis }));
   return m;
 }
 
@@ -220,7 +227,7 @@ function vocabCrossEntropy(net: Net, logits: GradRef, labels: GradRef, V: number
  * code precomputes them), grouped-query attention, SwiGLU MLP, untied LM head. Under tp the
  * query and key/value heads are split across ranks (kv heads must divide by tp).
  */
-export function llama(c: ModelConfig): Model {
+export function llama(c: ModelConfig, moe?: (net: Net, p: Params, l: number, x: GradRef) => GradRef, moeSpecs?: (add: (k: string, shape: number[], shard?: number, axis?: 'tp' | 'dp') => void) => void): Model {
   const H = c.hidden;
   const hd = H / c.heads;
   const kvh = c.kvHeads ?? c.heads;
@@ -238,10 +245,13 @@ export function llama(c: ModelConfig): Model {
         add(`l${l}.attn.v`, [kvh * hd, H], 0);
         add(`l${l}.attn.o`, [H, H], 1);
         add(`l${l}.mlp_norm`, [H]);
-        add(`l${l}.mlp.gate`, [ffn(c), H], 0);
-        add(`l${l}.mlp.up`, [ffn(c), H], 0);
-        add(`l${l}.mlp.down`, [H, ffn(c)], 1);
+        if (moe === undefined) {
+          add(`l${l}.mlp.gate`, [ffn(c), H], 0);
+          add(`l${l}.mlp.up`, [ffn(c), H], 0);
+          add(`l${l}.mlp.down`, [H, ffn(c)], 1);
+        }
       }
+      moeSpecs?.(add);
       add('norm', [H]);
       add('lm_head', [c.vocab, H], 0);
     }),
@@ -268,6 +278,7 @@ export function llama(c: ModelConfig): Model {
         const o = net.op('attention', [heads('q', nh, true), heads('k', nkv, true), heads('v', nkv, false)], { causal: true });
         const merged = net.op('reshape', [net.op('transpose', [o], { dim0: 1, dim1: 2 })], { shape: [B, S, nh * hd] });
         const h1 = net.op('add', [h, net.leaveTp(net.op('linear', [merged, p.get(`l${l}.attn.o`)]))]);
+        if (moe !== undefined) return net.op('add', [h1, moe(net, p, l, norm(h1, 'mlp_norm'))]);
         const b = net.enterTp(norm(h1, 'mlp_norm'));
         const gated = net.op('swiglu', [net.op('linear', [b, p.get(`l${l}.mlp.gate`)]), net.op('linear', [b, p.get(`l${l}.mlp.up`)])]);
         return net.op('add', [h1, net.leaveTp(net.op('linear', [gated, p.get(`l${l}.mlp.down`)]))]);
@@ -287,6 +298,54 @@ export function llama(c: ModelConfig): Model {
   };
 }
 
+/**
+ * DeepSeek-style mixture of experts on the Llama block: a softmax router over the experts, top-k
+ * routing with the gates as weights, dropless dispatch and combine, routed experts with a
+ * SiLU MLP, and shared experts (a dense SwiGLU MLP) added to the routed output. Under expert
+ * parallelism the experts are split across the data-parallel ranks and the routed slots go
+ * to them and back by all-to-all. Experts are not split over tp: every tp rank computes the
+ * MoE layer alike (the router and experts see the full hidden states).
+ */
+export function moe(c: ModelConfig): Model {
+  const H = c.hidden;
+  const E = c.experts ?? 4;
+  const k = c.topk ?? 1;
+  const F = c.expertFfn ?? ffn(c);
+  const shared = c.shared ?? 1;
+  const layer = (net: Net, p: Params, l: number, x: GradRef): GradRef =>
+    net.g.scope('moe', () => {
+      const [B, S] = net.g.shape(x) as [number, number, number];
+      const tokens = net.op('reshape', [x], { shape: [B * S, H] });
+      const scores = net.op('softmax', [net.op('linear', [tokens, p.get(`l${l}.router`)])], { dim: -1 });
+      const [gates, idx] = net.g.op('topk', [scores], { k }) as [GradRef, GradRef];
+      // Under expert parallelism the expert buffers hold this rank's and the others' slots in
+      // an order no logical tensor has: the 'experts' scope carries no claims then.
+      const out = net.g.scope('experts', () => {
+        const buf = net.allToAllDp(net.op('moe_dispatch', [tokens, idx], { experts: E }), 0, 1);
+        const hidden = net.op('silu', [net.op('matmul', [buf, p.get(`l${l}.experts.w1`)])]);
+        return net.allToAllDp(net.op('matmul', [hidden, p.get(`l${l}.experts.w2`)]), 1, 0);
+      });
+      let y = net.op('moe_combine', [out, idx, gates]);
+      for (let sidx = 0; sidx < shared; sidx++) {
+        const w = (n: string): GradRef => p.get(`l${l}.shared${sidx}.${n}`);
+        y = net.op('add', [y, net.op('linear', [net.op('swiglu', [net.op('linear', [tokens, w('gate')]), net.op('linear', [tokens, w('up')])]), w('down')])]);
+      }
+      return net.op('reshape', [y], { shape: [B, S, H] });
+    });
+  return llama(c, layer, (add) => {
+    for (let l = 0; l < c.layers; l++) {
+      add(`l${l}.router`, [E, H]);
+      add(`l${l}.experts.w1`, [E, H, F], 0, 'dp');
+      add(`l${l}.experts.w2`, [E, F, H], 0, 'dp');
+      for (let sidx = 0; sidx < shared; sidx++) {
+        add(`l${l}.shared${sidx}.gate`, [ffn(c), H]);
+        add(`l${l}.shared${sidx}.up`, [ffn(c), H]);
+        add(`l${l}.shared${sidx}.down`, [H, ffn(c)]);
+      }
+    }
+  });
+}
+
 export function buildModel(c: ModelConfig): Model {
-  return c.family === 'mlp' ? mlp(c) : c.family === 'gpt2' ? gpt2(c) : llama(c);
+  return c.family === 'mlp' ? mlp(c) : c.family === 'gpt2' ? gpt2(c) : c.family === 'moe' ? moe(c) : llama(c);
 }

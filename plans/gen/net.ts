@@ -25,6 +25,11 @@ export interface Parallelism {
    * micro-batch's gradient and accumulates shards. 0: all-reduce (default).
    */
   readonly zero?: 0 | 1 | 2;
+  /**
+   * Expert parallelism (MoE): experts split across the data-parallel ranks; each rank's
+   * routed token slots travel to the experts' ranks and back by all-to-all.
+   */
+  readonly ep?: boolean;
   /** Pipeline stages (layers split evenly; activations and gradients by send / recv). */
   readonly pp?: number;
   /** Pipeline schedule: the order of each stage's forward and backward micro-batch passes. */
@@ -68,17 +73,38 @@ export class Net {
     return { dp: this.par?.dp ?? 1, tp: this.par?.tp ?? 1, pp: this.par?.pp ?? 1 };
   }
 
-  /** A parameter, split along `shard` over tp (Megatron column / row / vocab parallel). */
-  param(name: string, shape: Shape, shard?: number, role: 'param' | 'optimizer_state' = 'param'): GradRef {
+  get ep(): number {
+    return this.par?.ep === true ? this.par.dp : 1;
+  }
+
+  /**
+   * A parameter, split along `shard` over tp (Megatron column / row / vocab parallel), or
+   * over dp when `axis` is 'dp' and expert parallelism is on (the expert dim).
+   */
+  param(name: string, shape: Shape, shard?: number, role: 'param' | 'optimizer_state' = 'param', axis: 'tp' | 'dp' = 'tp'): GradRef {
     const local = [...shape];
     let prov: Provenance = REPLICATED;
-    if (shard !== undefined && this.tp > 1) {
-      if ((shape[shard] as number) % this.tp !== 0) throw new Error(`${name}: dim ${shard} of [${shape.join(', ')}] is not divisible by tp = ${this.tp}`);
-      local[shard] = (shape[shard] as number) / this.tp;
-      prov = { varies: new Set(['tp']), mbs: new Set(), batch: false };
+    const n = axis === 'tp' ? this.tp : this.ep;
+    if (shard !== undefined && n > 1) {
+      if ((shape[shard] as number) % n !== 0) throw new Error(`${name}: dim ${shard} of [${shape.join(', ')}] is not divisible by ${axis} = ${n}`);
+      local[shard] = (shape[shard] as number) / n;
+      prov = { varies: new Set([axis]), mbs: new Set(), batch: false };
     }
-    const tags = shard !== undefined && this.tp > 1 ? shape.map((_, d) => (d === shard ? ('tp' as const) : undefined)) : undefined;
+    const tags = shard !== undefined && n > 1 ? shape.map((_, d) => (d === shard ? axis : undefined)) : undefined;
     return this.g.leaf(name, local, prov, { role, ...(tags === undefined ? {} : { tags }) });
+  }
+
+  /** All-to-all over dp (expert parallelism), with the swapped all-to-all as its adjoint. */
+  allToAllDp(x: GradRef, split: number, concat: number): GradRef {
+    if (this.ep === 1) return x;
+    const y = this.g.collective('all_to_all', x, { split_dim: split, concat_dim: concat }, ['dp'], this.sizes());
+    this.g.t(y).noLineage = true;
+    this.g.custom([x], [y], ([gy]) => {
+      const gx = this.g.collective('all_to_all', gy as GradRef, { split_dim: concat, concat_dim: split }, ['dp'], this.sizes());
+      this.g.t(gx).noLineage = true;
+      return [gx];
+    });
+    return y;
   }
 
   /** A data input with the batch in dim 0 (this build's rows of it). */

@@ -300,7 +300,9 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
  * total), all-reduces the sum over tp, and scales every gradient by clip_coef.
  */
 function clip(g: GenGraph, par: Parallelism | undefined, names: string[], params: Map<string, GradRef>, grads: GradRef[], maxNorm: string, zeroDim: number[], order: readonly string[], stages: number, tied: readonly string[]): GradRef[] {
-  const zeroed = zeroDim.some((d) => d >= 0);
+  // Gradients held as dp shards: ZeRO's, and the experts' under expert parallelism.
+  const dpShard = names.map((n, i) => (zeroDim[i] as number) >= 0 || g.t(params.get(n) as GradRef).prov.varies.has('dp'));
+  const zeroed = dpShard.some((x) => x);
   if (par === undefined || (par.tp === 1 && !zeroed && stages === 1)) {
     const outs = g.op('clip_grad_norm', grads, { max_norm: maxNorm }, 'clip');
     return outs;
@@ -311,7 +313,7 @@ function clip(g: GenGraph, par: Parallelism | undefined, names: string[], params
       const s = g.one('sum', [g.one('mul', [x, x])]);
       let copies = 1;
       if (par.tp > 1 && !g.t(params.get(names[i] as string) as GradRef).prov.varies.has('tp')) copies *= par.tp;
-      if (zeroed && par.dp > 1 && (zeroDim[i] as number) < 0) copies *= par.dp;
+      if (zeroed && par.dp > 1 && !(dpShard[i] as boolean)) copies *= par.dp;
       if (stages > 1 && tied.includes(names[i] as string)) copies *= 2;
       return copies === 1 ? s : g.one('scale', [s], { factor: `1/${copies}` });
     });
@@ -400,6 +402,7 @@ const expr = (s: string): { expr: string } => ({ expr: s });
 /** The lineage claim of a parallel tensor from its provenance and the two shapes. */
 function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json | undefined {
   if (l === undefined) return undefined;
+  if (par.ep === true && par.dp > 1 && t.logical === undefined && /(^|\/)experts\//.test(t.name)) return undefined;
   const ps = t.shape;
   const ls = l.shape;
   if (ps.length !== ls.length) return undefined;
