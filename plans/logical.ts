@@ -202,6 +202,13 @@ function propagateDomains(g: LogicalGraph): void {
   for (let i = 0; i < queue.length; i++) {
     const op = queue[i] as number;
     const ins = [...g.ops.opInputs(op)];
+    const name = registry.get(g.ops.kind[op] as number).name;
+    if (name === 'topk') {
+      // Its indices are positions along the scored dim.
+      const n = g.shapes[ins[0] as number]?.at(-1) ?? 0;
+      const idx = g.ops.opOutputs(op)[1];
+      if (idx !== undefined) doms[idx] ??= Array.from({ length: n }, (_, v) => v);
+    }
     if (VALUE_PRESERVING.has(registry.get(g.ops.kind[op] as number).name) && ins.length > 0 && ins.every((t) => doms[t] !== undefined)) {
       const set = new Set<number>();
       for (const t of ins) for (const v of doms[t] as readonly number[]) set.add(v);
