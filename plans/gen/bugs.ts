@@ -65,6 +65,22 @@ function find(ops: PlanOp[], pred: (o: PlanOp) => boolean, what: string, last = 
 const axesOf = (o: PlanOp): string[] => (o.group !== undefined && !Array.isArray(o.group) ? o.group.axes : []);
 const isAr = (axis: string) => (o: PlanOp): boolean => o.op === 'all_reduce' && axesOf(o).includes(axis);
 
+/** The all-reduce over `axis` that the value `name` was computed from (walking back through local ops). */
+function reducerOf(ops: PlanOp[], name: string, axis: string): PlanOp {
+  const seen = new Set<string>();
+  const stack = [name];
+  while (stack.length > 0) {
+    const t = stack.pop() as string;
+    if (seen.has(t)) continue;
+    seen.add(t);
+    const o = ops.find((x) => x.outputs.includes(t));
+    if (o === undefined) continue;
+    if (isAr(axis)(o)) return o;
+    if (o.op !== 'all_reduce') stack.push(...o.inputs.slice(0, 1));
+  }
+  throw new Error(`bug injection: no ${axis} all-reduce behind '${name}'`);
+}
+
 /** Replaces a collective by a local copy, keeping the dataflow. */
 function toIdentity(o: PlanOp): string {
   o.op = 'identity';
@@ -515,6 +531,52 @@ export const BUGS: Bug[] = [
       if (back === undefined) throw new Error('bug injection: no return all-to-all');
       back.attrs = { split_dim: 0, concat_dim: 1 };
       return back.id;
+    },
+  },
+  {
+    id: 'norm-grad-scaled-by-tp',
+    title: 'a LayerNorm / RMSNorm weight gradient multiplied by the tensor-parallel size after its reduction',
+    source: 'TTrace table 1: LayerNorm gradients scaled by TP (under TP+CP in Megatron); Megatron-LM #1446 family',
+    kind: 'wrong-data',
+    applies: (c) => c.tp > 1 && c.family !== 'mlp' && c.family !== 'moe',
+    inject: (p, c) => {
+      const prog = program(p);
+      const o = find(prog.ops, (x) => x.op === 'adam_update' && /(ln[0-9a-z]*|norm)(\.w)?\.new$/.test(x.id), 'norm weight optimizer step');
+      const g = o.inputs[1] as string;
+      const t = prog.tensors.find((x) => x['id'] === g);
+      const id = `${g}.tp_scaled`;
+      prog.tensors.push({ id, shape: t?.['shape'] });
+      prog.ops.splice(prog.ops.indexOf(o), 0, { id, op: 'scale', inputs: [g], outputs: [id], attrs: { factor: c.tp } });
+      o.inputs[1] = id;
+      return id;
+    },
+  },
+  {
+    id: 'stale-activation-in-backward',
+    title: "the backward of the second micro-batch reads the first micro-batch's saved activation (a stale buffer)",
+    source: 'TTrace table 1: stale input under activation recomputation (the recomputed or saved input comes from a stale buffer)',
+    kind: 'wrong-data',
+    applies: (c) => c.micro > 1,
+    inject: (p) => {
+      const ops = program(p).ops;
+      // A backward op of micro-batch 1 reading a forward activation of micro-batch 1.
+      const o = find(ops, (x) => x.id.startsWith('mb1/grad/l0/') && x.inputs.some((i) => /^mb1\/l0\//.test(i)), 'backward op reading a saved activation');
+      const k = o.inputs.findIndex((i) => /^mb1\/l0\//.test(i));
+      o.inputs[k] = (o.inputs[k] as string).replace(/^mb1\//, 'mb0/');
+      return o.id;
+    },
+  },
+  {
+    id: 'moe-router-grad-not-synced',
+    title: 'MoE: the router weight gradient is left out of the data-parallel all-reduce, so replicas route differently after the step',
+    source: 'TTrace table 1: router weights not synchronized (there under SP; here the data-parallel analogue); Megatron-LM PR #5916',
+    kind: 'missing-communication',
+    applies: (c) => c.family === 'moe' && c.dp > 1,
+    inject: (p) => {
+      const ops = program(p).ops;
+      const step = find(ops, (x) => x.op === 'adam_update' && /router\.new$/.test(x.id), 'router optimizer step');
+      const ar = reducerOf(ops, step.inputs[1] as string, 'dp');
+      return toIdentity(ar);
     },
   },
   {
