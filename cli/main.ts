@@ -110,6 +110,7 @@ interface GenArgs {
   preset?: string | undefined;
   model?: 'mlp' | 'gpt2' | 'llama' | 'moe' | undefined;
   ep?: boolean | undefined;
+  virtual?: number | undefined;
   experts?: number | undefined;
   topk?: number | undefined;
   layers?: number | undefined;
@@ -157,7 +158,7 @@ function gen(a: GenArgs, out: Out): number {
     experts: pick(a.experts, base.model.experts ?? 4),
     topk: pick(a.topk, base.model.topk ?? 1),
   };
-  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2, pp: pick(a.pp, base.par.pp ?? 1), ep: a.ep ?? base.par.ep === true, schedule: a.schedule ?? base.par.schedule ?? '1f1b' };
+  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2, pp: pick(a.pp, base.par.pp ?? 1), ep: a.ep ?? base.par.ep === true, virtual: pick(a.virtual, base.par.virtual ?? 1), schedule: a.schedule ?? base.par.schedule ?? '1f1b' };
   for (const [k, v] of Object.entries({ ...model, dp: par.dp, tp: par.tp, micro: par.micro, pp: par.pp })) {
     if (typeof v === 'number' && (!Number.isInteger(v) || v < 1)) {
       out.err(`planproof: --${k} must be a positive integer, got ${v}`);
@@ -249,6 +250,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('micro', { type: 'number', describe: 'micro-batches per iteration' })
           .option('sp', { type: 'boolean', describe: 'Megatron sequence parallelism (with tp > 1)' })
           .option('pp', { type: 'number', describe: 'pipeline stages' })
+          .option('virtual', { type: 'number', describe: 'interleaved pipeline: layer chunks (virtual stages) per stage' })
           .option('ep', { type: 'boolean', describe: 'expert parallelism (moe): experts split across dp' })
           .option('experts', { type: 'number' })
           .option('topk', { type: 'number' })

@@ -30,6 +30,7 @@ export interface BugContext {
   readonly zero?: 0 | 1 | 2;
   readonly pp?: number;
   readonly ep?: boolean;
+  readonly virtual?: number;
 }
 
 export interface Bug {
@@ -577,6 +578,22 @@ export const BUGS: Bug[] = [
       const step = find(ops, (x) => x.op === 'adam_update' && /router\.new$/.test(x.id), 'router optimizer step');
       const ar = reducerOf(ops, step.inputs[1] as string, 'dp');
       return toIdentity(ar);
+    },
+  },
+  {
+    id: 'pp-interleave-skips-chunks',
+    title: "interleaved pipeline: the first stage feeds its own first chunk's output to its second chunk instead of what the last stage sends back, so the other stages' layers are skipped",
+    source: 'TTrace table 1: wrong pipeline stage division (here with Megatron\'s virtual pipeline stages)',
+    kind: 'wrong-data',
+    applies: (c) => (c.pp ?? 1) > 1 && (c.virtual ?? 1) > 1,
+    inject: (p, c) => {
+      const ops = program(p, 0).ops;
+      const wrap = JSON.stringify({ shift: { pp: (c.pp ?? 1) - 1 } });
+      const recv = find(ops, (x) => x.op === 'recv' && JSON.stringify((x as { peer?: unknown }).peer) === wrap && !/(^|\/)grad\//.test(x.id), 'wrap-around receive');
+      const send = find(ops, (x) => x.op === 'send' && JSON.stringify((x as { peer?: unknown }).peer) === '{"shift":{"pp":1}}', 'first chunk send');
+      const r = recv.outputs[0] as string;
+      for (const x of ops) x.inputs = x.inputs.map((i) => (i === r ? (send.inputs[0] as string) : i));
+      return send.inputs[0] as string;
     },
   },
   {

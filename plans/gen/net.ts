@@ -32,6 +32,8 @@ export interface Parallelism {
   readonly ep?: boolean;
   /** Pipeline stages (layers split evenly; activations and gradients by send / recv). */
   readonly pp?: number;
+  /** Interleaved pipeline: layer chunks per stage (Megatron's virtual pipeline stages). */
+  readonly virtual?: number;
   /** Pipeline schedule: the order of each stage's forward and backward micro-batch passes. */
   readonly schedule?: 'gpipe' | '1f1b';
 }

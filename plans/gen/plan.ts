@@ -95,38 +95,48 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
   const P = new Params(net, m.specs);
   const k = stage?.k ?? 0;
   const nStages = stage?.stages ?? 1;
-  const first = k === 0;
-  const last = k === nStages - 1;
-  const [from, to] = stageLayers(m.layers, nStages, k);
+  // Virtual stages (interleaved pipeline): this rank holds chunks v*P + k of P*V layer chunks.
+  const V = par?.virtual ?? 1;
+  const chunks = nStages * V;
+  const segments = Array.from({ length: par === undefined ? 1 : V }, (_, v) => {
+    const c = par === undefined ? 0 : v * nStages + k;
+    const [from, to] = par === undefined ? [0, m.layers] : stageLayers(m.layers, chunks, c);
+    return { v, from, to, first: c === 0, last: par === undefined || c === chunks - 1 };
+  });
+  // Peers of the previous and the next chunk: the neighbouring stage, wrapping around
+  // between the last and the first stage for interleaved chunks.
+  const prevPeer = { shift: { pp: k > 0 ? -1 : nStages - 1 } };
+  const nextPeer = { shift: { pp: k < nStages - 1 ? 1 : -(nStages - 1) } };
   const micro = par?.micro ?? 1;
   const sizes = { dp: par?.dp ?? 1, tp: par?.tp ?? 1, pp: nStages };
   const losses: GradRef[] = [];
-  const perMicro = new Map<number, Map<string, GradRef>>();
+  const perMicro = new Map<string, Map<string, GradRef>>();
   const hidden: string[] = [];
   const hiddenRefs: GradRef[] = [];
   let hiddenGrads: (string | undefined)[] = [];
   let seed: GradRef | undefined;
-  // Per micro-batch: the stage's input (received or embedded), its output, and its loss.
-  const fwd = new Map<number, { input: GradRef | undefined; output: GradRef; loss: GradRef | undefined }>();
+  // Per micro-batch and chunk: the input (received or embedded), the output, the loss.
+  const fwd = new Map<string, { input: GradRef | undefined; output: GradRef; loss: GradRef | undefined }>();
   const inScope = <T>(mb: number, f: () => T): T => (par === undefined || micro === 1 ? f() : g.scope(`mb${mb}`, f));
-  const forward = (mb: number): void => {
+  const forward = (mb: number, v: number): void => {
+    const seg = segments[v] as (typeof segments)[number];
     net.mb = par === undefined ? -1 : mb;
     inScope(mb, () => {
       let input: GradRef | undefined;
       let h: GradRef;
-      if (first) {
+      if (seg.first) {
         h = m.embed(net, P);
         if (par === undefined) {
           hidden.push(g.name(h));
           hiddenRefs.push(h);
         }
       } else {
-        // The previous stage's hidden states, laid out as this build's own would be.
+        // The previous chunk's hidden states, laid out as this build's own would be.
         const like = shapeOfHidden(model, par as Parallelism, mb);
-        input = g.recv(like.shape, { shift: { pp: -1 } }, like.prov, like.tags, stage?.hidden[from] ?? '');
+        input = g.recv(like.shape, prevPeer, like.prov, like.tags, stage?.hidden[seg.from] ?? '');
         h = input;
       }
-      for (let l = from; l < to; l++) {
+      for (let l = seg.from; l < seg.to; l++) {
         h = m.layer(net, P, l, h);
         if (par === undefined) {
           hidden.push(g.name(h));
@@ -134,28 +144,29 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
         }
       }
       let loss: GradRef | undefined;
-      if (last) {
+      if (seg.last) {
         loss = m.head(net, P, h);
         losses.push(loss);
-      } else g.send(h, { shift: { pp: 1 } });
-      fwd.set(mb, { input, output: h, loss });
+      } else g.send(h, nextPeer);
+      fwd.set(`${mb}:${v}`, { input, output: h, loss });
     });
   };
-  const backward = (mb: number): void => {
+  const backward = (mb: number, v: number): void => {
+    const seg = segments[v] as (typeof segments)[number];
     net.mb = par === undefined ? -1 : mb;
     inScope(mb, () => {
-      const f = fwd.get(mb);
+      const f = fwd.get(`${mb}:${v}`);
       if (f === undefined) throw new Error(`micro-batch ${mb}: backward before forward`);
       const declared = P.declared();
       const names = [...declared.keys()];
       const wrt = [...names.map((n) => declared.get(n) as GradRef), ...(f.input === undefined ? [] : [f.input]), ...(par === undefined ? hiddenRefs : [])];
       let gs: (GradRef | undefined)[];
-      if (last) {
+      if (seg.last) {
         seed ??= g.leaf('loss_seed', [], { varies: new Set(), mbs: new Set(), batch: false }, { role: 'input' });
         gs = g.backward(f.loss as GradRef, seed, wrt);
       } else {
         const like = g.t(f.output);
-        const gin = g.recv(like.shape, { shift: { pp: 1 } }, like.prov, like.tags, stage?.hiddenGrads[to] ?? '');
+        const gin = g.recv(like.shape, nextPeer, like.prov, like.tags, stage?.hiddenGrads[seg.to] ?? '');
         gs = g.backward(f.output, gin, wrt);
       }
       const byName = new Map<string, GradRef>();
@@ -163,11 +174,11 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
         const x = gs[i];
         if (x !== undefined) byName.set(n, x);
       });
-      perMicro.set(mb, byName);
+      perMicro.set(`${mb}:${v}`, byName);
       if (f.input !== undefined) {
         const gi = gs[names.length];
         if (gi === undefined) throw new Error(`stage ${k}: no gradient for the received hidden states`);
-        g.send(gi, { shift: { pp: -1 } });
+        g.send(gi, prevPeer);
       }
       if (par === undefined) hiddenGrads = hiddenRefs.map((_, i) => {
         const x = gs[names.length + (f.input === undefined ? 0 : 1) + i];
@@ -175,7 +186,16 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       });
     });
   };
-  for (const [kind, mb] of events(micro, nStages, k, stage?.schedule ?? 'gpipe')) (kind === 'F' ? forward : backward)(mb);
+  const order: ['F' | 'B', number, number][] =
+    segments.length === 1
+      ? events(micro, nStages, k, stage?.schedule ?? 'gpipe').map(([e, mb]) => [e, mb, 0])
+      : [
+          // Interleaved: each micro-batch through every chunk, then the backwards in reverse.
+          ...Array.from({ length: micro }, (_, mb) => segments.map((sg) => ['F', mb, sg.v] as ['F', number, number])).flat(),
+          ...Array.from({ length: micro }, (_, mb) => [...segments].reverse().map((sg) => ['B', mb, sg.v] as ['B', number, number])).flat(),
+        ];
+  for (const [kind, mb, v] of order) (kind === 'F' ? forward : backward)(mb, v);
+
   const params = P.declared();
   const names = [...params.keys()];
   const gradNames = new Map<string, string>();
@@ -196,7 +216,11 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
     };
     // Gradient accumulation over micro-batches, then the data-parallel reduction.
     const grads = names.map((n, i) => {
-      let parts = [...perMicro.keys()].sort((a, b) => a - b).map((mb) => perMicro.get(mb)?.get(n)).filter((x): x is GradRef => x !== undefined);
+      const keyOrder = (a: string): number[] => a.split(':').map(Number);
+      let parts = [...perMicro.keys()]
+        .sort((a, b) => (keyOrder(a)[0] as number) - (keyOrder(b)[0] as number) || (keyOrder(a)[1] as number) - (keyOrder(b)[1] as number))
+        .map((key) => perMicro.get(key)?.get(n))
+        .filter((x): x is GradRef => x !== undefined);
       if (parts.length === 0) throw new Error(`parameter '${n}' gets no gradient`);
       const zd = zeroDim[i] as number;
       // ZeRO-2: every micro-batch's gradient is reduce-scattered as it is produced.
@@ -338,7 +362,8 @@ export function generatePlan(o: GenOptions): Json {
   const pp = par.pp ?? 1;
   const L = build(o.model, undefined, opt);
   const layers = buildModel(o.model).layers;
-  if (pp > layers) throw new Error(`pp = ${pp} exceeds the ${layers} layer(s)`);
+  if (pp * (par.virtual ?? 1) > layers) throw new Error(`pp = ${pp} times ${par.virtual ?? 1} virtual stage(s) exceeds the ${layers} layer(s)`);
+  if ((par.virtual ?? 1) > 1 && pp < 2) throw new Error('virtual pipeline stages need pp >= 2');
   const stages = Array.from({ length: pp }, (_, k) =>
     build(o.model, par, opt, L.gradNames, { k, stages: pp, hidden: L.hidden, hiddenGrads: L.hiddenGrads, order: L.order, schedule: par.schedule ?? '1f1b' }),
   );
