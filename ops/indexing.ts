@@ -54,6 +54,36 @@ function range(at: Attrs): [number, number] {
   return [s, e];
 }
 
+/**
+ * An element-wise op on ids of the rank's vocab range [start, end) (Megatron's vocab-parallel
+ * masking). Ids get no gradient. start and end are positions on the vocab axis: it cannot
+ * shrink; `localIds` outputs are positions on the local vocab axis.
+ */
+function vocabOp(name: string, doc: string, f: <S>(alg: Algebra<S>, id: S, start: number, end: number) => S, localIds: boolean): OpDef {
+  return {
+    name,
+    family: 'indexing',
+    doc,
+    inputs: fixed(1),
+    outputs: fixed(1),
+    attrSchema: rangeAttrs,
+    shape: ([ids], at) => {
+      range(at);
+      return [ids as Shape];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
+      const [s, e] = range(at);
+      const ids = arg(ins, 0);
+      return [{ shape: ids.shape, data: ids.data.map((id) => f(alg, id, s, e)) }];
+    },
+    backward: (_b, _c) => [undefined],
+    dims: ([ids]) => {
+      const i = dimLabels(ids as Shape, 'i', 'batch');
+      return { inputs: [i], outputs: [i], inputValues: { 0: fixedDim('vocab') }, ...(localIds ? { outputValues: { 0: fixedDim('local_vocab') } } : {}) };
+    },
+  };
+}
+
 export const ops: OpDef[] = [
   {
     name: 'embedding',
@@ -183,49 +213,16 @@ export const ops: OpDef[] = [
       return { inputs: [[...lead, m], [...lead, m]], outputs: [[...lead, C]], inputValues: { 1: C } };
     },
   },
-  {
-    name: 'vocab_mask',
-    family: 'indexing',
-    doc: "Megatron's vocab-parallel input mask: 1 where id < start or id >= end (the rank does not own the id), else 0; (input < start) | (input >= end) as a float",
-    inputs: fixed(1),
-    outputs: fixed(1),
-    attrSchema: rangeAttrs,
-    shape: ([ids], at) => {
-      range(at);
-      return [ids as Shape];
-    },
-    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
-      const [s, e] = range(at);
-      const ids = arg(ins, 0);
-      return [{ shape: ids.shape, data: ids.data.map((id) => alg.test(id, (v) => v < s || v >= e)) }];
-    },
-    backward: (_b, _c) => [undefined],
-    // start and end are positions on the vocab axis: it cannot shrink.
-    dims: ([ids]) => {
-      const i = dimLabels(ids as Shape, 'i', 'batch');
-      return { inputs: [i], outputs: [i], inputValues: { 0: fixedDim('vocab') } };
-    },
-  },
-  {
-    name: 'vocab_local_ids',
-    family: 'indexing',
-    doc: "Megatron's vocab-parallel masked input: id - start where start <= id < end, else 0 (masked_input[input_mask] = 0)",
-    inputs: fixed(1),
-    outputs: fixed(1),
-    attrSchema: rangeAttrs,
-    shape: ([ids], at) => {
-      range(at);
-      return [ids as Shape];
-    },
-    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
-      const [s, e] = range(at);
-      const ids = arg(ins, 0);
-      return [{ shape: ids.shape, data: ids.data.map((id) => alg.mul(alg.test(id, (v) => v >= s && v < e), alg.sub(id, alg.constant(s)))) }];
-    },
-    backward: (_b, _c) => [undefined],
-    dims: ([ids]) => {
-      const i = dimLabels(ids as Shape, 'i', 'batch');
-      return { inputs: [i], outputs: [i], inputValues: { 0: fixedDim('vocab') }, outputValues: { 0: fixedDim('local_vocab') } };
-    },
-  },
+  vocabOp(
+    'vocab_mask',
+    "Megatron's vocab-parallel input mask: 1 where id < start or id >= end (the rank does not own the id), else 0; (input < start) | (input >= end) as a float",
+    (alg, id, s, e) => alg.test(id, (v) => v < s || v >= e),
+    false,
+  ),
+  vocabOp(
+    'vocab_local_ids',
+    "Megatron's vocab-parallel masked input: id - start where start <= id < end, else 0 (masked_input[input_mask] = 0)",
+    (alg, id, s, e) => alg.mul(alg.test(id, (v) => v >= s && v < e), alg.sub(id, alg.constant(s))),
+    true,
+  ),
 ];

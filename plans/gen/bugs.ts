@@ -82,6 +82,16 @@ function reducerOf(ops: PlanOp[], name: string, axis: string): PlanOp {
   throw new Error(`bug injection: no ${axis} all-reduce behind '${name}'`);
 }
 
+/** Puts a `scale` by `factor` between an optimizer step and its gradient; returns the new tensor. */
+function scaleGradient(prog: Program, step: PlanOp, factor: number, suffix: string): string {
+  const g = step.inputs[1] as string;
+  const id = `${g}.${suffix}`;
+  prog.tensors.push({ id, shape: prog.tensors.find((x) => x['id'] === g)?.['shape'] });
+  prog.ops.splice(prog.ops.indexOf(step), 0, { id, op: 'scale', inputs: [g], outputs: [id], attrs: { factor } });
+  step.inputs[1] = id;
+  return id;
+}
+
 /** Replaces a collective by a local copy, keeping the dataflow. */
 function toIdentity(o: PlanOp): string {
   o.op = 'identity';
@@ -510,14 +520,7 @@ export const BUGS: Bug[] = [
     applies: (c) => c.family === 'moe' && c.ep === true && c.dp > 1,
     inject: (p, c) => {
       const prog = program(p);
-      const o = find(prog.ops, (x) => x.op === 'adam_update' && /experts\.w1\.new$/.test(x.id), 'expert optimizer step');
-      const g = o.inputs[1] as string;
-      const t = prog.tensors.find((x) => x['id'] === g);
-      const id = `${g}.scaled`;
-      prog.tensors.push({ id, shape: t?.['shape'] });
-      prog.ops.splice(prog.ops.indexOf(o), 0, { id, op: 'scale', inputs: [g], outputs: [id], attrs: { factor: c.dp } });
-      o.inputs[1] = id;
-      return id;
+      return scaleGradient(prog, find(prog.ops, (x) => x.op === 'adam_update' && /experts\.w1\.new$/.test(x.id), 'expert optimizer step'), c.dp, 'scaled');
     },
   },
   {
@@ -542,14 +545,7 @@ export const BUGS: Bug[] = [
     applies: (c) => c.tp > 1 && c.family !== 'mlp' && c.family !== 'moe',
     inject: (p, c) => {
       const prog = program(p);
-      const o = find(prog.ops, (x) => x.op === 'adam_update' && /(ln[0-9a-z]*|norm)(\.w)?\.new$/.test(x.id), 'norm weight optimizer step');
-      const g = o.inputs[1] as string;
-      const t = prog.tensors.find((x) => x['id'] === g);
-      const id = `${g}.tp_scaled`;
-      prog.tensors.push({ id, shape: t?.['shape'] });
-      prog.ops.splice(prog.ops.indexOf(o), 0, { id, op: 'scale', inputs: [g], outputs: [id], attrs: { factor: c.tp } });
-      o.inputs[1] = id;
-      return id;
+      return scaleGradient(prog, find(prog.ops, (x) => x.op === 'adam_update' && /(ln[0-9a-z]*|norm)(\.w)?\.new$/.test(x.id), 'norm weight optimizer step'), c.tp, 'tp_scaled');
     },
   },
   {
