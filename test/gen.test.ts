@@ -77,6 +77,8 @@ describe('bug catalog: every injected bug is caught', () => {
         if (bug.applies(c)) return [c, pp > 1 ? { ...model, layers: 2 } : model];
       }
     }
+    const dpOnly: BugContext = { dp: 2, tp: 2, micro: 1, family: 'gpt2' };
+    if (bug.applies(dpOnly)) return [dpOnly, GPT2];
     const moe: BugContext = { dp: 2, tp: 1, micro: 1, family: 'moe', ep: true };
     if (bug.applies(moe)) return [moe, MOE];
     const interleaved: BugContext = { dp: 1, tp: 1, micro: 2, family: 'mlp', pp: 2, virtual: 2 };

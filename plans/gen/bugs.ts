@@ -298,6 +298,29 @@ export const BUGS: Bug[] = [
     },
   },
   {
+    id: 'overlap-reduce-before-last-contribution',
+    title: "compute/communication overlap: a gradient bucket's all-reduce starts after the first of two contributions to a parameter's gradient; the second is added locally afterwards",
+    source: 'TTrace table 1: wrong gradients with compute/communication overlap (Megatron overlap_grad_reduce)',
+    kind: 'scheduling',
+    applies: (c) => c.dp > 1 && c.micro === 1 && c.family === 'gpt2' && (c.pp ?? 1) === 1 && (c.zero ?? 0) === 0,
+    inject: (p) => {
+      const ops = program(p).ops;
+      // The reducer of a gradient that is a fan-in sum (the tied embedding's, here).
+      const ar = find(ops, (x) => isAr('dp')(x) && ops.some((y) => y.op === 'add' && /\/acc\[/.test(y.id) && y.outputs[0] === x.inputs[0]), 'reducer of a fan-in gradient');
+      const add = ops.find((y) => y.outputs[0] === ar.inputs[0]) as PlanOp;
+      const [early, late] = [add.inputs[0] as string, add.inputs[1] as string];
+      const partial = add.outputs[0] as string;
+      const reduced = ar.outputs[0] as string;
+      ar.inputs = [early];
+      ar.outputs = [partial];
+      add.inputs = [partial, late];
+      add.outputs = [reduced];
+      ops.splice(ops.indexOf(add), 1);
+      ops.splice(ops.indexOf(ar) + 1, 0, add);
+      return add.id;
+    },
+  },
+  {
     id: 'ln-eps-one-rank',
     title: "one rank's LayerNorm epsilon changed",
     source: 'TrainVerify bug 7 (one rank\'s epsilon constant changed)',
