@@ -40,7 +40,7 @@ export interface GenTensor {
   tags?: (DimTag | undefined)[];
 }
 
-export type DimTag = 'rows' | 'tp' | 'dp';
+export type DimTag = 'rows' | 'tp' | 'dp' | 'cp';
 
 export interface GenOp {
   id: string;

@@ -120,6 +120,7 @@ export function mlp(c: ModelConfig): Model {
 
 export function gpt2(c: ModelConfig): Model {
   const H = c.hidden;
+  // Context parallelism is generated for the Llama family only (positions are rotary there).
   const hd = H / c.heads;
   if (!Number.isInteger(hd)) throw new Error(`hidden ${H} is not divisible by heads ${c.heads}`);
   return {
@@ -257,25 +258,26 @@ export function llama(c: ModelConfig, moe?: (net: Net, p: Params, l: number, x: 
     }),
     embed: (net, p) =>
       net.g.scope('embed', () => {
-        const ids = net.data('ids', [c.batch, c.seq], { dtype: 'int64', values: [0, c.vocab] });
+        const ids = net.data('ids', [c.batch, c.seq], { dtype: 'int64', values: [0, c.vocab] }, 1);
         return vocabEmbedding(net, ids, p.get('embed'), c.vocab);
       }),
     layer: (net, p, l, h) => {
       const B = net.rows(c.batch);
-      const S = c.seq;
+      // This rank's tokens of each sequence (its zig-zag chunks under context parallelism).
+      const S = c.seq / net.cp;
       const nh = c.heads / net.tp;
       const nkv = kvh / net.tp;
       if (!Number.isInteger(nkv) || !Number.isInteger(nh)) throw new Error(`kv heads ${kvh} are not divisible by tp = ${net.tp}`);
-      const cos = net.table('rope_cos', [S, hd]);
-      const sin = net.table('rope_sin', [S, hd]);
       return net.g.scope(`l${l}`, () => {
+        const cos = net.zigzag(net.table('rope_cos', [c.seq, hd]), 0);
+        const sin = net.zigzag(net.table('rope_sin', [c.seq, hd]), 0);
         const norm = (x: GradRef, w: string): GradRef => net.op('rms_norm', [x, p.get(`l${l}.${w}`)], { eps: '1/100000' });
         const a = net.enterTp(norm(h, 'attn_norm'));
         const heads = (n: string, count: number, rope: boolean): GradRef => {
           const x = net.op('transpose', [net.op('reshape', [net.op('linear', [a, p.get(`l${l}.attn.${n}`)])], { shape: [B, S, count, hd] })], { dim0: 1, dim1: 2 });
           return rope ? net.op('rope', [x, cos, sin]) : x;
         };
-        const o = net.op('attention', [heads('q', nh, true), heads('k', nkv, true), heads('v', nkv, false)], { causal: true });
+        const o = causalAttention(net, heads('q', nh, true), net.gatherSeq(heads('k', nkv, true), 2), net.gatherSeq(heads('v', nkv, false), 2), c.seq);
         const merged = net.op('reshape', [net.op('transpose', [o], { dim0: 1, dim1: 2 })], { shape: [B, S, nh * hd] });
         const h1 = net.op('add', [h, net.leaveTp(net.op('linear', [merged, p.get(`l${l}.attn.o`)]))]);
         if (moe !== undefined) return net.op('add', [h1, moe(net, p, l, norm(h1, 'mlp_norm'))]);
@@ -287,8 +289,8 @@ export function llama(c: ModelConfig, moe?: (net: Net, p: Params, l: number, x: 
     head: (net, p, h) =>
       net.g.scope('head', () => {
         const B = net.rows(c.batch);
-        const S = c.seq;
-        const labels = net.data('labels', [c.batch, S], { dtype: 'int64', values: [0, c.vocab] });
+        const S = c.seq / net.cp;
+        const labels = net.data('labels', [c.batch, c.seq], { dtype: 'int64', values: [0, c.vocab] }, 1);
         const hf = net.enterTp(net.op('rms_norm', [h, p.get('norm')], { eps: '1/100000' }));
         const logits = net.op('linear', [hf, p.get('lm_head')]);
         const flat = net.op('reshape', [logits], { shape: [B * S, (c.vocab / net.tp) | 0] });
@@ -343,6 +345,22 @@ export function moe(c: ModelConfig): Model {
         add(`l${l}.shared${sidx}.down`, [H, ffn(c)]);
       }
     }
+  });
+}
+
+/**
+ * Causal attention of this rank's queries over the whole sequence's keys. Under context
+ * parallelism the queries are two zig-zag chunks (r and 2 cp - 1 - r), each attending with
+ * its own position offset.
+ */
+function causalAttention(net: Net, q: GradRef, k: GradRef, v: GradRef, seq: number): GradRef {
+  if (net.cp === 1) return net.op('attention', [q, k, v], { causal: true });
+  const chunk = seq / (2 * net.cp);
+  return net.g.scope('cp', () => {
+    const [qa, qb] = net.g.op('split', [q], { dim: 2, sizes: [chunk, chunk] }) as [GradRef, GradRef];
+    const oa = net.opAt('cp', net.cp, 'attention', [qa, k, v], { causal: true }, { q_offset: { k: chunk, c: 0 } });
+    const ob = net.opAt('cp', net.cp, 'attention', [qb, k, v], { causal: true }, { q_offset: { k: -chunk, c: seq - chunk } });
+    return net.op('concat', [oa, ob], { dim: 2 });
   });
 }
 

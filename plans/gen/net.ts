@@ -30,6 +30,8 @@ export interface Parallelism {
    * routed token slots travel to the experts' ranks and back by all-to-all.
    */
   readonly ep?: boolean;
+  /** Context parallelism (llama): the sequence split in load-balanced zig-zag chunks. */
+  readonly cp?: number;
   /** Pipeline stages (layers split evenly; activations and gradients by send / recv). */
   readonly pp?: number;
   /** Interleaved pipeline: layer chunks per stage (Megatron's virtual pipeline stages). */
@@ -72,7 +74,7 @@ export class Net {
   }
 
   sizes(): Record<string, number> {
-    return { dp: this.par?.dp ?? 1, tp: this.par?.tp ?? 1, pp: this.par?.pp ?? 1 };
+    return { dp: this.par?.dp ?? 1, tp: this.par?.tp ?? 1, pp: this.par?.pp ?? 1, cp: this.par?.cp ?? 1 };
   }
 
   get ep(): number {
@@ -109,13 +111,18 @@ export class Net {
     return y;
   }
 
-  /** A data input with the batch in dim 0 (this build's rows of it). */
-  data(name: string, shape: Shape, extra: { dtype?: string; values?: [number, number] } = {}): GradRef {
+  /**
+   * A data input with the batch in dim 0 (this build's rows of it); with `seqDim` under
+   * context parallelism, this rank's zig-zag chunks of the sequence.
+   */
+  data(name: string, shape: Shape, extra: { dtype?: string; values?: [number, number] } = {}, seqDim?: number): GradRef {
     const local = [this.rows(shape[0] as number), ...shape.slice(1)];
-    const varies = new Set<string>(this.par !== undefined && this.par.dp > 1 ? ['dp'] : []);
+    const cpd = seqDim !== undefined && this.cp > 1 ? seqDim : -1;
+    if (cpd >= 0) local[cpd] = (local[cpd] as number) / this.cp;
+    const varies = new Set<string>([...(this.par !== undefined && this.par.dp > 1 ? ['dp'] : []), ...(cpd >= 0 ? ['cp'] : [])]);
     const mbs = new Set<number>(this.mb >= 0 ? [this.mb] : []);
     const n = this.mb >= 0 ? `${name}@mb${this.mb}` : name;
-    return this.g.leaf(n, local, { varies, mbs, batch: true }, { role: 'input', logical: name, tags: shape.map((_, d) => (d === 0 ? ('rows' as const) : undefined)), ...(extra.dtype === undefined ? {} : { dtype: extra.dtype }), ...(extra.values === undefined ? {} : { values: extra.values }) });
+    return this.g.leaf(n, local, { varies, mbs, batch: true }, { role: 'input', logical: name, tags: shape.map((_, d) => (d === 0 ? ('rows' as const) : d === cpd ? ('cp' as const) : undefined)), ...(extra.dtype === undefined ? {} : { dtype: extra.dtype }), ...(extra.values === undefined ? {} : { values: extra.values }) });
   }
 
   /** A replicated input table (rotary cos / sin), declared once per build. */
@@ -139,21 +146,70 @@ export class Net {
    * such attribute as k * tp + c. The shape rule sees rank 0's values.
    */
   opTp(name: string, inputs: readonly GradRef[], attrs: Attrs, tpAttrs: Record<string, TpAffine>): GradRef {
+    return this.opAt('tp', this.tp, name, inputs, attrs, tpAttrs);
+  }
+
+  /** As opTp, for the coordinate on any mesh axis of size n. */
+  opAt(axis: string, n: number, name: string, inputs: readonly GradRef[], attrs: Attrs, affine: Record<string, TpAffine>): GradRef {
     const at0: Record<string, AttrValue> = { ...attrs };
-    for (const [k, v] of Object.entries(tpAttrs)) at0[k] = v.c;
+    for (const [k, v] of Object.entries(affine)) at0[k] = v.c;
     const out = this.g.one(name, inputs, at0);
-    if (this.tp > 1) {
-      // Attributes that depend on the rank make the value vary across tp.
+    if (n > 1) {
+      // Attributes that depend on the rank make the value vary across the axis.
       const t = this.g.t(out);
-      t.prov = { ...t.prov, varies: new Set([...t.prov.varies, 'tp']) };
+      t.prov = { ...t.prov, varies: new Set([...t.prov.varies, axis]) };
       const op = this.g.ops[this.g.ops.length - 1];
       if (op !== undefined) {
         const emitted: Record<string, AttrValue> = { ...attrs };
-        for (const [k, v] of Object.entries(tpAttrs)) emitted[k] = { expr: `${v.k}*tp + ${v.c}` };
+        for (const [k, v] of Object.entries(affine)) emitted[k] = { expr: `${v.k}*${axis} + ${v.c}` };
         op.attrs = emitted;
       }
     }
     return out;
+  }
+
+  get cp(): number {
+    return this.par?.cp ?? 1;
+  }
+
+  /**
+   * Context parallelism with load balancing: the sequence is cut into 2 cp chunks and rank r
+   * holds chunks r and 2 cp - 1 - r (so causal work is even). `x` is a full, replicated
+   * table along `dim` (rotary cos / sin); returns this rank's two chunks, in that order.
+   */
+  zigzag(x: GradRef, dim: number): GradRef {
+    if (this.cp === 1) return x;
+    const S = this.g.shape(x)[dim] as number;
+    const c = S / (2 * this.cp);
+    if (!Number.isInteger(c)) throw new Error(`sequence ${S} is not divisible by 2*cp = ${2 * this.cp}`);
+    // Its own scope: parallel-only ops must not shift the names the logical build shares.
+    const y = this.g.scope('cp', () => {
+      const a = this.opAt('cp', this.cp, 'slice', [x], { dim }, { start: { k: c, c: 0 }, end: { k: c, c } });
+      const b = this.opAt('cp', this.cp, 'slice', [x], { dim }, { start: { k: -c, c: S - c }, end: { k: -c, c: S } });
+      return this.op('concat', [a, b], { dim });
+    });
+    const t = this.g.t(y);
+    t.tags = this.g.shape(y).map((_, d) => (d === dim ? 'cp' : undefined));
+    return y;
+  }
+
+  /**
+   * Keys / values of the whole sequence under context parallelism: all-gathered along the
+   * sequence dim (Llama-3 style CP), then put back in sequence order (the gather holds rank
+   * r's chunks r and 2 cp - 1 - r at slots 2r and 2r + 1).
+   */
+  gatherSeq(x: GradRef, dim: number): GradRef {
+    if (this.cp === 1) return x;
+    return this.g.scope('cp', () => {
+      const y = this.g.collective('all_gather', x, { dim }, ['cp'], this.sizes());
+      this.g.custom([x], [y], ([gy]) => [this.g.collective('reduce_scatter', gy as GradRef, { dim, reduce: 'sum' }, ['cp'], this.sizes())]);
+      const n = 2 * this.cp;
+      const c = (this.g.shape(y)[dim] as number) / n;
+      const parts = this.g.op('split', [y], { dim, sizes: Array.from({ length: n }, () => c) });
+      // Slot 2r holds chunk r, slot 2r + 1 chunk n - 1 - r.
+      const order = Array.from({ length: n }, (_, chunk) => (chunk < this.cp ? 2 * chunk : 2 * (n - 1 - chunk) + 1));
+      return this.op('concat', order.map((s) => parts[s] as GradRef), { dim });
+    });
   }
 
   get sp(): boolean {

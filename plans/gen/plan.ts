@@ -108,7 +108,7 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
   const prevPeer = { shift: { pp: k > 0 ? -1 : nStages - 1 } };
   const nextPeer = { shift: { pp: k < nStages - 1 ? 1 : -(nStages - 1) } };
   const micro = par?.micro ?? 1;
-  const sizes = { dp: par?.dp ?? 1, tp: par?.tp ?? 1, pp: nStages };
+  const sizes = { dp: par?.dp ?? 1, tp: par?.tp ?? 1, pp: nStages, cp: par?.cp ?? 1 };
   const losses: GradRef[] = [];
   const perMicro = new Map<string, Map<string, GradRef>>();
   const hidden: string[] = [];
@@ -239,9 +239,9 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       // Reduce over every axis the gradient varies on but the parameter does not: dp always;
       // tp for replicated parameters used on sequence shards (SP LayerNorm, positions).
       const pv = g.t(params.get(n) as GradRef).prov.varies;
-      for (const axis of ['tp', 'dp']) {
+      for (const axis of ['tp', 'cp', 'dp']) {
         if (par === undefined || pv.has(axis)) continue;
-        if ((axis === 'dp' ? par.dp : par.tp) === 1) continue;
+        if ((axis === 'dp' ? par.dp : axis === 'cp' ? (par.cp ?? 1) : par.tp) === 1) continue;
         if (axis === 'dp' && zero === 2 && zd >= 0) continue;
         if (!g.t(acc).prov.varies.has(axis)) continue;
         const keepTags = g.t(acc).tags;
@@ -281,8 +281,10 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       for (const x of losses.slice(1)) loss = g.one('add', [loss, x], {}, g.scopedName('accum.loss'));
       g.t(loss).logical = lossName as string;
     }
-    if (loss !== undefined && par !== undefined && par.dp > 1) {
-      loss = g.collective('all_reduce', loss, { reduce: 'sum' }, ['dp'], sizes);
+    for (const axis of ['cp', 'dp']) {
+      if (loss === undefined || par === undefined || !g.t(loss).prov.varies.has(axis)) continue;
+      if ((axis === 'dp' ? par.dp : (par.cp ?? 1)) === 1) continue;
+      loss = g.collective('all_reduce', loss, { reduce: 'sum' }, [axis], sizes);
       g.t(loss).logical = lossName as string;
     }
     const order = stage?.order ?? names;
@@ -394,8 +396,11 @@ export function generatePlan(o: GenOptions): Json {
     ops: P.g.ops.map((op) => ({ id: op.id, op: op.op, inputs: op.inputs, outputs: op.outputs, ...(op.attrs === undefined ? {} : { attrs: op.attrs }), ...(op.group === undefined ? {} : { group: op.group }), ...(op.peer === undefined ? {} : { peer: op.peer }) })),
   });
   const contractInputs = L.g.tensors.filter((t) => t.dropped !== true && !produced.has(t.name)).map((t) => t.name);
-  const axes = [...(pp > 1 ? [{ name: 'pp', size: pp }] : []), { name: 'dp', size: par.dp }, { name: 'tp', size: par.tp }];
-  const tag = `${par.sp === true ? '-sp' : ''}${(par.zero ?? 0) > 0 ? `-zero${par.zero ?? 0}` : ''}${pp > 1 ? `-pp${pp}` : ''}`;
+  const cp = par.cp ?? 1;
+  if (cp > 1 && o.model.family !== 'llama') throw new Error('context parallelism is generated for the llama family only');
+  if (cp > 1 && (par.sp === true || (par.zero ?? 0) > 0)) throw new Error('context parallelism is not combined with SP or ZeRO in the generator yet');
+  const axes = [...(pp > 1 ? [{ name: 'pp', size: pp }] : []), { name: 'dp', size: par.dp }, ...(cp > 1 ? [{ name: 'cp', size: cp }] : []), { name: 'tp', size: par.tp }];
+  const tag = `${cp > 1 ? `-cp${cp}` : ''}${par.sp === true ? '-sp' : ''}${(par.zero ?? 0) > 0 ? `-zero${par.zero ?? 0}` : ''}${pp > 1 ? `-pp${pp}` : ''}`;
   return {
     format: 'planproof/v1',
     name: o.name ?? `${o.model.family}-dp${par.dp}-tp${par.tp}${tag}-mb${par.micro}`,
@@ -467,6 +472,22 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
       const k = partial.findIndex((x) => x.coord === 'dp');
       if (k >= 0) partial.splice(k, 1);
     }
+  }
+  const cpVaries = t.prov.varies.has('cp') && (par.cp ?? 1) > 1;
+  if (cpVaries) {
+    // This rank's zig-zag chunks r and 2 cp - 1 - r of the sequence dim, in that order.
+    const cd = tagged('cp');
+    const n = cd >= 0 ? (ps[cd] as number) : 0;
+    const cp = par.cp ?? 1;
+    if (cd >= 0 && !claimed.has(cd) && (ls[cd] as number) === n * cp && n % 2 === 0) {
+      const c = n / 2;
+      const S = ls[cd] as number;
+      index[cd] = [
+        [expr(`${c}*cp`), expr(`${c}*cp + ${c}`)],
+        [expr(`${S - c} - ${c}*cp`), expr(`${S} - ${c}*cp`)],
+      ];
+      claimed.add(cd);
+    } else partial.push({ coord: 'cp', size: cp });
   }
   if (tpVaries) {
     const td = tagged('tp');
