@@ -176,7 +176,7 @@ export function gpt2(c: ModelConfig): Model {
         const logits = net.op('matmul', [hf, net.op('transpose', [p.get('wte')], { dim0: 0, dim1: 1 })]);
         const flat = net.op('reshape', [logits], { shape: [B * S, (c.vocab / net.tp) | 0] });
         const lab = net.op('reshape', [labels], { shape: [B * S] });
-        return meanLoss(net, (reduction, out) => vocabCrossEntropy(net, flat, lab, c.vocab, reduction, out), c.batch * S);
+        return meanLoss(net, (reduction, out) => vocabCrossEntropy(net, flat, lab, c.vocab, reduction, out), c.batch * c.seq);
       }),
   };
 }
@@ -295,7 +295,7 @@ export function llama(c: ModelConfig, moe?: (net: Net, p: Params, l: number, x: 
         const logits = net.op('linear', [hf, p.get('lm_head')]);
         const flat = net.op('reshape', [logits], { shape: [B * S, (c.vocab / net.tp) | 0] });
         const lab = net.op('reshape', [labels], { shape: [B * S] });
-        return meanLoss(net, (reduction, out) => vocabCrossEntropy(net, flat, lab, c.vocab, reduction, out), c.batch * S);
+        return meanLoss(net, (reduction, out) => vocabCrossEntropy(net, flat, lab, c.vocab, reduction, out), c.batch * c.seq);
       }),
   };
 }
