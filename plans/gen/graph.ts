@@ -40,7 +40,8 @@ export interface GenTensor {
   tags?: (DimTag | undefined)[];
 }
 
-export type DimTag = 'rows' | 'tp' | 'dp' | 'cp';
+/** A split a dim carries; `rows*cp:k` is batch rows outer with zig-zag chunks of k tokens inner. */
+export type DimTag = 'rows' | 'tp' | 'dp' | 'cp' | `rows*cp:${number}`;
 
 export interface GenOp {
   id: string;
@@ -277,6 +278,23 @@ function reshapeTags(x: GenTensor, out: Shape): (DimTag | undefined)[] {
   const pre = (s: Shape): number[] => s.map((_, i) => s.slice(0, i).reduce((p, v) => p * v, 1));
   const pi = pre(x.shape);
   const po = pre(out);
+  // Rows and sequence chunks merged into one dim, or split back out of it.
+  const xt = x.tags;
+  for (let i = 0; i + 1 < x.shape.length; i++) {
+    if (xt[i] !== 'rows' || xt[i + 1] !== 'cp') continue;
+    // Both dims kept apart (a size-1 row dim makes a merge look possible): no merge.
+    const j0 = po.findIndex((p, jj) => p === pi[i] && out[jj] === x.shape[i]);
+    const j1 = po.findIndex((p, jj) => jj > j0 && p === pi[i + 1] && out[jj] === x.shape[i + 1]);
+    if (j0 >= 0 && j1 >= 0) continue;
+    const j = po.findIndex((p, jj) => p === pi[i] && out[jj] === (x.shape[i] as number) * (x.shape[i + 1] as number));
+    if (j >= 0) return out.map((_, d) => (d === j ? (`rows*cp:${x.shape[i + 1] as number}` as DimTag) : undefined));
+  }
+  const m = xt.findIndex((tg) => tg !== undefined && tg.startsWith('rows*cp:'));
+  if (m >= 0) {
+    const k = Number((xt[m] as string).split(':')[1]);
+    const j = po.findIndex((p, jj) => p === pi[m] && out[jj + 1] === k && (out[jj] as number) * k === x.shape[m]);
+    if (j >= 0) return out.map((_, d) => (d === j ? 'rows' : d === j + 1 ? 'cp' : undefined));
+  }
   x.tags.forEach((tag, i) => {
     if (tag === undefined) return;
     const a = x.shape[i] as number;

@@ -7,7 +7,7 @@
  * pipeline stage can build only its own; parameters are declared where first used.
  */
 import type { GradRef } from '../../ops/grad.js';
-import type { Net } from './net.js';
+import type { Net, TpAffine } from './net.js';
 
 export interface ModelConfig {
   readonly family: 'mlp' | 'gpt2' | 'llama' | 'moe';
@@ -356,12 +356,38 @@ export function moe(c: ModelConfig): Model {
 function causalAttention(net: Net, q: GradRef, k: GradRef, v: GradRef, seq: number): GradRef {
   if (net.cp === 1) return net.op('attention', [q, k, v], { causal: true });
   const chunk = seq / (2 * net.cp);
-  return net.g.scope('cp', () => {
-    const [qa, qb] = net.g.op('split', [q], { dim: 2, sizes: [chunk, chunk] }) as [GradRef, GradRef];
-    const oa = net.opAt('cp', net.cp, 'attention', [qa, k, v], { causal: true }, { q_offset: { k: chunk, c: 0 } });
-    const ob = net.opAt('cp', net.cp, 'attention', [qb, k, v], { causal: true }, { q_offset: { k: -chunk, c: seq - chunk } });
-    return net.op('concat', [oa, ob], { dim: 2 });
+  const g = net.g;
+  const offsets = [{ k: chunk, c: 0 }, { k: -chunk, c: seq - chunk }];
+  // Forward and backward are spelled here (a custom tape entry), so that the gradients of
+  // q, k and v claim what the logical attention_backward computes: dq this rank's chunks,
+  // dk and dv its queries' addends of the whole sequence's.
+  // The logical attention's name in this scope: the gathered output claims it.
+  const aname = g.scopedName('attention').replace(/^mb[0-9]+\//, '');
+  const fwd = g.untaped(() =>
+    g.scope('cp', () => {
+      const qs = g.op('split', [q], { dim: 2, sizes: [chunk, chunk] });
+      const os = qs.map((qc, i) => net.opAt('cp', net.cp, 'attention', [qc, k, v], { causal: true }, { q_offset: offsets[i] as TpAffine }));
+      return { qs, os, out: net.op('concat', os, { dim: 2 }) };
+    }),
+  );
+  g.t(fwd.out).tags = g.t(q).tags?.slice();
+  g.t(fwd.out).logical = aname;
+  g.custom([q, k, v], [fwd.out], ([go]) => {
+    const lname = g.scopedName('attention_backward');
+    return g.scope('cp', () => {
+      const gs = g.op('split', [go as GradRef], { dim: 2, sizes: [chunk, chunk] });
+      // The saved output is read back from the claimed whole, not recomputed per chunk.
+      const os = g.op('split', [fwd.out], { dim: 2, sizes: [chunk, chunk] });
+      const parts = gs.map((gc, i) => net.opAtAll('cp', net.cp, 'attention_backward', [gc, fwd.qs[i] as GradRef, k, v, os[i] as GradRef], { causal: true }, { q_offset: offsets[i] as TpAffine }));
+      const dq = net.op('concat', parts.map((p) => p[0] as GradRef), { dim: 2 });
+      const dk = net.op('add', parts.map((p) => p[1] as GradRef));
+      const dv = net.op('add', parts.map((p) => p[2] as GradRef));
+      g.t(dq).tags = g.t(q).tags?.slice();
+      [dq, dk, dv].forEach((x, i) => (g.t(x).logical = (i === 0 ? lname : `${lname}.${i}`).replace(/^mb[0-9]+\//, '')));
+      return [dq, dk, dv];
+    });
   });
+  return fwd.out;
 }
 
 export function buildModel(c: ModelConfig): Model {

@@ -151,13 +151,20 @@ export class Net {
 
   /** As opTp, for the coordinate on any mesh axis of size n. */
   opAt(axis: string, n: number, name: string, inputs: readonly GradRef[], attrs: Attrs, affine: Record<string, TpAffine>): GradRef {
+    return this.opAtAll(axis, n, name, inputs, attrs, affine)[0] as GradRef;
+  }
+
+  /** opAt for ops with several outputs. */
+  opAtAll(axis: string, n: number, name: string, inputs: readonly GradRef[], attrs: Attrs, affine: Record<string, TpAffine>): GradRef[] {
     const at0: Record<string, AttrValue> = { ...attrs };
     for (const [k, v] of Object.entries(affine)) at0[k] = v.c;
-    const out = this.g.one(name, inputs, at0);
+    const outs = this.g.op(name, inputs, at0);
     if (n > 1) {
-      // Attributes that depend on the rank make the value vary across the axis.
-      const t = this.g.t(out);
-      t.prov = { ...t.prov, varies: new Set([...t.prov.varies, axis]) };
+      // Attributes that depend on the rank make the values vary across the axis.
+      for (const out of outs) {
+        const t = this.g.t(out);
+        t.prov = { ...t.prov, varies: new Set([...t.prov.varies, axis]) };
+      }
       const op = this.g.ops[this.g.ops.length - 1];
       if (op !== undefined) {
         const emitted: Record<string, AttrValue> = { ...attrs };
@@ -165,7 +172,7 @@ export class Net {
         op.attrs = emitted;
       }
     }
-    return out;
+    return outs;
   }
 
   get cp(): number {

@@ -450,7 +450,31 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
   // The dim holding the batch rows: tagged through the ops' dim signatures, else dim 0.
   const tagged = (tag: string): number => t.tags?.findIndex((x) => x === tag) ?? -1;
   const rd = tagged('rows');
-  if (rowFactor > 1 && rd >= 0 && (ls[rd] ?? 0) === (ps[rd] ?? -1) * rowFactor) {
+  // A merged dim (batch rows outer, zig-zag sequence chunks inner): for each local row, its
+  // two chunks.
+  const md = t.tags?.findIndex((x) => x !== undefined && x.startsWith('rows*cp:')) ?? -1;
+  let cpDone = false;
+  if (md >= 0 && (par.cp ?? 1) > 1 && t.prov.varies.has('cp')) {
+    const k = Number((t.tags?.[md] as string).split(':')[1]);
+    const cp = par.cp ?? 1;
+    const S = k * cp;
+    const Bl = (ps[md] as number) / k;
+    const c = k / 2;
+    if (Number.isInteger(Bl) && k % 2 === 0 && (ls[md] as number) === Bl * rowFactor * S) {
+      const base = dpVaries ? `${oneMb !== undefined ? micro * Bl : Bl}*dp + ${(oneMb ?? 0) * Bl}` : `${(oneMb ?? 0) * Bl}`;
+      const ranges: AttrValue[] = [];
+      for (let b = 0; b < Bl; b++) {
+        const row = `(${base} + ${b})*${S}`;
+        ranges.push([expr(`${row} + ${c}*cp`), expr(`${row} + ${c}*cp + ${c}`)], [expr(`${row} + ${S - c} - ${c}*cp`), expr(`${row} + ${S} - ${c}*cp`)]);
+      }
+      index[md] = ranges;
+      claimed.add(md);
+      cpDone = true;
+    } else return undefined;
+  }
+  if (cpDone) {
+    // Rows and micro-batch were claimed with the sequence chunks.
+  } else if (rowFactor > 1 && rd >= 0 && (ls[rd] ?? 0) === (ps[rd] ?? -1) * rowFactor) {
     const n = ps[rd] as number;
     const base = `${oneMb !== undefined ? micro * n : n}*dp + ${(oneMb ?? 0) * n}`;
     index[rd] = dpVaries ? [expr(base), expr(`${base} + ${n}`)] : [(oneMb ?? 0) * n, (oneMb ?? 0) * n + n];
@@ -474,7 +498,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
     }
   }
   const cpVaries = t.prov.varies.has('cp') && (par.cp ?? 1) > 1;
-  if (cpVaries) {
+  if (cpVaries && !cpDone) {
     // This rank's zig-zag chunks r and 2 cp - 1 - r of the sequence dim, in that order.
     const cd = tagged('cp');
     const n = cd >= 0 ? (ps[cd] as number) : 0;
