@@ -19,18 +19,21 @@ const MOE = (PRESETS['moe-tiny'] as { model: ModelConfig }).model;
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 
 describe('plan generators: the strategy matrix verifies', () => {
-  const matrix: [ModelConfig, number, number, number, boolean, (0 | 1 | 2)?, number?, boolean?, number?][] = [];
+  const matrix: [ModelConfig, number, number, number, boolean, (0 | 1 | 2)?, number?, boolean?, number?, number?][] = [];
   for (const m of [MLP, GPT2, LLAMA]) for (const [dp, tp, micro] of [[1, 1, 1], [2, 1, 1], [1, 2, 1], [1, 1, 2], [2, 2, 2]] as const) matrix.push([m, dp, tp, micro, false]);
   matrix.push([GPT2, 2, 2, 2, true], [LLAMA, 1, 2, 1, true], [MLP, 2, 1, 2, false, 1], [GPT2, 2, 2, 2, false, 1], [LLAMA, 2, 2, 2, true, 2]);
   // Pipelines (two layers, two stages, 1F1B), with tied embedding (gpt2), SP and ZeRO (llama).
   matrix.push([{ ...MLP, layers: 2 }, 1, 1, 2, false, 0, 2], [{ ...GPT2, layers: 2 }, 2, 2, 2, false, 0, 2], [{ ...LLAMA, layers: 2 }, 2, 2, 2, true, 1, 2]);
   // Interleaved pipeline: four layers, two stages, two virtual stages each.
   matrix.push([{ ...MLP, layers: 4 }, 1, 1, 2, false, 0, 2, false, 2]);
+  // Context parallelism (llama, sequence 4 in zig-zag chunks of 1 token over cp2).
+  const LLAMA_CP = { ...LLAMA, seq: 4, batch: 1 };
+  matrix.push([LLAMA_CP, 1, 1, 1, false, 0, 1, false, 1, 2], [{ ...LLAMA_CP, batch: 2 }, 2, 1, 1, false, 0, 1, false, 1, 2]);
   // DeepSeek-style MoE: data parallel with experts split across dp (EP), and with tp.
   matrix.push([MOE, 1, 1, 1, false], [MOE, 2, 1, 1, false, 0, 1, true], [MOE, 2, 2, 1, false]);
-  for (const [model, dp, tp, micro, sp, zero, pp, ep, virtual] of matrix) {
-    it(`${model.family} dp${dp} tp${tp}${sp ? ' sp' : ''}${ep === true ? ' ep' : ''}${zero === undefined ? '' : ` zero${zero}`}${pp === undefined ? '' : ` pp${pp}`}${virtual === undefined ? '' : ` virtual${virtual}`} micro${micro}: forward, backward, accumulation, reduction, clipping, AdamW are verified`, () => {
-      const plan = generatePlan({ model, par: { dp, tp, micro, sp, zero: zero ?? 0, pp: pp ?? 1, ep: ep === true, virtual: virtual ?? 1 }, optimizer: OPT });
+  for (const [model, dp, tp, micro, sp, zero, pp, ep, virtual, cp] of matrix) {
+    it(`${model.family} dp${dp} tp${tp}${sp ? ' sp' : ''}${ep === true ? ' ep' : ''}${cp === undefined ? '' : ` cp${cp}`}${zero === undefined ? '' : ` zero${zero}`}${pp === undefined ? '' : ` pp${pp}`}${virtual === undefined ? '' : ` virtual${virtual}`} micro${micro}: forward, backward, accumulation, reduction, clipping, AdamW are verified`, () => {
+      const plan = generatePlan({ model, par: { dp, tp, micro, sp, zero: zero ?? 0, pp: pp ?? 1, ep: ep === true, virtual: virtual ?? 1, cp: cp ?? 1 }, optimizer: OPT });
       const lp = loadPlanObject('gen.json', plan);
       const r = verifyPlan(lp);
       assert.equal(r.verdict, 'verified', r.summary);
@@ -81,6 +84,8 @@ describe('bug catalog: every injected bug is caught', () => {
     if (bug.applies(dpOnly)) return [dpOnly, GPT2];
     const moe: BugContext = { dp: 2, tp: 1, micro: 1, family: 'moe', ep: true };
     if (bug.applies(moe)) return [moe, MOE];
+    const cpCtx: BugContext = { dp: 1, tp: 1, micro: 1, family: 'llama', cp: 2 };
+    if (bug.applies(cpCtx)) return [cpCtx, { ...LLAMA, seq: 4, batch: 1 }];
     const interleaved: BugContext = { dp: 1, tp: 1, micro: 2, family: 'mlp', pp: 2, virtual: 2 };
     if (bug.applies(interleaved)) return [interleaved, { ...MLP, layers: 4 }];
     throw new Error(`no test configuration for ${bug.id}`);

@@ -31,6 +31,7 @@ export interface BugContext {
   readonly pp?: number;
   readonly ep?: boolean;
   readonly virtual?: number;
+  readonly cp?: number;
 }
 
 export interface Bug {
@@ -614,6 +615,67 @@ export const BUGS: Bug[] = [
       for (const x of ops) x.inputs = x.inputs.map((i) => (i === r ? (send.inputs[0] as string) : i));
       return send.inputs[0] as string;
     },
+  },
+  {
+    id: 'cp-loss-scaled-by-cp',
+    title: 'context parallelism: the loss is scaled by the CP size while gradients are reduced as if it were not: gradients over-scaled by cp',
+    source: 'Megatron-LM #673 / #906 (context-parallel loss scaled by the CP size); TrainVerify appendix; TTrace table 1: CP loss scaling',
+    kind: 'wrong-data',
+    applies: (c) => (c.cp ?? 1) > 1,
+    inject: (p, c) => {
+      const o = find(program(p).ops, (x) => x.op === 'scale' && /(^|\/)loss$/.test(x.outputs[0] ?? ''), 'loss scaling');
+      const [n, d] = String(o.attrs?.['factor'] ?? '1/1').split('/');
+      o.attrs = { factor: `${Number(n) * (c.cp ?? 1)}/${d ?? 1}` };
+      return o.id;
+    },
+  },
+  {
+    id: 'cp-zigzag-offsets-swapped',
+    title: "context parallelism: the two zig-zag query chunks are attended with each other's position offsets (chunks in the wrong order)",
+    source: 'load-balanced CP (rank r holds chunks r and 2cp-1-r): zig-zag chunks in the wrong order (conventions-and-bugs.md)',
+    kind: 'wrong-data',
+    applies: (c) => (c.cp ?? 1) > 1,
+    inject: (p) => {
+      const [a, b] = program(p).ops.filter((x) => x.op === 'attention' && /\/cp\//.test(x.id));
+      if (a === undefined || b === undefined) throw new Error('bug injection: no zig-zag attention pair');
+      [a.attrs, b.attrs] = [b.attrs, a.attrs];
+      return a.id;
+    },
+  },
+  {
+    id: 'cp-attention-backward-chunk-order',
+    title: 'context parallelism: the attention backward of the two zig-zag chunks uses each other\'s offsets, so dQ, dK and dV are wrong',
+    source: 'Megatron-LM #1464 / TransformerEngine #1557 (CP attention backward returns wrong dQ/dK/dV: wrong chunk order); TTrace table 1: wrong CP attention gradients',
+    kind: 'wrong-data',
+    applies: (c) => (c.cp ?? 1) > 1,
+    inject: (p) => {
+      const [a, b] = program(p).ops.filter((x) => x.op === 'attention_backward' && /\/cp\//.test(x.id));
+      if (a === undefined || b === undefined) throw new Error('bug injection: no zig-zag attention backward pair');
+      [a.attrs, b.attrs] = [b.attrs, a.attrs];
+      return a.id;
+    },
+  },
+  {
+    id: 'cp-kv-not-reordered',
+    title: 'context parallelism: the all-gathered keys and values are used in gather order, not sequence order',
+    source: 'TransformerEngine #1557 family (chunk order of K/V under load-balanced CP)',
+    kind: 'wrong-data',
+    applies: (c) => (c.cp ?? 1) > 1,
+    inject: (p) => {
+      const ops = program(p).ops;
+      const o = find(ops, (x) => x.op === 'concat' && /\/cp\//.test(x.id) && x.inputs.length > 2, 'K/V reorder');
+      const split = find(ops, (x) => x.op === 'split' && x.outputs.includes(o.inputs[0] as string), 'K/V split');
+      o.inputs = [...split.outputs];
+      return o.id;
+    },
+  },
+  {
+    id: 'cp-grad-not-reduced',
+    title: 'context parallelism: a parameter gradient is not all-reduced over the CP group (each rank keeps its sequence chunks\' part)',
+    source: 'Megatron-LM (gradients are reduced over dp x cp); TTrace table 1: wrong communication group',
+    kind: 'missing-communication',
+    applies: (c) => (c.cp ?? 1) > 1,
+    inject: (p) => toIdentity(find(program(p).ops, (x) => isAr('cp')(x) && /^(accum\.|grad\/)/.test(x.inputs[0] ?? '') && !/loss/.test(x.inputs[0] ?? ''), 'cp gradient all-reduce')),
   },
   {
     id: 'adam-eps-one-rank',
