@@ -678,6 +678,33 @@ export const BUGS: Bug[] = [
     inject: (p) => toIdentity(find(program(p).ops, (x) => isAr('cp')(x) && /^(accum\.|grad\/)/.test(x.inputs[0] ?? '') && !/loss/.test(x.inputs[0] ?? ''), 'cp gradient all-reduce')),
   },
   {
+    id: 'allgather-to-allreduce',
+    title: 'a sequence all-gather replaced by an all-reduce: the shapes no longer agree',
+    source: 'TrainVerify bug 4 (all-gather -> all-reduce): the plan is inconsistent',
+    kind: 'consistency',
+    applies: (c) => c.sp === true && c.tp > 1 && c.family !== 'mlp',
+    inject: (p) => {
+      const o = find(program(p).ops, (x) => x.op === 'all_gather' && axesOf(x).includes('tp'), 'sequence all-gather');
+      o.op = 'all_reduce';
+      o.attrs = { reduce: 'sum' };
+      return o.id;
+    },
+  },
+  {
+    id: 'square-exponent-one-rank',
+    title: "one rank squares nothing: its gradient-norm term uses g instead of g^2 (an exponent 2 -> 1)",
+    source: 'TrainVerify bug 8 (one rank\'s pow exponent 2 -> 1)',
+    kind: 'wrong-data',
+    applies: (c) => c.tp > 1 || (c.pp ?? 1) > 1 || (c.zero ?? 0) > 0,
+    inject: (p, c) => {
+      const prog = ownProgram(p, 1, c.dp * c.tp * (c.pp ?? 1));
+      const o = find(prog.ops, (x) => x.op === 'mul' && x.id.includes('clip_tp') && x.inputs.length === 2 && x.inputs[0] === x.inputs[1], 'squared gradient');
+      o.op = 'identity';
+      o.inputs = [o.inputs[0] as string];
+      return o.id;
+    },
+  },
+  {
     id: 'adam-eps-one-rank',
     title: "one rank's optimizer epsilon changed: replicas of a parameter diverge",
     source: 'TrainVerify bug 9 (an add constant changed on several ranks); TTrace: lost / divergent parameter update',
