@@ -159,7 +159,7 @@ function gen(a: GenArgs, out: Out): number {
     experts: pick(a.experts, base.model.experts ?? 4),
     topk: pick(a.topk, base.model.topk ?? 1),
   };
-  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2, pp: pick(a.pp, base.par.pp ?? 1), cp: pick(a.cp, base.par.cp ?? 1), ep: a.ep ?? base.par.ep === true, virtual: pick(a.virtual, base.par.virtual ?? 1), schedule: a.schedule ?? base.par.schedule ?? '1f1b' };
+  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2 | 3, pp: pick(a.pp, base.par.pp ?? 1), cp: pick(a.cp, base.par.cp ?? 1), ep: a.ep ?? base.par.ep === true, virtual: pick(a.virtual, base.par.virtual ?? 1), schedule: a.schedule ?? base.par.schedule ?? '1f1b' };
   for (const [k, v] of Object.entries({ ...model, dp: par.dp, tp: par.tp, micro: par.micro, pp: par.pp })) {
     if (typeof v === 'number' && (!Number.isInteger(v) || v < 1)) {
       out.err(`planproof: --${k} must be a positive integer, got ${v}`);
@@ -257,7 +257,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('experts', { type: 'number' })
           .option('topk', { type: 'number' })
           .option('schedule', { choices: ['1f1b', 'gpipe'] as const, describe: 'pipeline schedule (default 1f1b)' })
-          .option('zero', { type: 'number', choices: [0, 1, 2], describe: 'ZeRO stage (with dp > 1): sharded optimizer state and step' })
+          .option('zero', { type: 'number', choices: [0, 1, 2, 3], describe: 'ZeRO stage (with dp > 1): sharded optimizer state and step; 3 also shards the parameters' })
           .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })
           .option('list-bugs', { type: 'boolean', default: false })
           .option('out', { type: 'string', describe: 'output file (default: stdout)' }),

@@ -19,9 +19,9 @@ const MOE = (PRESETS['moe-tiny'] as { model: ModelConfig }).model;
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 
 describe('plan generators: the strategy matrix verifies', () => {
-  const matrix: [ModelConfig, number, number, number, boolean, (0 | 1 | 2)?, number?, boolean?, number?, number?][] = [];
+  const matrix: [ModelConfig, number, number, number, boolean, (0 | 1 | 2 | 3)?, number?, boolean?, number?, number?][] = [];
   for (const m of [MLP, GPT2, LLAMA]) for (const [dp, tp, micro] of [[1, 1, 1], [2, 1, 1], [1, 2, 1], [1, 1, 2], [2, 2, 2]] as const) matrix.push([m, dp, tp, micro, false]);
-  matrix.push([GPT2, 2, 2, 2, true], [LLAMA, 1, 2, 1, true], [MLP, 2, 1, 2, false, 1], [GPT2, 2, 2, 2, false, 1], [LLAMA, 2, 2, 2, true, 2]);
+  matrix.push([GPT2, 2, 2, 2, true], [LLAMA, 1, 2, 1, true], [MLP, 2, 1, 2, false, 1], [GPT2, 2, 2, 2, false, 1], [LLAMA, 2, 2, 2, true, 2], [GPT2, 2, 2, 2, false, 3], [LLAMA, 2, 2, 2, false, 3]);
   // Pipelines (two layers, two stages, 1F1B), with tied embedding (gpt2), SP and ZeRO (llama).
   matrix.push([{ ...MLP, layers: 2 }, 1, 1, 2, false, 0, 2], [{ ...GPT2, layers: 2 }, 2, 2, 2, false, 0, 2], [{ ...LLAMA, layers: 2 }, 2, 2, 2, true, 1, 2]);
   // Interleaved pipeline: four layers, two stages, two virtual stages each.
@@ -74,7 +74,7 @@ function downstream(plan: Record<string, unknown>, start: string): Set<string> {
 describe('bug catalog: every injected bug is caught', () => {
   // Each bug runs on the first configuration that has its place (gpt2, llama, then with SP).
   const ctxFor = (bug: (typeof BUGS)[number]): [BugContext, ModelConfig] => {
-    for (const [sp, zero, pp] of [[false, 0, 1], [false, 1, 1], [false, 2, 1], [true, 0, 1], [false, 0, 2], [false, 1, 2]] as const) {
+    for (const [sp, zero, pp] of [[false, 0, 1], [false, 1, 1], [false, 2, 1], [false, 3, 1], [true, 0, 1], [false, 0, 2], [false, 1, 2]] as const) {
       for (const [family, model] of [['gpt2', GPT2], ['llama', LLAMA]] as const) {
         const c: BugContext = { dp: 2, tp: 2, micro: 2, sp, zero, pp, family };
         if (bug.applies(c)) return [c, pp > 1 ? { ...model, layers: 2 } : model];

@@ -27,7 +27,7 @@ export interface BugContext {
   readonly micro: number;
   readonly family: string;
   readonly sp?: boolean;
-  readonly zero?: 0 | 1 | 2;
+  readonly zero?: 0 | 1 | 2 | 3;
   readonly pp?: number;
   readonly ep?: boolean;
   readonly virtual?: number;
@@ -701,6 +701,18 @@ export const BUGS: Bug[] = [
       const o = find(prog.ops, (x) => x.op === 'mul' && x.id.includes('clip_tp') && x.inputs.length === 2 && x.inputs[0] === x.inputs[1], 'squared gradient');
       o.op = 'identity';
       o.inputs = [o.inputs[0] as string];
+      return o.id;
+    },
+  },
+  {
+    id: 'zero3-grad-scatter-avg',
+    title: 'ZeRO-3: parameter gradients are reduce-scattered with avg although the loss is already divided by the global batch (gradients scaled by 1/dp)',
+    source: 'DeepSpeed PR #4957 (gradients divided twice); TTrace table 1: DP loss scaling',
+    kind: 'wrong-data',
+    applies: (c) => c.zero === 3 && c.dp > 1,
+    inject: (p) => {
+      const o = find(program(p).ops, (x) => x.op === 'reduce_scatter' && axesOf(x).includes('dp') && /(^|\/)grad\//.test(x.id), 'gradient reduce-scatter');
+      o.attrs = { ...(o.attrs ?? {}), reduce: 'avg' };
       return o.id;
     },
   },

@@ -24,7 +24,7 @@ export interface Parallelism {
    * optimizer state and step, then all-gathers the parameters; 2 reduce-scatters every
    * micro-batch's gradient and accumulates shards. 0: all-reduce (default).
    */
-  readonly zero?: 0 | 1 | 2;
+  readonly zero?: 0 | 1 | 2 | 3;
   /**
    * Expert parallelism (MoE): experts split across the data-parallel ranks; each rank's
    * routed token slots travel to the experts' ranks and back by all-to-all.
@@ -95,8 +95,24 @@ export class Net {
       prov = { varies: new Set([axis]), mbs: new Set(), batch: false };
     }
     const tags = shard !== undefined && n > 1 ? shape.map((_, d) => (d === shard ? axis : undefined)) : undefined;
-    return this.g.leaf(name, local, prov, { role, ...(tags === undefined ? {} : { tags }) });
+    // ZeRO-3: the rank holds a dp block of the parameter and all-gathers it where it is used;
+    // the gradient comes back reduce-scattered to the block.
+    const dp = this.par?.dp ?? 1;
+    const zd = this.par?.zero === 3 && dp > 1 && role === 'param' ? local.findIndex((s, d) => tags?.[d] === undefined && s % dp === 0) : -1;
+    if (zd < 0 || prov.varies.has('dp')) return this.g.leaf(name, local, prov, { role, ...(tags === undefined ? {} : { tags }) });
+    const block = [...local];
+    block[zd] = (local[zd] as number) / dp;
+    const leafTags = (tags ?? local.map(() => undefined)).map((t, d) => (d === zd ? ('dp' as const) : t));
+    const leaf = this.g.leaf(name, block, { ...prov, varies: new Set([...prov.varies, 'dp']) }, { role, tags: leafTags });
+    const full = this.g.collective('all_gather', leaf, { dim: zd }, ['dp'], this.sizes());
+    this.g.t(full).logical = name;
+    this.g.custom([leaf], [full], ([gy]) => [this.g.collective('reduce_scatter', gy as GradRef, { dim: zd, reduce: 'sum' }, ['dp'], this.sizes())]);
+    this.zero3.set(full, leaf);
+    return full;
   }
+
+  /** ZeRO-3: the gathered parameter -> the rank's block (the leaf the optimizer updates). */
+  readonly zero3 = new Map<GradRef, GradRef>();
 
   /** All-to-all over dp (expert parallelism), with the swapped all-to-all as its adjoint. */
   allToAllDp(x: GradRef, split: number, concat: number): GradRef {

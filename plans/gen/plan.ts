@@ -159,7 +159,9 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       if (f === undefined) throw new Error(`micro-batch ${mb}: backward before forward`);
       const declared = P.declared();
       const names = [...declared.keys()];
-      const wrt = [...names.map((n) => declared.get(n) as GradRef), ...(f.input === undefined ? [] : [f.input]), ...(par === undefined ? hiddenRefs : [])];
+      // Gradients with respect to the parameters the rank holds (its ZeRO-3 blocks).
+      const held = (r: GradRef): GradRef => net.zero3.get(r) ?? r;
+      const wrt = [...names.map((n) => held(declared.get(n) as GradRef)), ...(f.input === undefined ? [] : [f.input]), ...(par === undefined ? hiddenRefs : [])];
       let gs: (GradRef | undefined)[];
       if (seg.last) {
         seed ??= g.leaf('loss_seed', [], { varies: new Set(), mbs: new Set(), batch: false }, { role: 'input' });
@@ -196,14 +198,15 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
         ];
   for (const [kind, mb, v] of order) (kind === 'F' ? forward : backward)(mb, v);
 
-  const params = P.declared();
+  // The parameters as the rank holds them (ZeRO-3 blocks, not their gathered copies).
+  const params = new Map([...P.declared()].map(([n, r]) => [n, net.zero3.get(r) ?? r]));
   const names = [...params.keys()];
   const gradNames = new Map<string, string>();
   const zero = par !== undefined && par.dp > 1 ? (par.zero ?? 0) : 0;
   return g.untaped(() => {
     // Per parameter: the dim ZeRO shards over dp (untouched by tp, divisible by dp), or -1.
     const zeroDim = names.map((n) => {
-      if (zero === 0) return -1;
+      if (zero === 0 || zero === 3) return -1;
       const p = params.get(n) as GradRef;
       const tags = g.t(p).tags;
       return g.shape(p).findIndex((s, d) => tags?.[d] === undefined && s % sizes.dp === 0);
