@@ -93,6 +93,14 @@ function scaleGradient(prog: Program, step: PlanOp, factor: number, suffix: stri
   return id;
 }
 
+/** Swaps the attributes (position offsets) of the first pair of zig-zag chunk ops of `op`. */
+function swapChunkAttrs(p: Json, op: string): string {
+  const [a, b] = program(p).ops.filter((x) => x.op === op && /\/cp\//.test(x.id));
+  if (a === undefined || b === undefined) throw new Error(`bug injection: no zig-zag ${op} pair`);
+  [a.attrs, b.attrs] = [b.attrs, a.attrs];
+  return a.id;
+}
+
 /** Replaces a collective by a local copy, keeping the dataflow. */
 function toIdentity(o: PlanOp): string {
   o.op = 'identity';
@@ -635,12 +643,7 @@ export const BUGS: Bug[] = [
     source: 'load-balanced CP (rank r holds chunks r and 2cp-1-r): zig-zag chunks in the wrong order (conventions-and-bugs.md)',
     kind: 'wrong-data',
     applies: (c) => (c.cp ?? 1) > 1,
-    inject: (p) => {
-      const [a, b] = program(p).ops.filter((x) => x.op === 'attention' && /\/cp\//.test(x.id));
-      if (a === undefined || b === undefined) throw new Error('bug injection: no zig-zag attention pair');
-      [a.attrs, b.attrs] = [b.attrs, a.attrs];
-      return a.id;
-    },
+    inject: (p) => swapChunkAttrs(p, 'attention'),
   },
   {
     id: 'cp-attention-backward-chunk-order',
@@ -648,12 +651,7 @@ export const BUGS: Bug[] = [
     source: 'Megatron-LM #1464 / TransformerEngine #1557 (CP attention backward returns wrong dQ/dK/dV: wrong chunk order); TTrace table 1: wrong CP attention gradients',
     kind: 'wrong-data',
     applies: (c) => (c.cp ?? 1) > 1,
-    inject: (p) => {
-      const [a, b] = program(p).ops.filter((x) => x.op === 'attention_backward' && /\/cp\//.test(x.id));
-      if (a === undefined || b === undefined) throw new Error('bug injection: no zig-zag attention backward pair');
-      [a.attrs, b.attrs] = [b.attrs, a.attrs];
-      return a.id;
-    },
+    inject: (p) => swapChunkAttrs(p, 'attention_backward'),
   },
   {
     id: 'cp-kv-not-reordered',
