@@ -93,6 +93,13 @@ function scaleGradient(prog: Program, step: PlanOp, factor: number, suffix: stri
   return id;
 }
 
+/** Changes constants of the first `op` in a program (one rank's copy, or the shared one). */
+function changeAttr(prog: Program, op: string, what: string, attrs: Record<string, unknown>): string {
+  const o = find(prog.ops, (x) => x.op === op, what);
+  o.attrs = { ...(o.attrs ?? {}), ...attrs };
+  return o.id;
+}
+
 /** Swaps the attributes (position offsets) of the first pair of zig-zag chunk ops of `op`. */
 function swapChunkAttrs(p: Json, op: string): string {
   const [a, b] = program(p).ops.filter((x) => x.op === op && /\/cp\//.test(x.id));
@@ -335,12 +342,7 @@ export const BUGS: Bug[] = [
     source: 'TrainVerify bug 7 (one rank\'s epsilon constant changed)',
     kind: 'wrong-data',
     applies: (c) => c.family === 'gpt2' && c.dp * c.tp > 1,
-    inject: (p, c) => {
-      const prog = ownProgram(p, c.dp * c.tp - 1, c.dp * c.tp);
-      const o = find(prog.ops, (x) => x.op === 'layer_norm', 'layer norm');
-      o.attrs = { ...(o.attrs ?? {}), eps: '1/1000' };
-      return o.id;
-    },
+    inject: (p, c) => changeAttr(ownProgram(p, c.dp * c.tp - 1, c.dp * c.tp), 'layer_norm', 'layer norm', { eps: '1/1000' }),
   },
   {
     id: 'attention-scale-one-rank',
@@ -348,12 +350,7 @@ export const BUGS: Bug[] = [
     source: 'TrainVerify bug 12 (attention scale constant changed on one rank)',
     kind: 'wrong-data',
     applies: (c) => c.family === 'gpt2' && c.dp * c.tp > 1,
-    inject: (p, c) => {
-      const prog = ownProgram(p, 0, c.dp * c.tp);
-      const o = find(prog.ops, (x) => x.op === 'attention', 'attention');
-      o.attrs = { ...(o.attrs ?? {}), scale: '1/3' };
-      return o.id;
-    },
+    inject: (p, c) => changeAttr(ownProgram(p, 0, c.dp * c.tp), 'attention', 'attention', { scale: '1/3' }),
   },
   {
     id: 'attention-scale-all-ranks',
@@ -361,11 +358,7 @@ export const BUGS: Bug[] = [
     source: 'TrainVerify bug 13 (the same constant changed on several ranks)',
     kind: 'wrong-data',
     applies: (c) => c.family === 'gpt2',
-    inject: (p) => {
-      const o = find(program(p).ops, (x) => x.op === 'attention', 'attention');
-      o.attrs = { ...(o.attrs ?? {}), scale: '1/3' };
-      return o.id;
-    },
+    inject: (p) => changeAttr(program(p), 'attention', 'attention', { scale: '1/3' }),
   },
   {
     id: 'fanout-duplicate-grad',
@@ -401,12 +394,7 @@ export const BUGS: Bug[] = [
     source: 'TrainVerify bug 7 (one rank\'s epsilon constant changed), on the Llama plan it used',
     kind: 'wrong-data',
     applies: (c) => c.family === 'llama' && c.dp * c.tp > 1,
-    inject: (p, c) => {
-      const prog = ownProgram(p, 1, c.dp * c.tp);
-      const o = find(prog.ops, (x) => x.op === 'rms_norm', 'RMSNorm');
-      o.attrs = { ...(o.attrs ?? {}), eps: '1/1000' };
-      return o.id;
-    },
+    inject: (p, c) => changeAttr(ownProgram(p, 1, c.dp * c.tp), 'rms_norm', 'RMSNorm', { eps: '1/1000' }),
   },
   {
     id: 'sp-norm-grad-not-reduced',
@@ -720,12 +708,7 @@ export const BUGS: Bug[] = [
     source: 'TrainVerify bug 9 (an add constant changed on several ranks); TTrace: lost / divergent parameter update',
     kind: 'wrong-data',
     applies: (c) => c.dp * c.tp > 1,
-    inject: (p, c) => {
-      const prog = ownProgram(p, 0, c.dp * c.tp);
-      const o = find(prog.ops, (x) => x.op === 'adam_update', 'optimizer step');
-      o.attrs = { ...(o.attrs ?? {}), eps: '1/1000' };
-      return o.id;
-    },
+    inject: (p, c) => changeAttr(ownProgram(p, 0, c.dp * c.tp), 'adam_update', 'optimizer step', { eps: '1/1000' }),
   },
   {
     id: 'allreduce-dropped-dataflow',
