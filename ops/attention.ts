@@ -7,7 +7,10 @@
  * (o, m, l): the block-normalized output, the row max of the scores and the row sum of
  * exp(score - m). `attention_combine` merges two partials by rescaling with exp of max
  * differences. The combination of all blocks equals full attention exactly, which the engine
- * proves because exp(a + b) = exp(a) exp(b) is built into its normal form.
+ * proves because exp(a + b) = exp(a) exp(b) is built into its normal form. Backward, each
+ * block's `attention_partial_backward` uses the combined output and statistics (flash
+ * attention keeps the log-sum-exp; the pair (m, l) is the same information without a log),
+ * so its dq addends sum to the full dq and its dk, dv are the block's rows of the full ones.
  *
  * Causal masking with an offset: key position j is visible from query position i when
  * j + k_offset <= i + q_offset (global positions), so a ring step over a remote key chunk
@@ -145,6 +148,45 @@ function attentionApply<S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs, 
   ];
 }
 
+/**
+ * The attention backward given each row's softmax probabilities over its visible keys
+ * (`probs(row, scores)`, row the flat (batch, head, query) index): dv = P^T g, dS = P (g v^T -
+ * rowsum(g * out)), dq = dS k scale, dk = dS^T q scale. Rows with no visible key add nothing.
+ */
+function backwardApply<S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs, probs: (row: number, scores: S[]) => S[]): Dense<S>[] {
+  const [g, q, k, v, o] = [arg(ins, 0), arg(ins, 1), arg(ins, 2), arg(ins, 3), arg(ins, 4)];
+  const dm = dims(q.shape, k.shape, v.shape);
+  const group = dm.hq / dm.hk;
+  const scale = attnScale(alg, a, dm.d);
+  const acc = (shape: Shape): S[][] => Array.from({ length: shape.reduce((p, x) => p * x, 1) }, () => []);
+  const dq = acc(q.shape);
+  const dk = acc(k.shape);
+  const dv = acc(v.shape);
+  const flat = (shape: Shape, idx: number[]): number => idx.reduce((f, x, t) => f * (shape[t] as number) + x, 0);
+  forRows(alg, q, k, a, dm, (b, h, i, keys, scores) => {
+    if (keys.length === 0) return;
+    const hk = Math.floor(h / group);
+    const p = probs(flat([...dm.batch, dm.hq, dm.sq], [...b, h, i]), scores);
+    const gi = Array.from({ length: dm.dv }, (_, c) => at(g, [...b, h, i, c]));
+    const delta = alg.sum(gi.map((x, c) => alg.mul(x, at(o, [...b, h, i, c]))));
+    keys.forEach((j, t) => {
+      const pj = p[t] as S;
+      for (let c = 0; c < dm.dv; c++) (dv[flat(v.shape, [...b, hk, j, c])] as S[]).push(alg.mul(pj, gi[c] as S));
+      const dp = alg.sum(gi.map((x, c) => alg.mul(x, at(v, [...b, hk, j, c]))));
+      const ds = alg.mul(alg.mul(pj, alg.sub(dp, delta)), scale);
+      for (let c = 0; c < dm.d; c++) {
+        (dq[flat(q.shape, [...b, h, i, c])] as S[]).push(alg.mul(ds, at(k, [...b, hk, j, c])));
+        (dk[flat(k.shape, [...b, hk, j, c])] as S[]).push(alg.mul(ds, at(q, [...b, h, i, c])));
+      }
+    });
+  });
+  return [
+    { shape: q.shape, data: dq.map((x) => alg.sum(x)) },
+    { shape: k.shape, data: dk.map((x) => alg.sum(x)) },
+    { shape: v.shape, data: dv.map((x) => alg.sum(x)) },
+  ];
+}
+
 export const ops: OpDef[] = [
   {
     name: 'attention',
@@ -177,41 +219,13 @@ export const ops: OpDef[] = [
       if (!sameShape(g as Shape, os) || !sameShape(o as Shape, os)) throw new ShapeError(`grad ${shapeStr(g as Shape)} and output ${shapeStr(o as Shape)} must be ${shapeStr(os)}`);
       return [q as Shape, k as Shape, v as Shape];
     },
-    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => {
-      const [g, q, k, v, o] = [arg(ins, 0), arg(ins, 1), arg(ins, 2), arg(ins, 3), arg(ins, 4)];
-      const dm = dims(q.shape, k.shape, v.shape);
-      const group = dm.hq / dm.hk;
-      const scale = attnScale(alg, a, dm.d);
-      const acc = (shape: Shape): S[][] => Array.from({ length: shape.reduce((p, x) => p * x, 1) }, () => []);
-      const dq = acc(q.shape);
-      const dk = acc(k.shape);
-      const dv = acc(v.shape);
-      const flat = (shape: Shape, idx: number[]): number => idx.reduce((f, x, t) => f * (shape[t] as number) + x, 0);
-      forRows(alg, q, k, a, dm, (b, h, i, keys, scores) => {
-        const hk = Math.floor(h / group);
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] =>
+      backwardApply(alg, ins, a, (_row, scores) => {
         const m = alg.max(scores);
         const e = scores.map((s) => alg.exp(alg.sub(s, m)));
         const l = alg.sum(e);
-        const p = e.map((x) => alg.div(x, l));
-        const gi = Array.from({ length: dm.dv }, (_, c) => at(g, [...b, h, i, c]));
-        const delta = alg.sum(gi.map((x, c) => alg.mul(x, at(o, [...b, h, i, c]))));
-        keys.forEach((j, t) => {
-          const pj = p[t] as S;
-          for (let c = 0; c < dm.dv; c++) (dv[flat(v.shape, [...b, hk, j, c])] as S[]).push(alg.mul(pj, gi[c] as S));
-          const dp = alg.sum(gi.map((x, c) => alg.mul(x, at(v, [...b, hk, j, c]))));
-          const ds = alg.mul(alg.mul(pj, alg.sub(dp, delta)), scale);
-          for (let c = 0; c < dm.d; c++) {
-            (dq[flat(q.shape, [...b, h, i, c])] as S[]).push(alg.mul(ds, at(k, [...b, hk, j, c])));
-            (dk[flat(k.shape, [...b, hk, j, c])] as S[]).push(alg.mul(ds, at(q, [...b, h, i, c])));
-          }
-        });
-      });
-      return [
-        { shape: q.shape, data: dq.map((x) => alg.sum(x)) },
-        { shape: k.shape, data: dk.map((x) => alg.sum(x)) },
-        { shape: v.shape, data: dv.map((x) => alg.sum(x)) },
-      ];
-    },
+        return e.map((x) => alg.div(x, l));
+      }),
     backward: NO_BACKWARD,
     dims: ([, q, k, v], a) => {
       const l = attnLabels(q as Shape, k as Shape, v as Shape, a, true);
@@ -235,6 +249,34 @@ export const ops: OpDef[] = [
     dims: ([q, k, v], a) => {
       const l = attnLabels(q as Shape, k as Shape, v as Shape, a, false);
       return { inputs: [l.q, l.k, l.v], outputs: [l.o, l.rows, l.rows] };
+    },
+  },
+  {
+    name: 'attention_partial_backward',
+    family: 'attention',
+    doc: "one key block's share of the attention backward (flash / ring): (grad_out, q, k, v, out, m, l) -> (dq, dk, dv) with out, m, l the combined output and row statistics of all blocks, P = exp(score - m) / l; dq is this block's addend, dk and dv are the block's keys' gradients from these queries",
+    inputs: fixed(7),
+    outputs: fixed(3),
+    attrSchema: attnAttrs,
+    shape: ([g, q, k, v, o, m, l]) => {
+      const dm = dims(q as Shape, k as Shape, v as Shape);
+      const os = [...dm.batch, dm.hq, dm.sq, dm.dv];
+      const rows = os.slice(0, -1);
+      if (!sameShape(g as Shape, os) || !sameShape(o as Shape, os)) throw new ShapeError(`grad ${shapeStr(g as Shape)} and output ${shapeStr(o as Shape)} must be ${shapeStr(os)}`);
+      if (!sameShape(m as Shape, rows) || !sameShape(l as Shape, rows)) throw new ShapeError(`row statistics ${shapeStr(m as Shape)} and ${shapeStr(l as Shape)} must be ${shapeStr(rows)}`);
+      return [q as Shape, k as Shape, v as Shape];
+    },
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => {
+      const [m, l] = [arg(ins, 5), arg(ins, 6)];
+      return backwardApply(alg, ins, a, (row, scores) => {
+        const [mi, li] = [m.data[row] as S, l.data[row] as S];
+        return scores.map((s) => alg.div(alg.exp(alg.sub(s, mi)), li));
+      });
+    },
+    backward: NO_BACKWARD,
+    dims: ([, q, k, v], a) => {
+      const l = attnLabels(q as Shape, k as Shape, v as Shape, a, true);
+      return { inputs: [l.o, l.q, l.k, l.v, l.o, l.rows, l.rows], outputs: [l.q, l.k, l.v] };
     },
   },
   {

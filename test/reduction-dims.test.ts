@@ -105,6 +105,8 @@ const samples: Sample[] = [
   { op: 'attention', shapes: [[2, 2, 2], [2, 3, 2], [2, 3, 2]] },
   { op: 'attention_backward', shapes: [[2, 2, 3], [2, 2, 2], [2, 3, 2], [2, 3, 3], [2, 2, 3]], attrs: { scale: '1/2' } },
   { op: 'attention_backward', shapes: [[2, 3, 2], [2, 3, 2], [1, 3, 2], [1, 3, 2], [2, 3, 2]], attrs: { causal: true } },
+  { op: 'attention_partial_backward', shapes: [[2, 2, 3], [2, 2, 2], [2, 3, 2], [2, 3, 3], [2, 2, 3], [2, 2], [2, 2]], attrs: { scale: '1/2' } },
+  { op: 'attention_partial_backward', shapes: [[2, 3, 2], [2, 3, 2], [1, 3, 2], [1, 3, 2], [2, 3, 2], [2, 3], [2, 3]], attrs: { causal: true, q_offset: 1 } },
   { op: 'attention_partial', shapes: [[2, 2, 2], [2, 3, 2], [2, 3, 2]], attrs: { scale: '1/3' } },
   { op: 'attention_partial', shapes: [[2, 2, 2], [2, 3, 2], [2, 3, 2]], attrs: { causal: true, q_offset: 1 } },
   { op: 'attention_combine', shapes: [[2, 3, 2], [2, 3], [2, 3], [2, 3, 2], [2, 3], [2, 3]], positive: [2, 5] },

@@ -263,6 +263,39 @@ for qs, ks, causal, q_off, k_off, note in [((2, 2, 3), (2, 3, 3), False, 0, 0, '
     ins = [rnd(*qs), rnd(*ks), rnd(*ks)]
     outs = attn_partial(*ins, causal, None, q_off, k_off)
     cases.append({'op': 'attention_partial', 'attrs': attrs, 'note': note, 'inputs': [enc(x) for x in ins], 'outputs': [enc(x) for x in outs]})
+# The block backward, from autograd: the queries' gradient flows only through this block's
+# scores (the other block's use a detached copy), the keys and values are the block's own.
+for qs, k1s, k2s, causal, note in [((2, 2, 3), (2, 2, 3), (2, 1, 3), False, 'first of two key blocks'),
+                                   ((1, 2, 3, 2), (1, 2, 1, 2), (1, 2, 2, 2), True, 'causal: an earlier chunk (all visible) of a diagonal query chunk'),
+                                   ((4, 2, 2), (2, 2, 2), (2, 1, 2), True, 'grouped-query, causal diagonal block (offsets 1)')]:
+    q = rnd(*qs).requires_grad_(True)
+    k1, v1 = rnd(*k1s).requires_grad_(True), rnd(*k1s).requires_grad_(True)
+    k2, v2 = rnd(*k2s), rnd(*k2s)
+    n1 = k1s[-2]
+    # Causal cases: the queries sit at the end of the keys' span (diagonal last block).
+    q_off = k1s[-2] + k2s[-2] - qs[-2] if causal else 0
+    first_causal = note.startswith('grouped')
+    if first_causal:
+        # The block under test is the diagonal one: keys [k2; k1] with k1 last.
+        keys, vals = torch.cat([k2, k1], dim=-2), torch.cat([v2, v1], dim=-2)
+        sc_blk = scores(q, k1, True, None, q_off, k2s[-2])
+        sc_oth = scores(q.detach(), k2, True, None, q_off, 0)
+        sc = torch.cat([sc_oth, sc_blk], dim=-1)
+        attrs = {'causal': True, 'q_offset': q_off, 'k_offset': k2s[-2]}
+    else:
+        keys, vals = torch.cat([k1, k2], dim=-2), torch.cat([v1, v2], dim=-2)
+        sc_blk = scores(q, k1, causal, None, q_off, 0)
+        sc_oth = scores(q.detach(), k2, causal, None, q_off, n1)
+        sc = torch.cat([sc_blk, sc_oth], dim=-1)
+        attrs = {'causal': True, 'q_offset': q_off} if causal else {}
+    gq = q.shape[-3] // k1.shape[-3]
+    o = torch.softmax(sc, dim=-1) @ vals.repeat_interleave(gq, dim=-3)
+    m = sc.max(dim=-1).values
+    l_ = torch.exp(sc - m.unsqueeze(-1)).sum(dim=-1)
+    g = rnd(*o.shape)
+    dq, dk, dv = torch.autograd.grad(o, (q, k1, v1), grad_outputs=g)
+    cases.append({'op': 'attention_partial_backward', 'attrs': attrs, 'note': 'autograd through one key block: ' + note,
+                  'inputs': [enc(x) for x in (g, q, k1, v1, o, m, l_)], 'outputs': [enc(dq), enc(dk), enc(dv)]})
 for rows, dv in [((2, 3), 4), ((1,), 2), ((2, 1, 2), 3)]:
     o1, o2 = rnd(*rows, dv), rnd(*rows, dv)
     m1, m2 = rnd(*rows) * 3, rnd(*rows) * 3
