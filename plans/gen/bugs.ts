@@ -32,6 +32,7 @@ export interface BugContext {
   readonly ep?: boolean;
   readonly virtual?: number;
   readonly cp?: number;
+  readonly cpComm?: 'ring' | 'allgather';
 }
 
 export interface Bug {
@@ -106,6 +107,12 @@ function swapChunkAttrs(p: Json, op: string): string {
   if (a === undefined || b === undefined) throw new Error(`bug injection: no zig-zag ${op} pair`);
   [a.attrs, b.attrs] = [b.attrs, a.attrs];
   return a.id;
+}
+
+/** Applies one mutation to every program (per-rank programs share their structure); returns the first place. */
+function everyProgram(plan: Json, f: (prog: Program) => string): string {
+  const ids = programs(plan).map(f);
+  return ids[0] as string;
 }
 
 /** Replaces a collective by a local copy, keeping the dataflow. */
@@ -618,19 +625,20 @@ export const BUGS: Bug[] = [
     source: 'Megatron-LM #673 / #906 (context-parallel loss scaled by the CP size); TrainVerify appendix; TTrace table 1: CP loss scaling',
     kind: 'wrong-data',
     applies: (c) => (c.cp ?? 1) > 1,
-    inject: (p, c) => {
-      const o = find(program(p).ops, (x) => x.op === 'scale' && /(^|\/)loss$/.test(x.outputs[0] ?? ''), 'loss scaling');
-      const [n, d] = String(o.attrs?.['factor'] ?? '1/1').split('/');
-      o.attrs = { factor: `${Number(n) * (c.cp ?? 1)}/${d ?? 1}` };
-      return o.id;
-    },
+    inject: (p, c) =>
+      everyProgram(p, (prog) => {
+        const o = find(prog.ops, (x) => x.op === 'scale' && /(^|\/)loss$/.test(x.outputs[0] ?? ''), 'loss scaling');
+        const [n, d] = String(o.attrs?.['factor'] ?? '1/1').split('/');
+        o.attrs = { factor: `${Number(n) * (c.cp ?? 1)}/${d ?? 1}` };
+        return o.id;
+      }),
   },
   {
     id: 'cp-zigzag-offsets-swapped',
     title: "context parallelism: the two zig-zag query chunks are attended with each other's position offsets (chunks in the wrong order)",
     source: 'load-balanced CP (rank r holds chunks r and 2cp-1-r): zig-zag chunks in the wrong order (conventions-and-bugs.md)',
     kind: 'wrong-data',
-    applies: (c) => (c.cp ?? 1) > 1,
+    applies: (c) => (c.cp ?? 1) > 1 && c.cpComm === 'allgather',
     inject: (p) => swapChunkAttrs(p, 'attention'),
   },
   {
@@ -638,7 +646,7 @@ export const BUGS: Bug[] = [
     title: 'context parallelism: the attention backward of the two zig-zag chunks uses each other\'s offsets, so dQ, dK and dV are wrong',
     source: 'Megatron-LM #1464 / TransformerEngine #1557 (CP attention backward returns wrong dQ/dK/dV: wrong chunk order); TTrace table 1: wrong CP attention gradients',
     kind: 'wrong-data',
-    applies: (c) => (c.cp ?? 1) > 1,
+    applies: (c) => (c.cp ?? 1) > 1 && c.cpComm === 'allgather',
     inject: (p) => swapChunkAttrs(p, 'attention_backward'),
   },
   {
@@ -646,7 +654,7 @@ export const BUGS: Bug[] = [
     title: 'context parallelism: the all-gathered keys and values are used in gather order, not sequence order',
     source: 'TransformerEngine #1557 family (chunk order of K/V under load-balanced CP)',
     kind: 'wrong-data',
-    applies: (c) => (c.cp ?? 1) > 1,
+    applies: (c) => (c.cp ?? 1) > 1 && c.cpComm === 'allgather',
     inject: (p) => {
       const ops = program(p).ops;
       const o = find(ops, (x) => x.op === 'concat' && /\/cp\//.test(x.id) && x.inputs.length > 2, 'K/V reorder');
@@ -661,7 +669,86 @@ export const BUGS: Bug[] = [
     source: 'Megatron-LM (gradients are reduced over dp x cp); TTrace table 1: wrong communication group',
     kind: 'missing-communication',
     applies: (c) => (c.cp ?? 1) > 1,
-    inject: (p) => toIdentity(find(program(p).ops, (x) => isAr('cp')(x) && /^(accum\.|grad\/)/.test(x.inputs[0] ?? '') && !/loss/.test(x.inputs[0] ?? ''), 'cp gradient all-reduce')),
+    inject: (p) => everyProgram(p, (prog) => toIdentity(find(prog.ops, (x) => isAr('cp')(x) && /^(accum\.|grad\/)/.test(x.inputs[0] ?? '') && !/loss/.test(x.inputs[0] ?? ''), 'cp gradient all-reduce'))),
+  },
+  {
+    id: 'cp-ring-future-block-attended',
+    title: 'ring attention: a query chunk also attends a later key chunk it receives (a block the causal mask skips), so tokens see future tokens',
+    source: "ring attention's causal block schedule (zhuzilin/ring-flash-attention: a step's block is skipped when its keys are all in the future; ring-flash-attention #15: wrong causal masking of ring blocks)",
+    kind: 'wrong-data',
+    applies: (c) => (c.cp ?? 1) > 1 && c.cpComm !== 'allgather',
+    inject: (p) => {
+      // On CP rank 0: its first query chunk (chunk 0) sees only itself; the bug merges in the
+      // first key chunk that arrives from rank 1.
+      const prog = program(p);
+      const ops = prog.ops;
+      const fwd = (x: PlanOp): boolean => /\/cp\//.test(x.id) && !/(^|\/)grad\//.test(x.id);
+      const producer = (t: string): PlanOp | undefined => ops.find((x) => x.outputs.includes(t));
+      const out = find(ops, (x) => fwd(x) && x.op === 'concat' && x.inputs.every((i) => ['attention_partial', 'attention_combine'].includes(producer(i)?.op ?? '')), 'ring attention output');
+      const own = producer(out.inputs[0] as string) as PlanOp;
+      const recvs = ops.filter((x) => fwd(x) && x.op === 'recv').slice(0, 2).map((r) => r.outputs[0] as string);
+      const [sk, sv] = recvs.map((r) => find(ops, (x) => x.op === 'split' && x.inputs[0] === r, 'received block split'));
+      if (sk === undefined || sv === undefined) throw new Error('bug injection: no received block');
+      const id = `${own.id}.future`;
+      const part = [id, `${id}.1`, `${id}.2`];
+      const merged = [`${id}.merged`, `${id}.merged.1`, `${id}.merged.2`];
+      const shapeOf = (t: string): unknown => prog.tensors.find((x) => x['id'] === t)?.['shape'];
+      [...part, ...merged].forEach((t, k) => prog.tensors.push({ id: t, shape: shapeOf(own.outputs[k % 3] as string) }));
+      ops.splice(ops.indexOf(out), 0, { id, op: 'attention_partial', inputs: [own.inputs[0] as string, sk.outputs[0] as string, sv.outputs[0] as string], outputs: part }, { id: `${id}.merge`, op: 'attention_combine', inputs: [...own.outputs, ...part], outputs: merged });
+      out.inputs[0] = merged[0] as string;
+      return id;
+    },
+  },
+  {
+    id: 'cp-ring-stale-kv',
+    title: 'ring attention: a ring step computes on the keys and values the rank already had instead of the block it just received (receive buffer not swapped in)',
+    source: 'K/V double buffering in ring attention (zhuzilin/ring-flash-attention #87 alternates two receive buffers by step parity): a step on the stale block',
+    kind: 'wrong-data',
+    applies: (c) => (c.cp ?? 1) > 1 && c.cpComm !== 'allgather',
+    inject: (p) => {
+      const ops = program(p).ops;
+      // The forward ring's first hop: the two blocks sent, the two received.
+      const sends = ops.filter((x) => x.op === 'send' && /\/cp\//.test(x.id) && !/(^|\/)grad\//.test(x.id)).slice(0, 2);
+      const recvs = ops.filter((x) => x.op === 'recv' && /\/cp\//.test(x.id) && !/(^|\/)grad\//.test(x.id)).slice(0, 2);
+      if (sends.length < 2 || recvs.length < 2) throw new Error('bug injection: no ring hop in this plan');
+      const stale = new Map(recvs.map((r, i) => [r.outputs[0] as string, (sends[i] as PlanOp).inputs[0] as string]));
+      const users = ops.filter((x) => x.inputs.some((i) => stale.has(i)));
+      for (const x of users) x.inputs = x.inputs.map((i) => stale.get(i) ?? i);
+      return (users[0] as PlanOp).id;
+    },
+  },
+  {
+    id: 'cp-ring-dkv-one-hop-short',
+    title: "ring attention backward: the key/value gradient accumulators stop one hop short of their owners; each rank takes the accumulator in its hands (another chunk's partial sum) as its own dK, dV",
+    source: 'ring attention backward (dK/dV travel the ring with K/V and return to their owner; zhuzilin/ring-flash-attention #10 "Fix ring attn v2 bwd"); TTrace table 1: wrong CP attention gradients',
+    kind: 'missing-communication',
+    applies: (c) => (c.cp ?? 1) > 1 && c.cpComm !== 'allgather',
+    inject: (p) =>
+      everyProgram(p, (prog) => {
+        const ops = prog.ops;
+        const inRing = (x: PlanOp): boolean => /(^|\/)grad\/l0\/cp\//.test(x.id);
+        const sends = ops.filter((x) => x.op === 'send' && inRing(x)).slice(-2);
+        const recvs = ops.filter((x) => x.op === 'recv' && inRing(x)).slice(-2);
+        if (sends.length < 2 || recvs.length < 2) throw new Error('bug injection: no backward ring in this plan');
+        const kept = new Map(recvs.map((r, i) => [r.outputs[0] as string, (sends[i] as PlanOp).inputs[0] as string]));
+        prog.ops = ops.filter((x) => !sends.includes(x) && !recvs.includes(x));
+        for (const x of prog.ops) x.inputs = x.inputs.map((i) => kept.get(i) ?? i);
+        prog.tensors = prog.tensors.filter((t) => !kept.has(t['id'] as string));
+        const last = ops.find((x) => x.outputs.includes((sends[0] as PlanOp).inputs[0] as string));
+        return (last as PlanOp).id;
+      }),
+  },
+  {
+    id: 'cp-ring-merge-wrong-max',
+    title: "ring attention: the online-softmax merge rescales each block's partial output by the other block's row maximum",
+    source: "online-softmax merge of attention blocks (flash / ring attention's out and log-sum-exp update): the blocks' statistics crossed",
+    kind: 'wrong-data',
+    applies: (c) => (c.cp ?? 1) > 1 && c.cpComm !== 'allgather',
+    inject: (p) => {
+      const o = find(program(p).ops, (x) => x.op === 'attention_combine', 'online-softmax merge');
+      [o.inputs[1], o.inputs[4]] = [o.inputs[4] as string, o.inputs[1] as string];
+      return o.id;
+    },
   },
   {
     id: 'allgather-to-allreduce',

@@ -40,8 +40,12 @@ export interface GenTensor {
   tags?: (DimTag | undefined)[];
 }
 
-/** A split a dim carries; `rows*cp:k` is batch rows outer with zig-zag chunks of k tokens inner. */
-export type DimTag = 'rows' | 'tp' | 'dp' | 'cp' | `rows*cp:${number}`;
+/**
+ * A split a dim carries; `rows*cp:k` is batch rows outer with zig-zag chunks of k tokens
+ * inner; `cp*tp` is the rank's zig-zag chunk pair split further over tp (sequence parallelism
+ * under context parallelism).
+ */
+export type DimTag = 'rows' | 'tp' | 'dp' | 'cp' | 'cp*tp' | `rows*cp:${number}`;
 
 export interface GenOp {
   id: string;
@@ -178,8 +182,9 @@ export class GenGraph implements GradBuilder {
     // the group's (single) axis.
     const tags = [...(this.t(input).tags ?? shape.map(() => undefined))];
     const d = typeof attrs['dim'] === 'number' ? (attrs['dim'] < 0 ? attrs['dim'] + shape.length : attrs['dim']) : -1;
-    if (name === 'all_gather' && d >= 0) tags[d] = undefined;
-    if (name === 'reduce_scatter' && d >= 0 && axes.length === 1) tags[d] = axes[0] as DimTag;
+    const overTp = axes.length === 1 && axes[0] === 'tp';
+    if (name === 'all_gather' && d >= 0) tags[d] = tags[d] === 'cp*tp' && overTp ? 'cp' : undefined;
+    if (name === 'reduce_scatter' && d >= 0 && axes.length === 1) tags[d] = tags[d] === 'cp' && overTp ? 'cp*tp' : (axes[0] as DimTag);
     if (name === 'all_reduce' || name === 'all_gather' || name === 'reduce_scatter') this.t(out).tags = tags;
     this.ops.push({ id: base, op: name, inputs: [this.name(input)], outputs: [base], attrs, group: ranks ?? { axes } });
     return out;

@@ -120,7 +120,6 @@ export function mlp(c: ModelConfig): Model {
 
 export function gpt2(c: ModelConfig): Model {
   const H = c.hidden;
-  // Context parallelism is generated for the Llama family only (positions are rotary there).
   const hd = H / c.heads;
   if (!Number.isInteger(hd)) throw new Error(`hidden ${H} is not divisible by heads ${c.heads}`);
   return {
@@ -145,12 +144,13 @@ export function gpt2(c: ModelConfig): Model {
     }),
     embed: (net, p) =>
       net.g.scope('embed', () => {
-        const ids = net.data('ids', [c.batch, c.seq], { dtype: 'int64', values: [0, c.vocab] });
-        return net.op('add', [vocabEmbedding(net, ids, p.get('wte'), c.vocab), net.seqChunk(p.get('wpe'), 0)]);
+        const ids = net.data('ids', [c.batch, c.seq], { dtype: 'int64', values: [0, c.vocab] }, 1);
+        // Learned positions: this rank's zig-zag rows under CP, its SP piece of them under SP.
+        return net.op('add', [vocabEmbedding(net, ids, p.get('wte'), c.vocab), net.seqChunk(net.zigzag(p.get('wpe'), 0), 0)]);
       }),
     layer: (net, p, l, h) => {
       const B = net.rows(c.batch);
-      const S = c.seq;
+      const S = c.seq / net.cp;
       const hl = (H / net.tp) | 0;
       const nh = c.heads / net.tp;
       if (!Number.isInteger(nh)) throw new Error(`heads ${c.heads} are not divisible by tp = ${net.tp}`);
@@ -158,7 +158,7 @@ export function gpt2(c: ModelConfig): Model {
         const ln = (x: GradRef, n: string): GradRef => net.op('layer_norm', [x, p.get(`l${l}.${n}.w`), p.get(`l${l}.${n}.b`)], { eps: '1/100000' });
         const a = net.enterTp(ln(h, 'ln1'));
         const heads = (n: string): GradRef => net.op('transpose', [net.op('reshape', [net.op('linear', [a, p.get(`l${l}.attn.${n}`)])], { shape: [B, S, nh, hd] })], { dim0: 1, dim1: 2 });
-        const o = net.op('attention', [heads('q'), heads('k'), heads('v')], { causal: true });
+        const o = causalAttention(net, heads('q'), heads('k'), heads('v'), c.seq);
         const merged = net.op('reshape', [net.op('transpose', [o], { dim0: 1, dim1: 2 })], { shape: [B, S, hl] });
         const h1 = net.op('add', [h, net.leaveTp(net.op('linear', [merged, p.get(`l${l}.attn.o`)]))]);
         const b = net.enterTp(ln(h1, 'ln2'));
@@ -169,8 +169,8 @@ export function gpt2(c: ModelConfig): Model {
     head: (net, p, h) =>
       net.g.scope('head', () => {
         const B = net.rows(c.batch);
-        const S = c.seq;
-        const labels = net.data('labels', [c.batch, S], { dtype: 'int64', values: [0, c.vocab] });
+        const S = c.seq / net.cp;
+        const labels = net.data('labels', [c.batch, c.seq], { dtype: 'int64', values: [0, c.vocab] }, 1);
         const hf = net.enterTp(net.op('layer_norm', [h, p.get('lnf.w'), p.get('lnf.b')], { eps: '1/100000' }));
         // Tied LM head: logits against the (vocab-parallel) embedding table.
         const logits = net.op('matmul', [hf, net.op('transpose', [p.get('wte')], { dim0: 0, dim1: 1 })]);
@@ -277,7 +277,7 @@ export function llama(c: ModelConfig, moe?: (net: Net, p: Params, l: number, x: 
           const x = net.op('transpose', [net.op('reshape', [net.op('linear', [a, p.get(`l${l}.attn.${n}`)])], { shape: [B, S, count, hd] })], { dim0: 1, dim1: 2 });
           return rope ? net.op('rope', [x, cos, sin]) : x;
         };
-        const o = causalAttention(net, heads('q', nh, true), net.gatherSeq(heads('k', nkv, true), 2), net.gatherSeq(heads('v', nkv, false), 2), c.seq);
+        const o = causalAttention(net, heads('q', nh, true), heads('k', nkv, true), heads('v', nkv, false), c.seq);
         const merged = net.op('reshape', [net.op('transpose', [o], { dim0: 1, dim1: 2 })], { shape: [B, S, nh * hd] });
         const h1 = net.op('add', [h, net.leaveTp(net.op('linear', [merged, p.get(`l${l}.attn.o`)]))]);
         if (moe !== undefined) return net.op('add', [h1, moe(net, p, l, norm(h1, 'mlp_norm'))]);
@@ -350,11 +350,14 @@ export function moe(c: ModelConfig): Model {
 
 /**
  * Causal attention of this rank's queries over the whole sequence's keys. Under context
- * parallelism the queries are two zig-zag chunks (r and 2 cp - 1 - r), each attending with
- * its own position offset.
+ * parallelism the queries are two zig-zag chunks (r and 2 cp - 1 - r): with all-gathered
+ * keys and values each attends with its own position offset; otherwise by ring attention.
  */
-function causalAttention(net: Net, q: GradRef, k: GradRef, v: GradRef, seq: number): GradRef {
-  if (net.cp === 1) return net.op('attention', [q, k, v], { causal: true });
+function causalAttention(net: Net, q: GradRef, kLocal: GradRef, vLocal: GradRef, seq: number): GradRef {
+  if (net.cp === 1) return net.op('attention', [q, kLocal, vLocal], { causal: true });
+  if (net.cpRing) return ringAttention(net, q, kLocal, vLocal, seq);
+  const k = net.gatherSeq(kLocal, 2);
+  const v = net.gatherSeq(vLocal, 2);
   const chunk = seq / (2 * net.cp);
   const g = net.g;
   const offsets = [{ k: chunk, c: 0 }, { k: -chunk, c: seq - chunk }];
@@ -385,6 +388,121 @@ function causalAttention(net: Net, q: GradRef, k: GradRef, v: GradRef, seq: numb
       g.t(dq).tags = g.t(q).tags?.slice();
       [dq, dk, dv].forEach((x, i) => (g.t(x).logical = (i === 0 ? lname : `${lname}.${i}`).replace(/^mb[0-9]+\//, '')));
       return [dq, dk, dv];
+    });
+  });
+  return fwd.out;
+}
+
+/**
+ * Ring attention with load-balanced zig-zag chunks (TransformerEngine's context-parallel
+ * attention, causal). Rank r holds query, key and value chunks r and 2 cp - 1 - r. At step t
+ * it holds the keys and values of rank s = r - t (mod cp), received from its predecessor and
+ * passed on to its successor. A query chunk attends a key chunk with a lower index fully, its
+ * own index causally, a higher one not at all; each visible block gives a partial (o, m, l)
+ * and the partials of a query chunk merge by online softmax. Backward, the keys and values go
+ * around the ring again with their gradient accumulators: each rank adds its queries' share
+ * (`attention_partial_backward` from the combined output and statistics) and passes the
+ * accumulator on, so after cp hops it is back at the owner, complete.
+ */
+function ringAttention(net: Net, q: GradRef, k: GradRef, v: GradRef, seq: number): GradRef {
+  const g = net.g;
+  const cp = net.cp;
+  const r = net.cpRank;
+  if (r === undefined) throw new Error('ring attention needs the program\'s CP rank');
+  const chunk = seq / (2 * cp);
+  const own = [r, 2 * cp - 1 - r];
+  const next = { shift: { cp: ((r + 1) % cp) - r } };
+  const prev = { shift: { cp: ((r + cp - 1) % cp) - r } };
+  // Values in flight on the ring have no logical counterpart of their own.
+  const recvLike = (like: GradRef): GradRef => {
+    const x = g.recv(g.shape(like), prev, g.t(like).prov, undefined, '');
+    g.t(x).noLineage = true;
+    return x;
+  };
+  const halves = (x: GradRef): GradRef[] => g.op('split', [x], { dim: 2, sizes: [chunk, chunk] });
+  // The key chunks visiting at step t, and which query chunk sees which of them how.
+  const visits = (t: number): { kc: number[]; pairs: { qi: number; kj: number; causal: boolean }[] } => {
+    const s = (r - t + cp) % cp;
+    const kc = [s, 2 * cp - 1 - s];
+    const pairs: { qi: number; kj: number; causal: boolean }[] = [];
+    for (const qi of [0, 1]) for (const kj of [0, 1]) if ((kc[kj] as number) <= (own[qi] as number)) pairs.push({ qi, kj, causal: kc[kj] === own[qi] });
+    return { kc, pairs };
+  };
+  const aname = g.scopedName('attention').replace(/^mb[0-9]+\//, '');
+  const fwd = g.untaped(() =>
+    g.scope('cp', () => {
+      const qs = halves(q);
+      const state: (GradRef[] | undefined)[] = [undefined, undefined];
+      let kc = k;
+      let vc = v;
+      for (let t = 0; t < cp; t++) {
+        if (t > 0) [kc, vc] = [recvLike(k), recvLike(v)];
+        if (t < cp - 1) [kc, vc].forEach((x) => g.send(x, next));
+        const [ks, vs] = [halves(kc), halves(vc)];
+        for (const { qi, kj, causal } of visits(t).pairs) {
+          const part = g.op('attention_partial', [qs[qi] as GradRef, ks[kj] as GradRef, vs[kj] as GradRef], causal ? { causal: true } : {});
+          const prevState = state[qi];
+          state[qi] = prevState === undefined ? part : g.op('attention_combine', [...prevState, ...part]);
+        }
+      }
+      const fin = state.map((x) => {
+        if (x === undefined) throw new Error('ring attention: a query chunk saw no key');
+        return x;
+      });
+      return { qs, fin, out: net.op('concat', fin.map((x) => x[0] as GradRef), { dim: 2 }) };
+    }),
+  );
+  g.t(fwd.out).tags = g.t(q).tags?.slice();
+  g.t(fwd.out).logical = aname;
+  g.custom([q, k, v], [fwd.out], ([go]) => {
+    const lname = g.scopedName('attention_backward').replace(/^mb[0-9]+\//, '');
+    return g.scope('cp', () => {
+      const gs = halves(go as GradRef);
+      // The saved output is read back from the claimed whole (its stage input), not from the
+      // forward's partials; the row statistics come from the forward.
+      const os = halves(fwd.out);
+      const dq: (GradRef | undefined)[] = [undefined, undefined];
+      const plus = (a: GradRef | undefined, b: GradRef): GradRef => (a === undefined ? b : g.one('add', [a, b]));
+      let kc = k;
+      let vc = v;
+      let acc: GradRef[] = [];
+      for (let t = 0; t < cp; t++) {
+        if (t > 0) {
+          [kc, vc] = [recvLike(k), recvLike(v)];
+          acc = [recvLike(k), recvLike(v)];
+        }
+        if (t < cp - 1) [kc, vc].forEach((x) => g.send(x, next));
+        const [ks, vs] = [halves(kc), halves(vc)];
+        // This step's share of the visiting chunks' dk and dv, per chunk.
+        const share: (GradRef | undefined)[][] = [
+          [undefined, undefined],
+          [undefined, undefined],
+        ];
+        for (const { qi, kj, causal } of visits(t).pairs) {
+          const st = fwd.fin[qi] as GradRef[];
+          const [a, b, c] = g.op('attention_partial_backward', [gs[qi] as GradRef, fwd.qs[qi] as GradRef, ks[kj] as GradRef, vs[kj] as GradRef, os[qi] as GradRef, st[1] as GradRef, st[2] as GradRef], causal ? { causal: true } : {}) as [GradRef, GradRef, GradRef];
+          dq[qi] = plus(dq[qi], a);
+          (share[0] as (GradRef | undefined)[])[kj] = plus(share[0]?.[kj], b);
+          (share[1] as (GradRef | undefined)[])[kj] = plus(share[1]?.[kj], c);
+        }
+        acc = [0, 1].map((w) => {
+          const mine = share[w] as (GradRef | undefined)[];
+          if (t === 0) {
+            // A rank's own chunks: every one is seen by its own queries.
+            if (mine[0] === undefined || mine[1] === undefined) throw new Error('ring attention: own key chunk unseen');
+            return net.op('concat', [mine[0], mine[1]], { dim: 2 });
+          }
+          const parts = halves(acc[w] as GradRef);
+          return net.op('concat', parts.map((x, j) => (mine[j] === undefined ? x : g.one('add', [x, mine[j] as GradRef]))), { dim: 2 });
+        });
+        acc.forEach((x) => g.send(x, next));
+      }
+      // After cp hops the accumulators of this rank's own chunks are back, complete.
+      const [dk, dv] = [k, v].map((like, i) => g.recv(g.shape(like), prev, g.t(like).prov, g.t(like).tags, `${lname}.${i + 1}`));
+      const dqAll = net.op('concat', dq.map((x) => x as GradRef), { dim: 2 });
+      g.t(dqAll).tags = g.t(q).tags?.slice();
+      g.t(dqAll).logical = lname;
+      return [dqAll, dk as GradRef, dv as GradRef];
     });
   });
   return fwd.out;

@@ -32,6 +32,13 @@ export interface Parallelism {
   readonly ep?: boolean;
   /** Context parallelism (llama): the sequence split in load-balanced zig-zag chunks. */
   readonly cp?: number;
+  /**
+   * How CP attention reaches the other ranks' keys and values: 'ring' (default) passes them
+   * around the CP ring by send / recv and merges the blocks by online softmax, and in the
+   * backward passes the keys' gradient accumulators around the ring back to their owners
+   * (TransformerEngine's ring attention); 'allgather' all-gathers them (Llama-3 style).
+   */
+  readonly cpComm?: 'ring' | 'allgather';
   /** Pipeline stages (layers split evenly; activations and gradients by send / recv). */
   readonly pp?: number;
   /** Interleaved pipeline: layer chunks per stage (Megatron's virtual pipeline stages). */
@@ -51,6 +58,12 @@ export interface TpAffine {
 export class Net {
   /** The micro-batch being built (parallel side), or -1 (logical: the whole batch). */
   mb = -1;
+  /**
+   * Ring CP: the CP coordinate this program is built for. The ring's causal blocks differ by
+   * rank (which key chunks a rank's queries see at each step), so each CP rank gets its own
+   * program, as each runs its own branch in TransformerEngine.
+   */
+  cpRank: number | undefined;
   constructor(
     readonly g: GenGraph,
     /** undefined: the logical graph. */
@@ -195,6 +208,11 @@ export class Net {
     return this.par?.cp ?? 1;
   }
 
+  /** Ring attention (one program per CP rank). */
+  get cpRing(): boolean {
+    return this.cp > 1 && this.par?.cpComm !== 'allgather';
+  }
+
   /**
    * Context parallelism with load balancing: the sequence is cut into 2 cp chunks and rank r
    * holds chunks r and 2 cp - 1 - r (so causal work is even). `x` is a full, replicated
@@ -206,11 +224,23 @@ export class Net {
     const c = S / (2 * this.cp);
     if (!Number.isInteger(c)) throw new Error(`sequence ${S} is not divisible by 2*cp = ${2 * this.cp}`);
     // Its own scope: parallel-only ops must not shift the names the logical build shares.
-    const y = this.g.scope('cp', () => {
-      const a = this.opAt('cp', this.cp, 'slice', [x], { dim }, { start: { k: c, c: 0 }, end: { k: c, c } });
-      const b = this.opAt('cp', this.cp, 'slice', [x], { dim }, { start: { k: -c, c: S - c }, end: { k: -c, c: S } });
-      return this.op('concat', [a, b], { dim });
-    });
+    const y = this.g.untaped(() =>
+      this.g.scope('cp', () => {
+        const a = this.opAt('cp', this.cp, 'slice', [x], { dim }, { start: { k: c, c: 0 }, end: { k: c, c } });
+        const b = this.opAt('cp', this.cp, 'slice', [x], { dim }, { start: { k: -c, c: S - c }, end: { k: -c, c: S } });
+        return this.op('concat', [a, b], { dim });
+      }),
+    );
+    // The gradient (of a learned position table) goes back into place; the pads depend on
+    // the rank, so the backward is spelled here. It is a cp addend, reduced with the rest.
+    this.g.custom([x], [y], ([gy]) =>
+      this.g.scope('cp', () => {
+        const [ga, gb] = this.g.op('split', [gy as GradRef], { dim, sizes: [c, c] }) as [GradRef, GradRef];
+        const pa = this.opAt('cp', this.cp, 'pad', [ga], { dim }, { before: { k: c, c: 0 }, after: { k: -c, c: S - c } });
+        const pb = this.opAt('cp', this.cp, 'pad', [gb], { dim }, { before: { k: -c, c: S - c }, after: { k: c, c: 0 } });
+        return [this.op('add', [pa, pb])];
+      }),
+    );
     const t = this.g.t(y);
     t.tags = this.g.shape(y).map((_, d) => (d === dim ? 'cp' : undefined));
     return y;
@@ -264,6 +294,8 @@ export class Net {
     // The backward (a pad back into place) depends on the rank too, so it is spelled here.
     const y = this.g.untaped(() => this.opTp('slice', [x], { dim }, { start: { k: n, c: 0 }, end: { k: n, c: n } }));
     this.g.custom([x], [y], ([gy]) => [this.opTp('pad', [gy as GradRef], { dim }, { before: { k: n, c: 0 }, after: { k: -n, c: S - n } })]);
+    // Under CP, x is the rank's zig-zag pair: the slice is a tp piece of it.
+    if (this.g.t(x).tags?.[dim] === 'cp') this.g.t(y).tags = this.g.shape(y).map((_, d) => (d === dim ? 'cp*tp' : undefined));
     return y;
   }
 
