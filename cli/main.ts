@@ -128,6 +128,7 @@ interface GenArgs {
   pp?: number | undefined;
   cp?: number | undefined;
   cpComm?: 'ring' | 'allgather' | undefined;
+  recompute?: boolean | undefined;
   schedule?: '1f1b' | 'gpipe' | undefined;
   inject?: string | undefined;
   listBugs?: boolean | undefined;
@@ -160,7 +161,7 @@ function gen(a: GenArgs, out: Out): number {
     experts: pick(a.experts, base.model.experts ?? 4),
     topk: pick(a.topk, base.model.topk ?? 1),
   };
-  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2 | 3, pp: pick(a.pp, base.par.pp ?? 1), cp: pick(a.cp, base.par.cp ?? 1), cpComm: a.cpComm ?? base.par.cpComm ?? 'ring', ep: a.ep ?? base.par.ep === true, virtual: pick(a.virtual, base.par.virtual ?? 1), schedule: a.schedule ?? base.par.schedule ?? '1f1b' };
+  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2 | 3, pp: pick(a.pp, base.par.pp ?? 1), cp: pick(a.cp, base.par.cp ?? 1), cpComm: a.cpComm ?? base.par.cpComm ?? 'ring', recompute: a.recompute ?? base.par.recompute === true, ep: a.ep ?? base.par.ep === true, virtual: pick(a.virtual, base.par.virtual ?? 1), schedule: a.schedule ?? base.par.schedule ?? '1f1b' };
   for (const [k, v] of Object.entries({ ...model, dp: par.dp, tp: par.tp, micro: par.micro, pp: par.pp })) {
     if (typeof v === 'number' && (!Number.isInteger(v) || v < 1)) {
       out.err(`planproof: --${k} must be a positive integer, got ${v}`);
@@ -254,6 +255,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('pp', { type: 'number', describe: 'pipeline stages' })
           .option('virtual', { type: 'number', describe: 'interleaved pipeline: layer chunks (virtual stages) per stage' })
           .option('cp', { type: 'number', describe: 'context parallelism (llama): zig-zag sequence chunks' })
+          .option('recompute', { type: 'boolean', describe: 'full activation recomputation: each layer runs again in the backward' })
           .option('cp-comm', { choices: ['ring', 'allgather'] as const, describe: 'CP attention: ring attention with online softmax (default) or all-gathered keys and values' })
           .option('ep', { type: 'boolean', describe: 'expert parallelism (moe): experts split across dp' })
           .option('experts', { type: 'number' })

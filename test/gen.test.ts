@@ -3,6 +3,7 @@ import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
 import { BUGS, type BugContext } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
+import type { Parallelism } from '../plans/gen/net.js';
 import { loadPlanObject } from '../plans/loader.js';
 import { PlanError } from '../plans/errors.js';
 import { verifyPlan } from '../stages/verify.js';
@@ -78,6 +79,26 @@ describe('plan generators: ring attention over a longer ring', () => {
   });
 });
 
+describe('plan generators: activation recomputation verifies', () => {
+  // Each layer's forward runs again in the backward (its recomputed values claim what the
+  // forward's claim), composed with SP, pipelines and the CP ring (whose sends run again).
+  const cases: [string, ModelConfig, Parallelism][] = [
+    ['llama dp2 tp2 sp micro2', LLAMA, { dp: 2, tp: 2, micro: 2, sp: true, recompute: true }],
+    ['gpt2 dp2 pp2 micro2', { ...GPT2, layers: 2 }, { dp: 2, tp: 1, micro: 2, pp: 2, recompute: true }],
+    ['llama cp2 (ring) tp2 sp', { ...LLAMA, seq: 4, batch: 1 }, { dp: 1, tp: 2, micro: 1, sp: true, cp: 2, recompute: true }],
+  ];
+  for (const [label, model, par] of cases) {
+    it(`${label} with full recomputation`, () => {
+      const plan = generatePlan({ model, par, optimizer: OPT });
+      const ops = (plan['parallel'] as { programs: { ops: { id: string; inputs: string[]; op: string }[] }[] }).programs.flatMap((p) => p.ops);
+      // The backward reads recomputed values, not the forward's.
+      assert.ok(ops.some((o) => !/\/recompute\//.test(o.id) && /(^|\/)grad\//.test(o.id) && o.inputs.some((i) => /\/recompute\//.test(i))));
+      const r = verifyPlan(loadPlanObject('recompute.json', plan));
+      assert.equal(r.verdict, 'verified', r.summary);
+    });
+  }
+});
+
 /** Parallel tensors downstream of `start` (an op id or tensor name) in the first program. */
 function downstream(plan: Record<string, unknown>, start: string): Set<string> {
   const progs = (plan['parallel'] as { programs: { ops: { id: string; op?: string; inputs: string[]; outputs: string[] }[]; tensors: { id: string; lineage?: { logical: string } }[] }[] }).programs;
@@ -114,6 +135,8 @@ describe('bug catalog: every injected bug is caught', () => {
         if (bug.applies(c)) return [c, pp > 1 ? { ...model, layers: 2 } : model];
       }
     }
+    const recompute: BugContext = { dp: 2, tp: 2, micro: 2, family: 'llama', recompute: true };
+    if (bug.applies(recompute)) return [recompute, LLAMA];
     const dpOnly: BugContext = { dp: 2, tp: 2, micro: 1, family: 'gpt2' };
     if (bug.applies(dpOnly)) return [dpOnly, GPT2];
     const moe: BugContext = { dp: 2, tp: 1, micro: 1, family: 'moe', ep: true };

@@ -33,6 +33,7 @@ export interface BugContext {
   readonly virtual?: number;
   readonly cp?: number;
   readonly cpComm?: 'ring' | 'allgather';
+  readonly recompute?: boolean;
 }
 
 export interface Bug {
@@ -618,6 +619,24 @@ export const BUGS: Bug[] = [
       for (const x of ops) x.inputs = x.inputs.map((i) => (i === r ? (send.inputs[0] as string) : i));
       return send.inputs[0] as string;
     },
+  },
+  {
+    id: 'recompute-stale-input',
+    title: "activation recomputation: the second micro-batch's layer is recomputed from the first micro-batch's saved input (a stale activation buffer), so its gradients are computed at the wrong point",
+    source: 'TTrace table 1 #2 (Megatron-LM #371): activation recomputation with a wrong input, wrong gradients',
+    kind: 'wrong-data',
+    applies: (c) => c.recompute === true && c.micro > 1,
+    inject: (p) =>
+      everyProgram(p, (prog) => {
+        const have = new Set(prog.tensors.map((t) => t['id'] as string));
+        const rec = prog.ops.filter((x) => /^mb1\/grad\/recompute\//.test(x.id));
+        // Saved activations of micro-batch 1 read by its recomputation -> micro-batch 0's.
+        const stale = (i: string): string | undefined => (/^mb1\//.test(i) && !/^mb1\/grad\//.test(i) && have.has(i.replace(/^mb1\//, 'mb0/')) ? i.replace(/^mb1\//, 'mb0/') : undefined);
+        const hit = rec.filter((x) => x.inputs.some((i) => stale(i) !== undefined));
+        if (hit.length === 0) throw new Error('bug injection: no recomputation reading a saved activation');
+        for (const x of hit) x.inputs = x.inputs.map((i) => stale(i) ?? i);
+        return (hit[0] as PlanOp).id;
+      }),
   },
   {
     id: 'cp-loss-scaled-by-cp',

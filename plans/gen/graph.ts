@@ -227,18 +227,78 @@ export class GenGraph implements GradBuilder {
    * Fan-out gradients are summed in reverse tape order, identically in every build.
    */
   backward(loss: GradRef, seed: GradRef, wrt: readonly GradRef[]): (GradRef | undefined)[] {
-    const grads = new Map<GradRef, GradRef>([[loss, seed]]);
-    const need = this.needed(wrt);
+    return this.reverse(this.tape, new Map<GradRef, GradRef>([[loss, seed]]), wrt, [...this.scopes], (s) => s);
+  }
+
+  /**
+   * Activation recomputation (Megatron's full recompute of a layer): `f` runs in the forward
+   * as usual, but its tape entries are replaced by one whose backward runs `f` again (in a
+   * 'recompute' scope, so the recomputed values are new tensors, named apart) and
+   * differentiates through the recomputed graph. The backward ops are named as without
+   * recomputation, so their lineage is the same.
+   */
+  recompute(f: () => GradRef): GradRef {
+    const start = this.tape.length;
+    const out = f();
+    const seg = this.tape.splice(start);
+    const made = new Set(seg.flatMap((e) => e.outputs));
+    const ext = [...new Set(seg.flatMap((e) => e.inputs).filter((x) => !made.has(x)))];
+    this.tape.push({
+      kind: 'custom',
+      inputs: ext,
+      outputs: [out],
+      scopes: [...this.scopes],
+      backward: ([gy]) => {
+        const outer = [...this.scopes];
+        const mark = this.tape.length;
+        const prev = this.recording;
+        this.recording = true;
+        let y: GradRef;
+        try {
+          y = this.scope('recompute', f);
+        } finally {
+          this.recording = prev;
+        }
+        const again = this.tape.splice(mark);
+        // The same code on the same inputs: entry by entry, the recomputed values are the
+        // forward's, and claim what those claim (so stages are cut at the same places).
+        if (again.length !== seg.length) throw new Error(`${this.label}: recomputation emitted ${again.length} tape entries, the forward ${seg.length}`);
+        again.forEach((e, i) =>
+          e.outputs.forEach((o, k) => {
+            const orig = (seg[i] as TapeEntry).outputs[k];
+            if (orig === undefined) throw new Error(`${this.label}: recomputation diverged from the forward`);
+            const [t, u] = [this.t(o), this.t(orig)];
+            t.logical = this.logicalName(orig);
+            if (u.tags !== undefined) t.tags = [...u.tags];
+            if (u.noLineage === true) t.noLineage = true;
+          }),
+        );
+        const at = outer.length;
+        const base = outer.slice(0, -1).filter((x) => x !== 'grad');
+        return this.reverse(again, new Map([[y, gy as GradRef]]), ext, base, (sc) => [...sc.slice(0, at - 1).filter((x) => x !== 'grad'), ...sc.slice(at + 1)]);
+      },
+    });
+    return out;
+  }
+
+  /**
+   * Reverse-mode over `tape` from `grads` (tensor -> its gradient) to `wrt`. Backward ops are
+   * named in 'grad/' plus their forward op's scope (`scopeOf` maps an entry's recorded scopes
+   * to the forward scopes to name after), relative to `outer`.
+   */
+  private reverse(tape: readonly TapeEntry[], grads: Map<GradRef, GradRef>, wrt: readonly GradRef[], outer: string[], scopeOf: (s: string[]) => string[]): (GradRef | undefined)[] {
+    const need = this.needed(wrt, tape);
     // Backward ops are named in 'grad/' plus their forward op's scope, so parallel-only
     // forward code (a vocab-parallel loss) has parallel-only gradient names too.
-    const outer = [...this.scopes];
+    const saved = this.scopes;
     return this.untaped(() => {
       try {
-        for (let i = this.tape.length - 1; i >= 0; i--) {
-          const e = this.tape[i] as TapeEntry;
+        for (let i = tape.length - 1; i >= 0; i--) {
+          const e = tape[i] as TapeEntry;
           if (!e.outputs.some((o) => grads.has(o))) continue;
           if (!e.inputs.some((x) => need.has(x))) continue;
-          const rel = e.scopes.slice(0, outer.length).every((x, k) => x === outer[k]) ? e.scopes.slice(outer.length) : e.scopes;
+          const sc = scopeOf(e.scopes);
+          const rel = sc.slice(0, outer.length).every((x, k) => x === outer[k]) ? sc.slice(outer.length) : sc;
           this.scopes = [...outer, 'grad', ...rel];
           const gs = e.outputs.map((o) => grads.get(o) ?? this.one('scale', [o], { factor: 0 }));
           let gin: (GradRef | undefined)[];
@@ -258,16 +318,16 @@ export class GenGraph implements GradBuilder {
         }
         return wrt.map((w) => grads.get(w));
       } finally {
-        this.scopes = outer;
+        this.scopes = saved;
       }
     });
   }
 
   /** Tensors from which some `wrt` tensor is reachable forward... i.e. on a path to them. */
-  private needed(wrt: readonly GradRef[]): Set<GradRef> {
+  private needed(wrt: readonly GradRef[], tape: readonly TapeEntry[]): Set<GradRef> {
     // A tape input needs a gradient when it is a wrt tensor or depends on one.
     const dep = new Set<GradRef>(wrt);
-    for (const e of this.tape) if (e.inputs.some((x) => dep.has(x))) for (const o of e.outputs) dep.add(o);
+    for (const e of tape) if (e.inputs.some((x) => dep.has(x))) for (const o of e.outputs) dep.add(o);
     return dep;
   }
 }

@@ -39,6 +39,12 @@ export interface Parallelism {
    * (TransformerEngine's ring attention); 'allgather' all-gathers them (Llama-3 style).
    */
   readonly cpComm?: 'ring' | 'allgather';
+  /**
+   * Full activation recomputation (Megatron's `--recompute-granularity full`): each layer's
+   * forward is run again from its saved input in the backward, and the backward goes through
+   * the recomputed values.
+   */
+  readonly recompute?: boolean;
   /** Pipeline stages (layers split evenly; activations and gradients by send / recv). */
   readonly pp?: number;
   /** Interleaved pipeline: layer chunks per stage (Megatron's virtual pipeline stages). */
