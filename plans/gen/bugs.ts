@@ -809,9 +809,24 @@ export const BUGS: Bug[] = [
     },
   },
   {
+    id: 'norm-eps-several-ranks',
+    title: "the RMSNorm epsilon (the constant added to the mean square) changed on several ranks, not all: their activations diverge from the others'",
+    source: 'TrainVerify bug 9 (an add constant changed on several ranks)',
+    kind: 'wrong-data',
+    applies: (c) => c.family === 'llama' && c.dp * c.tp > 2 && (c.pp ?? 1) === 1 && (c.cp ?? 1) === 1,
+    inject: (p, c) => {
+      // Ranks 0 and 1 run their own copy (the tp pair of the first dp replica at tp 2).
+      const copy = ownProgram(p, 0, c.dp * c.tp);
+      const base = programs(p)[0] as Program;
+      base.ranks = (base.ranks as number[]).filter((r) => r !== 1);
+      copy.ranks = [0, 1];
+      return changeAttr(copy, 'rms_norm', 'RMSNorm', { eps: '1/1000' });
+    },
+  },
+  {
     id: 'adam-eps-one-rank',
     title: "one rank's optimizer epsilon changed: replicas of a parameter diverge",
-    source: 'TrainVerify bug 9 (an add constant changed on several ranks); TTrace: lost / divergent parameter update',
+    source: 'TrainVerify bug 7 family (a constant changed on one rank), here the optimizer epsilon; TTrace: lost / divergent parameter update',
     kind: 'wrong-data',
     applies: (c) => c.dp * c.tp > 1,
     inject: (p, c) => changeAttr(ownProgram(p, 0, c.dp * c.tp), 'adam_update', 'optimizer step', { eps: '1/1000' }),

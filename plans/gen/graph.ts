@@ -57,7 +57,7 @@ export interface GenOp {
   peer?: { shift: Record<string, number> };
 }
 
-type TapeEntry = { scopes: string[] } & (
+type TapeEntry = { scopes: string[]; gradLogical?: Map<number, string> } & (
   | { kind: 'op'; name: string; inputs: GradRef[]; outputs: GradRef[]; attrs: Attrs }
   | { kind: 'custom'; inputs: GradRef[]; outputs: GradRef[]; backward: (grads: GradRef[]) => (GradRef | undefined)[] }
 );
@@ -91,6 +91,25 @@ export class GenGraph implements GradBuilder {
   logicalName(x: GradRef): string {
     const t = this.t(x);
     return t.logical ?? t.name.replace(/^mb[0-9]+\//, '');
+  }
+
+  /**
+   * Gradients that claim a logical tensor by name: when the reverse pass reaches the producer
+   * of a key, the key's (complete) gradient claims the name. Parallel-only forward code (a
+   * vocab-parallel loss or embedding) uses this to claim what the logical op's backward makes.
+   */
+  readonly gradClaims = new Map<GradRef, string>();
+
+  /** The gradient that the op producing `out` gives its input `k` claims the logical tensor `name`. */
+  claimInputGrad(out: GradRef, k: number, name: string): void {
+    const e = [...this.tape].reverse().find((x) => x.outputs.includes(out));
+    if (e === undefined) throw new Error(`${this.label}: '${this.name(out)}' is not on the tape`);
+    (e.gradLogical ??= new Map()).set(k, name);
+  }
+
+  /** The current scope path without the micro-batch prefix (the logical build's scope). */
+  logicalScope(): string {
+    return this.scopes.filter((x, i) => !(i === 0 && /^mb[0-9]+$/.test(x))).join('/');
   }
 
   /** Runs f with names under `scope` (joined with '/'). */
@@ -297,6 +316,17 @@ export class GenGraph implements GradBuilder {
           const e = tape[i] as TapeEntry;
           if (!e.outputs.some((o) => grads.has(o))) continue;
           if (!e.inputs.some((x) => need.has(x))) continue;
+          for (const o of e.outputs) {
+            const name = this.gradClaims.get(o);
+            const gr = grads.get(o);
+            if (name === undefined || gr === undefined) continue;
+            const t = this.t(gr);
+            if (t.logical === undefined) {
+              t.logical = name;
+              const tags = this.t(o).tags;
+              if (tags !== undefined) t.tags = [...tags];
+            }
+          }
           const sc = scopeOf(e.scopes);
           const rel = sc.slice(0, outer.length).every((x, k) => x === outer[k]) ? sc.slice(outer.length) : sc;
           this.scopes = [...outer, 'grad', ...rel];
@@ -311,6 +341,12 @@ export class GenGraph implements GradBuilder {
           e.inputs.forEach((x, k) => {
             const g = gin[k];
             if (g === undefined || !need.has(x)) return;
+            const claim = e.gradLogical?.get(k);
+            if (claim !== undefined && this.t(g).logical === undefined) {
+              this.t(g).logical = claim;
+              const tags = this.t(x).tags;
+              if (tags !== undefined) this.t(g).tags = [...tags];
+            }
             const prev = grads.get(x);
             // Named after the tensor whose gradient accumulates, so both builds agree.
             grads.set(x, prev === undefined ? g : this.one('add', [prev, g], {}, this.fresh(`acc[${this.logicalName(x)}]`)));

@@ -185,11 +185,14 @@ export function gpt2(c: ModelConfig): Model {
 function vocabEmbedding(net: Net, ids: GradRef, w: GradRef, V: number): GradRef {
   if (net.tp === 1) return net.op('embedding', [ids, w], {}, net.g.scopedName('emb'));
   const VL = V / net.tp;
+  // The table's gradient from this lookup is the rank's vocab shard of the logical one.
+  const gname = `grad/${net.g.logicalScope()}/embedding_backward`;
   const rows = net.g.scope('vp_emb', () => {
     const range = { start: { k: VL, c: 0 }, end: { k: VL, c: VL } };
     const mask = net.opTp('vocab_mask', [ids], {}, range);
     const local = net.opTp('vocab_local_ids', [ids], {}, range);
     const r = net.op('embedding', [local, w]);
+    net.g.claimInputGrad(r, 1, gname);
     const shape = net.g.shape(mask);
     const m = net.op('reshape', [mask], { shape: [...shape, 1] });
     return net.op('where', [m, net.op('scale', [r], { factor: 0 }), r]);
@@ -209,6 +212,8 @@ function vocabCrossEntropy(net: Net, logits: GradRef, labels: GradRef, V: number
   if (net.tp === 1) return net.op('cross_entropy', [logits, labels], { reduction }, out);
   if (reduction !== 'sum') throw new Error('vocab-parallel cross-entropy is built as a sum of per-token losses');
   const VL = V / net.tp;
+  // The logits' gradient is the rank's vocab shard of the logical cross_entropy_backward.
+  net.g.gradClaims.set(logits, `grad/${net.g.logicalScope()}/cross_entropy_backward`);
   return net.g.scope('vp_ce', () => {
     const m = net.g.collective('all_reduce', net.detached('amax', [logits], { dims: [1], keepdim: true }), { reduce: 'max' }, ['tp'], net.sizes());
     const sh = net.op('sub', [logits, m]);

@@ -238,7 +238,9 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       // The logical build names each parameter's gradient; the parallel one points at it.
       const logical = logicalGrads?.get(n) ?? g.t(parts[0] as GradRef).name;
       gradNames.set(n, logical);
-      g.t(acc).logical = logical;
+      // A lone part of a tied gradient under a pipeline is one stage's contribution, not the
+      // gradient: it keeps its own name.
+      if (acc !== parts[0] || nStages === 1 || !m.tied.includes(n)) g.t(acc).logical = logical;
       // A gradient is laid out like its parameter (a tp shard stays on the same dim).
       const ptags = g.t(params.get(n) as GradRef).tags;
       if (zero !== 2 || zd < 0) {
@@ -258,9 +260,10 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
         if (!(axis === 'dp' && zd >= 0) && keepTags !== undefined) g.t(acc).tags = [...keepTags];
       }
       // A tied parameter's gradient is complete only after the first and last stages add
-      // their parts (below): nothing before that claims it.
+      // their parts (below): nothing before that claims it. (A part named for its own
+      // contribution, the head's or the embedding's, still claims that.)
       if (nStages > 1 && m.tied.includes(n)) {
-        for (const x of parts) g.t(x).noLineage = true;
+        for (const x of parts) if (g.logicalName(x) === logical) g.t(x).noLineage = true;
         for (let t = 0; t < g.tensors.length; t++) if (g.t(t).logical === logical) g.t(t).noLineage = true;
       }
       return acc;
@@ -275,7 +278,7 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
         const T = sizes.tp;
         const mine = `dp*${T} + tp`;
         const group = [{ expr: mine }, { expr: `${(nStages - 1) * D * T} + ${mine}` }];
-        g.t(x).noLineage = true;
+        if (g.logicalName(x) === gradNames.get(n)) g.t(x).noLineage = true;
         const y = g.collective('all_reduce', x, { reduce: 'sum' }, [], sizes, group);
         g.t(y).logical = gradNames.get(n) as string;
         g.t(y).noLineage = false;
@@ -488,6 +491,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
       cpDone = true;
     } else return undefined;
   }
+  let mbAddend = false;
   if (cpDone) {
     // Rows and micro-batch were claimed with the sequence chunks.
   } else if (rowFactor > 1 && rd >= 0 && (ls[rd] ?? 0) === (ps[rd] ?? -1) * rowFactor) {
@@ -496,10 +500,12 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
     index[rd] = dpVaries ? [expr(base), expr(`${base} + ${n}`)] : [(oneMb ?? 0) * n, (oneMb ?? 0) * n + n];
     claimed.add(rd);
   } else {
-    // A micro-batch's addend of a sum (its gradient contribution) gets no claim: the
-    // accumulated sum gets one, and two decompositions of one logical tensor into the same
-    // number of chunks would read as the same addends (nnScaler valmap semantics).
-    if (oneMb !== undefined) return undefined;
+    // A micro-batch's addend of a sum (its gradient contribution): chunk mb * dp + dp of
+    // micro * dp (the micro-batch index is a constant in this rank's expression).
+    if (oneMb !== undefined) {
+      partial.push({ coord: `${oneMb}`, size: micro });
+      mbAddend = true;
+    }
     if (dpVaries) partial.push({ coord: 'dp', size: par.dp });
   }
   if (dpVaries && !claimed.has(rd) && tagged('dp') >= 0) {
@@ -554,6 +560,11 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
     } else partial.push({ coord: 'tp', size: par.tp });
   }
   for (let i = 0; i < ps.length; i++) if (!claimed.has(i) && ps[i] !== ls[i]) return undefined;
+  // Valmap groups are told apart by their chunk count only: a micro-batch addend that is also
+  // a tp or cp addend could share its count with the accumulated sum's group. No claim then.
+  // Under SP or CP a replicated parameter's accumulated gradient is a tp (or cp) addend too,
+  // with chunk count dp * tp (or dp * cp), which micro * dp may equal: no micro-batch claims.
+  if (mbAddend && (partial.some((p) => p.coord === 'tp' || p.coord === 'cp') || (par.sp === true && par.tp > 1) || (par.cp ?? 1) > 1)) return undefined;
   const out: Json = { logical: l.name };
   if (index.some((x) => x !== '*')) out['index'] = index;
   if (partial.length > 0) {
