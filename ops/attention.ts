@@ -148,6 +148,16 @@ function attentionApply<S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs, 
   ];
 }
 
+/** Shapes of (dq, dk, dv); checks the gradient, the output and any row statistics against q, k, v. */
+function backwardShapes(g: Shape, q: Shape, k: Shape, v: Shape, o: Shape, stats: readonly Shape[] = []): Shape[] {
+  const dm = dims(q, k, v);
+  const os = [...dm.batch, dm.hq, dm.sq, dm.dv];
+  const rows = os.slice(0, -1);
+  if (!sameShape(g, os) || !sameShape(o, os)) throw new ShapeError(`grad ${shapeStr(g)} and output ${shapeStr(o)} must be ${shapeStr(os)}`);
+  for (const st of stats) if (!sameShape(st, rows)) throw new ShapeError(`row statistics ${shapeStr(st)} must be ${shapeStr(rows)}`);
+  return [q, k, v];
+}
+
 /**
  * The attention backward given each row's softmax probabilities over its visible keys
  * (`probs(row, scores)`, row the flat (batch, head, query) index): dv = P^T g, dS = P (g v^T -
@@ -213,12 +223,7 @@ export const ops: OpDef[] = [
     inputs: fixed(5),
     outputs: fixed(3),
     attrSchema: attnAttrs,
-    shape: ([g, q, k, v, o]) => {
-      const dm = dims(q as Shape, k as Shape, v as Shape);
-      const os = [...dm.batch, dm.hq, dm.sq, dm.dv];
-      if (!sameShape(g as Shape, os) || !sameShape(o as Shape, os)) throw new ShapeError(`grad ${shapeStr(g as Shape)} and output ${shapeStr(o as Shape)} must be ${shapeStr(os)}`);
-      return [q as Shape, k as Shape, v as Shape];
-    },
+    shape: ([g, q, k, v, o]) => backwardShapes(g as Shape, q as Shape, k as Shape, v as Shape, o as Shape),
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] =>
       backwardApply(alg, ins, a, (_row, scores) => {
         const m = alg.max(scores);
@@ -258,14 +263,7 @@ export const ops: OpDef[] = [
     inputs: fixed(7),
     outputs: fixed(3),
     attrSchema: attnAttrs,
-    shape: ([g, q, k, v, o, m, l]) => {
-      const dm = dims(q as Shape, k as Shape, v as Shape);
-      const os = [...dm.batch, dm.hq, dm.sq, dm.dv];
-      const rows = os.slice(0, -1);
-      if (!sameShape(g as Shape, os) || !sameShape(o as Shape, os)) throw new ShapeError(`grad ${shapeStr(g as Shape)} and output ${shapeStr(o as Shape)} must be ${shapeStr(os)}`);
-      if (!sameShape(m as Shape, rows) || !sameShape(l as Shape, rows)) throw new ShapeError(`row statistics ${shapeStr(m as Shape)} and ${shapeStr(l as Shape)} must be ${shapeStr(rows)}`);
-      return [q as Shape, k as Shape, v as Shape];
-    },
+    shape: ([g, q, k, v, o, m, l]) => backwardShapes(g as Shape, q as Shape, k as Shape, v as Shape, o as Shape, [m as Shape, l as Shape]),
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs): Dense<S>[] => {
       const [m, l] = [arg(ins, 5), arg(ins, 6)];
       return backwardApply(alg, ins, a, (row, scores) => {

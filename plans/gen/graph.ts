@@ -102,9 +102,14 @@ export class GenGraph implements GradBuilder {
 
   /** The gradient that the op producing `out` gives its input `k` claims the logical tensor `name`. */
   claimInputGrad(out: GradRef, k: number, name: string): void {
-    const e = [...this.tape].reverse().find((x) => x.outputs.includes(out));
-    if (e === undefined) throw new Error(`${this.label}: '${this.name(out)}' is not on the tape`);
-    (e.gradLogical ??= new Map()).set(k, name);
+    // The producer is among the newest entries: search from the end, without copying.
+    for (let i = this.tape.length - 1; i >= 0; i--) {
+      const e = this.tape[i] as TapeEntry;
+      if (!e.outputs.includes(out)) continue;
+      (e.gradLogical ??= new Map()).set(k, name);
+      return;
+    }
+    throw new Error(`${this.label}: '${this.name(out)}' is not on the tape`);
   }
 
   /** The current scope path without the micro-batch prefix (the logical build's scope). */
@@ -319,13 +324,7 @@ export class GenGraph implements GradBuilder {
           for (const o of e.outputs) {
             const name = this.gradClaims.get(o);
             const gr = grads.get(o);
-            if (name === undefined || gr === undefined) continue;
-            const t = this.t(gr);
-            if (t.logical === undefined) {
-              t.logical = name;
-              const tags = this.t(o).tags;
-              if (tags !== undefined) t.tags = [...tags];
-            }
+            if (name !== undefined && gr !== undefined) this.claimGrad(gr, name, o);
           }
           const sc = scopeOf(e.scopes);
           const rel = sc.slice(0, outer.length).every((x, k) => x === outer[k]) ? sc.slice(outer.length) : sc;
@@ -342,11 +341,7 @@ export class GenGraph implements GradBuilder {
             const g = gin[k];
             if (g === undefined || !need.has(x)) return;
             const claim = e.gradLogical?.get(k);
-            if (claim !== undefined && this.t(g).logical === undefined) {
-              this.t(g).logical = claim;
-              const tags = this.t(x).tags;
-              if (tags !== undefined) this.t(g).tags = [...tags];
-            }
+            if (claim !== undefined) this.claimGrad(g, claim, x);
             const prev = grads.get(x);
             // Named after the tensor whose gradient accumulates, so both builds agree.
             grads.set(x, prev === undefined ? g : this.one('add', [prev, g], {}, this.fresh(`acc[${this.logicalName(x)}]`)));
@@ -357,6 +352,15 @@ export class GenGraph implements GradBuilder {
         this.scopes = saved;
       }
     });
+  }
+
+  /** A gradient claims the logical tensor `name` (unless it claims one already), laid out like `like`. */
+  private claimGrad(g: GradRef, name: string, like: GradRef): void {
+    const t = this.t(g);
+    if (t.logical !== undefined) return;
+    t.logical = name;
+    const tags = this.t(like).tags;
+    if (tags !== undefined) t.tags = [...tags];
   }
 
   /** Tensors from which some `wrt` tensor is reachable forward... i.e. on a path to them. */
