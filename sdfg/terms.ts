@@ -109,6 +109,11 @@ export class TermStore {
   private readonly choiceIndex = new Map<string, number>();
   /** Divisors recorded by `div`, each required to be nonzero. */
   readonly conditions: TermId[] = [];
+  /**
+   * Results of pure operations on interned ids. Replicas (tp ranks computing the same layer,
+   * for instance) build identical terms; the memo makes the second copy cost a lookup.
+   */
+  private readonly memo = new Map<string, TermId>();
 
   readonly unitMono: number;
   readonly zero: TermId;
@@ -359,6 +364,15 @@ export class TermStore {
     const ts = list.filter((t) => t !== this.zero);
     if (ts.length === 0) return this.zero;
     if (ts.length === 1) return ts[0] as TermId;
+    const key = `s${ts.slice().sort((x, y) => x - y).join(',')}`;
+    const hit = this.memo.get(key);
+    if (hit !== undefined) return hit;
+    const r = this.sumOf(ts);
+    this.memo.set(key, r);
+    return r;
+  }
+
+  private sumOf(ts: readonly TermId[]): TermId {
     const T = ts.map((t) => this.terms[t] as Term);
     const t0 = T[0] as Term;
     // Same shape everywhere: just add coefficients.
@@ -414,6 +428,15 @@ export class TermStore {
 
   mul(a: TermId, b: TermId): TermId {
     if (a === this.zero || b === this.zero) return this.zero;
+    const key = a < b ? `m${a},${b}` : `m${b},${a}`;
+    const hit = this.memo.get(key);
+    if (hit !== undefined) return hit;
+    const r = this.mulOf(a, b);
+    this.memo.set(key, r);
+    return r;
+  }
+
+  private mulOf(a: TermId, b: TermId): TermId {
     const A = this.terms[a] as Term;
     const B = this.terms[b] as Term;
     if (this.numeratorInd(A) || this.numeratorInd(B)) return this.mulExpanded(A, B);
@@ -483,7 +506,14 @@ export class TermStore {
     let g = this.choiceIndex.get(ck);
     if (g === undefined) {
       const gs = this.groupsOfAll(args);
-      if (gs.length > 0) return this.shannon(args, (xs) => this.choice(key, xs, values));
+      if (gs.length > 0) {
+        const mk = `c${values.join(',')}|${ck}`;
+        const hit = this.memo.get(mk);
+        if (hit !== undefined) return hit;
+        const r = this.shannon(args, (xs) => this.choice(key, xs, values));
+        this.memo.set(mk, r);
+        return r;
+      }
       g = this.groups.length;
       this.groups.push({ name: `${key}#${g}`, values, choice: { key, args } });
       this.choiceIndex.set(ck, g);
@@ -659,6 +689,15 @@ export class TermStore {
   /** exp with exp(a + b) = exp(a) · exp(b) built in. */
   exp(a: TermId): TermId {
     if (a === this.zero) return this.one;
+    const key = `e${a}`;
+    const hit = this.memo.get(key);
+    if (hit !== undefined) return hit;
+    const r = this.expOf(a);
+    this.memo.set(key, r);
+    return r;
+  }
+
+  private expOf(a: TermId): TermId {
     if (this.groupsOfAll([a]).length > 0) return this.shannon([a], ([x]) => this.exp(x as TermId));
     const A = this.terms[a] as Term;
     if (A.fexp.some((k) => k < 0)) {
@@ -689,6 +728,15 @@ export class TermStore {
 
   private lattice(kind: 'max' | 'min', args: readonly TermId[]): TermId {
     if (args.length === 0) throw new RangeError(`${kind} of nothing`);
+    const key = `${kind}${args.join(',')}`;
+    const hit = this.memo.get(key);
+    if (hit !== undefined) return hit;
+    const r = this.latticeOf(kind, args);
+    this.memo.set(key, r);
+    return r;
+  }
+
+  private latticeOf(kind: 'max' | 'min', args: readonly TermId[]): TermId {
     if (this.groupsOfAll(args).length > 0) return this.shannon(args, (xs) => this.lattice(kind, xs));
     const flat = new Set<TermId>();
     for (const t of args) {
@@ -713,7 +761,14 @@ export class TermStore {
    * wherever f is defined.
    */
   uf(name: string, args: readonly TermId[], positive = false, nonneg = false): TermId {
-    if (this.groupsOfAll(args).length > 0) return this.shannon(args, (xs) => this.uf(name, xs, positive, nonneg));
+    if (this.groupsOfAll(args).length > 0) {
+      const key = `u${name}|${positive ? 1 : 0}${nonneg ? 1 : 0}|${args.join(',')}`;
+      const hit = this.memo.get(key);
+      if (hit !== undefined) return hit;
+      const r = this.shannon(args, (xs) => this.uf(name, xs, positive, nonneg));
+      this.memo.set(key, r);
+      return r;
+    }
     return this.atomTerm(this.internAtom('uf', name, args, positive, nonneg));
   }
 
