@@ -17,7 +17,7 @@ import type { Mesh } from '../plans/mesh.js';
 import type { Contract, LogicalGraph, Program, RankView } from '../plans/model.js';
 import { specVars } from '../plans/programs.js';
 import { ExprError, exprIssue } from '../plans/expr.js';
-import { evalLineage, LineageError, type LineageNF, regionStr, valueStr } from './model.js';
+import { evalLineage, groupKey, LineageError, type LineageNF, regionStr, valueStr } from './model.js';
 
 export interface Claim {
   readonly nf: LineageNF;
@@ -110,7 +110,7 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
     for (const c of list) {
       holders += c.holders;
       const v = c.nf.value;
-      const key = `${c.nf.ranges.map((r) => r.join(',')).join(';')}|${v.idx},${v.n},${v.reduce},${v.divisor}`;
+      const key = `${c.nf.ranges.map((r) => r.join(',')).join(';')}|${v.idx}|${groupKey(v)}`;
       if (!distinct.has(key)) distinct.set(key, c);
     }
     const cs = [...distinct.values()];
@@ -126,8 +126,8 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
       continue;
     }
     const complete = new Uint8Array(cells);
-    // Partial groups by (n, reduce, divisor); per group, the claims of each chunk index.
-    const groups = new Map<string, { n: number; byIdx: Map<number, Claim[]> }>();
+    // Partial groups by (n, reduce, divisor, split); per group, the claims of each chunk index.
+    const groups = new Map<string, { n: number; v: LineageNF['value']; byIdx: Map<number, Claim[]> }>();
     const strides = sizes.map((_, d) => sizes.slice(d + 1).reduce((p, s) => p * s, 1));
     const cellsOf = (c: Claim): number[] => {
       let acc = [0];
@@ -151,9 +151,9 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
         for (const x of cellsOf(c)) complete[x] = 1;
         continue;
       }
-      const gk = `${v.n},${v.reduce},${v.divisor}`;
+      const gk = groupKey(v);
       let g = groups.get(gk);
-      if (g === undefined) groups.set(gk, (g = { n: v.n, byIdx: new Map() }));
+      if (g === undefined) groups.set(gk, (g = { n: v.n, v, byIdx: new Map() }));
       let l = g.byIdx.get(v.idx);
       if (l === undefined) g.byIdx.set(v.idx, (l = []));
       l.push(c);
@@ -166,12 +166,9 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
       });
       return `[${parts.join(', ')}]`;
     };
-    const groupText = (gk: string): string => {
-      const [n, reduce, divisor] = gk.split(',');
-      return `${reduce} of ${n}${divisor === '1' ? '' : `, divided by ${divisor}`}`;
-    };
+    const groupText = (v: LineageNF['value']): string => `${v.reduce} of ${v.n}${v.divisor === 1 ? '' : `, divided by ${v.divisor}`}${v.split === '' ? '' : `, split '${v.split}'`}`;
     let reported = 0;
-    const incomplete = (gk: string, g: { n: number; byIdx: Map<number, Claim[]> }, x: number): void => {
+    const incomplete = (g: { n: number; v: LineageNF['value']; byIdx: Map<number, Claim[]> }, x: number): void => {
       const present = [...g.byIdx].filter(([, l]) => l.some((c) => cellsOf(c).includes(x))).map(([i]) => i);
       const have = new Set(present);
       const missing: number[] = [];
@@ -179,7 +176,7 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
       const hc = (g.byIdx.get(present[0] as number) as Claim[])[0] as Claim;
       sink.add(
         specPath(hc),
-        `elements ${cellRegion(x)} are held as partial addends (${groupText(gk)}) but chunk(s) ${missing.join(', ')}${g.n - have.size > missing.length ? ', ...' : ''} are held by no rank, e.g. ${label(hc)} holds chunk ${hc.nf.value.idx}: the partial group is incomplete`,
+        `elements ${cellRegion(x)} are held as partial addends (${groupText(g.v)}) but chunk(s) ${missing.join(', ')}${g.n - have.size > missing.length ? ', ...' : ''} are held by no rank, e.g. ${label(hc)} holds chunk ${hc.nf.value.idx}: the partial group is incomplete`,
         where,
       );
       reported++;
@@ -187,12 +184,12 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
     // Distinct chunks per cell, counted with a stamp array: memory O(cells), work O(sum of
     // claim cells), whatever n is.
     const partialHeld = new Uint8Array(cells);
-    for (const [gk, g] of groups) {
+    for (const g of groups.values()) {
       if (reported >= 3) break;
       if (g.byIdx.size < g.n) {
         // Fewer distinct chunks than n exist at all: incomplete wherever the group is held.
         const first = cellsOf(([...g.byIdx.values()][0] as Claim[])[0] as Claim)[0] as number;
-        incomplete(gk, g, first);
+        incomplete(g, first);
         continue;
       }
       const count = new Int32Array(cells);
@@ -210,7 +207,7 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
         const k = count[x] as number;
         if (k === 0) continue;
         partialHeld[x] = 1;
-        if (k < g.n) incomplete(gk, g, x);
+        if (k < g.n) incomplete(g, x);
       }
     }
     let partialOnly = false;

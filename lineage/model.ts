@@ -6,7 +6,8 @@
  *            such as context-parallel zig-zag); the local tensor holds exactly these
  *            elements, ranges concatenated in list order;
  *   value  = chunk `idx` of `n` addends combined by `reduce`, divided by `divisor`:
- *            logical = reduce_{i<n}(chunk_i) / divisor. n = 1 means a complete value.
+ *            logical = reduce_{i<n}(chunk_i) / divisor. n = 1 means a complete value;
+ *            `split` names the decomposition, so that two of the same size stay apart.
  */
 import type { IntSpec } from '../plans/model.js';
 import type { Mesh } from '../plans/mesh.js';
@@ -19,6 +20,13 @@ export interface ValueMap {
   readonly n: number;
   readonly reduce: Reduce;
   readonly divisor: number;
+  /** Name of the decomposition ('' unless the plan names one): addends of different splits are unrelated. */
+  readonly split: string;
+}
+
+/** Claims with equal keys are addends of one decomposition of their logical element. */
+export function groupKey(v: ValueMap): string {
+  return `${v.n}|${v.reduce}|${v.divisor}|${v.split}`;
 }
 
 export interface LineageNF {
@@ -41,6 +49,7 @@ export type LineageSpec =
       readonly n: number;
       readonly reduce: Reduce;
       readonly divisor: number;
+      readonly split: string;
       /** Mesh axes the spec depends on; -1 in the list means it uses `rank`. */
       readonly axes: readonly number[];
     }
@@ -97,7 +106,7 @@ function evalIndexSpec(spec: Extract<LineageSpec, { kind: 'index' }>, mesh: Mesh
   });
   const idx = evalSpec(spec.idx, env);
   if (idx < 0 || idx >= spec.n) throw new LineageError(`value map chunk ${idx} is not in 0..${spec.n - 1}`);
-  return { logical: spec.logical, ranges, value: { idx, n: spec.n, reduce: spec.reduce, divisor: spec.divisor } };
+  return { logical: spec.logical, ranges, value: { idx, n: spec.n, reduce: spec.reduce, divisor: spec.divisor, split: spec.split } };
 }
 
 /**
@@ -139,7 +148,7 @@ function expandPlacements(spec: Extract<LineageSpec, { kind: 'placements' }>, me
   return {
     logical: spec.logical,
     ranges: lo.map((s, d) => [s, hi[d] as number]),
-    value: { idx, n, reduce: reduce ?? 'sum', divisor },
+    value: { idx, n, reduce: reduce ?? 'sum', divisor, split: '' },
   };
 }
 
@@ -183,5 +192,6 @@ export function regionStr(ranges: readonly (readonly number[])[]): string {
 export function valueStr(v: ValueMap): string {
   if (v.n === 1 && v.divisor === 1) return 'complete';
   const base = `addend ${v.idx} of ${v.n}${v.reduce === 'sum' ? '' : ` (${v.reduce})`}`;
-  return v.divisor === 1 ? base : `${base}, divided by ${v.divisor}`;
+  const named = v.split === '' ? base : `${base} of split '${v.split}'`;
+  return v.divisor === 1 ? named : `${named}, divided by ${v.divisor}`;
 }

@@ -125,6 +125,7 @@ function compileLineage(raw: RawLineage, path: string, logical: LogicalGraph, me
   let n = 1;
   let reduce: Reduce = 'sum';
   let divisor = 1;
+  let split = '';
   const v = raw.value;
   if (v !== undefined) {
     if (Array.isArray(v)) {
@@ -138,12 +139,13 @@ function compileLineage(raw: RawLineage, path: string, logical: LogicalGraph, me
       n = v.of;
       reduce = v.reduce ?? 'sum';
       divisor = v.divisor ?? 1;
+      split = v.split ?? '';
     }
     if (reduce !== 'sum' && divisor !== 1) sink.add(jpath(path, 'value'), `a divisor only applies to sum partials, not ${reduce}`);
     if (typeof idx === 'number' && (idx < 0 || idx >= n)) sink.add(jpath(path, 'value'), `chunk ${idx} is not in 0..${n - 1}`);
   }
   const axes = [...vars].map((name) => (name === 'rank' ? -1 : mesh.axisIndex(name)));
-  return { kind: 'index', logical: lt, path, dims, idx, n, reduce, divisor, axes };
+  return { kind: 'index', logical: lt, path, dims, idx, n, reduce, divisor, split, axes };
 }
 
 function isRange(d: unknown): d is [RawInt, RawInt] {

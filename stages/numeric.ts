@@ -11,7 +11,7 @@ import { floatAlgebra } from '../sdfg/algebras.js';
 import { executeLogical, executeParallel, logicalIndexer, logicalOrder, type LogicalValues } from '../sdfg/execute.js';
 import type { LoadedPlan } from '../plans/loader.js';
 import type { Program } from '../plans/model.js';
-import { evalLineage, type LineageNF } from '../lineage/model.js';
+import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 
 /** A difference this far beyond rounding (relative) is a witness. */
 export const WITNESS_TOLERANCE = 1e-6;
@@ -83,7 +83,7 @@ export function numericCheck(plan: LoadedPlan, seed = 1): NumericReport {
   const addends = new Map<string, number[][]>();
   const addendsOf = (nf: LineageNF): number[][] => {
     const v = nf.value;
-    const key = `${nf.logical}|${v.n}|${v.reduce}|${v.divisor}`;
+    const key = `${nf.logical}|${groupKey(v)}`;
     let a = addends.get(key);
     if (a === undefined) {
       const lv = logical[nf.logical] as Dense<number>;
@@ -164,7 +164,7 @@ export function numericCheck(plan: LoadedPlan, seed = 1): NumericReport {
         });
         continue;
       }
-      const key = `${nf.logical}|${v.n}|${v.reduce}|${v.divisor}`;
+      const key = `${nf.logical}|${groupKey(v)}`;
       let grp = groups.get(key);
       if (grp === undefined) groups.set(key, (grp = { nf, chunks: new Map() }));
       val.data.forEach((x, f) => {

@@ -23,7 +23,7 @@ import { logicalIndexer } from '../sdfg/execute.js';
 import { DEFAULT_TERM_BUDGET, TermBudgetError, TermStore, TermUnsupportedError, type TermId } from '../sdfg/terms.js';
 import type { LoadedPlan } from '../plans/loader.js';
 import type { Program } from '../plans/model.js';
-import { evalLineage, type LineageNF } from '../lineage/model.js';
+import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 
 export interface Obligation {
   readonly rank: number;
@@ -220,7 +220,7 @@ export class StageBuilder {
         if (nf.logical !== L || (nf.value.n === 1 && nf.value.divisor === 1)) continue;
         const idx = logicalIndexer(nf, shape);
         const cnt = nf.ranges.reduce((p, r) => p * r.reduce((s, _, i) => (i % 2 === 0 ? s + ((r[i + 1] as number) - (r[i] as number)) : s), 0), 1);
-        const gk = `${nf.value.n}|${nf.value.reduce}|${nf.value.divisor}`;
+        const gk = groupKey(nf.value);
         for (let f = 0; f < cnt; f++) {
           const e = idx(f);
           let m = groupsAt.get(e);
@@ -289,7 +289,7 @@ export class StageBuilder {
       const idx = logicalIndexer(nf, lg.shapes[nf.logical] ?? []);
       const sym = logicalSyms.get(nf.logical) as S[];
       const complete = nf.value.n === 1 && nf.value.divisor === 1;
-      const gk = `${nf.value.n}|${nf.value.reduce}|${nf.value.divisor}`;
+      const gk = groupKey(nf.value);
       pvals.set(key, {
         shape,
         data: Array.from({ length: numel(shape) }, (_, f) => {
@@ -342,7 +342,7 @@ export class StageBuilder {
           pairs.push({ par: term, log: target.data[e] as S, rank: o.rank, what: `rank ${o.rank} '${tname}' element ${e}` });
           return;
         }
-        const gk = `${o.nf.value.n}|${o.nf.value.reduce}|${o.nf.value.divisor}|${e}`;
+        const gk = `${groupKey(o.nf.value)}|${e}`;
         let m = partial.get(gk);
         if (m === undefined) partial.set(gk, (m = new Map()));
         const prev = m.get(o.nf.value.idx);
@@ -351,17 +351,17 @@ export class StageBuilder {
       });
     }
     for (const [gk, m] of partial) {
-      const [n, reduce, divisor, e] = gk.split('|') as [string, string, string, string];
+      const [n, reduce, divisor, split, e] = gk.split('|') as [string, string, string, string, string];
       const chunks: S[] = [];
       let rank = -1;
       for (let i = 0; i < Number(n); i++) {
         const c = m.get(i);
-        const v = c?.v ?? chunkTerms.get(`${stage.logical}|${n}|${reduce}|${divisor}|${e}|${i}`);
+        const v = c?.v ?? chunkTerms.get(`${stage.logical}|${n}|${reduce}|${divisor}|${split}|${e}|${i}`);
         if (v === undefined) return { pairs: [], logicalOps, parallelOps, unsupported: `element ${e}: addend ${i} of ${n} is computed by no rank in this stage` };
         if (c !== undefined && rank < 0) rank = c.rank;
         chunks.push(v);
       }
-      pairs.push({ par: combine(reduce, Number(divisor), chunks), log: target.data[Number(e)] as S, rank, what: `element ${e}: the ${reduce} of ${n} addends` });
+      pairs.push({ par: combine(reduce, Number(divisor), chunks), log: target.data[Number(e)] as S, rank, what: `element ${e}: the ${reduce} of ${n} addends${split === '' ? '' : ` of split '${split}'`}` });
     }
     for (const q of reqs) pairs.push({ par: q.cond, log: alg.one, rank: q.rank, what: q.what });
     return { pairs, logicalOps, parallelOps };

@@ -45,9 +45,9 @@ describe('DTensor placements expand like torch', () => {
   });
   it('partials compose like nnScaler value maps; avg becomes a divisor', () => {
     const nf = evalLineage(placements(['P(sum)', 'P(avg)'], [0, 1]), m, 3, [2], [2]);
-    assert.deepEqual(nf.value, { idx: 3, n: 4, reduce: 'sum', divisor: 2 });
+    assert.deepEqual(nf.value, { idx: 3, n: 4, reduce: 'sum', divisor: 2, split: '' });
     const mx = evalLineage(placements(['R', 'P(max)'], [1]), m, 1, [2], [2]);
-    assert.deepEqual(mx.value, { idx: 1, n: 2, reduce: 'max', divisor: 1 });
+    assert.deepEqual(mx.value, { idx: 1, n: 2, reduce: 'max', divisor: 1, split: '' });
   });
   it('rejects mixing partial kinds and shapes that do not match the placement', () => {
     assert.throws(() => evalLineage(placements(['P(sum)', 'P(max)'], [0, 1]), m, 0, [2], [2]), LineageError);

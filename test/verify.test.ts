@@ -151,3 +151,66 @@ describe('verify: verdicts with evidence', () => {
     assert.equal(bad.stages[0]?.logical, 'y');
   });
 });
+
+/**
+ * s = a + b, held on dp2 in two decompositions of two addends each: (a, b) on ranks 0 and 1
+ * (split 'inputs'), and (a + b) / 2 on both (unnamed). `sumOf` picks, per rank, the tensor
+ * the all-reduce adds.
+ */
+function twoSplits(sumOf: [string, string], split: string | undefined): unknown {
+  const named = (chunk: number): object => (split === undefined ? [chunk, 2] : { chunk, of: 2, split });
+  const program = (rank: number, own: string): object => ({
+    ranks: [rank],
+    tensors: [
+      { id: 'a', shape: [2], lineage: { logical: 'a' } },
+      { id: 'b', shape: [2], lineage: { logical: 'b' } },
+      { id: 'p', shape: [2], lineage: { logical: 's', value: named(rank) } },
+      { id: 't', shape: [2] },
+      { id: 'h', shape: [2], lineage: { logical: 's', value: [rank, 2] } },
+      { id: 's', shape: [2], lineage: { logical: 's' } },
+    ],
+    ops: [
+      { id: 'own', op: 'identity', inputs: [own], outputs: ['p'] },
+      { id: 'sum', op: 'add', inputs: ['a', 'b'], outputs: ['t'] },
+      { id: 'half', op: 'scale', inputs: ['t'], outputs: ['h'], attrs: { factor: '1/2' } },
+    ],
+  });
+  return {
+    format: 'planproof/v1',
+    mesh: { axes: [{ name: 'dp', size: 2 }] },
+    logical: {
+      tensors: [
+        { id: 'a', shape: [2], role: 'input' },
+        { id: 'b', shape: [2], role: 'input' },
+        { id: 's', shape: [2], role: 'output' },
+      ],
+      ops: [{ id: 'add', op: 'add', inputs: ['a', 'b'], outputs: ['s'] }],
+    },
+    parallel: {
+      programs: [program(0, 'a'), program(1, 'b')],
+      collectives: [{ id: 'ar', op: 'all_reduce', attrs: { reduce: 'sum' }, group: [0, 1], inputs: { 0: [sumOf[0]], 1: [sumOf[1]] }, outputs: ['s'] }],
+    },
+    contract: { inputs: ['a', 'b'], outputs: ['s'] },
+  };
+}
+
+describe('verify: named splits keep two decompositions of one value apart', () => {
+  it('two decompositions with the same count, told apart by a split name, both verify', () => {
+    const r = verifyPlan(loadPlanObject('splits.json', twoSplits(['p', 'p'], 'inputs')));
+    assert.equal(r.verdict, 'verified', r.summary);
+  });
+  it('adding addend 0 of one decomposition to addend 1 of the other is refuted', () => {
+    const r = verifyPlan(loadPlanObject('splits.json', twoSplits(['p', 'h'], 'inputs')));
+    assert.equal(r.verdict, 'not_equivalent', r.summary);
+    assert.ok(r.stages.some((s) => s.status === 'not_equivalent' && s.logical === 's' && (s.witness ?? []).length > 0));
+  });
+  it('without the name the two decompositions are one: their addends 0 disagree and the plan is refuted', () => {
+    const r = verifyPlan(loadPlanObject('splits.json', twoSplits(['p', 'p'], undefined)));
+    assert.equal(r.verdict, 'not_equivalent', r.summary);
+    assert.match(JSON.stringify(r.stages.find((s) => s.status === 'not_equivalent')), /replica/);
+  });
+  it('a split name outside [A-Za-z0-9_.:-]{1,64} is rejected with its JSON path', () => {
+    const plan = twoSplits(['p', 'p'], 'in|puts');
+    assert.throws(() => loadPlanObject('splits.json', plan), (e: Error) => /\$\.parallel\.programs\[0\]\.tensors\[2\]\.lineage/.test(e.message) && /split/.test(e.message));
+  });
+});
