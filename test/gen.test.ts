@@ -19,6 +19,14 @@ const MOE = (PRESETS['moe-tiny'] as { model: ModelConfig }).model;
 // numerically (with max_norm 1 the clip factor is often exactly 1 at random inputs).
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 
+/** Logical op outputs that no parallel tensor on any program claims (nnScaler plans carry lineage for all). */
+function unclaimedLogicalOutputs(plan: Record<string, unknown>): string[] {
+  const logical = plan['logical'] as { ops: { outputs: string[] }[] };
+  const progs = (plan['parallel'] as { programs: { tensors: { lineage?: { logical: string } }[] }[] }).programs;
+  const claimed = new Set(progs.flatMap((p) => p.tensors.flatMap((t) => (t.lineage === undefined ? [] : [t.lineage.logical]))));
+  return logical.ops.flatMap((o) => o.outputs).filter((o) => !claimed.has(o));
+}
+
 describe('plan generators: the strategy matrix verifies', () => {
   const matrix: [ModelConfig, number, number, number, boolean, (0 | 1 | 2 | 3)?, number?, boolean?, number?, number?, ('ring' | 'allgather')?][] = [];
   for (const m of [MLP, GPT2, LLAMA]) for (const [dp, tp, micro] of [[1, 1, 1], [2, 1, 1], [1, 2, 1], [1, 1, 2], [2, 2, 2]] as const) matrix.push([m, dp, tp, micro, false]);
@@ -43,7 +51,9 @@ describe('plan generators: the strategy matrix verifies', () => {
     [GPT2_CP, 2, 2, 1, true, 1, 1, false, 1, 2],
   );
   // DeepSeek-style MoE: data parallel with experts split across dp (EP), and with tp.
-  matrix.push([MOE, 1, 1, 1, false], [MOE, 2, 1, 1, false, 0, 1, true], [MOE, 2, 2, 1, false]);
+  // With SP each tp rank routes its own tokens (one each here), and the router and expert
+  // gradients are all-reduced over tp.
+  matrix.push([MOE, 1, 1, 1, false], [MOE, 2, 1, 1, false, 0, 1, true], [MOE, 2, 2, 1, false], [MOE, 2, 2, 1, false, 0, 1, true], [{ ...MOE, seq: 2, batch: 1 }, 1, 2, 1, true]);
   for (const [model, dp, tp, micro, sp, zero, pp, ep, virtual, cp, cpComm] of matrix) {
     it(`${model.family} dp${dp} tp${tp}${sp ? ' sp' : ''}${ep === true ? ' ep' : ''}${cp === undefined ? '' : ` cp${cp} (${cpComm ?? 'ring'})`}${zero === undefined ? '' : ` zero${zero}`}${pp === undefined ? '' : ` pp${pp}`}${virtual === undefined ? '' : ` virtual${virtual}`} micro${micro}: forward, backward, accumulation, reduction, clipping, AdamW are verified`, () => {
       const plan = generatePlan({ model, par: { dp, tp, micro, sp, zero: zero ?? 0, pp: pp ?? 1, ep: ep === true, virtual: virtual ?? 1, cp: cp ?? 1, ...(cpComm === undefined ? {} : { cpComm }) }, optimizer: OPT });
@@ -53,6 +63,14 @@ describe('plan generators: the strategy matrix verifies', () => {
       // Every contract output (loss, updated parameters and optimizer state) is proved.
       const staged = new Set(r.stages.map((s) => s.logical));
       for (const o of (plan['contract'] as { outputs: string[] }).outputs) assert.ok(staged.has(o), `no stage for '${o}'`);
+      // Every logical op output is claimed, except MoE expert buffers of a subset of the tokens
+      // (slot positions depend on those tokens' routing), which the plan itself lists.
+      const unclaimed = unclaimedLogicalOutputs(plan);
+      const declared = ((plan['x-planproof-gen'] as { unclaimed?: { logical: string; why: string }[] } | undefined)?.unclaimed ?? []);
+      assert.deepEqual(declared.map((d) => d.logical), unclaimed, 'the plan lists exactly the logical op outputs it leaves unclaimed');
+      const tokensSplit = dp > 1 || sp || (cp ?? 1) > 1 || micro > 1;
+      for (const d of declared) assert.ok(model.family === 'moe' && tokensSplit && /^MoE expert buffer/.test(d.why) && /(^|\/)(experts\/|moe_dispatch)/.test(d.logical), `${d.logical}: ${d.why}`);
+      if (model.family === 'moe' && tokensSplit) assert.ok(declared.some((d) => d.logical === 'l0/moe/experts/moe_dispatch'), 'the dispatch buffer of a token subset has no claim');
     });
   }
 });
@@ -141,6 +159,8 @@ describe('bug catalog: every injected bug is caught', () => {
     if (bug.applies(dpOnly)) return [dpOnly, GPT2];
     const moe: BugContext = { dp: 2, tp: 1, micro: 1, family: 'moe', ep: true };
     if (bug.applies(moe)) return [moe, MOE];
+    const moeSp: BugContext = { dp: 1, tp: 2, micro: 1, family: 'moe', sp: true };
+    if (bug.applies(moeSp)) return [moeSp, { ...MOE, seq: 2, batch: 1 }];
     for (const cpComm of ['ring', 'allgather'] as const) {
       const cpCtx: BugContext = { dp: 1, tp: 1, micro: 1, family: 'llama', cp: 2, cpComm };
       if (bug.applies(cpCtx)) return [cpCtx, { ...LLAMA, seq: 4, batch: 1 }];

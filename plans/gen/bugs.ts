@@ -594,13 +594,26 @@ export const BUGS: Bug[] = [
   {
     id: 'moe-router-grad-not-synced',
     title: 'MoE: the router weight gradient is left out of the data-parallel all-reduce, so replicas route differently after the step',
-    source: 'TTrace table 1: router weights not synchronized (there under SP; here the data-parallel analogue); Megatron-LM PR #5916',
+    source: 'Megatron-LM PR #5916 (router replicas out of sync); the data-parallel form of TTrace\'s SP bug below',
     kind: 'missing-communication',
     applies: (c) => c.family === 'moe' && c.dp > 1,
     inject: (p) => {
       const ops = program(p).ops;
       const step = find(ops, (x) => x.op === 'adam_update' && /router\.new$/.test(x.id), 'router optimizer step');
       const ar = reducerOf(ops, step.inputs[1] as string, 'dp');
+      return toIdentity(ar);
+    },
+  },
+  {
+    id: 'moe-router-grad-not-synced-sp',
+    title: "MoE under sequence parallelism: each tp rank routes only its own tokens, and the router weight gradient is left out of the tp all-reduce, so every tp rank steps with its own tokens' part",
+    source: 'TTrace table 1: router weights not synchronized under SP',
+    kind: 'missing-communication',
+    applies: (c) => c.family === 'moe' && c.sp === true && c.tp > 1,
+    inject: (p) => {
+      const ops = program(p).ops;
+      const step = find(ops, (x) => x.op === 'adam_update' && /router\.new$/.test(x.id), 'router optimizer step');
+      const ar = reducerOf(ops, step.inputs[1] as string, 'tp');
       return toIdentity(ar);
     },
   },

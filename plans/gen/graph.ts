@@ -42,10 +42,12 @@ export interface GenTensor {
 
 /**
  * A split a dim carries; `rows*cp:k` is batch rows outer with zig-zag chunks of k tokens
- * inner; `cp*tp` is the rank's zig-zag chunk pair split further over tp (sequence parallelism
+ * inner, `rows*tp:k` the same with a tp block of k (SP tokens flattened, as the MoE layer
+ * does); `slots` the routing slots of MoE expert buffers, `xslots` the same after an expert-
+ * parallel all-to-all (every dp rank's slots, in exchange order); `cp*tp` is the rank's zig-zag chunk pair split further over tp (sequence parallelism
  * under context parallelism).
  */
-export type DimTag = 'rows' | 'tp' | 'dp' | 'cp' | 'cp*tp' | `rows*cp:${number}`;
+export type DimTag = 'rows' | 'tp' | 'dp' | 'cp' | 'cp*tp' | 'slots' | 'xslots' | `rows*cp:${number}` | `rows*tp:${number}`;
 
 export interface GenOp {
   id: string;
@@ -174,7 +176,9 @@ export class GenGraph implements GradBuilder {
       if (tag !== undefined && l !== undefined) byLabel.set(l.label, tag);
     }));
     outs.forEach((o, k) => {
-      const tags = (sig.outputs[k] ?? []).map((l) => byLabel.get(l.label));
+      // MoE slot buffers are laid out by the routing choices of the rank's own tokens: a
+      // 'slots' dim has no logical counterpart unless the rank holds every token.
+      const tags = (sig.outputs[k] ?? []).map((l) => byLabel.get(l.label) ?? (l.label === 'slots' ? 'slots' : undefined));
       if (name === 'reshape') reshapeTags(this.t(inputs[0] as GradRef), shapes[0] as Shape).forEach((tag, d) => (tags[d] ??= tag));
       if (tags.some((x) => x !== undefined)) this.t(o).tags = tags;
     });
@@ -383,22 +387,28 @@ function reshapeTags(x: GenTensor, out: Shape): (DimTag | undefined)[] {
   const pre = (s: Shape): number[] => s.map((_, i) => s.slice(0, i).reduce((p, v) => p * v, 1));
   const pi = pre(x.shape);
   const po = pre(out);
-  // Rows and sequence chunks merged into one dim, or split back out of it.
+  // Rows and sequence chunks (zig-zag under CP, or a tp block under SP) merged into one dim,
+  // or split back out of it.
   const xt = x.tags;
   for (let i = 0; i + 1 < x.shape.length; i++) {
-    if (xt[i] !== 'rows' || xt[i + 1] !== 'cp') continue;
+    const inner = xt[i + 1];
+    if (xt[i] !== 'rows' || (inner !== 'cp' && inner !== 'tp')) continue;
     // Both dims kept apart (a size-1 row dim makes a merge look possible): no merge.
     const j0 = po.findIndex((p, jj) => p === pi[i] && out[jj] === x.shape[i]);
     const j1 = po.findIndex((p, jj) => jj > j0 && p === pi[i + 1] && out[jj] === x.shape[i + 1]);
     if (j0 >= 0 && j1 >= 0) continue;
     const j = po.findIndex((p, jj) => p === pi[i] && out[jj] === (x.shape[i] as number) * (x.shape[i + 1] as number));
-    if (j >= 0) return out.map((_, d) => (d === j ? (`rows*cp:${x.shape[i + 1] as number}` as DimTag) : undefined));
+    if (j >= 0) return out.map((_, d) => (d === j ? (`rows*${inner}:${x.shape[i + 1] as number}` as DimTag) : undefined));
   }
-  const m = xt.findIndex((tg) => tg !== undefined && tg.startsWith('rows*cp:'));
+  const m = xt.findIndex((tg) => tg !== undefined && (tg.startsWith('rows*cp:') || tg.startsWith('rows*tp:')));
   if (m >= 0) {
-    const k = Number((xt[m] as string).split(':')[1]);
+    const [kind, kk] = (xt[m] as string).split(':') as [string, string];
+    const k = Number(kk);
     const j = po.findIndex((p, jj) => p === pi[m] && out[jj + 1] === k && (out[jj] as number) * k === x.shape[m]);
-    if (j >= 0) return out.map((_, d) => (d === j ? 'rows' : d === j + 1 ? 'cp' : undefined));
+    // A block of one token split off ([n] -> [n, 1]) may be rows and sequence or tokens and
+    // a unit dim: the merged tag stays and the claim decides by the logical shape.
+    if (j >= 0 && k === 1) return out.map((_, d) => (d === j ? (xt[m] as DimTag) : undefined));
+    if (j >= 0) return out.map((_, d) => (d === j ? 'rows' : d === j + 1 ? (kind === 'rows*cp' ? 'cp' : 'tp') : undefined));
   }
   x.tags.forEach((tag, i) => {
     if (tag === undefined) return;

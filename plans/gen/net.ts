@@ -136,13 +136,16 @@ export class Net {
   /** All-to-all over dp (expert parallelism), with the swapped all-to-all as its adjoint. */
   allToAllDp(x: GradRef, split: number, concat: number): GradRef {
     if (this.ep === 1) return x;
-    const y = this.g.collective('all_to_all', x, { split_dim: split, concat_dim: concat }, ['dp'], this.sizes());
-    this.g.t(y).noLineage = true;
-    this.g.custom([x], [y], ([gy]) => {
-      const gx = this.g.collective('all_to_all', gy as GradRef, { split_dim: concat, concat_dim: split }, ['dp'], this.sizes());
-      this.g.t(gx).noLineage = true;
-      return [gx];
-    });
+    // Slots received from every dp rank are in exchange order ('xslots', never a logical
+    // layout); sent back, each rank has its own tokens' slots again ('slots').
+    const swap = (t: GradRef, s: number, c: number): GradRef => {
+      const tags = this.g.t(t).tags ?? this.g.shape(t).map(() => undefined);
+      const out = this.g.collective('all_to_all', t, { split_dim: s, concat_dim: c }, ['dp'], this.sizes());
+      this.g.t(out).tags = tags.map((tg, d) => (d === c && tg === 'slots' ? 'xslots' : d === s && tg === 'xslots' ? 'slots' : d === s || d === c ? undefined : tg));
+      return out;
+    };
+    const y = swap(x, split, concat);
+    this.g.custom([x], [y], ([gy]) => [swap(gy as GradRef, concat, split)]);
     return y;
   }
 
