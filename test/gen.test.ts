@@ -54,6 +54,9 @@ describe('plan generators: the strategy matrix verifies', () => {
   // With SP each tp rank routes its own tokens (one each here), and the router and expert
   // gradients are all-reduced over tp.
   matrix.push([MOE, 1, 1, 1, false], [MOE, 2, 1, 1, false, 0, 1, true], [MOE, 2, 2, 1, false], [MOE, 2, 2, 1, false, 0, 1, true], [{ ...MOE, seq: 2, batch: 1 }, 1, 2, 1, true]);
+  // MoE with accumulation, ZeRO (expert weights under EP are dp shards already: ZeRO leaves
+  // them as they are), and a pipeline.
+  matrix.push([MOE, 1, 1, 2, false], [MOE, 2, 1, 1, false, 1, 1, true], [MOE, 2, 1, 1, false, 3, 1, true], [{ ...MOE, layers: 2 }, 1, 1, 2, false, 0, 2]);
   for (const [model, dp, tp, micro, sp, zero, pp, ep, virtual, cp, cpComm] of matrix) {
     it(`${model.family} dp${dp} tp${tp}${sp ? ' sp' : ''}${ep === true ? ' ep' : ''}${cp === undefined ? '' : ` cp${cp} (${cpComm ?? 'ring'})`}${zero === undefined ? '' : ` zero${zero}`}${pp === undefined ? '' : ` pp${pp}`}${virtual === undefined ? '' : ` virtual${virtual}`} micro${micro}: forward, backward, accumulation, reduction, clipping, AdamW are verified`, () => {
       const plan = generatePlan({ model, par: { dp, tp, micro, sp, zero: zero ?? 0, pp: pp ?? 1, ep: ep === true, virtual: virtual ?? 1, cp: cp ?? 1, ...(cpComm === undefined ? {} : { cpComm }) }, optimizer: OPT });

@@ -213,6 +213,8 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
     const zeroDim = names.map((n) => {
       if (zero === 0 || zero === 3) return -1;
       const p = params.get(n) as GradRef;
+      // Already a dp shard (experts under EP): its state and step are sharded as it is.
+      if (g.t(p).prov.varies.has('dp')) return -1;
       const tags = g.t(p).tags;
       return g.shape(p).findIndex((s, d) => tags?.[d] === undefined && s % sizes.dp === 0);
     });
