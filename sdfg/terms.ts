@@ -28,7 +28,7 @@ import { type Q, Q0, Q1, q, qAdd, qCmp, qDiv, qEq, qFromNumber, qIsInt, qIsOne, 
 export type TermId = number;
 export type AtomId = number;
 
-export type AtomKind = 'sym' | 'exp' | 'max' | 'min' | 'uf' | 'ind';
+export type AtomKind = 'sym' | 'exp' | 'max' | 'min' | 'uf' | 'ind' | 'lsum';
 
 interface Atom {
   readonly kind: AtomKind;
@@ -39,7 +39,7 @@ interface Atom {
   readonly nonneg: boolean;
   /** sym: display name; uf: function name. */
   readonly name: string;
-  /** exp: [monomial id]; max/min/uf: argument term ids; ind: [group, class]. */
+  /** exp: [monomial id]; max/min/uf/lsum: argument term ids; ind: [group, class]. */
   readonly args: readonly number[];
 }
 
@@ -94,6 +94,13 @@ export class TermUnsupportedError extends Error {}
 /** Default budget: monomial products per store (one store per stage). */
 export const DEFAULT_TERM_BUDGET = 1_000_000;
 
+/**
+ * In a lazy store, a sum whose addends have different denominators and would cost more than
+ * this many monomial products to put over a common one stays a sum: an 'lsum' atom over the
+ * per-denominator partial sums.
+ */
+export const LAZY_SUM_MIN_PRODUCTS = 0;
+
 export class TermStore {
   /** Monomial products performed so far (the normal form's unit of work). */
   work = 0;
@@ -119,7 +126,19 @@ export class TermStore {
   readonly zero: TermId;
   readonly one: TermId;
 
-  constructor(readonly budget = DEFAULT_TERM_BUDGET) {
+  /** Lazy sums created so far (see `lazy`). */
+  lazySums = 0;
+
+  /**
+   * `lazy`: expensive sums over different denominators become opaque sum atoms (their
+   * arguments canonical, flattened and sorted). Equal results are then still equal reals (an
+   * atom stands for its value), but equal reals may get different forms: a lazy store proves,
+   * and a caller falls back to an eager store where it does not.
+   */
+  constructor(
+    readonly budget = DEFAULT_TERM_BUDGET,
+    readonly lazy = false,
+  ) {
     this.unitMono = this.internMono([], []);
     this.zero = this.internTerm(Q0, this.unitMono, [], []);
     this.one = this.internTerm(Q1, this.unitMono, [], []);
@@ -372,7 +391,10 @@ export class TermStore {
     return r;
   }
 
-  private sumOf(ts: readonly TermId[]): TermId {
+  private sumOf(list: readonly TermId[]): TermId {
+    const ts = this.lazy ? this.flattenLazy(list) : list;
+    if (ts.length === 0) return this.zero;
+    if (ts.length === 1) return ts[0] as TermId;
     const T = ts.map((t) => this.terms[t] as Term);
     const t0 = T[0] as Term;
     // Same shape everywhere: just add coefficients.
@@ -394,6 +416,7 @@ export class TermStore {
       }
       if (k !== 0) gf.set(f, k);
     }
+    if (this.lazy && this.lazyWorthIt(T, gf)) return this.lazySum(ts, T);
     const ginv = this.monoPow(gm, q(-1n));
     const acc = new Map<number, Q>();
     for (const x of T) {
@@ -424,6 +447,59 @@ export class TermStore {
     if (s === this.zero) return this.zero;
     const g = this.internTerm(Q1, gm, ...sortFactors([...gf.keys()], [...gf.values()]));
     return this.mul(g, s);
+  }
+
+  /** Lazy sums among the addends are opened (c · lsum(a, b) is c·a, c·b). */
+  private flattenLazy(list: readonly TermId[]): TermId[] {
+    const out: TermId[] = [];
+    for (const t of list) {
+      const T = this.terms[t] as Term;
+      const M = this.monos[T.mono] as Mono;
+      const at = T.fids.length === 0 && M.atoms.length === 1 && qIsOne(M.pows[0] as Q) ? (this.atoms[M.atoms[0] as number] as Atom) : undefined;
+      if (at?.kind === 'lsum') for (const x of at.args) out.push(this.scale(x, T.c));
+      else if (t !== this.zero) out.push(t);
+    }
+    return out;
+  }
+
+  /**
+   * The addends have more than one denominator, and putting them over the common one costs
+   * more than LAZY_SUM_MIN_PRODUCTS (each addend times the factors it lacks); no indicators
+   * (their products must always be expanded, see mulExpanded).
+   */
+  private lazyWorthIt(T: readonly Term[], gf: ReadonlyMap<number, number>): boolean {
+    let cost = 0;
+    for (const x of T) {
+      if (this.numeratorInd(x)) return false;
+      let c = 0;
+      for (const [f, k] of gf) {
+        if (k >= 0) continue;
+        const i = x.fids.indexOf(f);
+        const own = i < 0 ? 0 : (x.fexp[i] as number);
+        if (own > k) c = Math.max(c, 1) * (this.polys[f] as Poly).monos.length ** (own - k);
+        if (c > LAZY_SUM_MIN_PRODUCTS) return true;
+      }
+      cost += c;
+      if (cost > LAZY_SUM_MIN_PRODUCTS) return true;
+    }
+    return false;
+  }
+
+  /** Sums per denominator (cheap: a shared denominator stays factored), then one lsum atom. */
+  private lazySum(ts: readonly TermId[], T: readonly Term[]): TermId {
+    const byDen = new Map<string, TermId[]>();
+    T.forEach((x, i) => {
+      const key = x.fids.flatMap((f, j) => ((x.fexp[j] as number) < 0 ? [`${f}^${x.fexp[j] as number}`] : [])).join(',');
+      let l = byDen.get(key);
+      if (l === undefined) byDen.set(key, (l = []));
+      l.push(ts[i] as TermId);
+    });
+    if (byDen.size < 2) throw new Error('lazySum: one denominator');
+    const parts = [...byDen.values()].map((l) => this.sum(l)).filter((t) => t !== this.zero).sort((x, y) => x - y);
+    if (parts.length === 0) return this.zero;
+    if (parts.length === 1) return parts[0] as TermId;
+    this.lazySums++;
+    return this.atomTerm(this.internAtom('lsum', '', parts, parts.every((t) => this.provablyPositive(t))));
   }
 
   mul(a: TermId, b: TermId): TermId {
@@ -877,6 +953,9 @@ export class TermStore {
       case 'uf':
         v = A.name === 'exp' ? Math.exp(this.evaluate(A.args[0] as TermId, symValue, uf, memo)) : uf(A.name, A.args.map((x) => this.evaluate(x, symValue, uf, memo)));
         break;
+      case 'lsum':
+        v = A.args.reduce((s, x) => s + this.evaluate(x, symValue, uf, memo), 0);
+        break;
       case 'ind': {
         const G = this.groups[A.args[0] as number] as Group;
         const x = G.choice === undefined ? symValue(G.name) : uf(G.choice.key, G.choice.args.map((y) => this.evaluate(y, symValue, uf, memo)));
@@ -929,6 +1008,8 @@ export class TermStore {
         return `${A.kind}(${A.args.map((x) => this.render(x, 60)).join(', ')})`;
       case 'uf':
         return `${A.name}(${A.args.map((x) => this.render(x, 60)).join(', ')})`;
+      case 'lsum':
+        return `(${A.args.map((x) => this.render(x, 60)).join(' + ')})`;
       case 'ind': {
         const G = this.groups[A.args[0] as number] as Group;
         return `[${G.name}=${G.values[A.args[1] as number]}]`;

@@ -20,6 +20,8 @@ export interface PoolOptions {
   readonly recycleAfter?: number;
   /** Heap limit of a worker (MiB): a stage that exceeds it kills only its worker. */
   readonly workerHeapMb?: number;
+  /** Stage indices the numeric run shows differing (no eager retry after a lazy difference). */
+  readonly witnessed?: ReadonlySet<number>;
 }
 
 export const DEFAULT_RECYCLE_AFTER = 200;
@@ -48,7 +50,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       const runOne = async (stage: Stage, j: number): Promise<StageResult> => {
         const i = start + j;
         const t0 = performance.now();
-        const task: StageTask = { key, file, text, stage: i, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
+        const task: StageTask = { key, file, text, stage: i, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(i) === true, ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
         let result: StageResult;
         try {
           result = (await pool.run(task, { signal: AbortSignal.timeout(opts.deadlineMs) })) as StageResult;

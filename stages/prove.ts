@@ -378,10 +378,14 @@ export class Prover {
     this.builder = new StageBuilder(plan);
   }
 
-  prove(stage: Stage): StageResult {
+  /**
+   * `witnessed`: the numeric run already shows this stage's tensor differing, so a lazy
+   * difference is final (the witness is the evidence) and the eager retry is skipped.
+   */
+  prove(stage: Stage, witnessed = false): StageResult {
     const t0 = performance.now();
     try {
-      return this.proveWithin(stage, t0);
+      return this.proveWithin(stage, t0, true, witnessed);
     } catch (e) {
       if (e instanceof TermUnsupportedError) return result(stage, 'unknown', `outside the exact normal form: ${e.message}`, stage.obligations.map((o) => o.rank), { logicalOps: 0, parallelOps: 0 }, 0, t0);
       if (!(e instanceof TermBudgetError)) throw e;
@@ -390,8 +394,13 @@ export class Prover {
     }
   }
 
-  private proveWithin(stage: Stage, t0: number): StageResult {
-    const T = new TermStore(this.budget);
+  /**
+   * First with lazy sums (cheap when both sides sum the same addends, in any grouping); where
+   * that leaves a difference or an open side condition, again with every sum expanded, so
+   * the answer is the eager normal form's whenever the lazy one does not prove.
+   */
+  private proveWithin(stage: Stage, t0: number, lazy: boolean, witnessed: boolean): StageResult {
+    const T = new TermStore(this.budget, lazy);
     let logicalConds = new Set<TermId>();
     const b = this.builder.build(stage, {
       alg: termAlgebra(T),
@@ -409,11 +418,12 @@ export class Prover {
       failing.add(p.rank);
       firstResidual ??= `${p.what}: parallel - logical = ${T.render(T.sub(p.par, p.log), 300)}`;
     }
-    if (failing.size > 0) return result(stage, 'differs', firstResidual, [...failing], b, T.size, t0);
+    const eager = (): StageResult | undefined => (lazy && T.lazySums > 0 ? this.proveWithin(stage, t0, false, witnessed) : undefined);
+    if (failing.size > 0) return (witnessed ? undefined : eager()) ?? result(stage, 'differs', firstResidual, [...failing], b, T.size, t0);
     for (const c of T.conditions) {
       if (logicalConds.has(c) || T.provablyNonzero(c)) continue;
       if ([...logicalConds].some((l) => T.equal(l, c) || T.equal(l, T.neg(c)))) continue;
-      return result(stage, 'unknown', `side condition not discharged: ${T.render(c, 200)} != 0 (the parallel plan divides by it, the logical one does not)`, ranks, b, T.size, t0);
+      return eager() ?? result(stage, 'unknown', `side condition not discharged: ${T.render(c, 200)} != 0 (the parallel plan divides by it, the logical one does not)`, ranks, b, T.size, t0);
     }
     return result(stage, 'proved', undefined, [], b, T.size, t0);
   }

@@ -59,8 +59,9 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
   const stages = decompose(plan, logicalOrder(plan));
-  const results = proveInProcess(plan, stages, opts.onStage);
-  const numeric = witnessSearch(plan, results, numericCheck(plan, seed));
+  const first = numericCheck(plan, seed);
+  const results = proveInProcess(plan, stages, opts.onStage, witnessedStages(plan, stages, first));
+  const numeric = witnessSearch(plan, results, first);
   return assemble(plan, results, numeric, numeric.seed, t0);
 }
 
@@ -84,12 +85,18 @@ function witnessSearch(plan: LoadedPlan, results: readonly StageResult[], first:
   return best;
 }
 
-function proveInProcess(plan: LoadedPlan, stages: readonly Stage[], onStage?: (done: number, total: number) => void): StageResult[] {
+/** Indices of the stages whose logical tensor the numeric run shows differing. */
+function witnessedStages(plan: LoadedPlan, stages: readonly Stage[], n: NumericReport): Set<number> {
+  const failing = new Set(n.failingTensors);
+  return new Set(stages.flatMap((s, i) => (failing.has(plan.logical.tensors.name(s.logical)) ? [i] : [])));
+}
+
+function proveInProcess(plan: LoadedPlan, stages: readonly Stage[], onStage: ((done: number, total: number) => void) | undefined, witnessed: ReadonlySet<number>): StageResult[] {
   const prover = new Prover(plan);
   return stages.map((s, i) => {
     let r: StageResult;
     try {
-      r = prover.prove(s);
+      r = prover.prove(s, witnessed.has(i));
     } catch (e) {
       r = engineError(s, e);
     }
@@ -117,10 +124,13 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
   const stages = decompose(plan, logicalOrder(plan));
+  const first = numericCheck(plan, seed);
+  const witnessed = witnessedStages(plan, stages, first);
   let results: StageResult[];
   if (opts.jobs > 0) {
     results = await proveInPool(plan.file, text, stages, {
       jobs: opts.jobs,
+      witnessed,
       deadlineMs: opts.deadlineMs,
       engine,
       ...(opts.recycleAfter === undefined ? {} : { recycleAfter: opts.recycleAfter }),
@@ -128,7 +138,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
       ...(opts.fault === undefined ? {} : { fault: opts.fault }),
     });
   } else if (engine === 'normal') {
-    results = proveInProcess(plan, stages, opts.onStage);
+    results = proveInProcess(plan, stages, opts.onStage, witnessed);
   } else {
     const prover = new Z3Prover(plan);
     results = [];
@@ -141,7 +151,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
       opts.onStage?.(i + 1, stages.length);
     }
   }
-  const numeric = witnessSearch(plan, results, numericCheck(plan, seed));
+  const numeric = witnessSearch(plan, results, first);
   if (engine === 'normal') results = await z3Fallback(plan, results, numeric, opts.deadlineMs);
   const report = assemble(plan, results, numeric, numeric.seed, t0);
   return engine === 'z3' ? { ...report, engine } : report;

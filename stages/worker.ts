@@ -15,6 +15,8 @@ export interface StageTask {
   readonly stage: number;
   readonly engine: 'normal' | 'z3';
   readonly deadlineMs: number;
+  /** The numeric run shows this stage's tensor differing (see Prover.prove). */
+  readonly witnessed?: boolean;
   /** Fault injection for tests of the pool: hang (busy loop) or crash (the worker exits). */
   readonly fault?: { readonly stage: number; readonly kind: 'hang' | 'crash' };
 }
@@ -38,5 +40,5 @@ export default async function proveStage(task: StageTask): Promise<StageResult> 
     cached.z3 ??= new Z3Prover(cached.plan);
     return cached.z3.prove(stage, task.deadlineMs);
   }
-  return cached.prover.prove(stage);
+  return cached.prover.prove(stage, task.witnessed === true);
 }

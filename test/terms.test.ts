@@ -144,3 +144,53 @@ describe('term normal form', () => {
     assert.match(T.render(t), /exp|max|tanh/);
   });
 });
+
+describe('lazy sums (a lazy store proves; an eager store decides the rest)', () => {
+  // Rows i of a softmax-like backward: t_i = x_i / D_i with D_i = 1 + y_i^2 + z_i^2 (eight
+  // different denominators); a common denominator would multiply out all eight.
+  const rows = (T: TermStore): TermId[] =>
+    Array.from({ length: 8 }, (_, i) => {
+      const [x, y, z] = [T.sym(`x${i}`), T.sym(`y${i}`), T.sym(`z${i}`)];
+      return T.div(x, T.sum([T.one, T.mul(y, y), T.mul(z, z)]));
+    });
+
+  it('the same addends in any grouping give the same term, without expanding the common denominator', () => {
+    const T = new TermStore(5_000, true);
+    const t = rows(T);
+    const flat = T.sum(t);
+    const blocks = T.add(T.sum(t.slice(0, 3)), T.add(T.sum(t.slice(3, 5)), T.sum(t.slice(5).reverse())));
+    assert.equal(blocks, flat);
+    assert.ok(T.lazySums > 0);
+    // A near miss (one row dropped, one counted twice) is a different term.
+    assert.notEqual(T.sum(t.slice(1)), flat);
+    assert.notEqual(T.add(flat, t[0] as TermId), flat);
+    // The eager store runs out of budget on the same sum.
+    const E = new TermStore(5_000, false);
+    assert.throws(() => E.sum(rows(E)), /monomial products/);
+  });
+
+  it('an identity that needs the common denominator is missed lazily and found eagerly', () => {
+    const build = (T: TermStore): [TermId, TermId] => {
+      const [x, y, a, b] = [T.sym('x'), T.sym('y'), T.sym('a'), T.sym('b')];
+      const da = T.add(T.one, T.mul(a, a));
+      const db = T.add(T.one, T.mul(b, b));
+      return [T.add(T.div(x, da), T.div(y, db)), T.div(T.add(T.mul(x, db), T.mul(y, da)), T.mul(da, db))];
+    };
+    const L = new TermStore(1_000_000, true);
+    const [l1, l2] = build(L);
+    assert.ok(!L.equal(l1, l2));
+    const E = new TermStore();
+    const [e1, e2] = build(E);
+    assert.ok(E.equal(e1, e2));
+  });
+
+  it('evaluates and renders a lazy sum as the sum of its parts', () => {
+    const T = new TermStore(1_000_000, true);
+    const t = rows(T).slice(0, 2);
+    const s = T.sum(t);
+    const val = (name: string): number => (name.startsWith('x') ? 1 : 0.5);
+    const uf = (): number => NaN;
+    assert.ok(Math.abs(T.evaluate(s, val, uf) - (1 / 1.5 + 1 / 1.5)) < 1e-12);
+    assert.match(T.render(s), /\+/);
+  });
+});
