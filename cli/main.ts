@@ -116,6 +116,9 @@ interface GenArgs {
   layers?: number | undefined;
   hidden?: number | undefined;
   heads?: number | undefined;
+  kvHeads?: number | undefined;
+  shared?: number | undefined;
+  expertFfn?: number | undefined;
   seq?: number | undefined;
   vocab?: number | undefined;
   batch?: number | undefined;
@@ -155,9 +158,9 @@ function gen(a: GenArgs, out: Out): number {
     vocab: pick(a.vocab, base.model.vocab),
     batch: pick(a.batch, base.model.batch),
     ffn: pick(a.ffn, base.model.ffn ?? 4 * base.model.hidden),
-    ...(base.model.kvHeads === undefined ? {} : { kvHeads: base.model.kvHeads }),
-    ...(base.model.shared === undefined ? {} : { shared: base.model.shared }),
-    ...(base.model.expertFfn === undefined ? {} : { expertFfn: base.model.expertFfn }),
+    ...((a.kvHeads ?? base.model.kvHeads) === undefined ? {} : { kvHeads: a.kvHeads ?? base.model.kvHeads }),
+    ...((a.shared ?? base.model.shared) === undefined ? {} : { shared: a.shared ?? base.model.shared }),
+    ...((a.expertFfn ?? base.model.expertFfn) === undefined ? {} : { expertFfn: a.expertFfn ?? base.model.expertFfn }),
     experts: pick(a.experts, base.model.experts ?? 4),
     topk: pick(a.topk, base.model.topk ?? 1),
   };
@@ -244,6 +247,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('layers', { type: 'number' })
           .option('hidden', { type: 'number' })
           .option('heads', { type: 'number' })
+          .option('kv-heads', { type: 'number', describe: 'key/value heads (llama, moe: grouped-query attention)' })
           .option('seq', { type: 'number' })
           .option('vocab', { type: 'number' })
           .option('batch', { type: 'number', describe: 'global batch' })
@@ -254,12 +258,14 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('sp', { type: 'boolean', describe: 'Megatron sequence parallelism (with tp > 1)' })
           .option('pp', { type: 'number', describe: 'pipeline stages' })
           .option('virtual', { type: 'number', describe: 'interleaved pipeline: layer chunks (virtual stages) per stage' })
-          .option('cp', { type: 'number', describe: 'context parallelism (llama): zig-zag sequence chunks' })
+          .option('cp', { type: 'number', describe: 'context parallelism (gpt2, llama, moe): zig-zag sequence chunks' })
           .option('recompute', { type: 'boolean', describe: 'full activation recomputation: each layer runs again in the backward' })
           .option('cp-comm', { choices: ['ring', 'allgather'] as const, describe: 'CP attention: ring attention with online softmax (default) or all-gathered keys and values' })
           .option('ep', { type: 'boolean', describe: 'expert parallelism (moe): experts split across dp' })
           .option('experts', { type: 'number' })
           .option('topk', { type: 'number' })
+          .option('shared', { type: 'number', describe: 'shared experts (moe)' })
+          .option('expert-ffn', { type: 'number', describe: 'routed-expert MLP width (moe)' })
           .option('schedule', { choices: ['1f1b', 'gpipe'] as const, describe: 'pipeline schedule (default 1f1b)' })
           .option('zero', { type: 'number', choices: [0, 1, 2, 3], describe: 'ZeRO stage (with dp > 1): sharded optimizer state and step; 3 also shards the parameters' })
           .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })

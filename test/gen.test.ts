@@ -225,8 +225,22 @@ describe('planproof gen', () => {
     assert.equal(l.code, 0);
     for (const b of BUGS) assert.ok(l.stdout.includes(b.id));
   });
+  it('takes kv heads, shared experts and the expert width from the command line', async () => {
+    const shapes = async (args: string[]): Promise<Map<string, number[]>> => {
+      const r = await runCli(['gen', ...args]);
+      assert.equal(r.code, 0, r.stderr);
+      const plan = JSON.parse(r.stdout) as { logical: { tensors: { id: string; shape: number[] }[] } };
+      return new Map(plan.logical.tensors.map((t) => [t.id, t.shape]));
+    };
+    // llama-tiny: hidden 8, 4 heads of 2; 2 kv heads give k [4, 8], 4 give [8, 8].
+    assert.deepEqual((await shapes(['--preset', 'llama-tiny'])).get('l0.attn.k'), [4, 8]);
+    assert.deepEqual((await shapes(['--preset', 'llama-tiny', '--kv-heads', '4'])).get('l0.attn.k'), [8, 8]);
+    const moe = await shapes(['--preset', 'moe-tiny', '--shared', '2', '--expert-ffn', '4']);
+    assert.deepEqual(moe.get('l0.experts.w1'), [2, 8, 4]);
+    assert.ok(moe.has('l0.shared1.up') && !moe.has('l0.shared2.up'));
+  });
   it('rejects an unknown preset, an unknown bug and an indivisible configuration with exit 4 and no stack trace', async () => {
-    for (const args of [['gen', '--preset', 'nope'], ['gen', '--inject', 'nope'], ['gen', '--preset', 'gpt2-tiny', '--dp', '3']]) {
+    for (const args of [['gen', '--preset', 'nope'], ['gen', '--inject', 'nope'], ['gen', '--preset', 'gpt2-tiny', '--dp', '3'], ['gen', '--preset', 'llama-tiny', '--kv-heads', '3']]) {
       const r = await runCli(args);
       assert.equal(r.code, 4, args.join(' '));
       assert.ok(!/\n\s+at /.test(r.stderr), r.stderr);
