@@ -119,6 +119,7 @@ interface GenArgs {
   kvHeads?: number | undefined;
   shared?: number | undefined;
   expertFfn?: number | undefined;
+  moeLayout?: 'packed' | 'token' | undefined;
   seq?: number | undefined;
   vocab?: number | undefined;
   batch?: number | undefined;
@@ -162,6 +163,7 @@ function gen(a: GenArgs, out: Out): number {
     ...((a.shared ?? base.model.shared) === undefined ? {} : { shared: a.shared ?? base.model.shared }),
     ...((a.expertFfn ?? base.model.expertFfn) === undefined ? {} : { expertFfn: a.expertFfn ?? base.model.expertFfn }),
     experts: pick(a.experts, base.model.experts ?? 4),
+    ...((a.moeLayout ?? base.model.moeLayout) === undefined ? {} : { moeLayout: a.moeLayout ?? base.model.moeLayout }),
     topk: pick(a.topk, base.model.topk ?? 1),
   };
   const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2 | 3, pp: pick(a.pp, base.par.pp ?? 1), cp: pick(a.cp, base.par.cp ?? 1), cpComm: a.cpComm ?? base.par.cpComm ?? 'ring', recompute: a.recompute ?? base.par.recompute === true, ep: a.ep ?? base.par.ep === true, virtual: pick(a.virtual, base.par.virtual ?? 1), schedule: a.schedule ?? base.par.schedule ?? '1f1b' };
@@ -266,6 +268,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('topk', { type: 'number' })
           .option('shared', { type: 'number', describe: 'shared experts (moe)' })
           .option('expert-ffn', { type: 'number', describe: 'routed-expert MLP width (moe)' })
+          .option('moe-layout', { choices: ['packed', 'token'] as const, describe: 'MoE expert buffers: slots sorted by expert (packed, default) or each slot at its own row (token)' })
           .option('schedule', { choices: ['1f1b', 'gpipe'] as const, describe: 'pipeline schedule (default 1f1b)' })
           .option('zero', { type: 'number', choices: [0, 1, 2, 3], describe: 'ZeRO stage (with dp > 1): sharded optimizer state and step; 3 also shards the parameters' })
           .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })

@@ -6,20 +6,37 @@
  * position p in expert e's buffer where p counts the earlier slots routed to e: exactly the
  * dropless permutation (tokens sorted by expert, stable in token order), written with
  * `alg.test`, so it holds for every routing.
+ *
+ * `layout: "token"` (on dispatch, gather and combine alike) keeps every slot at its own row
+ * instead: slot (token i, choice j) is row i*k + j of the buffer of the expert it is routed
+ * to, zero in the others. The same layer in a layout that does not depend on the routing:
+ * a rank's tokens hold a fixed block of buffer rows, and the buffers are linear in the
+ * routing choices.
  */
 import type { Algebra, Dense } from './algebra.js';
 import { arg } from './dense.js';
 import { batchDim, dimLabels, fixedDim } from './dims.js';
 import { type GradRef, one } from './grad.js';
-import { type Attrs, type OpDef, attrNum, attrObject, fixed, normDim, noAttrs, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
+import { type Attrs, type OpDef, attrNum, attrObject, fixed, normDim, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
 
 /**
  * sel(s, e, c): 1 when slot s (row-major over [N, k]) is routed to expert e at buffer position
  * c, else 0. Concrete routings index directly; symbolic ones count with tests.
  */
-function placement<S>(alg: Algebra<S>, idx: Dense<S>, E: number): (s: number, e: number, c: number) => S {
+function placement<S>(alg: Algebra<S>, idx: Dense<S>, E: number, layout: Layout): (s: number, e: number, c: number) => S {
   const n = idx.data.length;
   const known = idx.data.map((x) => alg.known(x));
+  if (layout === 'token') {
+    for (const x of idx.data) alg.require(alg.test(x, (v) => Number.isInteger(v) && v >= 0 && v < E), `moe routing: expert within [0, ${E})`);
+    const hit = new Map<number, S>();
+    return (s, e, c) => {
+      if (c !== s) return alg.zero;
+      const key = s * E + e;
+      let v = hit.get(key);
+      if (v === undefined) hit.set(key, (v = alg.test(idx.data[s] as S, (u) => u === e)));
+      return v;
+    };
+  }
   if (known.every((x) => x !== undefined)) {
     const pos = new Array<number>(n);
     const count = new Array<number>(E).fill(0);
@@ -54,10 +71,16 @@ function placement<S>(alg: Algebra<S>, idx: Dense<S>, E: number): (s: number, e:
   };
 }
 
+type Layout = 'packed' | 'token';
+const layoutOf = (at: Attrs): Layout => (at['layout'] === 'token' ? 'token' : 'packed');
+/** The layout attribute to pass on (none for the default, packed). */
+const layoutAttr = (at: Attrs): Attrs => (layoutOf(at) === 'token' ? { layout: 'token' } : {});
+const layoutSchema = { enum: ['packed', 'token'] };
+
 /** Row of the expert output for every routing slot: [N, k, F]. */
-function gatherRows<S>(alg: Algebra<S>, y: Dense<S>, idx: Dense<S>): Dense<S> {
+function gatherRows<S>(alg: Algebra<S>, y: Dense<S>, idx: Dense<S>, layout: Layout): Dense<S> {
   const [E, n, F] = y.shape as [number, number, number];
-  const sel = placement(alg, idx, E);
+  const sel = placement(alg, idx, E, layout);
   const data: S[] = [];
   for (let s = 0; s < n; s++) {
     const coef: { q: S; e: number; c: number }[] = [];
@@ -89,7 +112,7 @@ const N = fixedDim('n');
 const K = fixedDim('k');
 const SLOTS = fixedDim('slots');
 
-const expertsAttr = attrObject({ experts: { type: 'integer', minimum: 1 } }, ['experts']);
+const expertsAttr = attrObject({ experts: { type: 'integer', minimum: 1 }, layout: layoutSchema }, ['experts']);
 
 export const ops: OpDef[] = [
   {
@@ -143,7 +166,7 @@ export const ops: OpDef[] = [
   {
     name: 'moe_dispatch',
     family: 'moe',
-    doc: 'dropless MoE dispatch: (x [N, D], indices [N, k][, weights [N, k]]) -> buffers [E, N*k, D]; expert e gets the rows of the slots routed to it in token order (weighted when weights are given), zero rows after them',
+    doc: 'dropless MoE dispatch: (x [N, D], indices [N, k][, weights [N, k]]) -> buffers [E, N*k, D]; expert e gets the rows of the slots routed to it in token order (weighted when weights are given), zero rows after them; with layout "token", slot (i, j) stays at row i*k + j of its expert\'s buffer, zero in the others',
     inputs: { min: 2, max: 3 },
     outputs: fixed(1),
     attrSchema: expertsAttr,
@@ -158,7 +181,7 @@ export const ops: OpDef[] = [
       const E = attrNum(at, 'experts');
       const [N, k, D] = routeShape(x.shape, idx.shape, w?.shape);
       const n = N * k;
-      const sel = placement(alg, idx, E);
+      const sel = placement(alg, idx, E, layoutOf(at));
       const data: S[] = [];
       for (let e = 0; e < E; e++) {
         for (let c = 0; c < n; c++) {
@@ -172,12 +195,12 @@ export const ops: OpDef[] = [
       }
       return [{ shape: [E, n, D], data }];
     },
-    backward: (b, { inputs: [x, idx, w], grads: [g] }) => {
-      const gx = one(b, 'moe_combine', w === undefined ? [g as GradRef, idx as GradRef] : [g as GradRef, idx as GradRef, w]);
+    backward: (b, { inputs: [x, idx, w], grads: [g], attrs }) => {
+      const gx = one(b, 'moe_combine', w === undefined ? [g as GradRef, idx as GradRef] : [g as GradRef, idx as GradRef, w], layoutAttr(attrs));
       if (w === undefined) return [gx, undefined];
       // d/dw[s] = <g at slot s's buffer row, x[token(s)]>
       const [N, D] = b.shape(x as GradRef) as [number, number];
-      const rows = one(b, 'moe_gather', [g as GradRef, idx as GradRef]);
+      const rows = one(b, 'moe_gather', [g as GradRef, idx as GradRef], layoutAttr(attrs));
       return [gx, undefined, one(b, 'sum', [one(b, 'mul', [rows, one(b, 'reshape', [x as GradRef], { shape: [N, 1, D] })])], { dims: [2] })];
     },
     dims: (ins) => {
@@ -188,23 +211,23 @@ export const ops: OpDef[] = [
   {
     name: 'moe_gather',
     family: 'moe',
-    doc: 'the expert output row of every routing slot: (y [E, N*k, F], indices [N, k]) -> [N, k, F], slot (i, j) reads y[e, p] where dispatch placed it',
+    doc: 'the expert output row of every routing slot: (y [E, N*k, F], indices [N, k]) -> [N, k, F], slot (i, j) reads y[e, p] where dispatch (of the same layout) placed it',
     inputs: fixed(2),
     outputs: fixed(1),
-    attrSchema: noAttrs(),
+    attrSchema: attrObject({ layout: layoutSchema }),
     shape: ([y, idx]) => {
       const ys = y as Shape;
       const is = idx as Shape;
       if (ys.length !== 3 || is.length !== 2 || ys[1] !== (is[0] as number) * (is[1] as number)) throw new ShapeError(`expert outputs ${shapeStr(ys)} must be [E, N*k, F] for indices ${shapeStr(is)}`);
       return [[is[0] as number, is[1] as number, ys[2] as number]];
     },
-    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => [gatherRows(alg, arg(ins, 0), arg(ins, 1))],
-    backward: (b, { inputs: [y, idx], grads: [g] }) => {
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => [gatherRows(alg, arg(ins, 0), arg(ins, 1), layoutOf(at))],
+    backward: (b, { inputs: [y, idx], grads: [g], attrs }) => {
       const [E, , F] = b.shape(y as GradRef) as [number, number, number];
       const [N, k] = b.shape(idx as GradRef) as [number, number];
       // The adjoint of reading slot rows is dispatching them back: rows of g as k "tokens" each.
       const flat = one(b, 'reshape', [g as GradRef], { shape: [N * k, F] });
-      return [one(b, 'moe_dispatch', [flat, one(b, 'reshape', [idx as GradRef], { shape: [N * k, 1] })], { experts: E }), undefined];
+      return [one(b, 'moe_dispatch', [flat, one(b, 'reshape', [idx as GradRef], { shape: [N * k, 1] })], { experts: E, ...layoutAttr(attrs) }), undefined];
     },
     dims: () => {
       const F = batchDim('f');
@@ -214,10 +237,10 @@ export const ops: OpDef[] = [
   {
     name: 'moe_combine',
     family: 'moe',
-    doc: 'dropless MoE combine: (y [E, N*k, F], indices [N, k][, weights [N, k]]) -> [N, F], out[i] = sum_j weights[i, j] * y[e_ij, p_ij] (weights 1 when absent)',
+    doc: 'dropless MoE combine: (y [E, N*k, F], indices [N, k][, weights [N, k]]) -> [N, F], out[i] = sum_j weights[i, j] * y[e_ij, p_ij] (weights 1 when absent; p_ij where dispatch of the same layout placed the slot)',
     inputs: { min: 2, max: 3 },
     outputs: fixed(1),
-    attrSchema: noAttrs(),
+    attrSchema: attrObject({ layout: layoutSchema }),
     shape: ([y, idx, w]) => {
       const ys = y as Shape;
       const is = idx as Shape;
@@ -225,8 +248,8 @@ export const ops: OpDef[] = [
       if (w !== undefined && !sameShape(w, is)) throw new ShapeError(`routing weights ${shapeStr(w)} must match indices ${shapeStr(is)}`);
       return [[is[0] as number, ys[2] as number]];
     },
-    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => {
-      const rows = gatherRows(alg, arg(ins, 0), arg(ins, 1));
+    apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
+      const rows = gatherRows(alg, arg(ins, 0), arg(ins, 1), layoutOf(at));
       const w = ins[2];
       const [N, k, F] = rows.shape as [number, number, number];
       const data: S[] = [];
@@ -242,12 +265,12 @@ export const ops: OpDef[] = [
       }
       return [{ shape: [N, F], data }];
     },
-    backward: (b, { inputs: [y, idx, w], grads: [g] }) => {
+    backward: (b, { inputs: [y, idx, w], grads: [g], attrs }) => {
       const E = b.shape(y as GradRef)[0] as number;
-      const gy = one(b, 'moe_dispatch', w === undefined ? [g as GradRef, idx as GradRef] : [g as GradRef, idx as GradRef, w], { experts: E });
+      const gy = one(b, 'moe_dispatch', w === undefined ? [g as GradRef, idx as GradRef] : [g as GradRef, idx as GradRef, w], { experts: E, ...layoutAttr(attrs) });
       if (w === undefined) return [gy, undefined];
       const [N, F] = b.shape(g as GradRef) as [number, number];
-      const rows = one(b, 'moe_gather', [y as GradRef, idx as GradRef]);
+      const rows = one(b, 'moe_gather', [y as GradRef, idx as GradRef], layoutAttr(attrs));
       return [gy, undefined, one(b, 'sum', [one(b, 'mul', [rows, one(b, 'reshape', [g as GradRef], { shape: [N, 1, F] })])], { dims: [2] })];
     },
     dims: (ins) => {

@@ -461,6 +461,35 @@ for (N, D), idx, E, weighted, note in [
     case('moe_combine', {}, [(E, n, D), idx] + ([tuple(idx.shape)] if weighted else []),
          lambda y, i, *w: (gather_slots(y, i) * (w[0].unsqueeze(-1) if w else 1)).sum(1), diff=[0, 2] if weighted else [0], ints={1: range(E)}, note=note)
 
+
+
+def dispatch_token(x, idx, E, w=None):
+    """layout 'token': slot s = (i, j) at row s of its expert's buffer (a one-hot scatter)."""
+    N, k = idx.shape
+    rows = x.repeat_interleave(k, dim=0)
+    if w is not None:
+        rows = rows * w.reshape(-1, 1)
+    onehot = torch.nn.functional.one_hot(idx.reshape(-1), E).to(DT)  # [n, E]
+    return onehot.t().unsqueeze(-1) * rows.unsqueeze(0)
+
+
+def gather_token(y, idx):
+    N, k = idx.shape
+    n = N * k
+    return y[idx.reshape(-1), torch.arange(n)].reshape(N, k, y.shape[2])
+
+
+for (N, D), idx, E, weighted, note in [
+    ((3, 2), torch.tensor([[1, 0], [1, 2], [0, 1]]), 3, False, 'token layout, top-2 of 3 experts'),
+    ((4, 3), torch.tensor([[2], [0], [2], [2]]), 4, True, 'token layout, top-1, weighted, an idle expert'),
+]:
+    case('moe_dispatch', {'experts': E, 'layout': 'token'}, [(N, D), idx] + ([tuple(idx.shape)] if weighted else []), lambda x, i, *w, e=E: dispatch_token(x, i, e, w[0] if w else None),
+         diff=[0, 2] if weighted else [0], ints={1: range(E)}, note=note)
+    n = idx.numel()
+    case('moe_gather', {'layout': 'token'}, [(E, n, D), idx], gather_token, diff=[0], ints={1: range(E)}, note=note)
+    case('moe_combine', {'layout': 'token'}, [(E, n, D), idx] + ([tuple(idx.shape)] if weighted else []),
+         lambda y, i, *w: (gather_token(y, i) * (w[0].unsqueeze(-1) if w else 1)).sum(1), diff=[0, 2] if weighted else [0], ints={1: range(E)}, note=note)
+
 # ---- collectives (group semantics of torch.distributed over the members' tensors)
 def stacked_reduce(xs, how):
     st = torch.stack(xs)

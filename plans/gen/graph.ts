@@ -178,7 +178,7 @@ export class GenGraph implements GradBuilder {
     outs.forEach((o, k) => {
       // MoE slot buffers are laid out by the routing choices of the rank's own tokens: a
       // 'slots' dim has no logical counterpart unless the rank holds every token.
-      const tags = (sig.outputs[k] ?? []).map((l) => byLabel.get(l.label) ?? (l.label === 'slots' ? 'slots' : undefined));
+      const tags = (sig.outputs[k] ?? []).map((l) => byLabel.get(l.label) ?? (l.label === 'slots' ? slotTag(name, attrs, this.t(inputs[0] as GradRef), this.shape(inputs[1] as GradRef)) : undefined));
       if (name === 'reshape') reshapeTags(this.t(inputs[0] as GradRef), shapes[0] as Shape).forEach((tag, d) => (tags[d] ??= tag));
       if (tags.some((x) => x !== undefined)) this.t(o).tags = tags;
     });
@@ -374,6 +374,20 @@ export class GenGraph implements GradBuilder {
     for (const e of tape) if (e.inputs.some((x) => dep.has(x))) for (const o of e.outputs) dep.add(o);
     return dep;
   }
+}
+
+/**
+ * The split of a dispatch buffer's slot dim. In the token layout slot (i, j) is row i*k + j,
+ * so the slots are the tokens' split with k rows per token; in the packed layout (or with
+ * tokens whose split is not known) they are 'slots': a layout of the rank's own tokens only.
+ */
+function slotTag(op: string, attrs: Attrs, tokens: GenTensor, idx: Shape): DimTag {
+  const t = tokens.tags?.[0];
+  if (op !== 'moe_dispatch' || attrs['layout'] !== 'token' || t === undefined) return 'slots';
+  const k = idx[1] as number;
+  if (t === 'rows') return 'rows';
+  const m = /^(rows\*(?:tp|cp)):([0-9]+)$/.exec(t);
+  return m === null ? 'slots' : (`${m[1] as string}:${Number(m[2]) * k}` as DimTag);
 }
 
 /**

@@ -7,6 +7,7 @@
  * pipeline stage can build only its own; parameters are declared where first used.
  */
 import type { GradRef } from '../../ops/grad.js';
+import type { Attrs } from '../../ops/types.js';
 import type { Net, TpAffine } from './net.js';
 
 export interface ModelConfig {
@@ -30,6 +31,11 @@ export interface ModelConfig {
   readonly shared?: number;
   /** MoE: routed-expert MLP width (default ffn). */
   readonly expertFfn?: number;
+  /**
+   * MoE expert buffers: 'packed' (default; the dropless permutation, slots sorted by expert)
+   * or 'token' (each slot at its own row; see ops/moe.ts).
+   */
+  readonly moeLayout?: 'packed' | 'token';
 }
 
 interface ParamSpec {
@@ -319,20 +325,21 @@ export function moe(c: ModelConfig): Model {
   const k = c.topk ?? 1;
   const F = c.expertFfn ?? ffn(c);
   const shared = c.shared ?? 1;
+  const layout: Attrs = c.moeLayout === 'token' ? { layout: 'token' } : {};
   const layer = (net: Net, p: Params, l: number, x: GradRef): GradRef =>
     net.g.scope('moe', () => {
       const [B, S] = net.g.shape(x) as [number, number, number];
       const tokens = net.op('reshape', [x], { shape: [B * S, H] });
       const scores = net.op('softmax', [net.op('linear', [tokens, p.get(`l${l}.router`)])], { dim: -1 });
       const [gates, idx] = net.g.op('topk', [scores], { k }) as [GradRef, GradRef];
-      // Under expert parallelism the expert buffers hold this rank's and the others' slots in
-      // an order no logical tensor has: the 'experts' scope carries no claims then.
+      // Expert buffers of a subset of the tokens claim nothing in the packed layout (slot
+      // positions count that subset's routing); in the token layout they are row blocks.
       const out = net.g.scope('experts', () => {
-        const buf = net.allToAllDp(net.op('moe_dispatch', [tokens, idx], { experts: E }), 0, 1);
+        const buf = net.allToAllDp(net.op('moe_dispatch', [tokens, idx], { experts: E, ...layout }), 0, 1);
         const hidden = net.op('silu', [net.op('matmul', [buf, p.get(`l${l}.experts.w1`)])]);
         return net.allToAllDp(net.op('matmul', [hidden, p.get(`l${l}.experts.w2`)]), 1, 0);
       });
-      let y = net.op('moe_combine', [out, idx, gates]);
+      let y = net.op('moe_combine', [out, idx, gates], layout);
       for (let sidx = 0; sidx < shared; sidx++) {
         const w = (n: string): GradRef => p.get(`l${l}.shared${sidx}.${n}`);
         y = net.op('add', [y, net.op('linear', [net.op('swiglu', [net.op('linear', [tokens, w('gate')]), net.op('linear', [tokens, w('up')])]), w('down')])]);

@@ -137,11 +137,23 @@ export class Net {
   allToAllDp(x: GradRef, split: number, concat: number): GradRef {
     if (this.ep === 1) return x;
     // Slots received from every dp rank are in exchange order ('xslots', never a logical
-    // layout); sent back, each rank has its own tokens' slots again ('slots').
+    // layout); sent back, each rank has its own tokens' slots again ('slots'). In the token
+    // layout with one micro-batch, rank r's slots are the r-th block of rows: received from
+    // every rank they are all the slots of the rank's experts, in logical order.
+    const rowsBlocks = (this.par?.micro ?? 1) === 1;
     const swap = (t: GradRef, s: number, c: number): GradRef => {
       const tags = this.g.t(t).tags ?? this.g.shape(t).map(() => undefined);
       const out = this.g.collective('all_to_all', t, { split_dim: s, concat_dim: c }, ['dp'], this.sizes());
-      this.g.t(out).tags = tags.map((tg, d) => (d === c && tg === 'slots' ? 'xslots' : d === s && tg === 'xslots' ? 'slots' : d === s || d === c ? undefined : tg));
+      // A merged rows*tp (rows*cp) tag on a tensor that does not vary over tp (cp) is plain rows.
+      const tc = tags[c];
+      const plainRows = tc === 'rows' || (tc !== undefined && ((tc.startsWith('rows*tp:') && !this.g.t(t).prov.varies.has('tp')) || (tc.startsWith('rows*cp:') && !this.g.t(t).prov.varies.has('cp'))));
+      const gather = rowsBlocks && plainRows;
+      const scatter = rowsBlocks && tags[c] === 'dp' && tags[s] === undefined;
+      this.g.t(out).tags = tags.map((tg, d) => {
+        if (gather) return d === s ? 'dp' : d === c ? undefined : tg;
+        if (scatter) return d === s ? 'rows' : d === c ? undefined : tg;
+        return d === c && tg !== undefined && tg !== 'dp' ? 'xslots' : d === s && tg === 'xslots' ? 'slots' : d === s || d === c ? undefined : tg;
+      });
       return out;
     };
     const y = swap(x, split, concat);
