@@ -14,6 +14,8 @@ cases=(
   "moe-dp2-tp2-ep|--preset moe-tiny --dp 2 --tp 2 --ep"
   "moe-tp2-sp|--preset moe-tiny --dp 1 --tp 2 --sp --seq 2 --batch 1"
   "moe-cp2|--preset moe-tiny --dp 1 --cp 2 --seq 4 --batch 1"
+  "moe-cp2-token|--preset moe-tiny --dp 1 --cp 2 --seq 4 --batch 1 --moe-layout token"
+  "moe-dp2-tp2-sp-ep-token|--preset moe-tiny --dp 2 --tp 2 --sp --ep --seq 2 --batch 2 --moe-layout token"
 )
 echo "| case | gen options | verdict | stages | unknown | wall s | peak RSS MB |"
 echo "|---|---|---|--:|--:|--:|--:|"
