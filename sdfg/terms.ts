@@ -465,12 +465,13 @@ export class TermStore {
   /**
    * The addends have more than one denominator, and putting them over the common one costs
    * more than LAZY_SUM_MIN_PRODUCTS (each addend times the factors it lacks); no indicators
-   * (their products must always be expanded, see mulExpanded).
+   * anywhere (their products must always be expanded, see mulExpanded, and atoms never hold
+   * them).
    */
   private lazyWorthIt(T: readonly Term[], gf: ReadonlyMap<number, number>): boolean {
     let cost = 0;
     for (const x of T) {
-      if (this.numeratorInd(x)) return false;
+      if ((this.monos[x.mono] as Mono).ind || x.fids.some((f) => (this.polys[f] as Poly).ind)) return false;
       let c = 0;
       for (const [f, k] of gf) {
         if (k >= 0) continue;
