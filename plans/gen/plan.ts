@@ -404,7 +404,7 @@ export function generatePlan(o: GenOptions): Json {
       ...(t.values === undefined ? {} : { values: { range: t.values } }),
     }),
   );
-  const slotLayout = new Set<string>();
+  const slotLayout = new Map<string, string>();
   const program = (P: Built, i: number): Json => {
     const { k, r } = where[i] as { k: number; r: number };
     const sel: Record<string, number> = { ...(pp > 1 ? { pp: k } : {}), ...(ring ? { cp: r } : {}) };
@@ -414,8 +414,8 @@ export function generatePlan(o: GenOptions): Json {
     tensors: P.g.tensors.filter((t) => t.dropped !== true).map((t) => {
       const l = logicalByName.get(t.logical ?? t.name.replace(/^mb[0-9]+\//, ''));
       const lin = t.noLineage === true ? undefined : lineage(t, l, par);
-      if (lin === SLOT_LAYOUT) slotLayout.add((l as GenTensor).name);
-      return tensorJson(t, lin === undefined || lin === SLOT_LAYOUT ? {} : { lineage: lin });
+      if (typeof lin === 'string') slotLayout.set((l as GenTensor).name, lin);
+      return tensorJson(t, lin === undefined || typeof lin === 'string' ? {} : { lineage: lin });
     }),
     ops: P.g.ops.map((op) => ({ id: op.id, op: op.op, inputs: op.inputs, outputs: op.outputs, ...(op.attrs === undefined ? {} : { attrs: op.attrs }), ...(op.group === undefined ? {} : { group: op.group }), ...(op.peer === undefined ? {} : { peer: op.peer }) })),
     };
@@ -435,7 +435,7 @@ export function generatePlan(o: GenOptions): Json {
   }
   const unclaimed = L.g.ops.flatMap((op) => op.outputs).filter((n) => !held.has(n) && logicalByName.get(n)?.dropped !== true).map((n) => ({
     logical: n,
-    why: slotLayout.has(n) ? 'MoE expert buffer of a subset of the tokens: slot positions count the routing choices of those tokens only, so no index map states it' : 'no claim derived',
+    why: slotLayout.get(n) ?? 'no claim derived',
   }));
   return {
     format: 'planproof/v1',
@@ -466,11 +466,12 @@ function pruneDead(g: GenGraph, keep: ReadonlySet<string>): void {
 
 const expr = (s: string): { expr: string } => ({ expr: s });
 
-/** Returned for a tensor in a rank-local MoE slot layout (no claim, reported in the plan). */
-const SLOT_LAYOUT = 'slot-layout';
+/** Why a tensor in a rank-local MoE slot layout claims nothing (reported in the plan). */
+const SLOT_LAYOUT =
+  "MoE expert buffer laid out by a subset of the tokens (packed layout: slot positions count that subset's routing choices; token layout after an expert-parallel exchange under micro-batches, SP or CP: the ranks' rows interleave in the logical order), so no index map states it";
 
 /** The lineage claim of a parallel tensor from its provenance and the two shapes. */
-function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json | typeof SLOT_LAYOUT | undefined {
+function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json | string | undefined {
   if (l === undefined) return undefined;
   const ps = t.shape;
   const ls = l.shape;
