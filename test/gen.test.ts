@@ -195,9 +195,12 @@ describe('bug catalog: every injected bug is caught', () => {
     assert.ok(BUGS.length >= 20, `${BUGS.length} bugs`);
     for (const b of BUGS) assert.ok(b.source.length > 10 && b.title.length > 10, b.id);
   });
-  for (const bug of BUGS) {
-    it(`${bug.id} (${bug.kind}) is ${bug.kind === 'consistency' ? 'rejected at load with its place named' : 'refuted at a stage downstream of the injection, and is a real bug numerically'}`, () => {
-      const [ctx, model] = ctxFor(bug);
+  // MoE entries run once more with the token layout (each routing slot at its own row).
+  const runs: [(typeof BUGS)[number], boolean][] = BUGS.flatMap((b): [(typeof BUGS)[number], boolean][] => (ctxFor(b)[1].family === 'moe' ? [[b, false], [b, true]] : [[b, false]]));
+  for (const [bug, token] of runs) {
+    it(`${bug.id} (${bug.kind})${token ? ' in the MoE token layout' : ''} is ${bug.kind === 'consistency' ? 'rejected at load with its place named' : 'refuted at a stage downstream of the injection, and is a real bug numerically'}`, () => {
+      const [ctx, base] = ctxFor(bug);
+      const model: ModelConfig = token ? { ...base, moeLayout: 'token' } : base;
       assert.ok(bug.applies(ctx), 'the test configuration must have the place this bug needs');
       const plan = generatePlan({ model, par: { ...ctx, pp: ctx.pp ?? 1 }, optimizer: OPT });
       const where = bug.inject(plan, ctx);
