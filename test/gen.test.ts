@@ -190,6 +190,8 @@ describe('bug catalog: every injected bug is caught', () => {
     const listed = [...doc.matchAll(/^\| `([a-z0-9-]+)` \|/gm)].map((m) => m[1]);
     assert.deepEqual(listed.sort(), BUGS.map((b) => b.id).sort());
     for (const b of BUGS) assert.ok(doc.includes(b.source), `${b.id}: source not in docs/bugs.md`);
+    // The README's tour states the catalog's size.
+    assert.match(readFileSync(`${ROOT}README.md`, 'utf8'), new RegExp(`one of ${BUGS.length} catalogued real bugs`));
   });
   it('has at least 20 entries, each with a source', () => {
     assert.ok(BUGS.length >= 20, `${BUGS.length} bugs`);
