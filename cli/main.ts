@@ -6,7 +6,7 @@
 import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
-import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
+import { ExitCode, PlanError, PlanTooLargeError, formatIssue } from '../plans/errors.js';
 import { loadPlanText, type LoadedPlan } from '../plans/loader.js';
 import { readPlanText } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
@@ -40,6 +40,12 @@ function loadWithText(file: string, json: boolean, out: Out): Loaded | number {
     const text = readPlanText(file);
     return { plan: loadPlanText(file, text), text };
   } catch (e) {
+    if (e instanceof PlanTooLargeError) {
+      // Not invalid, only beyond this version: nothing is proved, so the answer is unknown.
+      if (json) out.log(JSON.stringify({ verdict: 'unknown', file, reason: e.reason }, null, 2));
+      else out.err(`planproof: unknown: ${e.message}`);
+      return ExitCode.unknown;
+    }
     if (!(e instanceof PlanError)) throw e;
     if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues: e.issues }, null, 2));
     else {

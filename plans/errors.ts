@@ -34,6 +34,20 @@ export class PlanError extends Error {
   }
 }
 
+/**
+ * A plan this version cannot hold in memory (per-rank views and lineage claims grow with
+ * ranks x tensors). Not an invalid plan: the verdict is "unknown".
+ */
+export class PlanTooLargeError extends Error {
+  constructor(
+    readonly file: string,
+    readonly reason: string,
+  ) {
+    super(`${file}: ${reason}`);
+    this.name = 'PlanTooLargeError';
+  }
+}
+
 export function formatIssue(file: string, i: PlanIssue): string {
   const loc = [i.path, i.where].filter((s) => s !== undefined && s !== '').join(' ');
   return `${file}: ${loc === '' ? '' : loc + ': '}${i.message}`;

@@ -3,18 +3,46 @@
  * load with every issue it found (PlanError): parse, schema, mesh, logical graph and
  * contract, rank programs, per-rank shapes, collectives, dataflow, lineage.
  */
-import { IssueSink, PlanError, type PlanIssue } from './errors.js';
+import { IssueSink, PlanError, PlanTooLargeError, type PlanIssue } from './errors.js';
 import { findTooDeep, MAX_DEPTH, parsePlanJson, readPlanText } from './json.js';
 import { validateSchema } from './schema.js';
 import { Mesh } from './mesh.js';
 import { buildLogical } from './logical.js';
-import { buildPrograms, checkView, instantiate } from './programs.js';
+import { buildPrograms, checkView, instantiate, specVars } from './programs.js';
 import { buildCollectives } from './collectives.js';
 import { checkDataflow } from './dataflow.js';
 import { ExprError, exprIssue } from './expr.js';
-import type { CollectiveInstance, Plan, RankView } from './model.js';
+import type { CollectiveInstance, Plan, Program, RankView } from './model.js';
 import type { RawPlan } from './raw.js';
 import { checkLineage, collectClaims, type Claim, type Coverage } from '../lineage/check.js';
+
+/**
+ * What this version holds per rank: a view (shapes and attributes) of every rank of a
+ * program whose shapes or attributes depend on the coordinates, and one lineage claim per
+ * (tensor, distinct coordinates it depends on). Past these, a load would exhaust the heap
+ * (a 6 GB heap holds about 1.6M claims per 0.8 GB), so it stops early with "unknown".
+ */
+export const MAX_RANK_CLAIMS = 4_000_000;
+export const MAX_VIEW_ENTRIES = 20_000_000;
+
+/** Claims and per-rank view entries the load would build (before building them). */
+export function loadSize(programs: readonly Program[], mesh: Mesh): { claims: number; viewEntries: number } {
+  let claims = 0;
+  let viewEntries = 0;
+  for (const p of programs) {
+    const n = p.ranks.length;
+    if (p.coordDependent) viewEntries += n * (p.shapeSpecs.length + p.attrSpecs.length);
+    p.lineage.forEach((spec, t) => {
+      if (spec === undefined) return;
+      const axes = new Set<number>(spec.axes);
+      for (const d of p.shapeSpecs[t] ?? []) for (const v of specVars(d)) axes.add(v === 'rank' ? -1 : mesh.axisIndex(v));
+      let distinct = 1;
+      for (const a of axes) distinct *= a < 0 ? n : (mesh.sizes[a] ?? 1);
+      claims += Math.min(n, distinct);
+    });
+  }
+  return { claims, viewEntries };
+}
 
 export interface LoadedPlan extends Plan {
   readonly claims: Claim[];
@@ -30,8 +58,21 @@ export function loadPlanText(file: string, text: string): LoadedPlan {
   return loadPlanObject(file, parsePlanJson(file, text));
 }
 
-export function loadPlanObject(file: string, raw: unknown): LoadedPlan {
+/**
+ * The rank-independent phases of a load (format, schema, mesh, logical graph and contract,
+ * programs), then the size the per-rank phases would take. Throws PlanError like a load.
+ */
+export function checkStructure(file: string, raw: unknown): { claims: number; viewEntries: number } {
   const sink = new IssueSink(file);
+  const { plan, mesh } = structure(file, raw, sink);
+  const { graph } = buildLogical(plan, sink);
+  sink.throwIfAny();
+  const { programs } = buildPrograms(plan, mesh, graph, sink);
+  sink.throwIfAny();
+  return loadSize(programs, mesh);
+}
+
+function structure(file: string, raw: unknown, sink: IssueSink): { plan: RawPlan; mesh: Mesh } {
   if (raw !== null && typeof raw === 'object' && 'format' in raw && (raw as { format: unknown }).format !== 'planproof/v1') {
     throw new PlanError(file, [{ path: '$.format', message: `unsupported plan format ${JSON.stringify((raw as { format: unknown }).format)}; this planproof reads "planproof/v1"` }]);
   }
@@ -40,15 +81,27 @@ export function loadPlanObject(file: string, raw: unknown): LoadedPlan {
   validateSchema(raw, sink);
   sink.throwIfAny();
   const plan = raw as RawPlan;
-
   const mesh = buildMesh(plan, sink);
   sink.throwIfAny();
+  return { plan, mesh };
+}
+
+export function loadPlanObject(file: string, raw: unknown): LoadedPlan {
+  const sink = new IssueSink(file);
+  const { plan, mesh } = structure(file, raw, sink);
 
   const { graph: logical, contract } = buildLogical(plan, sink);
   sink.throwIfAny();
 
   const { programs, rankProgram } = buildPrograms(plan, mesh, logical, sink);
   sink.throwIfAny();
+  const size = loadSize(programs, mesh);
+  if (size.claims > MAX_RANK_CLAIMS || size.viewEntries > MAX_VIEW_ENTRIES) {
+    throw new PlanTooLargeError(
+      file,
+      `too large for this version to load: ${size.claims.toLocaleString('en-US')} per-rank lineage claims (at most ${MAX_RANK_CLAIMS.toLocaleString('en-US')}) and ${size.viewEntries.toLocaleString('en-US')} per-rank shape and attribute entries (at most ${MAX_VIEW_ENTRIES.toLocaleString('en-US')}). Lineage is checked rank by rank, so this grows with ranks x tensors; see docs/engine.md ("Not in this version")`,
+    );
+  }
 
   // Views: one per program when nothing depends on coordinates, else one per rank (cached).
   const shared = new Map<number, RankView>();

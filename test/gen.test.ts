@@ -4,7 +4,7 @@ import { BUGS, type BugContext } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import type { Parallelism } from '../plans/gen/net.js';
-import { loadPlanObject } from '../plans/loader.js';
+import { checkStructure, loadPlanObject, MAX_RANK_CLAIMS, MAX_VIEW_ENTRIES } from '../plans/loader.js';
 import { PlanError } from '../plans/errors.js';
 import { verifyPlan } from '../stages/verify.js';
 import { numericCheck } from '../stages/numeric.js';
@@ -232,6 +232,21 @@ describe('bug catalog: every injected bug is caught', () => {
     [ops[a], ops[b]] = [ops[b] as { op: string }, ops[a] as { op: string }];
     assert.equal(verifyPlan(loadPlanObject('swap.json', plan)).verdict, 'verified');
   });
+});
+
+describe('plan generators: every preset', () => {
+  // The TrainVerify-scale presets (L3: 8192 ranks, 126 layers) must be valid plans: format
+  // limits (op arity, expression sizes) are checked on all of them. Loading the largest
+  // whole is past this version's per-rank limits, which the loader says before it starts.
+  it('generates a plan that passes the format checks (schema, mesh, logical graph, programs)', () => {
+    const loadable: string[] = [];
+    for (const [name, p] of Object.entries(PRESETS)) {
+      const plan = generatePlan({ model: p.model, par: p.par, optimizer: OPT });
+      const size = checkStructure(`${name}.json`, plan);
+      if (size.claims <= MAX_RANK_CLAIMS && size.viewEntries <= MAX_VIEW_ENTRIES) loadable.push(name);
+    }
+    assert.deepEqual(loadable, ['mlp-tiny', 'gpt2-tiny', 'llama-tiny', 'llama-tiny-sp', 'demo', 'L1', 'moe-tiny', 'D1', 'gpt2-small-shape']);
+  }).timeout(600_000);
 });
 
 describe('planproof gen', () => {

@@ -1,9 +1,38 @@
 import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
-import { loadPlanObject, loadPlanText } from '../plans/loader.js';
-import { PlanError } from '../plans/errors.js';
-import { EXAMPLES, FIXTURES } from './helpers.js';
+import { loadPlanObject, loadPlanText, MAX_RANK_CLAIMS } from '../plans/loader.js';
+import { PlanError, PlanTooLargeError } from '../plans/errors.js';
+import { EXAMPLES, FIXTURES, runCli } from './helpers.js';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+/**
+ * A chain of identity ops over a dp mesh, every tensor one element of its logical tensor per
+ * rank: ranks x (links + 1) per-rank lineage claims.
+ */
+function wideChain(ranks: number, links: number): object {
+  const ids = Array.from({ length: links + 1 }, (_, i) => `t${i}`);
+  return {
+    format: 'planproof/v1',
+    mesh: { axes: [{ name: 'dp', size: ranks }] },
+    logical: {
+      tensors: ids.map((id, i) => ({ id, shape: [ranks], role: i === 0 ? 'input' : 'activation' })),
+      ops: ids.slice(1).map((id, i) => ({ id: `op${i}`, op: 'identity', inputs: [ids[i]], outputs: [id] })),
+    },
+    parallel: {
+      programs: [
+        {
+          ranks: 'all',
+          tensors: ids.map((id) => ({ id, shape: [1], lineage: { logical: id, index: [[{ expr: 'dp' }, { expr: 'dp + 1' }]] } })),
+          ops: ids.slice(1).map((id, i) => ({ id: `op${i}`, op: 'identity', inputs: [ids[i]], outputs: [id] })),
+        },
+      ],
+    },
+    contract: { inputs: ['t0'], outputs: [ids[links]] },
+  };
+}
 
 const bases = [`${EXAMPLES}mlp-dp2.json`, `${EXAMPLES}mlp-tp2.json`, `${FIXTURES}equiv/mlp-dp2.explicit.json`].map((f) => JSON.parse(readFileSync(f, 'utf8')) as unknown);
 
@@ -115,4 +144,26 @@ describe('hostile input never crashes the loader', () => {
     assert.throws(() => loadPlanText('proto.json', text), /unknown attribute '__proto__'/);
     assert.equal(({} as Record<string, unknown>)['polluted'], undefined);
   });
+});
+
+describe('plans past the per-rank limits', () => {
+  it('are refused before the per-rank phases, with the reason and "unknown" (exit 3), not a heap exhaustion', async () => {
+    const ranks = 1 << 16;
+    const links = Math.ceil(MAX_RANK_CLAIMS / ranks);
+    const t0 = performance.now();
+    assert.throws(
+      () => loadPlanObject('wide.json', wideChain(ranks, links)),
+      (e: unknown) => e instanceof PlanTooLargeError && e.reason.includes(`${(ranks * (links + 1)).toLocaleString('en-US')} per-rank lineage claims`),
+    );
+    assert.ok(performance.now() - t0 < 20_000, 'the refusal comes before any per-rank work');
+    const dir = mkdtempSync(join(tmpdir(), 'planproof-wide-'));
+    writeFileSync(join(dir, 'wide.json'), JSON.stringify(wideChain(ranks, links)));
+    const r = await runCli(['verify', join(dir, 'wide.json')]);
+    assert.equal(r.code, 3, r.stderr);
+    assert.match(r.stderr, /unknown: .*too large for this version to load/);
+    assert.doesNotMatch(r.stderr, /\n\s+at /);
+    // The same plan on fewer ranks loads: one claim per rank and tensor.
+    const small = loadPlanObject('narrow.json', wideChain(1 << 10, 8));
+    assert.equal(small.claims.length, (1 << 10) * 9);
+  }).timeout(120_000);
 });
