@@ -25,20 +25,36 @@ import { checkLineage, collectClaims, type Claim, type Coverage } from '../linea
 export const MAX_RANK_CLAIMS = 4_000_000;
 export const MAX_VIEW_ENTRIES = 20_000_000;
 
+/**
+ * The mesh axes (-1: `rank`) a program's shapes and attributes depend on: ranks with the same
+ * coordinates on them share one view.
+ */
+function viewAxes(p: Program, mesh: Mesh): number[] {
+  const vars = new Set<string>();
+  for (const s of p.shapeSpecs) for (const d of s) for (const v of specVars(d)) vars.add(v);
+  for (const a of p.attrSpecs) for (const [, e] of a.exprs) for (const v of e.vars) vars.add(v);
+  return [...vars].map((v) => (v === 'rank' ? -1 : mesh.axisIndex(v))).sort((x, y) => x - y);
+}
+
+/** How many distinct coordinate tuples `ranks` take on `axes` (at most the rank count). */
+function distinctOn(axes: readonly number[], ranks: number, mesh: Mesh): number {
+  let d = 1;
+  for (const a of axes) d *= a < 0 ? ranks : (mesh.sizes[a] ?? 1);
+  return Math.min(ranks, d);
+}
+
 /** Claims and per-rank view entries the load would build (before building them). */
 export function loadSize(programs: readonly Program[], mesh: Mesh): { claims: number; viewEntries: number } {
   let claims = 0;
   let viewEntries = 0;
   for (const p of programs) {
     const n = p.ranks.length;
-    if (p.coordDependent) viewEntries += n * (p.shapeSpecs.length + p.attrSpecs.length);
+    if (p.coordDependent) viewEntries += distinctOn(viewAxes(p, mesh), n, mesh) * (p.shapeSpecs.length + p.attrSpecs.length);
     p.lineage.forEach((spec, t) => {
       if (spec === undefined) return;
       const axes = new Set<number>(spec.axes);
       for (const d of p.shapeSpecs[t] ?? []) for (const v of specVars(d)) axes.add(v === 'rank' ? -1 : mesh.axisIndex(v));
-      let distinct = 1;
-      for (const a of axes) distinct *= a < 0 ? n : (mesh.sizes[a] ?? 1);
-      claims += Math.min(n, distinct);
+      claims += distinctOn([...axes], n, mesh);
     });
   }
   return { claims, viewEntries };
@@ -103,23 +119,28 @@ export function loadPlanObject(file: string, raw: unknown): LoadedPlan {
     );
   }
 
-  // Views: one per program when nothing depends on coordinates, else one per rank (cached).
-  const shared = new Map<number, RankView>();
-  const perRank = new Map<number, RankView>();
+  // Views: one per program and distinct coordinates on the axes its shapes and attributes
+  // use (one per program when they use none), shared by the ranks with those coordinates.
+  const axesOf = programs.map((p) => (p.coordDependent ? viewAxes(p, mesh) : []));
+  const viewKey = (p: Program, rank: number): string => `${p.index}|${(axesOf[p.index] as number[]).map((a) => (a < 0 ? rank : mesh.coord(rank, a))).join(',')}`;
+  const views = new Map<string, RankView>();
   const view = (rank: number): RankView => {
     const p = programs[rankProgram[rank] as number];
     if (p === undefined) throw new Error(`rank ${rank} has no program`);
-    if (!p.coordDependent) {
-      let v = shared.get(p.index);
-      if (v === undefined) shared.set(p.index, (v = instantiate(p, mesh, p.ranks[0] as number)));
-      return v.rank === rank ? v : { ...v, rank };
-    }
-    let v = perRank.get(rank);
-    if (v === undefined) perRank.set(rank, (v = instantiate(p, mesh, rank)));
-    return v;
+    const key = viewKey(p, rank);
+    let v = views.get(key);
+    if (v === undefined) views.set(key, (v = instantiate(p, mesh, rank)));
+    return v.rank === rank ? v : { ...v, rank };
   };
   for (const p of programs) {
-    const ranks = p.coordDependent ? [...p.ranks] : [p.ranks[0] as number];
+    // One rank per distinct view: the checks depend only on the view.
+    const seen = new Set<string>();
+    const ranks = p.ranks.filter((r) => {
+      const k = viewKey(p, r);
+      if (seen.has(k)) return false;
+      seen.add(k);
+      return true;
+    });
     for (const r of ranks) {
       try {
         checkView(view(r), sink, p.coordDependent || p.ranks.length === 1 ? `rank ${r} ` : '');
