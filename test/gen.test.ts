@@ -234,6 +234,19 @@ describe('bug catalog: every injected bug is caught', () => {
   });
 });
 
+describe('loader views', () => {
+  it('ranks with the same coordinates on the axes a program uses share one view', () => {
+    // llama-tiny dp2 tp2: vocab-parallel offsets depend on tp only. Ranks are dp-major.
+    const lp = loadPlanObject('views.json', generatePlan({ model: LLAMA, par: { dp: 2, tp: 2, micro: 1 }, optimizer: OPT }));
+    const p = lp.programs[0];
+    assert.ok(p !== undefined && p.coordDependent);
+    assert.equal(lp.view(0).shapes, lp.view(2).shapes);
+    assert.equal(lp.view(1).attrs, lp.view(3).attrs);
+    assert.notEqual(lp.view(0).attrs, lp.view(1).attrs);
+    assert.equal(lp.view(2).rank, 2);
+  });
+});
+
 describe('plan generators: every preset', () => {
   // The TrainVerify-scale presets (L3: 8192 ranks, 126 layers) must be valid plans: format
   // limits (op arity, expression sizes) are checked on all of them. Loading the largest

@@ -194,3 +194,20 @@ describe('lazy sums (a lazy store proves; an eager store decides the rest)', () 
     assert.match(T.render(s), /\+/);
   });
 });
+
+describe('term memo', () => {
+  it('building the same terms again costs no normal-form work (replicas pay once)', () => {
+    const T = new TermStore();
+    // The same input symbols (a replicated input is one symbol on every rank).
+    const xs = ['a', 'b', 'c', 'd'].map((n) => T.sym(n));
+    const build = (): TermId => {
+      const s = T.sum(xs.map((x, i) => T.mul(x, xs[(i + 1) % 4] as TermId)));
+      return T.mul(s, T.add(s, T.one));
+    };
+    const first = build();
+    const work = T.work;
+    assert.ok(work > 0);
+    assert.equal(build(), first);
+    assert.equal(T.work, work);
+  });
+});
