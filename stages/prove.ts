@@ -133,7 +133,17 @@ export interface StageBuild<S> {
   readonly parallelOps: number;
   /** Set when the stage's input relation cannot be encoded. */
   readonly unsupported?: string;
+  /** Set when the stage's tensors hold more elements than a symbolic stage may. */
+  readonly tooLarge?: string;
 }
+
+/**
+ * Tensor elements one stage may hold (its parallel closure, the logical inputs it names and
+ * its own logical tensor). A symbolic stage is an array of terms per tensor: past this, a
+ * stage at real model shapes (an embedding of 500M elements) would exhaust the heap before
+ * the work budget could stop it. Shape reduction is what brings such stages down.
+ */
+export const MAX_STAGE_ELEMENTS = 4_000_000;
 
 export interface SymbolSource<S> {
   readonly alg: Algebra<S>;
@@ -210,6 +220,15 @@ export class StageBuilder {
 
     // 2. Symbols for the logical tensors the inputs name (substitution).
     const inputLogical = new Set<number>([...inputs.values()].map((nf) => nf.logical));
+    let elements = numel(lg.shapes[stage.logical] ?? []);
+    for (const L of inputLogical) elements += numel(lg.shapes[L] ?? []);
+    for (const key of seen) {
+      const [r, t] = key.split(':').map(Number) as [number, number];
+      elements += numel(plan.view(r).shapes[t] ?? []);
+    }
+    if (elements > MAX_STAGE_ELEMENTS) {
+      return { pairs: [], logicalOps: 0, parallelOps: 0, tooLarge: `its tensors hold ${elements.toLocaleString('en-US')} elements (at most ${MAX_STAGE_ELEMENTS.toLocaleString('en-US')} per stage): shapes this large need shape reduction, which this version does not have (docs/engine.md)` };
+    }
     const logicalSyms = new Map<number, S[]>();
     const chunkTerms = new Map<string, S>();
     for (const L of inputLogical) {
@@ -410,6 +429,7 @@ export class Prover {
       },
     });
     const ranks = stage.obligations.map((o) => o.rank);
+    if (b.tooLarge !== undefined) return result(stage, 'unknown', `the stage is too large: ${b.tooLarge}`, ranks, b, T.size, t0);
     if (b.unsupported !== undefined) return result(stage, 'unknown', `unsupported input relation: ${b.unsupported}`, ranks, b, T.size, t0);
     const failing = new Set<number>();
     let firstResidual: string | undefined;

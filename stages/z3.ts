@@ -160,6 +160,7 @@ export class Z3Prover {
       return result(stage, 'unknown', `z3: ${e.message}`, stage.obligations.map((o) => o.rank), { logicalOps: 0, parallelOps: 0 }, 0, t0);
     }
     const ranks = stage.obligations.map((o) => o.rank);
+    if (b.tooLarge !== undefined) return result(stage, 'unknown', `the stage is too large: ${b.tooLarge}`, ranks, b, 0, t0);
     if (b.unsupported !== undefined) return result(stage, 'unknown', `unsupported input relation: ${b.unsupported}`, ranks, b, 0, t0);
     if (b.pairs.length === 0) return result(stage, 'proved', undefined, [], b, 0, t0);
     const solver = new ctx.Solver();

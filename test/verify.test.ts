@@ -214,3 +214,39 @@ describe('verify: named splits keep two decompositions of one value apart', () =
     assert.throws(() => loadPlanObject('splits.json', plan), (e: Error) => /\$\.parallel\.programs\[0\]\.tensors\[2\]\.lineage/.test(e.message) && /split/.test(e.message));
   });
 });
+
+describe('verify: a stage at real model shapes', () => {
+  it('is "unknown" at once with its element count, not a heap exhaustion', () => {
+    const n = 2048;
+    const plan = {
+      format: 'planproof/v1',
+      mesh: { axes: [{ name: 'dp', size: 1 }] },
+      logical: {
+        tensors: [
+          { id: 'x', shape: [n, n], role: 'input' },
+          { id: 'y', shape: [n, n], role: 'output' },
+        ],
+        ops: [{ id: 'f', op: 'neg', inputs: ['x'], outputs: ['y'] }],
+      },
+      parallel: {
+        programs: [
+          {
+            ranks: 'all',
+            tensors: [
+              { id: 'x', shape: [n, n], lineage: { logical: 'x' } },
+              { id: 'y', shape: [n, n], lineage: { logical: 'y' } },
+            ],
+            ops: [{ id: 'f', op: 'neg', inputs: ['x'], outputs: ['y'] }],
+          },
+        ],
+      },
+      contract: { inputs: ['x'], outputs: ['y'] },
+    };
+    const t0 = performance.now();
+    const r = verifyPlan(loadPlanObject('big.json', plan));
+    assert.equal(r.verdict, 'unknown', r.summary);
+    const s = r.stages.find((x) => x.logical === 'y');
+    assert.match(s?.reason ?? '', /the stage is too large: its tensors hold 16,777,216 elements/);
+    assert.ok(performance.now() - t0 < 30_000);
+  }).timeout(120_000);
+});
