@@ -94,12 +94,6 @@ export class TermUnsupportedError extends Error {}
 /** Default budget: monomial products per store (one store per stage). */
 export const DEFAULT_TERM_BUDGET = 1_000_000;
 
-/**
- * In a lazy store, a sum whose addends have different denominators and would cost more than
- * this many monomial products to put over a common one stays a sum: an 'lsum' atom over the
- * per-denominator partial sums.
- */
-export const LAZY_SUM_MIN_PRODUCTS = 0;
 
 export class TermStore {
   /** Monomial products performed so far (the normal form's unit of work). */
@@ -130,8 +124,9 @@ export class TermStore {
   lazySums = 0;
 
   /**
-   * `lazy`: expensive sums over different denominators become opaque sum atoms (their
-   * arguments canonical, flattened and sorted). Equal results are then still equal reals (an
+   * `lazy`: a sum over different denominators becomes an opaque sum atom over its
+   * per-denominator parts (canonical, flattened and sorted), whatever the grouping of its
+   * addends. Equal results are then still equal reals (an
    * atom stands for its value), but equal reals may get different forms: a lazy store proves,
    * and a caller falls back to an eager store where it does not.
    */
@@ -463,27 +458,23 @@ export class TermStore {
   }
 
   /**
-   * The addends have more than one denominator, and putting them over the common one costs
-   * more than LAZY_SUM_MIN_PRODUCTS (each addend times the factors it lacks); no indicators
-   * anywhere (their products must always be expanded, see mulExpanded, and atoms never hold
-   * them).
+   * Some addend lacks a denominator factor that another has (a common denominator would
+   * multiply it out), and no addend holds indicators (their products must always be
+   * expanded, see mulExpanded, and atoms never hold them). Lazy whenever possible, not only
+   * when expensive: a small block summed eagerly would have another form than the same rows
+   * summed lazily elsewhere.
    */
   private lazyWorthIt(T: readonly Term[], gf: ReadonlyMap<number, number>): boolean {
-    let cost = 0;
+    let lacks = false;
     for (const x of T) {
       if ((this.monos[x.mono] as Mono).ind || x.fids.some((f) => (this.polys[f] as Poly).ind)) return false;
-      let c = 0;
       for (const [f, k] of gf) {
-        if (k >= 0) continue;
+        if (k >= 0 || lacks) continue;
         const i = x.fids.indexOf(f);
-        const own = i < 0 ? 0 : (x.fexp[i] as number);
-        if (own > k) c = Math.max(c, 1) * (this.polys[f] as Poly).monos.length ** (own - k);
-        if (c > LAZY_SUM_MIN_PRODUCTS) return true;
+        if ((i < 0 ? 0 : (x.fexp[i] as number)) > k) lacks = true;
       }
-      cost += c;
-      if (cost > LAZY_SUM_MIN_PRODUCTS) return true;
     }
-    return false;
+    return lacks;
   }
 
   /** Sums per denominator (cheap: a shared denominator stays factored), then one lsum atom. */
