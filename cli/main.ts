@@ -210,8 +210,12 @@ function gen(a: GenArgs, out: Out): number {
 
 /** Runs the CLI on `argv` (without node and script); returns the exit code. */
 export async function main(argv: string[], out: Out = stdio): Promise<number> {
-  let code: number = ExitCode.usage;
+  // Handlers only record what to run: nothing runs (and nothing reaches stdout) until the
+  // whole command line has been parsed and validated, so a refused command never prints a
+  // report a CI step could read as a verdict.
+  let run: (() => Promise<number> | number) | undefined;
   let usageError: string | undefined;
+  let jsonOut = argv.includes('--json');
   const parser = yargs(argv)
     .scriptName('planproof')
     .usage('$0 <command> [options]\n\nProves that a distributed training plan computes what the single-device model computes.')
@@ -225,8 +229,9 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       'verify <plan>',
       'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
       (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1)' }),
-      async (a) => {
-        if (typeof a.plan === 'string') code = await verify(a.plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out);
+      (a) => {
+        const plan = a.plan;
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out);
       },
     )
     .command(
@@ -234,15 +239,16 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       'load and check a plan, then summarize it: mesh, ranks, ops, collectives, lineage coverage',
       (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1)' }),
       (a) => {
-        if (typeof a.plan === 'string') code = inspect(a.plan, a.json, out);
+        const plan = a.plan;
+        if (typeof plan === 'string') run = () => inspect(plan, a.json, out);
       },
     )
     .command(
       'demo',
       'verify the embedded example plan (a two-layer MLP training iteration under tensor parallelism)',
       (y) => y,
-      async (a) => {
-        code = await demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, out);
+      (a) => {
+        run = () => demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, out);
       },
     )
     .command(
@@ -281,7 +287,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('list-bugs', { type: 'boolean', default: false })
           .option('out', { type: 'string', describe: 'output file (default: stdout)' }),
       (a) => {
-        code = gen(a, out);
+        run = () => gen(a, out);
       },
     )
     .demandCommand(1, 'name a command: verify, inspect, demo or gen')
@@ -294,13 +300,25 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       usageError = msg ?? err?.message ?? 'usage error';
     })
     .epilogue('Exit codes: 0 verified, 1 not equivalent, 2 invalid plan, 3 unknown, 4 usage or internal error.');
-  await parser.parseAsync();
+  const parsed = await parser.parseAsync();
+  jsonOut = parsed.json === true;
+  usageError ??= engineOptionError(parsed);
   if (usageError !== undefined) {
-    out.err(`planproof: ${usageError}\nRun 'planproof --help' for usage.`);
+    if (jsonOut) out.log(JSON.stringify({ verdict: 'usage_error', error: usageError }, null, 2));
+    else out.err(`planproof: ${usageError}\nRun 'planproof --help' for usage.`);
     return ExitCode.usage;
   }
-  if (code === ExitCode.usage && (argv.includes('--help') || argv.includes('--version') || argv.includes('-h'))) return 0;
-  return code;
+  if (run === undefined) return argv.includes('--help') || argv.includes('--version') || argv.includes('-h') ? 0 : ExitCode.usage;
+  return await run();
+}
+
+/** Numeric options yargs accepts as any number (NaN included): checked before any work. */
+export function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown }): string | undefined {
+  const { seed, jobs, deadline } = a;
+  if (typeof seed !== 'number' || !Number.isSafeInteger(seed)) return `--seed must be an integer, got ${String(seed)}`;
+  if (typeof jobs !== 'number' || !Number.isSafeInteger(jobs) || jobs < 0 || jobs > 256) return `--jobs must be an integer from 0 to 256, got ${String(jobs)}`;
+  if (typeof deadline !== 'number' || !Number.isFinite(deadline) || deadline <= 0 || deadline > 86400) return `--deadline must be a number of seconds in (0, 86400], got ${String(deadline)}`;
+  return undefined;
 }
 
 const isEntry = process.argv[1] !== undefined && fileURLToPath(import.meta.url) === (await import('node:fs')).realpathSync(process.argv[1]);

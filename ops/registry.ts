@@ -63,6 +63,11 @@ export class OpRegistry {
     const at = e.instancePath === '' ? 'attrs' : `attrs${e.instancePath.replace(/\//g, '.')}`;
     if (e.keyword === 'additionalProperties') return `unknown attribute '${String((e.params as { additionalProperty: string }).additionalProperty)}'`;
     if (e.keyword === 'required') return `missing attribute '${String((e.params as { missingProperty: string }).missingProperty)}'`;
+    // An exact scalar fails both branches of its oneOf; the first ("must be number") misleads
+    // when the string form was meant.
+    if (v.errors?.some((x) => x.keyword === 'pattern' && x.instancePath === e.instancePath) === true) {
+      return `${at} must be a number or an exact rational string such as "1/10" (integer numerator, nonzero denominator)`;
+    }
     return `${at} ${e.message ?? 'is invalid'}`;
   }
 }

@@ -110,7 +110,7 @@ export const fixed = (n: number): Arity => ({ min: n, max: n });
 
 /** An exact scalar attribute: a JSON number or a rational string such as "1/3". */
 export const scalarSchema = {
-  oneOf: [{ type: 'number' }, { type: 'string', pattern: '^-?[0-9]+(/[0-9]+)?$' }],
+  oneOf: [{ type: 'number' }, { type: 'string', pattern: '^-?[0-9]+(/0*[1-9][0-9]*)?$' }],
 } as const;
 
 export function noAttrs(): object {

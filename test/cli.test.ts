@@ -46,6 +46,35 @@ describe('cli', () => {
     assert.equal((await runCli(['verify'])).code, 4);
     assert.equal((await runCli([])).code, 4);
   });
+  it('refuses a bad command line before any work: nothing but the usage error on stdout (issue 13, defect 1)', async () => {
+    // Before the fix, the whole proof ran and a complete "verified" report reached stdout
+    // before the exit 4 for the unknown option.
+    for (const extra of [['--bogus'], ['--engine', 'foo'], ['--seed', 'abc'], ['--jobs', '-1'], ['--jobs', '1.5'], ['--deadline', '0']]) {
+      const r = await runCli(['verify', `${EXAMPLES}mlp-dp2.json`, ...extra, '--json']);
+      assert.equal(r.code, 4, extra.join(' '));
+      const j = JSON.parse(r.stdout) as { verdict: string; error: string };
+      assert.equal(j.verdict, 'usage_error', extra.join(' '));
+      assert.doesNotMatch(r.stdout, /verified|stages/);
+      const t = await runCli(['verify', `${EXAMPLES}mlp-dp2.json`, ...extra]);
+      assert.equal(t.code, 4);
+      assert.equal(t.stdout, '', extra.join(' '));
+      assert.match(t.stderr, /planproof: .*(Unknown argument|Invalid values|must be)/);
+    }
+    // gen with an unknown option writes no plan to stdout.
+    const g = await runCli(['gen', '-o', '/tmp/never-written.json']);
+    assert.equal(g.code, 4);
+    assert.equal(g.stdout, '');
+  });
+  it('a rational attribute with a zero denominator is an invalid plan naming its JSON path (issue 13, defect 2)', async () => {
+    const { readFileSync, writeFileSync, mkdtempSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const f = `${mkdtempSync(`${tmpdir()}/pp-`)}/lr0.json`;
+    writeFileSync(f, readFileSync(`${EXAMPLES}mlp-dp2-explicit.json`, 'utf8').replace(/"lr": "1\/10"/g, '"lr": "1/0"'));
+    const r = await runCli(['verify', f]);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /\$\.logical\.ops\[12\] op 'sgd_w1' \(sgd_update\): attrs\.lr must be a number or an exact rational string/);
+    assert.doesNotMatch(r.stderr, /internal error/);
+  });
   it('the installed bin runs as a process with the documented exit codes', () => {
     const bin = `${ROOT}dist/cli/main.js`;
     const ok = spawnSync(process.execPath, [bin, 'verify', `${EXAMPLES}mlp-dp2.json`], { encoding: 'utf8' });
