@@ -215,7 +215,6 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
   // report a CI step could read as a verdict.
   let run: (() => Promise<number> | number) | undefined;
   let usageError: string | undefined;
-  let jsonOut = argv.includes('--json');
   const parser = yargs(argv)
     .scriptName('planproof')
     .usage('$0 <command> [options]\n\nProves that a distributed training plan computes what the single-device model computes.')
@@ -301,7 +300,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     })
     .epilogue('Exit codes: 0 verified, 1 not equivalent, 2 invalid plan, 3 unknown, 4 usage or internal error.');
   const parsed = await parser.parseAsync();
-  jsonOut = parsed.json === true;
+  const jsonOut = parsed.json === true || argv.includes('--json');
   usageError ??= engineOptionError(parsed);
   if (usageError !== undefined) {
     if (jsonOut) out.log(JSON.stringify({ verdict: 'usage_error', error: usageError }, null, 2));
