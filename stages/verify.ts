@@ -255,15 +255,17 @@ function assemble(plan: LoadedPlan, results: readonly StageResult[], numeric: Nu
 /** Names the likely kind of bug from the witness values (design principle 8). */
 function diagnose(w: Mismatch[], failingRanks: number[], ranks: number[], residual: string): string | undefined {
   if (w.some((m) => m.kind === 'replica')) return 'replicas of one addend disagree across ranks: divergence';
-  // Addend symbols (name[e]#i/n) left in the residual: a partial value was used as if complete.
-  const addend = /([A-Za-z0-9_.:/@[\]-]+?)\[\d+\]#\d+\/\d+/.exec(residual);
-  if (addend !== null) return `the result depends on individual partial addends of '${addend[1] ?? ''}': a reduction (all-reduce / reduce-scatter) of a partial value is missing`;
   const ratios = w.filter((m) => Math.abs(m.expected) > 1e-12).map((m) => m.parallel / m.expected);
   if (ratios.length >= 2 && ratios.every((x) => Math.abs(x - (ratios[0] as number)) < 1e-6 * Math.max(1, Math.abs(ratios[0] as number)))) {
     const c = ratios[0] as number;
     if (Math.abs(c) < 1e-9) return 'the parallel values are 0: a contribution is missing (a dropped or misrouted addend, a padding row read, a communication left out)';
     return `parallel = ${fmt(c)} x logical: a scaling bug (a sum where an average is needed, or the reverse; a loss scale applied twice)`;
   }
+  // Addend symbols (name[e]#i/n) left in the residual: a partial value was used as if complete.
+  // Checked after the constant ratio: an average where a sum was due leaves (a1 + a2)/2, whose
+  // residual names the addends too, yet the witness shows a uniform scale.
+  const addend = /([A-Za-z0-9_.:/@[\]-]+?)\[\d+\]#\d+\/\d+/.exec(residual);
+  if (addend !== null) return `the result depends on individual partial addends of '${addend[1] ?? ''}': a reduction (all-reduce / reduce-scatter) of a partial value is missing`;
   if (failingRanks.length > 0 && failingRanks.length < ranks.length) return `only rank(s) ${failingRanks.join(', ')} of ${ranks.join(', ')} are wrong: the ranks diverge (a replica computed differently, or a wrong slice on one rank)`;
   return undefined;
 }

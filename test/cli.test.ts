@@ -75,6 +75,17 @@ describe('cli', () => {
     assert.match(r.stderr, /\$\.logical\.ops\[12\] op 'sgd_w1' \(sgd_update\): attrs\.lr must be a number or an exact rational string/);
     assert.doesNotMatch(r.stderr, /internal error/);
   });
+  it('a gradient averaged where a sum was due is diagnosed as a 0.5x scaling bug, not a missing reduction (issue 13, defect 5)', async () => {
+    const { mkdtempSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const f = `${mkdtempSync(`${tmpdir()}/pp-`)}/avg.json`;
+    assert.equal((await runCli(['gen', '--preset', 'gpt2-tiny', '--inject', 'dp-grad-allreduce-avg', '--out', f])).code, 0);
+    const r = await runCli(['verify', f, '--json', '--jobs', '0']);
+    assert.equal(r.code, 1);
+    const j = JSON.parse(r.stdout) as { stages: { status: string; diagnosis?: string }[] };
+    const first = j.stages.find((s) => s.status === 'not_equivalent');
+    assert.match(first?.diagnosis ?? '', /parallel = 0\.5 x logical: a scaling bug/);
+  }).timeout(120_000);
   it('the installed bin runs as a process with the documented exit codes', () => {
     const bin = `${ROOT}dist/cli/main.js`;
     const ok = spawnSync(process.execPath, [bin, 'verify', `${EXAMPLES}mlp-dp2.json`], { encoding: 'utf8' });
