@@ -8,7 +8,7 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { ExitCode, PlanError, PlanTooLargeError, formatIssue } from '../plans/errors.js';
 import { loadPlanText, type LoadedPlan } from '../plans/loader.js';
-import { readPlanText } from '../plans/json.js';
+import { readPlanText, STDIN_NAME } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
 import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
@@ -35,7 +35,8 @@ interface Loaded {
   text: string;
 }
 
-function loadWithText(file: string, json: boolean, out: Out): Loaded | number {
+function loadWithText(path: string, json: boolean, out: Out): Loaded | number {
+  const file = path === '-' ? STDIN_NAME : path;
   try {
     const text = readPlanText(file);
     return { plan: loadPlanText(file, text), text };
@@ -143,11 +144,13 @@ interface GenArgs {
   inject?: string | undefined;
   listBugs?: boolean | undefined;
   out?: string | undefined;
+  json?: boolean | undefined;
 }
 
 function gen(a: GenArgs, out: Out): number {
   if (a.listBugs === true) {
-    for (const b of BUGS) out.log(`${b.id.padEnd(34)} ${b.kind.padEnd(22)} ${b.title}`);
+    if (a.json === true) out.log(JSON.stringify(BUGS.map((b) => ({ id: b.id, kind: b.kind, title: b.title })), null, 2));
+    else for (const b of BUGS) out.log(`${b.id.padEnd(34)} ${b.kind.padEnd(22)} ${b.title}`);
     return 0;
   }
   const base = PRESETS[a.preset ?? 'gpt2-tiny'];
@@ -215,7 +218,8 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
   // report a CI step could read as a verdict.
   let run: (() => Promise<number> | number) | undefined;
   let usageError: string | undefined;
-  const parser = yargs(argv)
+  // yargs reads a lone '-' as an empty option name; it means standard input here.
+  const parser = yargs(argv.map((x) => (x === '-' ? STDIN_NAME : x)))
     .scriptName('planproof')
     .usage('$0 <command> [options]\n\nProves that a distributed training plan computes what the single-device model computes.')
     .option('json', { type: 'boolean', default: false, describe: 'machine-readable output on stdout' })
@@ -227,7 +231,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .command(
       'verify <plan>',
       'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
-      (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1)' }),
+      (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' }),
       (a) => {
         const plan = a.plan;
         if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out);
@@ -236,7 +240,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .command(
       'inspect <plan>',
       'load and check a plan, then summarize it: mesh, ranks, ops, collectives, lineage coverage',
-      (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1)' }),
+      (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' }),
       (a) => {
         const plan = a.plan;
         if (typeof plan === 'string') run = () => inspect(plan, a.json, out);

@@ -1,11 +1,46 @@
 /** Reading untrusted plan text: size limit, parse errors with line and column. */
-import { readFileSync, statSync } from 'node:fs';
+import { readFileSync, readSync, statSync } from 'node:fs';
 import { PlanError } from './errors.js';
 
 /** Plans above this size are refused before parsing (V8 strings top out near 512 MiB). */
 export const MAX_PLAN_BYTES = 256 * 1024 * 1024;
 
+/** The name `-` reads the plan from standard input (errors name it `<stdin>`). */
+export const STDIN_NAME = '<stdin>';
+
+/** Reads a plan; a UTF-8 byte order mark (as some editors write) is dropped, not an error. */
 export function readPlanText(file: string): string {
+  return stripBom(file === '-' || file === STDIN_NAME ? readStdin() : readPlanFile(file));
+}
+
+function stripBom(text: string): string {
+  return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
+}
+
+/** Standard input in chunks, refused as soon as it passes the size limit (never buffered whole). */
+function readStdin(): string {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  const buf = Buffer.alloc(1 << 20);
+  for (;;) {
+    let n: number;
+    try {
+      n = readSync(0, buf, 0, buf.length, null);
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === 'EAGAIN') continue;
+      if (code === 'EOF') break;
+      throw new PlanError(STDIN_NAME, [{ path: '', message: `cannot read standard input (${code ?? 'unreadable'})` }]);
+    }
+    if (n === 0) break;
+    total += n;
+    if (total > MAX_PLAN_BYTES) throw new PlanError(STDIN_NAME, [{ path: '', message: `plan on standard input exceeds the limit of ${MAX_PLAN_BYTES} bytes` }]);
+    chunks.push(Buffer.from(buf.subarray(0, n)));
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+function readPlanFile(file: string): string {
   let size: number;
   try {
     const st = statSync(file);

@@ -33,18 +33,24 @@ export function formatReport(r: VerifyReport, verbose = false): string {
   out.push(
     `numeric     ${r.numeric.evaluated ? `${r.numeric.claimsChecked} claims evaluated at random inputs (seed ${r.numeric.seed}): ${r.numeric.mismatches === 0 ? 'all agree' : `${r.numeric.mismatches} differ`}` : `not evaluated (${r.numeric.reason ?? ''})`}`,
   );
-  const w = Math.max(6, ...r.stages.map((s) => s.logical.length));
   const show = (s: StageReport): boolean => verbose || s.status !== 'proved' || r.stages.length <= 40;
+  // Column widths from the rows shown, so a long label or a 4-digit stage number never
+  // shifts the columns after it; labels past MAX_COL are cut in the middle.
+  const shown = r.stages.filter(show);
+  const opText = (s: StageReport): string => fit(s.op === undefined ? '(contract input)' : `${s.op.id} (${s.op.kind})`);
+  const w = Math.max(6, ...shown.map((s) => fit(s.logical).length));
+  const wi = Math.max(3, ...shown.map((s) => String(s.index).length));
+  const wo = Math.max(10, ...shown.map((s) => opText(s).length));
+  const wr = Math.max(5, ...shown.map((s) => ranksText(s.ranks).length));
   out.push('');
-  out.push(`  #   ${'tensor'.padEnd(w)}  ${'logical op'.padEnd(24)} ${'ranks'.padEnd(8)} result`);
+  out.push(`  ${'#'.padEnd(wi)} ${'tensor'.padEnd(w)}  ${'logical op'.padEnd(wo)} ${'ranks'.padEnd(wr)} result`);
   let hidden = 0;
   for (const s of r.stages) {
     if (!show(s)) {
       hidden++;
       continue;
     }
-    const op = s.op === undefined ? '(contract input)' : `${s.op.id} (${s.op.kind})`;
-    out.push(`  ${String(s.index).padStart(3)} ${s.logical.padEnd(w)}  ${op.padEnd(24)} ${ranksText(s.ranks).padEnd(8)} ${mark[s.status]}${s.decidedBy === 'z3' ? ' (by Z3)' : ''}`);
+    out.push(`  ${String(s.index).padStart(wi)} ${fit(s.logical).padEnd(w)}  ${opText(s).padEnd(wo)} ${ranksText(s.ranks).padEnd(wr)} ${mark[s.status]}${s.decidedBy === 'z3' ? ' (by Z3)' : ''}`);
     if (s.status === 'proved') continue;
     if (s.op?.loc !== undefined) out.push(`        source: ${s.op.loc}`);
     if (s.failingRanks.length > 0) out.push(`        failing ranks: ${s.failingRanks.join(', ')}`);
@@ -58,4 +64,13 @@ export function formatReport(r: VerifyReport, verbose = false): string {
   out.push(`verdict     ${head}: ${r.summary} (${(r.ms / 1000).toFixed(2)} s)`);
   if (r.verdict === 'not_equivalent') out.push(`            witness inputs: the contract inputs drawn uniformly from [-1, 1) with seed ${r.numeric.seed} (planproof verify --seed ${r.numeric.seed} reproduces them)`);
   return out.join('\n');
+}
+
+/** Widest a table cell gets; longer labels keep their start and end. */
+const MAX_COL = 48;
+
+function fit(x: string): string {
+  if (x.length <= MAX_COL) return x;
+  const half = (MAX_COL - 1) >> 1;
+  return `${x.slice(0, half)}…${x.slice(x.length - (MAX_COL - 1 - half))}`;
 }

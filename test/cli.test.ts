@@ -1,5 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { EXAMPLES, ROOT, runCli } from './helpers.js';
 
 describe('cli', () => {
@@ -86,6 +87,36 @@ describe('cli', () => {
     const first = j.stages.find((s) => s.status === 'not_equivalent');
     assert.match(first?.diagnosis ?? '', /parallel = 0\.5 x logical: a scaling bug/);
   }).timeout(120_000);
+  it('report columns stay aligned when an op label is long (issue 13, defect 6)', async () => {
+    const { readFileSync, writeFileSync, mkdtempSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const f = `${mkdtempSync(`${tmpdir()}/pp-`)}/long.json`;
+    const long = 'fc1_with_a_very_long_name_from_an_exporter_of_some_framework';
+    writeFileSync(f, readFileSync(`${EXAMPLES}mlp-dp2.json`, 'utf8').replace(/"fc1"/g, `"${long}"`));
+    const r = await runCli(['verify', f, '--verbose']);
+    assert.equal(r.code, 0, r.stderr);
+    const rows = r.stdout.split('\n').filter((l) => /^ +\d+ \S+ +\S.* (proved|NOT EQUIVALENT|unknown)$/.test(l));
+    assert.ok(rows.length >= 11);
+    const col = (l: string): number => l.search(/ (proved|NOT EQUIVALENT|unknown)$/);
+    assert.ok(rows.some((l) => l.includes('…')), 'the long label is cut');
+    assert.equal(new Set(rows.map(col)).size, 1, rows.join('\n'));
+  });
+  it('reads a plan from standard input with -, and a UTF-8 byte order mark is accepted (issue 13, defect 6)', async () => {
+    const bin = `${ROOT}dist/cli/main.js`;
+    const text = readFileSync(`${EXAMPLES}mlp-dp2.json`, 'utf8');
+    const ok = spawnSync(process.execPath, [bin, 'inspect', '-'], { input: `\ufeff${text}`, encoding: 'utf8' });
+    assert.equal(ok.status, 0, ok.stderr);
+    assert.match(ok.stdout, /mlp-dp2 +\(<stdin>\)/);
+    const bad = spawnSync(process.execPath, [bin, 'inspect', '-'], { input: '{"format": 1}', encoding: 'utf8' });
+    assert.equal(bad.status, 2);
+    assert.match(bad.stderr, /<stdin>: \$\.format: unsupported plan format/);
+  });
+  it('gen --list-bugs --json prints the catalog as JSON (issue 13, defect 6)', async () => {
+    const r = await runCli(['gen', '--list-bugs', '--json']);
+    assert.equal(r.code, 0);
+    const j = JSON.parse(r.stdout) as { id: string; kind: string; title: string }[];
+    assert.ok(j.length >= 30 && j.every((b) => b.id.length > 0 && b.kind.length > 0 && b.title.length > 0));
+  });
   it('the installed bin runs as a process with the documented exit codes', () => {
     const bin = `${ROOT}dist/cli/main.js`;
     const ok = spawnSync(process.execPath, [bin, 'verify', `${EXAMPLES}mlp-dp2.json`], { encoding: 'utf8' });
