@@ -16,20 +16,23 @@ import { MAX_ELEMENTS, checkOpShapes } from './logical.js';
 
 export class ExprCompiler {
   readonly vars: Set<string>;
+  private readonly bound: (name: string) => readonly [number, number];
   constructor(readonly mesh: Mesh) {
     this.vars = new Set([...mesh.axes, 'rank']);
+    this.bound = (name) => (name === 'rank' ? [0, mesh.size - 1] : [0, (mesh.sizes[mesh.axisIndex(name)] ?? 1) - 1]);
   }
   /** Number or compiled expression; constant expressions fold to numbers. */
   int(raw: RawInt, path: string, sink: IssueSink): IntSpec {
     if (typeof raw === 'number') return raw;
     try {
-      const e = compileExpr(raw.expr, this.vars);
+      const e = compileExpr(raw.expr, this.vars, this.bound);
       if (e.vars.length === 0) return e.eval(() => 0);
       const at = jpath(path, 'expr');
       // Evaluation errors (e.g. inexact division for some rank) name the expression's path.
       return {
         source: e.source,
         vars: e.vars,
+        ...(e.affine === undefined ? {} : { affine: e.affine }),
         eval: (env) => {
           try {
             return e.eval(env);
@@ -333,37 +336,43 @@ export function instantiate(program: Program, mesh: Mesh, rank: number): RankVie
  */
 export function checkView(view: RankView, sink: IssueSink, rankLabel: string): void {
   const p = view.program;
-  view.shapes.forEach((s, t) => {
-    let n = 1;
-    for (const d of s) {
-      if (!Number.isInteger(d) || d < 0 || d > 2147483647) {
-        sink.add(jpath(p.tensors.paths[t] as string, 'shape'), `dimension ${d} is not an integer in [0, 2^31)`, `${rankLabel}tensor '${p.tensors.name(t)}'`);
-        return;
-      }
-      n *= d;
+  view.shapes.forEach((s, t) => checkTensorDims(p, t, s, sink, rankLabel));
+  for (let op = 0; op < p.ops.size; op++) checkOpAt(p, op, (t) => view.shapes[t] as Shape, view.attrs[op] as Attrs, sink, rankLabel);
+}
+
+/** Dims of one tensor (as instantiated on some rank) are integers in range. */
+export function checkTensorDims(p: Program, t: number, s: Shape, sink: IssueSink, rankLabel: string): void {
+  let n = 1;
+  for (const d of s) {
+    if (!Number.isInteger(d) || d < 0 || d > 2147483647) {
+      sink.add(jpath(p.tensors.paths[t] as string, 'shape'), `dimension ${d} is not an integer in [0, 2^31)`, `${rankLabel}tensor '${p.tensors.name(t)}'`);
+      return;
     }
-    if (n > MAX_ELEMENTS) sink.add(jpath(p.tensors.paths[t] as string, 'shape'), 'more than 2^53 elements', `${rankLabel}tensor '${p.tensors.name(t)}'`);
-  });
-  const ops = p.ops;
-  for (let op = 0; op < ops.size; op++) {
-    const kind = ops.kind[op] as number;
-    if (kind < 0) continue;
-    const ins = ops.opInputs(op);
-    const outs = ops.opOutputs(op);
-    if (ins.some((t) => t < 0) || outs.some((t) => t < 0)) continue;
-    const def = registry.get(kind);
-    if (def.collective !== undefined) {
-      // Shapes are checked across the group once calls are matched; arity and attributes here.
-      const bad =
-        ins.length < def.inputs.min || ins.length > def.inputs.max
-          ? `takes ${def.inputs.min === def.inputs.max ? def.inputs.min : `${def.inputs.min} to ${def.inputs.max}`} input(s), got ${ins.length}`
-          : outs.length < def.outputs.min || outs.length > def.outputs.max
-            ? `produces ${def.outputs.min === def.outputs.max ? def.outputs.min : `${def.outputs.min} to ${def.outputs.max}`} output(s), got ${outs.length}`
-            : registry.checkAttrs(kind, view.attrs[op] as Attrs);
-      if (bad !== undefined) sink.add(ops.ids.paths[op] as string, bad, `${rankLabel}op '${ops.ids.name(op)}' (${def.name})`);
-      continue;
-    }
-    const msg = checkOpShapes(kind, [...ins].map((t) => view.shapes[t] as Shape), [...outs].map((t) => view.shapes[t] as Shape), view.attrs[op] as Attrs);
-    if (msg !== undefined) sink.add(ops.ids.paths[op] as string, msg, `${rankLabel}op '${ops.ids.name(op)}' (${registry.get(kind).name})`);
+    n *= d;
   }
+  if (n > MAX_ELEMENTS) sink.add(jpath(p.tensors.paths[t] as string, 'shape'), 'more than 2^53 elements', `${rankLabel}tensor '${p.tensors.name(t)}'`);
+}
+
+/** One op's arity, attributes and shape rule, with shapes and attributes as on some rank. */
+export function checkOpAt(p: Program, op: number, shapeOf: (t: number) => Shape, attrs: Attrs, sink: IssueSink, rankLabel: string): void {
+  const ops = p.ops;
+  const kind = ops.kind[op] as number;
+  if (kind < 0) return;
+  const ins = ops.opInputs(op);
+  const outs = ops.opOutputs(op);
+  if (ins.some((t) => t < 0) || outs.some((t) => t < 0)) return;
+  const def = registry.get(kind);
+  if (def.collective !== undefined) {
+    // Shapes are checked across the group once calls are matched; arity and attributes here.
+    const bad =
+      ins.length < def.inputs.min || ins.length > def.inputs.max
+        ? `takes ${def.inputs.min === def.inputs.max ? def.inputs.min : `${def.inputs.min} to ${def.inputs.max}`} input(s), got ${ins.length}`
+        : outs.length < def.outputs.min || outs.length > def.outputs.max
+          ? `produces ${def.outputs.min === def.outputs.max ? def.outputs.min : `${def.outputs.min} to ${def.outputs.max}`} output(s), got ${outs.length}`
+          : registry.checkAttrs(kind, attrs);
+    if (bad !== undefined) sink.add(ops.ids.paths[op] as string, bad, `${rankLabel}op '${ops.ids.name(op)}' (${def.name})`);
+    return;
+  }
+  const msg = checkOpShapes(kind, [...ins].map(shapeOf), [...outs].map(shapeOf), attrs);
+  if (msg !== undefined) sink.add(ops.ids.paths[op] as string, msg, `${rankLabel}op '${ops.ids.name(op)}' (${registry.get(kind).name})`);
 }
