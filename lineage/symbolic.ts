@@ -30,7 +30,7 @@ import { groupKey, type LineageSpec, type ValueMap } from './model.js';
 /** An affine function of the mesh coordinates: c + sum k[a] * coord[a]. */
 interface Aff {
   readonly c: number;
-  readonly k: Float64Array;
+  readonly k: number[];
 }
 
 /** The coordinates a program's ranks take on each axis; a box when their product is the rank set. */
@@ -77,7 +77,7 @@ function ranksAreRowMajor(mesh: Mesh): boolean {
 }
 
 function constAff(c: number, axes: number): Aff {
-  return { c, k: new Float64Array(axes) };
+  return { c, k: new Array<number>(axes).fill(0) };
 }
 
 /** An IntSpec as an affine function of the coordinates (`rank` is row-major over them), if it is one. */
@@ -86,7 +86,7 @@ function toAff(s: IntSpec, mesh: Mesh): Aff | undefined {
   if (typeof s === 'number') return constAff(s, n);
   const f = s.affine;
   if (f === undefined) return undefined;
-  const k = new Float64Array(n);
+  const k = new Array<number>(n).fill(0);
   for (const [v, x] of f.k) {
     if (v === 'rank') {
       if (!ranksAreRowMajor(mesh)) return undefined;
@@ -101,19 +101,25 @@ function toAff(s: IntSpec, mesh: Mesh): Aff | undefined {
 }
 
 function add(a: Aff, b: Aff, s = 1): Aff {
-  const k = new Float64Array(a.k.length);
+  const k = new Array<number>(a.k.length);
   for (let i = 0; i < k.length; i++) k[i] = (a.k[i] as number) + s * (b.k[i] as number);
   return { c: a.c + s * b.c, k };
 }
 
 function minOn(f: Aff, box: Box): number {
   let v = f.c;
-  f.k.forEach((x, a) => (v += x >= 0 ? x * (box.lo[a] as number) : x * (box.hi[a] as number)));
+  for (let a = 0; a < f.k.length; a++) {
+    const x = f.k[a] as number;
+    if (x !== 0) v += x > 0 ? x * (box.lo[a] as number) : x * (box.hi[a] as number);
+  }
   return v;
 }
 function maxOn(f: Aff, box: Box): number {
   let v = f.c;
-  f.k.forEach((x, a) => (v += x >= 0 ? x * (box.hi[a] as number) : x * (box.lo[a] as number)));
+  for (let a = 0; a < f.k.length; a++) {
+    const x = f.k[a] as number;
+    if (x !== 0) v += x > 0 ? x * (box.hi[a] as number) : x * (box.lo[a] as number);
+  }
   return v;
 }
 /** Axes along which f varies on the box. */
@@ -188,7 +194,7 @@ function affineSpec(spec: LineageSpec, mesh: Mesh, logicalShape: Shape): AffineS
       if (reduce !== undefined && reduce !== r) return undefined;
       if (r !== 'sum' && reduce === r) return undefined;
       reduce = r;
-      const k = new Float64Array(n);
+      const k = new Array<number>(n).fill(0);
       idx.k.forEach((x, i) => (k[i] = x * m));
       k[a] = (k[a] as number) + 1;
       idx = { c: idx.c * m, k };
@@ -284,10 +290,25 @@ export function checkLineageSymbolic(
   }
   if (sink.size > 0) return { coverage: undefined, stats };
   const coverage: Coverage[] = [];
+  // Logical tensors with the same shape and the same families (every layer's activation, say)
+  // tile alike: the check runs once per such layout.
+  const keyIds = new Map<string, number>();
+  const layouts = new Map<string, TileResult>();
   for (const [lt, list] of [...families].sort((a, b) => a[0] - b[0])) {
-    const r = tileFamilies(lt, list, logical);
+    const ids = [
+      ...new Set(
+        list.map((f) => {
+          let id = keyIds.get(f.key);
+          if (id === undefined) keyIds.set(f.key, (id = keyIds.size));
+          return id;
+        }),
+      ),
+    ].sort((a, b) => a - b);
+    const sig = `${(logical.shapes[lt] as Shape).join(',')}|${ids.join(',')}`;
+    let r = layouts.get(sig);
+    if (r === undefined) layouts.set(sig, (r = tileFamilies(lt, list, logical)));
     if (r.ok) {
-      coverage.push(r.coverage);
+      coverage.push({ ...r.coverage, logical: lt, holders: list.reduce((n, f) => n + f.holders, 0) });
       continue;
     }
     // Explain with the per-rank check: same messages, naming ranks, regions and chunks.
@@ -305,7 +326,9 @@ export function checkLineageSymbolic(
         throw new Error(`internal inconsistency: the per-template lineage check of '${logical.tensors.name(lt)}' failed (${r.message}) but the per-rank check passed`);
       }
     }
-    sink.add(r.path, r.message, `logical tensor '${logical.tensors.name(lt)}'`);
+    // The layout's verdict may come from another tensor: the message is this one's.
+    const own = tileFamilies(lt, list, logical);
+    if (!own.ok) sink.add(own.path, own.message, `logical tensor '${logical.tensors.name(lt)}'`);
   }
   if (sink.size > 0) return { coverage: undefined, stats };
   checkContract(coverage, logical, contract, sink);
@@ -388,28 +411,43 @@ function familyOf(p: Program, t: number, spec: LineageSpec, box: Box, holders: n
   const dims = f.dims.map((st, d) => {
     const axes = [...owner.keys()].filter((a) => owner[a] === d);
     const out: number[] = [];
-    const seen = new Set<string>();
+    // Distinct claims along this dim: by start when the lengths do not vary (the usual case).
+    const fixedLen = st.length === 1 && movedBy(add((st[0] as { lo: Aff; hi: Aff }).hi, (st[0] as { lo: Aff; hi: Aff }).lo, -1), box).length === 0;
+    const starts = new Set<number>();
+    const keys = new Set<string>();
     forEachCoord(axes, box, (coord) => {
-      const key: number[] = [];
-      for (const s of st) {
-        const lo = evalAt(s.lo, coord, box);
-        const hi = evalAt(s.hi, coord, box);
-        out.push(lo, hi);
-        key.push(lo, hi);
-      }
-      seen.add(key.join(','));
+      for (const s of st) out.push(evalAt(s.lo, coord), evalAt(s.hi, coord));
+      if (fixedLen) starts.add(out[out.length - 2] as number);
+      else keys.add(out.slice(out.length - 2 * st.length).join(','));
     });
-    distinct *= seen.size;
+    distinct *= fixedLen ? starts.size : keys.size;
     return out;
   });
   const idxAxes = [...owner.keys()].filter((a) => owner[a] === -1);
   const chunkSet = new Set<number>();
-  forEachCoord(idxAxes, box, (coord) => chunkSet.add(evalAt(f.idx, coord, box)));
+  forEachCoord(idxAxes, box, (coord) => chunkSet.add(evalAt(f.idx, coord)));
   const chunks = Int32Array.from([...chunkSet].sort((a, b) => a - b));
   distinct *= chunks.length;
-  const affKey = (x: Aff): string => `${x.c}:${[...x.k].map((k, a) => (k === 0 || (box.sets[a] as Int32Array).length <= 1 ? 0 : `${k}@${(box.sets[a] as Int32Array).join('.')}`)).join(',')}`;
+  const affKey = (x: Aff): string => `${x.c}:${[...x.k].map((k, a) => (k === 0 || (box.sets[a] as Int32Array).length <= 1 ? 0 : `${k}@${boxId(box, a)}`)).join(',')}`;
   const key = `A${f.dims.map((st) => st.map((s) => `${affKey(s.lo)}-${affKey(s.hi)}`).join('+')).join(';')}|${affKey(f.idx)}|${groupKey({ ...f.value, idx: 0 })}`;
   return { logical: spec.logical, program: p.index, tensor: t, path: spec.path, dims, chunks, value: f.value, holders, distinct, key };
+}
+
+const axisSetIds = new Map<string, number>();
+const boxAxisIds = new WeakMap<Box, Int32Array>();
+/** A small id per distinct coordinate set (for family keys): equal sets, equal ids. */
+function boxId(box: Box, a: number): number {
+  let ids = boxAxisIds.get(box);
+  if (ids === undefined) {
+    ids = Int32Array.from(box.sets.map((s) => {
+      const k = `${s.length}:${s.join('.')}`;
+      let id = axisSetIds.get(k);
+      if (id === undefined) axisSetIds.set(k, (id = axisSetIds.size));
+      return id;
+    }));
+    boxAxisIds.set(box, ids);
+  }
+  return ids[a] as number;
 }
 
 /** Calls `f` with a coordinate vector for every combination of the box's coordinates on `axes` (others at their first). */
@@ -434,29 +472,42 @@ function forEachCoord(axes: readonly number[], box: Box, f: (coord: Int32Array) 
   }
 }
 
-function evalAt(f: Aff, coord: Int32Array, box: Box): number {
+function evalAt(f: Aff, coord: Int32Array): number {
   let v = f.c;
-  f.k.forEach((x, a) => (v += x * (x === 0 ? 0 : (coord[a] ?? box.lo[a]) as number)));
+  for (let a = 0; a < f.k.length; a++) {
+    const x = f.k[a] as number;
+    if (x !== 0) v += x * (coord[a] as number);
+  }
   return v;
 }
 
 type TileResult = { ok: true; coverage: Coverage } | { ok: false; path: string; message: string };
 
 /** The tiling check of check.ts (no gap, complete partial groups) on families instead of claims. */
-function tileFamilies(lt: number, list: readonly Family[], logical: LogicalGraph): TileResult {
+function tileFamilies(lt: number, all: readonly Family[], logical: LogicalGraph): TileResult {
   const shape = logical.shapes[lt] as Shape;
-  const first = list[0] as Family;
+  const first = all[0] as Family;
   let holders = 0;
-  const distinct = new Map<string, number>();
-  for (const f of list) {
+  // Families with equal keys hold the same claims: one of each is enough for the tiling.
+  const distinct = new Map<string, Family>();
+  for (const f of all) {
     holders += f.holders;
-    distinct.set(f.key, f.distinct);
+    if (!distinct.has(f.key)) distinct.set(f.key, f);
   }
-  const claims = [...distinct.values()].reduce((s, x) => s + x, 0);
+  const list = [...distinct.values()];
+  const claims = list.reduce((s, x) => s + x.distinct, 0);
   const bounds = shape.map((full, d) => {
-    const s = new Set<number>([0, full]);
-    for (const f of list) for (const x of f.dims[d] ?? []) s.add(x);
-    return Int32Array.from([...s].sort((a, b) => a - b));
+    let n = 2;
+    for (const f of list) n += (f.dims[d] ?? []).length;
+    const all = new Float64Array(n);
+    all[0] = 0;
+    all[1] = full;
+    let k = 2;
+    for (const f of list) for (const x of f.dims[d] ?? []) all[k++] = x;
+    all.sort();
+    let m = 0;
+    for (let i = 0; i < n; i++) if (i === 0 || all[i] !== all[i - 1]) all[m++] = all[i] as number;
+    return Int32Array.from(all.subarray(0, m));
   });
   const sizes = bounds.map((b) => b.length - 1);
   const cells = sizes.reduce((p, s) => p * s, 1);
@@ -464,23 +515,32 @@ function tileFamilies(lt: number, list: readonly Family[], logical: LogicalGraph
   const strides = sizes.map((_, d) => sizes.slice(d + 1).reduce((p, s) => p * s, 1));
   let marks = 0;
   const cellsOf = (f: Family): Int32Array => {
-    let acc = [0];
+    let acc = new Int32Array(1);
     f.dims.forEach((r, d) => {
       const b = bounds[d] as Int32Array;
       const hit = new Uint8Array(sizes[d] as number);
+      let hits = 0;
       for (let i = 0; i < r.length; i += 2) {
         const lo = lowerBound(b, r[i] as number);
         const hi = lowerBound(b, r[i + 1] as number);
-        for (let k = lo; k < hi; k++) hit[k] = 1;
+        for (let k = lo; k < hi; k++) {
+          if (hit[k] === 0) hits++;
+          hit[k] = 1;
+        }
       }
-      const next: number[] = [];
-      for (const a of acc) hit.forEach((h, k) => {
-        if (h) next.push(a + k * (strides[d] as number));
-      });
+      const idx = new Int32Array(hits);
+      let j = 0;
+      for (let k = 0; k < hit.length; k++) if (hit[k] === 1) idx[j++] = k * (strides[d] as number);
+      const next = new Int32Array(acc.length * hits);
+      let w = 0;
+      for (let i = 0; i < acc.length; i++) {
+        const a = acc[i] as number;
+        for (let q = 0; q < hits; q++) next[w++] = a + (idx[q] as number);
+      }
       acc = next;
     });
     marks += acc.length * f.chunks.length;
-    return Int32Array.from(acc);
+    return acc;
   };
   const complete = new Uint8Array(cells);
   const groups = new Map<string, { n: number; v: Omit<ValueMap, 'idx'>; fams: Family[] }>();

@@ -17,6 +17,7 @@ import { MAX_ELEMENTS, checkOpShapes } from './logical.js';
 export class ExprCompiler {
   readonly vars: Set<string>;
   private readonly bound: (name: string) => readonly [number, number];
+  private readonly cache = new Map<string, CompiledExpr>();
   constructor(readonly mesh: Mesh) {
     this.vars = new Set([...mesh.axes, 'rank']);
     this.bound = (name) => (name === 'rank' ? [0, mesh.size - 1] : [0, (mesh.sizes[mesh.axisIndex(name)] ?? 1) - 1]);
@@ -25,7 +26,12 @@ export class ExprCompiler {
   int(raw: RawInt, path: string, sink: IssueSink): IntSpec {
     if (typeof raw === 'number') return raw;
     try {
-      const e = compileExpr(raw.expr, this.vars, this.bound);
+      // Generated plans repeat a few expressions thousands of times: parse each source once.
+      let e = this.cache.get(raw.expr);
+      if (e === undefined) {
+        e = compileExpr(raw.expr, this.vars, this.bound);
+        if (this.cache.size < 100_000) this.cache.set(raw.expr, e);
+      }
       if (e.vars.length === 0) return e.eval(() => 0);
       const at = jpath(path, 'expr');
       // Evaluation errors (e.g. inexact division for some rank) name the expression's path.
