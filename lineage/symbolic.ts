@@ -271,7 +271,8 @@ export function checkLineageSymbolic(
   };
   for (const p of programs) {
     const ranks = Int32Array.from([...p.ranks].filter((r) => rankProgram[r] === p.index));
-    const box = opts.symbolic ? programBox(ranks, mesh) : undefined;
+    // A program of one rank (the explicit spelling) keeps the per-rank check: it is one claim.
+    const box = opts.symbolic && ranks.length > 1 ? programBox(ranks, mesh) : undefined;
     p.lineage.forEach((spec, t) => {
       if (spec === undefined) return;
       push(refs, spec.logical, { p, t, spec, ranks });
@@ -428,7 +429,17 @@ function familyOf(p: Program, t: number, spec: LineageSpec, box: Box, holders: n
   forEachCoord(idxAxes, box, (coord) => chunkSet.add(evalAt(f.idx, coord)));
   const chunks = Int32Array.from([...chunkSet].sort((a, b) => a - b));
   distinct *= chunks.length;
-  const affKey = (x: Aff): string => `${x.c}:${[...x.k].map((k, a) => (k === 0 || (box.sets[a] as Int32Array).length <= 1 ? 0 : `${k}@${boxId(box, a)}`)).join(',')}`;
+  // An axis with one coordinate in the box is a constant of the family: folded in, so that
+  // programs at other coordinates of that axis get other keys.
+  const affKey = (x: Aff): string => {
+    let c = x.c;
+    const parts = x.k.map((k, a) => {
+      const set = box.sets[a] as Int32Array;
+      if (k !== 0 && set.length === 1) c += k * (set[0] as number);
+      return k === 0 || set.length <= 1 ? 0 : `${k}@${boxId(box, a)}`;
+    });
+    return `${c}:${parts.join(',')}`;
+  };
   const key = `A${f.dims.map((st) => st.map((s) => `${affKey(s.lo)}-${affKey(s.hi)}`).join('+')).join(';')}|${affKey(f.idx)}|${groupKey({ ...f.value, idx: 0 })}`;
   return { logical: spec.logical, program: p.index, tensor: t, path: spec.path, dims, chunks, value: f.value, holders, distinct, key };
 }

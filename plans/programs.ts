@@ -235,7 +235,10 @@ export function buildPrograms(raw: RawPlan, mesh: Mesh, logical: LogicalGraph, s
   rankProgram.forEach((p, r) => {
     if (p < 0) idle.push(r);
   });
-  if (idle.length > 0) sink.add('$.parallel.programs', `rank(s) ${idle.slice(0, 10).join(', ')}${idle.length > 10 ? ', ...' : ''} of the mesh have no program`);
+  if (idle.length > 0) {
+    const at = (r: number): string => `(${mesh.axes.map((a, i) => `${a}=${mesh.coord(r, i)}`).join(', ')})`;
+    sink.add('$.parallel.programs', `rank(s) ${idle.slice(0, 10).join(', ')}${idle.length > 10 ? ', ...' : ''} of the mesh have no program; first at coordinates ${at(idle[0] as number)}`);
+  }
   return { programs, rankProgram };
 }
 
