@@ -22,7 +22,7 @@
  */
 import type { Shape } from '../ops/types.js';
 import type { IssueSink } from '../plans/errors.js';
-import type { Mesh } from '../plans/mesh.js';
+import { iota, type Mesh } from '../plans/mesh.js';
 import type { Contract, IntSpec, LogicalGraph, Program, RankView } from '../plans/model.js';
 import { type Claim, type Coverage, MAX_CELLS, checkContract, checkTiling, claimAxes, claimsOfSpec, lowerBound } from './check.js';
 import { groupKey, type LineageSpec, type ValueMap } from './model.js';
@@ -44,6 +44,11 @@ export interface Box {
 
 export function programBox(ranks: ArrayLike<number>, mesh: Mesh): Box {
   const n = mesh.axes.length;
+  if (ranks.length === mesh.size && mesh.size > 0) {
+    // Every rank (distinct ranks of the mesh): the whole mesh, no need to look.
+    const sets = mesh.sizes.map((s) => iota(s));
+    return { sets, lo: new Int32Array(n), hi: Int32Array.from(mesh.sizes.map((s) => s - 1)), isBox: true, count: ranks.length };
+  }
   const seen = mesh.sizes.map((s) => new Uint8Array(s));
   for (let i = 0; i < ranks.length; i++) {
     const r = ranks[i] as number;
@@ -216,7 +221,8 @@ interface Family {
   readonly tensor: number;
   readonly path: string;
   readonly dims: number[][];
-  readonly chunks: Int32Array;
+  /** The chunks held, as flat [s0, e0, s1, e1, ...] ranges. */
+  readonly chunks: number[];
   readonly value: Omit<ValueMap, 'idx'>;
   readonly holders: number;
   /** Distinct claims in the family, and a key that equal families share. */
@@ -270,7 +276,7 @@ export function checkLineageSymbolic(
     l.push(v);
   };
   for (const p of programs) {
-    const ranks = Int32Array.from([...p.ranks].filter((r) => rankProgram[r] === p.index));
+    const ranks = p.ranks.every((r) => rankProgram[r] === p.index) ? p.ranks : Int32Array.from([...p.ranks].filter((r) => rankProgram[r] === p.index));
     // A program of one rank (the explicit spelling) keeps the per-rank check: it is one claim.
     const box = opts.symbolic && ranks.length > 1 ? programBox(ranks, mesh) : undefined;
     p.lineage.forEach((spec, t) => {
@@ -353,7 +359,7 @@ function claimFamily(c: Claim, p: Program): Family {
     tensor: c.tensor,
     path: p.lineage[c.tensor]?.path ?? (p.tensors.paths[c.tensor] as string),
     dims: c.nf.ranges.map((r) => [...r]),
-    chunks: Int32Array.of(v.idx),
+    chunks: [v.idx, v.idx + 1],
     value: { n: v.n, reduce: v.reduce, divisor: v.divisor, split: v.split },
     holders: c.holders,
     distinct: 1,
@@ -413,7 +419,19 @@ function familyOf(p: Program, t: number, spec: LineageSpec, box: Box, holders: n
     const axes = [...owner.keys()].filter((a) => owner[a] === d);
     const out: number[] = [];
     // Distinct claims along this dim: by start when the lengths do not vary (the usual case).
-    const fixedLen = st.length === 1 && movedBy(add((st[0] as { lo: Aff; hi: Aff }).hi, (st[0] as { lo: Aff; hi: Aff }).lo, -1), box).length === 0;
+    const s0 = st[0] as { lo: Aff; hi: Aff };
+    const lenAff = add(s0.hi, s0.lo, -1);
+    const fixedLen = st.length === 1 && movedBy(lenAff, box).length === 0;
+    if (fixedLen) {
+      // Closed form: blocks of length L whose starts step by L along the fastest axis, by
+      // L x (its size) along the next, ... tile one contiguous range, one block per coordinate.
+      const L = minOn(lenAff, box);
+      const mr = L > 0 ? mixedRadix(s0.lo, axes, box, L) : undefined;
+      if (mr !== undefined) {
+        distinct *= mr.count;
+        return [mr.start, mr.start + L * mr.count];
+      }
+    }
     const starts = new Set<number>();
     const keys = new Set<string>();
     forEachCoord(axes, box, (coord) => {
@@ -425,10 +443,21 @@ function familyOf(p: Program, t: number, spec: LineageSpec, box: Box, holders: n
     return out;
   });
   const idxAxes = [...owner.keys()].filter((a) => owner[a] === -1);
-  const chunkSet = new Set<number>();
-  forEachCoord(idxAxes, box, (coord) => chunkSet.add(evalAt(f.idx, coord)));
-  const chunks = Int32Array.from([...chunkSet].sort((a, b) => a - b));
-  distinct *= chunks.length;
+  const chunks: number[] = [];
+  const mr = mixedRadix(f.idx, idxAxes, box, 1);
+  if (mr !== undefined) {
+    chunks.push(mr.start, mr.start + mr.count);
+    distinct *= mr.count;
+  } else {
+    const chunkSet = new Set<number>();
+    forEachCoord(idxAxes, box, (coord) => chunkSet.add(evalAt(f.idx, coord)));
+    const sorted = [...chunkSet].sort((a, b) => a - b);
+    for (const c of sorted) {
+      if (chunks.length > 0 && chunks[chunks.length - 1] === c) chunks[chunks.length - 1] = c + 1;
+      else chunks.push(c, c + 1);
+    }
+    distinct *= sorted.length;
+  }
   // An axis with one coordinate in the box is a constant of the family: folded in, so that
   // programs at other coordinates of that axis get other keys.
   const affKey = (x: Aff): string => {
@@ -444,6 +473,23 @@ function familyOf(p: Program, t: number, spec: LineageSpec, box: Box, holders: n
   return { logical: spec.logical, program: p.index, tensor: t, path: spec.path, dims, chunks, value: f.value, holders, distinct, key };
 }
 
+/**
+ * When f over the box's coordinates on `axes` takes the values start, start + unit, ...,
+ * start + unit x (count - 1), each once (its coefficients, sorted, are unit, unit x m1,
+ * unit x m1 x m2, ... over contiguous coordinate ranges of sizes m1, m2, ...): that range.
+ */
+function mixedRadix(f: Aff, axes: readonly number[], box: Box, unit: number): { start: number; count: number } | undefined {
+  const byStep = [...axes].sort((a, b) => (f.k[a] as number) - (f.k[b] as number));
+  let step = unit;
+  for (const a of byStep) {
+    const set = box.sets[a] as Int32Array;
+    if ((set[set.length - 1] as number) - (set[0] as number) + 1 !== set.length) return undefined;
+    if (f.k[a] !== step) return undefined;
+    step *= set.length;
+  }
+  return { start: evalAt(f, Int32Array.from(box.lo)), count: step / unit };
+}
+
 const axisSetIds = new Map<string, number>();
 const boxAxisIds = new WeakMap<Box, Int32Array>();
 /** A small id per distinct coordinate set (for family keys): equal sets, equal ids. */
@@ -451,7 +497,9 @@ function boxId(box: Box, a: number): number {
   let ids = boxAxisIds.get(box);
   if (ids === undefined) {
     ids = Int32Array.from(box.sets.map((s) => {
-      const k = `${s.length}:${s.join('.')}`;
+      const first = s[0] ?? 0;
+      const last = s[s.length - 1] ?? -1;
+      const k = last - first + 1 === s.length ? `${first}-${last}` : s.join('.');
       let id = axisSetIds.get(k);
       if (id === undefined) axisSetIds.set(k, (id = axisSetIds.size));
       return id;
@@ -550,7 +598,7 @@ function tileFamilies(lt: number, all: readonly Family[], logical: LogicalGraph)
       }
       acc = next;
     });
-    marks += acc.length * f.chunks.length;
+    marks += acc.length * (f.chunks.length / 2);
     return acc;
   };
   const complete = new Uint8Array(cells);
@@ -571,24 +619,45 @@ function tileFamilies(lt: number, all: readonly Family[], logical: LogicalGraph)
   for (const g of groups.values()) {
     const fc = g.fams.map((f) => cellsOf(f));
     if (marks > MAX_MARKS) return { ok: false, path: first.path, message: `lineage of '${name}' needs more than ${MAX_MARKS} cell marks to check` };
-    // (chunk, family) pairs by chunk: each cell counts distinct chunks with a stamp.
-    const pairs: [number, number][] = [];
-    g.fams.forEach((f, i) => f.chunks.forEach((c) => pairs.push([c, i])));
-    pairs.sort((a, b) => a[0] - b[0]);
-    const count = new Int32Array(cells);
-    const stamp = new Int32Array(cells).fill(-1);
-    for (const [c, i] of pairs) {
+    // Per cell, the union of the chunk ranges of the families that hold it must be 0..n-1
+    // (every range is inside 0..n-1: checked per family).
+    const start = new Int32Array(cells + 1);
+    g.fams.forEach((f, i) => {
+      for (const x of fc[i] as Int32Array) start[x + 1] = (start[x + 1] as number) + f.chunks.length / 2;
+    });
+    for (let x = 0; x < cells; x++) start[x + 1] = (start[x + 1] as number) + (start[x] as number);
+    const total = start[cells] as number;
+    const lo = new Float64Array(total);
+    const hi = new Float64Array(total);
+    const fill = start.slice(0, cells);
+    g.fams.forEach((f, i) => {
       for (const x of fc[i] as Int32Array) {
-        if (stamp[x] === c) continue;
-        stamp[x] = c;
-        count[x] = (count[x] as number) + 1;
+        for (let j = 0; j < f.chunks.length; j += 2) {
+          const at = fill[x] as number;
+          lo[at] = f.chunks[j] as number;
+          hi[at] = f.chunks[j + 1] as number;
+          fill[x] = at + 1;
+        }
       }
-    }
+    });
     for (let x = 0; x < cells; x++) {
-      const k = count[x] as number;
-      if (k === 0) continue;
+      const a = start[x] as number;
+      const b = start[x + 1] as number;
+      if (a === b) continue;
       partialHeld[x] = 1;
-      if (k < g.n) return { ok: false, path: (g.fams[0] as Family).path, message: `elements ${cellText(x, sizes, strides, bounds)} are held as partial addends (sum of ${g.n}) but only ${k} distinct chunk(s) are held: the partial group is incomplete` };
+      let held: number;
+      if (b - a === 1) held = (hi[a] as number) - (lo[a] as number);
+      else {
+        const order = Array.from({ length: b - a }, (_, i) => a + i).sort((p, q) => (lo[p] as number) - (lo[q] as number));
+        held = 0;
+        let end = -1;
+        for (const i of order) {
+          const l = Math.max(lo[i] as number, end);
+          if ((hi[i] as number) > l) held += (hi[i] as number) - l;
+          end = Math.max(end, hi[i] as number);
+        }
+      }
+      if (held < g.n) return { ok: false, path: (g.fams[0] as Family).path, message: `elements ${cellText(x, sizes, strides, bounds)} are held as partial addends (sum of ${g.n}) but only ${held} distinct chunk(s) are held: the partial group is incomplete` };
     }
   }
   let partialOnly = false;

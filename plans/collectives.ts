@@ -265,9 +265,11 @@ function matchPerRankCalls(ctx: Ctx, out: CollectiveInstance[], only?: (p: Progr
   const groupCalls = new Map<string, { members: Int32Array; calls: Map<number, number[]> }>();
   const p2p = new Map<string, { sends: number[]; recvs: number[] }>();
   const issuesBefore = ctx.sink.size;
-  for (let r = 0; r < mesh.size; r++) {
+  // Programs with no call site to match here are skipped without looking at their sites.
+  const any = programs.map((p) => only === undefined || p.collectiveSites.some((op) => only(p, op)));
+  for (let r = 0; r < mesh.size && any.includes(true); r++) {
     const p = programs[rankProgram[r] as number];
-    if (p === undefined) continue;
+    if (p === undefined || any[p.index] !== true) continue;
     for (const op of p.collectiveSites) {
       if (only !== undefined && !only(p, op)) continue;
       const kind = p.ops.kind[op] as number;

@@ -68,7 +68,9 @@ export function checkDataflow(
     const cons = baseCons[pi] as Uint8Array;
     const everUsed = new Uint8Array(p.tensors.size);
     let checkedBase = false;
-    for (const r of p.ranks) {
+    // Without multi-rank collectives every rank of the program has the same counts: check once.
+    const ranks = extraProd.size === 0 && extraCons.size === 0 ? p.ranks.subarray(0, 1) : p.ranks;
+    for (const r of ranks) {
       if (rankProgram[r] !== pi) continue;
       const ep = extraProd.get(r);
       const ec = extraCons.get(r);

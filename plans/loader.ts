@@ -131,7 +131,8 @@ export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {
 
   const { programs, rankProgram } = buildPrograms(plan, mesh, logical, sink);
   sink.throwIfAny();
-  const assigned = programs.map((p) => Int32Array.from([...p.ranks].filter((r) => rankProgram[r] === p.index)));
+  // Conflicting assignments stopped the load above: each program runs exactly its ranks.
+  const assigned = programs.map((p) => p.ranks);
   const boxes = assigned.map((r) => programBox(r, mesh));
   lap('programs');
 

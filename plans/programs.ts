@@ -8,7 +8,7 @@ import { registry } from '../ops/registry.js';
 import type { Attrs, AttrValue, Shape } from '../ops/types.js';
 import { jpath, type IssueSink } from './errors.js';
 import { compileExpr, ExprError, type CompiledExpr } from './expr.js';
-import type { Mesh } from './mesh.js';
+import { iota, type Mesh } from './mesh.js';
 import { NameTable, OpTableBuilder, type AttrSpec, type GroupSpec, type IntSpec, type LogicalGraph, type PeerSpec, type Program, type RankView } from './model.js';
 import type { RawGroup, RawInt, RawLineage, RawPeer, RawPlan, RawProgram, RawSelector } from './raw.js';
 import { type LineageSpec, parsePlacement, rankEnv, LineageError, type Reduce } from '../lineage/model.js';
@@ -68,7 +68,7 @@ export function evalInt(s: IntSpec, env: (n: string) => number): number {
 
 /** Ranks chosen by a selector, ascending. */
 export function selectRanks(sel: RawSelector, mesh: Mesh, path: string, sink: IssueSink): Int32Array {
-  if (sel === 'all') return Int32Array.from({ length: mesh.size }, (_, i) => i);
+  if (sel === 'all') return iota(mesh.size);
   if (Array.isArray(sel)) {
     const seen = new Set<number>();
     sel.forEach((r, k) => {
@@ -232,9 +232,7 @@ export function buildPrograms(raw: RawPlan, mesh: Mesh, logical: LogicalGraph, s
     }
   }
   const idle: number[] = [];
-  rankProgram.forEach((p, r) => {
-    if (p < 0) idle.push(r);
-  });
+  for (let r = 0; r < rankProgram.length; r++) if ((rankProgram[r] as number) < 0) idle.push(r);
   if (idle.length > 0) {
     const at = (r: number): string => `(${mesh.axes.map((a, i) => `${a}=${mesh.coord(r, i)}`).join(', ')})`;
     sink.add('$.parallel.programs', `rank(s) ${idle.slice(0, 10).join(', ')}${idle.length > 10 ? ', ...' : ''} of the mesh have no program; first at coordinates ${at(idle[0] as number)}`);

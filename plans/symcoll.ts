@@ -65,9 +65,9 @@ export function checkCollectivesSymbolic(raw: RawPlan, mesh: Mesh, programs: Pro
     if (e === undefined) kinds.set(key, { op, over, groupSize, instances: n });
     else e.instances += n;
   };
-  const axesLabel = (axes: readonly number[], members: Int32Array): string => {
+  const axesLabel = (axes: readonly number[], r0: number): string => {
     const varying = axes.filter((a) => (mesh.sizes[a] as number) > 1).map((a) => mesh.axes[a] as string);
-    return varying.length > 0 ? varying.join('+') : `ranks [${[...members].join(', ')}]`;
+    return varying.length > 0 ? varying.join('+') : `ranks [${r0}]`;
   };
   for (const c of quotient) count(registry.get(c.kind).name, groupText(mesh, c.group), c.group.length, 1);
 
@@ -107,7 +107,7 @@ export function checkCollectivesSymbolic(raw: RawPlan, mesh: Mesh, programs: Pro
   programs.forEach((p, pi) => {
     const sym = symbolicGroup[pi] as Uint8Array;
     const callNo = new Map<string, number>();
-    const ranks = [...p.ranks].filter((r) => rankProgram[r] === pi);
+    const ranks = p.ranks;
     for (const op of p.collectiveSites) {
       if (sym[op] !== 1 || sink.size > before) continue;
       const spec = p.groups[op];
@@ -128,7 +128,6 @@ export function checkCollectivesSymbolic(raw: RawPlan, mesh: Mesh, programs: Pro
       for (const t of [tin, tout]) if (t >= 0) for (const d of p.shapeSpecs[t] ?? []) for (const v of specVars(d)) note(v);
       const insideGroup = [...vars].some((a) => a < 0 || A.includes(a));
       const r0 = ranks[0] as number;
-      const members0 = mesh.groupAlong(r0, A);
       // Every group of this site, as the per-rank matcher builds and checks it.
       const perGroup = (): void => {
         const seen = new Uint8Array(mesh.size);
@@ -178,15 +177,17 @@ export function checkCollectivesSymbolic(raw: RawPlan, mesh: Mesh, programs: Pro
         }
         if (bad) perGroup();
       }
-      count(def.name, axesLabel(A, members0), g, ranks.length / g);
+      count(def.name, axesLabel(A, r0), g, ranks.length / g);
+      // One member stands for all: in the quotient graph every member is (this program, this
+      // site), so the others would only repeat its edges.
       quotient.push({
         id: p.ops.ids.name(op),
         kind,
         attrs: attrs0,
-        group: members0,
-        inputs: new Int32Array(members0.length).fill(tin),
-        outputs: new Int32Array(members0.length).fill(tout),
-        sites: new Int32Array(members0.length).fill(op),
+        group: Int32Array.of(r0),
+        inputs: Int32Array.of(tin),
+        outputs: Int32Array.of(tout),
+        sites: Int32Array.of(op),
         path: p.ops.ids.paths[op] as string,
         microbatch: p.microbatch[op] as number,
       });
