@@ -15,7 +15,9 @@
  * Two series are summarised as scaling exponents k (time ~ size^k, 1 = linear):
  *  - 'size': explicit per-rank plans over 2 ranks, ~10k to ~300k ops in the file;
  *  - 'ranks': one SPMD template (fixed file) over 2 to 1024 ranks, against the ops the
- *    loader checks on all ranks (logical ops + ranks x program ops).
+ *    loader checks on all ranks (logical ops + ranks x program ops);
+ *  - 'dp': the same 2-layer template over dp 2 to 8192 (21 loads each), against its dp-2 time:
+ *    loading per template must not grow with the ranks.
  * The whole run takes about 2-4 minutes on a quiet 2-core machine.
  */
 import { parseBenchArgs } from './args.js';
@@ -35,8 +37,10 @@ interface Case {
   readonly layers: number;
   /** Shown next to the name in the table. */
   readonly note?: string;
-  /** 'size': explicit plans of growing size; 'ranks': one template over growing meshes. */
-  readonly series?: 'size' | 'ranks';
+  /** 'size': explicit plans of growing size; 'ranks'/'dp': one template over growing meshes. */
+  readonly series?: 'size' | 'ranks' | 'dp';
+  /** Loads per case (default: --runs); small plans take more for a stable median. */
+  readonly runs?: number;
 }
 
 /** What the child process reports. */
@@ -74,7 +78,7 @@ function defaultCases(): Case[] {
     ...(series === undefined ? {} : { series }),
   });
   const headline = layersForOps(HEADLINE_OPS, 2);
-  const template = (ranks: number, layers: number, note?: string, series?: 'ranks'): Case => ({
+  const template = (ranks: number, layers: number, note?: string, series?: 'ranks' | 'dp'): Case => ({
     name: `template-dp${ranks}-${layers}l`,
     spelling: 'template',
     ranks,
@@ -94,6 +98,7 @@ function defaultCases(): Case[] {
     template(64, SWEEP_LAYERS, 'ranks sweep', 'ranks'),
     template(256, SWEEP_LAYERS, 'ranks sweep', 'ranks'),
     template(1024, SWEEP_LAYERS, 'ranks sweep', 'ranks'),
+    ...[2, 64, 1024, 8192].map((dp) => ({ ...template(dp, 2, 'dp sweep', 'dp'), runs: 21 })),
   ];
 }
 
@@ -166,7 +171,7 @@ function runCase(c: Case, dir: string, runs: number): Row {
   writeFileSync(file, JSON.stringify(plan));
   const bytes = statSync(file).size;
   const self = fileURLToPath(import.meta.url);
-  const out = spawnSync(process.execPath, ['--expose-gc', self, '--child', file, String(runs)], { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024, timeout: 240_000 });
+  const out = spawnSync(process.execPath, ['--expose-gc', self, '--child', file, String(c.runs ?? runs)], { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024, timeout: 240_000 });
   rmSync(file, { force: true });
   let result: ChildResult;
   const line = out.stdout.split('\n').find((l) => l.startsWith('{'));
@@ -197,8 +202,9 @@ function table(rows: readonly Row[]): string {
       continue;
     }
     const ratio = ref === undefined ? '' : `${(perOp(r) / perOp(ref)).toFixed(2)}x`;
+    const shown = r.result.runsMs.length > 5 ? `${r.result.runsMs.length} runs, min ${Math.min(...r.result.runsMs).toFixed(1)}, max ${Math.max(...r.result.runsMs).toFixed(1)}` : r.result.runsMs.map((x) => x.toFixed(0)).join(' / ');
     lines.push(
-      `${head} ${ms(r).toFixed(0)} | ${r.result.runsMs.map((x) => x.toFixed(0)).join(' / ')} | ${r.result.parseMs.toFixed(0)} | ${perOp(r).toFixed(1)} | ${ratio} | ${mb(r.result.heapRetained)} | ${mb(r.result.maxRss)} |`,
+      `${head} ${ms(r) < 20 ? ms(r).toFixed(1) : ms(r).toFixed(0)} | ${shown} | ${r.result.parseMs.toFixed(0)} | ${perOp(r).toFixed(1)} | ${ratio} | ${mb(r.result.heapRetained)} | ${mb(r.result.maxRss)} |`,
     );
   }
   return lines.join('\n');
@@ -207,7 +213,7 @@ function table(rows: readonly Row[]): string {
 /** Growth between consecutive rows of a series: time ratio and exponent k in time ~ size^k. */
 function scaling(rows: readonly Row[]): string {
   const out: string[] = [];
-  const pairs = (series: 'size' | 'ranks'): [Row, Row][] => {
+  const pairs = (series: 'size' | 'ranks' | 'dp'): [Row, Row][] => {
     const rs = rows.filter((r) => r.series === series && ok(r));
     return rs.slice(1).map((r, i) => [rs[i] as Row, r]);
   };
@@ -222,6 +228,11 @@ function scaling(rows: readonly Row[]): string {
     out.push(
       `- ${a.name} -> ${b.name}: same file size, ops on all ranks x${n.toFixed(2)}, load time x${t.toFixed(2)}, exponent ${(Math.log(t) / Math.log(n)).toFixed(2)} (time ~ (ranks x program ops)^k); ${((ms(b) * 1000) / b.expandedOps).toFixed(2)} µs per op on all ranks`,
     );
+  }
+  const dp = rows.filter((r) => r.series === 'dp' && ok(r));
+  const dp2 = dp[0];
+  for (const r of dp.slice(1)) {
+    if (dp2 !== undefined) out.push(`- ${dp2.name} -> ${r.name}: file x${(r.bytes / dp2.bytes).toFixed(2)}, ranks x${r.ranks / dp2.ranks}, load time x${(ms(r) / ms(dp2)).toFixed(2)} (${ms(dp2).toFixed(1)} -> ${ms(r).toFixed(1)} ms)`);
   }
   const failed = rows.filter((r) => r.series !== undefined && !ok(r)).map((r) => r.name);
   if (failed.length > 0) out.push(`- not loaded: ${failed.join(', ')}`);

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { ExitCode, PlanError, PlanTooLargeError, formatIssue } from '../plans/errors.js';
-import { loadPlanText, type LoadedPlan } from '../plans/loader.js';
+import { loadPlanText, stageWorkTooLarge, type LoadedPlan } from '../plans/loader.js';
 import { readPlanText, STDIN_NAME } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
@@ -94,6 +94,14 @@ async function runVerify(l: Loaded, eng: EngineOptions): Promise<VerifyReport> {
 async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out): Promise<number> {
   const l = loadWithText(file, json, out);
   if (typeof l === 'number') return l;
+  // Loading is per template; the stages still walk ranks: say "unknown" before they would
+  // exhaust the heap.
+  const big = stageWorkTooLarge(l.plan);
+  if (big !== undefined) {
+    if (json) out.log(JSON.stringify({ verdict: 'unknown', file, reason: big }, null, 2));
+    else out.err(`planproof: unknown: ${file}: ${big}`);
+    return ExitCode.unknown;
+  }
   const report = await runVerify(l, eng);
   out.log(json ? JSON.stringify(report, null, 2) : formatReport(report, verbose));
   return verdictCode[report.verdict];

@@ -16,6 +16,24 @@ export interface PlanSummary {
   logicalWithoutLineage: string[];
   contract: { inputs: string[]; outputs: string[] };
   warnings: string[];
+  /** Which path each check took (per template or per rank), and how long each phase took. */
+  checks: { mode: 'template' | 'rank'; text: string[]; ms: Record<string, number> };
+}
+
+function checksOf(plan: LoadedPlan): PlanSummary['checks'] {
+  const st = plan.stats;
+  const c = st.collectives;
+  const l = st.lineage;
+  return {
+    mode: st.checks,
+    text: [
+      `programs: ${st.boxPrograms} of ${plan.programs.length} run on a box of mesh coordinates`,
+      `shapes: ${st.shapeChecks} tensor and op checks (each once per distinct coordinates it depends on)`,
+      `collectives: ${c.symbolicSites} group call sites matched per template, ${c.perRankSites} rank by rank; send/recv ${c.p2p === 'symbolic' ? `per template (${c.p2pClasses} program-to-program classes)` : c.p2p}`,
+      `lineage: ${l.symbolicTensors} tensors checked per template, ${l.enumeratedTensors} per distinct coordinates (${l.enumeratedClaims} claims)`,
+    ],
+    ms: st.ms,
+  };
 }
 
 function countBy(map: Record<string, number>, key: string, n = 1): void {
@@ -46,15 +64,6 @@ export function summarize(plan: LoadedPlan): PlanSummary {
       pops += n;
     }
   });
-  const coll = new Map<string, { op: string; over: string; groupSize: number; instances: number }>();
-  for (const c of plan.collectives) {
-    const op = registry.get(c.kind).name;
-    const over = groupLabel(plan.mesh, c.group);
-    const key = `${op}|${over}`;
-    const e = coll.get(key);
-    if (e === undefined) coll.set(key, { op, over, groupSize: c.group.length, instances: 1 });
-    else e.instances++;
-  }
   const held = new Set(plan.coverage.map((c) => c.logical));
   const without: string[] = [];
   for (let t = 0; t < lg.tensors.size; t++) if (!held.has(t)) without.push(lg.tensors.name(t));
@@ -66,7 +75,8 @@ export function summarize(plan: LoadedPlan): PlanSummary {
     programs: plan.programs.map((p, i) => ({ name: p.name, ranks: assigned[i] as number, template: (assigned[i] as number) > 1, ops: p.ops.size, tensors: p.tensors.size })),
     logical: { tensors: lg.tensors.size, ops: lg.ops.size, opsByKind: lk },
     parallel: { ops: pops, opsByKind: pk },
-    collectives: [...coll.values()],
+    collectives: plan.collectiveKinds.map((c) => ({ ...c })),
+    checks: checksOf(plan),
     lineage: plan.coverage.map((c) => ({
       logical: lg.tensors.name(c.logical),
       role: lg.roles[c.logical] as string,
@@ -106,5 +116,8 @@ export function formatSummary(s: PlanSummary): string {
   if (s.logicalWithoutLineage.length > 0) out.push(`            no lineage: ${s.logicalWithoutLineage.join(', ')}`);
   out.push(`contract    inputs ${s.contract.inputs.join(', ')}; outputs ${s.contract.outputs.join(', ')} (each complete on some rank)`);
   out.push(`warnings    ${s.warnings.length === 0 ? 'none' : s.warnings.join('\n            ')}`);
+  out.push(`checks      ${s.checks.mode === 'template' ? 'per template where symbolic, per rank elsewhere' : 'per rank'}`);
+  for (const t of s.checks.text) out.push(`            ${t}`);
+  out.push(`            load ms: ${Object.entries(s.checks.ms).map(([k, v]) => `${k} ${v}`).join(', ')}`);
   return out.join('\n');
 }

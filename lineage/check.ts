@@ -17,7 +17,7 @@ import type { Mesh } from '../plans/mesh.js';
 import type { Contract, LogicalGraph, Program, RankView } from '../plans/model.js';
 import { specVars } from '../plans/programs.js';
 import { ExprError, exprIssue } from '../plans/expr.js';
-import { evalLineage, groupKey, LineageError, type LineageNF, regionStr, valueStr } from './model.js';
+import { evalLineage, groupKey, LineageError, type LineageNF, type LineageSpec, regionStr, valueStr } from './model.js';
 
 export interface Claim {
   readonly nf: LineageNF;
@@ -49,34 +49,43 @@ export function collectClaims(programs: Program[], rankProgram: Int32Array, mesh
   for (const p of programs) {
     const ranks = [...p.ranks].filter((r) => rankProgram[r] === p.index);
     p.lineage.forEach((spec, t) => {
-      if (spec === undefined) return;
-      const axes = new Set<number>(spec.axes);
-      for (const d of p.shapeSpecs[t] ?? []) for (const v of specVars(d)) axes.add(v === 'rank' ? -1 : mesh.axisIndex(v));
-      const reps = new Map<string, { rank: number; n: number }>();
-      const ax = [...axes].sort((a, b) => a - b);
-      for (const r of ranks) {
-        const key = ax.map((a) => (a < 0 ? r : mesh.coord(r, a))).join(',');
-        const e = reps.get(key);
-        if (e === undefined) reps.set(key, { rank: r, n: 1 });
-        else e.n++;
-      }
-      for (const { rank, n } of reps.values()) {
-        const lshape = logical.shapes[spec.logical] as Shape;
-        try {
-          const nf = evalLineage(spec, mesh, rank, lshape, view(rank).shapes[t] as Shape);
-          claims.push({ nf, rank, holders: n, program: p.index, tensor: t });
-        } catch (e) {
-          if (e instanceof ExprError) {
-            exprIssue(sink, e, spec.path, rank);
-            continue;
-          }
-          if (!(e instanceof LineageError)) throw e;
-          sink.add(spec.path, `${e.message} (logical '${logical.tensors.name(spec.logical)}' is ${shapeText(lshape)})`, `rank ${rank} tensor '${p.tensors.name(t)}'`);
-        }
-      }
+      if (spec !== undefined) claimsOfSpec(p, t, spec, ranks, mesh, logical, view, sink, claims);
     });
   }
   return claims;
+}
+
+/** The mesh axes (-1: `rank`) one tensor's claims depend on: its lineage and its shape. */
+export function claimAxes(p: Program, t: number, spec: LineageSpec, mesh: Mesh): number[] {
+  const axes = new Set<number>(spec.axes);
+  for (const d of p.shapeSpecs[t] ?? []) for (const v of specVars(d)) axes.add(v === 'rank' ? -1 : mesh.axisIndex(v));
+  return [...axes].sort((a, b) => a - b);
+}
+
+/** The claims of one tensor of one program, once per distinct coordinates (the per-rank path). */
+export function claimsOfSpec(p: Program, t: number, spec: LineageSpec, ranks: Iterable<number>, mesh: Mesh, logical: LogicalGraph, view: (r: number) => RankView, sink: IssueSink, claims: Claim[]): void {
+  const ax = claimAxes(p, t, spec, mesh);
+  const reps = new Map<string, { rank: number; n: number }>();
+  for (const r of ranks) {
+    const key = ax.map((a) => (a < 0 ? r : mesh.coord(r, a))).join(',');
+    const e = reps.get(key);
+    if (e === undefined) reps.set(key, { rank: r, n: 1 });
+    else e.n++;
+  }
+  for (const { rank, n } of reps.values()) {
+    const lshape = logical.shapes[spec.logical] as Shape;
+    try {
+      const nf = evalLineage(spec, mesh, rank, lshape, view(rank).shapes[t] as Shape);
+      claims.push({ nf, rank, holders: n, program: p.index, tensor: t });
+    } catch (e) {
+      if (e instanceof ExprError) {
+        exprIssue(sink, e, spec.path, rank);
+        continue;
+      }
+      if (!(e instanceof LineageError)) throw e;
+      sink.add(spec.path, `${e.message} (logical '${logical.tensors.name(spec.logical)}' is ${shapeText(lshape)})`, `rank ${rank} tensor '${p.tensors.name(t)}'`);
+    }
+  }
 }
 
 function shapeText(s: Shape): string {
@@ -92,6 +101,16 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
     l.push(c);
   }
   const coverage: Coverage[] = [];
+  for (const [lt, list] of [...byLogical].sort((a, b) => a[0] - b[0])) {
+    const c = checkTiling(lt, list, programs, logical, sink);
+    if (c !== undefined) coverage.push(c);
+  }
+  checkContract(coverage, logical, contract, sink);
+  return coverage;
+}
+
+/** Tiling of one logical tensor by its claims (all of them, from every program). */
+export function checkTiling(lt: number, list: readonly Claim[], programs: Program[], logical: LogicalGraph, sink: IssueSink): Coverage | undefined {
   const label = (c: Claim): string => {
     const p = programs[c.program] as Program;
     return `rank ${c.rank}${c.holders > 1 ? ` (+${c.holders - 1} more)` : ''} '${p.tensors.name(c.tensor)}'`;
@@ -100,7 +119,7 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
     const p = programs[c.program] as Program;
     return p.lineage[c.tensor]?.path ?? (p.tensors.paths[c.tensor] as string);
   };
-  for (const [lt, list] of [...byLogical].sort((a, b) => a[0] - b[0])) {
+  {
     const name = logical.tensors.name(lt);
     const where = `logical tensor '${name}'`;
     const shape = logical.shapes[lt] as Shape;
@@ -123,7 +142,7 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
     const cells = sizes.reduce((p, s) => p * s, 1);
     if (cells > MAX_CELLS) {
       sink.add(specPath(cs[0] as Claim), `lineage is split into ${cells} distinct blocks; more than ${MAX_CELLS} cannot be checked`, where);
-      continue;
+      return undefined;
     }
     const complete = new Uint8Array(cells);
     // Partial groups by (n, reduce, divisor, split); per group, the claims of each chunk index.
@@ -222,9 +241,12 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
       sink.add(specPath(cs[0] as Claim), `elements ${cellRegion(x)} are held by no rank: the lineage does not tile the tensor (held: ${cs.slice(0, 4).map((c) => `${label(c)} ${regionStr(c.nf.ranges)} ${valueStr(c.nf.value)}`).join('; ')})`, where);
       reported++;
     }
-    coverage.push({ logical: lt, claims: cs.length, holders, complete: allComplete && reported === 0, partialOnly, hasPartials: groups.size > 0 });
+    return { logical: lt, claims: cs.length, holders, complete: allComplete && reported === 0, partialOnly, hasPartials: groups.size > 0 };
   }
-  // Output contract.
+}
+
+/** Every element of every contract output has a complete value on some rank. */
+export function checkContract(coverage: readonly Coverage[], logical: LogicalGraph, contract: Contract, sink: IssueSink): void {
   const cov = new Map(coverage.map((c) => [c.logical, c]));
   contract.outputs.forEach((t, k) => {
     if (t < 0) return;
@@ -233,10 +255,9 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
     if (c === undefined) sink.add(jpath('$.contract.outputs', k), 'has no lineage: no rank is known to hold it, so the plan cannot be compared with the logical iteration', where);
     else if (!c.complete && c.partialOnly) sink.add(jpath('$.contract.outputs', k), 'some elements are held only as partial values on every rank: the iteration must end with a complete value on some rank (a reduction is missing?)', where);
   });
-  return coverage;
 }
 
-function lowerBound(a: Int32Array, v: number): number {
+export function lowerBound(a: Int32Array, v: number): number {
   let lo = 0;
   let hi = a.length;
   while (lo < hi) {

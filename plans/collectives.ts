@@ -24,7 +24,7 @@ export function canonicalJson(v: AttrValue | Attrs | undefined): string {
     .join(',')}}`;
 }
 
-interface Ctx {
+export interface Ctx {
   mesh: Mesh;
   programs: Program[];
   rankProgram: Int32Array;
@@ -55,7 +55,7 @@ function resolveGroup(ctx: Ctx, g: GroupSpec, rank: number, path: string): Int32
 }
 
 /** Flat mesh index of `rank` with the group axes' coordinates set to 0: names the group. */
-function groupBase(mesh: Mesh, rank: number, axes: readonly number[]): number {
+export function groupBase(mesh: Mesh, rank: number, axes: readonly number[]): number {
   let flat = mesh.flatOf[rank] as number;
   let stride = 1;
   for (let a = mesh.axes.length - 1; a >= 0; a--) {
@@ -85,7 +85,7 @@ function guard<T>(ctx: Ctx, rank: number, path: string, f: () => T | undefined):
   }
 }
 
-function resolvePeer(ctx: Ctx, p: PeerSpec, rank: number, path: string): number | undefined {
+export function resolvePeer(ctx: Ctx, p: PeerSpec, rank: number, path: string): number | undefined {
   let peer: number;
   if (p.kind === 'rank') peer = evalInt(p.rank, rankEnv(ctx.mesh, rank));
   else {
@@ -122,6 +122,28 @@ export function buildCollectives(raw: RawPlan, mesh: Mesh, programs: Program[], 
     multiRank(ctx, c, jpath('$.parallel.collectives', i), out);
   });
   matchPerRankCalls(ctx, out);
+  for (const inst of out) checkInstance(ctx, inst);
+  return out;
+}
+
+/** The multi-rank entries of $.parallel.collectives, as instances (checked). */
+export function multiRankCollectives(raw: RawPlan, ctx: Ctx): CollectiveInstance[] {
+  const out: CollectiveInstance[] = [];
+  const ids = new Map<string, number>();
+  (raw.parallel.collectives ?? []).forEach((c, i) => {
+    const prev = ids.get(c.id);
+    if (prev !== undefined) ctx.sink.add(jpath('$.parallel.collectives', i, 'id'), `collective id '${c.id}' is used twice (first at $.parallel.collectives[${prev}])`);
+    else ids.set(c.id, i);
+    multiRank(ctx, c, jpath('$.parallel.collectives', i), out);
+  });
+  for (const inst of out) checkInstance(ctx, inst);
+  return out;
+}
+
+/** Per-rank calls matched rank by rank (only the call sites `only` accepts), checked. */
+export function perRankCollectives(ctx: Ctx, only: (p: Program, op: number) => boolean): CollectiveInstance[] {
+  const out: CollectiveInstance[] = [];
+  matchPerRankCalls(ctx, out, only);
   for (const inst of out) checkInstance(ctx, inst);
   return out;
 }
@@ -237,16 +259,19 @@ function multiRank(ctx: Ctx, c: RawCollective, path: string, out: CollectiveInst
   }
 }
 
-function matchPerRankCalls(ctx: Ctx, out: CollectiveInstance[]): void {
+function matchPerRankCalls(ctx: Ctx, out: CollectiveInstance[], only?: (p: Program, op: number) => boolean): void {
   const { mesh, programs, rankProgram, sink } = ctx;
   // Group calls: key = members in group order; per member, its call sites in program order.
   const groupCalls = new Map<string, { members: Int32Array; calls: Map<number, number[]> }>();
   const p2p = new Map<string, { sends: number[]; recvs: number[] }>();
   const issuesBefore = ctx.sink.size;
-  for (let r = 0; r < mesh.size; r++) {
+  // Programs with no call site to match here are skipped without looking at their sites.
+  const any = programs.map((p) => only === undefined || p.collectiveSites.some((op) => only(p, op)));
+  for (let r = 0; r < mesh.size && any.includes(true); r++) {
     const p = programs[rankProgram[r] as number];
-    if (p === undefined) continue;
+    if (p === undefined || any[p.index] !== true) continue;
     for (const op of p.collectiveSites) {
+      if (only !== undefined && !only(p, op)) continue;
       const kind = p.ops.kind[op] as number;
       const path = p.ops.ids.paths[op] as string;
       const coll = registry.get(kind).collective;
@@ -328,7 +353,7 @@ function matchPerRankCalls(ctx: Ctx, out: CollectiveInstance[]): void {
   }
 }
 
-function makeInstance(ctx: Ctx, members: Int32Array, sites: Int32Array, k: number): CollectiveInstance {
+export function makeInstance(ctx: Ctx, members: Int32Array, sites: Int32Array, k: number): CollectiveInstance {
   const m0 = members[0] as number;
   const p0 = ctx.programs[ctx.rankProgram[m0] as number] as Program;
   const op0 = sites[0] as number;
@@ -355,7 +380,7 @@ function makeInstance(ctx: Ctx, members: Int32Array, sites: Int32Array, k: numbe
 }
 
 /** Shape and arity agreement across the members of one instance. */
-function checkInstance(ctx: Ctx, inst: CollectiveInstance): void {
+export function checkInstance(ctx: Ctx, inst: CollectiveInstance): void {
   const def = registry.get(inst.kind);
   const coll = def.collective;
   if (coll === undefined) return;

@@ -8,6 +8,9 @@
  *    on the quotient graph that merges ranks sharing a program; a cycle in the real graph
  *    maps to a cycle there, so an acyclic quotient proves the plan acyclic. Only when the
  *    quotient has a cycle is the exact per-rank graph built, to confirm and report it.
+ *    The quotient needs one collective record per distinct (program, call site) tuple, so
+ *    `collectives` may be the per-template records of symcoll.ts; `exactCollectives` gives
+ *    the per-rank instances, built only for the exact graph.
  */
 import { registry } from '../ops/registry.js';
 import { type Csr, cycleText, findCycle, toCsr } from './cycles.js';
@@ -25,6 +28,7 @@ export function checkDataflow(
   contract: Contract,
   sink: IssueSink,
   warnings: PlanIssue[],
+  exactCollectives: () => CollectiveInstance[] = () => collectives,
 ): void {
   const isContractInput = new Uint8Array(logical.tensors.size);
   for (const t of contract.inputs) if (t >= 0) isContractInput[t] = 1;
@@ -64,7 +68,9 @@ export function checkDataflow(
     const cons = baseCons[pi] as Uint8Array;
     const everUsed = new Uint8Array(p.tensors.size);
     let checkedBase = false;
-    for (const r of p.ranks) {
+    // Without multi-rank collectives every rank of the program has the same counts: check once.
+    const ranks = extraProd.size === 0 && extraCons.size === 0 ? p.ranks.subarray(0, 1) : p.ranks;
+    for (const r of ranks) {
       if (rankProgram[r] !== pi) continue;
       const ep = extraProd.get(r);
       const ec = extraCons.get(r);
@@ -105,7 +111,7 @@ export function checkDataflow(
     sink.add(quotient.path(qc[0] as number), `possible cycle (checked on ranks merged by program; the plan is too large for the exact check): ${cycleText(qc.map(quotient.label))}`);
     return;
   }
-  const exact = buildFlowGraph(programs, rankProgram, collectives, 'rank');
+  const exact = buildFlowGraph(programs, rankProgram, exactCollectives(), 'rank');
   const ec = findCycle(exact);
   if (ec !== undefined) {
     sink.add(exact.path(ec[0] as number), `the parallel graph has a cycle (a deadlock if it runs): ${cycleText(ec.map(exact.label))}`);

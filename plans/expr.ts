@@ -12,7 +12,21 @@ export interface CompiledExpr {
   readonly vars: readonly string[];
   /** Evaluates with `env(name)` giving each variable's value. Throws ExprError. */
   eval(env: (name: string) => number): number;
+  /**
+   * The expression as `c + sum k_v * v`, when it is built from literals, variables, + - and
+   * products with a constant, and no sub-expression can leave the safe integer range for
+   * variables in their bounds (so evaluation can never throw). Undefined otherwise.
+   */
+  readonly affine?: Affine;
 }
+
+/** An affine integer function of named variables. */
+export interface Affine {
+  readonly c: number;
+  readonly k: ReadonlyMap<string, number>;
+}
+
+type Bound = readonly [number, number];
 
 import type { IssueSink } from './errors.js';
 
@@ -30,7 +44,7 @@ type Node =
 
 const MAX_EXPR_LEN = 1000;
 
-export function compileExpr(source: string, allowedVars: ReadonlySet<string>): CompiledExpr {
+export function compileExpr(source: string, allowedVars: ReadonlySet<string>, bounds?: (name: string) => Bound): CompiledExpr {
   if (source.length > MAX_EXPR_LEN) throw new ExprError(`expression longer than ${MAX_EXPR_LEN} characters`);
   const toks = tokenize(source);
   let i = 0;
@@ -105,11 +119,62 @@ export function compileExpr(source: string, allowedVars: ReadonlySet<string>): C
   };
   const root = parseExpr();
   if (i !== toks.length) throw new ExprError(`unexpected '${toks[i] ?? ''}' in '${source}'`);
+  const affine = bounds === undefined ? undefined : affineOf(root, bounds);
   return {
     source,
     vars: [...vars],
     eval: (env) => evalNode(root, env, source),
+    ...(affine === undefined ? {} : { affine: affine.f }),
   };
+}
+
+const safe = (b: Bound): boolean => Number.isSafeInteger(b[0]) && Number.isSafeInteger(b[1]);
+
+/**
+ * Affine form of a node with the interval of values it takes for variables in `bounds`. Every
+ * sub-expression's interval must be safe: then evalNode's overflow checks can never fire.
+ */
+function affineOf(n: Node, bounds: (name: string) => Bound): { f: Affine; b: Bound } | undefined {
+  switch (n.k) {
+    case 'num':
+      return { f: { c: n.v, k: new Map() }, b: [n.v, n.v] };
+    case 'var':
+      return { f: { c: 0, k: new Map([[n.name, 1]]) }, b: bounds(n.name) };
+    case 'neg': {
+      const a = affineOf(n.a, bounds);
+      return a === undefined ? undefined : scale(a, -1);
+    }
+    case 'call':
+      return undefined;
+    case 'bin': {
+      const a = affineOf(n.a, bounds);
+      const b = affineOf(n.b, bounds);
+      if (a === undefined || b === undefined) return undefined;
+      if (n.op === '+' || n.op === '-') {
+        const s = n.op === '+' ? 1 : -1;
+        const k = new Map(a.f.k);
+        for (const [v, x] of b.f.k) k.set(v, (k.get(v) ?? 0) + s * x);
+        for (const [v, x] of [...k]) if (x === 0) k.delete(v);
+        const bb: Bound = s === 1 ? [a.b[0] + b.b[0], a.b[1] + b.b[1]] : [a.b[0] - b.b[1], a.b[1] - b.b[0]];
+        const r = { f: { c: a.f.c + s * b.f.c, k }, b: bb };
+        return safe(bb) && Number.isSafeInteger(r.f.c) ? r : undefined;
+      }
+      if (n.op === '*') {
+        if (a.f.k.size === 0) return scale(b, a.f.c);
+        if (b.f.k.size === 0) return scale(a, b.f.c);
+      }
+      return undefined;
+    }
+  }
+}
+
+function scale(a: { f: Affine; b: Bound }, m: number): { f: Affine; b: Bound } | undefined {
+  const k = new Map<string, number>();
+  for (const [v, x] of a.f.k) if (x * m !== 0) k.set(v, x * m);
+  const ends = [a.b[0] * m, a.b[1] * m];
+  const b: Bound = [Math.min(...ends), Math.max(...ends)];
+  if (!safe(b) || [...k.values()].some((x) => !Number.isSafeInteger(x)) || !Number.isSafeInteger(a.f.c * m)) return undefined;
+  return { f: { c: a.f.c * m + 0, k }, b };
 }
 
 function tokenize(s: string): string[] {

@@ -1,29 +1,247 @@
 /**
  * loadPlan: untrusted JSON -> validated normal form. Phases run in order and each stops the
- * load with every issue it found (PlanError): parse, schema, mesh, logical graph and
- * contract, rank programs, per-rank shapes, collectives, dataflow, lineage.
+ * load with every issue it found (PlanError): parse, schema, text limits, mesh, logical graph
+ * and contract, rank programs, shapes, collectives, dataflow, lineage. The shape, collective
+ * and lineage checks run once per template with the mesh coordinates as symbols where they
+ * can (symcoll.ts, lineage/symbolic.ts), per rank elsewhere; `stats` says which ran.
  */
-import { IssueSink, PlanError, PlanTooLargeError, type PlanIssue } from './errors.js';
+import { IssueSink, PlanError, type PlanIssue } from './errors.js';
 import { findTooDeep, MAX_DEPTH, parsePlanJson, readPlanText } from './json.js';
 import { validateSchema } from './schema.js';
 import { Mesh } from './mesh.js';
 import { buildLogical } from './logical.js';
-import { buildPrograms, checkView, instantiate, specVars } from './programs.js';
+import { buildPrograms, checkOpAt, checkTensorDims, checkView, evalInt, instantiate, instantiateAttrs, specVars } from './programs.js';
 import { buildCollectives } from './collectives.js';
+import { checkCollectivesSymbolic, groupText, type CollectiveKind, type CollectiveStats, type Reps } from './symcoll.js';
 import { checkDataflow } from './dataflow.js';
 import { ExprError, exprIssue } from './expr.js';
-import type { CollectiveInstance, Plan, Program, RankView } from './model.js';
+import type { AttrSpec, CollectiveInstance, Plan, Program, RankView } from './model.js';
 import type { RawPlan } from './raw.js';
+import type { Shape } from '../ops/types.js';
+import { registry } from '../ops/registry.js';
+import { rankEnv } from '../lineage/model.js';
 import { checkLineage, collectClaims, type Claim, type Coverage } from '../lineage/check.js';
+import { checkLineageSymbolic, programBox, type Box, type LineageStats } from '../lineage/symbolic.js';
 
 /**
- * What this version holds per rank: a view (shapes and attributes) of every rank of a
- * program whose shapes or attributes depend on the coordinates, and one lineage claim per
- * (tensor, distinct coordinates it depends on). Past these, a load would exhaust the heap
- * (a 6 GB heap holds about 1.6M claims per 0.8 GB), so it stops early with "unknown".
+ * Limits on the plan as written. Loading costs grow with the text (programs, their ops and
+ * lineage), not with the ranks that run it, so these are what bounds a load; the file's bytes
+ * are bounded in json.ts. Library callers may raise them (LoadOptions.limits); the CLI uses
+ * the defaults, so that its proof workers, which load the same text, accept what it accepted.
  */
-export const MAX_RANK_CLAIMS = 4_000_000;
-export const MAX_VIEW_ENTRIES = 20_000_000;
+export interface PlanLimits {
+  /** Ops as written: logical ops, ops of every program, multi-rank collectives. */
+  readonly ops: number;
+  /** Lineage claims as written: tensors with lineage, over every program. */
+  readonly claims: number;
+}
+export const DEFAULT_LIMITS: PlanLimits = { ops: 4_000_000, claims: 4_000_000 };
+
+export interface LoadOptions {
+  /**
+   * 'template' (default): checks once per template where the coordinate dependence is
+   * symbolic (affine, boxes, mesh shifts), per rank elsewhere. 'rank': every check rank by
+   * rank, as before; the tests run both and compare.
+   */
+  readonly checks?: 'template' | 'rank';
+  readonly limits?: Partial<PlanLimits>;
+}
+
+/** Which path each check took, for `inspect` and the benchmarks. */
+export interface LoadStats {
+  readonly checks: 'template' | 'rank';
+  /** Programs whose ranks are a box (product of per-axis coordinate sets). */
+  readonly boxPrograms: number;
+  /** Op and tensor shape checks run (each once per distinct coordinates it depends on). */
+  readonly shapeChecks: number;
+  readonly collectives: CollectiveStats;
+  readonly lineage: LineageStats;
+  /** Milliseconds per phase. */
+  readonly ms: Record<string, number>;
+}
+
+export interface LoadedPlan extends Plan {
+  /** Every lineage claim, one per (tensor, distinct coordinates): built on first use. */
+  readonly claims: Claim[];
+  readonly coverage: Coverage[];
+  /** Collective instances counted by op and group kind (without building them). */
+  readonly collectiveKinds: CollectiveKind[];
+  readonly stats: LoadStats;
+}
+
+export function loadPlan(file: string, opts: LoadOptions = {}): LoadedPlan {
+  const text = readPlanText(file);
+  return loadPlanText(file, text, opts);
+}
+
+export function loadPlanText(file: string, text: string, opts: LoadOptions = {}): LoadedPlan {
+  return loadPlanObject(file, parsePlanJson(file, text), opts);
+}
+
+/**
+ * The rank-independent phases of a load (format, schema, text limits, mesh, logical graph and
+ * contract, programs). Throws PlanError like a load. Returns the plan's size as written.
+ */
+export function checkStructure(file: string, raw: unknown, opts: LoadOptions = {}): { ops: number; claims: number } {
+  const sink = new IssueSink(file);
+  const { plan, mesh, size } = structure(file, raw, sink, opts);
+  const { graph } = buildLogical(plan, sink);
+  sink.throwIfAny();
+  buildPrograms(plan, mesh, graph, sink);
+  sink.throwIfAny();
+  return size;
+}
+
+function structure(file: string, raw: unknown, sink: IssueSink, opts: LoadOptions): { plan: RawPlan; mesh: Mesh; size: { ops: number; claims: number } } {
+  if (raw !== null && typeof raw === 'object' && 'format' in raw && (raw as { format: unknown }).format !== 'planproof/v1') {
+    throw new PlanError(file, [{ path: '$.format', message: `unsupported plan format ${JSON.stringify((raw as { format: unknown }).format)}; this planproof reads "planproof/v1"` }]);
+  }
+  const deep = findTooDeep(raw);
+  if (deep !== undefined) throw new PlanError(file, [{ path: deep, message: `nested deeper than ${MAX_DEPTH} levels (limit of the plan format)` }]);
+  validateSchema(raw, sink);
+  sink.throwIfAny();
+  const plan = raw as RawPlan;
+  const limits = { ...DEFAULT_LIMITS, ...opts.limits };
+  const ops = plan.logical.ops.length + plan.parallel.programs.reduce((n, p) => n + p.ops.length, 0) + (plan.parallel.collectives?.length ?? 0);
+  const claims = plan.parallel.programs.reduce((n, p) => n + (p.tensors ?? []).reduce((k, t) => k + (t.lineage === undefined ? 0 : 1), 0), 0);
+  if (ops > limits.ops) sink.add('$.parallel.programs', `the plan has ${ops.toLocaleString('en-US')} ops as written; the limit is ${limits.ops.toLocaleString('en-US')} (DEFAULT_LIMITS.ops in plans/loader.ts; loadPlan's limits option raises it)`);
+  if (claims > limits.claims) sink.add('$.parallel.programs', `the plan has ${claims.toLocaleString('en-US')} lineage claims as written; the limit is ${limits.claims.toLocaleString('en-US')} (DEFAULT_LIMITS.claims in plans/loader.ts; loadPlan's limits option raises it)`);
+  sink.throwIfAny();
+  const mesh = buildMesh(plan, sink);
+  sink.throwIfAny();
+  return { plan, mesh, size: { ops, claims } };
+}
+
+export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {}): LoadedPlan {
+  const mode = opts.checks ?? 'template';
+  const ms: Record<string, number> = {};
+  let t0 = performance.now();
+  const lap = (name: string): void => {
+    const t = performance.now();
+    ms[name] = Math.round((t - t0) * 10) / 10;
+    t0 = t;
+  };
+  const sink = new IssueSink(file);
+  const { plan, mesh } = structure(file, raw, sink, opts);
+  lap('structure');
+
+  const { graph: logical, contract } = buildLogical(plan, sink);
+  sink.throwIfAny();
+  lap('logical');
+
+  const { programs, rankProgram } = buildPrograms(plan, mesh, logical, sink);
+  sink.throwIfAny();
+  // Conflicting assignments stopped the load above: each program runs exactly its ranks.
+  const assigned = programs.map((p) => p.ranks);
+  const boxes = assigned.map((r) => programBox(r, mesh));
+  lap('programs');
+
+  // Views for consumers: one per program and distinct coordinates on the axes its shapes and
+  // attributes use, shared by the ranks with those coordinates, built on first use.
+  const axesOf = programs.map((p) => (p.coordDependent ? viewAxes(p, mesh) : []));
+  const viewKey = (p: Program, rank: number): string => `${p.index}|${(axesOf[p.index] as number[]).map((a) => (a < 0 ? rank : mesh.coord(rank, a))).join(',')}`;
+  const views = new Map<string, RankView>();
+  const view = (rank: number): RankView => {
+    const p = programs[rankProgram[rank] as number];
+    if (p === undefined) throw new Error(`rank ${rank} has no program`);
+    const key = viewKey(p, rank);
+    let v = views.get(key);
+    if (v === undefined) views.set(key, (v = instantiate(p, mesh, rank)));
+    return v.rank === rank ? v : { ...v, rank };
+  };
+  const reps = representatives(mesh, assigned, boxes);
+  const shapeChecks = mode === 'template' ? checkShapesPerTemplate(programs, mesh, reps, sink) : checkShapesPerView(programs, mesh, view, viewKey, sink);
+  sink.throwIfAny();
+  lap('shapes');
+
+  let allCollectives: CollectiveInstance[] | undefined;
+  const perRank = (): CollectiveInstance[] => {
+    if (allCollectives === undefined) {
+      const s = new IssueSink(file);
+      allCollectives = buildCollectives(plan, mesh, programs, rankProgram, view, s);
+      if (s.size > 0) throw new Error(`internal inconsistency: the per-template checks passed but per-rank matching finds: ${s.issues.map((i) => i.message).join('; ')}`);
+    }
+    return allCollectives;
+  };
+  let quotient: CollectiveInstance[] = [];
+  let kinds: CollectiveKind[] = [];
+  let cstats: CollectiveStats = { symbolicSites: 0, perRankSites: 0, p2p: 'none', p2pClasses: 0 };
+  try {
+    if (mode === 'template') {
+      const c = checkCollectivesSymbolic(plan, mesh, programs, rankProgram, view, sink, boxes, reps);
+      quotient = c.quotient;
+      kinds = c.kinds;
+      cstats = c.stats;
+    } else {
+      quotient = allCollectives = buildCollectives(plan, mesh, programs, rankProgram, view, sink);
+      kinds = kindsOf(mesh, quotient);
+      cstats = { ...cstats, perRankSites: programs.reduce((n, p) => n + p.collectiveSites.length, 0) };
+    }
+  } catch (e) {
+    if (!(e instanceof ExprError)) throw e;
+    exprIssue(sink, e, '$.parallel', -1);
+  }
+  sink.throwIfAny();
+  lap('collectives');
+
+  const warnings: PlanIssue[] = [];
+  checkDataflow(programs, rankProgram, quotient, logical, contract, sink, warnings, perRank);
+  sink.throwIfAny();
+  lap('dataflow');
+
+  let claimList: Claim[] | undefined;
+  const claimsNow = (s: IssueSink): Claim[] => {
+    try {
+      return collectClaims(programs, rankProgram, mesh, logical, view, s);
+    } catch (e) {
+      if (!(e instanceof ExprError)) throw e;
+      exprIssue(s, e, '$.parallel', -1);
+      return [];
+    }
+  };
+  let coverage: Coverage[];
+  let lstats: LineageStats = { symbolicTensors: 0, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 };
+  if (mode === 'template') {
+    const r = checkLineageSymbolic(programs, rankProgram, mesh, logical, contract, view, sink, { symbolic: true });
+    sink.throwIfAny();
+    coverage = r.coverage ?? [];
+    lstats = r.stats;
+  } else {
+    claimList = claimsNow(sink);
+    sink.throwIfAny();
+    coverage = checkLineage(claimList, programs, logical, contract, sink);
+    lstats = { ...lstats, enumeratedTensors: programs.reduce((n, p) => n + p.lineage.filter((l) => l !== undefined).length, 0), enumeratedClaims: claimList.length };
+  }
+  sink.throwIfAny();
+  lap('lineage');
+
+  return {
+    file,
+    name: plan.name ?? '',
+    description: plan.description ?? '',
+    mesh,
+    logical,
+    programs,
+    rankProgram,
+    get collectives(): CollectiveInstance[] {
+      return perRank();
+    },
+    contract,
+    warnings,
+    view,
+    get claims(): Claim[] {
+      if (claimList === undefined) {
+        const s = new IssueSink(file);
+        claimList = claimsNow(s);
+        if (s.size > 0) throw new Error(`internal inconsistency: the per-template lineage check passed but per-rank claims fail: ${s.issues.map((i) => i.message).join('; ')}`);
+      }
+      return claimList;
+    },
+    coverage,
+    collectiveKinds: kinds,
+    stats: { checks: mode, boxPrograms: boxes.filter((b) => b.isBox).length, shapeChecks, collectives: cstats, lineage: lstats, ms },
+  };
+}
 
 /**
  * The mesh axes (-1: `rank`) a program's shapes and attributes depend on: ranks with the same
@@ -36,102 +254,95 @@ function viewAxes(p: Program, mesh: Mesh): number[] {
   return [...vars].map((v) => (v === 'rank' ? -1 : mesh.axisIndex(v))).sort((x, y) => x - y);
 }
 
-/** How many distinct coordinate tuples `ranks` take on `axes` (at most the rank count). */
-function distinctOn(axes: readonly number[], ranks: number, mesh: Mesh): number {
-  let d = 1;
-  for (const a of axes) d *= a < 0 ? ranks : (mesh.sizes[a] ?? 1);
-  return Math.min(ranks, d);
-}
-
-/** Claims and per-rank view entries the load would build (before building them). */
-export function loadSize(programs: readonly Program[], mesh: Mesh): { claims: number; viewEntries: number } {
-  let claims = 0;
-  let viewEntries = 0;
-  for (const p of programs) {
-    const n = p.ranks.length;
-    if (p.coordDependent) viewEntries += distinctOn(viewAxes(p, mesh), n, mesh) * (p.shapeSpecs.length + p.attrSpecs.length);
-    p.lineage.forEach((spec, t) => {
-      if (spec === undefined) return;
-      const axes = new Set<number>(spec.axes);
-      for (const d of p.shapeSpecs[t] ?? []) for (const v of specVars(d)) axes.add(v === 'rank' ? -1 : mesh.axisIndex(v));
-      claims += distinctOn([...axes], n, mesh);
-    });
-  }
-  return { claims, viewEntries };
-}
-
-export interface LoadedPlan extends Plan {
-  readonly claims: Claim[];
-  readonly coverage: Coverage[];
-}
-
-export function loadPlan(file: string): LoadedPlan {
-  const text = readPlanText(file);
-  return loadPlanText(file, text);
-}
-
-export function loadPlanText(file: string, text: string): LoadedPlan {
-  return loadPlanObject(file, parsePlanJson(file, text));
-}
-
-/**
- * The rank-independent phases of a load (format, schema, mesh, logical graph and contract,
- * programs), then the size the per-rank phases would take. Throws PlanError like a load.
- */
-export function checkStructure(file: string, raw: unknown): { claims: number; viewEntries: number } {
-  const sink = new IssueSink(file);
-  const { plan, mesh } = structure(file, raw, sink);
-  const { graph } = buildLogical(plan, sink);
-  sink.throwIfAny();
-  const { programs } = buildPrograms(plan, mesh, graph, sink);
-  sink.throwIfAny();
-  return loadSize(programs, mesh);
-}
-
-function structure(file: string, raw: unknown, sink: IssueSink): { plan: RawPlan; mesh: Mesh } {
-  if (raw !== null && typeof raw === 'object' && 'format' in raw && (raw as { format: unknown }).format !== 'planproof/v1') {
-    throw new PlanError(file, [{ path: '$.format', message: `unsupported plan format ${JSON.stringify((raw as { format: unknown }).format)}; this planproof reads "planproof/v1"` }]);
-  }
-  const deep = findTooDeep(raw);
-  if (deep !== undefined) throw new PlanError(file, [{ path: deep, message: `nested deeper than ${MAX_DEPTH} levels (limit of the plan format)` }]);
-  validateSchema(raw, sink);
-  sink.throwIfAny();
-  const plan = raw as RawPlan;
-  const mesh = buildMesh(plan, sink);
-  sink.throwIfAny();
-  return { plan, mesh };
-}
-
-export function loadPlanObject(file: string, raw: unknown): LoadedPlan {
-  const sink = new IssueSink(file);
-  const { plan, mesh } = structure(file, raw, sink);
-
-  const { graph: logical, contract } = buildLogical(plan, sink);
-  sink.throwIfAny();
-
-  const { programs, rankProgram } = buildPrograms(plan, mesh, logical, sink);
-  sink.throwIfAny();
-  const size = loadSize(programs, mesh);
-  if (size.claims > MAX_RANK_CLAIMS || size.viewEntries > MAX_VIEW_ENTRIES) {
-    throw new PlanTooLargeError(
-      file,
-      `too large for this version to load: ${size.claims.toLocaleString('en-US')} per-rank lineage claims (at most ${MAX_RANK_CLAIMS.toLocaleString('en-US')}) and ${size.viewEntries.toLocaleString('en-US')} per-rank shape and attribute entries (at most ${MAX_VIEW_ENTRIES.toLocaleString('en-US')}). Lineage is checked rank by rank, so this grows with ranks x tensors; see docs/engine.md ("Not in this version")`,
-    );
-  }
-
-  // Views: one per program and distinct coordinates on the axes its shapes and attributes
-  // use (one per program when they use none), shared by the ranks with those coordinates.
-  const axesOf = programs.map((p) => (p.coordDependent ? viewAxes(p, mesh) : []));
-  const viewKey = (p: Program, rank: number): string => `${p.index}|${(axesOf[p.index] as number[]).map((a) => (a < 0 ? rank : mesh.coord(rank, a))).join(',')}`;
-  const views = new Map<string, RankView>();
-  const view = (rank: number): RankView => {
-    const p = programs[rankProgram[rank] as number];
-    if (p === undefined) throw new Error(`rank ${rank} has no program`);
-    const key = viewKey(p, rank);
-    let v = views.get(key);
-    if (v === undefined) views.set(key, (v = instantiate(p, mesh, rank)));
-    return v.rank === rank ? v : { ...v, rank };
+/** One rank per distinct coordinates on `axes` (-1: rank), in rank order, per program. */
+function representatives(mesh: Mesh, assigned: readonly Int32Array[], boxes: readonly Box[]): Reps {
+  const cache = new Map<string, Int32Array>();
+  return (p, axes) => {
+    const key = `${p.index}|${axes.join(',')}`;
+    let out = cache.get(key);
+    if (out !== undefined) return out;
+    const ranks = assigned[p.index] as Int32Array;
+    const box = boxes[p.index] as Box;
+    if (axes.length === 0) out = ranks.subarray(0, Math.min(1, ranks.length));
+    else if (axes.includes(-1)) out = ranks;
+    else if (box.isBox) {
+      // The product of the box's coordinates on `axes`, others at their lowest.
+      const coord = Array.from(box.lo);
+      const list: number[] = [];
+      const rec = (i: number): void => {
+        if (i === axes.length) return void list.push(mesh.rankOf(coord));
+        const a = axes[i] as number;
+        for (const c of box.sets[a] as Int32Array) {
+          coord[a] = c;
+          rec(i + 1);
+        }
+        coord[a] = box.lo[a] as number;
+      };
+      rec(0);
+      out = Int32Array.from(list.sort((x, y) => x - y));
+    } else {
+      const seen = new Set<string>();
+      const list: number[] = [];
+      for (const r of ranks) {
+        const k = axes.map((a) => mesh.coord(r, a)).join(',');
+        if (!seen.has(k)) {
+          seen.add(k);
+          list.push(r);
+        }
+      }
+      out = Int32Array.from(list);
+    }
+    cache.set(key, out);
+    return out;
   };
+}
+
+/** Shape and attribute checks, each tensor and op once per distinct coordinates it depends on. */
+function checkShapesPerTemplate(programs: Program[], mesh: Mesh, reps: Reps, sink: IssueSink): number {
+  let checks = 0;
+  const axisOf = (v: string): number => (v === 'rank' ? -1 : mesh.axisIndex(v));
+  for (const p of programs) {
+    if (p.ranks.length === 0) continue;
+    const label = (r: number): string => (p.coordDependent || p.ranks.length === 1 ? `rank ${r} ` : '');
+    const tAxes = p.shapeSpecs.map((s) => [...new Set(s.flatMap((d) => specVars(d).map(axisOf)))].sort((a, b) => a - b));
+    const constant = p.shapeSpecs.map((s) => (s.every((d) => typeof d === 'number') ? (s as number[]) : undefined));
+    const shapeAt = (t: number, env: (n: string) => number): Shape => constant[t] ?? (p.shapeSpecs[t] ?? []).map((d) => evalInt(d, env));
+    const guard = (r: number, f: () => void): void => {
+      try {
+        f();
+      } catch (e) {
+        if (!(e instanceof ExprError)) throw e;
+        exprIssue(sink, e, p.path, r);
+      }
+    };
+    tAxes.forEach((axes, t) => {
+      for (const r of reps(p, axes)) {
+        checks++;
+        guard(r, () => checkTensorDims(p, t, shapeAt(t, rankEnv(mesh, r)), sink, label(r)));
+      }
+    });
+    for (let op = 0; op < p.ops.size && sink.size < sink.cap; op++) {
+      const axes = new Set<number>();
+      for (const t of p.ops.opInputs(op)) for (const a of tAxes[t] ?? []) axes.add(a);
+      for (const t of p.ops.opOutputs(op)) for (const a of tAxes[t] ?? []) axes.add(a);
+      const spec = p.attrSpecs[op] as AttrSpec;
+      for (const [, e] of spec.exprs) for (const v of e.vars) axes.add(axisOf(v));
+      for (const r of reps(p, [...axes].sort((a, b) => a - b))) {
+        checks++;
+        guard(r, () => {
+          const env = rankEnv(mesh, r);
+          checkOpAt(p, op, (t) => shapeAt(t, env), instantiateAttrs(spec, env), sink, label(r));
+        });
+      }
+    }
+    if (sink.size >= sink.cap) break;
+  }
+  return checks;
+}
+
+/** The per-rank path: every distinct view of every program, all its ops. */
+function checkShapesPerView(programs: Program[], mesh: Mesh, view: (r: number) => RankView, viewKey: (p: Program, r: number) => string, sink: IssueSink): number {
+  let checks = 0;
   for (const p of programs) {
     // One rank per distinct view: the checks depend only on the view.
     const seen = new Set<string>();
@@ -142,6 +353,7 @@ export function loadPlanObject(file: string, raw: unknown): LoadedPlan {
       return true;
     });
     for (const r of ranks) {
+      checks += p.ops.size + p.tensors.size;
       try {
         checkView(view(r), sink, p.coordDependent || p.ranks.length === 1 ? `rank ${r} ` : '');
       } catch (e) {
@@ -151,48 +363,35 @@ export function loadPlanObject(file: string, raw: unknown): LoadedPlan {
       if (sink.size >= sink.cap) break;
     }
   }
-  sink.throwIfAny();
+  return checks;
+}
 
-  let collectives: CollectiveInstance[];
-  try {
-    collectives = buildCollectives(plan, mesh, programs, rankProgram, view, sink);
-  } catch (e) {
-    if (!(e instanceof ExprError)) throw e;
-    exprIssue(sink, e, '$.parallel', -1);
-    collectives = [];
+function kindsOf(mesh: Mesh, list: readonly CollectiveInstance[]): CollectiveKind[] {
+  const m = new Map<string, { op: string; over: string; groupSize: number; instances: number }>();
+  for (const c of list) {
+    const op = registry.get(c.kind).name;
+    const over = groupText(mesh, c.group);
+    const e = m.get(`${op}|${over}`);
+    if (e === undefined) m.set(`${op}|${over}`, { op, over, groupSize: c.group.length, instances: 1 });
+    else e.instances++;
   }
-  sink.throwIfAny();
+  return [...m.values()];
+}
 
-  const warnings: PlanIssue[] = [];
-  checkDataflow(programs, rankProgram, collectives, logical, contract, sink, warnings);
-  sink.throwIfAny();
-
-  let claims: Claim[] = [];
-  try {
-    claims = collectClaims(programs, rankProgram, mesh, logical, view, sink);
-  } catch (e) {
-    if (!(e instanceof ExprError)) throw e;
-    exprIssue(sink, e, '$.parallel', -1);
-  }
-  sink.throwIfAny();
-  const coverage = checkLineage(claims, programs, logical, contract, sink);
-  sink.throwIfAny();
-
-  return {
-    file,
-    name: plan.name ?? '',
-    description: plan.description ?? '',
-    mesh,
-    logical,
-    programs,
-    rankProgram,
-    collectives,
-    contract,
-    warnings,
-    view,
-    claims,
-    coverage,
-  };
+/**
+ * Rank-by-rank work the proof stages (stages/prove.ts) would do on this plan: one entry per
+ * (rank, tensor) and (rank, op). Past MAX_STAGE_ENTRIES they would exhaust the heap, so
+ * verify ends "unknown" with this reason before building them.
+ */
+export const MAX_STAGE_ENTRIES = 8_000_000;
+export function stageWorkTooLarge(plan: Plan): string | undefined {
+  let n = 0;
+  plan.rankProgram.forEach((pi) => {
+    const p = plan.programs[pi];
+    if (p !== undefined) n += p.tensors.size + p.ops.size;
+  });
+  if (n <= MAX_STAGE_ENTRIES) return undefined;
+  return `the plan loads and checks, but proving it rank by rank needs ${n.toLocaleString('en-US')} per-rank tensor and op entries (at most ${MAX_STAGE_ENTRIES.toLocaleString('en-US')}); stage decomposition is per rank in this version, see docs/engine.md ("Not in this version")`;
 }
 
 function buildMesh(raw: RawPlan, sink: IssueSink): Mesh {

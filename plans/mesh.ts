@@ -14,9 +14,9 @@ export class Mesh {
   ) {
     this.size = sizes.reduce((p, s) => p * s, 1);
     this.strides = sizes.map((_, i) => sizes.slice(i + 1).reduce((p, s) => p * s, 1));
-    this.rankAt = rankAt ?? Int32Array.from({ length: this.size }, (_, i) => i);
-    this.flatOf = new Int32Array(this.size);
-    this.rankAt.forEach((r, i) => (this.flatOf[r] = i));
+    this.rankAt = rankAt ?? iota(this.size);
+    this.flatOf = rankAt === undefined ? this.rankAt : new Int32Array(this.size);
+    if (rankAt !== undefined) for (let i = 0; i < this.size; i++) this.flatOf[rankAt[i] as number] = i;
   }
   axisIndex(name: string): number {
     return this.axes.indexOf(name);
@@ -56,4 +56,11 @@ export class Mesh {
   describe(): string {
     return this.axes.map((a, i) => `${a}=${this.sizes[i]}`).join(' x ');
   }
+}
+
+/** 0, 1, ..., n - 1. */
+export function iota(n: number): Int32Array {
+  const a = new Int32Array(n);
+  for (let i = 0; i < n; i++) a[i] = i;
+  return a;
 }

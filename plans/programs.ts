@@ -8,7 +8,7 @@ import { registry } from '../ops/registry.js';
 import type { Attrs, AttrValue, Shape } from '../ops/types.js';
 import { jpath, type IssueSink } from './errors.js';
 import { compileExpr, ExprError, type CompiledExpr } from './expr.js';
-import type { Mesh } from './mesh.js';
+import { iota, type Mesh } from './mesh.js';
 import { NameTable, OpTableBuilder, type AttrSpec, type GroupSpec, type IntSpec, type LogicalGraph, type PeerSpec, type Program, type RankView } from './model.js';
 import type { RawGroup, RawInt, RawLineage, RawPeer, RawPlan, RawProgram, RawSelector } from './raw.js';
 import { type LineageSpec, parsePlacement, rankEnv, LineageError, type Reduce } from '../lineage/model.js';
@@ -16,20 +16,29 @@ import { MAX_ELEMENTS, checkOpShapes } from './logical.js';
 
 export class ExprCompiler {
   readonly vars: Set<string>;
+  private readonly bound: (name: string) => readonly [number, number];
+  private readonly cache = new Map<string, CompiledExpr>();
   constructor(readonly mesh: Mesh) {
     this.vars = new Set([...mesh.axes, 'rank']);
+    this.bound = (name) => (name === 'rank' ? [0, mesh.size - 1] : [0, (mesh.sizes[mesh.axisIndex(name)] ?? 1) - 1]);
   }
   /** Number or compiled expression; constant expressions fold to numbers. */
   int(raw: RawInt, path: string, sink: IssueSink): IntSpec {
     if (typeof raw === 'number') return raw;
     try {
-      const e = compileExpr(raw.expr, this.vars);
+      // Generated plans repeat a few expressions thousands of times: parse each source once.
+      let e = this.cache.get(raw.expr);
+      if (e === undefined) {
+        e = compileExpr(raw.expr, this.vars, this.bound);
+        if (this.cache.size < 100_000) this.cache.set(raw.expr, e);
+      }
       if (e.vars.length === 0) return e.eval(() => 0);
       const at = jpath(path, 'expr');
       // Evaluation errors (e.g. inexact division for some rank) name the expression's path.
       return {
         source: e.source,
         vars: e.vars,
+        ...(e.affine === undefined ? {} : { affine: e.affine }),
         eval: (env) => {
           try {
             return e.eval(env);
@@ -59,7 +68,7 @@ export function evalInt(s: IntSpec, env: (n: string) => number): number {
 
 /** Ranks chosen by a selector, ascending. */
 export function selectRanks(sel: RawSelector, mesh: Mesh, path: string, sink: IssueSink): Int32Array {
-  if (sel === 'all') return Int32Array.from({ length: mesh.size }, (_, i) => i);
+  if (sel === 'all') return iota(mesh.size);
   if (Array.isArray(sel)) {
     const seen = new Set<number>();
     sel.forEach((r, k) => {
@@ -223,10 +232,11 @@ export function buildPrograms(raw: RawPlan, mesh: Mesh, logical: LogicalGraph, s
     }
   }
   const idle: number[] = [];
-  rankProgram.forEach((p, r) => {
-    if (p < 0) idle.push(r);
-  });
-  if (idle.length > 0) sink.add('$.parallel.programs', `rank(s) ${idle.slice(0, 10).join(', ')}${idle.length > 10 ? ', ...' : ''} of the mesh have no program`);
+  for (let r = 0; r < rankProgram.length; r++) if ((rankProgram[r] as number) < 0) idle.push(r);
+  if (idle.length > 0) {
+    const at = (r: number): string => `(${mesh.axes.map((a, i) => `${a}=${mesh.coord(r, i)}`).join(', ')})`;
+    sink.add('$.parallel.programs', `rank(s) ${idle.slice(0, 10).join(', ')}${idle.length > 10 ? ', ...' : ''} of the mesh have no program; first at coordinates ${at(idle[0] as number)}`);
+  }
   return { programs, rankProgram };
 }
 
@@ -333,37 +343,43 @@ export function instantiate(program: Program, mesh: Mesh, rank: number): RankVie
  */
 export function checkView(view: RankView, sink: IssueSink, rankLabel: string): void {
   const p = view.program;
-  view.shapes.forEach((s, t) => {
-    let n = 1;
-    for (const d of s) {
-      if (!Number.isInteger(d) || d < 0 || d > 2147483647) {
-        sink.add(jpath(p.tensors.paths[t] as string, 'shape'), `dimension ${d} is not an integer in [0, 2^31)`, `${rankLabel}tensor '${p.tensors.name(t)}'`);
-        return;
-      }
-      n *= d;
+  view.shapes.forEach((s, t) => checkTensorDims(p, t, s, sink, rankLabel));
+  for (let op = 0; op < p.ops.size; op++) checkOpAt(p, op, (t) => view.shapes[t] as Shape, view.attrs[op] as Attrs, sink, rankLabel);
+}
+
+/** Dims of one tensor (as instantiated on some rank) are integers in range. */
+export function checkTensorDims(p: Program, t: number, s: Shape, sink: IssueSink, rankLabel: string): void {
+  let n = 1;
+  for (const d of s) {
+    if (!Number.isInteger(d) || d < 0 || d > 2147483647) {
+      sink.add(jpath(p.tensors.paths[t] as string, 'shape'), `dimension ${d} is not an integer in [0, 2^31)`, `${rankLabel}tensor '${p.tensors.name(t)}'`);
+      return;
     }
-    if (n > MAX_ELEMENTS) sink.add(jpath(p.tensors.paths[t] as string, 'shape'), 'more than 2^53 elements', `${rankLabel}tensor '${p.tensors.name(t)}'`);
-  });
-  const ops = p.ops;
-  for (let op = 0; op < ops.size; op++) {
-    const kind = ops.kind[op] as number;
-    if (kind < 0) continue;
-    const ins = ops.opInputs(op);
-    const outs = ops.opOutputs(op);
-    if (ins.some((t) => t < 0) || outs.some((t) => t < 0)) continue;
-    const def = registry.get(kind);
-    if (def.collective !== undefined) {
-      // Shapes are checked across the group once calls are matched; arity and attributes here.
-      const bad =
-        ins.length < def.inputs.min || ins.length > def.inputs.max
-          ? `takes ${def.inputs.min === def.inputs.max ? def.inputs.min : `${def.inputs.min} to ${def.inputs.max}`} input(s), got ${ins.length}`
-          : outs.length < def.outputs.min || outs.length > def.outputs.max
-            ? `produces ${def.outputs.min === def.outputs.max ? def.outputs.min : `${def.outputs.min} to ${def.outputs.max}`} output(s), got ${outs.length}`
-            : registry.checkAttrs(kind, view.attrs[op] as Attrs);
-      if (bad !== undefined) sink.add(ops.ids.paths[op] as string, bad, `${rankLabel}op '${ops.ids.name(op)}' (${def.name})`);
-      continue;
-    }
-    const msg = checkOpShapes(kind, [...ins].map((t) => view.shapes[t] as Shape), [...outs].map((t) => view.shapes[t] as Shape), view.attrs[op] as Attrs);
-    if (msg !== undefined) sink.add(ops.ids.paths[op] as string, msg, `${rankLabel}op '${ops.ids.name(op)}' (${registry.get(kind).name})`);
+    n *= d;
   }
+  if (n > MAX_ELEMENTS) sink.add(jpath(p.tensors.paths[t] as string, 'shape'), 'more than 2^53 elements', `${rankLabel}tensor '${p.tensors.name(t)}'`);
+}
+
+/** One op's arity, attributes and shape rule, with shapes and attributes as on some rank. */
+export function checkOpAt(p: Program, op: number, shapeOf: (t: number) => Shape, attrs: Attrs, sink: IssueSink, rankLabel: string): void {
+  const ops = p.ops;
+  const kind = ops.kind[op] as number;
+  if (kind < 0) return;
+  const ins = ops.opInputs(op);
+  const outs = ops.opOutputs(op);
+  if (ins.some((t) => t < 0) || outs.some((t) => t < 0)) return;
+  const def = registry.get(kind);
+  if (def.collective !== undefined) {
+    // Shapes are checked across the group once calls are matched; arity and attributes here.
+    const bad =
+      ins.length < def.inputs.min || ins.length > def.inputs.max
+        ? `takes ${def.inputs.min === def.inputs.max ? def.inputs.min : `${def.inputs.min} to ${def.inputs.max}`} input(s), got ${ins.length}`
+        : outs.length < def.outputs.min || outs.length > def.outputs.max
+          ? `produces ${def.outputs.min === def.outputs.max ? def.outputs.min : `${def.outputs.min} to ${def.outputs.max}`} output(s), got ${outs.length}`
+          : registry.checkAttrs(kind, attrs);
+    if (bad !== undefined) sink.add(ops.ids.paths[op] as string, bad, `${rankLabel}op '${ops.ids.name(op)}' (${def.name})`);
+    return;
+  }
+  const msg = checkOpShapes(kind, [...ins].map(shapeOf), [...outs].map(shapeOf), attrs);
+  if (msg !== undefined) sink.add(ops.ids.paths[op] as string, msg, `${rankLabel}op '${ops.ids.name(op)}' (${registry.get(kind).name})`);
 }

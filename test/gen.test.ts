@@ -4,7 +4,7 @@ import { BUGS, type BugContext } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import type { Parallelism } from '../plans/gen/net.js';
-import { checkStructure, loadPlanObject, MAX_RANK_CLAIMS, MAX_VIEW_ENTRIES } from '../plans/loader.js';
+import { checkStructure, loadPlanObject } from '../plans/loader.js';
 import { PlanError } from '../plans/errors.js';
 import { verifyPlan } from '../stages/verify.js';
 import { numericCheck } from '../stages/numeric.js';
@@ -264,16 +264,14 @@ describe('loader views', () => {
 
 describe('plan generators: every preset', () => {
   // The TrainVerify-scale presets (L3: 8192 ranks, 126 layers) must be valid plans: format
-  // limits (op arity, expression sizes) are checked on all of them. Loading the largest
-  // whole is past this version's per-rank limits, which the loader says before it starts.
-  it('generates a plan that passes the format checks (schema, mesh, logical graph, programs)', () => {
-    const loadable: string[] = [];
+  // limits (op arity, expression sizes) and the text limits are checked on all of them
+  // (loading them whole is measured in docs/benchmarks.md, "Loading generated presets").
+  it('generates a plan that passes the format checks (schema, text limits, mesh, logical graph, programs)', () => {
     for (const [name, p] of Object.entries(PRESETS)) {
       const plan = generatePlan({ model: p.model, par: p.par, optimizer: OPT });
       const size = checkStructure(`${name}.json`, plan);
-      if (size.claims <= MAX_RANK_CLAIMS && size.viewEntries <= MAX_VIEW_ENTRIES) loadable.push(name);
+      assert.ok(size.ops > 0 && size.claims > 0, name);
     }
-    assert.deepEqual(loadable, ['mlp-tiny', 'gpt2-tiny', 'llama-tiny', 'llama-tiny-sp', 'demo', 'L1', 'moe-tiny', 'D1', 'gpt2-small-shape']);
   }).timeout(600_000);
 });
 

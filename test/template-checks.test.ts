@@ -1,0 +1,165 @@
+/**
+ * Loading per template (symbolic mesh coordinates) against loading rank by rank: on every
+ * plan both accept, they must agree on everything the loader decides (coverage, warnings,
+ * collective instances); on every plan either rejects, both reject, at the same JSON path.
+ * Then the checks that only the per-template path makes, at mesh sizes the per-rank path
+ * would not reach.
+ */
+import { strict as assert } from 'node:assert';
+import { readdirSync, readFileSync } from 'node:fs';
+import { loadPlanObject, type LoadedPlan } from '../plans/loader.js';
+import { PlanError } from '../plans/errors.js';
+import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
+import { BUGS, type BugContext } from '../plans/gen/bugs.js';
+import { PRESETS } from '../plans/gen/presets.js';
+import type { ModelConfig } from '../plans/gen/models.js';
+import { normalForm } from '../plans/normal.js';
+import { EXAMPLES, FIXTURES } from './helpers.js';
+
+const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
+const model = (name: string): ModelConfig => (PRESETS[name] as { model: ModelConfig }).model;
+
+type Outcome = { ok: true; plan: LoadedPlan } | { ok: false; error: PlanError };
+
+function load(name: string, raw: unknown, checks: 'template' | 'rank'): Outcome {
+  try {
+    return { ok: true, plan: loadPlanObject(name, structuredClone(raw), { checks }) };
+  } catch (e) {
+    if (e instanceof PlanError) return { ok: false, error: e };
+    throw e;
+  }
+}
+
+function sameOutcome(name: string, raw: unknown): 'accepted' | 'rejected' {
+  const t = load(name, raw, 'template');
+  const r = load(name, raw, 'rank');
+  if (!t.ok || !r.ok) {
+    assert.ok(!t.ok && !r.ok, `${name}: per template ${t.ok ? 'accepts' : `rejects (${t.error.message})`}, per rank ${r.ok ? 'accepts' : `rejects (${r.error.message})`}`);
+    const tp = new Set(t.error.issues.map((i) => i.path));
+    const rp = new Set(r.error.issues.map((i) => i.path));
+    assert.ok([...tp].some((p) => rp.has(p)), `${name}: per template at ${[...tp].join(', ')}; per rank at ${[...rp].join(', ')}`);
+    assert.equal(t.error.issues[0]?.message, r.error.issues.find((i) => i.path === t.error.issues[0]?.path)?.message ?? r.error.issues[0]?.message, name);
+    return 'rejected';
+  }
+  const tc = t.plan.coverage.map((c) => ({ ...c }));
+  const rc = r.plan.coverage.map((c) => ({ ...c, claims: 0 }));
+  assert.deepEqual(tc.map((c) => ({ ...c, claims: 0 })), rc, `${name}: coverage`);
+  // Distinct claims are counted per family on the template path: never more than per rank.
+  tc.forEach((c, i) => assert.ok(c.claims >= 1 && c.claims <= (r.plan.coverage[i]?.claims ?? 0) * 2, `${name}: claims of ${c.logical}`));
+  assert.deepEqual(t.plan.warnings, r.plan.warnings, `${name}: warnings`);
+  assert.deepEqual(normalForm(t.plan), normalForm(r.plan), `${name}: normal form (views, collective instances)`);
+  const count = (p: LoadedPlan, send: boolean): number => p.collectiveKinds.filter((k) => (k.op === 'send_recv') === send).reduce((n, k) => n + k.instances, 0);
+  assert.equal(count(t.plan, false), count(r.plan, false), `${name}: group collective instances`);
+  assert.equal(count(t.plan, true), count(r.plan, true), `${name}: send/recv instances`);
+  return 'accepted';
+}
+
+describe('loading per template agrees with loading per rank', () => {
+  const files = [
+    ...readdirSync(EXAMPLES).filter((f) => f.endsWith('.json') && f !== 'manifest.json').map((f) => `${EXAMPLES}${f}`),
+    ...readdirSync(`${EXAMPLES}buggy/`).filter((f) => f.endsWith('.json')).map((f) => `${EXAMPLES}buggy/${f}`),
+    ...readdirSync(`${FIXTURES}equiv/`).filter((f) => f.endsWith('.json')).map((f) => `${FIXTURES}equiv/${f}`),
+  ];
+  it(`on the examples and equivalence fixtures (${files.length} plans)`, () => {
+    for (const f of files) assert.equal(sameOutcome(f, JSON.parse(readFileSync(f, 'utf8'))), 'accepted', f);
+  });
+  it('on every malformed plan of the corpus: both reject, at the same place', () => {
+    const dir = `${FIXTURES}invalid/`;
+    let n = 0;
+    for (const f of readdirSync(dir).filter((x) => x.endsWith('.json') && x !== 'manifest.json')) {
+      let raw: unknown;
+      try {
+        raw = JSON.parse(readFileSync(`${dir}${f}`, 'utf8'));
+      } catch {
+        continue; // unparsable on purpose: no load to compare
+      }
+      assert.equal(sameOutcome(f, raw), 'rejected', f);
+      n++;
+    }
+    assert.ok(n >= 30, `${n} fixtures compared`);
+  }).timeout(120_000);
+  it('on generated plans: data, tensor, sequence, pipeline (1F1B and interleaved), context and expert parallelism', () => {
+    const configs: [ModelConfig, Parameters<typeof generatePlan>[0]['par']][] = [
+      [model('mlp-tiny'), { dp: 2, tp: 2, micro: 2 }],
+      [model('gpt2-tiny'), { dp: 2, tp: 2, micro: 2, sp: true, zero: 1 }],
+      [{ ...model('llama-tiny'), layers: 2 }, { dp: 2, tp: 2, micro: 2, pp: 2, sp: true }],
+      [{ ...model('mlp-tiny'), layers: 4 }, { dp: 1, tp: 1, micro: 2, pp: 2, virtual: 2 }],
+      [{ ...model('llama-tiny'), seq: 4, batch: 1 }, { dp: 1, tp: 2, micro: 1, cp: 2, sp: true }],
+      [model('moe-tiny'), { dp: 2, tp: 2, micro: 1, ep: true }],
+      [{ ...model('llama-tiny'), layers: 4 }, { dp: 2, tp: 2, micro: 2, pp: 4, zero: 3 }],
+    ];
+    for (const [m, par] of configs) assert.equal(sameOutcome(`${m.family} ${JSON.stringify(par)}`, generatePlan({ model: m, par, optimizer: OPT })), 'accepted');
+  }).timeout(120_000);
+  it('on every catalogued bug injected into a generated plan', () => {
+    const contexts: [BugContext, ModelConfig][] = [];
+    for (const [sp, zero, pp] of [[false, 0, 1], [false, 1, 1], [false, 3, 1], [true, 0, 1], [false, 0, 2]] as const) {
+      for (const family of ['gpt2', 'llama'] as const) contexts.push([{ dp: 2, tp: 2, micro: 2, sp, zero, pp, family }, { ...model(`${family}-tiny`), layers: pp }]);
+    }
+    contexts.push([{ dp: 2, tp: 1, micro: 1, family: 'moe', ep: true }, model('moe-tiny')], [{ dp: 1, tp: 1, micro: 1, family: 'llama', cp: 2, cpComm: 'ring' }, { ...model('llama-tiny'), seq: 4, batch: 1 }]);
+    let n = 0;
+    for (const bug of BUGS) {
+      const hit = contexts.find(([c]) => bug.applies(c));
+      if (hit === undefined) continue;
+      const [ctx, m] = hit;
+      const plan = generatePlan({ model: m, par: { ...ctx, pp: ctx.pp ?? 1 }, optimizer: OPT });
+      bug.inject(plan, ctx);
+      assert.equal(sameOutcome(bug.id, plan), bug.kind === 'consistency' ? 'rejected' : 'accepted', bug.id);
+      n++;
+    }
+    assert.ok(n >= 20, `${n} bugs compared`);
+  }).timeout(300_000);
+});
+
+/** x (input) -> y = identity(x) over a dp mesh, each rank holding rows of both. */
+function rowsPlan(dp: number, rows: number, lo: string, hi: string, value?: unknown): object {
+  const lin = (t: string): object => ({ logical: t, index: [[{ expr: lo }, { expr: hi }]], ...(value === undefined ? {} : { value }) });
+  return {
+    format: 'planproof/v1',
+    mesh: { axes: [{ name: 'dp', size: dp }] },
+    logical: { tensors: [{ id: 'x', shape: [rows], role: 'input' }, { id: 'y', shape: [rows], role: 'output' }], ops: [{ id: 'f', op: 'identity', inputs: ['x'], outputs: ['y'] }] },
+    parallel: { programs: [{ ranks: 'all', tensors: [{ id: 'x', shape: [1], lineage: lin('x') }, { id: 'y', shape: [1], lineage: lin('y') }], ops: [{ id: 'f', op: 'identity', inputs: ['x'], outputs: ['y'] }] }] },
+    contract: { inputs: ['x'], outputs: ['y'] },
+  };
+}
+
+describe('per-template checks at scale', () => {
+  it('an affine lineage over 8192 ranks is one family per tensor, and its tiling is exact', () => {
+    const p = loadPlanObject('rows.json', rowsPlan(8192, 8192, 'dp', 'dp + 1'));
+    assert.deepEqual(p.stats.lineage, { symbolicTensors: 2, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 });
+    assert.deepEqual(p.coverage.map((c) => [c.claims, c.holders, c.complete]), [[8192, 8192, true], [8192, 8192, true]]);
+  });
+  it('a gap the family check finds is reported claim by claim, with the rank and region', () => {
+    // Ranks hold rows 2dp: every odd row is held by no rank.
+    assert.throws(
+      () => loadPlanObject('gap.json', rowsPlan(8192, 16384, '2*dp', '2*dp + 1')),
+      (e: unknown) => e instanceof PlanError && /elements \[1:2\] are held by no rank: the lineage does not tile the tensor \(held: rank 0 'x' \[0:1\] complete/.test(e.message),
+    );
+  });
+  it('a partial group missing its last chunk at scale is incomplete, naming the chunk', () => {
+    // Chunk dp of 8193 addends: chunk 8192 is held by no rank.
+    assert.throws(
+      () => loadPlanObject('chunks.json', rowsPlan(8192, 1, '0', '1', [{ expr: 'dp' }, 8193])),
+      (e: unknown) => e instanceof PlanError && /held as partial addends \(sum of 8193\) but chunk\(s\) 8192 are held by no rank/.test(e.message),
+    );
+  });
+  it('a lineage range outside the tensor on the last rank only is found from the affine bound, and named by rank', () => {
+    assert.throws(
+      () => loadPlanObject('out.json', rowsPlan(8192, 8192, 'dp + 1', 'dp + 2')),
+      (e: unknown) => e instanceof PlanError && /rank 8191 tensor 'x': dim 0: range \[8192, 8193\) is outside \[0, 8192\)/.test(e.message),
+    );
+  });
+  it('a pipeline matches send/recv per program pair, not per rank', () => {
+    const plan = generatePlan({ model: { ...model('mlp-tiny'), layers: 4 }, par: { dp: 2, tp: 1, micro: 2, pp: 4 }, optimizer: OPT });
+    const p = loadPlanObject('pp.json', plan);
+    assert.equal(p.stats.collectives.p2p, 'symbolic');
+    assert.ok(p.stats.collectives.p2pClasses >= 6, `${p.stats.collectives.p2pClasses} classes`);
+    // Group calls within a stage are matched per template; the gradient-norm all-reduce over
+    // pp spans the stages' programs, so its 4 call sites (one per stage) are matched per rank.
+    assert.deepEqual([p.stats.collectives.symbolicSites, p.stats.collectives.perRankSites], [13, 4]);
+    // Explicit one-program-per-rank plans keep the per-rank checks.
+    const e = loadPlanObject('explicit.json', JSON.parse(readFileSync(`${EXAMPLES}mlp-dp2-explicit.json`, 'utf8')));
+    assert.equal(e.stats.collectives.symbolicSites, 0);
+    assert.equal(e.stats.lineage.symbolicTensors, 0);
+    assert.ok(e.stats.lineage.enumeratedClaims > 0);
+  });
+});
