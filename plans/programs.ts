@@ -162,7 +162,12 @@ function isRange(d: unknown): d is [RawInt, RawInt] {
 }
 
 /** Finds `{"expr": "..."}` leaves inside attributes and compiles them. */
+const NO_EXPRS: readonly (readonly [string[], CompiledExpr])[] = [];
+const scalar = (v: AttrValue): boolean => v === null || typeof v !== 'object';
+
 function compileAttrs(attrs: Record<string, AttrValue>, path: string, ec: ExprCompiler, sink: IssueSink): AttrSpec {
+  // Most ops' attributes are scalars or lists of scalars: nothing to compile or copy.
+  if (Object.values(attrs).every((v) => scalar(v) || (Array.isArray(v) && v.every(scalar)))) return { attrs: attrs as Attrs, exprs: NO_EXPRS };
   const exprs: [string[], CompiledExpr][] = [];
   const walk = (v: AttrValue, keys: string[]): AttrValue => {
     if (v !== null && typeof v === 'object') {
