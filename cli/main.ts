@@ -35,11 +35,16 @@ interface Loaded {
   text: string;
 }
 
-function loadWithText(path: string, json: boolean, out: Out): Loaded | number {
+function loadWithText(path: string, json: boolean, out: Out, forProof = false): Loaded | number {
   const file = path === '-' ? STDIN_NAME : path;
   try {
     const text = readPlanText(file);
-    return { plan: loadPlanText(file, text), text };
+    const plan = loadPlanText(file, text);
+    // Loading is per template; the proof stages still walk ranks: say "unknown" before they
+    // would exhaust the heap.
+    const big = forProof ? stageWorkTooLarge(plan) : undefined;
+    if (big !== undefined) throw new PlanTooLargeError(file, big);
+    return { plan, text };
   } catch (e) {
     if (e instanceof PlanTooLargeError) {
       // Not invalid, only beyond this version: nothing is proved, so the answer is unknown.
@@ -92,16 +97,8 @@ async function runVerify(l: Loaded, eng: EngineOptions): Promise<VerifyReport> {
 }
 
 async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out): Promise<number> {
-  const l = loadWithText(file, json, out);
+  const l = loadWithText(file, json, out, true);
   if (typeof l === 'number') return l;
-  // Loading is per template; the stages still walk ranks: say "unknown" before they would
-  // exhaust the heap.
-  const big = stageWorkTooLarge(l.plan);
-  if (big !== undefined) {
-    if (json) out.log(JSON.stringify({ verdict: 'unknown', file, reason: big }, null, 2));
-    else out.err(`planproof: unknown: ${file}: ${big}`);
-    return ExitCode.unknown;
-  }
   const report = await runVerify(l, eng);
   out.log(json ? JSON.stringify(report, null, 2) : formatReport(report, verbose));
   return verdictCode[report.verdict];

@@ -91,6 +91,11 @@ export function summarize(plan: LoadedPlan): PlanSummary {
   };
 }
 
+/** A list of names, shortened past 20 (plans of thousands of tensors). */
+function names(xs: readonly string[]): string {
+  return xs.length <= 20 ? xs.join(', ') : `${xs.slice(0, 20).join(', ')}, ... (${xs.length} in all)`;
+}
+
 function kinds(m: Record<string, number>): string {
   return Object.entries(m)
     .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
@@ -107,14 +112,15 @@ export function formatSummary(s: PlanSummary): string {
   out.push(`logical     ${s.logical.tensors} tensors, ${s.logical.ops} ops: ${kinds(s.logical.opsByKind)}`);
   out.push(`parallel    ${s.parallel.ops} local ops over all ranks: ${kinds(s.parallel.opsByKind)}`);
   out.push(`collectives ${s.collectives.length === 0 ? 'none' : s.collectives.map((c) => `${c.op} over ${c.over} (${c.groupSize} ranks) x${c.instances}`).join('; ')}`);
-  out.push(`lineage     ${s.lineage.length} of ${s.lineage.length + s.logicalWithoutLineage.length} logical tensors held by ranks (all tile their logical tensor)`);
+  const by = (c: string): number => s.lineage.filter((l) => l.coverage === c).length;
+  out.push(`lineage     ${s.lineage.length} of ${s.lineage.length + s.logicalWithoutLineage.length} logical tensors held by ranks (all tile their logical tensor): ${by('complete')} complete on some rank, ${by('partial')} partial addends only, ${by('mixed')} mixed`);
   const w = Math.max(8, ...s.lineage.map((l) => l.logical.length));
   out.push(`            ${'tensor'.padEnd(w)}  ${'role'.padEnd(15)} claims holders  coverage`);
   for (const l of s.lineage) {
     out.push(`            ${l.logical.padEnd(w)}  ${l.role.padEnd(15)} ${String(l.claims).padStart(6)} ${String(l.holders).padStart(7)}  ${l.coverage === 'complete' ? 'complete value on some rank' : l.coverage === 'partial' ? 'partial addends only' : 'complete in part, partial elsewhere'}${l.partials && l.coverage === 'complete' ? ' (and partial addends)' : ''}`);
   }
   if (s.logicalWithoutLineage.length > 0) out.push(`            no lineage: ${s.logicalWithoutLineage.join(', ')}`);
-  out.push(`contract    inputs ${s.contract.inputs.join(', ')}; outputs ${s.contract.outputs.join(', ')} (each complete on some rank)`);
+  out.push(`contract    inputs ${names(s.contract.inputs)}; outputs ${names(s.contract.outputs)} (each complete on some rank)`);
   out.push(`warnings    ${s.warnings.length === 0 ? 'none' : s.warnings.join('\n            ')}`);
   out.push(`checks      ${s.checks.mode === 'template' ? 'per template where symbolic, per rank elsewhere' : 'per rank'}`);
   for (const t of s.checks.text) out.push(`            ${t}`);

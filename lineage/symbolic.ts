@@ -25,7 +25,7 @@ import type { IssueSink } from '../plans/errors.js';
 import { iota, type Mesh } from '../plans/mesh.js';
 import type { Contract, IntSpec, LogicalGraph, Program, RankView } from '../plans/model.js';
 import { type Claim, type Coverage, MAX_CELLS, checkContract, checkTiling, claimAxes, claimsOfSpec, lowerBound } from './check.js';
-import { groupKey, type LineageSpec, type ValueMap } from './model.js';
+import { groupKey, type LineageSpec, placementStr, type ValueMap } from './model.js';
 
 /** An affine function of the mesh coordinates: c + sum k[a] * coord[a]. */
 interface Aff {
@@ -270,6 +270,7 @@ export function checkLineageSymbolic(
   const stats: LineageStats = { symbolicTensors: 0, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 };
   const families = new Map<number, Family[]>();
   const refs = new Map<number, SpecRef[]>();
+  const familyCache = new Map<string, Family | null>();
   const push = <T>(m: Map<number, T[]>, k: number, v: T): void => {
     let l = m.get(k);
     if (l === undefined) m.set(k, (l = []));
@@ -282,7 +283,15 @@ export function checkLineageSymbolic(
     p.lineage.forEach((spec, t) => {
       if (spec === undefined) return;
       push(refs, spec.logical, { p, t, spec, ranks });
-      const fam = box?.isBox === true ? familyOf(p, t, spec, box, ranks.length, mesh, logical) : undefined;
+      let fam: Family | undefined;
+      if (box?.isBox === true) {
+        // Generated plans repeat a few hundred lineage patterns over hundreds of thousands of
+        // tensors: a family depends only on the pattern, the shapes and the box.
+        const sig = `${p.index}|${(logical.shapes[spec.logical] as Shape).join(',')}|${(p.shapeSpecs[t] ?? []).map(intSig).join(',')}|${specSig(spec)}`;
+        let hit = familyCache.get(sig);
+        if (hit === undefined) familyCache.set(sig, (hit = familyOf(p, t, spec, box, ranks.length, mesh, logical) ?? null));
+        if (hit !== null) fam = { ...hit, logical: spec.logical, program: p.index, tensor: t, path: spec.path, holders: ranks.length };
+      }
       if (fam !== undefined) {
         stats.symbolicTensors++;
         push(families, spec.logical, fam);
@@ -340,6 +349,17 @@ export function checkLineageSymbolic(
   if (sink.size > 0) return { coverage: undefined, stats };
   checkContract(coverage, logical, contract, sink);
   return { coverage, stats };
+}
+
+function intSig(x: IntSpec): string {
+  return typeof x === 'number' ? String(x) : `(${x.source})`;
+}
+
+/** Everything of a spec but its logical tensor and path: equal signatures, equal families. */
+function specSig(spec: LineageSpec): string {
+  if (spec.kind === 'placements') return `P${spec.placements.map(placementStr).join(',')}`;
+  const dims = spec.dims === undefined ? 'all' : spec.dims.map((d) => (d === undefined ? '*' : d.map(intSig).join(','))).join(';');
+  return `I${dims}|${intSig(spec.idx)}|${spec.n}|${spec.reduce}|${spec.divisor}|${spec.split}`;
 }
 
 /** Distinct coordinate tuples the per-rank path would enumerate for one spec. */

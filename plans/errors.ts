@@ -35,8 +35,9 @@ export class PlanError extends Error {
 }
 
 /**
- * A plan this version cannot hold in memory (per-rank views and lineage claims grow with
- * ranks x tensors). Not an invalid plan: the verdict is "unknown".
+ * A valid plan this version cannot prove: its proof stages would be built rank by rank past
+ * what the heap holds (plans/loader.ts, stageWorkTooLarge). Not an invalid plan: the verdict
+ * is "unknown".
  */
 export class PlanTooLargeError extends Error {
   constructor(

@@ -23,8 +23,10 @@ export class ExprCompiler {
     this.bound = (name) => (name === 'rank' ? [0, mesh.size - 1] : [0, (mesh.sizes[mesh.axisIndex(name)] ?? 1) - 1]);
   }
   /** Number or compiled expression; constant expressions fold to numbers. */
-  int(raw: RawInt, path: string, sink: IssueSink): IntSpec {
+  int(raw: RawInt, where: string | (() => string), sink: IssueSink): IntSpec {
     if (typeof raw === 'number') return raw;
+    // Paths are built only when an error needs one: plans hold millions of these.
+    const path = (): string => (typeof where === 'string' ? where : where());
     try {
       // Generated plans repeat a few expressions thousands of times: parse each source once.
       let e = this.cache.get(raw.expr);
@@ -33,7 +35,6 @@ export class ExprCompiler {
         if (this.cache.size < 100_000) this.cache.set(raw.expr, e);
       }
       if (e.vars.length === 0) return e.eval(() => 0);
-      const at = jpath(path, 'expr');
       // Evaluation errors (e.g. inexact division for some rank) name the expression's path.
       return {
         source: e.source,
@@ -43,14 +44,14 @@ export class ExprCompiler {
           try {
             return e.eval(env);
           } catch (err) {
-            if (err instanceof ExprError) err.path ??= at;
+            if (err instanceof ExprError) err.path ??= jpath(path(), 'expr');
             throw err;
           }
         },
       };
     } catch (err) {
       if (err instanceof ExprError) {
-        sink.add(jpath(path, 'expr'), err.message);
+        sink.add(jpath(path(), 'expr'), err.message);
         return 0;
       }
       throw err;
@@ -122,12 +123,11 @@ function compileLineage(raw: RawLineage, path: string, logical: LogicalGraph, me
     return s;
   };
   const dims = raw.index?.map((d, i): IntSpec[] | undefined => {
-    const p = jpath(path, 'index', i);
     if (d === '*') return undefined;
     const ranges = isRange(d) ? [d] : (d as RawInt[][]);
     return ranges.flatMap((r, k) => {
-      const rp = isRange(d) ? p : jpath(p, k);
-      return [note(ec.int(r[0] as RawInt, jpath(rp, 0), sink)), note(ec.int(r[1] as RawInt, jpath(rp, 1), sink))];
+      const rp = (j: number): string => (isRange(d) ? jpath(path, 'index', i, j) : jpath(path, 'index', i, k, j));
+      return [note(ec.int(r[0] as RawInt, () => rp(0), sink)), note(ec.int(r[1] as RawInt, () => rp(1), sink))];
     });
   });
   let idx: IntSpec = 0;
@@ -138,13 +138,13 @@ function compileLineage(raw: RawLineage, path: string, logical: LogicalGraph, me
   const v = raw.value;
   if (v !== undefined) {
     if (Array.isArray(v)) {
-      idx = note(ec.int(v[0], jpath(path, 'value', 0), sink));
+      idx = note(ec.int(v[0], () => jpath(path, 'value', 0), sink));
       n = v[1];
       const r = v[2] ?? 'sum';
       if (r === 'avg') divisor = n;
       else reduce = r;
     } else {
-      idx = note(ec.int(v.chunk, jpath(path, 'value', 'chunk'), sink));
+      idx = note(ec.int(v.chunk, () => jpath(path, 'value', 'chunk'), sink));
       n = v.of;
       reduce = v.reduce ?? 'sum';
       divisor = v.divisor ?? 1;
@@ -162,7 +162,12 @@ function isRange(d: unknown): d is [RawInt, RawInt] {
 }
 
 /** Finds `{"expr": "..."}` leaves inside attributes and compiles them. */
+const NO_EXPRS: readonly (readonly [string[], CompiledExpr])[] = [];
+const scalar = (v: AttrValue): boolean => v === null || typeof v !== 'object';
+
 function compileAttrs(attrs: Record<string, AttrValue>, path: string, ec: ExprCompiler, sink: IssueSink): AttrSpec {
+  // Most ops' attributes are scalars or lists of scalars: nothing to compile or copy.
+  if (Object.values(attrs).every((v) => scalar(v) || (Array.isArray(v) && v.every(scalar)))) return { attrs: attrs as Attrs, exprs: NO_EXPRS };
   const exprs: [string[], CompiledExpr][] = [];
   const walk = (v: AttrValue, keys: string[]): AttrValue => {
     if (v !== null && typeof v === 'object') {
@@ -254,7 +259,7 @@ function buildProgram(rp: RawProgram, index: number, mesh: Mesh, logical: Logica
       sink.add(tp, `tensor id '${t.id}' is declared twice in this program (first at ${tensors.paths[tensors.id(t.id)]})`);
       return;
     }
-    const shape = t.shape.map((d, k) => ec.int(d, jpath(tp, 'shape', k), sink));
+    const shape = t.shape.map((d, k) => ec.int(d, () => jpath(tp, 'shape', k), sink));
     if (shape.some((d) => typeof d !== 'number')) coordDependent = true;
     shapeSpecs.push(shape);
     dtypes.push(t.dtype);

@@ -100,7 +100,13 @@ export function checkCollectivesSymbolic(raw: RawPlan, mesh: Mesh, programs: Pro
   const fallback = perRankCollectives(ctx, (p, op) => (isP2p(p, op) ? !p2pSymbolic : symbolicGroup[p.index]?.[op] !== 1));
   for (const c of fallback) count(registry.get(c.kind).name, groupText(mesh, c.group), c.group.length, 1);
   quotient.push(...fallback);
-  for (const p of programs) for (const op of p.collectiveSites) if (!isP2p(p, op)) symbolicGroup[p.index]?.[op] === 1 ? stats.symbolicSites++ : stats.perRankSites++;
+  for (const p of programs) {
+    for (const op of p.collectiveSites) {
+      if (isP2p(p, op)) continue;
+      if (symbolicGroup[p.index]?.[op] === 1) stats.symbolicSites++;
+      else stats.perRankSites++;
+    }
+  }
   if (sink.size > before) return { quotient, kinds: [...kinds.values()], stats };
 
   // Group calls, once per template site.

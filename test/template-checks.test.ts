@@ -14,6 +14,7 @@ import { BUGS, type BugContext } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import { normalForm } from '../plans/normal.js';
+import { compileExpr } from '../plans/expr.js';
 import { EXAMPLES, FIXTURES } from './helpers.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
@@ -161,5 +162,65 @@ describe('per-template checks at scale', () => {
     assert.equal(e.stats.collectives.symbolicSites, 0);
     assert.equal(e.stats.lineage.symbolicTensors, 0);
     assert.ok(e.stats.lineage.enumeratedClaims > 0);
+  });
+});
+
+/** x [8, 2] sharded over dp 4, all-gathered, then y = identity: one template for all ranks. */
+function gatherPlan(gathered: number, dim: unknown): object {
+  return {
+    format: 'planproof/v1',
+    mesh: { axes: [{ name: 'dp', size: 4 }] },
+    logical: { tensors: [{ id: 'x', shape: [8, 2], role: 'input' }, { id: 'y', shape: [8, 2], role: 'output' }], ops: [{ id: 'f', op: 'identity', inputs: ['x'], outputs: ['y'] }] },
+    parallel: {
+      programs: [
+        {
+          ranks: 'all',
+          tensors: [
+            { id: 'x', shape: [2, 2], lineage: { logical: 'x', placements: ['S(0)'] } },
+            { id: 'xg', shape: [gathered, 2], lineage: { logical: 'x', placements: ['R'] } },
+            { id: 'y', shape: [8, 2], lineage: { logical: 'y', placements: ['R'] } },
+          ],
+          ops: [
+            { id: 'ag', op: 'all_gather', inputs: ['x'], outputs: ['xg'], attrs: { dim }, group: { axes: ['dp'] } },
+            { id: 'f', op: 'identity', inputs: ['xg'], outputs: ['y'] },
+          ],
+        },
+      ],
+    },
+    contract: { inputs: ['x'], outputs: ['y'] },
+  };
+}
+
+describe('per-template collective checks report what the per-rank matcher reports', () => {
+  it('a correct all-gather over a template is matched once, not per group', () => {
+    const p = loadPlanObject('ag.json', gatherPlan(8, 0));
+    assert.deepEqual([p.stats.collectives.symbolicSites, p.stats.collectives.perRankSites], [1, 0]);
+    assert.deepEqual(p.collectiveKinds, [{ op: 'all_gather', over: 'dp', groupSize: 4, instances: 1 }]);
+  });
+  it('a wrong output shape, found once per template, is reported per group with its rank', () => {
+    // Gathering along dim 1 gives [2, 8], not the declared [8, 2].
+    assert.equal(sameOutcome('ag-shape.json', gatherPlan(8, 1)), 'rejected');
+    assert.throws(() => loadPlanObject('ag-shape.json', gatherPlan(8, 1)), /rank 0 op 'ag'.*output is declared \[8, 2\] but all_gather over 4 ranks of \[2, 2\] gives \[2, 8\]/);
+  });
+  it('attributes that vary inside a group (an expression of the group axis) are compared member by member', () => {
+    assert.equal(sameOutcome('ag-attr.json', gatherPlan(8, { expr: 'dp // 2' })), 'rejected');
+    assert.throws(() => loadPlanObject('ag-attr.json', gatherPlan(8, { expr: 'dp // 2' })), /attributes \{"dim":1\} differ from rank 0's \{"dim":0\}/);
+  });
+});
+
+describe('affine forms of expressions', () => {
+  const vars = new Set(['dp', 'tp', 'rank']);
+  const bounds = (v: string): readonly [number, number] => (v === 'rank' ? [0, 63] : [0, 7]);
+  const aff = (src: string): string | undefined => {
+    const a = compileExpr(src, vars, bounds).affine;
+    return a === undefined ? undefined : `${a.c}|${[...a.k].map(([v, k]) => `${k}${v}`).sort().join('+')}`;
+  };
+  it('are found for sums of coordinates times constants', () => {
+    assert.equal(aff('2*dp + 3'), '3|2dp');
+    assert.equal(aff('(0)*8 + tp - 2*(dp - 1)'), '2|-2dp+1tp');
+    assert.equal(aff('dp - dp + 5'), '5|');
+  });
+  it('are not claimed for floor division, modulo, min, max, products of coordinates, or anything that could overflow', () => {
+    for (const src of ['dp // 2', 'dp % 2', 'min(dp, 3)', 'max(0, 1 - dp)', 'dp * tp', 'dp / 1', '4503599627370496 * dp', '(dp + 1) * 4503599627370496 - 4503599627370496']) assert.equal(aff(src), undefined, src);
   });
 });
