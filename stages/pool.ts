@@ -48,9 +48,8 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       const part: StageResult[] = new Array<StageResult>(slice.length);
       let next = 0;
       const runOne = async (stage: Stage, j: number): Promise<StageResult> => {
-        const i = start + j;
         const t0 = performance.now();
-        const task: StageTask = { key, file, text, stage: i, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(i) === true, ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
+        const task: StageTask = { key, file, text, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
         let result: StageResult;
         try {
           result = (await pool.run(task, { signal: AbortSignal.timeout(opts.deadlineMs) })) as StageResult;
