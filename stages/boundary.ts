@@ -18,11 +18,11 @@ import { loadPlanObject } from '../plans/loader.js';
 import type { Program } from '../plans/model.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { regionStr, valueStr, type LineageNF } from '../lineage/model.js';
-import { numericCheck } from './numeric.js';
+import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
 import { proveInPool } from './pool.js';
 import { inferClaims, withClaims, type InferredClaim } from './infer.js';
-import { assemble, engineError, witnessedStages, witnessSearch, z3Fallback, type Engine, type VerifyReport } from './verify.js';
+import { assemble, engineError, witnessedStages, witnessSearch, type Engine, type VerifyReport } from './verify.js';
 
 type Json = Record<string, unknown>;
 
@@ -149,7 +149,14 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     const hintStage = (s: Stage): boolean => s.obligations.every((o) => hinted(o.rank, o.tensor));
     const todo = stages.filter((s, i) => !cache.has(keys[i] as string) && hintStage(s));
     if (todo.length === 0) todo.push(...stages.filter((s, i) => !cache.has(keys[i] as string)));
+    const tr = performance.now();
     const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, opts);
+    if (process.env['PLANPROOF_TRACE'] === '1') {
+      process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s; hints ${hints.length}\n`);
+      fresh.forEach((r) => {
+        if (r.ms > 300 || r.status !== 'proved') process.stderr.write(`  ${r.status} ${(r.ms / 1000).toFixed(1)} s ${plan.logical.tensors.name(r.stage.logical)} [${[...new Set(r.stage.obligations.map((o) => (plan.programs[plan.rankProgram[o.rank] as number] as Program).tensors.name(o.tensor)))].slice(0, 3).join(', ')}] ${hinted(r.stage.obligations[0]?.rank ?? 0, r.stage.obligations[0]?.tensor ?? 0) ? 'hint' : 'user'} ${(r.reason ?? '').slice(0, 120)}\n`);
+      });
+    }
     todo.forEach((s, j) => cache.set(keys[s.index] as string, fresh[j] as StageResult));
     results = stages.flatMap((s, i) => {
       const r = cache.get(keys[i] as string);
@@ -168,6 +175,21 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         bad.add(`${plan.rankProgram[o.rank]}|${(plan.programs[plan.rankProgram[o.rank] as number] as Program).tensors.name(o.tensor)}`);
       }
     }
+    // A user stage left open with no witness may be weakened by a hint it assumes (a second
+    // addend decomposition of one tensor, say): its inferred inputs are dropped, once.
+    if (bad.size === 0 && !pending) {
+      const failing = new Set(numeric.failingTensors);
+      for (const r of results) {
+        if (r.status === 'proved' || failing.has(plan.logical.tensors.name(r.stage.logical))) continue;
+        for (const key of builder.closure(r.stage).inputs.keys()) {
+          const [rk, t] = key.split(':').map(Number) as [number, number];
+          if (!hinted(rk, t)) continue;
+          const h = hints.find((x) => x.program === plan.rankProgram[rk] && x.tensor === (plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t));
+          if (h !== undefined) h.alternatives.length = 0;
+          bad.add(`${plan.rankProgram[rk]}|${(plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t)}`);
+        }
+      }
+    }
     if (bad.size === 0 && !pending) break;
     for (let i = hints.length - 1; i >= 0; i--) {
       const h = hints[i] as Hint;
@@ -184,7 +206,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   }
   const hinted = isHint(plan);
   numeric = witnessSearch(plan, results, numeric, hinted);
-  if (opts.portfolio !== false) results = await z3Fallback(plan, results, numeric, opts.deadlineMs);
+  if (opts.portfolio !== false) results = await portfolio(plan, file, JSON.stringify(obj), results, numeric, opts);
   const report = assemble(plan, results, numeric, numeric.seed, t0);
   const span = localize(plan, builder, report, results, hinted);
   return {
@@ -251,8 +273,9 @@ function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport,
 }
 
 /**
- * One stage per hinted tensor (its replicas on every rank), apart from the user's claims of the
- * same logical tensor: a hint that fails then names itself, and the others keep their cut.
+ * One stage per hinted tensor (its replicas on every rank; addends of one decomposition
+ * together), apart from the user's claims of the same logical tensor: a hint that fails then
+ * names itself, and the others keep their cut.
  * Each stage proves its obligations from the same assumed boundaries, so splitting a stage
  * changes nothing in the argument.
  */
@@ -263,7 +286,9 @@ function splitHints(stages: readonly Stage[], hinted: (r: number, t: number) => 
     const byTensor = new Map<string, Stage['obligations']>();
     for (const o of s.obligations) {
       if (!hinted(o.rank, o.tensor)) continue;
-      const k = String(o.tensor);
+      // Addends of one decomposition are proved together (their sum is the obligation).
+      const v = o.nf.value;
+      const k = v.n === 1 ? `t${o.tensor}` : `${v.n}|${v.reduce}|${v.divisor}|${v.split}`;
       const l = byTensor.get(k);
       if (l === undefined) byTensor.set(k, [o]);
       else l.push(o);
@@ -271,5 +296,24 @@ function splitHints(stages: readonly Stage[], hinted: (r: number, t: number) => 
     for (const obl of byTensor.values()) out.push({ index: out.length, logical: s.logical, obligations: obl });
     if (user.length > 0) out.push({ index: out.length, logical: s.logical, obligations: user });
   }
+  return out;
+}
+
+/**
+ * The engine portfolio: stages the normal form leaves open (a difference with no witness, a
+ * side condition) or gives up on (its work budget) go to Z3 within the stage deadline. Z3 runs
+ * in worker threads even when the normal form ran in this one: Z3 (wasm) aborts its process
+ * when it runs out of memory, and a worker takes only its stage with it.
+ */
+async function portfolio(plan: LoadedPlan, file: string, text: string, results: StageResult[], numeric: NumericReport, opts: BoundaryOptions): Promise<StageResult[]> {
+  const witnessed = new Set(numeric.failingTensors);
+  const open = results.filter((r) => (r.status === 'differs' && !witnessed.has(plan.logical.tensors.name(r.stage.logical))) || (r.status === 'unknown' && /side condition|no numeric witness|too large for the exact normal form/.test(r.reason ?? '')));
+  if (open.length === 0) return results;
+  const z = await proveInPool(file, text, open.map((r) => r.stage), { jobs: Math.max(1, opts.jobs), deadlineMs: opts.deadlineMs, engine: 'z3', custom: true });
+  const out = [...results];
+  open.forEach((r, i) => {
+    const zr = z[i];
+    if (zr?.status === 'proved') out[out.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + zr.ms };
+  });
   return out;
 }

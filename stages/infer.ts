@@ -24,6 +24,7 @@ import type { LoadedPlan } from '../plans/loader.js';
 import type { Program } from '../plans/model.js';
 import { differs, evaluateBoth } from './numeric.js';
 import { producedSets } from './prove.js';
+import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 
 /** Plans whose logical tensors hold more elements than this are not fingerprinted. */
@@ -249,7 +250,43 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
       if (first !== undefined) claims.push({ program: pi, tensor: name, logical: lg.tensors.name(first.c.L), kind: first.c.kind, lineage: first.lineage, alternatives: rest.map((f) => f.lineage) });
     }
   });
+  accumulationAddends(plan, claims);
   return { claims, unclaimed };
+}
+
+/**
+ * Propagation through `add` (its dim signature keeps every dim and adds values): when
+ * y = a + b holds a claim (a slice, or addend i of n) and a and b have none and feed nothing
+ * else (gradient accumulation over micro-batches), a and b are addends 2i and 2i + 1 of a
+ * 2n-way decomposition of the same slice, in a split of their own. Ops are visited from the
+ * last, so a chain of accumulations nests.
+ */
+function accumulationAddends(plan: LoadedPlan, claims: InferredClaim[]): void {
+  const add = registry.id('add');
+  if (add < 0) return;
+  plan.programs.forEach((p, pi) => {
+    const uses = new Int32Array(p.tensors.size);
+    for (let op = 0; op < p.ops.size; op++) for (const t of p.ops.opInputs(op)) uses[t] = (uses[t] as number) + 1;
+    const claimOf = new Map(claims.filter((c) => c.program === pi).map((c) => [c.tensor, c]));
+    for (let op = p.ops.size - 1; op >= 0; op--) {
+      if (p.ops.kind[op] !== add) continue;
+      const y = p.ops.opOutputs(op)[0] as number;
+      const ins = [...p.ops.opInputs(op)];
+      const yc = claimOf.get(p.tensors.name(y));
+      if (yc === undefined || ins.length !== 2 || ins[0] === ins[1]) continue;
+      if (ins.some((t) => p.lineage[t] !== undefined || claimOf.has(p.tensors.name(t)) || uses[t] !== 1)) continue;
+      const v = yc.lineage['value'] as Json | undefined;
+      const chunk = v?.['chunk'] ?? 0;
+      const e = typeof chunk === 'number' ? String(chunk) : String((chunk as Json)['expr']);
+      const of = Number(v?.['of'] ?? 1);
+      ins.forEach((t, k) => {
+        const lineage: Json = { logical: yc.lineage['logical'], index: yc.lineage['index'], value: { chunk: { expr: `(${e})*2 + ${k}` }, of: 2 * of, divisor: Number(v?.['divisor'] ?? 1), split: `${String(v?.['split'] ?? 'inferred')}.acc` }, inferred: true };
+        const c: InferredClaim = { program: pi, tensor: p.tensors.name(t), logical: yc.logical, kind: 'addend', lineage, alternatives: [] };
+        claims.push(c);
+        claimOf.set(c.tensor, c);
+      });
+    }
+  });
 }
 
 /** `{"expr": ...}` for b + sum k·coord, or the number when constant. */
