@@ -71,8 +71,8 @@ interface Cand {
   readonly n: number;
   readonly divisor: number;
   readonly start: number[];
-  /** Op matching: the logical producer has the parallel producer's op kind. */
-  readonly sameOp: boolean;
+  /** Op matching score: 2 when the producers' inputs correspond, +1 when their kinds match. */
+  readonly sameOp: number;
 }
 
 const key = (x: number): string | undefined => (Number.isFinite(x) ? (x === 0 ? '0' : x.toPrecision(9)) : undefined);
@@ -179,13 +179,32 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
     const r0 = ranks[0];
     if (r0 === undefined) return;
     const prodKind = new Int32Array(p.tensors.size).fill(-1);
-    for (let op = 0; op < p.ops.size; op++) for (const t of p.ops.opOutputs(op)) prodKind[t] = p.ops.kind[op] as number;
-    for (let t = 0; t < p.tensors.size; t++) {
+    const prodOp = new Int32Array(p.tensors.size).fill(-1);
+    for (let op = 0; op < p.ops.size; op++) for (const t of p.ops.opOutputs(op)) {
+      prodKind[t] = p.ops.kind[op] as number;
+      prodOp[t] = op;
+    }
+    // The logical tensor each program tensor is claimed for (given, or chosen so far).
+    const claimL = new Int32Array(p.tensors.size).fill(-1);
+    p.lineage.forEach((l, t) => {
+      if (l !== undefined) claimL[t] = l.logical;
+    });
+    // Tensors in program order of their producers, so that inputs are decided first.
+    const order = [...Array(p.tensors.size).keys()].sort((a, b) => (prodOp[a] as number) - (prodOp[b] as number));
+    for (const t of order) {
       if (p.lineage[t] !== undefined || (produced[r0] as Uint8Array)[t] !== 1) continue;
       const name = p.tensors.name(t);
-      const sameOp = (L: number): boolean => {
+      // Op matching: the logical producer has the parallel producer's kind, and its inputs
+      // are what the parallel producer's inputs are claimed for (or the tensor itself: a
+      // collective or a copy keeps the logical tensor).
+      const sameOp = (L: number): number => {
         const op = lg.producer[L] as number;
-        return op >= 0 && lg.ops.kind[op] === prodKind[t];
+        const kind = op >= 0 && lg.ops.kind[op] === prodKind[t] ? 1 : 0;
+        const pop = prodOp[t] as number;
+        if (pop < 0) return kind;
+        const lins = op >= 0 ? new Set(lg.ops.opInputs(op)) : new Set<number>();
+        const related = [...p.ops.opInputs(pop)].some((x) => (claimL[x] as number) >= 0 && (lins.has(claimL[x] as number) || claimL[x] === L)) ? 2 : 0;
+        return kind + related;
       };
       const candsAt = (r: number): Cand[] => {
         const v = parallel[r]?.[t];
@@ -219,8 +238,12 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         // Slices before addends before scaled copies; op matches first; among equal values
         // (a clip factor of 1, a copy), the logical tensor earliest in topological order; the
         // others stay as alternatives, tried when the first does not prove.
-        const rankOf = (c: Cand): number => (c.kind === 'slice' ? 0 : c.kind === 'addend' ? 1 : 2) * 2 + (c.sameOp ? 0 : 1);
-        return out.sort((a, b) => rankOf(a) - rankOf(b) || (topo[a.L] as number) - (topo[b.L] as number));
+        const rankOf = (c: Cand): number => (c.kind === 'slice' ? 0 : c.kind === 'addend' ? 1 : 2) * 4 + (3 - c.sameOp);
+        // Last, between logical tensors that are equal (a duplicated reshape, say), the name:
+        // the logical side is computed from the tensor the stage names, so the one the
+        // parallel plan mirrors keeps the stage short.
+        const suffix = (L: number): number => commonSuffix(lg.tensors.name(L), name);
+        return out.sort((a, b) => rankOf(a) - rankOf(b) || suffix(b.L) - suffix(a.L) || (topo[a.L] as number) - (topo[b.L] as number));
       };
       const per = new Map<number, Cand[]>(ranks.map((r) => [r, candsAt(r)]));
       const shapeAt = (r: number): readonly number[] => plan.view(r).shapes[t] ?? [];
@@ -247,6 +270,7 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         found.push({ c: c0, lineage });
       }
       const [first, ...rest] = found;
+      if (first !== undefined) claimL[t] = first.c.L;
       if (first !== undefined) claims.push({ program: pi, tensor: name, logical: lg.tensors.name(first.c.L), kind: first.c.kind, lineage: first.lineage, alternatives: rest.map((f) => f.lineage) });
     }
   });
@@ -287,6 +311,12 @@ function accumulationAddends(plan: LoadedPlan, claims: InferredClaim[]): void {
       });
     }
   });
+}
+
+function commonSuffix(a: string, b: string): number {
+  let n = 0;
+  while (n < a.length && n < b.length && a[a.length - 1 - n] === b[b.length - 1 - n]) n++;
+  return n;
 }
 
 /** `{"expr": ...}` for b + sum k·coord, or the number when constant. */
