@@ -71,7 +71,7 @@ interface Cand {
   readonly n: number;
   readonly divisor: number;
   readonly start: number[];
-  /** Op matching score: 2 when the producers' inputs correspond, +1 when their kinds match. */
+  /** Op matching score: 4 when an input holds the same logical tensor (a collective, a copy), 2 when the producers' inputs correspond, +1 when their kinds match. */
   readonly sameOp: number;
 }
 
@@ -203,7 +203,9 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         const pop = prodOp[t] as number;
         if (pop < 0) return kind;
         const lins = op >= 0 ? new Set(lg.ops.opInputs(op)) : new Set<number>();
-        const related = [...p.ops.opInputs(pop)].some((x) => (claimL[x] as number) >= 0 && (lins.has(claimL[x] as number) || claimL[x] === L)) ? 2 : 0;
+        const ins = [...p.ops.opInputs(pop)];
+        if (ins.some((x) => claimL[x] === L)) return 4 + kind;
+        const related = ins.some((x) => (claimL[x] as number) >= 0 && lins.has(claimL[x] as number)) ? 2 : 0;
         return kind + related;
       };
       const candsAt = (r: number): Cand[] => {
@@ -238,7 +240,7 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         // Slices before addends before scaled copies; op matches first; among equal values
         // (a clip factor of 1, a copy), the logical tensor earliest in topological order; the
         // others stay as alternatives, tried when the first does not prove.
-        const rankOf = (c: Cand): number => (c.kind === 'slice' ? 0 : c.kind === 'addend' ? 1 : 2) * 4 + (3 - c.sameOp);
+        const rankOf = (c: Cand): number => (c.kind === 'slice' ? 0 : c.kind === 'addend' ? 1 : 2) * 8 + (7 - c.sameOp);
         // Last, between logical tensors that are equal (a duplicated reshape, say), the name:
         // the logical side is computed from the tensor the stage names, so the one the
         // parallel plan mirrors keeps the stage short.
