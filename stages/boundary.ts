@@ -121,6 +121,8 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   const inferredCount = hints.length;
 
   const cache = new Map<string, StageResult>();
+  // Logical tensors whose hints are proved one decomposition at a time (after a joint stage failed).
+  const split = new Set<number>();
   let dropped = 0;
   let replaced = 0;
   let rounds = 0;
@@ -136,7 +138,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     plan = loadPlanObject(file, obj);
     builder = new StageBuilder(plan);
     const hinted = isHint(plan);
-    stages = splitHints(decompose(plan, logicalOrder(plan)), hinted);
+    stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split);
     // The numeric run never compares hints: a hint that does not hold is dropped, not a witness.
     if (rounds === 1) numeric = numericCheck(plan, seed, hinted);
     const witnessed = witnessedStages(plan, stages, numeric);
@@ -164,10 +166,17 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     });
     const pending = stages.some((_, i) => !cache.has(keys[i] as string));
 
-    // Hints whose obligations did not prove: next candidate, or dropped.
+    // Hints whose obligations did not prove: next candidate, or dropped. A joint stage of
+    // several hinted tensors is first split, so that the failing one names itself.
     const bad = new Set<string>();
+    let splitMore = false;
     for (const r of results) {
       if (r.status === 'proved') continue;
+      if (!split.has(r.stage.logical) && hintStage(r.stage) && new Set(r.stage.obligations.map((o) => groupOf(o))).size > 1) {
+        split.add(r.stage.logical);
+        splitMore = true;
+        continue;
+      }
       const ranks = new Set(r.failingRanks);
       for (const o of r.stage.obligations) {
         if (!hinted(o.rank, o.tensor)) continue;
@@ -177,7 +186,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     }
     // A user stage left open with no witness may be weakened by a hint it assumes (a second
     // addend decomposition of one tensor, say): its inferred inputs are dropped, once.
-    if (bad.size === 0 && !pending) {
+    if (bad.size === 0 && !pending && !splitMore) {
       const failing = new Set(numeric.failingTensors);
       for (const r of results) {
         if (r.status === 'proved' || failing.has(plan.logical.tensors.name(r.stage.logical))) continue;
@@ -190,7 +199,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         }
       }
     }
-    if (bad.size === 0 && !pending) break;
+    if (bad.size === 0 && !pending && !splitMore) break;
     for (let i = hints.length - 1; i >= 0; i--) {
       const h = hints[i] as Hint;
       if (!bad.has(`${h.program}|${h.tensor}`)) continue;
@@ -273,30 +282,35 @@ function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport,
 }
 
 /**
- * One stage per hinted tensor (its replicas on every rank; addends of one decomposition
- * together), apart from the user's claims of the same logical tensor: a hint that fails then
- * names itself, and the others keep their cut.
+ * The hints of one logical tensor form one stage, apart from the user's claims of it; after
+ * that stage fails, one stage per hinted tensor (its replicas on every rank; addends of one
+ * decomposition together), so that a hint that fails names itself and the others keep their
+ * cut.
  * Each stage proves its obligations from the same assumed boundaries, so splitting a stage
  * changes nothing in the argument.
  */
-function splitHints(stages: readonly Stage[], hinted: (r: number, t: number) => boolean): Stage[] {
+function splitHints(stages: readonly Stage[], hinted: (r: number, t: number) => boolean, split: ReadonlySet<number>): Stage[] {
   const out: Stage[] = [];
   for (const s of stages) {
     const user = s.obligations.filter((o) => !hinted(o.rank, o.tensor));
-    const byTensor = new Map<string, Stage['obligations']>();
+    const byGroup = new Map<string, Stage['obligations']>();
     for (const o of s.obligations) {
       if (!hinted(o.rank, o.tensor)) continue;
-      // Addends of one decomposition are proved together (their sum is the obligation).
-      const v = o.nf.value;
-      const k = v.n === 1 ? `t${o.tensor}` : `${v.n}|${v.reduce}|${v.divisor}|${v.split}`;
-      const l = byTensor.get(k);
-      if (l === undefined) byTensor.set(k, [o]);
+      const k = split.has(s.logical) ? groupOf(o) : '';
+      const l = byGroup.get(k);
+      if (l === undefined) byGroup.set(k, [o]);
       else l.push(o);
     }
-    for (const obl of byTensor.values()) out.push({ index: out.length, logical: s.logical, obligations: obl });
+    for (const obl of byGroup.values()) out.push({ index: out.length, logical: s.logical, obligations: obl });
     if (user.length > 0) out.push({ index: out.length, logical: s.logical, obligations: user });
   }
   return out;
+}
+
+/** Addends of one decomposition are proved together (their sum is the obligation); a complete tensor alone. */
+function groupOf(o: Stage['obligations'][number]): string {
+  const v = o.nf.value;
+  return v.n === 1 ? `t${o.tensor}` : `${v.n}|${v.reduce}|${v.divisor}|${v.split}`;
 }
 
 /**
