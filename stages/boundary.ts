@@ -36,6 +36,8 @@ export interface BoundaryOptions {
   /** The Z3 portfolio for stages the normal form leaves open or gives up on (default true). */
   readonly portfolio?: boolean;
   readonly onStage?: (done: number, total: number) => void;
+  /** Work budget of the normal form, in this thread (jobs 0); tests set it low to exercise the portfolio. */
+  readonly budget?: number;
 }
 
 /** The smallest span of parallel ops that holds the first failure. */
@@ -230,7 +232,7 @@ async function proveStages(plan: LoadedPlan, file: string, text: string, todo: r
   if (opts.jobs > 0) {
     return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, engine: 'normal' as Engine, ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   }
-  const prover = new Prover(plan);
+  const prover = opts.budget === undefined ? new Prover(plan) : new Prover(plan, opts.budget);
   return todo.map((s, i) => {
     let r: StageResult;
     try {
