@@ -18,6 +18,8 @@ import { generatePlan, ADAMW } from '../plans/gen/plan.js';
 import { BUGS, bugById } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import { writeFileSync } from 'node:fs';
+import { inferLineage, verifyInferred } from './boundary.js';
+import { stripToBoundary } from '../plans/gen/strip.js';
 
 export const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -96,9 +98,14 @@ async function runVerify(l: Loaded, eng: EngineOptions): Promise<VerifyReport> {
   return report;
 }
 
-async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out): Promise<number> {
+async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean): Promise<number> {
   const l = loadWithText(file, json, out, true);
   if (typeof l === 'number') return l;
+  // Inferred boundaries (issue 18): with --infer, or when the file holds claims marked inferred.
+  if (eng.engine === 'normal' && infer !== false && (infer === true || l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) {
+    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true }, out);
+    return verdictCode[r.verdict];
+  }
   const report = await runVerify(l, eng);
   out.log(json ? JSON.stringify(report, null, 2) : formatReport(report, verbose));
   return verdictCode[report.verdict];
@@ -150,6 +157,7 @@ interface GenArgs {
   listBugs?: boolean | undefined;
   out?: string | undefined;
   json?: boolean | undefined;
+  boundaryLineage?: boolean | undefined;
 }
 
 function gen(a: GenArgs, out: Out): number {
@@ -210,6 +218,7 @@ function gen(a: GenArgs, out: Out): number {
     out.err(`planproof: cannot generate this plan: ${e instanceof Error ? e.message : String(e)}`);
     return ExitCode.usage;
   }
+  if (a.boundaryLineage === true) plan = stripToBoundary(plan);
   const text = JSON.stringify(plan, null, 1);
   if (a.out === undefined) out.log(text);
   else writeFileSync(a.out, text + '\n');
@@ -236,10 +245,29 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .command(
       'verify <plan>',
       'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
-      (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' }),
+      (y) =>
+        y
+          .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' })
+          .option('infer', { type: 'boolean', describe: 'infer stage cut points for parallel tensors without lineage (hints, proved before use; default: only the hints the file marks inferred)' }),
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out);
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out, a.infer);
+      },
+    )
+    .command(
+      'infer-lineage <plan>',
+      'write the plan with inferred lineage claims added for parallel tensors without one, each marked "inferred": true',
+      (y) =>
+        y
+          .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' })
+          .option('o', { alias: 'output', type: 'string', describe: 'output file (default: stdout)' }),
+      (a) => {
+        const plan = a.plan;
+        if (typeof plan !== 'string') return;
+        run = () => {
+          const l = loadWithText(plan, a.json, out);
+          return typeof l === 'number' ? l : inferLineage(plan === '-' || plan === STDIN_NAME ? STDIN_NAME : plan, l.text, a.o, a.seed, a.json, out);
+        };
       },
     )
     .command(
@@ -293,12 +321,13 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('zero', { type: 'number', choices: [0, 1, 2, 3], describe: 'ZeRO stage (with dp > 1): sharded optimizer state and step; 3 also shards the parameters' })
           .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })
           .option('list-bugs', { type: 'boolean', default: false })
-          .option('out', { type: 'string', describe: 'output file (default: stdout)' }),
+          .option('out', { type: 'string', describe: 'output file (default: stdout)' })
+          .option('boundary-lineage', { type: 'boolean', describe: 'keep lineage only on contract inputs (data, parameters, optimizer state) and outputs, as a user would write it' }),
       (a) => {
         run = () => gen(a, out);
       },
     )
-    .demandCommand(1, 'name a command: verify, inspect, demo or gen')
+    .demandCommand(1, 'name a command: verify, inspect, infer-lineage, demo or gen')
     .strict()
     .help()
     .version()

@@ -14,6 +14,8 @@ export interface PlanSummary {
   collectives: { op: string; over: string; groupSize: number; instances: number }[];
   lineage: { logical: string; role: string; claims: number; holders: number; coverage: 'complete' | 'partial' | 'mixed'; partials: boolean }[];
   logicalWithoutLineage: string[];
+  /** Tensor declarations with lineage in the program templates: given by the user, or marked inferred. */
+  claims: { given: number; inferred: number };
   contract: { inputs: string[]; outputs: string[] };
   warnings: string[];
   /** Which path each check took (per template or per rank), and how long each phase took. */
@@ -86,6 +88,10 @@ export function summarize(plan: LoadedPlan): PlanSummary {
       partials: c.hasPartials,
     })),
     logicalWithoutLineage: without,
+    claims: {
+      given: plan.programs.reduce((n, p) => n + p.lineage.filter((l, t) => l !== undefined && p.inferred?.has(t) !== true).length, 0),
+      inferred: plan.programs.reduce((n, p) => n + (p.inferred?.size ?? 0), 0),
+    },
     contract: { inputs: [...plan.contract.inputs].map((t) => lg.tensors.name(t)), outputs: [...plan.contract.outputs].map((t) => lg.tensors.name(t)) },
     warnings: plan.warnings.map((w) => `${w.path} ${w.where ?? ''}: ${w.message}`),
   };
@@ -120,6 +126,7 @@ export function formatSummary(s: PlanSummary): string {
     out.push(`            ${l.logical.padEnd(w)}  ${l.role.padEnd(15)} ${String(l.claims).padStart(6)} ${String(l.holders).padStart(7)}  ${l.coverage === 'complete' ? 'complete value on some rank' : l.coverage === 'partial' ? 'partial addends only' : 'complete in part, partial elsewhere'}${l.partials && l.coverage === 'complete' ? ' (and partial addends)' : ''}`);
   }
   if (s.logicalWithoutLineage.length > 0) out.push(`            no lineage: ${s.logicalWithoutLineage.join(', ')}`);
+  out.push(`claims      ${s.claims.given} given, ${s.claims.inferred} inferred (hints: proved before they are relied on)`);
   out.push(`contract    inputs ${names(s.contract.inputs)}; outputs ${names(s.contract.outputs)} (each complete on some rank)`);
   out.push(`warnings    ${s.warnings.length === 0 ? 'none' : s.warnings.join('\n            ')}`);
   out.push(`checks      ${s.checks.mode === 'template' ? 'per template where symbolic, per rank elsewhere' : 'per rank'}`);

@@ -130,6 +130,8 @@ export interface Program {
   readonly collectiveSites: Int32Array;
   /** True when some shape or attribute depends on the rank's coordinates. */
   readonly coordDependent: boolean;
+  /** Tensors whose lineage is marked `"inferred": true`: hints, never user claims (stages/boundary.ts). */
+  readonly inferred?: ReadonlySet<number>;
 }
 
 export type AttrSpec = { readonly attrs: Attrs; readonly exprs: readonly (readonly [string[], CompiledExpr])[] };

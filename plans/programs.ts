@@ -252,6 +252,7 @@ function buildProgram(rp: RawProgram, index: number, mesh: Mesh, logical: Logica
   const shapeSpecs: IntSpec[][] = [];
   const dtypes: (string | undefined)[] = [];
   const lineage: (LineageSpec | undefined)[] = [];
+  const inferred: number[] = [];
   let coordDependent = false;
   (rp.tensors ?? []).forEach((t, i) => {
     const tp = jpath(path, 'tensors', i);
@@ -264,6 +265,8 @@ function buildProgram(rp: RawProgram, index: number, mesh: Mesh, logical: Logica
     shapeSpecs.push(shape);
     dtypes.push(t.dtype);
     lineage.push(t.lineage === undefined ? undefined : compileLineage(t.lineage, jpath(tp, 'lineage'), logical, mesh, ec, sink));
+    // An inferred claim is a hint (stages/boundary.ts): proved before it is assumed, dropped when it does not prove.
+    if (t.lineage?.inferred === true) inferred.push(tensors.size - 1);
   });
   const ops = new OpTableBuilder();
   const attrSpecs: AttrSpec[] = [];
@@ -331,6 +334,7 @@ function buildProgram(rp: RawProgram, index: number, mesh: Mesh, logical: Logica
     microbatch: Int32Array.from(microbatch),
     collectiveSites: Int32Array.from(sites),
     coordDependent,
+    inferred: new Set(inferred),
   };
 }
 

@@ -8,7 +8,7 @@
 import type { Dense } from '../ops/algebra.js';
 import { numel } from '../ops/types.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
-import { executeLogical, executeParallel, logicalIndexer, logicalOrder, type LogicalValues } from '../sdfg/execute.js';
+import { executeLogical, executeParallel, logicalIndexer, logicalOrder, type LogicalValues, type RankValues } from '../sdfg/execute.js';
 import type { LoadedPlan } from '../plans/loader.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
@@ -60,13 +60,24 @@ export function differs(a: number, b: number): boolean {
   return Math.abs(a - b) > WITNESS_TOLERANCE * Math.max(1, Math.abs(a), Math.abs(b));
 }
 
-export function numericCheck(plan: LoadedPlan, seed = 1): NumericReport {
+/** Total elements of the plan's logical tensors, or a reason when past MAX_NUMERIC_ELEMENTS. */
+function tooLargeForNumeric(plan: LoadedPlan): string | undefined {
   const lg = plan.logical;
   let total = 0;
   for (let t = 0; t < lg.tensors.size; t++) total += numel(lg.shapes[t] ?? []);
-  if (total > MAX_NUMERIC_ELEMENTS) {
-    return { evaluated: false, reason: `the logical tensors hold ${total} elements; numeric evaluation is limited to ${MAX_NUMERIC_ELEMENTS}`, seed, claimsChecked: 0, mismatches: [], failingTensors: [] };
-  }
+  return total > MAX_NUMERIC_ELEMENTS ? `the logical tensors hold ${total} elements; numeric evaluation is limited to ${MAX_NUMERIC_ELEMENTS}` : undefined;
+}
+
+export interface BothValues {
+  readonly logical: LogicalValues<number>;
+  readonly parallel: RankValues<number>;
+  readonly lineageOf: (r: number, t: number) => LineageNF | undefined;
+  readonly rnd: () => number;
+}
+
+/** Both graphs in Float64 on random contract inputs (partial inputs split into random addends). */
+export function evaluateBoth(plan: LoadedPlan, seed = 1): BothValues {
+  const lg = plan.logical;
   const rnd = mulberry32(seed);
   const uniform = (): number => rnd() * 2 - 1;
   const inputs: LogicalValues<number> = new Array(lg.tensors.size);
@@ -120,6 +131,18 @@ export function numericCheck(plan: LoadedPlan, seed = 1): NumericReport {
     const src = nf.value.n === 1 && nf.value.divisor === 1 ? (logical[nf.logical] as Dense<number>).data : (addendsOf(nf)[nf.value.idx] as number[]);
     return { shape, data: Array.from({ length: numel(shape) }, (_, f) => src[idx(f)] as number) };
   });
+  return { logical, parallel, lineageOf, rnd };
+}
+
+/**
+ * `skip(rank, tensor)`: claims left out of the comparison (inferred hints: a hint that does not
+ * hold is dropped, never a witness).
+ */
+export function numericCheck(plan: LoadedPlan, seed = 1, skip?: (rank: number, tensor: number) => boolean): NumericReport {
+  const tooLarge = tooLargeForNumeric(plan);
+  if (tooLarge !== undefined) return { evaluated: false, reason: tooLarge, seed, claimsChecked: 0, mismatches: [], failingTensors: [] };
+  const lg = plan.logical;
+  const { logical, parallel, lineageOf } = evaluateBoth(plan, seed);
 
   // Topological position of each logical tensor.
   const order = new Int32Array(lg.tensors.size).fill(-1);
@@ -151,7 +174,7 @@ export function numericCheck(plan: LoadedPlan, seed = 1): NumericReport {
     for (let t = 0; t < p.tensors.size; t++) {
       const nf = lineageOf(r, t);
       const val = (parallel[r] as (Dense<number> | undefined)[])[t];
-      if (nf === undefined || val === undefined) continue;
+      if (nf === undefined || val === undefined || skip?.(r, t) === true) continue;
       claimsChecked++;
       const lv = logical[nf.logical] as Dense<number>;
       const idx = logicalIndexer(nf, lg.shapes[nf.logical] ?? []);

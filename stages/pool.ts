@@ -20,6 +20,8 @@ export interface PoolOptions {
   readonly recycleAfter?: number;
   /** Heap limit of a worker (MiB): a stage that exceeds it kills only its worker. */
   readonly workerHeapMb?: number;
+  /** Send each stage's obligations with its task (stages not from the worker's own decomposition). */
+  readonly custom?: boolean;
   /** Stage indices the numeric run shows differing (no eager retry after a lazy difference). */
   readonly witnessed?: ReadonlySet<number>;
 }
@@ -47,10 +49,9 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       const slice = stages.slice(start, start + batch);
       const part: StageResult[] = new Array<StageResult>(slice.length);
       let next = 0;
-      const runOne = async (stage: Stage, j: number): Promise<StageResult> => {
-        const i = start + j;
+      const runOne = async (stage: Stage, _j: number): Promise<StageResult> => {
         const t0 = performance.now();
-        const task: StageTask = { key, file, text, stage: i, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(i) === true, ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
+        const task: StageTask = { key, file, text, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}), ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
         let result: StageResult;
         try {
           result = (await pool.run(task, { signal: AbortSignal.timeout(opts.deadlineMs) })) as StageResult;

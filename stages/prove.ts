@@ -179,19 +179,17 @@ export class StageBuilder {
     return (this.plan.programs[this.plan.rankProgram[r] as number] as Program).tensors.name(t);
   }
 
-  build<S>(stage: Stage, src: SymbolSource<S>): StageBuild<S> {
+  /**
+   * The stage's parallel closure: walking back from its obligations, every tensor reached
+   * (`seen`, keys "rank:tensor") and the claimed ones where the walk stops (`inputs`). Claims of
+   * the stage's own logical tensor are recomputed, never assumed (unless no op produces them:
+   * claims of a contract input).
+   */
+  closure(stage: Stage): { inputs: Map<string, LineageNF>; seen: Set<string>; ops: Set<string> } {
     const plan = this.plan;
-    const lg = plan.logical;
-    // Requirements the ops declare (ids within their table) become obligations of the stage.
-    const reqs: { cond: S; what: string; rank: number }[] = [];
-    let here = { what: '', rank: stage.obligations[0]?.rank ?? 0 };
-    const alg: Algebra<S> = { ...src.alg, require: (cond, what) => reqs.push({ cond, what: `${here.what}: ${what}`, rank: here.rank }) };
-    const combine = (reduce: string, divisor: number, xs: S[]): S =>
-      reduce === 'sum' ? alg.mul(alg.sum(xs), alg.constant(`1/${divisor}`)) : reduce === 'max' ? alg.max(xs) : alg.min(xs);
-
-    // 1. Parallel closure. Claims of the stage's own logical tensor are recomputed, never
-    // assumed (unless no op produces them: claims of a contract input).
     const inputs = new Map<string, LineageNF>();
+    // Parallel ops the stage runs, as "rank:op id" (collectives: each member's call site).
+    const ops = new Set<string>();
     const stack = stage.obligations.map((o) => [o.rank, o.tensor] as [number, number]);
     const seen = new Set<string>();
     while (stack.length > 0) {
@@ -208,15 +206,33 @@ export class StageBuilder {
       if (pr === undefined) continue;
       const p = plan.programs[plan.rankProgram[r] as number] as Program;
       if (pr.op >= 0) {
+        ops.add(`${r}:${p.ops.ids.name(pr.op)}`);
         for (const x of p.ops.opInputs(pr.op)) stack.push([r, x]);
       } else {
         const c = plan.collectives[pr.inst];
         c?.group.forEach((m, i) => {
+          const site = c.sites[i] as number;
+          ops.add(`${m}:${site >= 0 ? (plan.programs[plan.rankProgram[m] as number] as Program).ops.ids.name(site) : c.id}`);
           const x = c.inputs[i] as number;
           if (x >= 0) stack.push([m, x]);
         });
       }
     }
+    return { inputs, seen, ops };
+  }
+
+  build<S>(stage: Stage, src: SymbolSource<S>): StageBuild<S> {
+    const plan = this.plan;
+    const lg = plan.logical;
+    // Requirements the ops declare (ids within their table) become obligations of the stage.
+    const reqs: { cond: S; what: string; rank: number }[] = [];
+    let here = { what: '', rank: stage.obligations[0]?.rank ?? 0 };
+    const alg: Algebra<S> = { ...src.alg, require: (cond, what) => reqs.push({ cond, what: `${here.what}: ${what}`, rank: here.rank }) };
+    const combine = (reduce: string, divisor: number, xs: S[]): S =>
+      reduce === 'sum' ? alg.mul(alg.sum(xs), alg.constant(`1/${divisor}`)) : reduce === 'max' ? alg.max(xs) : alg.min(xs);
+
+    // 1. Parallel closure.
+    const { inputs, seen } = this.closure(stage);
 
     // 2. Symbols for the logical tensors the inputs name (substitution).
     const inputLogical = new Set<number>([...inputs.values()].map((nf) => nf.logical));

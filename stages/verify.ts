@@ -32,8 +32,8 @@ export interface StageReport {
   readonly logicalOps: number;
   readonly parallelOps: number;
   readonly ms: number;
-  /** Set when Z3 proved what the normal form left open. */
-  readonly decidedBy?: 'z3';
+  /** Which method proved the stage: the exact normal form, or Z3 where the normal form left it open or gave up. */
+  readonly decidedBy?: 'normal' | 'z3';
 }
 
 export interface VerifyReport {
@@ -74,19 +74,19 @@ export const WITNESS_RETRIES = 4;
  * hides a real difference. The report keeps the seed that witnessed the most, so --seed
  * reproduces it.
  */
-function witnessSearch(plan: LoadedPlan, results: readonly StageResult[], first: NumericReport): NumericReport {
+export function witnessSearch(plan: LoadedPlan, results: readonly StageResult[], first: NumericReport, skip?: (rank: number, tensor: number) => boolean): NumericReport {
   if (!first.evaluated) return first;
   const open = (n: NumericReport): number => results.filter((r) => r.status === 'differs' && !n.failingTensors.includes(plan.logical.tensors.name(r.stage.logical))).length;
   let best = first;
   for (let k = 1; k <= WITNESS_RETRIES && open(best) > 0; k++) {
-    const n = numericCheck(plan, first.seed + k);
+    const n = numericCheck(plan, first.seed + k, skip);
     if (open(n) < open(best) && first.failingTensors.every((t) => n.failingTensors.includes(t))) best = n;
   }
   return best;
 }
 
 /** Indices of the stages whose logical tensor the numeric run shows differing. */
-function witnessedStages(plan: LoadedPlan, stages: readonly Stage[], n: NumericReport): Set<number> {
+export function witnessedStages(plan: LoadedPlan, stages: readonly Stage[], n: NumericReport): Set<number> {
   const failing = new Set(n.failingTensors);
   return new Set(stages.flatMap((s, i) => (failing.has(plan.logical.tensors.name(s.logical)) ? [i] : [])));
 }
@@ -154,7 +154,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const numeric = witnessSearch(plan, results, first);
   if (engine === 'normal') results = await z3Fallback(plan, results, numeric, opts.deadlineMs);
   const report = assemble(plan, results, numeric, numeric.seed, t0);
-  return engine === 'z3' ? { ...report, engine } : report;
+  return engine === 'z3' ? { ...report, engine, stages: report.stages.map((s) => (s.status === 'proved' ? { ...s, decidedBy: 'z3' as const } : s)) } : report;
 }
 
 /**
@@ -162,16 +162,18 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
  * witness, or a division it cannot show nonzero) go to Z3, which knows max/min as If-terms
  * and nonlinear real arithmetic. A Z3 proof is taken; anything else keeps the first answer.
  */
-async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number): Promise<StageResult[]> {
+export async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
-  const open = results.filter((r) => (r.status === 'differs' && !witnessed.has(plan.logical.tensors.name(r.stage.logical))) || (r.status === 'unknown' && /side condition|no numeric witness/.test(r.reason ?? '')));
+  // The portfolio: also a stage the normal form gave up on (its work budget), within the stage deadline.
+  const open = results.filter((r) => (r.status === 'differs' && !witnessed.has(plan.logical.tensors.name(r.stage.logical))) || (r.status === 'unknown' && /side condition|no numeric witness|too large for the exact normal form/.test(r.reason ?? '')));
   if (open.length === 0) return results;
   const prover = new Z3Prover(plan);
   const out = [...results];
   for (const r of open) {
     let z: StageResult;
     try {
-      z = await prover.prove(r.stage, deadlineMs);
+      // Within the stage's deadline: what the normal form spent on it is deducted.
+      z = await prover.prove(r.stage, Math.max(1000, deadlineMs - r.ms));
     } catch {
       continue;
     }
@@ -180,12 +182,12 @@ async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: Num
   return out;
 }
 
-function engineError(s: Stage, e: unknown): StageResult {
+export function engineError(s: Stage, e: unknown): StageResult {
   return { stage: s, status: 'unknown', reason: `engine error: ${e instanceof Error ? e.message : String(e)}`, failingRanks: s.obligations.map((o) => o.rank), logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
 }
 
 /** Turns stage results and the numeric run into the verdict and the report. */
-function assemble(plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, seed: number, t0: number): VerifyReport {
+export function assemble(plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, seed: number, t0: number): VerifyReport {
   const lg = plan.logical;
   const reports: StageReport[] = [];
   results.forEach((r, i) => {
@@ -204,7 +206,7 @@ function assemble(plan: LoadedPlan, results: readonly StageResult[], numeric: Nu
       ms: r.ms,
     };
     if (r.status === 'proved') {
-      reports.push({ ...base, status: 'proved', ...(r.decidedBy === undefined ? {} : { decidedBy: r.decidedBy }) });
+      reports.push({ ...base, status: 'proved', decidedBy: r.decidedBy ?? 'normal' });
       return;
     }
     if (r.status === 'unknown') {

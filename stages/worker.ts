@@ -7,6 +7,8 @@ import { loadPlanText, type LoadedPlan } from '../plans/loader.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { Z3Prover } from './z3.js';
+import type { Program } from '../plans/model.js';
+import { evalLineage } from '../lineage/model.js';
 
 export interface StageTask {
   readonly key: string;
@@ -17,6 +19,8 @@ export interface StageTask {
   readonly deadlineMs: number;
   /** The numeric run shows this stage's tensor differing (see Prover.prove). */
   readonly witnessed?: boolean;
+  /** A stage built by the caller (stages/boundary.ts splits stages per hint): its logical tensor and obligations as [rank, tensor]. */
+  readonly custom?: { readonly logical: number; readonly obligations: readonly (readonly [number, number])[] };
   /** Fault injection for tests of the pool: hang (busy loop) or crash (the worker exits). */
   readonly fault?: { readonly stage: number; readonly kind: 'hang' | 'crash' };
 }
@@ -34,11 +38,20 @@ export default async function proveStage(task: StageTask): Promise<StageResult> 
       // A stuck proof: only the deadline ends it.
     }
   }
-  const stage = cached.stages[task.stage];
+  const stage = task.custom === undefined ? cached.stages[task.stage] : customStage(cached.plan, task.stage, task.custom);
   if (stage === undefined) throw new Error(`no stage ${task.stage}`);
   if (task.engine === 'z3') {
     cached.z3 ??= new Z3Prover(cached.plan);
     return cached.z3.prove(stage, task.deadlineMs);
   }
   return cached.prover.prove(stage, task.witnessed === true);
+}
+
+function customStage(plan: LoadedPlan, index: number, c: NonNullable<StageTask['custom']>): Stage {
+  const obligations = c.obligations.map(([rank, tensor]) => {
+    const spec = (plan.programs[plan.rankProgram[rank] as number] as Program).lineage[tensor];
+    if (spec === undefined) throw new Error(`rank ${rank} tensor ${tensor} has no lineage`);
+    return { rank, tensor, nf: evalLineage(spec, plan.mesh, rank, plan.logical.shapes[spec.logical] ?? [], plan.view(rank).shapes[tensor] ?? []) };
+  });
+  return { index, logical: c.logical, obligations };
 }

@@ -1,0 +1,64 @@
+/**
+ * CLI pieces of issue 18: `planproof infer-lineage PLAN -o OUT` and the report section of
+ * `verify --infer` (inferred boundaries, the span of the first failure).
+ */
+import { writeFileSync } from 'node:fs';
+import { ExitCode } from '../plans/errors.js';
+import { loadPlanText } from '../plans/loader.js';
+import { inferClaims, withClaims } from '../stages/infer.js';
+import { verifyBoundary, type BoundaryReport } from '../stages/boundary.js';
+import { formatReport } from '../stages/report.js';
+import { shutdownZ3 } from '../stages/z3.js';
+
+interface Out {
+  log(s: string): void;
+  err(s: string): void;
+}
+
+/** Writes the plan with inferred claims added, each marked `"inferred": true`. */
+export function inferLineage(file: string, text: string, outFile: string | undefined, seed: number, json: boolean, out: Out): number {
+  const plan = loadPlanText(file, text);
+  const t0 = performance.now();
+  const r = inferClaims(plan, seed);
+  const raw = JSON.parse(text) as Record<string, unknown>;
+  const written = withClaims(raw, r.claims);
+  const body = JSON.stringify(written, null, 1) + '\n';
+  if (outFile === undefined) out.log(body);
+  else writeFileSync(outFile, body);
+  const kinds = { slice: 0, addend: 0, scaled: 0 };
+  for (const c of r.claims) kinds[c.kind]++;
+  const summary = { file, out: outFile ?? '(stdout)', unclaimed: r.unclaimed, inferred: r.claims.length, ...kinds, ms: Math.round(performance.now() - t0), ...(r.skipped === undefined ? {} : { skipped: r.skipped }) };
+  if (json) out.err(JSON.stringify(summary));
+  else {
+    out.err(`planproof: ${r.claims.length} of ${r.unclaimed} parallel tensors without lineage got an inferred claim (${kinds.slice} slices, ${kinds.addend} partial addends, ${kinds.scaled} scaled copies)${r.skipped === undefined ? '' : `; ${r.skipped}`}`);
+    out.err('  inferred claims are hints: verify proves each before it relies on it, and drops one that does not hold');
+  }
+  return ExitCode.verified;
+}
+
+export async function verifyInferred(file: string, text: string, opts: { seed: number; jobs: number; deadline: number; verbose: boolean; json: boolean; infer: boolean }, out: Out): Promise<BoundaryReport> {
+  const raw = JSON.parse(text) as Record<string, unknown>;
+  const r = await verifyBoundary(file, raw, { seed: opts.seed, jobs: opts.jobs, deadlineMs: opts.deadline * 1000, infer: opts.infer });
+  await shutdownZ3();
+  out.log(opts.json ? JSON.stringify(r, null, 2) : formatBoundary(r, opts.verbose));
+  return r;
+}
+
+export function formatBoundary(r: BoundaryReport, verbose: boolean): string {
+  const b = r.boundary;
+  const lines = [formatReport(r, verbose), ''];
+  lines.push(`boundaries  ${b.unclaimed} parallel tensors had no lineage; ${b.inferred} hints inferred, ${b.kept} proved and kept as cut points, ${b.replaced} replaced by another candidate, ${b.dropped} dropped (stages merged across them); ${b.rounds} round(s), inference ${(b.inferMs / 1000).toFixed(2)} s${b.skipped === undefined ? '' : `; ${b.skipped}`}`);
+  const byZ3 = r.stages.filter((s) => s.decidedBy === 'z3').length;
+  const byNf = r.stages.filter((s) => s.decidedBy === 'normal').length;
+  lines.push(`methods     ${byNf} stage(s) proved by the exact normal form, ${byZ3} by Z3`);
+  const s = b.span;
+  if (s !== undefined) {
+    lines.push(`span        the first failing stage (${s.stage}) runs ${s.ops.length} parallel op(s) between boundaries that hold and the claim that does not:`);
+    for (const f of s.from.slice(0, 8)) lines.push(`              from ${f}`);
+    if (s.from.length > 8) lines.push(`              ... ${s.from.length - 8} more`);
+    lines.push(`              to   ${s.to}`);
+    lines.push(`              ops  ${s.ops.slice(0, 16).join(', ')}${s.ops.length > 16 ? `, ... (${s.ops.length - 16} more)` : ''}`);
+    if (s.likelyCause !== undefined) lines.push(`            likely cause: ${s.likelyCause}`);
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,338 @@
+/**
+ * Verification with inferred boundaries (issue 18). A plan may state lineage only at its
+ * boundary (contract inputs, parameters, outputs). Cut points are inferred (stages/infer.ts)
+ * and written into the plan as claims marked `"inferred": true`; claims so marked in the file
+ * (from `planproof infer-lineage`) are treated the same way. Such a claim is a hint:
+ *  - it is an obligation of its stage like any claim, and a later stage assumes it only if the
+ *    final decomposition proves it;
+ *  - a hint whose stage does not prove (a difference, unknown, too large) is replaced by its
+ *    next candidate, or dropped; the plan is decomposed again, so stages merge across it;
+ *  - a hint is never a witness: the numeric comparison skips it, and the verdict counts only
+ *    stages of user claims and the contract.
+ * The loop ends when every remaining hint is proved; hints only ever get removed or replaced
+ * by another candidate (each tried once), so it terminates. docs/engine.md ("Inferred
+ * boundaries") gives the soundness argument.
+ */
+import type { LoadedPlan } from '../plans/loader.js';
+import { loadPlanObject } from '../plans/loader.js';
+import type { Program } from '../plans/model.js';
+import { logicalOrder } from '../sdfg/execute.js';
+import { regionStr, valueStr, type LineageNF } from '../lineage/model.js';
+import { numericCheck, type NumericReport } from './numeric.js';
+import { decompose, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
+import { proveInPool } from './pool.js';
+import { inferClaims, withClaims, type InferredClaim } from './infer.js';
+import { assemble, engineError, witnessedStages, witnessSearch, type Engine, type VerifyReport } from './verify.js';
+
+type Json = Record<string, unknown>;
+
+export interface BoundaryOptions {
+  readonly seed?: number;
+  /** Worker threads; 0 proves in this thread. */
+  readonly jobs: number;
+  readonly deadlineMs: number;
+  /** Infer cut points for tensors without lineage (default true); false uses only the file's hints. */
+  readonly infer?: boolean;
+  /** The Z3 portfolio for stages the normal form leaves open or gives up on (default true). */
+  readonly portfolio?: boolean;
+  readonly onStage?: (done: number, total: number) => void;
+  /** Work budget of the normal form, in this thread (jobs 0); tests set it low to exercise the portfolio. */
+  readonly budget?: number;
+}
+
+/** The smallest span of parallel ops that holds the first failure. */
+export interface Span {
+  /** The stage whose obligation fails (a user claim or the contract). */
+  readonly stage: number;
+  /** The proved boundaries it starts from: "rank r 'tensor' = <logical> <region> (<value>)", inferred ones marked. */
+  readonly from: string[];
+  /** The claim that fails. */
+  readonly to: string;
+  /** Parallel ops inside the span as "rank:op id", including the producers of the inferred boundaries it starts from. */
+  readonly ops: string[];
+  /** Parallel tensors inside the span, as "rank:tensor id". */
+  readonly tensors: string[];
+  readonly likelyCause?: string;
+}
+
+export interface BoundaryReport extends VerifyReport {
+  readonly boundary: {
+    /** Parallel tensors some op produces that carry no lineage in the file. */
+    readonly unclaimed: number;
+    readonly inferred: number;
+    /** Hints proved and kept as stage boundaries. */
+    readonly kept: number;
+    /** Hints that did not prove (stages merged across them). */
+    readonly dropped: number;
+    /** Hints replaced by another candidate. */
+    readonly replaced: number;
+    readonly rounds: number;
+    readonly inferMs: number;
+    readonly skipped?: string;
+    readonly span?: Span;
+  };
+}
+
+interface Hint {
+  readonly program: number;
+  readonly tensor: string;
+  lineage: Json;
+  readonly alternatives: Json[];
+}
+
+/** The hints of a plan object: its claims marked inferred (with no alternatives). */
+function fileHints(plan: Json): Hint[] {
+  const out: Hint[] = [];
+  const progs = (plan['parallel'] as { programs?: { tensors?: Json[] }[] } | undefined)?.programs ?? [];
+  progs.forEach((p, pi) => {
+    for (const t of p.tensors ?? []) {
+      const l = t['lineage'] as Json | undefined;
+      if (l?.['inferred'] === true) out.push({ program: pi, tensor: String(t['id']), lineage: l, alternatives: [] });
+    }
+  });
+  return out;
+}
+
+function withHints(plan: Json, hints: readonly Hint[]): Json {
+  const out = structuredClone(plan);
+  const progs = (out['parallel'] as { programs: { tensors: Json[] }[] }).programs;
+  // Inferred marks from the file are replaced by the current hint set.
+  for (const p of progs) for (const t of p.tensors) if ((t['lineage'] as Json | undefined)?.['inferred'] === true) delete t['lineage'];
+  const claims: InferredClaim[] = hints.map((h) => ({ program: h.program, tensor: h.tensor, logical: String(h.lineage['logical']), kind: 'slice', lineage: h.lineage, alternatives: [] }));
+  return withClaims(out, claims);
+}
+
+const isHint = (plan: LoadedPlan) => (r: number, t: number): boolean => (plan.programs[plan.rankProgram[r] as number] as Program).inferred?.has(t) === true;
+
+/** Verifies a plan object, inferring cut points where it has no lineage. */
+export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOptions): Promise<BoundaryReport> {
+  const t0 = performance.now();
+  const seed = opts.seed ?? 1;
+  const base = loadPlanObject(file, raw);
+  const hints = fileHints(raw);
+  let unclaimed = 0;
+  let skipped: string | undefined;
+  const ti = performance.now();
+  if (opts.infer !== false) {
+    const inf = inferClaims(base, seed);
+    unclaimed = inf.unclaimed;
+    skipped = inf.skipped;
+    for (const c of inf.claims) hints.push({ program: c.program, tensor: c.tensor, lineage: c.lineage, alternatives: [...c.alternatives] });
+  }
+  const inferMs = performance.now() - ti;
+  const inferredCount = hints.length;
+
+  const cache = new Map<string, StageResult>();
+  // Logical tensors whose hints are proved one decomposition at a time (after a joint stage failed).
+  const split = new Set<number>();
+  let dropped = 0;
+  let replaced = 0;
+  let rounds = 0;
+  let plan = base;
+  let stages: Stage[];
+  let results: StageResult[];
+  let builder = new StageBuilder(plan);
+  let numeric = numericCheck(plan, seed);
+  let obj: Json;
+  for (;;) {
+    rounds++;
+    obj = withHints(raw, hints);
+    plan = loadPlanObject(file, obj);
+    builder = new StageBuilder(plan);
+    const hinted = isHint(plan);
+    stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split);
+    // The numeric run never compares hints: a hint that does not hold is dropped, not a witness.
+    if (rounds === 1) numeric = numericCheck(plan, seed, hinted);
+    const witnessed = witnessedStages(plan, stages, numeric);
+    // A stage is unchanged when its obligations and the boundaries it starts from are.
+    const keys = stages.map((s) => {
+      const c = builder.closure(s);
+      // The relations matter, not only which tensors: a hint replaced by another candidate
+      // changes what its consumers assume, and a proof under the old relation proves nothing
+      // under the new one.
+      return `${s.logical}|${s.obligations.map((o) => `${o.rank}:${o.tensor}=${JSON.stringify(o.nf)}`).join(',')}|${[...c.inputs.entries()].map(([k, nf]) => `${k}=${JSON.stringify(nf)}`).sort().join(',')}`;
+    });
+    // Stages of hints first, until every hint proves; then the user's claims, once.
+    const hintStage = (s: Stage): boolean => s.obligations.every((o) => hinted(o.rank, o.tensor));
+    const todo = stages.filter((s, i) => !cache.has(keys[i] as string) && hintStage(s));
+    if (todo.length === 0) todo.push(...stages.filter((s, i) => !cache.has(keys[i] as string)));
+    const tr = performance.now();
+    const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, opts);
+    if (process.env['PLANPROOF_TRACE'] === '1') {
+      process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s; hints ${hints.length}\n`);
+      fresh.forEach((r) => {
+        if (r.ms > 300 || r.status !== 'proved') process.stderr.write(`  ${r.status} ${(r.ms / 1000).toFixed(1)} s ${plan.logical.tensors.name(r.stage.logical)} [${[...new Set(r.stage.obligations.map((o) => (plan.programs[plan.rankProgram[o.rank] as number] as Program).tensors.name(o.tensor)))].slice(0, 3).join(', ')}] ${hinted(r.stage.obligations[0]?.rank ?? 0, r.stage.obligations[0]?.tensor ?? 0) ? 'hint' : 'user'} ${(r.reason ?? '').slice(0, 120)}\n`);
+      });
+    }
+    todo.forEach((s, j) => cache.set(keys[s.index] as string, fresh[j] as StageResult));
+    results = stages.flatMap((s, i) => {
+      const r = cache.get(keys[i] as string);
+      return r === undefined ? [] : [{ ...r, stage: s }];
+    });
+    const pending = stages.some((_, i) => !cache.has(keys[i] as string));
+
+    // Hints whose obligations did not prove: next candidate, or dropped. A joint stage of
+    // several hinted tensors is first split, so that the failing one names itself.
+    const bad = new Set<string>();
+    let splitMore = false;
+    for (const r of results) {
+      if (r.status === 'proved') continue;
+      if (!split.has(r.stage.logical) && hintStage(r.stage) && new Set(r.stage.obligations.map((o) => groupOf(o))).size > 1) {
+        split.add(r.stage.logical);
+        splitMore = true;
+        continue;
+      }
+      const ranks = new Set(r.failingRanks);
+      for (const o of r.stage.obligations) {
+        if (!hinted(o.rank, o.tensor)) continue;
+        if (ranks.size > 0 && !ranks.has(o.rank) && r.status === 'differs') continue;
+        bad.add(`${plan.rankProgram[o.rank]}|${(plan.programs[plan.rankProgram[o.rank] as number] as Program).tensors.name(o.tensor)}`);
+      }
+    }
+    // A user stage left open with no witness may be weakened by a hint it assumes (a second
+    // addend decomposition of one tensor, say): its inferred inputs are dropped, once.
+    if (bad.size === 0 && !pending && !splitMore) {
+      const failing = new Set(numeric.failingTensors);
+      for (const r of results) {
+        if (r.status === 'proved' || failing.has(plan.logical.tensors.name(r.stage.logical))) continue;
+        for (const key of builder.closure(r.stage).inputs.keys()) {
+          const [rk, t] = key.split(':').map(Number) as [number, number];
+          if (!hinted(rk, t)) continue;
+          const h = hints.find((x) => x.program === plan.rankProgram[rk] && x.tensor === (plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t));
+          if (h !== undefined) h.alternatives.length = 0;
+          bad.add(`${plan.rankProgram[rk]}|${(plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t)}`);
+        }
+      }
+    }
+    if (bad.size === 0 && !pending && !splitMore) break;
+    for (let i = hints.length - 1; i >= 0; i--) {
+      const h = hints[i] as Hint;
+      if (!bad.has(`${h.program}|${h.tensor}`)) continue;
+      const next = h.alternatives.shift();
+      if (next === undefined) {
+        hints.splice(i, 1);
+        dropped++;
+      } else {
+        h.lineage = next;
+        replaced++;
+      }
+    }
+  }
+  const hinted = isHint(plan);
+  numeric = witnessSearch(plan, results, numeric, hinted);
+  if (opts.portfolio !== false) results = await portfolio(plan, file, JSON.stringify(obj), results, numeric, opts);
+  const report = assemble(plan, results, numeric, numeric.seed, t0);
+  const span = localize(plan, builder, report, results, hinted);
+  return {
+    ...report,
+    ms: performance.now() - t0,
+    boundary: { unclaimed, inferred: inferredCount, kept: hints.length, dropped, replaced, rounds, inferMs, ...(skipped === undefined ? {} : { skipped }), ...(span === undefined ? {} : { span }) },
+  };
+}
+
+async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions): Promise<StageResult[]> {
+  if (todo.length === 0) return [];
+  if (opts.jobs > 0) {
+    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, engine: 'normal' as Engine, ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
+  }
+  const prover = opts.budget === undefined ? new Prover(plan) : new Prover(plan, opts.budget);
+  return todo.map((s, i) => {
+    let r: StageResult;
+    try {
+      r = prover.prove(s, witnessed.has(s.index));
+    } catch (e) {
+      r = engineError(s, e);
+    }
+    opts.onStage?.(i + 1, todo.length);
+    return r;
+  });
+}
+
+function claimText(plan: LoadedPlan, key: string, nf: LineageNF, hinted: boolean): string {
+  const [r, t] = key.split(':').map(Number) as [number, number];
+  const name = (plan.programs[plan.rankProgram[r] as number] as Program).tensors.name(t);
+  return `rank ${r} '${name}' = ${plan.logical.tensors.name(nf.logical)}${regionStr(nf.ranges)} (${valueStr(nf.value)})${hinted ? ' [inferred, proved]' : ''}`;
+}
+
+/**
+ * The span of the first failing stage: its parallel ops, from the boundaries it assumes
+ * (each proved) to the claim that fails. An inferred boundary holds, but the user never said
+ * it should: the op that produced it is a suspect too (a missing all-reduce leaves a correct
+ * partial value that a later op uses as complete), so the span includes it.
+ */
+function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport, results: readonly StageResult[], hinted: (r: number, t: number) => boolean): Span | undefined {
+  const first = report.stages.find((s) => s.status === 'not_equivalent');
+  if (first === undefined) return undefined;
+  const r = results[first.index - 1];
+  if (r === undefined) return undefined;
+  const c = builder.closure(r.stage);
+  const ops = new Set(c.ops);
+  const tensors = new Set(c.seen);
+  const from: string[] = [];
+  let partialIn: string | undefined;
+  for (const [key, nf] of c.inputs) {
+    const [rk, t] = key.split(':').map(Number) as [number, number];
+    const h = hinted(rk, t);
+    from.push(claimText(plan, key, nf, h));
+    if (!h) continue;
+    // The producer of an inferred boundary joins the span.
+    const p = plan.programs[plan.rankProgram[rk] as number] as Program;
+    for (let op = 0; op < p.ops.size; op++) if (p.ops.opOutputs(op).includes(t)) ops.add(`${rk}:${p.ops.ids.name(op)}`);
+    if (nf.value.n > 1 && partialIn === undefined) partialIn = claimText(plan, key, nf, true);
+  }
+  const o = r.stage.obligations.find((x) => r.failingRanks.includes(x.rank)) ?? r.stage.obligations[0];
+  const to = o === undefined ? first.logical : claimText(plan, `${o.rank}:${o.tensor}`, o.nf, false);
+  const cause = first.diagnosis ?? (partialIn !== undefined ? `the span starts from a partial value (${partialIn}); if a later op uses it as complete, a reduction (all-reduce / reduce-scatter) is missing` : undefined);
+  return { stage: first.index, from, to, ops: [...ops].sort(), tensors: [...tensors].sort(), ...(cause === undefined ? {} : { likelyCause: cause }) };
+}
+
+/**
+ * The hints of one logical tensor form one stage, apart from the user's claims of it; after
+ * that stage fails, one stage per hinted tensor (its replicas on every rank; addends of one
+ * decomposition together), so that a hint that fails names itself and the others keep their
+ * cut.
+ * Each stage proves its obligations from the same assumed boundaries, so splitting a stage
+ * changes nothing in the argument.
+ */
+function splitHints(stages: readonly Stage[], hinted: (r: number, t: number) => boolean, split: ReadonlySet<number>): Stage[] {
+  const out: Stage[] = [];
+  for (const s of stages) {
+    const user = s.obligations.filter((o) => !hinted(o.rank, o.tensor));
+    const byGroup = new Map<string, Stage['obligations']>();
+    for (const o of s.obligations) {
+      if (!hinted(o.rank, o.tensor)) continue;
+      const k = split.has(s.logical) ? groupOf(o) : '';
+      const l = byGroup.get(k);
+      if (l === undefined) byGroup.set(k, [o]);
+      else l.push(o);
+    }
+    for (const obl of byGroup.values()) out.push({ index: out.length, logical: s.logical, obligations: obl });
+    if (user.length > 0) out.push({ index: out.length, logical: s.logical, obligations: user });
+  }
+  return out;
+}
+
+/** Addends of one decomposition are proved together (their sum is the obligation); a complete tensor alone. */
+function groupOf(o: Stage['obligations'][number]): string {
+  const v = o.nf.value;
+  return v.n === 1 ? `t${o.tensor}` : `${v.n}|${v.reduce}|${v.divisor}|${v.split}`;
+}
+
+/**
+ * The engine portfolio: stages the normal form leaves open (a difference with no witness, a
+ * side condition) or gives up on (its work budget) go to Z3 within the stage deadline. Z3 runs
+ * in worker threads even when the normal form ran in this one: Z3 (wasm) aborts its process
+ * when it runs out of memory, and a worker takes only its stage with it.
+ */
+async function portfolio(plan: LoadedPlan, file: string, text: string, results: StageResult[], numeric: NumericReport, opts: BoundaryOptions): Promise<StageResult[]> {
+  const witnessed = new Set(numeric.failingTensors);
+  const open = results.filter((r) => (r.status === 'differs' && !witnessed.has(plan.logical.tensors.name(r.stage.logical))) || (r.status === 'unknown' && /side condition|no numeric witness|too large for the exact normal form/.test(r.reason ?? '')));
+  if (open.length === 0) return results;
+  const z = await proveInPool(file, text, open.map((r) => r.stage), { jobs: Math.max(1, opts.jobs), deadlineMs: opts.deadlineMs, engine: 'z3', custom: true });
+  const out = [...results];
+  open.forEach((r, i) => {
+    const zr = z[i];
+    if (zr?.status === 'proved') out[out.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + zr.ms };
+  });
+  return out;
+}

@@ -1,0 +1,392 @@
+/**
+ * Cut-point inference: candidate lineage for parallel tensors that carry no claim.
+ *
+ * Both graphs run once in Float64 on random contract inputs (stages/numeric.ts). A parallel
+ * tensor's values are then matched against the logical values:
+ *  - a slice: the tensor equals a contiguous block of a logical tensor (found through a value
+ *    index: the tensor's rarest value names the candidate tensors and offsets, every element
+ *    is then compared);
+ *  - addends: the sum of the same tensor over a group of ranks that differ on some mesh axes
+ *    equals a slice (a partial value; `avg` when the sum is group-size times the slice);
+ *  - a scaled copy: the tensor is k times a slice, for k a group size on the mesh.
+ * Candidates whose logical producer is an op of the same kind as the parallel producer are
+ * preferred (op matching), and a candidate must hold on every rank of the program with
+ * offsets and addend indices that are affine in the mesh coordinates, so that it can be
+ * written as one SPMD lineage entry.
+ *
+ * The result is a hint, never a claim: numeric agreement proves nothing. stages/boundary.ts
+ * proves each hint as a stage obligation before any later stage assumes it, and drops a hint
+ * that does not prove (docs/engine.md, "Inferred boundaries").
+ */
+import type { Dense } from '../ops/algebra.js';
+import { numel } from '../ops/types.js';
+import type { LoadedPlan } from '../plans/loader.js';
+import type { Program } from '../plans/model.js';
+import { differs, evaluateBoth } from './numeric.js';
+import { producedSets } from './prove.js';
+import { registry } from '../ops/registry.js';
+import { logicalOrder } from '../sdfg/execute.js';
+
+/** Plans whose logical tensors hold more elements than this are not fingerprinted. */
+export const MAX_INFER_ELEMENTS = 4_000_000;
+/** Positions kept per value in the index (values shared by more places say little). */
+const MAX_POSITIONS = 256;
+/** Matches kept per probe. */
+const MAX_MATCHES = 32;
+/** Candidates kept per tensor besides the first. */
+const MAX_ALTERNATIVES = 3;
+
+type Json = Record<string, unknown>;
+
+export interface InferredClaim {
+  /** Program index and tensor id in it. */
+  readonly program: number;
+  readonly tensor: string;
+  readonly logical: string;
+  readonly kind: 'slice' | 'addend' | 'scaled';
+  /** The lineage entry as written to the plan file (`"inferred": true`). */
+  readonly lineage: Json;
+  /** Other candidates that hold numerically, in order of preference. */
+  readonly alternatives: Json[];
+}
+
+export interface InferResult {
+  readonly claims: InferredClaim[];
+  /** Parallel tensors without a claim that some op produces (candidates looked for). */
+  readonly unclaimed: number;
+  /** Set when the plan is not fingerprinted at all. */
+  readonly skipped?: string;
+}
+
+interface Match {
+  readonly L: number;
+  readonly start: number[];
+}
+
+interface Cand {
+  readonly L: number;
+  readonly kind: 'slice' | 'addend' | 'scaled';
+  /** Mesh axes the addends run over (empty for slices and scaled copies). */
+  readonly axes: number[];
+  readonly n: number;
+  readonly divisor: number;
+  readonly start: number[];
+  /** Op matching score: 4 when an input holds the same logical tensor (a collective, a copy), 2 when the producers' inputs correspond, +1 when their kinds match. */
+  readonly sameOp: number;
+}
+
+const key = (x: number): string | undefined => (Number.isFinite(x) ? (x === 0 ? '0' : x.toPrecision(9)) : undefined);
+
+function strides(shape: readonly number[]): number[] {
+  const s = new Array<number>(shape.length).fill(1);
+  for (let d = shape.length - 2; d >= 0; d--) s[d] = (s[d + 1] as number) * (shape[d + 1] as number);
+  return s;
+}
+
+export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
+  const lg = plan.logical;
+  const produced = producedSets(plan);
+  let unclaimed = 0;
+  for (const p of plan.programs) {
+    const r0 = p.ranks[0];
+    if (r0 === undefined) continue;
+    for (let t = 0; t < p.tensors.size; t++) if (p.lineage[t] === undefined && (produced[r0] as Uint8Array)[t] === 1) unclaimed++;
+  }
+  if (unclaimed === 0) return { claims: [], unclaimed };
+  let total = 0;
+  for (let t = 0; t < lg.tensors.size; t++) total += numel(lg.shapes[t] ?? []);
+  if (total > MAX_INFER_ELEMENTS) return { claims: [], unclaimed, skipped: `the logical tensors hold ${total} elements; fingerprinting is limited to ${MAX_INFER_ELEMENTS}` };
+  const { logical, parallel } = evaluateBoth(plan, seed);
+
+  // Value index: key -> [L, e, L, e, ...]; integer tensors (ids) are left out.
+  const index = new Map<string, number[]>();
+  for (let L = 0; L < lg.tensors.size; L++) {
+    if (lg.domains[L] !== undefined) continue;
+    const v = logical[L];
+    if (v === undefined) continue;
+    v.data.forEach((x, e) => {
+      const k = key(x);
+      if (k === undefined) return;
+      let l = index.get(k);
+      if (l === undefined) index.set(k, (l = []));
+      if (l.length < 2 * MAX_POSITIONS) l.push(L, e);
+    });
+  }
+  const lstrides = lg.shapes.map((s) => strides(s ?? []));
+  const topo = new Int32Array(lg.tensors.size).fill(-1);
+  logicalOrder(plan).forEach((op, i) => {
+    for (const x of lg.ops.opOutputs(op)) topo[x] = i;
+  });
+
+  /** Contiguous blocks of logical tensors that equal `data` (of shape `shape`). */
+  const matchSlices = (data: ArrayLike<number>, shape: readonly number[]): Match[] => {
+    const n = data.length;
+    if (n === 0) return [];
+    let probe = -1;
+    let best = Infinity;
+    for (let f = 0; f < Math.min(n, 64); f++) {
+      const k = key(data[f] as number);
+      const hits = k === undefined ? undefined : index.get(k);
+      if (hits !== undefined && hits.length < best) {
+        best = hits.length;
+        probe = f;
+      }
+    }
+    if (probe < 0) return [];
+    const hits = index.get(key(data[probe] as number) as string) as number[];
+    const ls = strides(shape);
+    const pc = shape.map((_, d) => Math.floor(probe / (ls[d] as number)) % (shape[d] as number));
+    const out: Match[] = [];
+    for (let h = 0; h < hits.length && out.length < MAX_MATCHES; h += 2) {
+      const L = hits[h] as number;
+      const e = hits[h + 1] as number;
+      const S = lg.shapes[L] ?? [];
+      if (S.length !== shape.length) continue;
+      const st = lstrides[L] as number[];
+      const start = S.map((_, d) => (Math.floor(e / (st[d] as number)) % (S[d] as number)) - (pc[d] as number));
+      if (start.some((s, d) => s < 0 || s + (shape[d] as number) > (S[d] as number))) continue;
+      if (out.some((m) => m.L === L && m.start.every((s, d) => s === m.start[d]))) continue;
+      const lv = (logical[L] as Dense<number>).data;
+      let ok = true;
+      for (let f = 0; f < n && ok; f++) {
+        let g = 0;
+        for (let d = 0; d < shape.length; d++) g += ((start[d] as number) + (Math.floor(f / (ls[d] as number)) % (shape[d] as number))) * (st[d] as number);
+        ok = !differs(data[f] as number, lv[g] as number);
+      }
+      if (ok) out.push({ L, start });
+    }
+    return out;
+  };
+
+  const mesh = plan.mesh;
+  const axesN = mesh.sizes.length;
+  const bigAxes = [...Array(axesN).keys()].filter((a) => (mesh.sizes[a] as number) > 1);
+  // Axis sets partial values may run over: each axis alone, then all of them.
+  const axisSets: number[][] = bigAxes.map((a) => [a]);
+  if (bigAxes.length > 1) axisSets.push(bigAxes);
+  const coords = (r: number): number[] => [...Array(axesN).keys()].map((a) => mesh.coord(r, a));
+  const valueOf = (r: number, name: string): Dense<number> | undefined => {
+    const p = plan.programs[plan.rankProgram[r] as number] as Program;
+    const t = p.tensors.id(name);
+    return t < 0 ? undefined : parallel[r]?.[t];
+  };
+  const groupCache = new Map<string, Match[][]>();
+  const scales = [...new Set([...bigAxes.map((a) => mesh.sizes[a] as number), mesh.size])].filter((k) => k > 1);
+
+  const claims: InferredClaim[] = [];
+  plan.programs.forEach((p, pi) => {
+    const ranks = [...p.ranks];
+    const r0 = ranks[0];
+    if (r0 === undefined) return;
+    const prodKind = new Int32Array(p.tensors.size).fill(-1);
+    const prodOp = new Int32Array(p.tensors.size).fill(-1);
+    for (let op = 0; op < p.ops.size; op++) for (const t of p.ops.opOutputs(op)) {
+      prodKind[t] = p.ops.kind[op] as number;
+      prodOp[t] = op;
+    }
+    // The logical tensor each program tensor is claimed for (given, or chosen so far).
+    const claimL = new Int32Array(p.tensors.size).fill(-1);
+    p.lineage.forEach((l, t) => {
+      if (l !== undefined) claimL[t] = l.logical;
+    });
+    // Tensors in program order of their producers, so that inputs are decided first.
+    const order = [...Array(p.tensors.size).keys()].sort((a, b) => (prodOp[a] as number) - (prodOp[b] as number));
+    for (const t of order) {
+      if (p.lineage[t] !== undefined || (produced[r0] as Uint8Array)[t] !== 1) continue;
+      const name = p.tensors.name(t);
+      // Op matching: the logical producer has the parallel producer's kind, and its inputs
+      // are what the parallel producer's inputs are claimed for (or the tensor itself: a
+      // collective or a copy keeps the logical tensor).
+      const sameOp = (L: number): number => {
+        const op = lg.producer[L] as number;
+        const kind = op >= 0 && lg.ops.kind[op] === prodKind[t] ? 1 : 0;
+        const pop = prodOp[t] as number;
+        if (pop < 0) return kind;
+        const lins = op >= 0 ? new Set(lg.ops.opInputs(op)) : new Set<number>();
+        const ins = [...p.ops.opInputs(pop)];
+        if (ins.some((x) => claimL[x] === L)) return 4 + kind;
+        const related = ins.some((x) => (claimL[x] as number) >= 0 && lins.has(claimL[x] as number)) ? 2 : 0;
+        return kind + related;
+      };
+      const candsAt = (r: number): Cand[] => {
+        const v = parallel[r]?.[t];
+        if (v === undefined || v.data.length === 0) return [];
+        const out: Cand[] = matchSlices(v.data, v.shape).map((m) => ({ L: m.L, kind: 'slice', axes: [], n: 1, divisor: 1, start: m.start, sameOp: sameOp(m.L) }));
+        {
+          for (const A of axisSets) {
+            const c = coords(r);
+            const gkey = `${A.join(',')}|${c.map((x, a) => (A.includes(a) ? '*' : x)).join(',')}|${name}`;
+            let ms = groupCache.get(gkey);
+            if (ms === undefined) {
+              ms = [[], []];
+              const members = [...mesh.groupAlong(r, A)];
+              const vals = members.map((m) => valueOf(m, name));
+              if (vals.every((x) => x !== undefined && x.shape.length === v.shape.length && x.shape.every((s, d) => s === v.shape[d]))) {
+                const sum = new Float64Array(v.data.length);
+                for (const x of vals) (x as Dense<number>).data.forEach((y, f) => (sum[f] = (sum[f] as number) + y));
+                ms[0] = matchSlices(sum, v.shape);
+                ms[1] = matchSlices(sum.map((y) => y / members.length), v.shape);
+              }
+              groupCache.set(gkey, ms);
+            }
+            const n = A.reduce((acc, a) => acc * (mesh.sizes[a] as number), 1);
+            for (const m of ms[0] as Match[]) out.push({ L: m.L, kind: 'addend', axes: A, n, divisor: 1, start: m.start, sameOp: sameOp(m.L) });
+            for (const m of ms[1] as Match[]) out.push({ L: m.L, kind: 'addend', axes: A, n, divisor: n, start: m.start, sameOp: sameOp(m.L) });
+          }
+        }
+        if (out.length === 0) {
+          for (const k of scales) for (const m of matchSlices(v.data.map((y) => y / k), v.shape)) out.push({ L: m.L, kind: 'scaled', axes: [], n: 1, divisor: k, start: m.start, sameOp: sameOp(m.L) });
+        }
+        // Slices before addends before scaled copies; op matches first; among equal values
+        // (a clip factor of 1, a copy), the logical tensor earliest in topological order; the
+        // others stay as alternatives, tried when the first does not prove.
+        const rankOf = (c: Cand): number => (c.kind === 'slice' ? 0 : c.kind === 'addend' ? 1 : 2) * 8 + (7 - c.sameOp);
+        // Last, between logical tensors that are equal (a duplicated reshape, say), the name:
+        // the logical side is computed from the tensor the stage names, so the one the
+        // parallel plan mirrors keeps the stage short.
+        const suffix = (L: number): number => commonSuffix(lg.tensors.name(L), name);
+        return out.sort((a, b) => rankOf(a) - rankOf(b) || suffix(b.L) - suffix(a.L) || (topo[a.L] as number) - (topo[b.L] as number));
+      };
+      const per = new Map<number, Cand[]>(ranks.map((r) => [r, candsAt(r)]));
+      const shapeAt = (r: number): readonly number[] => plan.view(r).shapes[t] ?? [];
+      const found: { c: Cand; lineage: Json }[] = [];
+      for (const c0 of per.get(r0) ?? []) {
+        if (found.length > MAX_ALTERNATIVES) break;
+        const same = (c: Cand): boolean => c.L === c0.L && c.kind === c0.kind && c.n === c0.n && c.divisor === c0.divisor && c.axes.join() === c0.axes.join();
+        if (found.some((f) => same(f.c))) continue;
+        const entry = fitTemplate(plan, ranks, (r) => (per.get(r) ?? []).filter(same).map((c) => c.start), shapeAt, lg.shapes[c0.L] ?? []);
+        if (entry === undefined) continue;
+        const lineage: Json = { logical: lg.tensors.name(c0.L), index: entry };
+        if (c0.kind !== 'slice') {
+          const A = c0.axes;
+          // Chunk index: row-major over the addend axes, in mesh order.
+          let stride = 1;
+          const terms: [number, number][] = [];
+          for (let i = A.length - 1; i >= 0; i--) {
+            terms.push([A[i] as number, stride]);
+            stride *= mesh.sizes[A[i] as number] as number;
+          }
+          lineage['value'] = { chunk: affineExpr(plan, 0, terms), of: c0.n, divisor: c0.divisor, ...(A.length > 0 ? { split: `inferred.${A.map((a) => mesh.axes[a]).join('.')}` } : {}) };
+        }
+        lineage['inferred'] = true;
+        found.push({ c: c0, lineage });
+      }
+      const [first, ...rest] = found;
+      if (first !== undefined) claimL[t] = first.c.L;
+      if (first !== undefined) claims.push({ program: pi, tensor: name, logical: lg.tensors.name(first.c.L), kind: first.c.kind, lineage: first.lineage, alternatives: rest.map((f) => f.lineage) });
+    }
+  });
+  accumulationAddends(plan, claims);
+  return { claims, unclaimed };
+}
+
+/**
+ * Propagation through `add` (its dim signature keeps every dim and adds values): when
+ * y = a + b holds a claim (a slice, or addend i of n) and a and b have none and feed nothing
+ * else (gradient accumulation over micro-batches), a and b are addends 2i and 2i + 1 of a
+ * 2n-way decomposition of the same slice, in a split of their own. Ops are visited from the
+ * last, so a chain of accumulations nests.
+ */
+function accumulationAddends(plan: LoadedPlan, claims: InferredClaim[]): void {
+  const add = registry.id('add');
+  if (add < 0) return;
+  plan.programs.forEach((p, pi) => {
+    const uses = new Int32Array(p.tensors.size);
+    for (let op = 0; op < p.ops.size; op++) for (const t of p.ops.opInputs(op)) uses[t] = (uses[t] as number) + 1;
+    const claimOf = new Map(claims.filter((c) => c.program === pi).map((c) => [c.tensor, c]));
+    for (let op = p.ops.size - 1; op >= 0; op--) {
+      if (p.ops.kind[op] !== add) continue;
+      const y = p.ops.opOutputs(op)[0] as number;
+      const ins = [...p.ops.opInputs(op)];
+      const yc = claimOf.get(p.tensors.name(y));
+      if (yc === undefined || ins.length !== 2 || ins[0] === ins[1]) continue;
+      if (ins.some((t) => p.lineage[t] !== undefined || claimOf.has(p.tensors.name(t)) || uses[t] !== 1)) continue;
+      const v = yc.lineage['value'] as Json | undefined;
+      const chunk = v?.['chunk'] ?? 0;
+      const e = typeof chunk === 'number' ? String(chunk) : String((chunk as Json)['expr']);
+      const of = Number(v?.['of'] ?? 1);
+      ins.forEach((t, k) => {
+        const lineage: Json = { logical: yc.lineage['logical'], index: yc.lineage['index'], value: { chunk: { expr: `(${e})*2 + ${k}` }, of: 2 * of, divisor: Number(v?.['divisor'] ?? 1), split: `${String(v?.['split'] ?? 'inferred')}.acc` }, inferred: true };
+        const c: InferredClaim = { program: pi, tensor: p.tensors.name(t), logical: yc.logical, kind: 'addend', lineage, alternatives: [] };
+        claims.push(c);
+        claimOf.set(c.tensor, c);
+      });
+    }
+  });
+}
+
+function commonSuffix(a: string, b: string): number {
+  let n = 0;
+  while (n < a.length && n < b.length && a[a.length - 1 - n] === b[b.length - 1 - n]) n++;
+  return n;
+}
+
+/** `{"expr": ...}` for b + sum k·coord, or the number when constant. */
+function affineExpr(plan: LoadedPlan, b: number, terms: readonly (readonly [number, number])[]): number | Json {
+  const parts = terms.filter(([, k]) => k !== 0);
+  if (parts.length === 0) return b;
+  let s = String(b);
+  for (const [a, k] of parts) s += k > 0 ? ` + ${k}*${plan.mesh.axes[a] ?? ''}` : ` - ${-k}*${plan.mesh.axes[a] ?? ''}`;
+  return { expr: s };
+}
+
+/**
+ * One index map for all ranks of a program: per dim, start and end affine in the mesh
+ * coordinates. `starts(r)` lists the offsets a candidate has at rank r; the fit takes the first
+ * at the program's first rank, derives the coefficient of each axis from a rank that differs on
+ * it alone, and checks the prediction against every rank's list.
+ */
+function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: number) => number[][], shapeAt: (r: number) => readonly number[], S: readonly number[]): (string | [number | Json, number | Json])[] | undefined {
+  const mesh = plan.mesh;
+  const axesN = mesh.sizes.length;
+  const r0 = ranks[0] as number;
+  const s0 = starts(r0)[0];
+  if (s0 === undefined) return undefined;
+  const inProg = new Set(ranks);
+  const coord = (r: number): number[] => [...Array(axesN).keys()].map((a) => mesh.coord(r, a));
+  const c0 = coord(r0);
+  const ends0 = s0.map((s, d) => s + (shapeAt(r0)[d] as number));
+  const ks = s0.map(() => new Array<number>(axesN).fill(0));
+  const ke = s0.map(() => new Array<number>(axesN).fill(0));
+  for (let a = 0; a < axesN; a++) {
+    const r1 = ranks.find((r) => r !== r0 && coord(r).every((x, b) => (b === a ? x !== c0[a] : x === c0[b])));
+    if (r1 === undefined || !inProg.has(r1)) continue;
+    const s1 = starts(r1)[0];
+    if (s1 === undefined) return undefined;
+    const delta = (coord(r1)[a] as number) - (c0[a] as number);
+    for (let d = 0; d < s0.length; d++) {
+      const ds = (s1[d] as number) - (s0[d] as number);
+      const de = (s1[d] as number) + (shapeAt(r1)[d] as number) - (ends0[d] as number);
+      if (ds % delta !== 0 || de % delta !== 0) return undefined;
+      (ks[d] as number[])[a] = ds / delta;
+      (ke[d] as number[])[a] = de / delta;
+    }
+  }
+  const predict = (b: number, k: readonly number[], c: readonly number[]): number => b - k.reduce((acc, x, a) => acc + x * (c0[a] as number), 0) + k.reduce((acc, x, a) => acc + x * (c[a] as number), 0);
+  for (const r of ranks) {
+    const c = coord(r);
+    const want = s0.map((s, d) => predict(s, ks[d] as number[], c));
+    const end = ends0.map((e, d) => predict(e, ke[d] as number[], c));
+    if (end.some((e, d) => e - (want[d] as number) !== (shapeAt(r)[d] as number))) return undefined;
+    if (!starts(r).some((st) => st.every((x, d) => x === want[d]))) return undefined;
+  }
+  return s0.map((s, d) => {
+    const k = ks[d] as number[];
+    const e = ke[d] as number[];
+    if (k.every((x) => x === 0) && e.every((x) => x === 0) && s === 0 && ends0[d] === S[d]) return '*';
+    const base = (b: number, kk: number[]): number => b - kk.reduce((acc, x, a) => acc + x * (c0[a] as number), 0);
+    const terms = (kk: number[]): [number, number][] => kk.map((x, a) => [a, x] as [number, number]);
+    return [affineExpr(plan, base(s, k), terms(k)), affineExpr(plan, base(ends0[d] as number, e), terms(e))];
+  });
+}
+
+/** The plan with the inferred claims written in (a deep copy; the input is not changed). */
+export function withClaims(plan: Json, claims: readonly InferredClaim[]): Json {
+  const out = structuredClone(plan);
+  const progs = (out['parallel'] as { programs: { tensors: Json[] }[] }).programs;
+  for (const c of claims) {
+    const t = progs[c.program]?.tensors.find((x) => x['id'] === c.tensor);
+    if (t !== undefined && (t['lineage'] === undefined || (t['lineage'] as Json)['inferred'] === true)) t['lineage'] = c.lineage;
+  }
+  return out;
+}
