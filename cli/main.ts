@@ -13,6 +13,7 @@ import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
 import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
 import { formatReport } from '../stages/report.js';
+import { formatReductionReport, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
 import { shutdownZ3 } from '../stages/z3.js';
 import { generatePlan, ADAMW } from '../plans/gen/plan.js';
 import { BUGS, bugById } from '../plans/gen/bugs.js';
@@ -90,11 +91,12 @@ async function runVerify(l: Loaded, eng: EngineOptions): Promise<VerifyReport> {
   return report;
 }
 
-async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out): Promise<number> {
+async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, red: ReduceOptions = { reduce: true }): Promise<number> {
   const l = loadWithText(file, json, out);
   if (typeof l === 'number') return l;
-  const report = await runVerify(l, eng);
-  out.log(json ? JSON.stringify(report, null, 2) : formatReport(report, verbose));
+  // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
+  const report = await verifyReduced(l.plan, l.text, red, (plan, text) => runVerify({ plan, text }, eng));
+  out.log(json ? JSON.stringify(report, null, 2) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}`);
   return verdictCode[report.verdict];
 }
 
@@ -224,9 +226,13 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .command(
       'verify <plan>',
       'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
-      (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1)' }),
+      (y) =>
+        y
+          .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1)' })
+          .option('reduce', { type: 'boolean', default: true, describe: 'prove at reduced shapes where the soundness conditions hold (--no-reduce: at full shapes)' })
+          .option('emit-reduced', { type: 'string', describe: 'write the reduced plan (an ordinary plan file) into this directory' }),
       async (a) => {
-        if (typeof a.plan === 'string') code = await verify(a.plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out);
+        if (typeof a.plan === 'string') code = await verify(a.plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out, { reduce: a.reduce, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }) });
       },
     )
     .command(
