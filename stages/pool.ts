@@ -47,8 +47,9 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       const slice = stages.slice(start, start + batch);
       const part: StageResult[] = new Array<StageResult>(slice.length);
       let next = 0;
-      const runOne = async (stage: Stage, j: number): Promise<StageResult> => {
-        const i = start + j;
+      const runOne = async (stage: Stage): Promise<StageResult> => {
+        // The stage's index in the decomposition (workers decompose too): any subset may be sent.
+        const i = stage.index;
         const t0 = performance.now();
         const task: StageTask = { key, file, text, stage: i, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(i) === true, ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
         let result: StageResult;
@@ -68,7 +69,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       const lane = async (): Promise<void> => {
         while (next < slice.length) {
           const j = next++;
-          part[j] = await runOne(slice[j] as Stage, j);
+          part[j] = await runOne(slice[j] as Stage);
         }
       };
       await Promise.all(Array.from({ length: Math.min(jobs, slice.length) }, lane));

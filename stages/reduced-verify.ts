@@ -29,6 +29,8 @@ export interface ReduceOptions {
   readonly reduce: boolean;
   /** --emit-reduced DIR */
   readonly emitDir?: string;
+  /** Proof cache directory; undefined: no cache (passed through to the prover). */
+  readonly cacheDir?: string;
 }
 
 /**

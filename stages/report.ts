@@ -44,7 +44,7 @@ export function formatReport(r: VerifyReport, verbose = false): string {
       continue;
     }
     const op = s.op === undefined ? '(contract input)' : `${s.op.id} (${s.op.kind})`;
-    out.push(`  ${String(s.index).padStart(3)} ${s.logical.padEnd(w)}  ${op.padEnd(24)} ${ranksText(s.ranks).padEnd(8)} ${mark[s.status]}${s.decidedBy === 'z3' ? ' (by Z3)' : ''}`);
+    out.push(`  ${String(s.index).padStart(3)} ${s.logical.padEnd(w)}  ${op.padEnd(24)} ${ranksText(s.ranks).padEnd(8)} ${mark[s.status]}${s.decidedBy === 'z3' ? ' (by Z3)' : ''}${s.coveredBy === undefined ? '' : ` (same canonical stage as #${s.coveredBy})`}${s.cached === true ? ' (from the proof cache)' : ''}`);
     if (s.status === 'proved') continue;
     if (s.op?.loc !== undefined) out.push(`        source: ${s.op.loc}`);
     if (s.failingRanks.length > 0) out.push(`        failing ranks: ${s.failingRanks.join(', ')}`);
