@@ -8,7 +8,7 @@
 import fc from 'fast-check';
 import type { RawLineage, RawPlan } from '../plans/raw.js';
 
-export const MUTANTS = ['none', 'drop-allreduce', 'avg-allreduce', 'swap-rows', 'scale-h', 'wrong-act'] as const;
+export const MUTANTS = ['none', 'drop-allreduce', 'avg-allreduce', 'swap-rows', 'scale-h', 'wrong-act', 'bias-before-allreduce'] as const;
 export type Mutant = (typeof MUTANTS)[number];
 
 export interface PlanParams {
@@ -22,6 +22,8 @@ export interface PlanParams {
   out: number;
   act: 'tanh' | 'exp' | 'sigmoid';
   spelling: 'placements' | 'index';
+  /** y = act(x·w1)·w2 + bias, the bias replicated (Megatron adds it after the all-reduce). */
+  bias: boolean;
   mutant: Mutant;
 }
 
@@ -34,7 +36,9 @@ export const planParams: fc.Arbitrary<PlanParams> = fc.record({
   out: fc.integer({ min: 1, max: 3 }),
   act: fc.constantFrom('tanh' as const, 'exp' as const, 'sigmoid' as const),
   spelling: fc.constantFrom('placements' as const, 'index' as const),
-  mutant: fc.constantFrom(...MUTANTS),
+  bias: fc.boolean(),
+  // about half the plans are correct as generated
+  mutant: fc.oneof({ arbitrary: fc.constant('none' as Mutant), weight: 7 }, { arbitrary: fc.constantFrom(...MUTANTS.filter((m) => m !== 'none')), weight: 7 }),
 });
 
 const e = (expr: string): { expr: string } => ({ expr });
@@ -54,10 +58,20 @@ export function mlpPlan(p: PlanParams): RawPlan {
     ...(p.mutant === 'scale-h' ? [{ id: 'bug', op: 'scale', inputs: ['h0'], outputs: ['h'], attrs: { factor: 2 } }] : []),
     { id: 'act', op: parAct, inputs: ['h'], outputs: ['a'] },
     { id: 'fc2', op: 'matmul', inputs: ['a', 'w2'], outputs: ['y_part'] },
-    p.mutant === 'drop-allreduce'
-      ? { id: 'ar', op: 'identity', inputs: ['y_part'], outputs: ['y'] }
-      : { id: 'ar', op: 'all_reduce', inputs: ['y_part'], outputs: ['y'], attrs: { reduce: p.mutant === 'avg-allreduce' ? 'avg' : 'sum' }, group: { axes: ['tp'] } },
   ];
+  // With a bias: the all-reduce writes y_sum and the bias is added after it; the mutant adds
+  // it to each rank's partial sum instead (tp times the bias once reduced).
+  const early = p.bias && p.mutant === 'bias-before-allreduce';
+  const yPre = p.bias ? 'y0' : 'y';
+  const arIn = early ? 'y_pb' : 'y_part';
+  const arOut = p.bias && !early ? 'y_sum' : 'y';
+  if (early) ops.push({ id: 'bias', op: 'add', inputs: ['y_part', 'b'], outputs: ['y_pb'] });
+  ops.push(
+    p.mutant === 'drop-allreduce'
+      ? { id: 'ar', op: 'identity', inputs: [arIn], outputs: [arOut] }
+      : { id: 'ar', op: 'all_reduce', inputs: [arIn], outputs: [arOut], attrs: { reduce: p.mutant === 'avg-allreduce' ? 'avg' : 'sum' }, group: { axes: ['tp'] } },
+  );
+  if (p.bias && !early) ops.push({ id: 'bias', op: 'add', inputs: ['y_sum', 'b'], outputs: ['y'] });
   return {
     format: 'planproof/v1',
     name: `mlp-fwd-dp${p.dp}-tp${p.tp}-${p.spelling}-${p.mutant}`,
@@ -71,11 +85,22 @@ export function mlpPlan(p: PlanParams): RawPlan {
         { id: 'h', shape: [B, F], role: 'activation' },
         { id: 'a', shape: [B, F], role: 'activation' },
         { id: 'y', shape: [B, p.out], role: 'output' },
+        ...(p.bias
+          ? [
+              { id: 'b', shape: [p.out], role: 'param' as const },
+              { id: 'y0', shape: [B, p.out], role: 'activation' as const },
+            ]
+          : []),
       ],
       ops: [
         { id: 'fc1', op: 'matmul', inputs: ['x', 'w1'], outputs: ['h'] },
         { id: 'act', op: p.act, inputs: ['h'], outputs: ['a'] },
-        { id: 'fc2', op: 'matmul', inputs: ['a', 'w2'], outputs: ['y'] },
+        ...(p.bias
+          ? [
+              { id: 'fc2', op: 'matmul', inputs: ['a', 'w2'], outputs: ['y0'] },
+              { id: 'bias', op: 'add', inputs: ['y0', 'b'], outputs: ['y'] },
+            ]
+          : [{ id: 'fc2', op: 'matmul', inputs: ['a', 'w2'], outputs: ['y'] }]),
       ],
     },
     parallel: {
@@ -90,13 +115,14 @@ export function mlpPlan(p: PlanParams): RawPlan {
             ...(p.mutant === 'scale-h' ? [{ id: 'h0', shape: [b, p.ffn] }] : []),
             { id: 'h', shape: [b, p.ffn], lineage: pl('h', ['S(0)', 'S(1)'], { logical: 'h', index: [yRows, cols] }) },
             { id: 'a', shape: [b, p.ffn], lineage: pl('a', ['S(0)', 'S(1)'], { logical: 'a', index: [yRows, cols] }) },
-            { id: 'y_part', shape: [b, p.out], lineage: pl('y', ['S(0)', 'P(sum)'], { logical: 'y', index: [yRows, '*'], value: [e('tp'), p.tp] }) },
+            { id: 'y_part', shape: [b, p.out], lineage: pl(yPre, ['S(0)', 'P(sum)'], { logical: yPre, index: [yRows, '*'], value: [e('tp'), p.tp] }) },
             { id: 'y', shape: [b, p.out], lineage: pl('y', ['S(0)', 'R'], { logical: 'y', index: [yRows, '*'] }) },
+            ...(p.bias ? [{ id: 'b', shape: [p.out], lineage: pl('b', ['R', 'R'], { logical: 'b' }) }, { id: early ? 'y_pb' : 'y_sum', shape: [b, p.out] }] : []),
           ],
           ops,
         },
       ],
     },
-    contract: { inputs: ['x', 'w1', 'w2'], outputs: ['y'] },
+    contract: { inputs: ['x', 'w1', 'w2', ...(p.bias ? ['b'] : [])], outputs: ['y'] },
   };
 }

@@ -27,7 +27,7 @@ describe('shape reduction', function () {
   this.timeout(120000);
 
   it('reduces the batch dims of a dp x tp MLP by their lane factor, and keeps contracted dims', () => {
-    const raw = mlpPlan({ dp: 2, tp: 2, rows: 4, hidden: 2, ffn: 2, out: 3, act: 'tanh', spelling: 'index', mutant: 'none' });
+    const raw = mlpPlan({ dp: 2, tp: 2, rows: 4, hidden: 2, ffn: 2, out: 3, act: 'tanh', spelling: 'index', bias: false, mutant: 'none' });
     const plan = load(raw);
     const red = reducePlan(plan, raw);
     assert.ok(red !== undefined);
@@ -46,7 +46,7 @@ describe('shape reduction', function () {
   });
 
   it('keeps a dim whose size enters an attribute or a value (mean over rows)', () => {
-    const raw = mlpPlan({ dp: 1, tp: 1, rows: 4, hidden: 1, ffn: 1, out: 2, act: 'exp', spelling: 'index', mutant: 'none' });
+    const raw = mlpPlan({ dp: 1, tp: 1, rows: 4, hidden: 1, ffn: 1, out: 2, act: 'exp', spelling: 'index', bias: false, mutant: 'none' });
     raw.logical.tensors.push({ id: 'm', shape: [2], role: 'output' });
     raw.logical.ops.push({ id: 'avg', op: 'mean', inputs: ['y'], outputs: ['m'], attrs: { dims: [0] } });
     raw.contract.outputs.push('m');
@@ -67,7 +67,7 @@ describe('shape reduction', function () {
 
   it('keeps a dim whose lineage offsets are not multiples of a common factor', () => {
     // dp=2 over 3 rows: torch.chunk gives 2 and 1 rows, so sizes 3, 2, 1 share no factor.
-    const raw = mlpPlan({ dp: 2, tp: 1, rows: 2, hidden: 1, ffn: 1, out: 1, act: 'tanh', spelling: 'placements', mutant: 'none' });
+    const raw = mlpPlan({ dp: 2, tp: 1, rows: 2, hidden: 1, ffn: 1, out: 1, act: 'tanh', spelling: 'placements', bias: false, mutant: 'none' });
     (raw.logical.tensors.find((t) => t.id === 'x') as { shape: number[] }).shape = [3, 1];
     for (const t of ['h', 'a', 'y']) (raw.logical.tensors.find((x) => x.id === t) as { shape: number[] }).shape[0] = 3;
     for (const t of raw.parallel.programs[0]?.tensors ?? []) if (t.id !== 'w1' && t.id !== 'w2') t.shape[0] = { expr: '2 - dp' };
@@ -78,7 +78,7 @@ describe('shape reduction', function () {
   });
 
   it('refuses a reduced plan that does not check out', () => {
-    const raw = mlpPlan({ dp: 2, tp: 1, rows: 2, hidden: 1, ffn: 1, out: 1, act: 'tanh', spelling: 'index', mutant: 'none' });
+    const raw = mlpPlan({ dp: 2, tp: 1, rows: 2, hidden: 1, ffn: 1, out: 1, act: 'tanh', spelling: 'index', bias: false, mutant: 'none' });
     const plan = load(raw);
     const a = analyzeReduction(plan);
     // a tampered factor table: x's rows would be divided but not h's
