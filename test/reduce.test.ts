@@ -103,6 +103,6 @@ describe('shape reduction', function () {
     );
     // the property is not vacuous: most plans shrink, and many are broken
     assert.ok(reduced >= 60, `only ${reduced} of 100 plans reduced`);
-    assert.ok(broken >= 30, `only ${broken} of 100 plans are broken`);
+    assert.ok(broken >= 20, `only ${broken} of 100 plans are broken`);
   });
 });
