@@ -154,6 +154,11 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
     };
     ins.forEach((nodes, i) => visit(sig.inputs[i], nodes));
     outs.forEach((nodes, i) => visit(sig.outputs[i], nodes));
+    // An integer tensor's values index an axis: never shrink it (the labels say so; enforce it).
+    for (const l of [...Object.values(sig.inputValues ?? {}), ...Object.values(sig.outputValues ?? {})]) {
+      const node = byLabel.get(l.label);
+      if (node !== undefined) mark(node, l.role === 'batch' ? 'fixed' : l.role, `indexed by integer values in ${what}`);
+    }
   };
   const fixAll = (nodes: readonly (readonly number[] | undefined)[], reason: string): void => {
     for (const ns of nodes) for (const node of ns ?? []) mark(node, 'fixed', reason);
