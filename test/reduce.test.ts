@@ -10,6 +10,11 @@ import type { RawPlan } from '../plans/raw.js';
 import { analyzeReduction, reducePlan, reducedRaw, ReductionError } from '../stages/reduce.js';
 import { verifyPlan, type VerifyReport } from '../stages/verify.js';
 import { mlpPlan, planParams, type PlanParams } from './reduce-plans.js';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runCli } from './helpers.js';
+import type { ReducedVerifyReport } from '../stages/reduced-verify.js';
 
 const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));
 const failing = (r: VerifyReport): string => r.stages.filter((s) => s.status !== 'proved').map((s) => `${s.logical}:${s.status}`).join(',');
@@ -104,5 +109,39 @@ describe('shape reduction', function () {
     // the property is not vacuous: most plans shrink, and many are broken
     assert.ok(reduced >= 60, `only ${reduced} of 100 plans reduced`);
     assert.ok(broken >= 20, `only ${broken} of 100 plans are broken`);
+  });
+});
+
+describe('verify --emit-reduced', function () {
+  this.timeout(120000);
+  it('proves at reduced shapes, says so, and writes a reduced plan that verifies on its own', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'planproof-reduced-'));
+    try {
+      const file = join(dir, 'mlp.json');
+      writeFileSync(file, JSON.stringify(mlpPlan({ dp: 2, tp: 2, rows: 3, hidden: 2, ffn: 2, out: 2, act: 'tanh', spelling: 'index', bias: true, mutant: 'none' })));
+      const r = await runCli(['verify', file, '--json', '--jobs', '0', '--no-cache', '--emit-reduced', join(dir, 'out')]);
+      assert.equal(r.code, 0, r.stdout);
+      const rep = JSON.parse(r.stdout) as ReducedVerifyReport;
+      assert.equal(rep.reduction.ran, true);
+      assert.ok(rep.reduction.reduced.some((c) => c.dim === "'x' dim 0" && c.full === 6 && c.reduced === 2 && c.factor === 3));
+      assert.ok(rep.reduction.kept.some((c) => /contracted in op 'fc1'/.test(c.kept ?? '')));
+      const emitted = join(dir, 'out', 'mlp.reduced.json');
+      assert.equal(rep.reduction.emitted, emitted);
+      const again = await runCli(['verify', emitted, '--jobs', '0', '--no-cache']);
+      assert.equal(again.code, 0, again.stdout);
+      assert.match(again.stdout, /proved at full shapes: .*no dim can shrink/);
+      // the buggy twin is refuted at reduced shapes, with a witness
+      writeFileSync(file, JSON.stringify(mlpPlan({ dp: 2, tp: 2, rows: 3, hidden: 2, ffn: 2, out: 2, act: 'tanh', spelling: 'index', bias: true, mutant: 'bias-before-allreduce' })));
+      const bad = await runCli(['verify', file, '--jobs', '0', '--no-cache']);
+      assert.equal(bad.code, 1, bad.stdout);
+      assert.match(bad.stdout, /witness: /);
+      assert.match(bad.stdout, /proved at reduced shapes: shape reduction: 2 dim class\(es\) reduced/);
+      // --no-reduce proves at full shapes and says so
+      const full = await runCli(['verify', file, '--jobs', '0', '--no-cache', '--no-reduce']);
+      assert.equal(full.code, 1);
+      assert.match(full.stdout, /proved at full shapes: .*turned off \(--no-reduce\)/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
