@@ -18,10 +18,10 @@ import { createHash } from 'node:crypto';
 import { registry } from '../ops/registry.js';
 import type { AttrValue, Attrs } from '../ops/types.js';
 import type { LoadedPlan } from '../plans/loader.js';
-import type { Program } from '../plans/model.js';
+import type { Program, RankView } from '../plans/model.js';
 import { evalLineage, type LineageNF } from '../lineage/model.js';
 import { numel } from '../ops/types.js';
-import type { Stage } from './prove.js';
+import { MAX_STAGE_ELEMENTS, type Stage } from './prove.js';
 
 /** Bumped when the form's meaning changes: cached proofs of an older form are not reused. */
 export const CANON_VERSION = 1;
@@ -44,6 +44,9 @@ interface Producer {
 export class StageCanonizer {
   private readonly prod = new Map<string, Producer>();
   private readonly lineageCache = new Map<string, LineageNF | undefined>();
+  /** Attributes as canonical text, per attribute object (views share them across ranks). */
+  private readonly attrText = new WeakMap<object, string>();
+  private readonly views = new Map<number, RankView>();
   constructor(readonly plan: LoadedPlan) {
     plan.collectives.forEach((c, ci) =>
       c.group.forEach((r, i) => {
@@ -61,18 +64,31 @@ export class StageCanonizer {
     }
   }
 
+  private view(r: number): RankView {
+    let v = this.views.get(r);
+    if (v === undefined) this.views.set(r, (v = this.plan.view(r)));
+    return v;
+  }
+
+  private attrs(a: Attrs | undefined): string {
+    if (a === undefined) return 'u';
+    let t = this.attrText.get(a);
+    if (t === undefined) this.attrText.set(a, (t = canonJson(a)));
+    return t;
+  }
+
   private lineage(r: number, t: number): LineageNF | undefined {
     const key = `${r}:${t}`;
     if (this.lineageCache.has(key)) return this.lineageCache.get(key);
     const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
     const spec = p.lineage[t];
-    const nf = spec === undefined ? undefined : evalLineage(spec, this.plan.mesh, r, this.plan.logical.shapes[spec.logical] ?? [], this.plan.view(r).shapes[t] ?? []);
+    const nf = spec === undefined ? undefined : evalLineage(spec, this.plan.mesh, r, this.plan.logical.shapes[spec.logical] ?? [], this.view(r).shapes[t] ?? []);
     this.lineageCache.set(key, nf);
     return nf;
   }
 
   /** The canonical form of a stage and the number of tensor elements it holds (its size). */
-  form(stage: Stage): { text: string; elements: number } {
+  form(stage: Stage): { text: string | undefined; elements: number } {
     const plan = this.plan;
     const lg = plan.logical;
     const out: string[] = [`v${CANON_VERSION}`];
@@ -97,6 +113,18 @@ export class StageCanonizer {
     };
     const nfText = (nf: LineageNF): string => `L${lid(nf.logical)}${JSON.stringify(nf.ranges)}${nf.value.idx}/${nf.value.n}/${nf.value.reduce}/${nf.value.divisor}/${JSON.stringify(nf.value.split)}`;
     lid(stage.logical);
+
+    // The stage's own tensor and its obligations are part of what the builder counts: past
+    // the size limit on them alone, skip the walk (a lower bound of the builder's count).
+    let lower = numel(lg.shapes[stage.logical] ?? []);
+    const counted = new Set<string>();
+    for (const o of stage.obligations) {
+      const key = `${o.rank}:${o.tensor}`;
+      if (counted.has(key)) continue;
+      counted.add(key);
+      lower += numel(this.view(o.rank).shapes[o.tensor] ?? []);
+    }
+    if (lower > MAX_STAGE_ELEMENTS) return { text: undefined, elements: lower };
 
     // 1. The builder's closure walk (same stack order), so inputs are listed in its order.
     const inputs: [number, number, LineageNF][] = [];
@@ -126,13 +154,16 @@ export class StageCanonizer {
         });
       }
     }
-    // The walk itself (which nodes, in which order, on which ranks) is part of the form.
-    out.push(`S${seenList.map(([r, t]) => `${rk(r)}.${pid(r, t)}:${(plan.view(r).shapes[t] ?? []).join('x')}`).join(' ')}`);
-    for (const [r, t, nf] of inputs) out.push(`I${rk(r)}.${pid(r, t)}=${nfText(nf)}`);
     let elements = numel(lg.shapes[stage.logical] ?? []);
     const inputLogical = new Set(inputs.map((x) => x[2].logical));
     for (const L of inputLogical) elements += numel(lg.shapes[L] ?? []);
-    for (const [r, t] of seenList) elements += numel(plan.view(r).shapes[t] ?? []);
+    for (const [r, t] of seenList) elements += numel(this.view(r).shapes[t] ?? []);
+    // Past the builder's size limit the stage is "unknown (too large)" before any term is
+    // built: nothing to share, so no form (it stays a class of its own).
+    if (elements > MAX_STAGE_ELEMENTS) return { text: undefined, elements };
+    // The walk itself (which nodes, in which order, on which ranks) is part of the form.
+    out.push(`S${seenList.map(([r, t]) => `${rk(r)}.${pid(r, t)}:${(this.view(r).shapes[t] ?? []).join('x')}`).join(' ')}`);
+    for (const [r, t, nf] of inputs) out.push(`I${rk(r)}.${pid(r, t)}=${nfText(nf)}`);
     for (const L of inputLogical) out.push(`LI${lid(L)}:${(lg.shapes[L] ?? []).join('x')}:${JSON.stringify(lg.domains[L] ?? null)}`);
 
     // 2. Logical side, in the builder's evaluation order.
@@ -149,7 +180,7 @@ export class StageCanonizer {
       ins.forEach(evalLogical);
       const outs = [...lg.ops.opOutputs(op)];
       for (const t of outs) lseen.add(t);
-      out.push(`LO${registry.get(lg.ops.kind[op] as number).name}${canonJson(lg.attrs[op] as Attrs)}(${ins.map(lid).join(',')})->(${outs.map((t) => `${lid(t)}:${(lg.shapes[t] ?? []).join('x')}`).join(',')})`);
+      out.push(`LO${registry.get(lg.ops.kind[op] as number).name}${this.attrs(lg.attrs[op])}(${ins.map(lid).join(',')})->(${outs.map((t) => `${lid(t)}:${(lg.shapes[t] ?? []).join('x')}`).join(',')})`);
     };
     evalLogical(stage.logical);
     out.push(`LT${lid(stage.logical)}:${(lg.shapes[stage.logical] ?? []).join('x')}`);
@@ -171,8 +202,8 @@ export class StageCanonizer {
         for (const x of ins) evalPar(r, x);
         const outs = [...p.ops.opOutputs(pr.op)];
         for (const x of outs) pdone.add(`${r}:${x}`);
-        const v = plan.view(r);
-        out.push(`PO${rk(r)}:${registry.get(p.ops.kind[pr.op] as number).name}${canonJson(v.attrs[pr.op] as Attrs)}(${ins.map((x) => pid(r, x)).join(',')})->(${outs.map((x) => `${pid(r, x)}:${(v.shapes[x] ?? []).join('x')}`).join(',')})`);
+        const v = this.view(r);
+        out.push(`PO${rk(r)}:${registry.get(p.ops.kind[pr.op] as number).name}${this.attrs(v.attrs[pr.op])}(${ins.map((x) => pid(r, x)).join(',')})->(${outs.map((x) => `${pid(r, x)}:${(v.shapes[x] ?? []).join('x')}`).join(',')})`);
         return;
       }
       const c = plan.collectives[pr.inst];
@@ -190,7 +221,7 @@ export class StageCanonizer {
       const members = [...c.group].map((m, i) => {
         const x = c.inputs[i] as number;
         const o = c.outputs[i] as number;
-        return `${rk(m)}:${x >= 0 ? pid(m, x) : '-'}>${o >= 0 ? `${pid(m, o)}:${(plan.view(m).shapes[o] ?? []).join('x')}` : '-'}`;
+        return `${rk(m)}:${x >= 0 ? pid(m, x) : '-'}>${o >= 0 ? `${pid(m, o)}:${(this.view(m).shapes[o] ?? []).join('x')}` : '-'}`;
       });
       out.push(`PC${registry.get(c.kind).name}${canonJson(attrs)}[${members.join(' ')}]`);
     };
@@ -211,6 +242,7 @@ export interface StageClass {
   readonly rep: number;
   /** Every stage with this form, rep included. */
   readonly members: number[];
+  /** '' for a stage past the size limit: never shared, never cached. */
   readonly form: string;
   readonly hash: string;
   readonly elements: number;
@@ -226,6 +258,10 @@ export function groupStages(plan: LoadedPlan, stages: readonly Stage[], hash: (t
   const classes: { rep: number; members: number[]; form: string; hash: string; elements: number }[] = [];
   stages.forEach((s, i) => {
     const { text, elements } = canon.form(s);
+    if (text === undefined) {
+      classes.push({ rep: i, members: [i], form: '', hash: '', elements });
+      return;
+    }
     const h = hash(text);
     let list = byHash.get(h);
     if (list === undefined) byHash.set(h, (list = []));

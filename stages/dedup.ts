@@ -35,7 +35,7 @@ export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], 
   let cacheHits = 0;
   const todo: StageClass[] = [];
   for (const c of classes) {
-    const hit = cache?.lookup(c.hash, c.form);
+    const hit = c.form === '' ? undefined : cache?.lookup(c.hash, c.form);
     if (hit === undefined) {
       todo.push(c);
       continue;
@@ -55,7 +55,7 @@ export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], 
   for (const c of classes) {
     const rep = results[c.rep] as StageResult;
     if (rep.status === 'proved') {
-      if (fromCache[c.rep] === 0) cache?.store(c.hash, c.form, rep.decidedBy);
+      if (fromCache[c.rep] === 0 && c.form !== '') cache?.store(c.hash, c.form, rep.decidedBy);
       for (const m of c.members) {
         if (m === c.rep) continue;
         results[m] = { ...rep, stage: stages[m] as Stage, ms: 0 };
