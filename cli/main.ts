@@ -13,6 +13,8 @@ import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
 import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
 import { formatReport } from '../stages/report.js';
+import { formatReductionReport, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
+import { defaultCacheDir, ProofCache } from '../stages/cache.js';
 import { shutdownZ3 } from '../stages/z3.js';
 import { generatePlan, ADAMW } from '../plans/gen/plan.js';
 import { BUGS, bugById } from '../plans/gen/bugs.js';
@@ -84,21 +86,29 @@ function inspect(file: string, json: boolean, out: Out): number {
   return 0;
 }
 
+/** --cache DIR, the default directory, or off with --no-cache (yargs gives false). */
+function cacheOption(v: unknown): { cacheDir?: string } {
+  if (v === false || v === 'false') return {};
+  return { cacheDir: typeof v === 'string' && v !== '' ? v : defaultCacheDir() };
+}
+
 function progress(): ((done: number, total: number) => void) | undefined {
   if (!process.stderr.isTTY) return undefined;
   return (done, total) => {
-    process.stderr.write(`\rproving stage ${done}/${total}${done === total ? '\n' : ''}`);
+    process.stderr.write(`\rproving distinct stage ${done}/${total}${done === total ? '\n' : ''}`);
   };
 }
 
-async function runVerify(l: Loaded, eng: EngineOptions): Promise<VerifyReport> {
+async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string): Promise<VerifyReport> {
   const onStage = progress();
-  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, ...(onStage === undefined ? {} : { onStage }) });
+  // Proof cache hook (stages/cache.ts): on unless --no-cache.
+  const cache = cacheDir === undefined ? undefined : new ProofCache(cacheDir);
+  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }) });
   await shutdownZ3();
   return report;
 }
 
-async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean): Promise<number> {
+async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }): Promise<number> {
   const l = loadWithText(file, json, out, true);
   if (typeof l === 'number') return l;
   // Inferred boundaries (issue 18): with --infer, or when the file holds claims marked inferred.
@@ -106,8 +116,9 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
     const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true }, out);
     return verdictCode[r.verdict];
   }
-  const report = await runVerify(l, eng);
-  out.log(json ? JSON.stringify(report, null, 2) : formatReport(report, verbose));
+  // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
+  const report = await verifyReduced(l.plan, l.text, red, (plan, text) => runVerify({ plan, text }, eng, red.cacheDir));
+  out.log(json ? JSON.stringify(report, null, 2) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}`);
   return verdictCode[report.verdict];
 }
 
@@ -248,10 +259,13 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       (y) =>
         y
           .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' })
-          .option('infer', { type: 'boolean', describe: 'infer stage cut points for parallel tensors without lineage (hints, proved before use; default: only the hints the file marks inferred)' }),
+          .option('infer', { type: 'boolean', describe: 'infer stage cut points for parallel tensors without lineage (hints, proved before use; default: only the hints the file marks inferred)' })
+          .option('reduce', { type: 'boolean', default: true, describe: 'prove at reduced shapes where the soundness conditions hold (--no-reduce: at full shapes)' })
+          .option('emit-reduced', { type: 'string', describe: 'write the reduced plan (an ordinary plan file) into this directory' })
+          .option('cache', { type: 'string', describe: `directory of the proof cache (default ${defaultCacheDir()}; --no-cache: off)` }),
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out, a.infer);
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out, a.infer, { reduce: a.reduce, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) });
       },
     )
     .command(

@@ -50,7 +50,7 @@ export function formatReport(r: VerifyReport, verbose = false): string {
       hidden++;
       continue;
     }
-    out.push(`  ${String(s.index).padStart(wi)} ${fit(s.logical).padEnd(w)}  ${opText(s).padEnd(wo)} ${ranksText(s.ranks).padEnd(wr)} ${mark[s.status]}${s.decidedBy === 'z3' ? ' (by Z3)' : ''}`);
+    out.push(`  ${String(s.index).padStart(wi)} ${fit(s.logical).padEnd(w)}  ${opText(s).padEnd(wo)} ${ranksText(s.ranks).padEnd(wr)} ${mark[s.status]}${s.decidedBy === 'z3' ? ' (by Z3)' : ''}${s.coveredBy === undefined ? '' : ` (same canonical stage as #${s.coveredBy})`}${s.cached === true ? ' (from the proof cache)' : ''}`);
     if (s.status === 'proved') continue;
     if (s.op?.loc !== undefined) out.push(`        source: ${s.op.loc}`);
     if (s.failingRanks.length > 0) out.push(`        failing ranks: ${s.failingRanks.join(', ')}`);

@@ -13,6 +13,8 @@ import { numericCheck, type Mismatch, type NumericReport } from './numeric.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { proveInPool, type PoolOptions } from './pool.js';
 import { Z3Prover } from './z3.js';
+import { proveDistinct, withProofs } from './dedup.js';
+import type { ProofCache } from './cache.js';
 
 export type Verdict = 'verified' | 'not_equivalent' | 'unknown';
 
@@ -34,6 +36,10 @@ export interface StageReport {
   readonly ms: number;
   /** Which method proved the stage: the exact normal form, or Z3 where the normal form left it open or gave up. */
   readonly decidedBy?: 'normal' | 'z3';
+  /** Stage number (1-based) whose proof covers this one: equal canonical forms (stages/dedup.ts). */
+  readonly coveredBy?: number;
+  /** The covering proof was read from the proof cache. */
+  readonly cached?: boolean;
 }
 
 export interface VerifyReport {
@@ -48,6 +54,8 @@ export interface VerifyReport {
   readonly ms: number;
   /** Set when a decision procedure other than the normal form was used. */
   readonly engine?: Engine;
+  /** Stage deduplication: stages, distinct canonical forms, proofs run, proofs read from the cache. */
+  readonly proofs?: { stages: number; distinct: number; run: number; cached: number };
 }
 
 export interface VerifyOptions {
@@ -96,7 +104,7 @@ function proveInProcess(plan: LoadedPlan, stages: readonly Stage[], onStage: ((d
   return stages.map((s, i) => {
     let r: StageResult;
     try {
-      r = prover.prove(s, witnessed.has(i));
+      r = prover.prove(s, witnessed.has(s.index));
     } catch (e) {
       r = engineError(s, e);
     }
@@ -116,6 +124,10 @@ export interface PoolVerifyOptions extends VerifyOptions {
   readonly deadlineMs: number;
   readonly fault?: PoolOptions['fault'];
   readonly recycleAfter?: number;
+  /** Prove each distinct canonical stage once (default true). */
+  readonly dedup?: boolean;
+  /** Persistent proof cache (stages/cache.ts). */
+  readonly cache?: ProofCache;
 }
 
 /** verifyPlan with stages proved in worker threads under a per-stage deadline. */
@@ -126,34 +138,39 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const stages = decompose(plan, logicalOrder(plan));
   const first = numericCheck(plan, seed);
   const witnessed = witnessedStages(plan, stages, first);
-  let results: StageResult[];
-  if (opts.jobs > 0) {
-    results = await proveInPool(plan.file, text, stages, {
-      jobs: opts.jobs,
-      witnessed,
-      deadlineMs: opts.deadlineMs,
-      engine,
-      ...(opts.recycleAfter === undefined ? {} : { recycleAfter: opts.recycleAfter }),
-      ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
-      ...(opts.fault === undefined ? {} : { fault: opts.fault }),
-    });
-  } else if (engine === 'normal') {
-    results = proveInProcess(plan, stages, opts.onStage, witnessed);
-  } else {
-    const prover = new Z3Prover(plan);
-    results = [];
-    for (const [i, s] of stages.entries()) {
-      try {
-        results.push(await prover.prove(s, opts.deadlineMs));
-      } catch (e) {
-        results.push(engineError(s, e));
-      }
-      opts.onStage?.(i + 1, stages.length);
+  // Proves any subset of the decomposition (the pool and the workers index stages by Stage.index).
+  const proveSome = async (some: readonly Stage[]): Promise<StageResult[]> => {
+    if (opts.jobs > 0) {
+      return proveInPool(plan.file, text, some, {
+        jobs: opts.jobs,
+        witnessed,
+        deadlineMs: opts.deadlineMs,
+        engine,
+        ...(opts.recycleAfter === undefined ? {} : { recycleAfter: opts.recycleAfter }),
+        ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
+        ...(opts.fault === undefined ? {} : { fault: opts.fault }),
+      });
     }
-  }
+    if (engine === 'normal') return proveInProcess(plan, some, opts.onStage, witnessed);
+    const prover = new Z3Prover(plan);
+    const out: StageResult[] = [];
+    for (const [i, s] of some.entries()) {
+      try {
+        out.push(await prover.prove(s, opts.deadlineMs));
+      } catch (e) {
+        out.push(engineError(s, e));
+      }
+      opts.onStage?.(i + 1, some.length);
+    }
+    return out;
+  };
+  // Stage deduplication and the proof cache hook (stages/dedup.ts).
+  const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, opts.cache);
+  let results = distinct?.results ?? (await proveSome(stages));
   const numeric = witnessSearch(plan, results, first);
   if (engine === 'normal') results = await z3Fallback(plan, results, numeric, opts.deadlineMs);
-  const report = assemble(plan, results, numeric, numeric.seed, t0);
+  const assembled = assemble(plan, results, numeric, numeric.seed, t0);
+  const report = distinct === undefined ? assembled : withProofs(assembled, distinct);
   return engine === 'z3' ? { ...report, engine, stages: report.stages.map((s) => (s.status === 'proved' ? { ...s, decidedBy: 'z3' as const } : s)) } : report;
 }
 

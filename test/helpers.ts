@@ -9,6 +9,12 @@ import type { GradBuilder, GradRef } from '../ops/grad.js';
 import { registry } from '../ops/registry.js';
 import type { Attrs, Shape } from '../ops/types.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+// The CLI's proof cache is on by default: tests keep theirs in a fresh directory, never the user's.
+process.env['PLANPROOF_CACHE_DIR'] ??= mkdtempSync(join(tmpdir(), 'planproof-test-cache-'));
 
 export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const EXAMPLES = `${ROOT}examples/`;

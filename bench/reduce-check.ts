@@ -1,0 +1,39 @@
+/**
+ * Shape reduction checked against full shapes on random plans and mutants (issue 12):
+ * `npm run bench:reduce -- --runs 500 [--seed N]`. For each plan from test/reduce-plans.ts,
+ * the verdict and the failing stages at full shapes and at reduced shapes must be equal.
+ * Prints the counts (plans, reduced, verdicts at full shapes, disagreements) and exits 1 on
+ * any disagreement.
+ */
+import fc from 'fast-check';
+import yargs from 'yargs';
+import { loadPlanObject } from '../plans/loader.js';
+import { reducePlan } from '../stages/reduce.js';
+import { verifyPlan, type VerifyReport } from '../stages/verify.js';
+import { mlpPlan, planParams } from '../test/reduce-plans.js';
+
+const a = yargs(process.argv.slice(2)).option('runs', { type: 'number', default: 500 }).option('seed', { type: 'number', default: 2026 }).strict().parseSync();
+const failing = (r: VerifyReport): string => r.stages.filter((s) => s.status !== 'proved').map((s) => `${s.logical}:${s.status}`).join(',');
+const counts = { plans: 0, reduced: 0, verified: 0, not_equivalent: 0, unknown: 0, disagree: 0, elementsFull: 0, elementsReduced: 0 };
+const t0 = performance.now();
+const samples = fc.sample(planParams, { numRuns: a.runs, seed: a.seed });
+for (const p of samples) {
+  const raw = mlpPlan(p);
+  const plan = loadPlanObject('random.json', JSON.parse(JSON.stringify(raw)));
+  const full = verifyPlan(plan);
+  counts.plans++;
+  counts[full.verdict]++;
+  const red = reducePlan(plan, raw);
+  if (red === undefined) continue;
+  counts.reduced++;
+  const sum = (pl: typeof plan): number => pl.logical.shapes.reduce((s, sh) => s + sh.reduce((x, y) => x * y, 1), 0);
+  counts.elementsFull += sum(plan);
+  counts.elementsReduced += sum(red.plan);
+  const r = verifyPlan(red.plan);
+  if (r.verdict !== full.verdict || failing(r) !== failing(full)) {
+    counts.disagree++;
+    console.log(`DISAGREE ${JSON.stringify(p)}: full ${full.verdict} [${failing(full)}], reduced ${r.verdict} [${failing(r)}]`);
+  }
+}
+console.log(JSON.stringify({ ...counts, seed: a.seed, seconds: Math.round((performance.now() - t0) / 100) / 10 }));
+process.exit(counts.disagree === 0 ? 0 : 1);

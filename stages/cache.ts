@@ -1,0 +1,121 @@
+/**
+ * Persistent proof cache (docs/engine.md, "Proof cache"). One file per proved canonical stage:
+ * `<dir>/<hash[0..2]>/<hash>.json` holding the format tag, the engine version, the full
+ * canonical form and the status. An entry is used only when every field checks: the tag, the
+ * engine version, the form (compared in full with the stage's own form, and hashing to the
+ * file's name) and the status 'proved'. Anything else (a truncated file, bad JSON, another
+ * engine, another form) is ignored, and the stage is proved again. Only proofs are cached:
+ * a difference needs its witness from this run's numeric evaluation.
+ */
+import { createHash } from 'node:crypto';
+import { mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { CANON_VERSION, formHash } from './canon.js';
+
+export const CACHE_FORMAT = 'planproof-proof/1';
+
+/** `$PLANPROOF_CACHE_DIR`, else `$XDG_CACHE_HOME/planproof`, else `~/.cache/planproof`. */
+export function defaultCacheDir(): string {
+  const own = process.env['PLANPROOF_CACHE_DIR'];
+  if (own !== undefined && own !== '') return own;
+  const xdg = process.env['XDG_CACHE_HOME'];
+  return join(xdg !== undefined && xdg !== '' ? xdg : join(homedir(), '.cache'), 'planproof');
+}
+
+let version: string | undefined;
+
+/**
+ * The engine's version: a hash of the compiled modules whose behaviour a proof depends on
+ * (ops, terms, lineage, stage building and proving, the canonical form). Any change to them
+ * makes every earlier entry foreign.
+ */
+export function engineVersion(): string {
+  if (version !== undefined) return version;
+  const root = dirname(dirname(fileURLToPath(import.meta.url)));
+  const h = createHash('sha256').update(`canon ${CANON_VERSION}\n`);
+  for (const dir of ['ops', 'sdfg', 'lineage']) {
+    for (const f of readdirSync(join(root, dir)).filter((x) => x.endsWith('.js')).sort()) h.update(`${dir}/${f}\n`).update(readFileSync(join(root, dir, f)));
+  }
+  for (const f of ['prove.js', 'z3.js', 'canon.js', 'numeric.js']) h.update(`stages/${f}\n`).update(readFileSync(join(root, 'stages', f)));
+  version = h.digest('hex').slice(0, 32);
+  return version;
+}
+
+interface Entry {
+  format: string;
+  engine: string;
+  hash: string;
+  form: string;
+  status: string;
+  decidedBy?: 'z3';
+}
+
+export interface CacheStats {
+  hits: number;
+  misses: number;
+  /** Entries present but not trusted (corrupt, truncated, foreign). */
+  rejected: number;
+  stored: number;
+  /** Writes that failed (the cache is best effort). */
+  writeErrors: number;
+}
+
+export class ProofCache {
+  readonly stats: CacheStats = { hits: 0, misses: 0, rejected: 0, stored: 0, writeErrors: 0 };
+  constructor(readonly dir: string) {}
+
+  path(hash: string): string {
+    return join(this.dir, hash.slice(0, 2), `${hash}.json`);
+  }
+
+  /** A proof of exactly this form by this engine, or undefined. */
+  lookup(hash: string, form: string): { decidedBy?: 'z3' } | undefined {
+    let text: string;
+    try {
+      text = readFileSync(this.path(hash), 'utf8');
+    } catch {
+      this.stats.misses++;
+      return undefined;
+    }
+    let e: Partial<Entry>;
+    try {
+      e = JSON.parse(text) as Partial<Entry>;
+    } catch {
+      this.stats.rejected++;
+      return undefined;
+    }
+    const ok =
+      e !== null &&
+      typeof e === 'object' &&
+      e.format === CACHE_FORMAT &&
+      e.engine === engineVersion() &&
+      e.hash === hash &&
+      e.form === form &&
+      formHash(e.form) === hash &&
+      e.status === 'proved' &&
+      (e.decidedBy === undefined || e.decidedBy === 'z3');
+    if (!ok) {
+      this.stats.rejected++;
+      return undefined;
+    }
+    this.stats.hits++;
+    return e.decidedBy === undefined ? {} : { decidedBy: e.decidedBy };
+  }
+
+  store(hash: string, form: string, decidedBy?: 'z3'): void {
+    const entry: Entry = { format: CACHE_FORMAT, engine: engineVersion(), hash, form, status: 'proved', ...(decidedBy === undefined ? {} : { decidedBy }) };
+    const file = this.path(hash);
+    try {
+      mkdirSync(dirname(file), { recursive: true });
+      // Write then rename: a reader never sees a half-written entry from this process.
+      const tmp = `${file}.${process.pid}.tmp`;
+      writeFileSync(tmp, JSON.stringify(entry));
+      renameSync(tmp, file);
+      this.stats.stored++;
+    } catch {
+      this.stats.writeErrors++;
+    }
+  }
+}

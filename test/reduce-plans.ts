@@ -1,0 +1,128 @@
+/**
+ * Random small plans for checking shape reduction against full shapes (test/reduce.test.ts,
+ * bench/reduce-check.ts): a Megatron MLP forward y = act(x·w1)·w2 on a dp x tp mesh (rows of x
+ * over dp, w1 columns and w2 rows over tp, an all-reduce of the partial y over tp), spelled
+ * with DTensor placements or with index maps whose bounds are template expressions, and
+ * mutants of it (each a real bug on some configurations, harmless on others).
+ */
+import fc from 'fast-check';
+import type { RawLineage, RawPlan } from '../plans/raw.js';
+
+export const MUTANTS = ['none', 'drop-allreduce', 'avg-allreduce', 'swap-rows', 'scale-h', 'wrong-act', 'bias-before-allreduce'] as const;
+export type Mutant = (typeof MUTANTS)[number];
+
+export interface PlanParams {
+  dp: number;
+  tp: number;
+  /** Rows per dp rank. */
+  rows: number;
+  hidden: number;
+  /** Columns of h per tp rank. */
+  ffn: number;
+  out: number;
+  act: 'tanh' | 'exp' | 'sigmoid';
+  spelling: 'placements' | 'index';
+  /** y = act(x·w1)·w2 + bias, the bias replicated (Megatron adds it after the all-reduce). */
+  bias: boolean;
+  mutant: Mutant;
+}
+
+export const planParams: fc.Arbitrary<PlanParams> = fc.record({
+  dp: fc.integer({ min: 1, max: 2 }),
+  tp: fc.integer({ min: 1, max: 2 }),
+  rows: fc.integer({ min: 1, max: 4 }),
+  hidden: fc.integer({ min: 1, max: 2 }),
+  ffn: fc.integer({ min: 1, max: 2 }),
+  out: fc.integer({ min: 1, max: 3 }),
+  act: fc.constantFrom('tanh' as const, 'exp' as const, 'sigmoid' as const),
+  spelling: fc.constantFrom('placements' as const, 'index' as const),
+  bias: fc.boolean(),
+  // about half the plans are correct as generated
+  mutant: fc.oneof({ arbitrary: fc.constant('none' as Mutant), weight: 7 }, { arbitrary: fc.constantFrom(...MUTANTS.filter((m) => m !== 'none')), weight: 7 }),
+});
+
+const e = (expr: string): { expr: string } => ({ expr });
+
+export function mlpPlan(p: PlanParams): RawPlan {
+  const B = p.dp * p.rows;
+  const F = p.tp * p.ffn;
+  const b = p.rows;
+  const rowStart = p.mutant === 'swap-rows' ? `(${p.dp - 1} - dp)*${b}` : `dp*${b}`;
+  const rowsIx = [e(rowStart), e(`${rowStart} + ${b}`)] as [{ expr: string }, { expr: string }];
+  const yRows = [e(`dp*${b}`), e(`dp*${b} + ${b}`)] as [{ expr: string }, { expr: string }];
+  const cols = [e(`tp*${p.ffn}`), e(`tp*${p.ffn} + ${p.ffn}`)] as [{ expr: string }, { expr: string }];
+  const pl = (logical: string, placements: string[], index: RawLineage): RawLineage => (p.spelling === 'placements' && p.mutant !== 'swap-rows' ? { logical, placements } : index);
+  const parAct = p.mutant === 'wrong-act' ? (p.act === 'tanh' ? 'sigmoid' : 'tanh') : p.act;
+  const ops: RawPlan['parallel']['programs'][number]['ops'] = [
+    { id: 'fc1', op: 'matmul', inputs: ['x', 'w1'], outputs: [p.mutant === 'scale-h' ? 'h0' : 'h'] },
+    ...(p.mutant === 'scale-h' ? [{ id: 'bug', op: 'scale', inputs: ['h0'], outputs: ['h'], attrs: { factor: 2 } }] : []),
+    { id: 'act', op: parAct, inputs: ['h'], outputs: ['a'] },
+    { id: 'fc2', op: 'matmul', inputs: ['a', 'w2'], outputs: ['y_part'] },
+  ];
+  // With a bias: the all-reduce writes y_sum and the bias is added after it; the mutant adds
+  // it to each rank's partial sum instead (tp times the bias once reduced).
+  const early = p.bias && p.mutant === 'bias-before-allreduce';
+  const yPre = p.bias ? 'y0' : 'y';
+  const arIn = early ? 'y_pb' : 'y_part';
+  const arOut = p.bias && !early ? 'y_sum' : 'y';
+  if (early) ops.push({ id: 'bias', op: 'add', inputs: ['y_part', 'b'], outputs: ['y_pb'] });
+  ops.push(
+    p.mutant === 'drop-allreduce'
+      ? { id: 'ar', op: 'identity', inputs: [arIn], outputs: [arOut] }
+      : { id: 'ar', op: 'all_reduce', inputs: [arIn], outputs: [arOut], attrs: { reduce: p.mutant === 'avg-allreduce' ? 'avg' : 'sum' }, group: { axes: ['tp'] } },
+  );
+  if (p.bias && !early) ops.push({ id: 'bias', op: 'add', inputs: ['y_sum', 'b'], outputs: ['y'] });
+  return {
+    format: 'planproof/v1',
+    name: `mlp-fwd-dp${p.dp}-tp${p.tp}-${p.spelling}-${p.mutant}`,
+    description: 'random Megatron MLP forward (test/reduce-plans.ts)',
+    mesh: { axes: [{ name: 'dp', size: p.dp }, { name: 'tp', size: p.tp }] },
+    logical: {
+      tensors: [
+        { id: 'x', shape: [B, p.hidden], role: 'input' },
+        { id: 'w1', shape: [p.hidden, F], role: 'param' },
+        { id: 'w2', shape: [F, p.out], role: 'param' },
+        { id: 'h', shape: [B, F], role: 'activation' },
+        { id: 'a', shape: [B, F], role: 'activation' },
+        { id: 'y', shape: [B, p.out], role: 'output' },
+        ...(p.bias
+          ? [
+              { id: 'b', shape: [p.out], role: 'param' as const },
+              { id: 'y0', shape: [B, p.out], role: 'activation' as const },
+            ]
+          : []),
+      ],
+      ops: [
+        { id: 'fc1', op: 'matmul', inputs: ['x', 'w1'], outputs: ['h'] },
+        { id: 'act', op: p.act, inputs: ['h'], outputs: ['a'] },
+        ...(p.bias
+          ? [
+              { id: 'fc2', op: 'matmul', inputs: ['a', 'w2'], outputs: ['y0'] },
+              { id: 'bias', op: 'add', inputs: ['y0', 'b'], outputs: ['y'] },
+            ]
+          : [{ id: 'fc2', op: 'matmul', inputs: ['a', 'w2'], outputs: ['y'] }]),
+      ],
+    },
+    parallel: {
+      programs: [
+        {
+          name: 'rank',
+          ranks: 'all',
+          tensors: [
+            { id: 'x', shape: [b, p.hidden], lineage: pl('x', ['S(0)', 'R'], { logical: 'x', index: [rowsIx, '*'] }) },
+            { id: 'w1', shape: [p.hidden, p.ffn], lineage: pl('w1', ['R', 'S(1)'], { logical: 'w1', index: ['*', cols] }) },
+            { id: 'w2', shape: [p.ffn, p.out], lineage: pl('w2', ['R', 'S(0)'], { logical: 'w2', index: [cols, '*'] }) },
+            ...(p.mutant === 'scale-h' ? [{ id: 'h0', shape: [b, p.ffn] }] : []),
+            { id: 'h', shape: [b, p.ffn], lineage: pl('h', ['S(0)', 'S(1)'], { logical: 'h', index: [yRows, cols] }) },
+            { id: 'a', shape: [b, p.ffn], lineage: pl('a', ['S(0)', 'S(1)'], { logical: 'a', index: [yRows, cols] }) },
+            { id: 'y_part', shape: [b, p.out], lineage: pl(yPre, ['S(0)', 'P(sum)'], { logical: yPre, index: [yRows, '*'], value: [e('tp'), p.tp] }) },
+            { id: 'y', shape: [b, p.out], lineage: pl('y', ['S(0)', 'R'], { logical: 'y', index: [yRows, '*'] }) },
+            ...(p.bias ? [{ id: 'b', shape: [p.out], lineage: pl('b', ['R', 'R'], { logical: 'b' }) }, { id: early ? 'y_pb' : 'y_sum', shape: [b, p.out] }] : []),
+          ],
+          ops,
+        },
+      ],
+    },
+    contract: { inputs: ['x', 'w1', 'w2', ...(p.bias ? ['b'] : [])], outputs: ['y'] },
+  };
+}
