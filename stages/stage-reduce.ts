@@ -1,0 +1,173 @@
+/**
+ * Per-stage shape reduction (docs/engine.md, "Per-stage reduction").
+ *
+ * Whole-plan reduction (stages/reduce.ts) unions dim classes over the whole plan, so one
+ * mean or rms_norm anywhere keeps a dim full everywhere. A stage, though, is connected to
+ * the rest of the plan only through the lineage of its inputs (free symbols constrained by
+ * their lineage) and of its obligations. So each stage is extracted as a standalone plan
+ * (stages/extract.ts), checked to be the same stage, and reduced on its own by the same
+ * reducer: its classes come from its own ops, lineage and collectives only. A proof of the
+ * reduced stage is a proof of the stage (the lane argument, applied to the extracted plan);
+ * a witness of the reduced stage, copied into every lane, is a witness of the stage.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { LoadedPlan } from '../plans/loader.js';
+import type { RawPlan } from '../plans/raw.js';
+import { logicalOrder } from '../sdfg/execute.js';
+import { numericCheck, type NumericReport } from './numeric.js';
+import { decompose, Prover, type Stage, type StageResult } from './prove.js';
+import { reducePlan, ReductionError, type ReducedClass } from './reduce.js';
+import { extractStage, ExtractionError, stageOf } from './extract.js';
+import { groupStages } from './canon.js';
+import { assembleReport, type VerifyReport } from './verify.js';
+
+export interface StageReductionInfo {
+  /** 1-based stage number in the full plan. */
+  readonly stage: number;
+  readonly logical: string;
+  /** 'reduced': proved on the reduced extracted stage; 'extracted': on the extracted stage at full shapes; 'in-place': in the full plan. */
+  readonly mode: 'reduced' | 'extracted' | 'in-place';
+  /** Why the stage was not reduced (or not extracted). */
+  readonly reason?: string;
+  readonly reduced: ReducedClass[];
+  readonly kept: ReducedClass[];
+  /** Where --emit-reduced wrote the stage plan. */
+  readonly emitted?: string;
+}
+
+export interface PreparedStage {
+  readonly info: StageReductionInfo;
+  /** The plan the stage is proved in, and the stage there. */
+  readonly plan: LoadedPlan;
+  readonly stage: Stage;
+  /** The stage plan file (reduced or extracted), when there is one. */
+  readonly raw?: RawPlan;
+}
+
+/** Extracts a stage and reduces it on its own; falls back to the stage in place, with the reason. */
+export function prepareStage(full: LoadedPlan, raw: RawPlan, stage: Stage, reduce = true): PreparedStage {
+  const logical = full.logical.tensors.name(stage.logical);
+  const base = { stage: stage.index + 1, logical };
+  let ex;
+  try {
+    ex = extractStage(full, raw, stage);
+  } catch (e) {
+    if (!(e instanceof ExtractionError)) throw e;
+    return { info: { ...base, mode: 'in-place', reason: e.message, reduced: [], kept: [] }, plan: full, stage };
+  }
+  if (!reduce) return { info: { ...base, mode: 'extracted', reason: 'turned off (--no-reduce)', reduced: [], kept: [] }, plan: ex.plan, stage: ex.stage, raw: ex.raw };
+  try {
+    const red = reducePlan(ex.plan, ex.raw);
+    if (red === undefined) {
+      return { info: { ...base, mode: 'extracted', reason: 'no dim of the stage can shrink', reduced: [], kept: [] }, plan: ex.plan, stage: ex.stage, raw: ex.raw };
+    }
+    const s = stageOf(red.plan, logical);
+    if (s === undefined || s.obligations.length !== ex.stage.obligations.length) throw new ReductionError(`the reduced stage plan has ${s?.obligations.length ?? 0} obligations of '${logical}', the stage ${ex.stage.obligations.length}`);
+    const cls = red.analysis.classes;
+    return { info: { ...base, mode: 'reduced', reduced: cls.filter((c) => c.factor > 1), kept: cls.filter((c) => c.factor === 1) }, plan: red.plan, stage: s, raw: red.raw };
+  } catch (e) {
+    if (!(e instanceof ReductionError)) throw e;
+    return { info: { ...base, mode: 'extracted', reason: `the reduced stage did not check out: ${e.message}`, reduced: [], kept: [] }, plan: ex.plan, stage: ex.stage, raw: ex.raw };
+  }
+}
+
+/** One stage, proved where prepareStage put it, with a witness from a numeric run there. */
+export function proveStage(p: PreparedStage, seed: number): { result: StageResult; numeric: NumericReport } {
+  const numeric = numericCheck(p.plan, seed);
+  const name = p.plan.logical.tensors.name(p.stage.logical);
+  let result: StageResult;
+  try {
+    result = new Prover(p.plan).prove(p.stage, numeric.failingTensors.includes(name));
+  } catch (e) {
+    result = { stage: p.stage, status: 'unknown', reason: `engine error: ${e instanceof Error ? e.message : String(e)}`, failingRanks: p.stage.obligations.map((o) => o.rank), logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
+  }
+  return { result, numeric };
+}
+
+export interface PerStageOptions {
+  readonly seed?: number;
+  readonly reduce?: boolean;
+  readonly emitDir?: string;
+  /** Prove each distinct canonical stage once (stages/canon.ts), default true. */
+  readonly dedup?: boolean;
+  readonly onStage?: (done: number, total: number) => void;
+}
+
+export type PerStageReport = VerifyReport & { readonly stageReduction: StageReductionInfo[] };
+
+/**
+ * Verifies a plan stage by stage, each stage extracted and reduced on its own. Equal
+ * canonical forms of the full plan's stages share one proof (a proof only: a stage whose
+ * representative is not proved is proved on its own). Witnesses come from each stage plan's
+ * own numeric run: inputs drawn for the stage's assumed tensors, at the stage's reduced shapes.
+ */
+export function verifyPerStage(plan: LoadedPlan, raw: RawPlan, opts: PerStageOptions = {}): PerStageReport {
+  const t0 = performance.now();
+  const seed = opts.seed ?? 1;
+  const stages = decompose(plan, logicalOrder(plan));
+  const classes = opts.dedup === false ? stages.map((_, i) => ({ rep: i, members: [i] })) : groupStages(plan, stages);
+  const results: (StageResult | undefined)[] = new Array<StageResult | undefined>(stages.length);
+  const infos: (StageReductionInfo | undefined)[] = new Array<StageReductionInfo | undefined>(stages.length);
+  const coveredBy = Int32Array.from({ length: stages.length }, (_, i) => i);
+  const mismatches: NumericReport['mismatches'][number][] = [];
+  let claims = 0;
+  let done = 0;
+  const run = (i: number): StageResult => {
+    const s = stages[i] as Stage;
+    const p = prepareStage(plan, raw, s, opts.reduce !== false);
+    let info = p.info;
+    if (opts.emitDir !== undefined && p.raw !== undefined) {
+      mkdirSync(opts.emitDir, { recursive: true });
+      const file = join(opts.emitDir, `stage-${String(s.index + 1).padStart(4, '0')}.json`);
+      writeFileSync(file, JSON.stringify(p.raw, null, 1));
+      info = { ...info, emitted: file };
+    }
+    infos[i] = info;
+    const { result, numeric } = proveStage(p, seed);
+    claims += numeric.claimsChecked;
+    const name = plan.logical.tensors.name(s.logical);
+    for (const m of numeric.mismatches) if (m.logical === name) mismatches.push(m);
+    opts.onStage?.(++done, stages.length);
+    // Results are reported against the full plan's stage.
+    return { ...result, stage: s };
+  };
+  let proofsRun = 0;
+  for (const c of classes) {
+    const r = run(c.rep);
+    proofsRun++;
+    results[c.rep] = r;
+    for (const m of c.members) {
+      if (m === c.rep) continue;
+      if (r.status === 'proved') {
+        results[m] = { ...r, stage: stages[m] as Stage, ms: 0 };
+        infos[m] = { ...(infos[c.rep] as StageReductionInfo), stage: m + 1, logical: plan.logical.tensors.name((stages[m] as Stage).logical) };
+        coveredBy[m] = c.rep;
+        done++;
+      } else {
+        results[m] = run(m);
+        proofsRun++;
+      }
+    }
+  }
+  const failingTensors = [...new Set(mismatches.map((m) => m.logical))];
+  const numeric: NumericReport = { evaluated: true, seed, claimsChecked: claims, mismatches, failingTensors };
+  const report = assembleReport(plan, results as StageResult[], numeric, seed, t0);
+  const stagesOut = report.stages.map((s, i) => ((coveredBy[i] as number) !== i ? { ...s, coveredBy: (coveredBy[i] as number) + 1 } : s));
+  const reducedStages = infos.filter((x) => x?.mode === 'reduced').length;
+  const note = `${stages.length} stages, ${classes.length} distinct proofs (${proofsRun} run); ${reducedStages} stage(s) proved at per-stage reduced shapes`;
+  return { ...report, stages: stagesOut, summary: `${report.summary}; ${note}`, proofs: { stages: stages.length, distinct: classes.length, run: proofsRun, cached: 0 }, stageReduction: infos as StageReductionInfo[] };
+}
+
+/** Report lines for per-stage reduction. */
+export function formatPerStage(infos: readonly StageReductionInfo[], verbose: boolean): string {
+  const by = { reduced: 0, extracted: 0, 'in-place': 0 };
+  for (const i of infos) by[i.mode]++;
+  const lines = [`per-stage reduction: ${by.reduced} stage(s) reduced, ${by.extracted} extracted at full shapes, ${by['in-place']} proved in place (docs/engine.md, "Per-stage reduction")`];
+  for (const i of infos.slice(0, verbose ? infos.length : 8)) {
+    const red = i.reduced.map((c) => `${c.dim} ${c.full}->${c.reduced}`).join(', ');
+    lines.push(`  stage ${i.stage} (${i.logical}): ${i.mode}${red === '' ? '' : `: ${red}`}${i.reason === undefined ? '' : ` (${i.reason})`}${i.emitted === undefined ? '' : ` -> ${i.emitted}`}`);
+  }
+  if (!verbose && infos.length > 8) lines.push(`  ... ${infos.length - 8} more (--verbose)`);
+  return lines.join('\n');
+}

@@ -1,0 +1,125 @@
+/**
+ * Per-stage reduction (stages/extract.ts, stages/stage-reduce.ts): an extracted stage at full
+ * shapes is the stage in place (same status, obligations and inputs); per-stage reduction
+ * shrinks dims that whole-plan reduction must keep; and the verdict and failing stages with
+ * per-stage reduction equal those at full shapes on random plans and mutants.
+ */
+import { strict as assert } from 'node:assert';
+import { readFileSync, readdirSync } from 'node:fs';
+import fc from 'fast-check';
+import { loadPlanObject, type LoadedPlan } from '../plans/loader.js';
+import type { RawPlan } from '../plans/raw.js';
+import { logicalOrder } from '../sdfg/execute.js';
+import { decompose, Prover } from '../stages/prove.js';
+import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure } from '../stages/extract.js';
+import { prepareStage, verifyPerStage } from '../stages/stage-reduce.js';
+import { analyzeReduction } from '../stages/reduce.js';
+import { verifyPlan, type VerifyReport } from '../stages/verify.js';
+import { EXAMPLES } from './helpers.js';
+import { mlpPlan, planParams } from './reduce-plans.js';
+
+const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));
+const failing = (r: VerifyReport): string => r.stages.filter((s) => s.status !== 'proved').map((s) => `${s.logical}:${s.status}`).join(',');
+const examples = [...readdirSync(EXAMPLES).filter((f) => /^mlp.*\.json$/.test(f)).map((f) => `${EXAMPLES}${f}`), ...readdirSync(`${EXAMPLES}buggy`).filter((f) => f.endsWith('.json')).map((f) => `${EXAMPLES}buggy/${f}`)];
+
+describe('per-stage reduction', function () {
+  this.timeout(120000);
+
+  it('an extracted stage at full shapes proves exactly what the stage in place proves (every stage of every example)', () => {
+    let extracted = 0;
+    let differs = 0;
+    for (const f of examples) {
+      const raw = JSON.parse(readFileSync(f, 'utf8')) as RawPlan;
+      const plan = load(raw);
+      const prover = new Prover(plan);
+      for (const s of decompose(plan, logicalOrder(plan))) {
+        const inPlace = prover.prove(s, false);
+        let ex;
+        try {
+          ex = extractStage(plan, raw, s);
+        } catch (e) {
+          // Only a stage held as partial values alone may fail to extract (the loader's output check).
+          assert.ok(e instanceof ExtractionError && /partial values/.test(e.message), `${f} ${plan.logical.tensors.name(s.logical)}: ${String(e)}`);
+          continue;
+        }
+        extracted++;
+        const out = new Prover(ex.plan).prove(ex.stage, false);
+        assert.equal(out.status, inPlace.status, `${f} stage ${plan.logical.tensors.name(s.logical)}`);
+        assert.deepEqual(out.failingRanks, inPlace.failingRanks);
+        if (out.status !== 'proved') differs++;
+      }
+    }
+    assert.ok(extracted >= 100, `only ${extracted} stages extracted`);
+    assert.ok(differs >= 4, `only ${differs} failing stages: the check would not see a wrong extraction`);
+  });
+
+  it('refuses an extraction that is not the same stage', () => {
+    const raw = JSON.parse(readFileSync(`${EXAMPLES}mlp-tp2.json`, 'utf8')) as RawPlan;
+    const plan = load(raw);
+    const stages = decompose(plan, logicalOrder(plan));
+    const s = stages.find((x) => plan.logical.tensors.name(x.logical) === 'h');
+    assert.ok(s !== undefined);
+    const c = stageClosure(plan, s);
+    const r = extractStageRaw(plan, raw, s, c);
+    // drop one rank's lineage of the stage's tensor: an obligation goes missing
+    const t = r.parallel.programs[0]?.tensors?.find((x) => x.id === 'h');
+    assert.ok(t !== undefined);
+    delete t.lineage;
+    assert.throws(() => loadExtracted(plan, s, c, r, 'bad.json'), ExtractionError);
+  });
+
+  it('shrinks per stage a dim that whole-plan reduction keeps (the ffn width, contracted only in a later stage)', () => {
+    const raw = JSON.parse(readFileSync(`${EXAMPLES}mlp-tp2.json`, 'utf8')) as RawPlan;
+    const plan = load(raw);
+    const whole = analyzeReduction(plan);
+    const ffn = whole.classes.find((c) => c.dim === "'w1' dim 1");
+    assert.equal(ffn?.factor, 1);
+    assert.match(ffn?.kept ?? '', /contracted/);
+    const s = decompose(plan, logicalOrder(plan)).find((x) => plan.logical.tensors.name(x.logical) === 'h');
+    assert.ok(s !== undefined);
+    const p = prepareStage(plan, raw, s);
+    assert.equal(p.info.mode, 'reduced');
+    const w1 = p.info.reduced.find((c) => c.dim === "'w1' dim 1");
+    assert.ok(w1 !== undefined && w1.factor > 1, JSON.stringify(p.info));
+    // the stage's contracted dim (hidden) stays full in the stage too
+    assert.ok(p.info.kept.some((c) => /'x' dim 1/.test(c.dim) && /contracted/.test(c.kept ?? '')), JSON.stringify(p.info.kept));
+    assert.equal(new Prover(p.plan).prove(p.stage, false).status, 'proved');
+  });
+
+  it('keeps, per stage, a dim whose size enters a value (mean over rows)', () => {
+    const raw = mlpPlan({ dp: 1, tp: 1, rows: 4, hidden: 1, ffn: 1, out: 2, act: 'exp', spelling: 'index', bias: false, mutant: 'none' });
+    raw.logical.tensors.push({ id: 'm', shape: [2], role: 'output' });
+    raw.logical.ops.push({ id: 'avg', op: 'mean', inputs: ['y'], outputs: ['m'], attrs: { dims: [0] } });
+    raw.contract.outputs.push('m');
+    const prog = raw.parallel.programs[0];
+    prog?.tensors?.push({ id: 'm', shape: [2], lineage: { logical: 'm' } });
+    prog?.ops.push({ id: 'avg', op: 'mean', inputs: ['y'], outputs: ['m'], attrs: { dims: [0] } });
+    const plan = load(raw);
+    const s = decompose(plan, logicalOrder(plan)).find((x) => plan.logical.tensors.name(x.logical) === 'm');
+    assert.ok(s !== undefined);
+    const p = prepareStage(plan, raw, s);
+    const rows = p.info.kept.find((c) => c.dim === "'y' dim 0");
+    assert.match(rows?.kept ?? '', /fixed in op 'avg' \(mean\)/, JSON.stringify(p.info));
+  });
+
+  it('gives the verdict and failing stages of full shapes on 100 random plans and mutants', () => {
+    let broken = 0;
+    let reducedStages = 0;
+    fc.assert(
+      fc.property(planParams, (p) => {
+        const raw = mlpPlan(p);
+        const plan = load(raw);
+        const full = verifyPlan(plan);
+        const per = verifyPerStage(plan, raw);
+        if (full.verdict !== 'verified') broken++;
+        reducedStages += per.stageReduction.filter((i) => i.mode === 'reduced').length;
+        assert.equal(per.verdict, full.verdict, `${JSON.stringify(p)}: full ${full.verdict} (${full.summary}), per-stage ${per.verdict} (${per.summary})`);
+        assert.equal(failing(per), failing(full), JSON.stringify(p));
+        return true;
+      }),
+      { numRuns: 100, seed: 21 },
+    );
+    assert.ok(broken >= 20, `only ${broken} of 100 plans are broken`);
+    assert.ok(reducedStages >= 100, `only ${reducedStages} stages reduced`);
+  });
+});
