@@ -45,9 +45,14 @@ interface Producer {
   inst: number;
 }
 
-/** Producer of each (rank, tensor), as the stage builder sees it (stages/prove.ts). */
+const producerCache = new WeakMap<LoadedPlan, Map<string, Producer>>();
+
+/** Producer of each (rank, tensor), as the stage builder sees it (stages/prove.ts); built once per plan. */
 export function producerMap(plan: LoadedPlan): Map<string, Producer> {
+  const hit = producerCache.get(plan);
+  if (hit !== undefined) return hit;
   const m = new Map<string, Producer>();
+  producerCache.set(plan, m);
   plan.collectives.forEach((c, ci) => c.group.forEach((r, i) => {
     const o = c.outputs[i] as number;
     if (o >= 0) m.set(`${r}:${o}`, { op: -1, inst: ci });

@@ -18,7 +18,8 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { reducePlan, ReductionError, type ReducedClass } from './reduce.js';
-import { extractStage, ExtractionError, stageOf } from './extract.js';
+import { extractStage, ExtractionError, stageClosure, stageOf } from './extract.js';
+import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, splitsByRank, windowsOf, type ClassInfo } from './components.js';
 import { groupStages } from './canon.js';
 import { assembleReport, type VerifyReport } from './verify.js';
 
@@ -26,8 +27,13 @@ export interface StageReductionInfo {
   /** 1-based stage number in the full plan. */
   readonly stage: number;
   readonly logical: string;
-  /** 'reduced': proved on the reduced extracted stage; 'extracted': on the extracted stage at full shapes; 'in-place': in the full plan. */
-  readonly mode: 'reduced' | 'extracted' | 'in-place';
+  /**
+   * 'components': proved per rank component (stages/components.ts); 'reduced': on the reduced
+   * extracted stage; 'extracted': on the extracted stage at full shapes; 'in-place': in the full plan.
+   */
+  readonly mode: 'components' | 'reduced' | 'extracted' | 'in-place';
+  /** For 'components': rank components and distinct component plans proved. */
+  readonly components?: { readonly ranks: number; readonly distinct: number };
   /** Why the stage was not reduced (or not extracted). */
   readonly reason?: string;
   readonly reduced: ReducedClass[];
@@ -85,10 +91,94 @@ export function proveStage(p: PreparedStage, seed: number): { result: StageResul
   return { result, numeric };
 }
 
+/**
+ * A stage whose closure runs no collective, proved rank by rank: one single-rank plan per
+ * rank, batch dims cut to the rank's window; equal plans (compared in full) are proved once;
+ * each distinct one is reduced by the lane reducer. Returns undefined when the stage does not
+ * split, or when a component does not check out (the caller then proves the stage whole).
+ */
+export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, seed: number, reduce = true): { result: StageResult; mismatches: NumericReport['mismatches']; claims: number; info: StageReductionInfo; raws: RawPlan[] } | undefined {
+  const closure = stageClosure(full, stage);
+  if (!splitsByRank(closure)) return undefined;
+  const name = full.logical.tensors.name(stage.logical);
+  const ranks = [...new Set(stage.obligations.map((o) => o.rank))].sort((a, b) => a - b);
+  try {
+    const groups = new Map<string, { ranks: number[]; rank: number; c: ReturnType<typeof stageClosure>; win: ReturnType<typeof windowsOf> }>();
+    // Batch classes of the whole extracted stage (every rank's view): a component's own
+    // classes are finer (its constraints are a subset), so a dim batch here is batch there,
+    // and cutting a union of its classes to one window is the same argument.
+    const classes: ClassInfo = batchClasses(full, extractStage(full, raw, stage).plan);
+    for (const r of ranks) {
+      const c = stageClosure(full, rankStage(stage, r));
+      const win = reduce ? windowsOf(full, stage, r, c, classes) : new Map<string, [number, number]>();
+      const text = JSON.stringify(componentRaw(full, raw, stage, r, c, win));
+      const g = groups.get(text);
+      if (g === undefined) groups.set(text, { ranks: [r], rank: r, c, win });
+      else g.ranks.push(r);
+    }
+    const results: StageResult[] = [];
+    const mismatches: NumericReport['mismatches'][number][] = [];
+    const raws: RawPlan[] = [];
+    let claims = 0;
+    let reducedAny = false;
+    const failing: number[] = [];
+    let first: { status: StageResult['status']; reason?: string } | undefined;
+    for (const [text, g] of groups) {
+      const comp = loadComponent(text, `${full.file} (stage ${stage.index + 1}, rank ${g.rank})`);
+      const cs = checkComponent(full, stage, g.rank, g.c, g.win, comp);
+      let plan = comp;
+      let st = cs;
+      let compRaw = JSON.parse(text) as RawPlan;
+      if (reduce) {
+        try {
+          const red = reducePlan(comp, compRaw);
+          const rs = red === undefined ? undefined : stageOf(red.plan, name);
+          if (red !== undefined && rs !== undefined && rs.obligations.length === cs.obligations.length) {
+            plan = red.plan;
+            st = rs;
+            compRaw = red.raw;
+            reducedAny = true;
+          }
+        } catch (e) {
+          if (!(e instanceof ReductionError)) throw e;
+        }
+      }
+      raws.push(compRaw);
+      const { result, numeric } = proveStage({ info: { stage: stage.index + 1, logical: name, mode: 'components', reduced: [], kept: [] }, plan, stage: st }, seed);
+      results.push(result);
+      claims += numeric.claimsChecked;
+      for (const m of numeric.mismatches) if (m.logical === name) mismatches.push({ ...m, rank: g.rank });
+      if (result.status !== 'proved') {
+        failing.push(...g.ranks);
+        const rank = (x: StageResult['status']): number => (x === 'differs' ? 2 : x === 'unknown' ? 1 : 0);
+        if (first === undefined || rank(result.status) > rank(first.status)) first = { status: result.status, ...(result.reason === undefined ? {} : { reason: `rank ${g.rank}'s component: ${result.reason}` }) };
+      }
+    }
+    const sum = (f: (r: StageResult) => number): number => results.reduce((a, r) => a + f(r), 0);
+    const result: StageResult = {
+      stage,
+      status: first?.status ?? 'proved',
+      ...(first?.reason === undefined ? {} : { reason: first.reason }),
+      failingRanks: failing.sort((a, b) => a - b),
+      logicalOps: sum((r) => r.logicalOps),
+      parallelOps: sum((r) => r.parallelOps),
+      terms: sum((r) => r.terms),
+      ms: sum((r) => r.ms),
+    };
+    const info: StageReductionInfo = { stage: stage.index + 1, logical: name, mode: 'components', components: { ranks: ranks.length, distinct: groups.size }, ...(reducedAny ? {} : { reason: 'no dim of the components can shrink' }), reduced: [], kept: [] };
+    return { result, mismatches, claims, info, raws };
+  } catch (e) {
+    if (e instanceof ComponentError || e instanceof ExtractionError) return undefined;
+    throw e;
+  }
+}
+
 export interface PerStageOptions {
   readonly seed?: number;
   readonly reduce?: boolean;
   readonly emitDir?: string;
+  /** Split stages without collectives into rank components (stages/components.ts), default true. */
+  readonly components?: boolean;
   /** Prove each distinct canonical stage once (stages/canon.ts), default true. */
   readonly dedup?: boolean;
   readonly onStage?: (done: number, total: number) => void;
@@ -115,6 +205,25 @@ export function verifyPerStage(plan: LoadedPlan, raw: RawPlan, opts: PerStageOpt
   let done = 0;
   const run = (i: number): StageResult => {
     const s = stages[i] as Stage;
+    const name = plan.logical.tensors.name(s.logical);
+    const byComp = opts.components === false ? undefined : proveByComponents(plan, raw, s, seed, opts.reduce !== false);
+    if (byComp !== undefined) {
+      let info = byComp.info;
+      if (opts.emitDir !== undefined) {
+        mkdirSync(opts.emitDir, { recursive: true });
+        const files = byComp.raws.map((r, k) => {
+          const file = join(opts.emitDir as string, `stage-${String(s.index + 1).padStart(4, '0')}-component-${k}.json`);
+          writeFileSync(file, JSON.stringify(r, null, 1));
+          return file;
+        });
+        info = { ...info, emitted: files.join(', ') };
+      }
+      infos[i] = info;
+      claims += byComp.claims;
+      mismatches.push(...byComp.mismatches);
+      opts.onStage?.(++done, stages.length);
+      return byComp.result;
+    }
     const p = prepareStage(plan, raw, s, opts.reduce !== false);
     let info = p.info;
     if (opts.emitDir !== undefined && p.raw !== undefined) {
@@ -126,7 +235,6 @@ export function verifyPerStage(plan: LoadedPlan, raw: RawPlan, opts: PerStageOpt
     infos[i] = info;
     const { result, numeric } = proveStage(p, seed);
     claims += numeric.claimsChecked;
-    const name = plan.logical.tensors.name(s.logical);
     for (const m of numeric.mismatches) if (m.logical === name) mismatches.push(m);
     opts.onStage?.(++done, stages.length);
     // Results are reported against the full plan's stage.
@@ -155,18 +263,20 @@ export function verifyPerStage(plan: LoadedPlan, raw: RawPlan, opts: PerStageOpt
   const report = assembleReport(plan, results as StageResult[], numeric, seed, t0);
   const stagesOut = report.stages.map((s, i) => ((coveredBy[i] as number) !== i ? { ...s, coveredBy: (coveredBy[i] as number) + 1 } : s));
   const reducedStages = infos.filter((x) => x?.mode === 'reduced').length;
-  const note = `${stages.length} stages, ${classes.length} distinct proofs (${proofsRun} run); ${reducedStages} stage(s) proved at per-stage reduced shapes`;
+  const compStages = infos.filter((x) => x?.mode === 'components').length;
+  const note = `${stages.length} stages, ${classes.length} distinct proofs (${proofsRun} run); ${reducedStages} stage(s) proved at per-stage reduced shapes, ${compStages} by rank components`;
   return { ...report, stages: stagesOut, summary: `${report.summary}; ${note}`, proofs: { stages: stages.length, distinct: classes.length, run: proofsRun, cached: 0 }, stageReduction: infos as StageReductionInfo[] };
 }
 
 /** Report lines for per-stage reduction. */
 export function formatPerStage(infos: readonly StageReductionInfo[], verbose: boolean): string {
-  const by = { reduced: 0, extracted: 0, 'in-place': 0 };
+  const by = { components: 0, reduced: 0, extracted: 0, 'in-place': 0 };
   for (const i of infos) by[i.mode]++;
-  const lines = [`per-stage reduction: ${by.reduced} stage(s) reduced, ${by.extracted} extracted at full shapes, ${by['in-place']} proved in place (docs/engine.md, "Per-stage reduction")`];
+  const lines = [`per-stage reduction: ${by.components} stage(s) proved by rank components, ${by.reduced} reduced, ${by.extracted} extracted at full shapes, ${by['in-place']} proved in place (docs/engine.md, "Per-stage reduction")`];
   for (const i of infos.slice(0, verbose ? infos.length : 8)) {
     const red = i.reduced.map((c) => `${c.dim} ${c.full}->${c.reduced}`).join(', ');
-    lines.push(`  stage ${i.stage} (${i.logical}): ${i.mode}${red === '' ? '' : `: ${red}`}${i.reason === undefined ? '' : ` (${i.reason})`}${i.emitted === undefined ? '' : ` -> ${i.emitted}`}`);
+    const comp = i.components === undefined ? '' : ` (${i.components.ranks} rank(s), ${i.components.distinct} distinct)`;
+    lines.push(`  stage ${i.stage} (${i.logical}): ${i.mode}${comp}${red === '' ? '' : `: ${red}`}${i.reason === undefined ? '' : ` (${i.reason})`}${i.emitted === undefined ? '' : ` -> ${i.emitted}`}`);
   }
   if (!verbose && infos.length > 8) lines.push(`  ... ${infos.length - 8} more (--verbose)`);
   return lines.join('\n');

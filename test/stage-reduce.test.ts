@@ -12,14 +12,15 @@ import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { decompose, Prover } from '../stages/prove.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure } from '../stages/extract.js';
-import { prepareStage, verifyPerStage } from '../stages/stage-reduce.js';
+import { prepareStage, proveByComponents, verifyPerStage } from '../stages/stage-reduce.js';
+import { batchClasses, checkComponent, ComponentError, componentRaw, rankStage, windowsOf } from '../stages/components.js';
 import { analyzeReduction } from '../stages/reduce.js';
 import { verifyPlan, type VerifyReport } from '../stages/verify.js';
 import { EXAMPLES } from './helpers.js';
 import { mlpPlan, planParams } from './reduce-plans.js';
 
 const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));
-const failing = (r: VerifyReport): string => r.stages.filter((s) => s.status !== 'proved').map((s) => `${s.logical}:${s.status}`).join(',');
+const failing = (r: VerifyReport): string => r.stages.filter((s) => s.status !== 'proved').map((s) => `${s.logical}:${s.status}@${s.failingRanks.join('/')}`).join(',');
 const examples = [...readdirSync(EXAMPLES).filter((f) => /^mlp.*\.json$/.test(f)).map((f) => `${EXAMPLES}${f}`), ...readdirSync(`${EXAMPLES}buggy`).filter((f) => f.endsWith('.json')).map((f) => `${EXAMPLES}buggy/${f}`)];
 
 describe('per-stage reduction', function () {
@@ -68,6 +69,32 @@ describe('per-stage reduction', function () {
     assert.throws(() => loadExtracted(plan, s, c, r, 'bad.json'), ExtractionError);
   });
 
+  it('splits a stage without collectives into rank components, proves equal ones once, and refuses a component that is not the rank\'s part', () => {
+    const raw = JSON.parse(readFileSync(`${EXAMPLES}mlp-dp2.json`, 'utf8')) as RawPlan;
+    const plan = load(raw);
+    const s = decompose(plan, logicalOrder(plan)).find((x) => plan.logical.tensors.name(x.logical) === 'h');
+    assert.ok(s !== undefined);
+    const r = proveByComponents(plan, raw, s, 1);
+    assert.ok(r !== undefined);
+    assert.equal(r.result.status, 'proved');
+    assert.deepEqual(r.info.components, { ranks: 2, distinct: 1 });
+    // the two dp ranks' components are one plan: batch rows cut to the rank's window
+    const c1 = stageClosure(plan, rankStage(s, 1));
+    const classes = batchClasses(plan, extractStage(plan, raw, s).plan);
+    const win = windowsOf(plan, s, 1, c1, classes);
+    assert.ok(win.size > 0);
+    const comp = componentRaw(plan, raw, s, 1, c1, win);
+    assert.equal(comp.mesh.axes.every((a) => a.size === 1), true);
+    const cp = loadPlanObject('c.json', JSON.parse(JSON.stringify(comp)));
+    assert.ok(checkComponent(plan, s, 1, c1, win, cp) !== undefined);
+    // checked against other offsets (a window one row off), the component is not the rank's part
+    const off = new Map([...win].map(([k, [o, w]]) => [k, [o + 1, w] as [number, number]]));
+    assert.throws(() => checkComponent(plan, s, 1, c1, off, cp), ComponentError);
+    // a stage with a collective does not split
+    const g = decompose(plan, logicalOrder(plan)).find((x) => plan.logical.tensors.name(x.logical) === 'g_w1');
+    assert.ok(g !== undefined && proveByComponents(plan, raw, g, 1) === undefined);
+  });
+
   it('shrinks per stage a dim that whole-plan reduction keeps (the ffn width, contracted only in a later stage)', () => {
     const raw = JSON.parse(readFileSync(`${EXAMPLES}mlp-tp2.json`, 'utf8')) as RawPlan;
     const plan = load(raw);
@@ -102,9 +129,11 @@ describe('per-stage reduction', function () {
     assert.match(rows?.kept ?? '', /fixed in op 'avg' \(mean\)/, JSON.stringify(p.info));
   });
 
-  it('gives the verdict and failing stages of full shapes on 100 random plans and mutants', () => {
+  it('gives the verdict and failing stages of full shapes on 100 random plans and mutants (rank components and per-stage reduction)', () => {
     let broken = 0;
     let reducedStages = 0;
+    let compStages = 0;
+    let sharedComponents = 0;
     fc.assert(
       fc.property(planParams, (p) => {
         const raw = mlpPlan(p);
@@ -113,6 +142,8 @@ describe('per-stage reduction', function () {
         const per = verifyPerStage(plan, raw);
         if (full.verdict !== 'verified') broken++;
         reducedStages += per.stageReduction.filter((i) => i.mode === 'reduced').length;
+        compStages += per.stageReduction.filter((i) => i.mode === 'components').length;
+        sharedComponents += per.stageReduction.filter((i) => i.components !== undefined && i.components.distinct < i.components.ranks).length;
         assert.equal(per.verdict, full.verdict, `${JSON.stringify(p)}: full ${full.verdict} (${full.summary}), per-stage ${per.verdict} (${per.summary})`);
         assert.equal(failing(per), failing(full), JSON.stringify(p));
         return true;
@@ -120,6 +151,8 @@ describe('per-stage reduction', function () {
       { numRuns: 100, seed: 21 },
     );
     assert.ok(broken >= 20, `only ${broken} of 100 plans are broken`);
-    assert.ok(reducedStages >= 100, `only ${reducedStages} stages reduced`);
+    assert.ok(reducedStages >= 50, `only ${reducedStages} stages reduced`);
+    assert.ok(compStages >= 100, `only ${compStages} stages split into rank components`);
+    assert.ok(sharedComponents >= 50, `only ${sharedComponents} stages share a component proof between ranks`);
   });
 });
