@@ -17,7 +17,7 @@ import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
-import { reducePlan, ReductionError, type ReducedClass } from './reduce.js';
+import { analyzeReduction, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, stageClosure, stageOf } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, splitsByRank, windowsOf, type ClassInfo } from './components.js';
 import { groupStages } from './canon.js';
@@ -66,7 +66,7 @@ export function prepareStage(full: LoadedPlan, raw: RawPlan, stage: Stage, reduc
   try {
     const red = reducePlan(ex.plan, ex.raw);
     if (red === undefined) {
-      return { info: { ...base, mode: 'extracted', reason: 'no dim of the stage can shrink', reduced: [], kept: [] }, plan: ex.plan, stage: ex.stage, raw: ex.raw };
+      return { info: { ...base, mode: 'extracted', reason: 'no dim of the stage can shrink', reduced: [], kept: analyzeReduction(ex.plan).classes }, plan: ex.plan, stage: ex.stage, raw: ex.raw };
     }
     const s = stageOf(red.plan, logical);
     if (s === undefined || s.obligations.length !== ex.stage.obligations.length) throw new ReductionError(`the reduced stage plan has ${s?.obligations.length ?? 0} obligations of '${logical}', the stage ${ex.stage.obligations.length}`);

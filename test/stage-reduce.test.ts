@@ -129,6 +129,79 @@ describe('per-stage reduction', function () {
     assert.match(rows?.kept ?? '', /fixed in op 'avg' \(mean\)/, JSON.stringify(p.info));
   });
 
+  it('keeps a contracted dim full in every stage and component: the e3 counterexample stays not equivalent', () => {
+    // p_k = sum_i x_i^k over the contracted dim; e3 = (p1^3 - 3 p1 p2 + 2 p3)/6 vanishes
+    // identically at 2 elements, not at 4. The parallel side adds e3 to p1 (on 2 dp ranks).
+    const R = 2;
+    const K = 4;
+    const t = (id: string, shape: number[], role: RawPlan['logical']['tensors'][number]['role'] = 'activation'): RawPlan['logical']['tensors'][number] => ({ id, shape, role });
+    const common = [
+      { id: 'sq', op: 'mul', inputs: ['x', 'x'], outputs: ['x2'] },
+      { id: 'cube', op: 'mul', inputs: ['x2', 'x'], outputs: ['x3'] },
+      { id: 's1', op: 'sum', inputs: ['x'], outputs: ['p1'], attrs: { dims: [1] } },
+    ];
+    const rows = [{ expr: 'dp' }, { expr: 'dp + 1' }] as [{ expr: string }, { expr: string }];
+    const raw: RawPlan = {
+      format: 'planproof/v1',
+      name: 'e3',
+      mesh: { axes: [{ name: 'dp', size: R }] },
+      logical: { tensors: [t('x', [R, K], 'input'), t('x2', [R, K]), t('x3', [R, K]), t('y', [R], 'output'), t('p1', [R])], ops: [...common, { id: 'out', op: 'identity', inputs: ['p1'], outputs: ['y'] }] },
+      parallel: {
+        programs: [
+          {
+            ranks: 'all',
+            tensors: [
+              { id: 'x', shape: [1, K], lineage: { logical: 'x', index: [rows, '*'] } },
+              { id: 'x2', shape: [1, K] },
+              { id: 'x3', shape: [1, K] },
+              { id: 'p1', shape: [1] },
+              { id: 'p2', shape: [1] },
+              { id: 'p3', shape: [1] },
+              { id: 'p1sq', shape: [1] },
+              { id: 'p1cu', shape: [1] },
+              { id: 'p1p2', shape: [1] },
+              { id: 'a', shape: [1] },
+              { id: 'b', shape: [1] },
+              { id: 'c', shape: [1] },
+              { id: 'd', shape: [1] },
+              { id: 'e3', shape: [1] },
+              { id: 'y', shape: [1], lineage: { logical: 'y', index: [rows] } },
+            ],
+            ops: [
+              ...common,
+              { id: 's2', op: 'sum', inputs: ['x2'], outputs: ['p2'], attrs: { dims: [1] } },
+              { id: 's3', op: 'sum', inputs: ['x3'], outputs: ['p3'], attrs: { dims: [1] } },
+              { id: 'm1', op: 'mul', inputs: ['p1', 'p1'], outputs: ['p1sq'] },
+              { id: 'm2', op: 'mul', inputs: ['p1sq', 'p1'], outputs: ['p1cu'] },
+              { id: 'm3', op: 'mul', inputs: ['p1', 'p2'], outputs: ['p1p2'] },
+              { id: 'k1', op: 'scale', inputs: ['p1p2'], outputs: ['a'], attrs: { factor: -3 } },
+              { id: 'k2', op: 'scale', inputs: ['p3'], outputs: ['b'], attrs: { factor: 2 } },
+              { id: 'a1', op: 'add', inputs: ['p1cu', 'a'], outputs: ['c'] },
+              { id: 'a2', op: 'add', inputs: ['c', 'b'], outputs: ['d'] },
+              { id: 'k3', op: 'scale', inputs: ['d'], outputs: ['e3'], attrs: { factor: '1/6' } },
+              { id: 'out', op: 'add', inputs: ['p1', 'e3'], outputs: ['y'] },
+            ],
+          },
+        ],
+      },
+      contract: { inputs: ['x'], outputs: ['y'] },
+    };
+    const plan = load(raw);
+    const full = verifyPlan(plan);
+    assert.equal(full.verdict, 'not_equivalent', full.summary);
+    const per = verifyPerStage(plan, raw);
+    assert.equal(per.verdict, 'not_equivalent', per.summary);
+    assert.equal(failing(per), failing(full));
+    // the contracted dim kept its 4 elements in the stage of y
+    const s = decompose(plan, logicalOrder(plan)).find((x) => plan.logical.tensors.name(x.logical) === 'y');
+    assert.ok(s !== undefined);
+    const p = prepareStage(plan, raw, s);
+    assert.ok(p.info.kept.some((c) => c.full === K && /contracted/.test(c.kept ?? '')), JSON.stringify(p.info));
+    // and the component proof (rank 1's part, cut to its row) is not equivalent at K = 4
+    const c = proveByComponents(plan, raw, s, 1);
+    assert.ok(c !== undefined && c.result.status === 'differs' && c.info.components?.distinct === 1);
+  });
+
   it('gives the verdict and failing stages of full shapes on 100 random plans and mutants (rank components and per-stage reduction)', () => {
     let broken = 0;
     let reducedStages = 0;
