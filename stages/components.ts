@@ -23,7 +23,7 @@ import type { AttrValue } from '../ops/types.js';
 import type { LineageNF } from '../lineage/model.js';
 import type { Stage } from './prove.js';
 import { analyzeReduction } from './reduce.js';
-import { extractStageRaw, stageClosure, stageOf, type StageClosure } from './extract.js';
+import { extractLogicalRaw, stageClosure, stageOf, type StageClosure } from './extract.js';
 
 export class ComponentError extends Error {}
 
@@ -68,15 +68,25 @@ function claims(full: LoadedPlan, stage: Stage, c: StageClosure): Map<string, Li
  * The single-rank plan of rank `rank`'s component. `win` cuts logical dims to windows;
  * pass an empty map for the uncut component.
  */
+const rawOpsCache = new WeakMap<object, Map<string, RawParallelOp>>();
+const logicalCache = new WeakMap<Stage, Map<string, ReturnType<typeof extractLogicalRaw>>>();
+
 export function componentRaw(full: LoadedPlan, raw: RawPlan, stage: Stage, rank: number, c: StageClosure, win: Windows): RawPlan {
   const sub = rankStage(stage, rank);
-  const base = extractStageRaw(full, raw, sub, c);
+  // The logical part depends only on the logical closure: built once per stage and closure.
+  let lc = logicalCache.get(stage);
+  if (lc === undefined) logicalCache.set(stage, (lc = new Map()));
+  const lkey = `${[...c.logicalOps].sort((a, b) => a - b).join(',')}|${[...c.logicalInputs].sort((a, b) => a - b).join(',')}`;
+  let lpart = lc.get(lkey);
+  if (lpart === undefined) lc.set(lkey, (lpart = extractLogicalRaw(full, raw, sub, c)));
+  const base = { tensors: structuredClone(lpart.tensors), ops: structuredClone(lpart.ops), contract: { inputs: [...lpart.contractInputs], outputs: [lpart.target] } };
   const pi = full.rankProgram[rank] as number;
   const p = full.programs[pi] as Program;
   const rp = raw.parallel.programs[pi];
   if (rp === undefined) throw new ComponentError(`program ${pi} not in the plan file`);
   const v = full.view(rank);
-  const rawOps = new Map(rp.ops.map((o) => [o.id, o]));
+  let rawOps = rawOpsCache.get(rp);
+  if (rawOps === undefined) rawOpsCache.set(rp, (rawOps = new Map(rp.ops.map((o) => [o.id, o]))));
   const ops: RawParallelOp[] = [...(c.ops[pi] ?? [])].sort((a, b) => a - b).map((op) => {
     const ro = rawOps.get(p.ops.ids.name(op));
     if (ro === undefined) throw new ComponentError(`op '${p.ops.ids.name(op)}' not in the plan file`);
@@ -95,17 +105,19 @@ export function componentRaw(full: LoadedPlan, raw: RawPlan, stage: Stage, rank:
     return { id: p.tensors.name(t), shape: [...(v.shapes[t] ?? [])], ...(dtype === undefined ? {} : { dtype }), ...(nf === undefined ? {} : { lineage: rawLineage(full, nf, win) }) };
   });
   const lg = full.logical;
-  for (const t of base.logical.tensors) {
+  for (const t of base.tensors) {
     const id = lg.tensors.id(t.id);
     t.shape = t.shape.map((s, d) => win.get(wkey(id, d))?.[1] ?? s);
   }
   const name = `${raw.name ?? full.name} / stage ${stage.index + 1} (${lg.tensors.name(stage.logical)}) / component`;
   return {
-    ...base,
+    format: 'planproof/v1',
     name,
     description: `One rank's component of stage ${stage.index + 1}, instantiated on a one-rank mesh, batch dims cut to the component's window (docs/engine.md, "Stage components").`,
     mesh: { axes: raw.mesh.axes.map((a) => ({ name: a.name, size: 1 })) },
+    logical: { tensors: base.tensors, ops: base.ops },
     parallel: { programs: [{ name: 'component', ranks: 'all', tensors, ops }] },
+    contract: base.contract,
   };
 }
 
@@ -200,4 +212,47 @@ export function checkComponent(full: LoadedPlan, stage: Stage, rank: number, c: 
     if (cnf === undefined || JSON.stringify([cnf.ranges, cnf.value]) !== tr(nf) || comp.logical.tensors.name(cnf.logical) !== full.logical.tensors.name(nf.logical)) throw new ComponentError(`the component of rank ${rank}: input '${p.tensors.name(t)}' has other lineage`);
   }
   return s;
+}
+
+/**
+ * A plan's text up to a bijective renaming of its ids: logical tensors, logical ops, parallel
+ * tensors and parallel ops renamed in order of appearance; name, description and source
+ * locations dropped (they enter no value). Two plans with equal texts differ only by such a
+ * renaming, so they build the same equalities over renamed symbols: one proof covers both.
+ */
+export function renamedText(raw: RawPlan): string | undefined {
+  // Multi-rank collectives name tensors per program: not renamed here, so no text at all.
+  if ((raw.parallel.collectives ?? []).length > 0) return undefined;
+  const r = structuredClone(raw);
+  const lt = new Map(r.logical.tensors.map((t, i) => [t.id, `L${i}`]));
+  const ren = (m: Map<string, string>, x: string): string => m.get(x) ?? `?${x}`;
+  delete r.name;
+  delete r.description;
+  for (const t of r.logical.tensors) {
+    t.id = ren(lt, t.id);
+    delete t.loc;
+  }
+  r.logical.ops.forEach((o, i) => {
+    o.id = `o${i}`;
+    o.inputs = o.inputs.map((x) => ren(lt, x));
+    o.outputs = o.outputs.map((x) => ren(lt, x));
+    delete o.loc;
+  });
+  r.contract = { inputs: r.contract.inputs.map((x) => ren(lt, x)), outputs: r.contract.outputs.map((x) => ren(lt, x)) };
+  for (const p of r.parallel.programs) {
+    const pt = new Map((p.tensors ?? []).map((t, i) => [t.id, `T${i}`]));
+    delete p.name;
+    for (const t of p.tensors ?? []) {
+      t.id = ren(pt, t.id);
+      delete t.loc;
+      if (t.lineage !== undefined) t.lineage = { ...t.lineage, logical: ren(lt, t.lineage.logical) };
+    }
+    p.ops.forEach((o, i) => {
+      o.id = `p${i}`;
+      o.inputs = o.inputs.map((x) => ren(pt, x));
+      o.outputs = o.outputs.map((x) => ren(pt, x));
+      delete o.loc;
+    });
+  }
+  return JSON.stringify(r);
 }

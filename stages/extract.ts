@@ -143,6 +143,12 @@ export interface ExtractedStage {
  * The stage as a standalone plan file. `raw` is the plan file the loaded `plan` came from.
  */
 export function extractStageRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, closure: StageClosure): RawPlan {
+  const { tensors, ops, contractInputs, target } = extractLogicalRaw(plan, raw, stage, closure);
+  return { ...extractParallelRaw(plan, raw, stage, closure, tensors, ops, contractInputs), name: `${raw.name ?? plan.name} / stage ${stage.index + 1} (${target})` };
+}
+
+/** The logical part of an extracted stage: the ops its value is computed by, their tensors, the contract inputs. */
+export function extractLogicalRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, closure: StageClosure): { tensors: RawLogicalTensor[]; ops: RawOp[]; contractInputs: string[]; target: string } {
   const lg = plan.logical;
   const target = lg.tensors.name(stage.logical);
   // Logical graph: the ops the value is computed by (in file order), their tensors.
@@ -159,7 +165,11 @@ export function extractStageRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, cl
     return c;
   });
   const contractInputs = [...inputNames].sort();
+  return { tensors, ops, contractInputs, target };
+}
 
+function extractParallelRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, closure: StageClosure, tensors: RawLogicalTensor[], ops: RawOp[], contractInputs: string[]): RawPlan {
+  const target = plan.logical.tensors.name(stage.logical);
   // Parallel side: per program, the ops the closure runs, and their tensors.
   const inputTensors = plan.programs.map(() => new Set<number>());
   for (const key of closure.inputs.keys()) {

@@ -18,9 +18,8 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { analyzeReduction, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
-import { extractStage, ExtractionError, stageClosure, stageOf } from './extract.js';
-import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, splitsByRank, windowsOf, type ClassInfo } from './components.js';
-import { groupStages } from './canon.js';
+import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf } from './extract.js';
+import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
 import { assembleReport, type VerifyReport } from './verify.js';
 
 export interface StageReductionInfo {
@@ -33,7 +32,7 @@ export interface StageReductionInfo {
    */
   readonly mode: 'components' | 'reduced' | 'extracted' | 'in-place';
   /** For 'components': rank components and distinct component plans proved. */
-  readonly components?: { readonly ranks: number; readonly distinct: number };
+  readonly components?: { readonly ranks: number; readonly distinct: number; readonly covered?: number };
   /** Why the stage was not reduced (or not extracted). */
   readonly reason?: string;
   readonly reduced: ReducedClass[];
@@ -97,7 +96,38 @@ export function proveStage(p: PreparedStage, seed: number): { result: StageResul
  * each distinct one is reduced by the lane reducer. Returns undefined when the stage does not
  * split, or when a component does not check out (the caller then proves the stage whole).
  */
-export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, seed: number, reduce = true): { result: StageResult; mismatches: NumericReport['mismatches']; claims: number; info: StageReductionInfo; raws: RawPlan[] } | undefined {
+/**
+ * Proofs shared across stages: plan texts up to renaming (components.renamedText) whose
+ * plan was proved, with the stage that proved it; and batch classes of extracted stages.
+ */
+export interface ProofMemo {
+  readonly proved: Map<string, number>;
+  readonly classes: Map<string, { cls: Map<string, number>; size: Map<number, number> }>;
+}
+
+export const newMemo = (): ProofMemo => ({ proved: new Map(), classes: new Map() });
+
+/** Batch classes of a stage's extracted plan, cached by its text up to renaming. */
+function stageClasses(full: LoadedPlan, raw: RawPlan, stage: Stage, memo: ProofMemo): ClassInfo {
+  const closure = stageClosure(full, stage);
+  const exRaw = extractStageRaw(full, raw, stage, closure);
+  const key = renamedText(exRaw);
+  // Cached by position of the logical tensor in the extracted plan's list.
+  const pos = new Map(exRaw.logical.tensors.map((t, i) => [i, full.logical.tensors.id(t.id)]));
+  const byPos = (ci: ClassInfo): { cls: Map<string, number>; size: Map<number, number> } => {
+    const inv = new Map([...pos].map(([i, id]) => [id, i]));
+    return { cls: new Map([...ci.cls].map(([k, c]) => { const [l, d] = k.split(':').map(Number) as [number, number]; return [`${inv.get(l) ?? -1}:${d}`, c]; })), size: ci.size };
+  };
+  let hit = key === undefined ? undefined : memo.classes.get(key);
+  if (hit === undefined) {
+    const ex = loadExtracted(full, stage, closure, exRaw, `${full.file} (stage ${stage.index + 1})`);
+    hit = byPos(batchClasses(full, ex.plan));
+    if (key !== undefined) memo.classes.set(key, hit);
+  }
+  return { cls: new Map([...hit.cls].map(([k, c]) => { const [i, d] = k.split(':').map(Number) as [number, number]; return [`${pos.get(i) ?? -1}:${d}`, c]; })), size: hit.size };
+}
+
+export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, seed: number, reduce = true, memo: ProofMemo = newMemo()): { result: StageResult; mismatches: NumericReport['mismatches']; claims: number; info: StageReductionInfo; raws: RawPlan[]; coveredBy?: number } | undefined {
   const closure = stageClosure(full, stage);
   if (!splitsByRank(closure)) return undefined;
   const name = full.logical.tensors.name(stage.logical);
@@ -107,7 +137,7 @@ export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, 
     // Batch classes of the whole extracted stage (every rank's view): a component's own
     // classes are finer (its constraints are a subset), so a dim batch here is batch there,
     // and cutting a union of its classes to one window is the same argument.
-    const classes: ClassInfo = batchClasses(full, extractStage(full, raw, stage).plan);
+    const classes: ClassInfo = stageClasses(full, raw, stage, memo);
     for (const r of ranks) {
       const c = stageClosure(full, rankStage(stage, r));
       const win = reduce ? windowsOf(full, stage, r, c, classes) : new Map<string, [number, number]>();
@@ -123,7 +153,17 @@ export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, 
     let reducedAny = false;
     const failing: number[] = [];
     let first: { status: StageResult['status']; reason?: string } | undefined;
+    let covered = 0;
+    let coveredBy: number | undefined;
     for (const [text, g] of groups) {
+      // A component plan equal up to renaming to one already proved (any stage): covered.
+      const key = renamedText(JSON.parse(text) as RawPlan);
+      const by = key === undefined ? undefined : memo.proved.get(key);
+      if (by !== undefined) {
+        covered++;
+        coveredBy ??= by;
+        continue;
+      }
       const comp = loadComponent(text, `${full.file} (stage ${stage.index + 1}, rank ${g.rank})`);
       const cs = checkComponent(full, stage, g.rank, g.c, g.win, comp);
       let plan = comp;
@@ -146,6 +186,7 @@ export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, 
       raws.push(compRaw);
       const { result, numeric } = proveStage({ info: { stage: stage.index + 1, logical: name, mode: 'components', reduced: [], kept: [] }, plan, stage: st }, seed);
       results.push(result);
+      if (result.status === 'proved' && key !== undefined) memo.proved.set(key, stage.index);
       claims += numeric.claimsChecked;
       for (const m of numeric.mismatches) if (m.logical === name) mismatches.push({ ...m, rank: g.rank });
       if (result.status !== 'proved') {
@@ -165,8 +206,8 @@ export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, 
       terms: sum((r) => r.terms),
       ms: sum((r) => r.ms),
     };
-    const info: StageReductionInfo = { stage: stage.index + 1, logical: name, mode: 'components', components: { ranks: ranks.length, distinct: groups.size }, ...(reducedAny ? {} : { reason: 'no dim of the components can shrink' }), reduced: [], kept: [] };
-    return { result, mismatches, claims, info, raws };
+    const info: StageReductionInfo = { stage: stage.index + 1, logical: name, mode: 'components', components: { ranks: ranks.length, distinct: groups.size, covered }, ...(reducedAny || covered === groups.size ? {} : { reason: 'no dim of the components can shrink' }), reduced: [], kept: [] };
+    return { result, mismatches, claims, info, raws, ...(covered === groups.size && coveredBy !== undefined ? { coveredBy } : {}) };
   } catch (e) {
     if (e instanceof ComponentError || e instanceof ExtractionError) return undefined;
     throw e;
@@ -196,7 +237,8 @@ export function verifyPerStage(plan: LoadedPlan, raw: RawPlan, opts: PerStageOpt
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
   const stages = decompose(plan, logicalOrder(plan));
-  const classes = opts.dedup === false ? stages.map((_, i) => ({ rep: i, members: [i] })) : groupStages(plan, stages);
+  const memo = newMemo();
+  const dedup = opts.dedup !== false;
   const results: (StageResult | undefined)[] = new Array<StageResult | undefined>(stages.length);
   const infos: (StageReductionInfo | undefined)[] = new Array<StageReductionInfo | undefined>(stages.length);
   const coveredBy = Int32Array.from({ length: stages.length }, (_, i) => i);
@@ -206,8 +248,9 @@ export function verifyPerStage(plan: LoadedPlan, raw: RawPlan, opts: PerStageOpt
   const run = (i: number): StageResult => {
     const s = stages[i] as Stage;
     const name = plan.logical.tensors.name(s.logical);
-    const byComp = opts.components === false ? undefined : proveByComponents(plan, raw, s, seed, opts.reduce !== false);
+    const byComp = opts.components === false ? undefined : proveByComponents(plan, raw, s, seed, opts.reduce !== false, dedup ? memo : newMemo());
     if (byComp !== undefined) {
+      if (byComp.coveredBy !== undefined) coveredBy[i] = byComp.coveredBy;
       let info = byComp.info;
       if (opts.emitDir !== undefined) {
         mkdirSync(opts.emitDir, { recursive: true });
@@ -224,6 +267,15 @@ export function verifyPerStage(plan: LoadedPlan, raw: RawPlan, opts: PerStageOpt
       opts.onStage?.(++done, stages.length);
       return byComp.result;
     }
+    // A stage plan equal up to renaming to one already proved: covered.
+    const key = dedup ? renamedText(extractStageRaw(plan, raw, s, stageClosure(plan, s))) : undefined;
+    const by = key === undefined ? undefined : memo.proved.get(key);
+    if (by !== undefined && infos[by] !== undefined) {
+      coveredBy[i] = by;
+      infos[i] = { ...(infos[by] as StageReductionInfo), stage: i + 1, logical: name };
+      opts.onStage?.(++done, stages.length);
+      return { ...(results[by] as StageResult), stage: s, ms: 0 };
+    }
     const p = prepareStage(plan, raw, s, opts.reduce !== false);
     let info = p.info;
     if (opts.emitDir !== undefined && p.raw !== undefined) {
@@ -234,38 +286,23 @@ export function verifyPerStage(plan: LoadedPlan, raw: RawPlan, opts: PerStageOpt
     }
     infos[i] = info;
     const { result, numeric } = proveStage(p, seed);
+    if (result.status === 'proved' && key !== undefined) memo.proved.set(key, i);
     claims += numeric.claimsChecked;
     for (const m of numeric.mismatches) if (m.logical === name) mismatches.push(m);
     opts.onStage?.(++done, stages.length);
     // Results are reported against the full plan's stage.
     return { ...result, stage: s };
   };
-  let proofsRun = 0;
-  for (const c of classes) {
-    const r = run(c.rep);
-    proofsRun++;
-    results[c.rep] = r;
-    for (const m of c.members) {
-      if (m === c.rep) continue;
-      if (r.status === 'proved') {
-        results[m] = { ...r, stage: stages[m] as Stage, ms: 0 };
-        infos[m] = { ...(infos[c.rep] as StageReductionInfo), stage: m + 1, logical: plan.logical.tensors.name((stages[m] as Stage).logical) };
-        coveredBy[m] = c.rep;
-        done++;
-      } else {
-        results[m] = run(m);
-        proofsRun++;
-      }
-    }
-  }
+  for (let i = 0; i < stages.length; i++) results[i] = run(i);
+  const proofsRun = coveredBy.filter((c, i) => c === i).length;
   const failingTensors = [...new Set(mismatches.map((m) => m.logical))];
   const numeric: NumericReport = { evaluated: true, seed, claimsChecked: claims, mismatches, failingTensors };
   const report = assembleReport(plan, results as StageResult[], numeric, seed, t0);
   const stagesOut = report.stages.map((s, i) => ((coveredBy[i] as number) !== i ? { ...s, coveredBy: (coveredBy[i] as number) + 1 } : s));
   const reducedStages = infos.filter((x) => x?.mode === 'reduced').length;
   const compStages = infos.filter((x) => x?.mode === 'components').length;
-  const note = `${stages.length} stages, ${classes.length} distinct proofs (${proofsRun} run); ${reducedStages} stage(s) proved at per-stage reduced shapes, ${compStages} by rank components`;
-  return { ...report, stages: stagesOut, summary: `${report.summary}; ${note}`, proofs: { stages: stages.length, distinct: classes.length, run: proofsRun, cached: 0 }, stageReduction: infos as StageReductionInfo[] };
+  const note = `${stages.length} stages, ${proofsRun} proved on their own, ${stages.length - proofsRun} covered by an equal stage or component plan; ${reducedStages} stage(s) proved at per-stage reduced shapes, ${compStages} by rank components`;
+  return { ...report, stages: stagesOut, summary: `${report.summary}; ${note}`, proofs: { stages: stages.length, distinct: proofsRun, run: proofsRun, cached: 0 }, stageReduction: infos as StageReductionInfo[] };
 }
 
 /** Report lines for per-stage reduction. */

@@ -77,7 +77,7 @@ describe('per-stage reduction', function () {
     const r = proveByComponents(plan, raw, s, 1);
     assert.ok(r !== undefined);
     assert.equal(r.result.status, 'proved');
-    assert.deepEqual(r.info.components, { ranks: 2, distinct: 1 });
+    assert.deepEqual(r.info.components, { ranks: 2, distinct: 1, covered: 0 });
     // the two dp ranks' components are one plan: batch rows cut to the rank's window
     const c1 = stageClosure(plan, rankStage(s, 1));
     const classes = batchClasses(plan, extractStage(plan, raw, s).plan);
