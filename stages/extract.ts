@@ -162,6 +162,15 @@ export function extractLogicalRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, 
     const c = structuredClone(t);
     // Roles are descriptive; the extracted plan's inputs are the stage's assumed tensors.
     if (inputNames.has(t.id) && c.role !== 'input' && c.role !== 'param' && c.role !== 'optimizer_state') c.role = 'input';
+    // An integer tensor the stage starts from keeps the values the full plan gives it (its
+    // domain may come from propagation through layout ops, which the extracted plan lacks).
+    const dom = lg.domains[lg.tensors.id(t.id)];
+    if (inputNames.has(t.id) && c.values === undefined && dom !== undefined && dom.length > 0 && c.dtype !== 'bool') {
+      const lo = dom[0] as number;
+      const hi = dom[dom.length - 1] as number;
+      c.values = hi - lo + 1 === dom.length ? { range: [lo, hi + 1] } : { range: [lo, lo + 1], also: dom.slice(1) };
+      c.dtype ??= 'int64';
+    }
     return c;
   });
   const contractInputs = [...inputNames].sort();

@@ -16,7 +16,10 @@ import { prepareStage, proveByComponents, verifyPerStage } from '../stages/stage
 import { batchClasses, checkComponent, ComponentError, componentRaw, rankStage, windowsOf } from '../stages/components.js';
 import { analyzeReduction } from '../stages/reduce.js';
 import { verifyPlan, type VerifyReport } from '../stages/verify.js';
-import { EXAMPLES } from './helpers.js';
+import { EXAMPLES, runCli } from './helpers.js';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { mlpPlan, planParams } from './reduce-plans.js';
 
 const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));
@@ -201,6 +204,25 @@ describe('per-stage reduction', function () {
     const c = proveByComponents(plan, raw, s, 1);
     assert.ok(c !== undefined && c.result.status === 'differs' && c.info.components?.distinct === 1);
   });
+
+  for (const bug of ['none', 'tp-forward-allreduce-dropped', 'rmsnorm-eps-one-rank']) {
+    it(`a generated Llama (2 layers, dp2 x tp2${bug === 'none' ? '' : `, ${bug} injected`}) gets the full-shape verdict, failing stages and ranks`, async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'planproof-stage-'));
+      const file = join(dir, 'p.json');
+      const args = ['gen', '--model', 'llama', '--layers', '2', '--hidden', '8', '--heads', '2', '--kv-heads', '2', '--seq', '4', '--batch', '4', '--dp', '2', '--tp', '2', '--out', file, ...(bug === 'none' ? [] : ['--inject', bug])];
+      assert.equal((await runCli(args)).code, 0);
+      const raw = JSON.parse(readFileSync(file, 'utf8')) as RawPlan;
+      const plan = load(raw);
+      const full = verifyPlan(plan);
+      const per = verifyPerStage(plan, raw);
+      assert.equal(full.verdict, bug === 'none' ? 'verified' : 'not_equivalent');
+      assert.equal(per.verdict, full.verdict, per.summary);
+      assert.equal(failing(per), failing(full));
+      // layers share proofs; stages split into rank components
+      assert.ok((per.proofs?.run ?? Infinity) < per.stages.length / 2, per.summary);
+      assert.ok(per.stageReduction.filter((i) => i.mode === 'components').length >= 100, per.summary);
+    });
+  }
 
   it('gives the verdict and failing stages of full shapes on 100 random plans and mutants (rank components and per-stage reduction)', () => {
     let broken = 0;
