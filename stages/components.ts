@@ -182,6 +182,18 @@ export function loadComponent(text: string, file: string): LoadedPlan {
   try {
     return loadPlanObject(file, JSON.parse(text));
   } catch (e) {
+    // A component held only as partial values: name a tensor it starts from as the contract
+    // output (it enters no equality; extract.ts, withOutputFallback).
+    if (e instanceof PlanError && /partial values/.test(e.message)) {
+      const raw = JSON.parse(text) as RawPlan;
+      for (const alt of raw.contract.inputs) {
+        try {
+          return loadPlanObject(file, { ...raw, contract: { inputs: raw.contract.inputs, outputs: [alt] } });
+        } catch {
+          // next candidate
+        }
+      }
+    }
     const msg = e instanceof PlanError ? e.issues.slice(0, 3).map((i) => `${i.path}: ${i.message}`).join('; ') : e instanceof Error ? e.message : String(e);
     throw new ComponentError(`the component plan does not load: ${msg}`);
   }

@@ -18,7 +18,7 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { analyzeReduction, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
-import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf } from './extract.js';
+import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
 import { assembleReport, type VerifyReport } from './verify.js';
 
@@ -79,23 +79,23 @@ export function prepareStage(full: LoadedPlan, raw: RawPlan, stage: Stage, reduc
 
 /** One stage, proved where prepareStage put it, with a witness from a numeric run there. */
 export function proveStage(p: PreparedStage, seed: number): { result: StageResult; numeric: NumericReport } {
-  const numeric = numericCheck(p.plan, seed);
   const name = p.plan.logical.tensors.name(p.stage.logical);
-  let result: StageResult;
-  try {
-    result = new Prover(p.plan).prove(p.stage, numeric.failingTensors.includes(name));
-  } catch (e) {
-    result = { stage: p.stage, status: 'unknown', reason: `engine error: ${e instanceof Error ? e.message : String(e)}`, failingRanks: p.stage.obligations.map((o) => o.rank), logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
-  }
+  const attempt = (witnessed: boolean): StageResult => {
+    try {
+      return new Prover(p.plan).prove(p.stage, witnessed);
+    } catch (e) {
+      return { stage: p.stage, status: 'unknown', reason: `engine error: ${e instanceof Error ? e.message : String(e)}`, failingRanks: p.stage.obligations.map((o) => o.rank), logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
+    }
+  };
+  // Prove first (a proof needs no numbers); the numeric run is for a stage that is not proved.
+  const first = attempt(false);
+  if (first.status === 'proved' || /too large/.test(first.reason ?? '')) return { result: first, numeric: { evaluated: false, reason: 'not needed: the stage is proved, or too large', seed, claimsChecked: 0, mismatches: [], failingTensors: [] } };
+  const numeric = numericCheck(p.plan, seed);
+  // With a witness, a lazy difference is final (docs/engine.md, "Lazy sums"): prove again so.
+  const result = first.status === 'differs' || !numeric.failingTensors.includes(name) ? first : attempt(true);
   return { result, numeric };
 }
 
-/**
- * A stage whose closure runs no collective, proved rank by rank: one single-rank plan per
- * rank, batch dims cut to the rank's window; equal plans (compared in full) are proved once;
- * each distinct one is reduced by the lane reducer. Returns undefined when the stage does not
- * split, or when a component does not check out (the caller then proves the stage whole).
- */
 /**
  * Proofs shared across stages: plan texts up to renaming (components.renamedText) whose
  * plan was proved, with the stage that proved it; and batch classes of extracted stages.
@@ -120,7 +120,7 @@ function stageClasses(full: LoadedPlan, raw: RawPlan, stage: Stage, memo: ProofM
   };
   let hit = key === undefined ? undefined : memo.classes.get(key);
   if (hit === undefined) {
-    const ex = loadExtracted(full, stage, closure, exRaw, `${full.file} (stage ${stage.index + 1})`);
+    const ex = withOutputFallback(exRaw, (x) => loadExtracted(full, stage, closure, x, `${full.file} (stage ${stage.index + 1})`));
     hit = byPos(batchClasses(full, ex.plan));
     if (key !== undefined) memo.classes.set(key, hit);
   }
