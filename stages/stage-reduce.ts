@@ -103,9 +103,15 @@ export function proveStage(p: PreparedStage, seed: number): { result: StageResul
 export interface ProofMemo {
   readonly proved: Map<string, number>;
   readonly classes: Map<string, { cls: Map<string, number>; size: Map<number, number> }>;
+  /**
+   * Extracted stage texts whose rank components did not check out (they go whole), and those
+   * found too large (an "unknown", never a proof: sharing it cannot make a false "verified").
+   */
+  readonly noSplit: Set<string>;
+  readonly tooLarge: Map<string, number>;
 }
 
-export const newMemo = (): ProofMemo => ({ proved: new Map(), classes: new Map() });
+export const newMemo = (): ProofMemo => ({ proved: new Map(), classes: new Map(), noSplit: new Set(), tooLarge: new Map() });
 
 /** Batch classes of a stage's extracted plan, cached by its text up to renaming. */
 function stageClasses(full: LoadedPlan, raw: RawPlan, stage: Stage, memo: ProofMemo): ClassInfo {
@@ -130,6 +136,8 @@ function stageClasses(full: LoadedPlan, raw: RawPlan, stage: Stage, memo: ProofM
 export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, seed: number, reduce = true, memo: ProofMemo = newMemo()): { result: StageResult; mismatches: NumericReport['mismatches']; claims: number; info: StageReductionInfo; raws: RawPlan[]; coveredBy?: number } | undefined {
   const closure = stageClosure(full, stage);
   if (!splitsByRank(closure)) return undefined;
+  const stageKey = renamedText(extractStageRaw(full, raw, stage, closure));
+  if (stageKey !== undefined && memo.noSplit.has(stageKey)) return undefined;
   const name = full.logical.tensors.name(stage.logical);
   const ranks = [...new Set(stage.obligations.map((o) => o.rank))].sort((a, b) => a - b);
   try {
@@ -209,7 +217,10 @@ export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, 
     const info: StageReductionInfo = { stage: stage.index + 1, logical: name, mode: 'components', components: { ranks: ranks.length, distinct: groups.size, covered }, ...(reducedAny || covered === groups.size ? {} : { reason: 'no dim of the components can shrink' }), reduced: [], kept: [] };
     return { result, mismatches, claims, info, raws, ...(covered === groups.size && coveredBy !== undefined ? { coveredBy } : {}) };
   } catch (e) {
-    if (e instanceof ComponentError || e instanceof ExtractionError) return undefined;
+    if (e instanceof ComponentError || e instanceof ExtractionError) {
+      if (stageKey !== undefined) memo.noSplit.add(stageKey);
+      return undefined;
+    }
     throw e;
   }
 }
@@ -269,7 +280,7 @@ export function verifyPerStage(plan: LoadedPlan, raw: RawPlan, opts: PerStageOpt
     }
     // A stage plan equal up to renaming to one already proved: covered.
     const key = dedup ? renamedText(extractStageRaw(plan, raw, s, stageClosure(plan, s))) : undefined;
-    const by = key === undefined ? undefined : memo.proved.get(key);
+    const by = key === undefined ? undefined : (memo.proved.get(key) ?? memo.tooLarge.get(key));
     if (by !== undefined && infos[by] !== undefined) {
       coveredBy[i] = by;
       infos[i] = { ...(infos[by] as StageReductionInfo), stage: i + 1, logical: name };
@@ -287,6 +298,7 @@ export function verifyPerStage(plan: LoadedPlan, raw: RawPlan, opts: PerStageOpt
     infos[i] = info;
     const { result, numeric } = proveStage(p, seed);
     if (result.status === 'proved' && key !== undefined) memo.proved.set(key, i);
+    if (result.status === 'unknown' && /too large/.test(result.reason ?? '') && key !== undefined) memo.tooLarge.set(key, i);
     claims += numeric.claimsChecked;
     for (const m of numeric.mismatches) if (m.logical === name) mismatches.push(m);
     opts.onStage?.(++done, stages.length);
