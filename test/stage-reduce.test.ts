@@ -224,6 +224,25 @@ describe('per-stage reduction', function () {
     });
   }
 
+  it('verify --per-stage: exit codes of the verdicts, and --emit-reduced writes stage plans that verify on their own', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'planproof-emit-'));
+    const ok = await runCli(['verify', `${EXAMPLES}mlp-tp2.json`, '--per-stage', '--emit-reduced', dir]);
+    assert.equal(ok.code, 0, ok.stdout + ok.stderr);
+    assert.match(ok.stdout, /per-stage reduction: \d+ stage\(s\) proved by rank components/);
+    const files = readdirSync(dir).filter((f) => f.endsWith('.json'));
+    assert.ok(files.length >= 10, files.join(', '));
+    for (const f of files.slice(0, 4)) {
+      const r = await runCli(['verify', join(dir, f), '--no-reduce', '--jobs', '0', '--no-cache']);
+      assert.equal(r.code, 0, `${f}: ${r.stdout}`);
+    }
+    const bad = await runCli(['verify', `${EXAMPLES}buggy/mlp-tp2-wrong-half.json`, '--per-stage', '--json']);
+    assert.equal(bad.code, 1);
+    const rep = JSON.parse(bad.stdout) as { verdict: string; stages: { status: string; witness?: unknown[] }[]; stageReduction: unknown[] };
+    assert.equal(rep.verdict, 'not_equivalent');
+    assert.ok(rep.stages.some((s) => s.status === 'not_equivalent' && (s.witness?.length ?? 0) > 0));
+    assert.equal(rep.stageReduction.length, rep.stages.length);
+  });
+
   it('gives the verdict and failing stages of full shapes on 100 random plans and mutants (rank components and per-stage reduction)', () => {
     let broken = 0;
     let reducedStages = 0;
