@@ -14,6 +14,8 @@ import { formatSummary, summarize } from './summary.js';
 import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
 import { formatReport } from '../stages/report.js';
 import { formatReductionReport, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
+import { formatPerStage, verifyPerStage } from '../stages/stage-reduce.js';
+import type { RawPlan } from '../plans/raw.js';
 import { defaultCacheDir, ProofCache } from '../stages/cache.js';
 import { shutdownZ3 } from '../stages/z3.js';
 import { generatePlan, ADAMW } from '../plans/gen/plan.js';
@@ -108,12 +110,18 @@ async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string): Prom
   return report;
 }
 
-async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }): Promise<number> {
-  const l = loadWithText(file, json, out, true);
+async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false): Promise<number> {
+  const l = loadWithText(file, json, out, !perStage);
   if (typeof l === 'number') return l;
   // Inferred boundaries (issue 18): with --infer, or when the file holds claims marked inferred.
   if (eng.engine === 'normal' && infer !== false && (infer === true || l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) {
     const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true }, out);
+    return verdictCode[r.verdict];
+  }
+  // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.
+  if (perStage) {
+    const r = verifyPerStage(l.plan, JSON.parse(l.text) as RawPlan, { seed: eng.seed, reduce: red.reduce, ...(red.emitDir === undefined ? {} : { emitDir: red.emitDir }) });
+    out.log(json ? JSON.stringify(r, null, 2) : `${formatReport(r, verbose)}\n${formatPerStage(r.stageReduction, verbose)}`);
     return verdictCode[r.verdict];
   }
   // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
@@ -262,10 +270,11 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('infer', { type: 'boolean', describe: 'infer stage cut points for parallel tensors without lineage (hints, proved before use; default: only the hints the file marks inferred)' })
           .option('reduce', { type: 'boolean', default: true, describe: 'prove at reduced shapes where the soundness conditions hold (--no-reduce: at full shapes)' })
           .option('emit-reduced', { type: 'string', describe: 'write the reduced plan (an ordinary plan file) into this directory' })
-          .option('cache', { type: 'string', describe: `directory of the proof cache (default ${defaultCacheDir()}; --no-cache: off)` }),
+          .option('cache', { type: 'string', describe: `directory of the proof cache (default ${defaultCacheDir()}; --no-cache: off)` })
+          .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' }),
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out, a.infer, { reduce: a.reduce, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) });
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out, a.infer, { reduce: a.reduce, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage);
       },
     )
     .command(

@@ -59,6 +59,9 @@ export interface ReductionAnalysis {
   readonly programFactors: number[][][];
   /** True when some class shrinks. */
   readonly reduces: boolean;
+  /** Per logical tensor, per dim: class id and role (per-component windows, stages/components.ts). */
+  readonly logicalClass?: number[][];
+  readonly logicalRole?: DimRole[][];
 }
 
 export interface Reduction {
@@ -334,7 +337,10 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
     const kept = keptOf(x);
     classes.push({ dim, role: (['batch', 'contracted', 'fixed'] as const)[cRole[r] as number] as DimRole, full, reduced: full / f, factor: f, ...(kept === undefined ? {} : { kept }), members: members.get(r) ?? 0 });
   }
-  return { classes, logicalFactors, logicalKept, programFactors, reduces: classes.some((c) => c.factor > 1) };
+  const roleName = ['batch', 'contracted', 'fixed'] as const;
+  const logicalClass = lg.shapes.map((s, t) => s.map((_, d) => uf.find((lBase[t] as number) + d)));
+  const logicalRole = logicalClass.map((cs) => cs.map((c) => roleName[cRole[c] as number] as DimRole));
+  return { classes, logicalFactors, logicalKept, programFactors, reduces: classes.some((c) => c.factor > 1), logicalClass, logicalRole };
 }
 
 function divInt(x: RawInt, f: number, where: string): RawInt {

@@ -271,6 +271,9 @@ export function assemble(plan: LoadedPlan, results: readonly StageResult[], nume
   };
 }
 
+/** assemble, for per-stage verification (stages/stage-reduce.ts). */
+export const assembleReport = assemble;
+
 /** Names the likely kind of bug from the witness values (design principle 8). */
 function diagnose(w: Mismatch[], failingRanks: number[], ranks: number[], residual: string): string | undefined {
   if (w.some((m) => m.kind === 'replica')) return 'replicas of one addend disagree across ranks: divergence';

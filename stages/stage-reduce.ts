@@ -1,0 +1,332 @@
+/**
+ * Per-stage shape reduction (docs/engine.md, "Per-stage reduction").
+ *
+ * Whole-plan reduction (stages/reduce.ts) unions dim classes over the whole plan, so one
+ * mean or rms_norm anywhere keeps a dim full everywhere. A stage, though, is connected to
+ * the rest of the plan only through the lineage of its inputs (free symbols constrained by
+ * their lineage) and of its obligations. So each stage is extracted as a standalone plan
+ * (stages/extract.ts), checked to be the same stage, and reduced on its own by the same
+ * reducer: its classes come from its own ops, lineage and collectives only. A proof of the
+ * reduced stage is a proof of the stage (the lane argument, applied to the extracted plan);
+ * a witness of the reduced stage, copied into every lane, is a witness of the stage.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { LoadedPlan } from '../plans/loader.js';
+import type { RawPlan } from '../plans/raw.js';
+import { logicalOrder } from '../sdfg/execute.js';
+import { numericCheck, type NumericReport } from './numeric.js';
+import { decompose, Prover, type Stage, type StageResult } from './prove.js';
+import { analyzeReduction, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
+import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
+import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
+import { assembleReport, type VerifyReport } from './verify.js';
+
+export interface StageReductionInfo {
+  /** 1-based stage number in the full plan. */
+  readonly stage: number;
+  readonly logical: string;
+  /**
+   * 'components': proved per rank component (stages/components.ts); 'reduced': on the reduced
+   * extracted stage; 'extracted': on the extracted stage at full shapes; 'in-place': in the full plan.
+   */
+  readonly mode: 'components' | 'reduced' | 'extracted' | 'in-place';
+  /** For 'components': rank components and distinct component plans proved. */
+  readonly components?: { readonly ranks: number; readonly distinct: number; readonly covered?: number };
+  /** Why the stage was not reduced (or not extracted). */
+  readonly reason?: string;
+  readonly reduced: ReducedClass[];
+  readonly kept: ReducedClass[];
+  /** Where --emit-reduced wrote the stage plan. */
+  readonly emitted?: string;
+}
+
+export interface PreparedStage {
+  readonly info: StageReductionInfo;
+  /** The plan the stage is proved in, and the stage there. */
+  readonly plan: LoadedPlan;
+  readonly stage: Stage;
+  /** The stage plan file (reduced or extracted), when there is one. */
+  readonly raw?: RawPlan;
+}
+
+/** Extracts a stage and reduces it on its own; falls back to the stage in place, with the reason. */
+export function prepareStage(full: LoadedPlan, raw: RawPlan, stage: Stage, reduce = true): PreparedStage {
+  const logical = full.logical.tensors.name(stage.logical);
+  const base = { stage: stage.index + 1, logical };
+  let ex;
+  try {
+    ex = extractStage(full, raw, stage);
+  } catch (e) {
+    if (!(e instanceof ExtractionError)) throw e;
+    return { info: { ...base, mode: 'in-place', reason: e.message, reduced: [], kept: [] }, plan: full, stage };
+  }
+  if (!reduce) return { info: { ...base, mode: 'extracted', reason: 'turned off (--no-reduce)', reduced: [], kept: [] }, plan: ex.plan, stage: ex.stage, raw: ex.raw };
+  try {
+    const red = reducePlan(ex.plan, ex.raw);
+    if (red === undefined) {
+      return { info: { ...base, mode: 'extracted', reason: 'no dim of the stage can shrink', reduced: [], kept: analyzeReduction(ex.plan).classes }, plan: ex.plan, stage: ex.stage, raw: ex.raw };
+    }
+    const s = stageOf(red.plan, logical);
+    if (s === undefined || s.obligations.length !== ex.stage.obligations.length) throw new ReductionError(`the reduced stage plan has ${s?.obligations.length ?? 0} obligations of '${logical}', the stage ${ex.stage.obligations.length}`);
+    const cls = red.analysis.classes;
+    return { info: { ...base, mode: 'reduced', reduced: cls.filter((c) => c.factor > 1), kept: cls.filter((c) => c.factor === 1) }, plan: red.plan, stage: s, raw: red.raw };
+  } catch (e) {
+    if (!(e instanceof ReductionError)) throw e;
+    return { info: { ...base, mode: 'extracted', reason: `the reduced stage did not check out: ${e.message}`, reduced: [], kept: [] }, plan: ex.plan, stage: ex.stage, raw: ex.raw };
+  }
+}
+
+/** One stage, proved where prepareStage put it, with a witness from a numeric run there. */
+export function proveStage(p: PreparedStage, seed: number): { result: StageResult; numeric: NumericReport } {
+  const name = p.plan.logical.tensors.name(p.stage.logical);
+  const attempt = (witnessed: boolean): StageResult => {
+    try {
+      return new Prover(p.plan).prove(p.stage, witnessed);
+    } catch (e) {
+      return { stage: p.stage, status: 'unknown', reason: `engine error: ${e instanceof Error ? e.message : String(e)}`, failingRanks: p.stage.obligations.map((o) => o.rank), logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
+    }
+  };
+  // Prove first (a proof needs no numbers); the numeric run is for a stage that is not proved.
+  const first = attempt(false);
+  if (first.status === 'proved' || /too large/.test(first.reason ?? '')) return { result: first, numeric: { evaluated: false, reason: 'not needed: the stage is proved, or too large', seed, claimsChecked: 0, mismatches: [], failingTensors: [] } };
+  const numeric = numericCheck(p.plan, seed);
+  // With a witness, a lazy difference is final (docs/engine.md, "Lazy sums"): prove again so.
+  const result = first.status === 'differs' || !numeric.failingTensors.includes(name) ? first : attempt(true);
+  return { result, numeric };
+}
+
+/**
+ * Proofs shared across stages: plan texts up to renaming (components.renamedText) whose
+ * plan was proved, with the stage that proved it; and batch classes of extracted stages.
+ */
+export interface ProofMemo {
+  readonly proved: Map<string, number>;
+  readonly classes: Map<string, { cls: Map<string, number>; size: Map<number, number> }>;
+  /**
+   * Extracted stage texts whose rank components did not check out (they go whole), and those
+   * found too large (an "unknown", never a proof: sharing it cannot make a false "verified").
+   */
+  readonly noSplit: Set<string>;
+  readonly tooLarge: Map<string, number>;
+}
+
+export const newMemo = (): ProofMemo => ({ proved: new Map(), classes: new Map(), noSplit: new Set(), tooLarge: new Map() });
+
+/** Batch classes of a stage's extracted plan, cached by its text up to renaming. */
+function stageClasses(full: LoadedPlan, raw: RawPlan, stage: Stage, memo: ProofMemo): ClassInfo {
+  const closure = stageClosure(full, stage);
+  const exRaw = extractStageRaw(full, raw, stage, closure);
+  const key = renamedText(exRaw);
+  // Cached by position of the logical tensor in the extracted plan's list.
+  const pos = new Map(exRaw.logical.tensors.map((t, i) => [i, full.logical.tensors.id(t.id)]));
+  const byPos = (ci: ClassInfo): { cls: Map<string, number>; size: Map<number, number> } => {
+    const inv = new Map([...pos].map(([i, id]) => [id, i]));
+    return { cls: new Map([...ci.cls].map(([k, c]) => { const [l, d] = k.split(':').map(Number) as [number, number]; return [`${inv.get(l) ?? -1}:${d}`, c]; })), size: ci.size };
+  };
+  let hit = key === undefined ? undefined : memo.classes.get(key);
+  if (hit === undefined) {
+    const ex = withOutputFallback(exRaw, (x) => loadExtracted(full, stage, closure, x, `${full.file} (stage ${stage.index + 1})`));
+    hit = byPos(batchClasses(full, ex.plan));
+    if (key !== undefined) memo.classes.set(key, hit);
+  }
+  return { cls: new Map([...hit.cls].map(([k, c]) => { const [i, d] = k.split(':').map(Number) as [number, number]; return [`${pos.get(i) ?? -1}:${d}`, c]; })), size: hit.size };
+}
+
+export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, seed: number, reduce = true, memo: ProofMemo = newMemo()): { result: StageResult; mismatches: NumericReport['mismatches']; claims: number; info: StageReductionInfo; raws: RawPlan[]; coveredBy?: number } | undefined {
+  const closure = stageClosure(full, stage);
+  if (!splitsByRank(closure)) return undefined;
+  const stageKey = renamedText(extractStageRaw(full, raw, stage, closure));
+  if (stageKey !== undefined && memo.noSplit.has(stageKey)) return undefined;
+  const name = full.logical.tensors.name(stage.logical);
+  const ranks = [...new Set(stage.obligations.map((o) => o.rank))].sort((a, b) => a - b);
+  try {
+    const groups = new Map<string, { ranks: number[]; rank: number; c: ReturnType<typeof stageClosure>; win: ReturnType<typeof windowsOf> }>();
+    // Batch classes of the whole extracted stage (every rank's view): a component's own
+    // classes are finer (its constraints are a subset), so a dim batch here is batch there,
+    // and cutting a union of its classes to one window is the same argument.
+    const classes: ClassInfo = stageClasses(full, raw, stage, memo);
+    for (const r of ranks) {
+      const c = stageClosure(full, rankStage(stage, r));
+      const win = reduce ? windowsOf(full, stage, r, c, classes) : new Map<string, [number, number]>();
+      const text = JSON.stringify(componentRaw(full, raw, stage, r, c, win));
+      const g = groups.get(text);
+      if (g === undefined) groups.set(text, { ranks: [r], rank: r, c, win });
+      else g.ranks.push(r);
+    }
+    const results: StageResult[] = [];
+    const mismatches: NumericReport['mismatches'][number][] = [];
+    const raws: RawPlan[] = [];
+    let claims = 0;
+    let reducedAny = false;
+    const failing: number[] = [];
+    let first: { status: StageResult['status']; reason?: string } | undefined;
+    let covered = 0;
+    let coveredBy: number | undefined;
+    for (const [text, g] of groups) {
+      // A component plan equal up to renaming to one already proved (any stage): covered.
+      const key = renamedText(JSON.parse(text) as RawPlan);
+      const by = key === undefined ? undefined : memo.proved.get(key);
+      if (by !== undefined) {
+        covered++;
+        coveredBy ??= by;
+        continue;
+      }
+      const comp = loadComponent(text, `${full.file} (stage ${stage.index + 1}, rank ${g.rank})`);
+      const cs = checkComponent(full, stage, g.rank, g.c, g.win, comp);
+      let plan = comp;
+      let st = cs;
+      let compRaw = JSON.parse(text) as RawPlan;
+      if (reduce) {
+        try {
+          const red = reducePlan(comp, compRaw);
+          const rs = red === undefined ? undefined : stageOf(red.plan, name);
+          if (red !== undefined && rs !== undefined && rs.obligations.length === cs.obligations.length) {
+            plan = red.plan;
+            st = rs;
+            compRaw = red.raw;
+            reducedAny = true;
+          }
+        } catch (e) {
+          if (!(e instanceof ReductionError)) throw e;
+        }
+      }
+      raws.push(compRaw);
+      const { result, numeric } = proveStage({ info: { stage: stage.index + 1, logical: name, mode: 'components', reduced: [], kept: [] }, plan, stage: st }, seed);
+      results.push(result);
+      if (result.status === 'proved' && key !== undefined) memo.proved.set(key, stage.index);
+      claims += numeric.claimsChecked;
+      for (const m of numeric.mismatches) if (m.logical === name) mismatches.push({ ...m, rank: g.rank });
+      if (result.status !== 'proved') {
+        failing.push(...g.ranks);
+        const rank = (x: StageResult['status']): number => (x === 'differs' ? 2 : x === 'unknown' ? 1 : 0);
+        if (first === undefined || rank(result.status) > rank(first.status)) first = { status: result.status, ...(result.reason === undefined ? {} : { reason: `rank ${g.rank}'s component: ${result.reason}` }) };
+      }
+    }
+    const sum = (f: (r: StageResult) => number): number => results.reduce((a, r) => a + f(r), 0);
+    const result: StageResult = {
+      stage,
+      status: first?.status ?? 'proved',
+      ...(first?.reason === undefined ? {} : { reason: first.reason }),
+      failingRanks: failing.sort((a, b) => a - b),
+      logicalOps: sum((r) => r.logicalOps),
+      parallelOps: sum((r) => r.parallelOps),
+      terms: sum((r) => r.terms),
+      ms: sum((r) => r.ms),
+    };
+    const info: StageReductionInfo = { stage: stage.index + 1, logical: name, mode: 'components', components: { ranks: ranks.length, distinct: groups.size, covered }, ...(reducedAny || covered === groups.size ? {} : { reason: 'no dim of the components can shrink' }), reduced: [], kept: [] };
+    return { result, mismatches, claims, info, raws, ...(covered === groups.size && coveredBy !== undefined ? { coveredBy } : {}) };
+  } catch (e) {
+    if (e instanceof ComponentError || e instanceof ExtractionError) {
+      if (stageKey !== undefined) memo.noSplit.add(stageKey);
+      return undefined;
+    }
+    throw e;
+  }
+}
+
+export interface PerStageOptions {
+  readonly seed?: number;
+  readonly reduce?: boolean;
+  readonly emitDir?: string;
+  /** Split stages without collectives into rank components (stages/components.ts), default true. */
+  readonly components?: boolean;
+  /** Prove each distinct canonical stage once (stages/canon.ts), default true. */
+  readonly dedup?: boolean;
+  readonly onStage?: (done: number, total: number) => void;
+}
+
+export type PerStageReport = VerifyReport & { readonly stageReduction: StageReductionInfo[] };
+
+/**
+ * Verifies a plan stage by stage, each stage extracted and reduced on its own. Equal
+ * canonical forms of the full plan's stages share one proof (a proof only: a stage whose
+ * representative is not proved is proved on its own). Witnesses come from each stage plan's
+ * own numeric run: inputs drawn for the stage's assumed tensors, at the stage's reduced shapes.
+ */
+export function verifyPerStage(plan: LoadedPlan, raw: RawPlan, opts: PerStageOptions = {}): PerStageReport {
+  const t0 = performance.now();
+  const seed = opts.seed ?? 1;
+  const stages = decompose(plan, logicalOrder(plan));
+  const memo = newMemo();
+  const dedup = opts.dedup !== false;
+  const results: (StageResult | undefined)[] = new Array<StageResult | undefined>(stages.length);
+  const infos: (StageReductionInfo | undefined)[] = new Array<StageReductionInfo | undefined>(stages.length);
+  const coveredBy = Int32Array.from({ length: stages.length }, (_, i) => i);
+  const mismatches: NumericReport['mismatches'][number][] = [];
+  let claims = 0;
+  let done = 0;
+  const run = (i: number): StageResult => {
+    const s = stages[i] as Stage;
+    const name = plan.logical.tensors.name(s.logical);
+    const byComp = opts.components === false ? undefined : proveByComponents(plan, raw, s, seed, opts.reduce !== false, dedup ? memo : newMemo());
+    if (byComp !== undefined) {
+      if (byComp.coveredBy !== undefined) coveredBy[i] = byComp.coveredBy;
+      let info = byComp.info;
+      if (opts.emitDir !== undefined) {
+        mkdirSync(opts.emitDir, { recursive: true });
+        const files = byComp.raws.map((r, k) => {
+          const file = join(opts.emitDir as string, `stage-${String(s.index + 1).padStart(4, '0')}-component-${k}.json`);
+          writeFileSync(file, JSON.stringify(r, null, 1));
+          return file;
+        });
+        info = { ...info, emitted: files.join(', ') };
+      }
+      infos[i] = info;
+      claims += byComp.claims;
+      mismatches.push(...byComp.mismatches);
+      opts.onStage?.(++done, stages.length);
+      return byComp.result;
+    }
+    // A stage plan equal up to renaming to one already proved: covered.
+    const key = dedup ? renamedText(extractStageRaw(plan, raw, s, stageClosure(plan, s))) : undefined;
+    const by = key === undefined ? undefined : (memo.proved.get(key) ?? memo.tooLarge.get(key));
+    if (by !== undefined && infos[by] !== undefined) {
+      coveredBy[i] = by;
+      infos[i] = { ...(infos[by] as StageReductionInfo), stage: i + 1, logical: name };
+      opts.onStage?.(++done, stages.length);
+      return { ...(results[by] as StageResult), stage: s, ms: 0 };
+    }
+    const p = prepareStage(plan, raw, s, opts.reduce !== false);
+    let info = p.info;
+    if (opts.emitDir !== undefined && p.raw !== undefined) {
+      mkdirSync(opts.emitDir, { recursive: true });
+      const file = join(opts.emitDir, `stage-${String(s.index + 1).padStart(4, '0')}.json`);
+      writeFileSync(file, JSON.stringify(p.raw, null, 1));
+      info = { ...info, emitted: file };
+    }
+    infos[i] = info;
+    const { result, numeric } = proveStage(p, seed);
+    if (result.status === 'proved' && key !== undefined) memo.proved.set(key, i);
+    if (result.status === 'unknown' && /too large/.test(result.reason ?? '') && key !== undefined) memo.tooLarge.set(key, i);
+    claims += numeric.claimsChecked;
+    for (const m of numeric.mismatches) if (m.logical === name) mismatches.push(m);
+    opts.onStage?.(++done, stages.length);
+    // Results are reported against the full plan's stage.
+    return { ...result, stage: s };
+  };
+  for (let i = 0; i < stages.length; i++) results[i] = run(i);
+  const proofsRun = coveredBy.filter((c, i) => c === i).length;
+  const failingTensors = [...new Set(mismatches.map((m) => m.logical))];
+  const numeric: NumericReport = { evaluated: true, seed, claimsChecked: claims, mismatches, failingTensors };
+  const report = assembleReport(plan, results as StageResult[], numeric, seed, t0);
+  const stagesOut = report.stages.map((s, i) => ((coveredBy[i] as number) !== i ? { ...s, coveredBy: (coveredBy[i] as number) + 1 } : s));
+  const reducedStages = infos.filter((x) => x?.mode === 'reduced').length;
+  const compStages = infos.filter((x) => x?.mode === 'components').length;
+  const note = `${stages.length} stages, ${proofsRun} proved on their own, ${stages.length - proofsRun} covered by an equal stage or component plan; ${reducedStages} stage(s) proved at per-stage reduced shapes, ${compStages} by rank components`;
+  return { ...report, stages: stagesOut, summary: `${report.summary}; ${note}`, proofs: { stages: stages.length, distinct: proofsRun, run: proofsRun, cached: 0 }, stageReduction: infos as StageReductionInfo[] };
+}
+
+/** Report lines for per-stage reduction. */
+export function formatPerStage(infos: readonly StageReductionInfo[], verbose: boolean): string {
+  const by = { components: 0, reduced: 0, extracted: 0, 'in-place': 0 };
+  for (const i of infos) by[i.mode]++;
+  const lines = [`per-stage reduction: ${by.components} stage(s) proved by rank components, ${by.reduced} reduced, ${by.extracted} extracted at full shapes, ${by['in-place']} proved in place (docs/engine.md, "Per-stage reduction")`];
+  for (const i of infos.slice(0, verbose ? infos.length : 8)) {
+    const red = i.reduced.map((c) => `${c.dim} ${c.full}->${c.reduced}`).join(', ');
+    const comp = i.components === undefined ? '' : ` (${i.components.ranks} rank(s), ${i.components.distinct} distinct)`;
+    lines.push(`  stage ${i.stage} (${i.logical}): ${i.mode}${comp}${red === '' ? '' : `: ${red}`}${i.reason === undefined ? '' : ` (${i.reason})`}${i.emitted === undefined ? '' : ` -> ${i.emitted}`}`);
+  }
+  if (!verbose && infos.length > 8) lines.push(`  ... ${infos.length - 8} more (--verbose)`);
+  return lines.join('\n');
+}
