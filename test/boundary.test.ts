@@ -15,6 +15,7 @@ import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import { stripToBoundary, claimCounts } from '../plans/gen/strip.js';
 import { loadPlanObject } from '../plans/loader.js';
+import { PlanError } from '../plans/errors.js';
 import { verifyBoundary } from '../stages/boundary.js';
 import { inferClaims } from '../stages/infer.js';
 import { verifyPlan } from '../stages/verify.js';
@@ -61,9 +62,11 @@ describe('boundary lineage: stripped plans verify as their full-lineage versions
 
 describe('boundary lineage: injected bugs are refuted with a witness, and the span holds the injected op', () => {
   const ctx = { dp: 2, tp: 2, micro: 2, family: 'mlp' };
-  const slice = BUGS.filter((b) => ['dp-grad-allreduce-dropped', 'dp-grad-allreduce-avg', 'dp-wrong-group', 'tp-forward-allreduce-dropped', 'tp-backward-allreduce-dropped', 'loss-per-rank-normalization'].includes(b.id));
-  it('the slice has its six entries, each applicable to the MLP', () => {
-    assert.equal(slice.length, 6);
+  // The catalog entries that apply to the MLP (bench/boundary.ts --set bugs runs them all);
+  // dp-grad-allreduce-dropped is left to the bench: its optimizer stages go to Z3 (a minute).
+  const slice = BUGS.filter((b) => ['dp-grad-allreduce-avg', 'dp-wrong-group', 'loss-per-rank-normalization'].includes(b.id));
+  it('the slice has its entries, each applicable to the MLP', () => {
+    assert.equal(slice.length, 3);
     for (const b of slice) assert.ok(b.applies(ctx), b.id);
   });
   for (const bug of slice) {
@@ -121,7 +124,14 @@ describe('boundary lineage: wrong hints never refute a correct plan', () => {
     // The wrong claims do not hold: as user claims, the plan is refuted.
     const asUser = structuredClone(w.plan);
     for (const p of (asUser['parallel'] as { programs: { tensors: Json[] }[] }).programs) for (const t of p.tensors) delete (t['lineage'] as Json | undefined)?.['inferred'];
-    assert.notEqual(verifyPlan(loadPlanObject('user.json', asUser)).verdict, 'verified');
+    // (Some are rejected at load: a partial group left incomplete.)
+    let userVerdict = 'invalid';
+    try {
+      userVerdict = verifyPlan(loadPlanObject('user.json', asUser)).verdict;
+    } catch (e) {
+      assert.ok(e instanceof PlanError);
+    }
+    assert.notEqual(userVerdict, 'verified');
     const r = await run(w.plan, false);
     assert.equal(r.verdict, 'verified', r.summary);
     assert.ok(r.boundary.dropped > 0);
