@@ -133,11 +133,10 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   let replaced = 0;
   let rounds = 0;
   let plan = base;
-  let stages: Stage[] = [];
-  let results: StageResult[] = [];
+  let results!: StageResult[];
   let builder = new StageBuilder(plan);
   let numeric = numericCheck(plan, seed);
-  let obj: Json = raw;
+  let obj!: Json;
   for (;;) {
     rounds++;
     obj = withHints(raw, hints);
@@ -149,7 +148,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     plan = loaded;
     builder = new StageBuilder(plan);
     const hinted = isHint(plan);
-    stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split);
+    const stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split);
     // The numeric run never compares hints: a hint that does not hold is dropped, not a witness.
     if (rounds === 1) numeric = numericCheck(plan, seed, hinted);
     const witnessed = witnessedStages(plan, stages, numeric);

@@ -49,7 +49,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       const slice = stages.slice(start, start + batch);
       const part: StageResult[] = new Array<StageResult>(slice.length);
       let next = 0;
-      const runOne = async (stage: Stage, j: number): Promise<StageResult> => {
+      const runOne = async (stage: Stage): Promise<StageResult> => {
         const t0 = performance.now();
         const task: StageTask = { key, file, text, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}), ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
         let result: StageResult;
@@ -69,7 +69,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       const lane = async (): Promise<void> => {
         while (next < slice.length) {
           const j = next++;
-          part[j] = await runOne(slice[j] as Stage, j);
+          part[j] = await runOne(slice[j] as Stage);
         }
       };
       await Promise.all(Array.from({ length: Math.min(jobs, slice.length) }, lane));
