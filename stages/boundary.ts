@@ -15,6 +15,7 @@
  */
 import type { LoadedPlan } from '../plans/loader.js';
 import { loadPlanObject } from '../plans/loader.js';
+import { PlanError } from '../plans/errors.js';
 import type { Program } from '../plans/model.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { regionStr, valueStr, type LineageNF } from '../lineage/model.js';
@@ -108,8 +109,10 @@ const isHint = (plan: LoadedPlan) => (r: number, t: number): boolean => (plan.pr
 export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOptions): Promise<BoundaryReport> {
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
-  const base = loadPlanObject(file, raw);
   const hints = fileHints(raw);
+  // The plan as its author wrote it, without hints: a hint the loader would reject (a partial
+  // group left incomplete) is dropped like one that does not prove (loadHinted).
+  const base = loadPlanObject(file, withHints(raw, []));
   let unclaimed = 0;
   let skipped: string | undefined;
   const ti = performance.now();
@@ -125,22 +128,28 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   const cache = new Map<string, StageResult>();
   // Logical tensors whose hints are proved one decomposition at a time (after a joint stage failed).
   const split = new Set<number>();
+  let weakened = false;
   let dropped = 0;
   let replaced = 0;
   let rounds = 0;
   let plan = base;
   let stages: Stage[];
-  let results: StageResult[];
+  let results!: StageResult[];
   let builder = new StageBuilder(plan);
   let numeric = numericCheck(plan, seed);
-  let obj: Json;
+  let obj!: Json;
   for (;;) {
     rounds++;
     obj = withHints(raw, hints);
-    plan = loadPlanObject(file, obj);
+    const loaded = loadHinted(file, obj, hints);
+    if (loaded === undefined) {
+      dropped++;
+      continue;
+    }
+    plan = loaded;
     builder = new StageBuilder(plan);
     const hinted = isHint(plan);
-    stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split);
+    const stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split);
     // The numeric run never compares hints: a hint that does not hold is dropped, not a witness.
     if (rounds === 1) numeric = numericCheck(plan, seed, hinted);
     const witnessed = witnessedStages(plan, stages, numeric);
@@ -190,8 +199,11 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       }
     }
     // A user stage left open with no witness may be weakened by a hint it assumes (a second
-    // addend decomposition of one tensor, say): its inferred inputs are dropped, once.
-    if (bad.size === 0 && !pending && !splitMore) {
+    // addend decomposition of one tensor, say): its inferred inputs are dropped, in one round.
+    // Only when nothing is refuted: with a witness the verdict is "not equivalent" anyway, and
+    // open stages after it are its echoes.
+    if (bad.size === 0 && !pending && !splitMore && !weakened && numeric.failingTensors.length === 0) {
+      weakened = true;
       const failing = new Set(numeric.failingTensors);
       for (const r of results) {
         if (r.status === 'proved' || failing.has(plan.logical.tensors.name(r.stage.logical))) continue;
@@ -335,4 +347,30 @@ async function portfolio(plan: LoadedPlan, file: string, text: string, results: 
     if (zr?.status === 'proved') out[out.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + zr.ms };
   });
   return out;
+}
+
+/**
+ * Loads the plan with its hints. The loader checks that the claims of a logical tensor tile
+ * it: hints that break a check (one micro-batch's copy inferred, the other's not) are
+ * dropped, one at a time, and undefined is returned so that the caller counts and retries.
+ * An issue that is not about a hint is the plan's own and is thrown.
+ */
+function loadHinted(file: string, obj: Json, hints: Hint[]): LoadedPlan | undefined {
+  try {
+    return loadPlanObject(file, obj);
+  } catch (e) {
+    if (!(e instanceof PlanError)) throw e;
+    const progs = (obj['parallel'] as { programs: { tensors: Json[] }[] }).programs;
+    for (const issue of e.issues) {
+      const m = /^\$\.parallel\.programs\[(\d+)\]\.tensors\[(\d+)\]\.lineage/.exec(issue.path);
+      if (m === null) continue;
+      const id = progs[Number(m[1])]?.tensors[Number(m[2])]?.['id'];
+      const i = hints.findIndex((h) => h.program === Number(m[1]) && h.tensor === id);
+      if (i >= 0) {
+        hints.splice(i, 1);
+        return undefined;
+      }
+    }
+    throw e;
+  }
 }
