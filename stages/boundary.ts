@@ -133,7 +133,6 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   let replaced = 0;
   let rounds = 0;
   let plan = base;
-  let stages: Stage[];
   let results!: StageResult[];
   let builder = new StageBuilder(plan);
   let numeric = numericCheck(plan, seed);

@@ -182,10 +182,18 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
 export async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
   // The portfolio: also a stage the normal form gave up on (its work budget), within the stage deadline.
-  const open = results.filter((r) => (r.status === 'differs' && !witnessed.has(plan.logical.tensors.name(r.stage.logical))) || (r.status === 'unknown' && /side condition|no numeric witness|too large for the exact normal form/.test(r.reason ?? '')));
-  if (open.length === 0) return results;
+  // Past a stage refuted with a witness the verdict is settled and that stage is the likely root
+  // cause: later open stages stay unknown instead of each spending a Z3 deadline (a tiny
+  // refuted plan took 85 s here, issue 13 defect 3). Open stages before it are still decided.
+  const refuted = results.findIndex((r) => r.status === 'differs' && witnessed.has(plan.logical.tensors.name(r.stage.logical)));
+  const open = results.filter((r, i) => (refuted < 0 || i < refuted) && ((r.status === 'differs' && !witnessed.has(plan.logical.tensors.name(r.stage.logical))) || (r.status === 'unknown' && /side condition|no numeric witness|too large for the exact normal form/.test(r.reason ?? ''))));
+  const out = results.map((r, i) =>
+    refuted >= 0 && i > refuted && (r.status === 'differs' || r.status === 'unknown') && !witnessed.has(plan.logical.tensors.name(r.stage.logical))
+      ? { ...r, reason: `${r.reason ?? 'undecided'} (not sent to Z3: the plan is already refuted at an earlier stage)` }
+      : r,
+  );
+  if (open.length === 0) return out;
   const prover = new Z3Prover(plan);
-  const out = [...results];
   for (const r of open) {
     let z: StageResult;
     try {
@@ -194,7 +202,7 @@ export async function z3Fallback(plan: LoadedPlan, results: StageResult[], numer
     } catch {
       continue;
     }
-    if (z.status === 'proved') out[out.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + z.ms };
+    if (z.status === 'proved') out[results.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + z.ms };
   }
   return out;
 }
