@@ -6,7 +6,7 @@
  *  - unknown: anything else, with the reason (a difference without a witness, an
  *    undischarged side condition, a plan too large to evaluate numerically, ...).
  */
-import type { LoadedPlan } from '../plans/loader.js';
+import { stageWorkTooLarge, type LoadedPlan } from '../plans/loader.js';
 import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type Mismatch, type NumericReport } from './numeric.js';
@@ -66,11 +66,24 @@ export interface VerifyOptions {
 export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyReport {
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
+  const big = tooLargeToDecompose(plan, seed, t0);
+  if (big !== undefined) return big;
   const stages = decompose(plan, logicalOrder(plan));
   const first = numericCheck(plan, seed);
   const results = proveInProcess(plan, stages, opts.onStage, witnessedStages(plan, stages, first));
   const numeric = witnessSearch(plan, results, first);
   return assemble(plan, results, numeric, numeric.seed, t0);
+}
+
+/**
+ * Stage decomposition walks every rank: past the loader's bound (plans/loader.ts
+ * stageWorkTooLarge) the answer is "unknown" before any stage is built, for library callers
+ * as for the CLI, never a heap exhaustion.
+ */
+function tooLargeToDecompose(plan: LoadedPlan, seed: number, t0: number): VerifyReport | undefined {
+  const why = stageWorkTooLarge(plan);
+  if (why === undefined) return undefined;
+  return { file: plan.file, name: plan.name, verdict: 'unknown', summary: why, stages: [], numeric: { evaluated: false, seed, claimsChecked: 0, mismatches: 0, reason: 'not run: the plan is not decomposed into stages' }, approximations: [], ms: performance.now() - t0 };
 }
 
 /** Extra seeds tried when a stage differs in normal form but the first run shows no difference. */
@@ -135,6 +148,8 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const engine = opts.engine ?? 'normal';
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
+  const big = tooLargeToDecompose(plan, seed, t0);
+  if (big !== undefined) return big;
   const stages = decompose(plan, logicalOrder(plan));
   const first = numericCheck(plan, seed);
   const witnessed = witnessedStages(plan, stages, first);

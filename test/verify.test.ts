@@ -250,3 +250,22 @@ describe('verify: a stage at real model shapes', () => {
     assert.ok(performance.now() - t0 < 30_000);
   }).timeout(120_000);
 });
+
+describe('verify: a plan too large to decompose rank by rank', () => {
+  it('is "unknown" with the reason for library callers too, before any stage is built (no heap exhaustion)', async () => {
+    const { synthPlan } = await import('../bench/synth.js');
+    const { MAX_STAGE_ENTRIES } = await import('../plans/loader.js');
+    const { verifyPlanInPool } = await import('../stages/verify.js');
+    // One template of 100 layers over dp 4096: small as text, past the per-rank stage bound.
+    const raw = synthPlan({ layers: 100, ranks: 4096, spelling: 'template', width: 2, batchPerRank: 1 });
+    const plan = loadPlanObject('big.json', raw);
+    const entries = plan.programs.reduce((n, p) => n + (p.tensors.size + p.ops.size) * p.ranks.length, 0);
+    assert.ok(entries > MAX_STAGE_ENTRIES, `${entries} entries`);
+    const r = verifyPlan(plan);
+    assert.equal(r.verdict, 'unknown');
+    assert.equal(r.stages.length, 0);
+    assert.match(r.summary, /proving it rank by rank needs [0-9,]+ per-rank tensor and op entries/);
+    const p = await verifyPlanInPool(plan, JSON.stringify(raw), { jobs: 0, deadlineMs: 1000 });
+    assert.equal(p.verdict, 'unknown');
+  }).timeout(120_000);
+});
