@@ -22,7 +22,7 @@ import type { Program } from '../plans/model.js';
 import type { RawCollective, RawLogicalTensor, RawOp, RawParallelOp, RawParallelTensor, RawPlan, RawProgram } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { evalLineage, type LineageNF } from '../lineage/model.js';
-import { decompose, type Stage } from './prove.js';
+import { decompose, producers, type Producer, type Stage } from './prove.js';
 
 export class ExtractionError extends Error {}
 
@@ -40,33 +40,8 @@ export interface StageClosure {
   readonly logicalInputs: Set<number>;
 }
 
-interface Producer {
-  op: number;
-  inst: number;
-}
-
-const producerCache = new WeakMap<LoadedPlan, Map<string, Producer>>();
-
-/** Producer of each (rank, tensor), as the stage builder sees it (stages/prove.ts); built once per plan. */
-export function producerMap(plan: LoadedPlan): Map<string, Producer> {
-  const hit = producerCache.get(plan);
-  if (hit !== undefined) return hit;
-  const m = new Map<string, Producer>();
-  producerCache.set(plan, m);
-  plan.collectives.forEach((c, ci) => c.group.forEach((r, i) => {
-    const o = c.outputs[i] as number;
-    if (o >= 0) m.set(`${r}:${o}`, { op: -1, inst: ci });
-  }));
-  for (let r = 0; r < plan.mesh.size; r++) {
-    const p = plan.programs[plan.rankProgram[r] as number] as Program;
-    const sites = new Set(p.collectiveSites);
-    for (let op = 0; op < p.ops.size; op++) {
-      if (sites.has(op)) continue;
-      for (const t of p.ops.opOutputs(op)) m.set(`${r}:${t}`, { op, inst: -1 });
-    }
-  }
-  return m;
-}
+/** Producer of each (rank, tensor), as the stage builder sees it (shared with stages/prove.ts). */
+export const producerMap = producers;
 
 /** The stage builder's closure walk (StageBuilder.build, step 1), recording what it runs. */
 export function stageClosure(plan: LoadedPlan, stage: Stage, prod: Map<string, Producer> = producerMap(plan)): StageClosure {

@@ -93,16 +93,21 @@ export function producedSets(plan: LoadedPlan): Uint8Array[] {
   return out;
 }
 
-interface Producer {
+export interface Producer {
   /** Local op index, or -1. */
   op: number;
   /** Collective instance index, or -1. */
   inst: number;
 }
 
-/** Producer of each (rank, tensor). */
-function producers(plan: LoadedPlan): Map<string, Producer> {
+const producerCache = new WeakMap<LoadedPlan, Map<string, Producer>>();
+
+/** Producer of each (rank, tensor); built once per plan (the stage builder and stage extraction share it). */
+export function producers(plan: LoadedPlan): Map<string, Producer> {
+  const hit = producerCache.get(plan);
+  if (hit !== undefined) return hit;
   const m = new Map<string, Producer>();
+  producerCache.set(plan, m);
   plan.collectives.forEach((c, ci) => c.group.forEach((r, i) => {
     const o = c.outputs[i] as number;
     if (o >= 0) m.set(`${r}:${o}`, { op: -1, inst: ci });
