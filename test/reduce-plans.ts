@@ -126,3 +126,15 @@ export function mlpPlan(p: PlanParams): RawPlan {
     contract: { inputs: ['x', 'w1', 'w2', ...(p.bias ? ['b'] : [])], outputs: ['y'] },
   };
 }
+
+/** A one-rank MLP with a mean over rows as an extra output: the row dim's size enters a value. */
+export function meanRowsPlan(): RawPlan {
+  const raw = mlpPlan({ dp: 1, tp: 1, rows: 4, hidden: 1, ffn: 1, out: 2, act: 'exp', spelling: 'index', bias: false, mutant: 'none' });
+  raw.logical.tensors.push({ id: 'm', shape: [2], role: 'output' });
+  raw.logical.ops.push({ id: 'avg', op: 'mean', inputs: ['y'], outputs: ['m'], attrs: { dims: [0] } });
+  raw.contract.outputs.push('m');
+  const prog = raw.parallel.programs[0];
+  prog?.tensors?.push({ id: 'm', shape: [2], lineage: { logical: 'm' } });
+  prog?.ops.push({ id: 'avg', op: 'mean', inputs: ['y'], outputs: ['m'], attrs: { dims: [0] } });
+  return raw;
+}

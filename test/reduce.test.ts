@@ -9,7 +9,7 @@ import { loadPlanObject, type LoadedPlan } from '../plans/loader.js';
 import type { RawPlan } from '../plans/raw.js';
 import { analyzeReduction, reducePlan, reducedRaw, ReductionError } from '../stages/reduce.js';
 import { verifyPlan, type VerifyReport } from '../stages/verify.js';
-import { mlpPlan, planParams, type PlanParams } from './reduce-plans.js';
+import { meanRowsPlan, mlpPlan, planParams, type PlanParams } from './reduce-plans.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -51,13 +51,7 @@ describe('shape reduction', function () {
   });
 
   it('keeps a dim whose size enters an attribute or a value (mean over rows)', () => {
-    const raw = mlpPlan({ dp: 1, tp: 1, rows: 4, hidden: 1, ffn: 1, out: 2, act: 'exp', spelling: 'index', bias: false, mutant: 'none' });
-    raw.logical.tensors.push({ id: 'm', shape: [2], role: 'output' });
-    raw.logical.ops.push({ id: 'avg', op: 'mean', inputs: ['y'], outputs: ['m'], attrs: { dims: [0] } });
-    raw.contract.outputs.push('m');
-    const prog = raw.parallel.programs[0];
-    prog?.tensors?.push({ id: 'm', shape: [2], lineage: { logical: 'm' } });
-    prog?.ops.push({ id: 'avg', op: 'mean', inputs: ['y'], outputs: ['m'], attrs: { dims: [0] } });
+    const raw = meanRowsPlan();
     const plan = load(raw);
     const a = analyzeReduction(plan);
     const rows = a.classes.find((c) => c.dim === "'x' dim 0");

@@ -20,7 +20,7 @@ import { EXAMPLES, runCli } from './helpers.js';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { mlpPlan, planParams } from './reduce-plans.js';
+import { meanRowsPlan, mlpPlan, planParams } from './reduce-plans.js';
 
 const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));
 const failing = (r: VerifyReport): string => r.stages.filter((s) => s.status !== 'proved').map((s) => `${s.logical}:${s.status}@${s.failingRanks.join('/')}`).join(',');
@@ -117,13 +117,7 @@ describe('per-stage reduction', function () {
   });
 
   it('keeps, per stage, a dim whose size enters a value (mean over rows)', () => {
-    const raw = mlpPlan({ dp: 1, tp: 1, rows: 4, hidden: 1, ffn: 1, out: 2, act: 'exp', spelling: 'index', bias: false, mutant: 'none' });
-    raw.logical.tensors.push({ id: 'm', shape: [2], role: 'output' });
-    raw.logical.ops.push({ id: 'avg', op: 'mean', inputs: ['y'], outputs: ['m'], attrs: { dims: [0] } });
-    raw.contract.outputs.push('m');
-    const prog = raw.parallel.programs[0];
-    prog?.tensors?.push({ id: 'm', shape: [2], lineage: { logical: 'm' } });
-    prog?.ops.push({ id: 'avg', op: 'mean', inputs: ['y'], outputs: ['m'], attrs: { dims: [0] } });
+    const raw = meanRowsPlan();
     const plan = load(raw);
     const s = decompose(plan, logicalOrder(plan)).find((x) => plan.logical.tensors.name(x.logical) === 'm');
     assert.ok(s !== undefined);
