@@ -119,6 +119,12 @@ function attnLabels(q: Shape, k: Shape, v: Shape, a: Attrs, backward: boolean): 
   return { q: [...b, hq, sq, d], k: [...b, hk, sk, d], v: [...b, hk, sk, dv], o: [...b, hq, sq, dv], rows: [...b, hq, sq] };
 }
 
+/** Grouped-query heads: q head h reads kv head floor(h / g) (DimSig.grouped). */
+function headGroups(q: Shape, k: Shape, v: Shape): { grouped?: { label: string; of: string; ratio: number }[] } {
+  const dm = dims(q, k, v);
+  return dm.hq === dm.hk ? {} : { grouped: [{ label: 'hq', of: 'hk', ratio: dm.hq / dm.hk }] };
+}
+
 function attentionApply<S>(alg: Algebra<S>, ins: readonly Dense<S>[], a: Attrs, partial: boolean): Dense<S>[] {
   const [q, k, v] = [arg(ins, 0), arg(ins, 1), arg(ins, 2)];
   const dm = dims(q.shape, k.shape, v.shape);
@@ -213,7 +219,7 @@ export const ops: OpDef[] = [
     backward: (b, { inputs: [q, k, v], outputs: [o], grads: [g], attrs }) => b.op('attention_backward', [g as GradRef, q as GradRef, k as GradRef, v as GradRef, o as GradRef], attrs),
     dims: ([q, k, v], a) => {
       const l = attnLabels(q as Shape, k as Shape, v as Shape, a, false);
-      return { inputs: [l.q, l.k, l.v], outputs: [l.o] };
+      return { inputs: [l.q, l.k, l.v], outputs: [l.o], ...headGroups(q as Shape, k as Shape, v as Shape) };
     },
   },
   {
@@ -234,7 +240,7 @@ export const ops: OpDef[] = [
     backward: NO_BACKWARD,
     dims: ([, q, k, v], a) => {
       const l = attnLabels(q as Shape, k as Shape, v as Shape, a, true);
-      return { inputs: [l.o, l.q, l.k, l.v, l.o], outputs: [l.q, l.k, l.v] };
+      return { inputs: [l.o, l.q, l.k, l.v, l.o], outputs: [l.q, l.k, l.v], ...headGroups(q as Shape, k as Shape, v as Shape) };
     },
   },
   {
@@ -253,7 +259,7 @@ export const ops: OpDef[] = [
     backward: NO_BACKWARD,
     dims: ([q, k, v], a) => {
       const l = attnLabels(q as Shape, k as Shape, v as Shape, a, false);
-      return { inputs: [l.q, l.k, l.v], outputs: [l.o, l.rows, l.rows] };
+      return { inputs: [l.q, l.k, l.v], outputs: [l.o, l.rows, l.rows], ...headGroups(q as Shape, k as Shape, v as Shape) };
     },
   },
   {
@@ -274,7 +280,7 @@ export const ops: OpDef[] = [
     backward: NO_BACKWARD,
     dims: ([, q, k, v], a) => {
       const l = attnLabels(q as Shape, k as Shape, v as Shape, a, true);
-      return { inputs: [l.o, l.q, l.k, l.v, l.o, l.rows, l.rows], outputs: [l.q, l.k, l.v] };
+      return { inputs: [l.o, l.q, l.k, l.v, l.o, l.rows, l.rows], outputs: [l.q, l.k, l.v], ...headGroups(q as Shape, k as Shape, v as Shape) };
     },
   },
   {

@@ -108,6 +108,7 @@ export const ops: OpDef[] = [
       const tgt = attrInts(at, 'shape') ?? [];
       return { inputs: [dimLabels(s, 'in', 'fixed')], outputs: [dimLabels(tgt, 'out', 'fixed')] };
     },
+    sliceRegions: ([a], [o], [reg]) => reshapeRegions(a as Shape, o as Shape, reg as readonly (readonly [number, number])[]),
   },
   {
     name: 'slice',
@@ -233,3 +234,86 @@ export const ops: OpDef[] = [
     dims: ([a], at) => resizeOneDim(a as Shape, attrNum(at, 'dim')),
   },
 ];
+
+/**
+ * Reshape on a slice (tensor-level proofs): dims are grouped where the two shapes' running
+ * products meet. Within a group, a row-major reshape maps flat index to flat index, so the
+ * slice is the same op on a slice exactly when, on each side, the group's region is one
+ * contiguous flat range [A, B): at most one dim sliced, every dim outside it whole or
+ * (outer ones) a single index. Then the local reshape of the local block is that range again,
+ * laid out as the output block.
+ */
+export function reshapeRegions(inShape: Shape, outShape: Shape, reg: readonly (readonly [number, number])[]): (readonly [number, number])[][] | string {
+  if (reg.length !== inShape.length) return 'region rank differs from the input';
+  if (inShape.some((d) => d === 0) || outShape.some((d) => d === 0)) return 'a zero-size dim';
+  const out: [number, number][] = outShape.map((d) => [0, d]);
+  let i = 0;
+  let o = 0;
+  while (i < inShape.length || o < outShape.length) {
+    // One group: in dims [i0, i) and out dims [o0, o) with equal products.
+    const i0 = i;
+    const o0 = o;
+    let pin = i < inShape.length ? (inShape[i++] as number) : 1;
+    let pout = o < outShape.length ? (outShape[o++] as number) : 1;
+    while (pin !== pout) {
+      if (pin < pout) {
+        if (i >= inShape.length) return 'shapes do not group';
+        pin *= inShape[i++] as number;
+      } else {
+        if (o >= outShape.length) return 'shapes do not group';
+        pout *= outShape[o++] as number;
+      }
+    }
+    const ind = inShape.slice(i0, i);
+    const ireg = reg.slice(i0, i);
+    const flat = flatRange(ind, ireg);
+    if (typeof flat === 'string') return flat;
+    const box = boxOf(outShape.slice(o0, o), flat[0], flat[1]);
+    if (box === undefined) return `the slice [${flat[0]}, ${flat[1]}) of a merged group is not a block of the output`;
+    box.forEach((b, k) => (out[o0 + k] = b));
+  }
+  return [out];
+}
+
+/** The region of a group as one flat range, or why it is not contiguous. */
+function flatRange(dims: Shape, reg: readonly (readonly [number, number])[]): [number, number] | string {
+  let j = -1;
+  for (let d = 0; d < dims.length; d++) {
+    const [a, b] = reg[d] as [number, number];
+    if (a === 0 && b === dims[d]) continue;
+    if (j >= 0) return 'sliced along two dims of one merged group';
+    j = d;
+  }
+  const total = dims.reduce((p, d) => p * d, 1);
+  if (j < 0) return [0, total];
+  for (let d = 0; d < j; d++) if (dims[d] !== 1) return 'sliced along an inner dim of a merged group';
+  const inner = dims.slice(j + 1).reduce((p, d) => p * d, 1);
+  const [a, b] = reg[j] as [number, number];
+  return [a * inner, b * inner];
+}
+
+/** [A, B) of a group's flat index as a block (outer dims one index, one dim a range, inner dims whole). */
+function boxOf(dims: Shape, A: number, B: number): [number, number][] | undefined {
+  if (dims.length === 0) return A === 0 && B === 1 ? [] : undefined;
+  for (let m = 0; m < dims.length; m++) {
+    const inner = dims.slice(m + 1).reduce((p, d) => p * d, 1);
+    if (A % inner !== 0 || B % inner !== 0) continue;
+    const a = A / inner;
+    const b = B / inner;
+    const size = dims[m] as number;
+    const outer = Math.floor(a / size);
+    if (Math.floor((b - 1) / size) !== outer) continue;
+    const box: [number, number][] = [];
+    let rest = outer;
+    const coords: number[] = [];
+    for (let d = m - 1; d >= 0; d--) {
+      coords.unshift(rest % (dims[d] as number));
+      rest = Math.floor(rest / (dims[d] as number));
+    }
+    coords.forEach((c) => box.push([c, c + 1]));
+    box.push([a - outer * size, b - outer * size]);
+    for (let d = m + 1; d < dims.length; d++) box.push([0, dims[d] as number]);
+    return box;
+  }
+  return undefined;
+}

@@ -56,7 +56,7 @@ function matmulDims(a: Shape, b: Shape): DimSig {
   const out = [...lead.out];
   if (a.length > 1) out.push(M);
   if (b.length > 1) out.push(N);
-  return { inputs: [a.length === 1 ? [K] : [...la, M, K], b.length === 1 ? [K] : [...lb, K, N]], outputs: [out] };
+  return { inputs: [a.length === 1 ? [K] : [...la, M, K], b.length === 1 ? [K] : [...lb, K, N]], outputs: [out], sums: ['k'] };
 }
 
 export const ops: OpDef[] = [
@@ -113,7 +113,8 @@ export const ops: OpDef[] = [
       const lead = dimLabels((x as Shape).slice(0, -1), 'x', 'batch');
       const I = contractedDim('in');
       const O = batchDim('out');
-      return { inputs: [[...lead, I], [O, I], ...(b === undefined ? [] : [[O]])], outputs: [[...lead, O]] };
+      // Without a bias the output is a plain sum over the input features; a bias would be added once per addend.
+      return { inputs: [[...lead, I], [O, I], ...(b === undefined ? [] : [[O]])], outputs: [[...lead, O]], ...(b === undefined ? { sums: ['in'] } : {}) };
     },
   },
 ];

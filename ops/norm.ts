@@ -176,7 +176,9 @@ function norm(kind: 'layer' | 'rms'): OpDef[] {
         const withW = ins.length > 2;
         const l = normLabels(ins[1] as Shape, attrs, withW);
         const nOut = withW ? (kind === 'layer' ? 3 : 2) : 1;
-        return { inputs: [l.x, l.x, ...(withW ? [l.w] : [])], outputs: [l.x, ...Array.from({ length: nOut - 1 }, () => l.w)] };
+        // The weight (and bias) gradients sum per-row terms over the rows; grad_x is SIMD along them.
+        const rows = l.x.filter((d) => d.role === 'contracted').map((d) => d.label);
+        return { inputs: [l.x, l.x, ...(withW ? [l.w] : [])], outputs: [l.x, ...Array.from({ length: nOut - 1 }, () => l.w)], ...(withW ? { sums: rows } : {}) };
       },
     },
   ];

@@ -71,6 +71,13 @@ export interface OpDef {
    * passed the shape rule; throws ShapeError where the shape rule does.
    */
   dims(inputs: readonly Shape[], attrs: Attrs): DimSig;
+  /**
+   * For ops whose attributes spell sizes (reshape): the output regions, one [start, end) per
+   * dim, when the op applied to these regions of its logical inputs (with the parallel op's
+   * own attributes `local`) computes exactly those regions of the logical op's outputs; else
+   * why not. Used by tensor-level proofs instead of comparing attributes.
+   */
+  sliceRegions?(inShapes: readonly Shape[], outShapes: readonly Shape[], regions: readonly (readonly (readonly [number, number])[])[], logical: Attrs, local: Attrs): (readonly [number, number])[][] | string;
 }
 
 /**
@@ -104,6 +111,21 @@ export interface DimSig {
    */
   readonly inputValues?: Readonly<Record<number, DimLabel>>;
   readonly outputValues?: Readonly<Record<number, DimLabel>>;
+  /**
+   * 'contracted' labels the op sums plainly: every output that lacks the label is the sum,
+   * over its indices, of terms that each read only that index of the inputs carrying it (a
+   * matmul's k), and every output that has it is SIMD along it. So the op on a range of the
+   * label computes one addend of those outputs (stages/tensorlevel.ts). Checked per op in
+   * test/tensorlevel.test.ts against the full op.
+   */
+  readonly sums?: readonly string[];
+  /**
+   * Block pairings: index i along `label` reads only index floor(i / ratio) along `of` (grouped
+   * query heads and their key/value head), and both are otherwise SIMD. A slice [a, b) of
+   * `label` with a, b multiples of ratio, paired with [a / ratio, b / ratio) of `of`, is the op
+   * on a slice (stages/tensorlevel.ts).
+   */
+  readonly grouped?: readonly { readonly label: string; readonly of: string; readonly ratio: number }[];
 }
 
 export const fixed = (n: number): Arity => ({ min: n, max: n });

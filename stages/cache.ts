@@ -49,7 +49,7 @@ interface Entry {
   hash: string;
   form: string;
   status: string;
-  decidedBy?: 'z3';
+  decidedBy?: 'z3' | 'tensor';
 }
 
 export interface CacheStats {
@@ -71,7 +71,7 @@ export class ProofCache {
   }
 
   /** A proof of exactly this form by this engine, or undefined. */
-  lookup(hash: string, form: string): { decidedBy?: 'z3' } | undefined {
+  lookup(hash: string, form: string): { decidedBy?: 'z3' | 'tensor' } | undefined {
     let text: string;
     try {
       text = readFileSync(this.path(hash), 'utf8');
@@ -95,7 +95,7 @@ export class ProofCache {
       e.form === form &&
       formHash(e.form) === hash &&
       e.status === 'proved' &&
-      (e.decidedBy === undefined || e.decidedBy === 'z3');
+      (e.decidedBy === undefined || e.decidedBy === 'z3' || e.decidedBy === 'tensor');
     if (!ok) {
       this.stats.rejected++;
       return undefined;
@@ -104,7 +104,7 @@ export class ProofCache {
     return e.decidedBy === undefined ? {} : { decidedBy: e.decidedBy };
   }
 
-  store(hash: string, form: string, decidedBy?: 'z3'): void {
+  store(hash: string, form: string, decidedBy?: 'z3' | 'tensor'): void {
     const entry: Entry = { format: CACHE_FORMAT, engine: engineVersion(), hash, form, status: 'proved', ...(decidedBy === undefined ? {} : { decidedBy }) };
     const file = this.path(hash);
     try {

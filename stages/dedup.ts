@@ -23,13 +23,18 @@ export interface DistinctProofs {
   /** Stages whose proof was actually run in this process or its workers. */
   readonly proofsRun: number;
   readonly cacheHits: number;
+  /** Stages proved at tensor level before grouping (stages/tensorlevel.ts). */
+  readonly tensorLevel: number;
 }
 
 export type ProveSome = (stages: readonly Stage[]) => Promise<StageResult[]>;
 
-export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], prove: ProveSome, cache?: ProofCache): Promise<DistinctProofs> {
-  const classes = groupStages(plan, stages);
+export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], prove: ProveSome, cache?: ProofCache, known?: ReadonlyMap<number, StageResult>): Promise<DistinctProofs> {
+  // Stages already decided (tensor-level proofs) are neither grouped nor proved again.
+  const open = known === undefined ? stages : stages.filter((s) => !known.has(s.index));
+  const classes = groupStages(plan, open).map((c) => ({ ...c, rep: (open[c.rep] as Stage).index, members: c.members.map((m) => (open[m] as Stage).index) }));
   const results: (StageResult | undefined)[] = new Array<StageResult | undefined>(stages.length);
+  if (known !== undefined) for (const [i, r] of known) results[i] = r;
   const coveredBy = Int32Array.from({ length: stages.length }, (_, i) => i);
   const fromCache = new Uint8Array(stages.length);
   let cacheHits = 0;
@@ -48,7 +53,7 @@ export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], 
   // Largest first: the long stages start while the short ones fill the other workers.
   todo.sort((a, b) => b.elements - a.elements || a.rep - b.rep);
   let proofsRun = 0;
-  const first = await prove(todo.map((c) => stages[c.rep] as Stage));
+  const first = todo.length === 0 ? [] : await prove(todo.map((c) => stages[c.rep] as Stage));
   proofsRun += first.length;
   for (const r of first) results[r.stage.index] = r;
   const rest: Stage[] = [];
@@ -69,7 +74,7 @@ export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], 
     proofsRun += more.length;
     for (const r of more) results[r.stage.index] = r;
   }
-  return { results: results as StageResult[], coveredBy, fromCache, classes: classes.length, proofsRun, cacheHits };
+  return { results: results as StageResult[], coveredBy, fromCache, classes: classes.length, proofsRun, cacheHits, tensorLevel: known?.size ?? 0 };
 }
 
 /** Adds to a report which proof covers each stage, and "N stages, K distinct proofs". */
@@ -78,7 +83,10 @@ export function withProofs(report: VerifyReport, d: DistinctProofs): VerifyRepor
     const by = d.coveredBy[i] as number;
     return { ...s, ...(by !== i ? { coveredBy: by + 1 } : {}), ...(d.fromCache[i] === 1 ? { cached: true } : {}) };
   });
-  const proofs = { stages: stages.length, distinct: d.classes, run: d.proofsRun, cached: d.cacheHits };
-  const note = `${proofs.stages} stages, ${proofs.distinct} distinct proofs (${proofs.run} run, ${proofs.cached} from the cache)`;
+  const proofs = { stages: stages.length, distinct: d.classes, run: d.proofsRun, cached: d.cacheHits, tensorLevel: d.tensorLevel };
+  const note =
+    d.tensorLevel === 0
+      ? `${proofs.stages} stages, ${proofs.distinct} distinct proofs (${proofs.run} run, ${proofs.cached} from the cache)`
+      : `${proofs.stages} stages: ${d.tensorLevel} proved at tensor level; the other ${proofs.stages - d.tensorLevel} in ${proofs.distinct} distinct proofs (${proofs.run} run, ${proofs.cached} from the cache)`;
   return { ...report, stages, proofs, summary: `${report.summary}; ${note}` };
 }

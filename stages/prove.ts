@@ -52,7 +52,7 @@ export interface StageResult {
   readonly terms: number;
   readonly ms: number;
   /** Which procedure decided a proved stage, when not the normal form. */
-  readonly decidedBy?: 'z3';
+  readonly decidedBy?: 'z3' | 'tensor';
 }
 
 /** One stage per logical tensor with produced claims, in topological order of the logical graph. */

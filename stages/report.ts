@@ -29,7 +29,8 @@ export function formatReport(r: VerifyReport, verbose = false): string {
   const out: string[] = [];
   out.push(`plan        ${r.name === '' ? '(unnamed)' : r.name}  (${r.file})`);
   out.push(`stages      ${r.stages.length}, one per logical tensor that ranks compute (every replica on every rank is proved)`);
-  out.push(`engine      ${r.engine === 'z3' ? 'Z3 alone (cross-check; exp identities not built in)' : 'exact normal form'}`);
+  const tensor = r.stages.filter((s) => s.decidedBy === 'tensor').length;
+  out.push(`engine      ${r.engine === 'z3' ? 'Z3 alone (cross-check; exp identities not built in)' : tensor > 0 ? `tensor-level relations (${tensor} stages), exact normal form for the others` : 'exact normal form'}`);
   out.push(
     `numeric     ${r.numeric.evaluated ? `${r.numeric.claimsChecked} claims evaluated at random inputs (seed ${r.numeric.seed}): ${r.numeric.mismatches === 0 ? 'all agree' : `${r.numeric.mismatches} differ`}` : `not evaluated (${r.numeric.reason ?? ''})`}`,
   );
@@ -50,7 +51,7 @@ export function formatReport(r: VerifyReport, verbose = false): string {
       hidden++;
       continue;
     }
-    out.push(`  ${String(s.index).padStart(wi)} ${fit(s.logical).padEnd(w)}  ${opText(s).padEnd(wo)} ${ranksText(s.ranks).padEnd(wr)} ${mark[s.status]}${s.decidedBy === 'z3' ? ' (by Z3)' : ''}${s.coveredBy === undefined ? '' : ` (same canonical stage as #${s.coveredBy})`}${s.cached === true ? ' (from the proof cache)' : ''}`);
+    out.push(`  ${String(s.index).padStart(wi)} ${fit(s.logical).padEnd(w)}  ${opText(s).padEnd(wo)} ${ranksText(s.ranks).padEnd(wr)} ${mark[s.status]}${s.decidedBy === 'z3' ? ' (by Z3)' : s.decidedBy === 'tensor' ? ' (tensor level)' : ''}${s.coveredBy === undefined ? '' : ` (same canonical stage as #${s.coveredBy})`}${s.cached === true ? ' (from the proof cache)' : ''}`);
     if (s.status === 'proved') continue;
     if (s.op?.loc !== undefined) out.push(`        source: ${s.op.loc}`);
     if (s.failingRanks.length > 0) out.push(`        failing ranks: ${s.failingRanks.join(', ')}`);

@@ -15,6 +15,7 @@ import { proveInPool, type PoolOptions } from './pool.js';
 import { Z3Prover } from './z3.js';
 import { proveDistinct, withProofs } from './dedup.js';
 import type { ProofCache } from './cache.js';
+import { proveTensorLevel } from './tensorlevel.js';
 
 export type Verdict = 'verified' | 'not_equivalent' | 'unknown';
 
@@ -35,7 +36,7 @@ export interface StageReport {
   readonly parallelOps: number;
   readonly ms: number;
   /** Which method proved the stage: the exact normal form, or Z3 where the normal form left it open or gave up. */
-  readonly decidedBy?: 'normal' | 'z3';
+  readonly decidedBy?: 'normal' | 'z3' | 'tensor';
   /** Stage number (1-based) whose proof covers this one: equal canonical forms (stages/dedup.ts). */
   readonly coveredBy?: number;
   /** The covering proof was read from the proof cache. */
@@ -55,11 +56,13 @@ export interface VerifyReport {
   /** Set when a decision procedure other than the normal form was used. */
   readonly engine?: Engine;
   /** Stage deduplication: stages, distinct canonical forms, proofs run, proofs read from the cache. */
-  readonly proofs?: { stages: number; distinct: number; run: number; cached: number };
+  readonly proofs?: { stages: number; distinct: number; run: number; cached: number; tensorLevel?: number };
 }
 
 export interface VerifyOptions {
   readonly seed?: number;
+  /** Tensor-level proofs before the exact normal form (default true). */
+  readonly tensorLevel?: boolean;
   readonly onStage?: (done: number, total: number) => void;
 }
 
@@ -70,7 +73,13 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
   if (big !== undefined) return big;
   const stages = decompose(plan, logicalOrder(plan));
   const first = numericCheck(plan, seed);
-  const results = proveInProcess(plan, stages, opts.onStage, witnessedStages(plan, stages, first));
+  const witnessed = witnessedStages(plan, stages, first);
+  // Tensor-level proofs first, as in verifyPlanInPool.
+  const known = opts.tensorLevel === false ? new Map<number, StageResult>() : proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index))).proved;
+  const rest = proveInProcess(plan, stages.filter((s) => !known.has(s.index)), opts.onStage, witnessed);
+  const results: StageResult[] = new Array<StageResult>(stages.length);
+  for (const [i, r] of known) results[i] = r;
+  for (const r of rest) results[r.stage.index] = r;
   const numeric = witnessSearch(plan, results, first);
   return assemble(plan, results, numeric, numeric.seed, t0);
 }
@@ -141,6 +150,18 @@ export interface PoolVerifyOptions extends VerifyOptions {
   readonly dedup?: boolean;
   /** Persistent proof cache (stages/cache.ts). */
   readonly cache?: ProofCache;
+  /** Tensor-level proofs before the element engines (default true; --no-tensor-level). */
+  readonly tensorLevel?: boolean;
+}
+
+/** Results for every stage: the known ones as given, the others proved by `prove`. */
+async function proveRest(stages: readonly Stage[], known: ReadonlyMap<number, StageResult> | undefined, prove: (some: readonly Stage[]) => Promise<StageResult[]>): Promise<StageResult[]> {
+  if (known === undefined) return prove(stages);
+  const out: StageResult[] = new Array<StageResult>(stages.length);
+  for (const [i, r] of known) out[i] = r;
+  const rest = stages.filter((s) => !known.has(s.index));
+  for (const r of rest.length === 0 ? [] : await prove(rest)) out[r.stage.index] = r;
+  return out;
 }
 
 /** verifyPlan with stages proved in worker threads under a per-stage deadline. */
@@ -179,9 +200,12 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
     }
     return out;
   };
+  // Tensor-level proofs first (stages/tensorlevel.ts): whole-tensor relations, whatever the
+  // shapes. A stage the numeric run shows differing is left to the element engines.
+  const known = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index))).proved : undefined;
   // Stage deduplication and the proof cache hook (stages/dedup.ts).
-  const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, opts.cache);
-  let results = distinct?.results ?? (await proveSome(stages));
+  const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, opts.cache, known);
+  let results = distinct?.results ?? (await proveRest(stages, known, proveSome));
   const numeric = witnessSearch(plan, results, first);
   if (engine === 'normal') results = await z3Fallback(plan, results, numeric, opts.deadlineMs);
   const assembled = assemble(plan, results, numeric, numeric.seed, t0);
