@@ -11,7 +11,8 @@
  */
 import { strict as assert } from 'node:assert';
 import type { Dense } from '../ops/algebra.js';
-import { narrow } from '../ops/dense.js';
+import { cat, narrow } from '../ops/dense.js';
+import { reshapeRegions } from '../ops/layout.js';
 import { registry } from '../ops/registry.js';
 import { type Attrs, type DimLabel, type DimSig, type OpDef, ShapeError, type Shape } from '../ops/types.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
@@ -103,6 +104,9 @@ const samples: Sample[] = [
   { op: 'attention', shapes: [[2, 3, 2], [1, 3, 2], [1, 3, 2]], attrs: { causal: true } },
   { op: 'attention', shapes: [[2, 2, 3, 2], [2, 2, 4, 2], [2, 2, 4, 3]], attrs: { scale: '1/2' } },
   { op: 'attention', shapes: [[2, 2, 2], [2, 3, 2], [2, 3, 2]] },
+  // Grouped-query heads, 4 query heads over 2 kv heads (DimSig.grouped bites).
+  { op: 'attention', shapes: [[4, 3, 2], [2, 3, 2], [2, 3, 2]], attrs: { causal: true } },
+  { op: 'attention_backward', shapes: [[4, 3, 2], [4, 3, 2], [2, 3, 2], [2, 3, 2], [4, 3, 2]], attrs: { causal: true } },
   { op: 'attention_backward', shapes: [[2, 2, 3], [2, 2, 2], [2, 3, 2], [2, 3, 3], [2, 2, 3]], attrs: { scale: '1/2' } },
   { op: 'attention_backward', shapes: [[2, 3, 2], [2, 3, 2], [1, 3, 2], [1, 3, 2], [2, 3, 2]], attrs: { causal: true } },
   { op: 'attention_partial_backward', shapes: [[2, 2, 3], [2, 2, 2], [2, 3, 2], [2, 3, 3], [2, 2, 3], [2, 2], [2, 2]], attrs: { scale: '1/2' } },
@@ -243,6 +247,56 @@ function firstDiff(got: readonly Num[], want: readonly Num[]): string | undefine
   return undefined;
 }
 
+/** x restricted to [start, end) along every dim carrying a label in `ranges`. */
+function restrictRanges(x: Num, labels: readonly DimLabel[], ranges: ReadonlyMap<string, readonly [number, number]>): Num {
+  let y = x;
+  labels.forEach((l, d) => {
+    const r = ranges.get(l.label);
+    if (r !== undefined) y = narrow(y, d, r[0], r[1]);
+  });
+  return y;
+}
+
+/**
+ * Whether the op is a plain sum over `label`: run on [0, 1) and [1, size) of it, the outputs
+ * without the label add up to the full ones (to rounding: the order of the sum changes) and
+ * the outputs with it are the matching slices.
+ */
+function sumsDiff(s: Sample, def: OpDef, sig: DimSig, label: string, seed: number): string | undefined {
+  const attrs = s.attrs ?? {};
+  const inputs = inputsOf(s, seed);
+  const size = (() => {
+    for (let i = 0; i < sig.inputs.length; i++) {
+      const d = (sig.inputs[i] as DimLabel[]).findIndex((l) => l.label === label);
+      if (d >= 0) return (s.shapes[i] as number[])[d] as number;
+    }
+    return 0;
+  })();
+  if (size < 2) return `'${label}' has size ${size}: pick a sample where it is >= 2`;
+  const full = def.apply(floatAlgebra, inputs, attrs);
+  const parts = ([[0, 1], [1, size]] as const).map((rg) => {
+    const m = new Map([[label, rg]]);
+    return { m, out: def.apply(floatAlgebra, inputs.map((x, i) => restrictRanges(x, sig.inputs[i] as DimLabel[], m)), attrs) };
+  });
+  for (let k = 0; k < full.length; k++) {
+    const labels = sig.outputs[k] as DimLabel[];
+    const f = full[k] as Num;
+    if (labels.some((l) => l.label === label)) {
+      for (const p of parts) {
+        const d = firstDiff([p.out[k] as Num], [restrictRanges(f, labels, p.m)]);
+        if (d !== undefined) return `output ${k} (has '${label}'): ${d}`;
+      }
+      continue;
+    }
+    for (let j = 0; j < f.data.length; j++) {
+      const sum = parts.reduce((acc, p) => acc + ((p.out[k] as Num).data[j] as number), 0);
+      const want = f.data[j] as number;
+      if (Math.abs(sum - want) > 1e-9 * Math.max(1, Math.abs(want))) return `output ${k} element ${j}: the addends sum to ${sum}, the op gives ${want}`;
+    }
+  }
+  return undefined;
+}
+
 interface Run {
   readonly what: string;
   readonly inputs: readonly Num[];
@@ -323,6 +377,63 @@ describe('reduction constraints (OpDef.dims)', () => {
     for (const [op, shapes, attrs, input, dim, role] of cases) assert.equal(roleOf(op, shapes, attrs, input, dim), role, `${op} ${JSON.stringify(attrs)} input ${input} dim ${dim}`);
   });
 
+  it("the 'sums' check catches a wrong declaration: linear with a bias summed over its input features", () => {
+    const s: Sample = { op: 'linear', shapes: [[2, 3], [4, 3], [4]] };
+    const def = defOf('linear');
+    const sig = def.dims(s.shapes, {});
+    assert.equal(sig.sums, undefined, 'a bias is added once per addend: linear with a bias must not declare sums');
+    assert.match(String(sumsDiff(s, def, sig, 'in', 5)), /addends sum to/);
+    const noBias: Sample = { op: 'linear', shapes: [[2, 3], [4, 3]] };
+    assert.deepEqual(def.dims(noBias.shapes, {}).sums, ['in']);
+    assert.equal(sumsDiff(noBias, def, def.dims(noBias.shapes, {}), 'in', 5), undefined);
+  });
+
+  it('reshape on a slice (reshapeRegions): every accepted region is exactly the local reshape of the local block', () => {
+    const pairs: [number[], number[]][] = [
+      [[4, 6], [24]],
+      [[24], [4, 6]],
+      [[4, 6], [4, 2, 3]],
+      [[4, 2, 3], [4, 6]],
+      [[2, 4, 6], [8, 6]],
+      [[8, 6], [2, 4, 6]],
+      [[2, 12], [4, 6]],
+      [[4, 6], [2, 12]],
+      [[1, 4, 6], [4, 6, 1]],
+      [[6, 4], [3, 2, 2, 2]],
+    ];
+    let accepted = 0;
+    let refused = 0;
+    const reshape = defOf('reshape');
+    for (const [a, b] of pairs) {
+      const x: Num = { shape: a, data: range(numelOf(a)).map((i) => i + 1) };
+      const [full] = reshape.apply(floatAlgebra, [x], { shape: b }) as [Num];
+      for (let d = 0; d < a.length; d++) {
+        for (let lo = 0; lo < (a[d] as number); lo++) {
+          for (let hi = lo + 1; hi <= (a[d] as number); hi++) {
+            const reg = a.map((n, i): [number, number] => (i === d ? [lo, hi] : [0, n]));
+            const out = reshapeRegions(a, b, reg);
+            if (typeof out === 'string') {
+              refused++;
+              continue;
+            }
+            accepted++;
+            const oreg = out[0] as [number, number][];
+            let local = x;
+            reg.forEach(([s0, e0], i) => (local = narrow(local, i, s0, e0)));
+            const [got] = reshape.apply(floatAlgebra, [local], { shape: oreg.map(([s0, e0]) => e0 - s0) }) as [Num];
+            let want = full;
+            oreg.forEach(([s0, e0], i) => (want = narrow(want, i, s0, e0)));
+            assert.equal(firstDiff([got], [want]), undefined, `${JSON.stringify(a)} -> ${JSON.stringify(b)}, dim ${d} [${lo}, ${hi}) -> ${JSON.stringify(oreg)}`);
+          }
+        }
+      }
+    }
+    assert.ok(accepted > 50 && refused > 20, `accepted ${accepted}, refused ${refused}: both kinds must occur`);
+    // A slice of an inner dim of a merged group is not a block of the merged dim.
+    assert.equal(typeof reshapeRegions([4, 6], [24], [[0, 4], [0, 3]]), 'string');
+    void cat;
+  });
+
   samples.forEach((s, si) => {
     describe(title(s), () => {
       const def = defOf(s.op);
@@ -368,6 +479,34 @@ describe('reduction constraints (OpDef.dims)', () => {
               const d = simdDiff(r, pick);
               assert.equal(d, undefined, `${r.what}: all batch labels at their ${at} index: ${d}`);
             }
+          }
+        }
+      });
+
+      // Tensor-level proofs (stages/tensorlevel.ts) rely on `sums` and `grouped`: checked here.
+      it("'sums' labels are plain sums: the op on two ranges of the label gives addends of the outputs without it, slices of those with it", () => {
+        for (const label of sig.sums ?? []) {
+          const info = table.get(label);
+          assert.ok(info !== undefined && info.role === 'contracted', `'${label}' in sums must be a contracted label`);
+          assert.equal(sumsDiff(s, def, sig, label, 200 + si), undefined);
+        }
+      });
+
+      it("'grouped' labels pair blocks: a block of groups with its partner's indices is the op on a slice", () => {
+        for (const g of sig.grouped ?? []) {
+          const a = table.get(g.label);
+          const b = table.get(g.of);
+          assert.ok(a !== undefined && b !== undefined && a.size === b.size * g.ratio, `'${g.label}' must be ${g.ratio} x '${g.of}'`);
+          for (let j = 0; j < b.size; j++) {
+            const ranges = new Map<string, [number, number]>([
+              [g.label, [j * g.ratio, (j + 1) * g.ratio]],
+              [g.of, [j, j + 1]],
+            ]);
+            const [r] = runsOf(s, def, sig, 300 + si);
+            const run = r as Run;
+            const want = run.run(run.inputs).map((o, k) => restrictRanges(o, run.outLabels[k] as DimLabel[], ranges));
+            const got = run.run(run.inputs.map((x, i) => restrictRanges(x, run.inLabels[i] as DimLabel[], ranges)));
+            assert.equal(firstDiff(got, want), undefined, `group ${j}`);
           }
         }
       });

@@ -1,0 +1,95 @@
+/**
+ * Tensor-level proofs (stages/tensorlevel.ts) are checked against the exact normal form:
+ * on every catalog bug, on every configuration the catalog injects into, on random plans and
+ * their mutants, each stage proved at tensor level is also proved element by element, and a
+ * stage the elements refute is never proved at tensor level. The op-record data the rules
+ * read (`sums`, `grouped`, reshape regions) is checked per op in test/reduction-dims.test.ts.
+ */
+import { strict as assert } from 'node:assert';
+import fc from 'fast-check';
+import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
+import { BUGS, type BugContext } from '../plans/gen/bugs.js';
+import { PRESETS } from '../plans/gen/presets.js';
+import { loadPlanObject, type LoadedPlan } from '../plans/loader.js';
+import { decompose } from '../stages/prove.js';
+import { logicalOrder } from '../sdfg/execute.js';
+import { proveTensorLevel } from '../stages/tensorlevel.js';
+import { verifyPlan } from '../stages/verify.js';
+import { mlpPlan, planParams } from './reduce-plans.js';
+
+const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
+
+/** Stages proved at tensor level, and the element engine's verdict on each stage. */
+function compare(plan: LoadedPlan): { tensor: Set<string>; element: Map<string, string>; total: number } {
+  const stages = decompose(plan, logicalOrder(plan));
+  const { proved } = proveTensorLevel(plan, stages);
+  const tensor = new Set([...proved.keys()].map((i) => plan.logical.tensors.name((stages[i] as (typeof stages)[number]).logical)));
+  const r = verifyPlan(plan, { tensorLevel: false });
+  return { tensor, element: new Map(r.stages.map((s) => [s.logical, s.status])), total: stages.length };
+}
+
+function assertSubset(what: string, c: { tensor: Set<string>; element: Map<string, string> }): void {
+  for (const t of c.tensor) assert.equal(c.element.get(t), 'proved', `${what}: stage '${t}' is proved at tensor level but the exact normal form says ${c.element.get(t) ?? 'nothing'}`);
+}
+
+describe('tensor-level proofs agree with the exact normal form', () => {
+  it('on the small presets: every stage it proves is proved element by element, and it proves most of them', () => {
+    for (const name of ['mlp-tiny', 'gpt2-tiny', 'llama-tiny', 'llama-tiny-sp', 'moe-tiny']) {
+      const p = PRESETS[name];
+      assert.ok(p !== undefined);
+      const plan = loadPlanObject(`${name}.json`, generatePlan({ model: p.model, par: p.par, optimizer: OPT }));
+      const c = compare(plan);
+      assertSubset(name, c);
+      // Not vacuous: most stages of these plans are slices, addends and collectives.
+      assert.ok(c.tensor.size >= c.total / 2, `${name}: only ${c.tensor.size} of ${c.total} stages proved at tensor level`);
+      assert.equal(verifyPlan(plan).verdict, 'verified', name);
+    }
+  }).timeout(300_000);
+
+  it('on every catalog bug: a stage the exact normal form refutes is never proved at tensor level', () => {
+    const ctxs: [BugContext, string][] = [
+      [{ dp: 2, tp: 2, micro: 2, family: 'llama' }, 'llama-tiny'],
+      [{ dp: 2, tp: 2, micro: 2, family: 'gpt2' }, 'gpt2-tiny'],
+      [{ dp: 2, tp: 2, micro: 2, sp: true, family: 'llama' }, 'llama-tiny-sp'],
+      [{ dp: 2, tp: 1, micro: 1, family: 'moe', ep: true }, 'moe-tiny'],
+    ];
+    let refuted = 0;
+    let checked = 0;
+    for (const bug of BUGS) {
+      if (bug.kind === 'consistency') continue;
+      const hit = ctxs.find(([ctx]) => bug.applies(ctx));
+      if (hit === undefined) continue;
+      const [ctx, preset] = hit;
+      const p = PRESETS[preset];
+      assert.ok(p !== undefined);
+      const raw = generatePlan({ model: p.model, par: { ...p.par, ...ctx, pp: 1 }, optimizer: OPT });
+      bug.inject(raw, ctx);
+      const plan = loadPlanObject('bug.json', raw);
+      const c = compare(plan);
+      assertSubset(bug.id, c);
+      const bad = [...c.element].filter(([, s]) => s !== 'proved').map(([t]) => t);
+      assert.ok(bad.length > 0, `${bug.id}: the exact normal form finds no failing stage`);
+      for (const t of bad) assert.ok(!c.tensor.has(t), `${bug.id}: '${t}' is proved at tensor level`);
+      // With tensor-level proofs on, the verdict is still "not equivalent".
+      assert.equal(verifyPlan(plan).verdict, 'not_equivalent', bug.id);
+      refuted++;
+      checked += c.tensor.size;
+    }
+    assert.ok(refuted >= 20 && checked > 100, `${refuted} bugs, ${checked} tensor-level stages compared`);
+  }).timeout(600_000);
+
+  it('on random Megatron MLP plans and their mutants (60 runs): same subset property, same verdicts', () => {
+    let tensorStages = 0;
+    fc.assert(
+      fc.property(planParams, (pp) => {
+        const plan = loadPlanObject('mem.json', JSON.parse(JSON.stringify(mlpPlan(pp))));
+        const c = compare(plan);
+        assertSubset(JSON.stringify(pp), c);
+        tensorStages += c.tensor.size;
+        assert.equal(verifyPlan(plan).verdict, verifyPlan(plan, { tensorLevel: false }).verdict);
+      }),
+      { numRuns: 60, seed: 7 },
+    );
+    assert.ok(tensorStages > 60, `${tensorStages} stages proved at tensor level over 60 plans`);
+  }).timeout(300_000);
+});
