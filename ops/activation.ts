@@ -63,6 +63,8 @@ function bwd(name: string, doc: string, f: Backward, attrSchema: object = noAttr
   return {
     name,
     family: 'activation',
+    // grad_out times a function of x.
+    linearIn: () => [0],
     doc,
     inputs: fixed(2),
     outputs: fixed(1),

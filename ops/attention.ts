@@ -225,6 +225,7 @@ export const ops: OpDef[] = [
   {
     name: 'attention_backward',
     family: 'attention',
+    linearIn: () => [0],
     doc: 'grad of attention: (grad_out, q, k, v, out) -> (dq, dk, dv); P = softmax, dv = P^T g, dS = P (g v^T - rowsum(g * out)), dq = dS k scale, dk = dS^T q scale (kv heads summed over their query group)',
     inputs: fixed(5),
     outputs: fixed(3),

@@ -18,10 +18,11 @@ export function mapDense<S>(x: Dense<S>, f: (v: S) => S): Dense<S> {
   return { shape: x.shape, data: x.data.map(f) };
 }
 
-function binary(name: string, doc: string, f: Binary, backward: BackwardRule): OpDef {
+function binary(name: string, doc: string, f: Binary, backward: BackwardRule, linearIn?: readonly number[]): OpDef {
   return {
     name,
     family: 'elementwise',
+    ...(linearIn === undefined ? {} : { linearIn: () => linearIn }),
     doc,
     inputs: fixed(2),
     outputs: fixed(1),
@@ -68,7 +69,7 @@ export const ops: OpDef[] = [
   binary('mul', 'torch.mul(a, b)', (alg, a, b) => alg.mul(a, b), (b, { inputs: [x, y], grads: [g] }) => [
     unbroadcast(b, one(b, 'mul', [g as GradRef, y as GradRef]), b.shape(x as GradRef)),
     unbroadcast(b, one(b, 'mul', [g as GradRef, x as GradRef]), b.shape(y as GradRef)),
-  ]),
+  ], [0, 1]),
   binary('div', 'torch.div(a, b) (true division)', (alg, a, b) => alg.div(a, b), (b, { inputs: [x, y], outputs: [o], grads: [g] }) => [
     unbroadcast(b, one(b, 'div', [g as GradRef, y as GradRef]), b.shape(x as GradRef)),
     // d(x/y)/dy = -x/y^2 = -out/y
@@ -77,6 +78,7 @@ export const ops: OpDef[] = [
   {
     name: 'neg',
     family: 'elementwise',
+    linearIn: () => [0],
     doc: 'torch.neg(a)',
     inputs: fixed(1),
     outputs: fixed(1),
@@ -89,6 +91,8 @@ export const ops: OpDef[] = [
   {
     name: 'identity',
     family: 'elementwise',
+    movesValues: true,
+    linearIn: () => [0],
     doc: 'a (a copy; also what a cast is in exact arithmetic)',
     inputs: fixed(1),
     outputs: fixed(1),
@@ -101,6 +105,7 @@ export const ops: OpDef[] = [
   {
     name: 'scale',
     family: 'elementwise',
+    linearIn: () => [0],
     doc: 'a * factor, factor a constant (number or rational string "p/q")',
     inputs: fixed(1),
     outputs: fixed(1),

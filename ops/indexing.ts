@@ -88,6 +88,7 @@ export const ops: OpDef[] = [
   {
     name: 'embedding',
     family: 'indexing',
+    linearIn: () => [1],
     doc: 'torch.nn.functional.embedding(ids, weight): (ids [...], weight [V, D]) -> [..., D]; ids outside [0, V) are an error (PyTorch raises)',
     inputs: fixed(2),
     outputs: fixed(1),
@@ -116,6 +117,7 @@ export const ops: OpDef[] = [
   {
     name: 'embedding_backward',
     family: 'indexing',
+    linearIn: () => [0],
     doc: 'grad of embedding: (grad_out [..., D], ids [...]) -> grad_weight [V, D], row v = sum of grad_out rows whose id is v (index_add)',
     inputs: fixed(2),
     outputs: fixed(1),
@@ -141,7 +143,8 @@ export const ops: OpDef[] = [
       const i = dimLabels(ids as Shape, 'i', 'contracted');
       const V = fixedDim('vocab');
       const D = batchDim('dim');
-      return { inputs: [[...i, D], i], outputs: [[V, D]], inputValues: { 1: V } };
+      // A plain sum over the id positions: each row adds grad_out's row into one table row.
+      return { inputs: [[...i, D], i], outputs: [[V, D]], inputValues: { 1: V }, sums: i.map((l) => l.label) };
     },
   },
   {

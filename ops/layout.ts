@@ -20,6 +20,8 @@ export const ops: OpDef[] = [
   {
     name: 'transpose',
     family: 'layout',
+    movesValues: true,
+    linearIn: () => [0],
     doc: 'torch.transpose(a, dim0, dim1)',
     inputs: fixed(1),
     outputs: fixed(1),
@@ -50,6 +52,8 @@ export const ops: OpDef[] = [
   {
     name: 'permute',
     family: 'layout',
+    movesValues: true,
+    linearIn: () => [0],
     doc: 'a.permute(dims)',
     inputs: fixed(1),
     outputs: fixed(1),
@@ -79,6 +83,8 @@ export const ops: OpDef[] = [
   {
     name: 'reshape',
     family: 'layout',
+    movesValues: true,
+    linearIn: () => [0],
     doc: 'a.reshape(shape) (row-major; one -1 allowed)',
     inputs: fixed(1),
     outputs: fixed(1),
@@ -113,6 +119,7 @@ export const ops: OpDef[] = [
   {
     name: 'slice',
     family: 'layout',
+    movesValues: true,
     doc: 'a.narrow(dim, start, end - start), i.e. a[..., start:end, ...]',
     inputs: fixed(1),
     outputs: fixed(1),
@@ -140,6 +147,7 @@ export const ops: OpDef[] = [
   {
     name: 'concat',
     family: 'layout',
+    movesValues: true,
     doc: 'torch.cat(inputs, dim)',
     inputs: { min: 1, max: Infinity },
     outputs: fixed(1),
@@ -168,6 +176,7 @@ export const ops: OpDef[] = [
   {
     name: 'split',
     family: 'layout',
+    movesValues: true,
     doc: 'torch.split(a, sizes, dim): one output per size',
     inputs: fixed(1),
     outputs: { min: 1, max: Infinity },

@@ -57,6 +57,20 @@ function ceLabels(at: Attrs, sumRole: DimRole): { N: DimLabel; C: DimLabel } {
   return { N: { label: 'n', role: rows }, C: { label: 'c', role: ignore >= 0 ? 'fixed' : 'contracted' } };
 }
 
+/**
+ * 'mean' is 1/N times 'sum' when no label can be ignored: the labels' values are known
+ * (`domains`, the values each may take) and ignore_index is not among them, so the count of
+ * non-ignored labels is N itself.
+ */
+function ceRescale(ins: readonly Shape[], at: Attrs, logitsAt: number, domains: readonly (readonly number[] | undefined)[]): { attrs: Attrs; factor: string } | undefined {
+  const x = ins[logitsAt] as Shape;
+  const ignore = typeof at['ignore_index'] === 'number' ? at['ignore_index'] : -100;
+  const labels = domains[logitsAt + 1];
+  const n = x[0] as number;
+  if ((at['reduction'] ?? 'mean') !== 'mean' || labels === undefined || labels.includes(ignore) || !(n > 0)) return undefined;
+  return { attrs: { ...at, reduction: 'sum' }, factor: `1/${n}` };
+}
+
 /** mse's dims: mean divides by numel (a size as a constant, so fixed); sum is `sumRole`. */
 function mseRole(at: Attrs, sumRole: DimRole): DimRole {
   return at['reduction'] === 'sum' ? sumRole : 'fixed';
@@ -84,8 +98,10 @@ export const ops: OpDef[] = [
     dims: (_ins, at) => {
       const none = at['reduction'] === 'none';
       const { N, C } = ceLabels(at, 'contracted');
-      return { inputs: [[N, C], [N]], outputs: [none ? [N] : []], inputValues: { 1: C } };
+      // The summed loss adds per-row terms plainly (DimSig.sums).
+      return { inputs: [[N, C], [N]], outputs: [none ? [N] : []], inputValues: { 1: C }, ...(at['reduction'] === 'sum' ? { sums: ['n'] } : {}) };
     },
+    rescale: (ins, at, doms) => ceRescale(ins, at, 0, doms),
   },
   {
     name: 'cross_entropy_backward',
@@ -119,6 +135,8 @@ export const ops: OpDef[] = [
       const { N, C } = ceLabels(at, 'batch');
       return { inputs: [none ? [N] : [], [N, C], [N]], outputs: [[N, C]], inputValues: { 2: C } };
     },
+    rescale: (ins, at, doms) => ceRescale(ins, at, 1, doms),
+    linearIn: () => [0],
   },
   {
     name: 'mse_loss',

@@ -63,6 +63,7 @@ export const ops: OpDef[] = [
   {
     name: 'matmul',
     family: 'matmul',
+    linearIn: () => [0, 1],
     doc: 'torch.matmul(a, b)',
     inputs: fixed(2),
     outputs: fixed(1),
@@ -75,6 +76,8 @@ export const ops: OpDef[] = [
   {
     name: 'linear',
     family: 'matmul',
+    // With a bias the op is affine, not linear, in x and w.
+    linearIn: (n: number) => (n === 2 ? [0, 1] : []),
     doc: 'torch.nn.functional.linear(x, w, b?) = x @ w.T (+ b)',
     inputs: { min: 2, max: 3 },
     outputs: fixed(1),

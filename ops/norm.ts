@@ -160,6 +160,7 @@ function norm(kind: 'layer' | 'rms'): OpDef[] {
     {
       name: `${name}_backward`,
       family: 'norm',
+      linearIn: () => [0],
       doc: `grad of ${name}: (grad_out, x[, weight]) -> grad_x[, grad_weight${kind === 'layer' ? ', grad_bias' : ''}]`,
       inputs: { min: 2, max: 3 },
       outputs: { min: 1, max: kind === 'layer' ? 3 : 2 },

@@ -36,6 +36,7 @@ export const ops: OpDef[] = [
   {
     name: 'rope',
     family: 'position',
+    linearIn: () => [0],
     doc: 'rotary embedding (Llama / HF apply_rotary_pos_emb): x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2]); cos and sin broadcast to x',
     inputs: fixed(3),
     outputs: fixed(1),

@@ -102,7 +102,21 @@ function reduction(name: string, doc: string, mean: boolean): OpDef {
     },
     // mean's 1/n is the reduced size as a constant: shrinking n would change it on this side
     // only (a plan may spell the same 1/n as a scale factor), so mean's reduced dims are fixed.
-    dims: ([a], at) => reduceSig(a as Shape, at, mean ? 'fixed' : 'contracted'),
+    dims: ([a], at) => {
+      const sig = reduceSig(a as Shape, at, mean ? 'fixed' : 'contracted');
+      // A sum adds its reduced dims plainly (DimSig.sums); a mean's 1/n is a constant.
+      return mean ? sig : { ...sig, sums: (sig.inputs[0] ?? []).filter((l) => l.role === 'contracted').map((l) => l.label) };
+    },
+    linearIn: () => [0],
+    // mean = (1/n) sum over the same dims.
+    ...(mean
+      ? {
+          rescale: ([a]: readonly Shape[], at: Attrs) => {
+            const n = reduceDimList(a as Shape, at).reduce((p, d) => p * ((a as Shape)[d] as number), 1);
+            return n > 0 ? { op: 'sum', attrs: { ...at }, factor: `1/${n}` } : undefined;
+          },
+        }
+      : {}),
   };
 }
 
@@ -180,6 +194,8 @@ export const ops: OpDef[] = [
   {
     name: 'expand',
     family: 'reduce',
+    movesValues: true,
+    linearIn: () => [0],
     doc: 'a.expand(shape) (broadcast to shape; -1 keeps a dim)',
     inputs: fixed(1),
     outputs: fixed(1),

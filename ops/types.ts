@@ -77,6 +77,25 @@ export interface OpDef {
    * own attributes `local`) computes exactly those regions of the logical op's outputs; else
    * why not. Used by tensor-level proofs instead of comparing attributes.
    */
+  /**
+   * A rescaling identity: with these attributes the op equals `factor` times op `op` (this op
+   * when omitted) with `attrs` (a mean over N rows is 1/N times their sum). Tensor-level proofs relate a mean over
+   * all rows to sums over row slices by it. Checked numerically in test/reduction-dims.test.ts.
+   */
+  rescale?(inShapes: readonly Shape[], attrs: Attrs, domains: readonly (readonly number[] | undefined)[]): { readonly op?: string; readonly attrs: Attrs; readonly factor: string } | undefined;
+  /**
+   * Inputs in which every output is linear, the others held fixed: f(.., a + b, ..) =
+   * f(.., a, ..) + f(.., b, ..) and f(.., c a, ..) = c f(.., a, ..). Tensor-level proofs carry
+   * scale factors and addends through such inputs. Checked numerically in
+   * test/reduction-dims.test.ts.
+   */
+  linearIn?(nInputs: number): readonly number[];
+  /**
+   * Every output element is a copy of an input element (layout ops): integer values keep their
+   * range through it (a reshape of the labels can still not hold ignore_index). Checked in
+   * test/reduction-dims.test.ts.
+   */
+  readonly movesValues?: boolean;
   sliceRegions?(inShapes: readonly Shape[], outShapes: readonly Shape[], regions: readonly (readonly (readonly [number, number])[])[], logical: Attrs, local: Attrs): (readonly [number, number])[][] | string;
 }
 

@@ -28,7 +28,7 @@ import type { LoadedPlan } from '../plans/loader.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 import { logicalOrder } from '../sdfg/execute.js';
-import { producers, result, type Producer, type Stage, type StageResult } from './prove.js';
+import { result, type Producer, type Stage, type StageResult } from './prove.js';
 
 /** An exact positive or negative rational, num/den in lowest terms (den > 0). */
 interface Frac {
@@ -50,6 +50,8 @@ function frac(num: number, den: number): Frac | undefined {
 }
 const fmul = (a: Frac, b: Frac): Frac | undefined => frac(a.num * b.num, a.den * b.den);
 const feq = (a: Frac, b: Frac): boolean => a.num === b.num && a.den === b.den;
+const fkey = (a: Frac): string => `${a.num}/${a.den}`;
+const fdiv = (a: Frac, b: Frac): Frac | undefined => frac(a.num * b.den, a.den * b.num);
 function parseFrac(v: number | string): Frac | undefined {
   if (typeof v === 'number') {
     if (Number.isInteger(v)) return frac(v, 1);
@@ -157,6 +159,27 @@ function compAll(p: Comp): boolean {
 function coversAll(p: Part): boolean {
   return p.comps.every(compAll);
 }
+/** Many addends of one decomposition together (sorted once: a group of 512 is not 512 merges). */
+function unionParts(ps: readonly Part[]): Part | undefined {
+  const first = ps[0];
+  if (first === undefined) return undefined;
+  if (ps.length <= 2) return ps.length === 1 ? first : unionPart(first, ps[1] as Part);
+  const comps: Comp[] = [];
+  for (let i = 0; i < first.comps.length; i++) {
+    const c0 = first.comps[i] as Comp;
+    const all: number[] = [];
+    for (const p of ps) {
+      const c = p.comps[i];
+      if (p.key !== first.key || p.comps.length !== first.comps.length || c === undefined || c.kind !== c0.kind || c.total !== c0.total) return undefined;
+      for (const x of c.cover) all.push(x);
+    }
+    const u = unionCover(c0.kind, [], all);
+    if (u === undefined) return undefined;
+    comps.push({ ...c0, cover: u });
+  }
+  return { key: first.key, comps };
+}
+
 /** Two addends of one decomposition together; undefined when they overlap in some component. */
 function unionPart(a: Part, b: Part): Part | undefined {
   if (a.key !== b.key || a.comps.length !== b.comps.length) return undefined;
@@ -172,20 +195,15 @@ function unionPart(a: Part, b: Part): Part | undefined {
   return { key: a.key, comps };
 }
 
-/** Logical ops by kind and input tensors, for finding the logical op a parallel op slices. */
-function logicalIndex(plan: LoadedPlan, canon: Int32Array): Map<string, number[]> {
-  const lg = plan.logical;
-  const m = new Map<string, number[]>();
-  for (let op = 0; op < lg.ops.size; op++) {
-    const k = `${lg.ops.kind[op] as number}|${[...lg.ops.opInputs(op)].map((x) => canon[x] as number).join(',')}`;
-    const l = m.get(k);
-    if (l === undefined) m.set(k, [op]);
-    else l.push(op);
-  }
-  return m;
-}
-
 const MAX_DEPTH = 4000;
+/** (rank, tensor) as one number: rank * TENSOR_KEY + tensor (programs hold fewer tensors). */
+const TENSOR_KEY = 1 << 24;
+
+/** A collective instance's members' input relations, derived once per stage. */
+interface Shared {
+  readonly ins: readonly (Relation | undefined)[];
+  readonly memo: Map<string, Derived>;
+}
 
 interface Sig {
   readonly inputs: readonly (readonly DimLabel[])[];
@@ -194,43 +212,157 @@ interface Sig {
   readonly grouped: readonly { readonly label: string; readonly of: string; readonly ratio: number }[];
 }
 
+/** A logical op, or a virtual one (defined by the rules, never in the plan). */
+interface OpRef {
+  readonly kind: number;
+  readonly attrs: Attrs;
+  /** Canonical tensor ids, and the factor each input is of them (logical input = factor x id). */
+  readonly inputs: readonly number[];
+  readonly factors: readonly Frac[];
+  /** Tensor ids it defines: logical ones for a logical op, virtual ones (>= the logical count) otherwise. */
+  readonly outputs: readonly number[];
+}
+
 /**
- * Logical tensors computed by the same op kind, attributes and (canonical) inputs are one
- * value: each maps to the first such tensor, so a parallel op matches whichever of the copies
- * its claims name.
+ * The logical graph as the rules see it, grown with virtual tensors:
+ *  - logical tensors computed by the same op kind, attributes and (canonical) inputs are one
+ *    value (each maps to the first);
+ *  - an op with a rescaling identity (OpDef.rescale: a mean over N rows is 1/N times their sum)
+ *    maps its outputs to factor x the outputs of the rescaled op, a virtual op when the plan
+ *    has none;
+ *  - a parallel op with no logical counterpart defines a virtual op: the same op applied to
+ *    the whole logical inputs (its value is well defined; a slice of it is what the rules
+ *    derive for the parallel op).
+ * canon[t] = (id, factor): logical tensor t equals factor x tensor id.
  */
-function logicalCanon(plan: LoadedPlan): Int32Array {
-  const lg = plan.logical;
-  const canon = Int32Array.from({ length: lg.tensors.size }, (_, i) => i);
-  const seen = new Map<string, number>();
-  for (const op of logicalOrderOf(plan)) {
-    const k = `${lg.ops.kind[op] as number}|${[...lg.ops.opInputs(op)].map((x) => canon[x] as number).join(',')}|${attrsKey(lg.attrs[op])}`;
-    const prev = seen.get(k);
-    if (prev === undefined) {
-      seen.set(k, op);
-      continue;
+class LogicalWorld {
+  readonly nLogical: number;
+  readonly ops: OpRef[] = [];
+  /** kind|inputs -> op indices. */
+  readonly index = new Map<string, number[]>();
+  private readonly byKey = new Map<string, number>();
+  private readonly canonId: Int32Array;
+  private readonly canonScale: Frac[];
+  private readonly vShapes: Shape[] = [];
+  private readonly vNames: string[] = [];
+  private readonly domains: (readonly number[] | undefined)[];
+  constructor(readonly plan: LoadedPlan) {
+    const lg = plan.logical;
+    this.nLogical = lg.tensors.size;
+    this.canonId = Int32Array.from({ length: lg.tensors.size }, (_, i) => i);
+    this.canonScale = Array.from({ length: lg.tensors.size }, () => ONE);
+    this.domains = [...lg.domains];
+    for (const op of logicalOrder(plan)) {
+      const kind = lg.ops.kind[op] as number;
+      const def = registry.get(kind);
+      const attrs = (lg.attrs[op] ?? {}) as Attrs;
+      const inputs = [...lg.ops.opInputs(op)].map((x) => this.canonId[x] as number);
+      const factors = [...lg.ops.opInputs(op)].map((x) => this.canonScale[x] as Frac);
+      const outs = [...lg.ops.opOutputs(op)];
+      // Integer values keep their range through layout ops.
+      if (def.movesValues === true) {
+        const ds = [...lg.ops.opInputs(op)].map((x) => this.domains[x]);
+        if (ds.every((d) => d !== undefined)) outs.forEach((t) => (this.domains[t] = [...new Set(ds.flat() as number[])].sort((x, y) => x - y)));
+      }
+      const key = `${kind}|${attrsKey(attrs)}|${inputs.map((x, i) => `${x}*${fkey(factors[i] as Frac)}`).join(',')}`;
+      const prev = this.byKey.get(key);
+      if (prev !== undefined) {
+        const a = (this.ops[prev] as OpRef).outputs;
+        outs.forEach((t, i) => this.alias(t, a[i] as number, ONE));
+        continue;
+      }
+      this.register(key, { kind, attrs, inputs, factors, outputs: outs });
+      const inShapes = [...lg.ops.opInputs(op)].map((x) => lg.shapes[x] ?? []);
+      const re = def.rescale?.(inShapes, attrs, [...lg.ops.opInputs(op)].map((x) => this.domains[x]));
+      const f = re === undefined ? undefined : parseFrac(re.factor);
+      if (re === undefined || f === undefined) continue;
+      const other = re.op === undefined ? kind : registry.id(re.op);
+      const v = this.opFor(other, re.attrs, inputs, factors);
+      if (v === undefined) continue;
+      outs.forEach((t, i) => this.alias(t, (this.ops[v] as OpRef).outputs[i] as number, f));
     }
-    const a = lg.ops.opOutputs(prev);
-    lg.ops.opOutputs(op).forEach((t, i) => (canon[t] = canon[a[i] as number] as number));
   }
-  return canon;
+
+  /** Logical tensor t equals factor x tensor `to` (itself canonical, or mapped through). */
+  private alias(t: number, to: number, factor: Frac): void {
+    const base = to < this.nLogical ? (this.canonId[to] as number) : to;
+    const s = to < this.nLogical ? fmul(factor, this.canonScale[to] as Frac) : factor;
+    if (s === undefined) return;
+    this.canonId[t] = base;
+    this.canonScale[t] = s;
+  }
+
+  private register(key: string, op: OpRef): number {
+    const i = this.ops.length;
+    this.ops.push(op);
+    this.byKey.set(key, i);
+    const k = `${op.kind}|${op.inputs.join(',')}`;
+    const l = this.index.get(k);
+    if (l === undefined) this.index.set(k, [i]);
+    else l.push(i);
+    return i;
+  }
+
+  /** The op computing `kind(attrs)` of these canonical inputs: the plan's, or a new virtual one. */
+  opFor(kind: number, attrs: Attrs, inputs: readonly number[], factors: readonly Frac[] = inputs.map(() => ONE)): number | undefined {
+    const key = `${kind}|${attrsKey(attrs)}|${inputs.map((x, i) => `${x}*${fkey(factors[i] as Frac)}`).join(',')}`;
+    const hit = this.byKey.get(key);
+    if (hit !== undefined) return hit;
+    const def = registry.get(kind);
+    let outShapes: Shape[];
+    try {
+      if (registry.checkAttrs(kind, attrs) !== undefined) return undefined;
+      outShapes = def.shape(inputs.map((x) => this.shape(x)), attrs);
+    } catch {
+      return undefined;
+    }
+    const outputs = outShapes.map((sh) => {
+      this.vShapes.push(sh);
+      this.vNames.push(`${def.name}(${inputs.map((x) => this.name(x)).join(', ')})`);
+      return this.nLogical + this.vShapes.length - 1;
+    });
+    // A virtual op reads factor x its canonical inputs: only unscaled ones have a shape rule to trust.
+    if (factors.some((f) => !feq(f, ONE))) return undefined;
+    return this.register(key, { kind, attrs, inputs, factors, outputs });
+  }
+
+  shape(id: number): Shape {
+    return id < this.nLogical ? (this.plan.logical.shapes[id] ?? []) : (this.vShapes[id - this.nLogical] ?? []);
+  }
+  name(id: number): string {
+    return id < this.nLogical ? this.plan.logical.tensors.name(id) : (this.vNames[id - this.nLogical] ?? `#${id}`);
+  }
+  /** (canonical id, factor) of a tensor id. */
+  canon(id: number): [number, Frac] {
+    return id < this.nLogical ? [this.canonId[id] as number, this.canonScale[id] as Frac] : [id, ONE];
+  }
 }
 
 /**
  * Derives relations and checks obligations; one per plan (its indexes are shared by stages).
  */
 export class TensorLevelProver {
-  private readonly prod: Map<string, Producer>;
-  private readonly index: Map<string, number[]>;
+  private readonly localProd: Int32Array[];
+  private readonly collProd = new Map<number, number>();
+  private readonly world: LogicalWorld;
   private readonly dimsCache = new Map<number, Sig | null>();
   private readonly scaleKind: number;
   private readonly addKind: number;
   private readonly identityKind: number;
-  private readonly canon: Int32Array;
   constructor(readonly plan: LoadedPlan) {
-    this.prod = producers(plan);
-    this.canon = logicalCanon(plan);
-    this.index = logicalIndex(plan, this.canon);
+    // Producers without per-rank string keys: a local op per (program, tensor), and the
+    // collective instance per (rank, output) (L1: 512 ranks x 15k tensors would be 7M strings).
+    this.localProd = plan.programs.map((p) => {
+      const a = new Int32Array(p.tensors.size).fill(-1);
+      const sites = new Set(p.collectiveSites);
+      for (let op = 0; op < p.ops.size; op++) if (!sites.has(op)) for (const t of p.ops.opOutputs(op)) a[t] = op;
+      return a;
+    });
+    plan.collectives.forEach((c, ci) => c.group.forEach((r, i) => {
+      const o = c.outputs[i] as number;
+      if (o >= 0) this.collProd.set(r * TENSOR_KEY + o, ci);
+    }));
+    this.world = new LogicalWorld(plan);
     this.scaleKind = registry.id('scale');
     this.addKind = registry.id('add');
     this.identityKind = registry.id('identity');
@@ -238,14 +370,15 @@ export class TensorLevelProver {
 
   prove(stage: Stage): StageResult | { why: string } {
     const t0 = performance.now();
-    const memo = new Map<string, Derived>();
+    const memo = new Map<number, Derived>();
     const inputs = new Map<string, LineageNF>();
+    const coll = new Map<number, Shared | string>();
     const derive = (r: number, t: number, depth: number): Derived => {
-      const key = `${r}:${t}`;
+      const key = r * TENSOR_KEY + t;
       const hit = memo.get(key);
       if (hit !== undefined) return hit;
       if (depth > MAX_DEPTH) return 'the stage is deeper than the tensor-level walk goes';
-      const d = this.deriveOne(stage, r, t, depth, derive, inputs);
+      const d = this.deriveOne(stage, r, t, depth, derive, inputs, coll);
       memo.set(key, d);
       return d;
     };
@@ -277,26 +410,30 @@ export class TensorLevelProver {
     for (const g of groups.values()) {
       const byIdx = (g as { idx?: Map<number, Relation> }).idx as Map<number, Relation>;
       const n = ((g.claim.part as Part).comps[0] as Comp).total;
-      if (byIdx.size !== n) return { why: `addends of ${this.plan.logical.tensors.name(g.claim.logical)}: ${byIdx.size} of ${n} are computed in this stage` };
+      if (byIdx.size !== n) return { why: `addends of ${this.world.name(g.claim.logical)}: ${byIdx.size} of ${n} are computed in this stage` };
       let acc: Part | undefined;
       for (const d of byIdx.values()) {
         const p = d.part as Part;
         if (acc === undefined) acc = p;
         else {
-          if (acc.key !== p.key) return { why: `the claimed addends of ${this.plan.logical.tensors.name(g.claim.logical)} derive from different decompositions` };
+          if (acc.key !== p.key) return { why: `the claimed addends of ${this.world.name(g.claim.logical)} derive from different decompositions` };
           const u = unionPart(acc, p);
-          if (u === undefined) return { why: `the claimed addends of ${this.plan.logical.tensors.name(g.claim.logical)} overlap` };
+          if (u === undefined) return { why: `the claimed addends of ${this.world.name(g.claim.logical)} overlap` };
           acc = u;
         }
       }
-      if (acc === undefined || !coversAll(acc)) return { why: `the claimed addends of ${this.plan.logical.tensors.name(g.claim.logical)} do not add up to the whole value` };
+      if (acc === undefined || !coversAll(acc)) return { why: `the claimed addends of ${this.world.name(g.claim.logical)} do not add up to the whole value` };
     }
     void lshape;
     return result(stage, 'proved', undefined, [], { logicalOps: 0, parallelOps: memo.size }, 0, t0);
   }
 
+  /** A relation of a logical tensor, restated on its canonical tensor (claims name logical ones). */
   private canonical(d: Derived): Derived {
-    return typeof d === 'string' ? d : { ...d, logical: this.canon[d.logical] as number };
+    if (typeof d === 'string') return d;
+    const [id, f] = this.world.canon(d.logical);
+    const scale = fmul(d.scale, f);
+    return scale === undefined ? 'scale overflow' : { ...d, logical: id, scale };
   }
 
   private tensorName(r: number, t: number): string {
@@ -306,40 +443,49 @@ export class TensorLevelProver {
   private show(r: Relation): string {
     const s = r.scale.num === 1 && r.scale.den === 1 ? '' : `${r.scale.num}/${r.scale.den} x `;
     const p = r.part === undefined ? '' : ` (addends ${r.part.comps.map((c) => `${c.cover.join(',')} of ${c.total}`).join(' + ')})`;
-    return `${s}${this.plan.logical.tensors.name(r.logical)}[${r.ranges.map(([a, b]) => `${a}:${b}`).join(',')}]${p}`;
+    return `${s}${this.world.name(r.logical)}[${r.ranges.map(([a, b]) => `${a}:${b}`).join(',')}]${p}`;
   }
 
-  private deriveOne(stage: Stage, r: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived, inputs: Map<string, LineageNF>): Derived {
+  private deriveOne(stage: Stage, r: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived, inputs: Map<string, LineageNF>, coll: Map<number, Shared | string>): Derived {
     const plan = this.plan;
     const pi = plan.rankProgram[r] as number;
     const p = plan.programs[pi] as Program;
-    const key = `${r}:${t}`;
-    const pr = this.prod.get(key);
+    const lop = (this.localProd[pi] as Int32Array)[t] as number;
+    const inst = lop >= 0 ? -1 : this.collProd.get(r * TENSOR_KEY + t);
+    const pr: Producer | undefined = lop >= 0 ? { op: lop, inst: -1 } : inst === undefined ? undefined : { op: -1, inst };
     const spec = p.lineage[t];
     if (spec !== undefined && (spec.logical !== stage.logical || pr === undefined)) {
       // A stage input: its claim is assumed (the stage that produces it proves it).
       const nf = this.claimNF(r, t);
       if (nf === undefined) return 'no lineage';
-      inputs.set(key, nf);
       return this.canonical(claimRelation(nf));
     }
     if (pr === undefined) return `'${p.tensors.name(t)}' has no producer and no lineage`;
     if (pr.op >= 0) return this.deriveOp(r, pr.op, t, depth, derive);
     const c = plan.collectives[pr.inst];
     if (c === undefined) return 'missing collective';
-    const ins: Relation[] = [];
-    for (let i = 0; i < c.group.length; i++) {
-      const x = c.inputs[i] as number;
-      if (x < 0) {
-        ins.push(undefined as unknown as Relation);
-        continue;
+    // One derivation per collective instance and stage: every member's output reads the same
+    // inputs (an all-reduce over 512 ranks is combined once, not once per member).
+    let shared = coll.get(pr.inst);
+    if (shared === undefined) {
+      const ins: (Relation | undefined)[] = [];
+      let failed: string | undefined;
+      for (let i = 0; i < c.group.length && failed === undefined; i++) {
+        const x = c.inputs[i] as number;
+        if (x < 0) {
+          ins.push(undefined);
+          continue;
+        }
+        const d = derive(c.group[i] as number, x, depth + 1);
+        if (typeof d === 'string') failed = d;
+        else ins.push(d);
       }
-      const d = derive(c.group[i] as number, x, depth + 1);
-      if (typeof d === 'string') return d;
-      ins.push(d);
+      shared = failed ?? { ins, memo: new Map() };
+      coll.set(pr.inst, shared);
     }
+    if (typeof shared === 'string') return shared;
     const me = c.group.indexOf(r);
-    return this.deriveCollective(registry.get(c.kind).name, c.attrs, ins, me, c.group.length, plan.view(r).shapes[t] ?? []);
+    return this.deriveCollective(registry.get(c.kind).name, c.attrs, shared, me, c.group.length, plan.view(r).shapes[t] ?? []);
   }
 
   private claimNF(r: number, t: number): LineageNF | undefined {
@@ -349,19 +495,27 @@ export class TensorLevelProver {
     return this.nfOf(r, t);
   }
 
-  private readonly nfCache = new Map<string, LineageNF>();
+  private readonly nfCache = new Map<number, LineageNF>();
   private nfOf(r: number, t: number): LineageNF {
-    const key = `${r}:${t}`;
+    const key = r * TENSOR_KEY + t;
     const hit = this.nfCache.get(key);
     if (hit !== undefined) return hit;
     // evalLineage through the stage builder's conventions (plans/loader view shapes).
     const nf = evalNF(this.plan, r, t);
-    if (this.nfCache.size > 1_000_000) this.nfCache.clear();
+    if (this.nfCache.size > 100_000) this.nfCache.clear();
     this.nfCache.set(key, nf);
     return nf;
   }
 
-  private deriveCollective(kind: string, attrs: Attrs, ins: readonly (Relation | undefined)[], me: number, g: number, outShape: Shape): Derived {
+  private deriveCollective(kind: string, attrs: Attrs, shared: Shared, me: number, g: number, outShape: Shape): Derived {
+    const ins = shared.ins;
+    const once = (k: string, f: () => Derived): Derived => {
+      const hit = shared.memo.get(k);
+      if (hit !== undefined) return hit;
+      const v = f();
+      shared.memo.set(k, v);
+      return v;
+    };
     const present = ins.filter((x): x is Relation => x !== undefined);
     switch (kind) {
       case 'send':
@@ -378,7 +532,7 @@ export class TensorLevelProver {
       case 'reduce_scatter': {
         const red = String(attrs['reduce']);
         if (present.length !== g) return 'a member passes no input';
-        const comb = this.combine(present, red, g);
+        const comb = once('combine', () => this.combine(present, red, g));
         if (typeof comb === 'string') return comb;
         if (kind === 'all_reduce') return comb;
         const d = this.normDim(attrs['dim'], comb.ranges.length);
@@ -390,6 +544,29 @@ export class TensorLevelProver {
       }
       case 'all_gather': {
         if (present.length !== g) return 'a member passes no input';
+        return once(`gather${outShape.join(',')}`, () => this.gather(present, attrs, outShape));
+      }
+      case 'all_to_all': {
+        if (present.length !== g) return 'a member passes no input';
+        const check = once('a2a', () => this.a2aCheck(present, attrs));
+        if (typeof check === 'string') return check;
+        const first = present[0] as Relation;
+        const sd = this.normDim(attrs['split_dim'], first.ranges.length);
+        const cd = this.normDim(attrs['concat_dim'], first.ranges.length);
+        const [s, e] = first.ranges[sd] as [number, number];
+        const w = (e - s) / g;
+        if (!Number.isInteger(w)) return 'all_to_all of a region not divisible by the group';
+        const ranges = first.ranges.map((x, i) => (i === cd ? (check.ranges[cd] as [number, number]) : i === sd ? ([s + me * w, s + (me + 1) * w] as [number, number]) : x));
+        return this.checked({ logical: first.logical, ranges, scale: first.scale }, outShape);
+      }
+      default:
+        return `collective '${kind}' has no tensor-level rule`;
+    }
+  }
+
+  private gather(present: readonly Relation[], attrs: Attrs, outShape: Shape): Derived {
+    {
+      {
         const first = present[0] as Relation;
         const d = this.normDim(attrs['dim'], first.ranges.length);
         let end = (first.ranges[d] as [number, number])[0];
@@ -402,8 +579,13 @@ export class TensorLevelProver {
         const ranges = first.ranges.map((x, i) => (i === d ? ([(first.ranges[d] as [number, number])[0], end] as [number, number]) : x));
         return this.checked({ logical: first.logical, ranges, scale: first.scale }, outShape);
       }
-      case 'all_to_all': {
-        if (present.length !== g) return 'a member passes no input';
+    }
+  }
+
+  /** all_to_all inputs: slices of one value, contiguous along concat_dim; the concatenated region. */
+  private a2aCheck(present: readonly Relation[], attrs: Attrs): Relation | string {
+    {
+      {
         const first = present[0] as Relation;
         const sd = this.normDim(attrs['split_dim'], first.ranges.length);
         const cd = this.normDim(attrs['concat_dim'], first.ranges.length);
@@ -415,14 +597,8 @@ export class TensorLevelProver {
           if ((x.ranges[cd] as [number, number])[0] !== end) return 'all_to_all of slices that are not contiguous in group order';
           end = (x.ranges[cd] as [number, number])[1];
         }
-        const [s, e] = first.ranges[sd] as [number, number];
-        const w = (e - s) / g;
-        if (!Number.isInteger(w)) return 'all_to_all of a region not divisible by the group';
-        const ranges = first.ranges.map((x, i) => (i === cd ? ([(first.ranges[cd] as [number, number])[0], end] as [number, number]) : i === sd ? ([s + me * w, s + (me + 1) * w] as [number, number]) : x));
-        return this.checked({ logical: first.logical, ranges, scale: first.scale }, outShape);
+        return { ...first, ranges: first.ranges.map((x, i) => (i === cd ? ([(first.ranges[cd] as [number, number])[0], end] as [number, number]) : x)) };
       }
-      default:
-        return `collective '${kind}' has no tensor-level rule`;
     }
   }
 
@@ -441,12 +617,8 @@ export class TensorLevelProver {
       const s = fmul(first.scale, fmul(frac(g, 1) as Frac, post) as Frac);
       return s === undefined ? 'scale overflow' : { logical: first.logical, ranges: first.ranges, scale: s };
     }
-    let acc: Part = first.part;
-    for (const x of xs.slice(1)) {
-      const u = unionPart(acc, x.part as Part);
-      if (u === undefined) return `${red} of overlapping addends`;
-      acc = u;
-    }
+    const acc = unionParts(xs.map((x) => x.part as Part));
+    if (acc === undefined) return `${red} of overlapping addends`;
     const s = fmul(first.scale, post);
     if (s === undefined) return 'scale overflow';
     if (coversAll(acc)) return { logical: first.logical, ranges: first.ranges, scale: s };
@@ -471,12 +643,12 @@ export class TensorLevelProver {
   private sig(op: number): Sig | null {
     const hit = this.dimsCache.get(op);
     if (hit !== undefined) return hit;
-    const lg = this.plan.logical;
+    const o = this.world.ops[op] as OpRef;
     let s: Sig | null;
     try {
-      const d = registry.get(lg.ops.kind[op] as number).dims(
-        [...lg.ops.opInputs(op)].map((x) => lg.shapes[x] ?? []),
-        lg.attrs[op] as Attrs,
+      const d = registry.get(o.kind).dims(
+        o.inputs.map((x) => this.world.shape(x)),
+        o.attrs,
       );
       s = { inputs: d.inputs, outputs: d.outputs, sums: new Set(d.sums ?? []), grouped: d.grouped ?? [] };
     } catch {
@@ -503,101 +675,149 @@ export class TensorLevelProver {
     const outShape = view.shapes[t] ?? [];
     const def = registry.get(kind);
     // Rules that need no logical counterpart.
-    if (kind === this.scaleKind && ins.length === 1 && (ins[0] as Relation).logical >= 0) {
+    if (kind === this.scaleKind && ins.length === 1) {
       const f = parseFrac(attrScalar(attrs, 'factor'));
       const x = ins[0] as Relation;
-      const byLogical = this.sliced(op, r, kind, ins, attrs, k, outShape, def.name);
-      if (typeof byLogical !== 'string') return byLogical;
-      if (f === undefined || f.num === 0) return `scale by ${String(attrs['factor'])}`;
+      if (f === undefined || f.num === 0) return this.sliced(kind, ins, attrs, k, outShape, def.name);
       const s = fmul(x.scale, f);
       return s === undefined ? 'scale overflow' : this.checked({ ...x, scale: s }, outShape);
     }
     if (kind === this.identityKind && ins.length === 1) return this.checked(ins[0] as Relation, outShape);
     if (kind === this.addKind && ins.length === 2 && (ins[0] as Relation).part !== undefined) {
-      // Gradient accumulation: two addends of one decomposition.
       const [a, b] = ins as [Relation, Relation];
       const pa = a.part as Part;
       const pb = b.part;
+      // Gradient accumulation: two addends of one decomposition.
       if (pb !== undefined && pa.key === pb.key && regionKey(a) === regionKey(b) && feq(a.scale, b.scale)) {
         const part = unionPart(pa, pb);
         if (part === undefined) return 'add of overlapping addends';
         return this.checked(coversAll(part) ? { logical: a.logical, ranges: a.ranges, scale: a.scale } : { ...a, part }, outShape);
       }
-      // Addends of two values added by a logical add: the sums of their addends add up.
-      if (pb !== undefined && feq(a.scale, b.scale)) {
-        const q = this.index.get(`${kind}|${this.canon[a.logical] as number},${this.canon[b.logical] as number}`);
-        for (const op of q ?? []) {
-          const sig = this.sig(op);
-          const lout = this.plan.logical.ops.opOutputs(op)[0] as number;
-          if (sig === null) continue;
-          const lshape = this.plan.logical.shapes[lout] ?? [];
-          // Both inputs must be the same region of same-shaped values (no broadcasting).
-          if (a.ranges.length !== lshape.length || (this.plan.logical.shapes[a.logical] ?? []).join(',') !== lshape.join(',') || (this.plan.logical.shapes[b.logical] ?? []).join(',') !== lshape.join(',')) continue;
-          if (a.ranges.some((x, i) => x[0] !== (b.ranges[i] as [number, number])[0] || x[1] !== (b.ranges[i] as [number, number])[1])) continue;
-          const part: Part = { key: `add|${op}|${pa.key}|${pb.key}`, comps: [...pa.comps, ...pb.comps] };
-          return this.checked({ logical: this.canon[lout] as number, ranges: a.ranges, scale: a.scale, part }, outShape);
+      // Addends of two values, added: the sums of their addends add up (same region, same
+      // shapes, no broadcasting), to the add of the two values.
+      if (pb !== undefined && feq(a.scale, b.scale) && a.ranges.length === b.ranges.length && a.ranges.every((x, i) => x[0] === (b.ranges[i] as [number, number])[0] && x[1] === (b.ranges[i] as [number, number])[1])) {
+        const sa = this.world.shape(a.logical).join(',');
+        if (sa === this.world.shape(b.logical).join(',')) {
+          const q = this.world.opFor(kind, {}, [a.logical, b.logical]);
+          const lout = q === undefined ? undefined : (this.world.ops[q] as OpRef).outputs[0];
+          if (lout !== undefined) {
+            const [id, f] = this.world.canon(lout);
+            const scale = fmul(a.scale, f);
+            const part: Part = { key: `add|${q}|${pa.key}|${pb.key}`, comps: [...pa.comps, ...pb.comps] };
+            if (scale !== undefined) return this.checked({ logical: id, ranges: a.ranges, scale, part }, outShape);
+          }
         }
       }
       return `add of ${this.show(a)} and ${this.show(b)}`;
     }
-    return this.sliced(op, r, kind, ins, attrs, k, outShape, def.name);
+    return this.sliced(kind, ins, attrs, k, outShape, def.name);
   }
 
-  /** Same op on a slice (or a plain-sum addend) of a logical op with these logical inputs. */
-  private sliced(_op: number, _r: number, kind: number, ins: readonly Relation[], attrs: Attrs, k: number, outShape: Shape, name: string): Derived {
-    const lg = this.plan.logical;
-    const cands = this.index.get(`${kind}|${ins.map((x) => x.logical).join(',')}`);
-    if (cands === undefined) return `no logical '${name}' reads ${ins.map((x) => lg.tensors.name(x.logical)).join(', ')}`;
+  /**
+   * Same op on a slice (or a plain-sum addend) of a logical op with these logical inputs, or
+   * of a virtual op with the parallel op's own attributes.
+   */
+  private sliced(kind: number, ins0: readonly Relation[], attrs: Attrs, k: number, outShape: Shape, name: string): Derived {
+    const w = this.world;
+    let ins = ins0;
     const def = registry.get(kind);
+    const cands = [...(w.index.get(`${kind}|${ins.map((x) => x.logical).join(',')}`) ?? [])];
     let why = '';
-    for (const q of cands) {
+    const tryOp = (q: number): Derived | undefined => {
       const sig = this.sig(q);
-      if (sig === null) continue;
-      const lq = lg.attrs[q] as Attrs;
-      const out = lg.ops.opOutputs(q)[k];
-      if (out === undefined) continue;
-      const lshape = lg.shapes[out] ?? [];
+      const o = w.ops[q] as OpRef;
+      const out = o.outputs[k];
+      if (sig === null || out === undefined) return undefined;
+      // The op reads factor x its canonical inputs: restate the parallel inputs against the
+      // op's actual inputs (par = s x id = (s / factor) x input).
+      const lin0 = def.linearIn?.(ins.length) ?? [];
+      const adj: Relation[] = [];
+      for (let i = 0; i < ins.length; i++) {
+        const x = ins[i] as Relation;
+        const f = o.factors[i] ?? ONE;
+        if (feq(f, ONE)) {
+          adj.push(x);
+          continue;
+        }
+        const sc = fdiv(x.scale, f);
+        if (sc === undefined || (!feq(sc, ONE) && !lin0.includes(i))) return `input ${i} is ${fkey(f)} x its canonical value`;
+        adj.push({ ...x, scale: sc });
+      }
+      ins = adj;
       let d: Derived;
       if (def.sliceRegions !== undefined) {
-        if (ins.some((x) => x.part !== undefined)) {
-          why = `'${name}' of an addend`;
-          continue;
-        }
-        const inShapes = [...lg.ops.opInputs(q)].map((x) => lg.shapes[x] ?? []);
-        const regs = def.sliceRegions(inShapes, [...lg.ops.opOutputs(q)].map((x) => lg.shapes[x] ?? []), ins.map((x) => x.ranges), lq, attrs);
-        if (typeof regs === 'string') {
-          why = regs;
-          continue;
-        }
+        // Layout ops are linear in their one input: scale factors and addends pass through.
+        const x = ins[0];
+        if (ins.length !== 1 || x === undefined || !(def.linearIn?.(1) ?? []).includes(0)) return `'${name}' on a slice needs one input it is linear in`;
+        const regs = def.sliceRegions(o.inputs.map((y) => w.shape(y)), o.outputs.map((y) => w.shape(y)), ins.map((y) => y.ranges), o.attrs, attrs);
+        if (typeof regs === 'string') return regs;
         const reg = regs[k];
-        if (reg === undefined || ins.some((x) => !feq(x.scale, ONE))) {
-          why = `'${name}' of a scaled value`;
-          continue;
-        }
-        d = this.checked({ logical: this.canon[out] as number, ranges: reg, scale: ONE }, outShape);
+        if (reg === undefined) return `'${name}' has no output ${k}`;
+        d = { logical: out, ranges: reg, scale: x.scale, ...(x.part === undefined ? {} : { part: { key: `lin|${q}|0|${k}|${x.part.key}`, comps: x.part.comps } }) };
       } else {
-        if (attrsKey(attrs) !== attrsKey(lq)) {
-          why = `'${name}' attributes differ from the logical op's`;
-          continue;
-        }
-        d = this.bySig(sig, ins, k, out, lshape, outShape, `${q}`);
+        if (attrsKey(attrs) !== attrsKey(o.attrs)) return `'${name}' attributes differ from the logical op's`;
+        d = this.bySig(sig, def.linearIn?.(ins.length) ?? [], ins, k, out, outShape, q);
       }
+      if (typeof d === 'string') return d;
+      // Restated on the canonical tensor (a mean's output is 1/N x the sum's).
+      const [id, f] = w.canon(d.logical);
+      const scale = fmul(d.scale, f);
+      if (scale === undefined) return 'scale overflow';
+      return this.checked({ ...d, logical: id, scale }, outShape);
+    };
+    for (const q of cands) {
+      ins = ins0;
+      const d = tryOp(q);
+      if (d === undefined) continue;
       if (typeof d !== 'string') return d;
       why = d;
     }
-    return why === '' ? `no logical '${name}' matches` : why;
+    // No logical op fits: the same op on the whole logical inputs defines a virtual value.
+    ins = ins0;
+    // Layout ops only on whole inputs: their attributes spell the local sizes.
+    const whole = ins.every((x) => x.ranges.every(([a, b], d) => a === 0 && b === w.shape(x.logical)[d]));
+    if ((def.sliceRegions === undefined || whole) && def.collective === undefined) {
+      const q = w.opFor(kind, attrs, ins.map((x) => x.logical));
+      if (q !== undefined && !cands.includes(q)) {
+        const d = tryOp(q);
+        if (d !== undefined && typeof d !== 'string') return d;
+        if (typeof d === 'string') why = d;
+      }
+    }
+    return why === '' ? `no logical '${name}' reads ${ins.map((x) => w.name(x.logical)).join(', ')}` : why;
   }
 
-  private bySig(sig: Sig, ins: readonly Relation[], k: number, out: number, lshape: Shape, outShape: Shape, q: string): Derived {
-    const lg = this.plan.logical;
-    if (ins.some((x) => x.part !== undefined || !feq(x.scale, ONE))) return `'${lg.tensors.name(out)}' from an addend or a scaled value (no linearity rule yet)`;
+  /**
+   * The op on slices of its inputs, by its labels: `batch` labels sliced alike in every input
+   * give that slice of the output; a `sums` label sliced gives one addend of the outputs
+   * without it; grouped labels slice in blocks; every other label must be whole. Scale
+   * factors and addends pass through inputs the op is linear in (OpDef.linearIn).
+   */
+  private bySig(sig: Sig, lin: readonly number[], ins: readonly Relation[], k: number, out: number, outShape: Shape, q: number): Derived {
+    const w = this.world;
+    let scale = ONE;
+    let inPart: { i: number; part: Part } | undefined;
+    for (let i = 0; i < ins.length; i++) {
+      const x = ins[i] as Relation;
+      const linear = lin.includes(i);
+      if (!feq(x.scale, ONE)) {
+        if (!linear) return `'${w.name(out)}' from a scaled value of an input it is not linear in`;
+        const s = fmul(scale, x.scale);
+        if (s === undefined) return 'scale overflow';
+        scale = s;
+      }
+      if (x.part !== undefined) {
+        if (!linear || inPart !== undefined) return `'${w.name(out)}' from an addend of an input it is not linear in (or of two inputs)`;
+        inPart = { i, part: x.part };
+      }
+    }
     // Ranges per label, from the inputs; they must agree.
     const at = new Map<string, [number, number]>();
     const role = new Map<string, string>();
     for (let i = 0; i < ins.length; i++) {
       const labels = sig.inputs[i];
       const x = ins[i] as Relation;
-      const shape = lg.shapes[x.logical] ?? [];
+      const shape = w.shape(x.logical);
       if (labels === undefined || labels.length !== x.ranges.length) return 'labels do not match the input rank';
       for (let d = 0; d < labels.length; d++) {
         const l = labels[d] as DimLabel;
@@ -617,36 +837,40 @@ export class TensorLevelProver {
       if (a === undefined || b === undefined) return `grouped label '${g.label}' without '${g.of}'`;
       if (a[0] !== b[0] * g.ratio || a[1] !== b[1] * g.ratio) return `'${g.label}' sliced [${a[0]}, ${a[1]}) but '${g.of}' [${b[0]}, ${b[1]}) (groups of ${g.ratio})`;
     }
+    const lshape = w.shape(out);
     const labels = sig.outputs[k];
     if (labels === undefined || labels.length !== lshape.length) return 'labels do not match the output rank';
     const ranges: [number, number][] = labels.map((l, d) => at.get(l.label) ?? [0, lshape[d] as number]);
     // Plain sums: a summed label sliced in the inputs and absent from this output.
     const own = new Set(labels.map((l) => l.label));
     let part: Part | undefined;
+    let summed: string | undefined;
     for (const [l, rg] of at) {
       if (own.has(l) || !sig.sums.has(l) || role.get(l) !== 'contracted') continue;
       const total = this.labelSize(sig, ins, l);
       if (rg[0] === 0 && rg[1] === total) continue;
-      if (part !== undefined) return 'sliced along two summed labels';
+      if (part !== undefined || inPart !== undefined) return 'sliced along two summed labels, or along one of an addend';
       part = { key: `sum|${q}|${l}|${k}`, comps: [{ kind: 'range', cover: [rg[0], rg[1]], total }] };
+      summed = l;
     }
     // A label sliced in the inputs that this output lacks and does not sum over: the output reads
     // the whole dim, so a slice is not the logical op on a slice.
     for (const [l, rg] of at) {
-      if (own.has(l) || (part !== undefined && part.key.endsWith(`|${l}|${k}`))) continue;
+      if (own.has(l) || l === summed) continue;
       // A paired label rides on its partner (kv heads with the query heads of their groups).
       if (sig.grouped.some((g) => (g.of === l && own.has(g.label)) || (g.label === l && own.has(g.of)))) continue;
       const total = this.labelSize(sig, ins, l);
       if (!(rg[0] === 0 && rg[1] === total)) return `sliced along '${l}', which output ${k} reads whole`;
     }
-    return this.checked({ logical: this.canon[out] as number, ranges, scale: ONE, ...(part === undefined ? {} : { part }) }, outShape);
+    // An addend through a linear input: the addends' images add up to the image of their sum.
+    if (inPart !== undefined) part = { key: `lin|${q}|${inPart.i}|${k}|${inPart.part.key}`, comps: inPart.part.comps };
+    return { logical: out, ranges, scale, ...(part === undefined ? {} : { part }) };
   }
 
   private labelSize(sig: { inputs: readonly (readonly DimLabel[])[] }, ins: readonly Relation[], label: string): number {
-    const lg = this.plan.logical;
     for (let i = 0; i < ins.length; i++) {
       const d = (sig.inputs[i] ?? []).findIndex((l) => l.label === label);
-      if (d >= 0) return (lg.shapes[(ins[i] as Relation).logical] ?? [])[d] as number;
+      if (d >= 0) return this.world.shape((ins[i] as Relation).logical)[d] as number;
     }
     return -1;
   }

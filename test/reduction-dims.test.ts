@@ -377,6 +377,21 @@ describe('reduction constraints (OpDef.dims)', () => {
     for (const [op, shapes, attrs, input, dim, role] of cases) assert.equal(roleOf(op, shapes, attrs, input, dim), role, `${op} ${JSON.stringify(attrs)} input ${input} dim ${dim}`);
   });
 
+  it('the linearity and rescale checks can fail: silu is not linear, mean is not 1/2 x sum over 3', () => {
+    const silu = defOf('silu');
+    const a: Num = { shape: [2], data: [0.5, -1] };
+    const [fa] = silu.apply(floatAlgebra, [a], {}) as [Num];
+    const [f3] = silu.apply(floatAlgebra, [{ shape: [2], data: [1.5, -3] }], {}) as [Num];
+    assert.ok(Math.abs((f3.data[0] as number) - 3 * (fa.data[0] as number)) > 1e-3);
+    assert.equal(silu.linearIn, undefined);
+    const r = defOf('mean').rescale?.([[2, 3]], { dims: [1] }, [undefined]);
+    assert.deepEqual(r, { op: 'sum', attrs: { dims: [1] }, factor: '1/3' });
+    const ce = defOf('cross_entropy');
+    assert.equal(ce.rescale?.([[3, 4], [3]], { reduction: 'mean', ignore_index: 1 }, [undefined, [0, 1, 2, 3]]), undefined, 'a label may be ignored: the count is not N');
+    assert.equal(ce.rescale?.([[3, 4], [3]], { reduction: 'mean' }, [undefined, undefined]), undefined, 'unknown labels may be ignore_index');
+    assert.deepEqual(ce.rescale?.([[3, 4], [3]], { reduction: 'mean' }, [undefined, [0, 1, 2, 3]]), { attrs: { reduction: 'sum' }, factor: '1/3' });
+  });
+
   it("the 'sums' check catches a wrong declaration: linear with a bias summed over its input features", () => {
     const s: Sample = { op: 'linear', shapes: [[2, 3], [4, 3], [4]] };
     const def = defOf('linear');
@@ -481,6 +496,50 @@ describe('reduction constraints (OpDef.dims)', () => {
             }
           }
         }
+      });
+
+      it('linearIn: every output is linear in each listed input (sum and scaling), others fixed', () => {
+        for (const i of def.linearIn?.(s.shapes.length) ?? []) {
+          assert.ok(i >= 0 && i < s.shapes.length && s.ints?.[i] === undefined, `input ${i} cannot be linear`);
+          const a = inputsOf(s, 400 + si);
+          const b = inputsOf(s, 500 + si)[i] as Num;
+          const with_ = (x: Num): Num[] => def.apply(floatAlgebra, a.map((y, j) => (j === i ? x : y)), attrs);
+          const xa = a[i] as Num;
+          const sum = with_({ shape: xa.shape, data: xa.data.map((v, j) => v + (b.data[j] as number)) });
+          const fa = with_(xa);
+          const fb = with_(b);
+          const twice = with_({ shape: xa.shape, data: xa.data.map((v) => 3 * v) });
+          sum.forEach((o, k) => o.data.forEach((v, j) => {
+            const want = ((fa[k] as Num).data[j] as number) + ((fb[k] as Num).data[j] as number);
+            assert.ok(Math.abs(v - want) <= 1e-9 * Math.max(1, Math.abs(want)), `input ${i}, output ${k}[${j}]: f(a + b) = ${v}, f(a) + f(b) = ${want}`);
+            const t = (twice[k] as Num).data[j] as number;
+            const w3 = 3 * ((fa[k] as Num).data[j] as number);
+            assert.ok(Math.abs(t - w3) <= 1e-9 * Math.max(1, Math.abs(w3)), `input ${i}, output ${k}[${j}]: f(3a) = ${t}, 3 f(a) = ${w3}`);
+          }));
+        }
+      });
+
+      it('movesValues: every output element is one of the input elements', () => {
+        if (def.movesValues !== true) return;
+        const ins = inputsOf(s, 700 + si);
+        const vals = new Set(ins.flatMap((x) => x.data));
+        def.apply(floatAlgebra, ins, attrs).forEach((o, k) => o.data.forEach((v, j) => assert.ok(vals.has(v), `output ${k}[${j}] = ${v} is no input element`)));
+      });
+
+      it('rescale: the op equals its factor times the rescaled op', () => {
+        const r = def.rescale?.(s.shapes, attrs, s.shapes.map((_, i) => s.ints?.[i]));
+        if (r === undefined) return;
+        const other = defOf(r.op ?? s.op);
+        assert.equal(registry.checkAttrs(registry.id(r.op ?? s.op), r.attrs), undefined);
+        const ins = inputsOf(s, 600 + si);
+        const want = def.apply(floatAlgebra, ins, attrs);
+        const m = /^(-?[0-9]+)(?:\/([0-9]+))?$/.exec(r.factor);
+        assert.ok(m !== null, r.factor);
+        const f = Number(m[1]) / Number(m[2] ?? '1');
+        other.apply(floatAlgebra, ins, r.attrs).forEach((o, k) => o.data.forEach((v, j) => {
+          const w = (want[k] as Num).data[j] as number;
+          assert.ok(Math.abs(f * v - w) <= 1e-9 * Math.max(1, Math.abs(w)), `output ${k}[${j}]: ${r.factor} x ${v} vs ${w}`);
+        }));
       });
 
       // Tensor-level proofs (stages/tensorlevel.ts) rely on `sums` and `grouped`: checked here.
