@@ -157,6 +157,11 @@ export const ops: OpDef[] = [
       return ins.map((x) => ({ shape: x.shape, data: x.data.map((v) => alg.mul(v, c)) }));
     },
     backward: NO_BACKWARD,
+    // As ranks spell it: grad_i * clip_coef(sum_j sum(grad_j * grad_j)).
+    decompose: (n, at) => {
+      const coef = { op: 'clip_coef', attrs: { ...at }, args: [{ sum: Array.from({ length: n }, (_, j) => ({ op: 'sum', attrs: {}, args: [{ op: 'mul', attrs: {}, args: [{ input: j }, { input: j }] }] })) }] };
+      return Array.from({ length: n }, (_, i) => ({ op: 'mul', attrs: {}, args: [{ input: i }, coef] }));
+    },
     // Not SIMD: every element scales by a factor of the global norm of all of them.
     dims: (ins) => {
       const l = ins.map((s, k) => dimLabels(s, `t${k}.d`, 'contracted'));

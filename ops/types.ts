@@ -96,6 +96,13 @@ export interface OpDef {
    * test/reduction-dims.test.ts.
    */
   readonly movesValues?: boolean;
+  /**
+   * The op as an expression over other ops, one per output (clip_grad_norm is every gradient
+   * times clip_coef of the summed squares): tensor-level proofs compare a parallel plan that
+   * spells the parts with the logical op through it. Checked numerically in
+   * test/reduction-dims.test.ts.
+   */
+  decompose?(nInputs: number, attrs: Attrs): readonly DecompExpr[];
   sliceRegions?(inShapes: readonly Shape[], outShapes: readonly Shape[], regions: readonly (readonly (readonly [number, number])[])[], logical: Attrs, local: Attrs): (readonly [number, number])[][] | string;
 }
 
@@ -146,6 +153,12 @@ export interface DimSig {
    */
   readonly grouped?: readonly { readonly label: string; readonly of: string; readonly ratio: number }[];
 }
+
+/** An op's decomposition (OpDef.decompose): an input, an op applied to expressions, or an element-wise sum of same-shaped ones. */
+export type DecompExpr =
+  | { readonly input: number }
+  | { readonly op: string; readonly attrs: Attrs; readonly args: readonly DecompExpr[]; readonly output?: number }
+  | { readonly sum: readonly DecompExpr[] };
 
 export const fixed = (n: number): Arity => ({ min: n, max: n });
 

@@ -23,7 +23,7 @@
  * the element engines: this layer only ever says "proved", never "differs".
  */
 import { registry } from '../ops/registry.js';
-import { attrScalar, type AttrValue, type Attrs, type DimLabel, type Shape } from '../ops/types.js';
+import { attrScalar, type AttrValue, type Attrs, type DecompExpr, type DimLabel, type Shape } from '../ops/types.js';
 import type { LoadedPlan } from '../plans/loader.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
@@ -88,7 +88,53 @@ export interface Relation {
   readonly part?: Part;
 }
 
-type Derived = Relation | string;
+/**
+ * A sum of relations of one local shape (squared norms of parameters held in different ways,
+ * added up before an all-reduce). Terms are normalized: one per tensor, region and
+ * decomposition, in key order.
+ */
+interface Sum {
+  readonly terms: readonly Relation[];
+}
+type Value = Relation | Sum;
+type Derived = Value | string;
+const isSum = (v: Value): v is Sum => 'terms' in v;
+const termsOf = (v: Value): readonly Relation[] => (isSum(v) ? v.terms : [v]);
+function termKey(r: Relation): string {
+  return `${regionKey(r)}+${r.part?.key ?? ''}`;
+}
+
+/**
+ * Adds relations: terms of one tensor, region and decomposition merge (replicas add their
+ * factors; addends of one scale unite their covers); the rest stay separate terms.
+ */
+function addTerms(list: readonly Relation[]): Value | string {
+  const groups = new Map<string, Relation[]>();
+  for (const r of list) {
+    const k = termKey(r);
+    const g = groups.get(k);
+    if (g === undefined) groups.set(k, [r]);
+    else g.push(r);
+  }
+  const out: Relation[] = [];
+  for (const k of [...groups.keys()].sort()) {
+    const g = groups.get(k) as Relation[];
+    const first = g[0] as Relation;
+    if (first.part === undefined) {
+      let sc: Frac | undefined = frac(0, 1);
+      for (const r of g) sc = sc === undefined ? undefined : frac(sc.num * r.scale.den + r.scale.num * sc.den, sc.den * r.scale.den);
+      if (sc === undefined) return 'scale overflow';
+      if (sc.num !== 0) out.push({ logical: first.logical, ranges: first.ranges, scale: sc });
+      continue;
+    }
+    if (g.some((r) => !feq(r.scale, first.scale))) return 'addends of one value with different scale factors';
+    const u = unionParts(g.map((r) => r.part as Part));
+    if (u === undefined) return 'overlapping addends';
+    out.push(coversAll(u) ? { logical: first.logical, ranges: first.ranges, scale: first.scale } : { ...first, part: u });
+  }
+  if (out.length === 0) return 'a sum that cancels';
+  return out.length === 1 ? (out[0] as Relation) : { terms: out };
+}
 
 function regionKey(r: Relation): string {
   return `${r.logical}@${r.ranges.map(([a, b]) => `${a}:${b}`).join(',')}`;
@@ -104,7 +150,7 @@ function coverKey(p: Part | undefined): string {
 }
 
 /** The relation a lineage claim states, or why it has none here (striped regions, max/min addends). */
-export function claimRelation(nf: LineageNF): Derived {
+export function claimRelation(nf: LineageNF): Relation | string {
   const ranges: [number, number][] = [];
   for (const r of nf.ranges) {
     if (r.length !== 2) return 'a striped region (several ranges along one dim)';
@@ -199,9 +245,20 @@ const MAX_DEPTH = 4000;
 /** (rank, tensor) as one number: rank * TENSOR_KEY + tensor (programs hold fewer tensors). */
 const TENSOR_KEY = 1 << 24;
 
+/** Where a derivation records what it assumed and recomputed (for reuse across stages). */
+interface Seen {
+  readonly assumes: Set<number>;
+  readonly recomputes: Set<number>;
+}
+interface Ctx {
+  readonly memo: Map<number, Derived>;
+  readonly coll: Map<number, Shared | string>;
+  readonly seen?: Seen;
+}
+
 /** A collective instance's members' input relations, derived once per stage. */
 interface Shared {
-  readonly ins: readonly (Relation | undefined)[];
+  readonly ins: readonly (Value | undefined)[];
   readonly memo: Map<string, Derived>;
 }
 
@@ -273,6 +330,13 @@ class LogicalWorld {
       }
       this.register(key, { kind, attrs, inputs, factors, outputs: outs });
       const inShapes = [...lg.ops.opInputs(op)].map((x) => lg.shapes[x] ?? []);
+      // A decomposition (clip_grad_norm as its parts): each output is the expression's value.
+      const dec = factors.every((f) => feq(f, ONE)) ? def.decompose?.(inputs.length, attrs) : undefined;
+      if (dec !== undefined) {
+        const ids = dec.map((e) => this.build(e, inputs));
+        if (ids.every((x) => x !== undefined)) outs.forEach((t, i) => this.alias(t, ids[i] as number, ONE));
+        continue;
+      }
       const re = def.rescale?.(inShapes, attrs, [...lg.ops.opInputs(op)].map((x) => this.domains[x]));
       const f = re === undefined ? undefined : parseFrac(re.factor);
       if (re === undefined || f === undefined) continue;
@@ -326,6 +390,52 @@ class LogicalWorld {
     return this.register(key, { kind, attrs, inputs, factors, outputs });
   }
 
+  private build(e: DecompExpr, inputs: readonly number[]): number | undefined {
+    if ('input' in e) return inputs[e.input];
+    if ('sum' in e) {
+      const ids = e.sum.map((x) => this.build(x, inputs));
+      if (ids.some((x) => x === undefined)) return undefined;
+      return this.sumOf(ids.map((id) => ({ id: id as number, coef: ONE })));
+    }
+    const args = e.args.map((x) => this.build(x, inputs));
+    if (args.some((x) => x === undefined)) return undefined;
+    const q = this.opFor(registry.id(e.op), e.attrs, args as number[]);
+    return q === undefined ? undefined : (this.ops[q] as OpRef).outputs[e.output ?? 0];
+  }
+
+  /**
+   * The tensor sum of coef x id, in one normal form (terms merged and sorted by id, scales
+   * then left-nested adds), so two spellings of one sum get one id.
+   */
+  sumOf(terms: readonly { id: number; coef: Frac }[]): number | undefined {
+    const m = new Map<number, Frac>();
+    for (const t of terms) {
+      const prev = m.get(t.id);
+      const c = prev === undefined ? t.coef : frac(prev.num * t.coef.den + t.coef.num * prev.den, prev.den * t.coef.den);
+      if (c === undefined) return undefined;
+      m.set(t.id, c);
+    }
+    const ids = [...m.keys()].filter((id) => (m.get(id) as Frac).num !== 0).sort((a, b) => a - b);
+    let acc: number | undefined;
+    for (const id of ids) {
+      const c = m.get(id) as Frac;
+      let x: number | undefined = id;
+      if (!feq(c, ONE)) {
+        const q = this.opFor(registry.id('scale'), { factor: fkey(c) }, [id]);
+        x = q === undefined ? undefined : (this.ops[q] as OpRef).outputs[0];
+      }
+      if (x === undefined) return undefined;
+      if (acc === undefined) acc = x;
+      else {
+        if (this.shape(acc).join(',') !== this.shape(x).join(',')) return undefined;
+        const q = this.opFor(registry.id('add'), {}, [acc, x]);
+        acc = q === undefined ? undefined : (this.ops[q] as OpRef).outputs[0];
+        if (acc === undefined) return undefined;
+      }
+    }
+    return acc;
+  }
+
   shape(id: number): Shape {
     return id < this.nLogical ? (this.plan.logical.shapes[id] ?? []) : (this.vShapes[id - this.nLogical] ?? []);
   }
@@ -344,6 +454,8 @@ class LogicalWorld {
 export class TensorLevelProver {
   private readonly localProd: Int32Array[];
   private readonly collProd = new Map<number, number>();
+  /** Collective instances derived once for every stage that assumes none of their claims. */
+  private readonly across = new Map<number, { shared: Shared | string; assumes: Set<number> }>();
   private readonly world: LogicalWorld;
   private readonly dimsCache = new Map<number, Sig | null>();
   private readonly scaleKind: number;
@@ -370,25 +482,16 @@ export class TensorLevelProver {
 
   prove(stage: Stage): StageResult | { why: string } {
     const t0 = performance.now();
-    const memo = new Map<number, Derived>();
-    const inputs = new Map<string, LineageNF>();
-    const coll = new Map<number, Shared | string>();
-    const derive = (r: number, t: number, depth: number): Derived => {
-      const key = r * TENSOR_KEY + t;
-      const hit = memo.get(key);
-      if (hit !== undefined) return hit;
-      if (depth > MAX_DEPTH) return 'the stage is deeper than the tensor-level walk goes';
-      const d = this.deriveOne(stage, r, t, depth, derive, inputs, coll);
-      memo.set(key, d);
-      return d;
-    };
+    const derive = this.deriver(stage, { memo: new Map(), coll: new Map() });
+    const memo = { size: 0 };
     const lshape = this.plan.logical.shapes[stage.logical] ?? [];
     // Partial obligations: by region and decomposition, the derived parts must partition the value.
     const groups = new Map<string, { claim: Relation; parts: Relation[] }>();
     for (const o of stage.obligations) {
       const claim = this.canonical(claimRelation(o.nf));
       if (typeof claim === 'string') return { why: `rank ${o.rank}: the claim is ${claim}` };
-      const d = derive(o.rank, o.tensor, 0);
+      const d0 = derive(o.rank, o.tensor, 0);
+      const d = typeof d0 === 'string' ? d0 : this.materialize(d0);
       if (typeof d === 'string') return { why: `rank ${o.rank} '${this.tensorName(o.rank, o.tensor)}': ${d}` };
       if (claim.part === undefined) {
         if (d.part !== undefined || !sameRel(d, claim)) return { why: `rank ${o.rank} '${this.tensorName(o.rank, o.tensor)}': derived ${this.show(d)}, claimed ${this.show(claim)}` };
@@ -428,8 +531,19 @@ export class TensorLevelProver {
     return result(stage, 'proved', undefined, [], { logicalOps: 0, parallelOps: memo.size }, 0, t0);
   }
 
+  /** A sum as one relation: complete terms of one region are the region of their tensor sum. */
+  private materialize(v: Value): Relation | string {
+    if (!isSum(v)) return v;
+    const first = v.terms[0] as Relation;
+    if (v.terms.some((t) => t.part !== undefined || regionKey({ ...t, logical: first.logical }) !== regionKey(first))) return `a sum of ${v.terms.length} values that are not all whole, or not one region`;
+    const id = this.world.sumOf(v.terms.map((t) => ({ id: t.logical, coef: t.scale })));
+    if (id === undefined) return `a sum of ${v.terms.length} values of different shapes`;
+    const [cid, f] = this.world.canon(id);
+    return { logical: cid, ranges: first.ranges, scale: f };
+  }
+
   /** A relation of a logical tensor, restated on its canonical tensor (claims name logical ones). */
-  private canonical(d: Derived): Derived {
+  private canonical(d: Relation | string): Relation | string {
     if (typeof d === 'string') return d;
     const [id, f] = this.world.canon(d.logical);
     const scale = fmul(d.scale, f);
@@ -446,7 +560,22 @@ export class TensorLevelProver {
     return `${s}${this.world.name(r.logical)}[${r.ranges.map(([a, b]) => `${a}:${b}`).join(',')}]${p}`;
   }
 
-  private deriveOne(stage: Stage, r: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived, inputs: Map<string, LineageNF>, coll: Map<number, Shared | string>): Derived {
+  /** The derive function of one stage (or of one isolated collective derivation: `ctx.seen`). */
+  private deriver(stage: Stage, ctx: Ctx): (r: number, t: number, depth: number) => Derived {
+    const derive = (r: number, t: number, depth: number): Derived => {
+      const key = r * TENSOR_KEY + t;
+      const hit = ctx.memo.get(key);
+      if (hit !== undefined) return hit;
+      if (depth > MAX_DEPTH) return 'the stage is deeper than the tensor-level walk goes';
+      const d = this.deriveOne(stage, r, t, depth, derive, ctx);
+      ctx.memo.set(key, d);
+      return d;
+    };
+    return derive;
+  }
+
+  private deriveOne(stage: Stage, r: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived, ctx: Ctx): Derived {
+    const coll = ctx.coll;
     const plan = this.plan;
     const pi = plan.rankProgram[r] as number;
     const p = plan.programs[pi] as Program;
@@ -454,6 +583,10 @@ export class TensorLevelProver {
     const inst = lop >= 0 ? -1 : this.collProd.get(r * TENSOR_KEY + t);
     const pr: Producer | undefined = lop >= 0 ? { op: lop, inst: -1 } : inst === undefined ? undefined : { op: -1, inst };
     const spec = p.lineage[t];
+    if (spec !== undefined && pr !== undefined) {
+      if (spec.logical === stage.logical) ctx.seen?.recomputes.add(spec.logical);
+      else ctx.seen?.assumes.add(spec.logical);
+    }
     if (spec !== undefined && (spec.logical !== stage.logical || pr === undefined)) {
       // A stage input: its claim is assumed (the stage that produces it proves it).
       const nf = this.claimNF(r, t);
@@ -467,8 +600,19 @@ export class TensorLevelProver {
     // One derivation per collective instance and stage: every member's output reads the same
     // inputs (an all-reduce over 512 ranks is combined once, not once per member).
     let shared = coll.get(pr.inst);
+    // Across stages: an instance derived without recomputing any claim holds in every stage
+    // whose own tensor is none of the claims it assumed (every clipped gradient reads one
+    // global norm: derived once, not once per parameter).
+    const across = this.across.get(pr.inst);
+    if (shared === undefined && across !== undefined && !across.assumes.has(stage.logical)) {
+      shared = across.shared;
+      for (const a of across.assumes) ctx.seen?.assumes.add(a);
+    }
     if (shared === undefined) {
-      const ins: (Relation | undefined)[] = [];
+      // Derived in isolation (its own memo), recording the claims it assumes and recomputes.
+      const seen = { assumes: new Set<number>(), recomputes: new Set<number>() };
+      const sub = this.deriver(stage, { memo: new Map(), coll: new Map(), seen });
+      const ins: (Value | undefined)[] = [];
       let failed: string | undefined;
       for (let i = 0; i < c.group.length && failed === undefined; i++) {
         const x = c.inputs[i] as number;
@@ -476,12 +620,15 @@ export class TensorLevelProver {
           ins.push(undefined);
           continue;
         }
-        const d = derive(c.group[i] as number, x, depth + 1);
+        const d = sub(c.group[i] as number, x, depth + 1);
         if (typeof d === 'string') failed = d;
         else ins.push(d);
       }
       shared = failed ?? { ins, memo: new Map() };
       coll.set(pr.inst, shared);
+      if (seen.recomputes.size === 0) this.across.set(pr.inst, { shared, assumes: seen.assumes });
+      for (const a of seen.assumes) ctx.seen?.assumes.add(a);
+      for (const a of seen.recomputes) ctx.seen?.recomputes.add(a);
     }
     if (typeof shared === 'string') return shared;
     const me = c.group.indexOf(r);
@@ -516,25 +663,32 @@ export class TensorLevelProver {
       shared.memo.set(k, v);
       return v;
     };
-    const present = ins.filter((x): x is Relation => x !== undefined);
+    const values = ins.filter((x): x is Value => x !== undefined);
+    const p2p = kind === 'send' || kind === 'recv' || kind === 'send_recv' || kind === 'broadcast' || kind === 'all_reduce' || kind === 'reduce_scatter';
+    // Collectives that move regions need each input as one relation.
+    const mats = p2p ? [] : values.map((v) => this.materialize(v));
+    const bad = mats.find((m): m is string => typeof m === 'string');
+    if (bad !== undefined) return bad;
+    const present = p2p ? [] : (mats as Relation[]);
     switch (kind) {
       case 'send':
       case 'recv':
       case 'send_recv': {
-        const x = present[0];
+        const x = values[0];
         return x ?? 'a point-to-point transfer with no input';
       }
       case 'broadcast': {
-        const x = present[0];
+        const x = values[0];
         return x ?? 'a broadcast with no source';
       }
       case 'all_reduce':
       case 'reduce_scatter': {
         const red = String(attrs['reduce']);
-        if (present.length !== g) return 'a member passes no input';
-        const comb = once('combine', () => this.combine(present, red, g));
+        if (values.length !== g) return 'a member passes no input';
+        const comb0 = once('combine', () => this.combine(values, red, g));
+        if (typeof comb0 === 'string' || kind === 'all_reduce') return comb0;
+        const comb = this.materialize(comb0);
         if (typeof comb === 'string') return comb;
-        if (kind === 'all_reduce') return comb;
         const d = this.normDim(attrs['dim'], comb.ranges.length);
         const [s, e] = comb.ranges[d] as [number, number];
         const w = (e - s) / g;
@@ -548,7 +702,7 @@ export class TensorLevelProver {
       }
       case 'all_to_all': {
         if (present.length !== g) return 'a member passes no input';
-        const check = once('a2a', () => this.a2aCheck(present, attrs));
+        const check = once('a2a', () => this.a2aCheck(present, attrs)) as Relation | string;
         if (typeof check === 'string') return check;
         const first = present[0] as Relation;
         const sd = this.normDim(attrs['split_dim'], first.ranges.length);
@@ -603,27 +757,23 @@ export class TensorLevelProver {
   }
 
   /** all_reduce / reduce_scatter of the members' inputs: a partition of addends, or replicas. */
-  private combine(xs: readonly Relation[], red: string, g: number): Relation | string {
-    const first = xs[0] as Relation;
-    for (const x of xs) if (regionKey(x) !== regionKey(first) || !feq(x.scale, first.scale) || (x.part?.key ?? '') !== (first.part?.key ?? '')) return `${red} over members that hold different values (${xs.map((y) => this.show(y)).slice(0, 3).join('; ')})`;
+  private combine(xs: readonly Value[], red: string, g: number): Derived {
     if (red === 'max' || red === 'min') {
-      if (xs.every((x) => x.part === undefined)) return first;
-      return `${red} of addends`;
+      const first = xs[0];
+      if (first === undefined || isSum(first) || first.part !== undefined || xs.some((x) => isSum(x) || !sameRel(x, first))) return `${red} over members that do not hold one whole value`;
+      return first;
     }
     if (red !== 'sum' && red !== 'avg') return `reduction '${red}'`;
+    // The members' values added up (replicas add their factors, addends unite), then averaged.
+    const sum = addTerms(xs.flatMap(termsOf));
+    if (typeof sum === 'string') return `${red}: ${sum}`;
     const post = red === 'avg' ? (frac(1, g) as Frac) : ONE;
-    if (first.part === undefined) {
-      // Replicas summed: g times the value.
-      const s = fmul(first.scale, fmul(frac(g, 1) as Frac, post) as Frac);
-      return s === undefined ? 'scale overflow' : { logical: first.logical, ranges: first.ranges, scale: s };
-    }
-    const acc = unionParts(xs.map((x) => x.part as Part));
-    if (acc === undefined) return `${red} of overlapping addends`;
-    const s = fmul(first.scale, post);
-    if (s === undefined) return 'scale overflow';
-    if (coversAll(acc)) return { logical: first.logical, ranges: first.ranges, scale: s };
-    return { logical: first.logical, ranges: first.ranges, scale: s, part: acc };
+    const scaled = termsOf(sum).map((t) => ({ ...t, scale: fmul(t.scale, post) }));
+    if (scaled.some((t) => t.scale === undefined)) return 'scale overflow';
+    const ts = scaled as Relation[];
+    return ts.length === 1 ? (ts[0] as Relation) : { terms: ts };
   }
+
 
   private normDim(v: AttrValue | undefined, rank: number): number {
     const d = typeof v === 'number' ? v : 0;
@@ -631,7 +781,7 @@ export class TensorLevelProver {
   }
 
   /** The derived region must be what the parallel tensor holds: its local shape. */
-  private checked(rel: Relation, shape: Shape): Derived {
+  private checked(rel: Relation, shape: Shape): Relation | string {
     if (shape.length !== rel.ranges.length) return `derived ${this.show(rel)} for a tensor of rank ${shape.length}`;
     for (let i = 0; i < shape.length; i++) {
       const [a, b] = rel.ranges[i] as [number, number];
@@ -663,11 +813,11 @@ export class TensorLevelProver {
     const p = plan.programs[plan.rankProgram[r] as number] as Program;
     const view = plan.view(r);
     const kind = p.ops.kind[op] as number;
-    const ins: Relation[] = [];
+    const vals: Value[] = [];
     for (const x of p.ops.opInputs(op)) {
       const d = derive(r, x, depth + 1);
       if (typeof d === 'string') return d;
-      ins.push(d);
+      vals.push(d);
     }
     const outs = [...p.ops.opOutputs(op)];
     const k = outs.indexOf(t);
@@ -675,55 +825,76 @@ export class TensorLevelProver {
     const outShape = view.shapes[t] ?? [];
     const def = registry.get(kind);
     // Rules that need no logical counterpart.
-    if (kind === this.scaleKind && ins.length === 1) {
+    if (kind === this.scaleKind && vals.length === 1) {
       const f = parseFrac(attrScalar(attrs, 'factor'));
-      const x = ins[0] as Relation;
-      if (f === undefined || f.num === 0) return this.sliced(kind, ins, attrs, k, outShape, def.name);
-      const s = fmul(x.scale, f);
-      return s === undefined ? 'scale overflow' : this.checked({ ...x, scale: s }, outShape);
+      const x = vals[0] as Value;
+      if (f !== undefined && f.num !== 0) {
+        const ts = termsOf(x).map((tm) => ({ ...tm, scale: fmul(tm.scale, f) }));
+        if (ts.some((tm) => tm.scale === undefined)) return 'scale overflow';
+        const rs = ts as Relation[];
+        return rs.length === 1 ? this.checked(rs[0] as Relation, outShape) : { terms: rs };
+      }
     }
-    if (kind === this.identityKind && ins.length === 1) return this.checked(ins[0] as Relation, outShape);
-    if (kind === this.addKind && ins.length === 2 && (ins[0] as Relation).part !== undefined) {
-      const [a, b] = ins as [Relation, Relation];
-      const pa = a.part as Part;
-      const pb = b.part;
-      // Gradient accumulation: two addends of one decomposition.
-      if (pb !== undefined && pa.key === pb.key && regionKey(a) === regionKey(b) && feq(a.scale, b.scale)) {
-        const part = unionPart(pa, pb);
-        if (part === undefined) return 'add of overlapping addends';
-        return this.checked(coversAll(part) ? { logical: a.logical, ranges: a.ranges, scale: a.scale } : { ...a, part }, outShape);
-      }
-      // Addends of two values, added: the sums of their addends add up (same region, same
-      // shapes, no broadcasting), to the add of the two values.
-      if (pb !== undefined && feq(a.scale, b.scale) && a.ranges.length === b.ranges.length && a.ranges.every((x, i) => x[0] === (b.ranges[i] as [number, number])[0] && x[1] === (b.ranges[i] as [number, number])[1])) {
-        const sa = this.world.shape(a.logical).join(',');
-        if (sa === this.world.shape(b.logical).join(',')) {
-          const q = this.world.opFor(kind, {}, [a.logical, b.logical]);
-          const lout = q === undefined ? undefined : (this.world.ops[q] as OpRef).outputs[0];
-          if (lout !== undefined) {
-            const [id, f] = this.world.canon(lout);
-            const scale = fmul(a.scale, f);
-            const part: Part = { key: `add|${q}|${pa.key}|${pb.key}`, comps: [...pa.comps, ...pb.comps] };
-            if (scale !== undefined) return this.checked({ logical: id, ranges: a.ranges, scale, part }, outShape);
-          }
-        }
-      }
-      return `add of ${this.show(a)} and ${this.show(b)}`;
+    if (kind === this.identityKind && vals.length === 1) {
+      const x = vals[0] as Value;
+      return isSum(x) ? x : this.checked(x, outShape);
+    }
+    if (kind === this.addKind && vals.length === 2) {
+      const added = this.add(r, op, vals as [Value, Value], attrs, outShape);
+      if (added !== undefined) return added;
+    }
+    const ins: Relation[] = [];
+    for (const v of vals) {
+      const m = this.materialize(v);
+      if (typeof m === 'string') return m;
+      ins.push(m);
     }
     return this.sliced(kind, ins, attrs, k, outShape, def.name);
+  }
+
+  /**
+   * add: of addends of one decomposition (gradient accumulation), of addends of two values (to
+   * the addends of their sum), of whole values (the logical add, when the plan has one); any
+   * other add of same-shaped values is a Sum. Undefined: left to the general rule.
+   */
+  private add(r: number, op: number, [a, b]: [Value, Value], attrs: Attrs, outShape: Shape): Derived | undefined {
+    const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
+    const view = this.plan.view(r);
+    // Element-wise of same-shaped local tensors only (no broadcasting).
+    const same = [...p.ops.opInputs(op)].every((x) => (view.shapes[x] ?? []).join(',') === outShape.join(','));
+    if (!same || Object.keys(attrs).length > 0) return undefined;
+    if (!isSum(a) && !isSum(b)) {
+      if (a.part === undefined && b.part === undefined) {
+        // Whole values: the plan's own add, if it has one for these tensors.
+        const d = this.sliced(this.addKind, [a, b], attrs, 0, outShape, 'add', false);
+        if (typeof d !== 'string') return d;
+      } else if (a.part !== undefined && b.part !== undefined && a.part.key !== b.part.key && feq(a.scale, b.scale) && a.ranges.every((x, i) => x[0] === (b.ranges[i] as [number, number])[0] && x[1] === (b.ranges[i] as [number, number])[1]) && this.world.shape(a.logical).join(',') === this.world.shape(b.logical).join(',')) {
+        // Addends of two values: the sums of their addends add up to the add of the two values.
+        const q = this.world.opFor(this.addKind, {}, [a.logical, b.logical]);
+        const lout = q === undefined ? undefined : (this.world.ops[q] as OpRef).outputs[0];
+        if (lout !== undefined) {
+          const [id, f] = this.world.canon(lout);
+          const scale = fmul(a.scale, f);
+          const part: Part = { key: `add|${q}|${a.part.key}|${b.part.key}`, comps: [...a.part.comps, ...b.part.comps] };
+          if (scale !== undefined) return this.checked({ logical: id, ranges: a.ranges, scale, part }, outShape);
+        }
+      }
+    }
+    // Anything else: a sum of terms (replicas add factors, addends of one value unite).
+    return addTerms([...termsOf(a), ...termsOf(b)]);
   }
 
   /**
    * Same op on a slice (or a plain-sum addend) of a logical op with these logical inputs, or
    * of a virtual op with the parallel op's own attributes.
    */
-  private sliced(kind: number, ins0: readonly Relation[], attrs: Attrs, k: number, outShape: Shape, name: string): Derived {
+  private sliced(kind: number, ins0: readonly Relation[], attrs: Attrs, k: number, outShape: Shape, name: string, virtual = true): Relation | string {
     const w = this.world;
     let ins = ins0;
     const def = registry.get(kind);
     const cands = [...(w.index.get(`${kind}|${ins.map((x) => x.logical).join(',')}`) ?? [])];
     let why = '';
-    const tryOp = (q: number): Derived | undefined => {
+    const tryOp = (q: number): Relation | string | undefined => {
       const sig = this.sig(q);
       const o = w.ops[q] as OpRef;
       const out = o.outputs[k];
@@ -744,7 +915,7 @@ export class TensorLevelProver {
         adj.push({ ...x, scale: sc });
       }
       ins = adj;
-      let d: Derived;
+      let d: Relation | string;
       if (def.sliceRegions !== undefined) {
         // Layout ops are linear in their one input: scale factors and addends pass through.
         const x = ins[0];
@@ -776,7 +947,7 @@ export class TensorLevelProver {
     ins = ins0;
     // Layout ops only on whole inputs: their attributes spell the local sizes.
     const whole = ins.every((x) => x.ranges.every(([a, b], d) => a === 0 && b === w.shape(x.logical)[d]));
-    if ((def.sliceRegions === undefined || whole) && def.collective === undefined) {
+    if (virtual && (def.sliceRegions === undefined || whole) && def.collective === undefined) {
       const q = w.opFor(kind, attrs, ins.map((x) => x.logical));
       if (q !== undefined && !cands.includes(q)) {
         const d = tryOp(q);
@@ -793,7 +964,7 @@ export class TensorLevelProver {
    * without it; grouped labels slice in blocks; every other label must be whole. Scale
    * factors and addends pass through inputs the op is linear in (OpDef.linearIn).
    */
-  private bySig(sig: Sig, lin: readonly number[], ins: readonly Relation[], k: number, out: number, outShape: Shape, q: number): Derived {
+  private bySig(sig: Sig, lin: readonly number[], ins: readonly Relation[], k: number, out: number, outShape: Shape, q: number): Relation | string {
     const w = this.world;
     let scale = ONE;
     let inPart: { i: number; part: Part } | undefined;
@@ -874,10 +1045,6 @@ export class TensorLevelProver {
     }
     return -1;
   }
-}
-
-function logicalOrderOf(plan: LoadedPlan): readonly number[] {
-  return logicalOrder(plan);
 }
 
 function evalNF(plan: LoadedPlan, r: number, t: number): LineageNF {
