@@ -100,6 +100,12 @@ type Value = Relation | Sum;
 type Derived = Value | string;
 const isSum = (v: Value): v is Sum => 'terms' in v;
 const termsOf = (v: Value): readonly Relation[] => (isSum(v) ? v.terms : [v]);
+/** Everything a value says, as text (memo keys). */
+function valueKey(v: Value): string {
+  return termsOf(v)
+    .map((r) => `${relKey(r)}#${coverKey(r.part)}`)
+    .join('&');
+}
 function termKey(r: Relation): string {
   return `${regionKey(r)}+${r.part?.key ?? ''}`;
 }
@@ -454,6 +460,26 @@ class LogicalWorld {
 export class TensorLevelProver {
   private readonly localProd: Int32Array[];
   private readonly collProd = new Map<number, number>();
+  /** A claim's relation per (rank, tensor): the same in every stage that assumes it. */
+  private readonly claimCache = new Map<number, Relation | string>();
+  /**
+   * deriveOp results by content: the rank's view (shapes, attributes), the op, the output and
+   * the input values. Ranks that hold the same values (dp replicas of a parameter) derive once.
+   */
+  private readonly opMemo = new Map<string, Derived>();
+  private readonly opSigs = new WeakMap<object, Map<number, string>>();
+  /** Values interned by content: an object seen before costs a lookup, not a key. */
+  private readonly valueIds = new WeakMap<object, number>();
+  private readonly valueByKey = new Map<string, number>();
+  private valueId(v: Value): number {
+    const hit = this.valueIds.get(v);
+    if (hit !== undefined) return hit;
+    const k = valueKey(v);
+    let id = this.valueByKey.get(k);
+    if (id === undefined) this.valueByKey.set(k, (id = this.valueByKey.size));
+    this.valueIds.set(v, id);
+    return id;
+  }
   /** Collective instances derived once for every stage that assumes none of their claims. */
   private readonly across = new Map<number, { shared: Shared | string; assumes: Set<number> }>();
   private readonly world: LogicalWorld;
@@ -589,9 +615,15 @@ export class TensorLevelProver {
     }
     if (spec !== undefined && (spec.logical !== stage.logical || pr === undefined)) {
       // A stage input: its claim is assumed (the stage that produces it proves it).
+      const ck = r * TENSOR_KEY + t;
+      const hit = this.claimCache.get(ck);
+      if (hit !== undefined) return hit;
       const nf = this.claimNF(r, t);
       if (nf === undefined) return 'no lineage';
-      return this.canonical(claimRelation(nf));
+      const rel = this.canonical(claimRelation(nf));
+      if (this.claimCache.size > 2_000_000) this.claimCache.clear();
+      this.claimCache.set(ck, rel);
+      return rel;
     }
     if (pr === undefined) return `'${p.tensors.name(t)}' has no producer and no lineage`;
     if (pr.op >= 0) return this.deriveOp(r, pr.op, t, depth, derive);
@@ -812,13 +844,36 @@ export class TensorLevelProver {
     const plan = this.plan;
     const p = plan.programs[plan.rankProgram[r] as number] as Program;
     const view = plan.view(r);
-    const kind = p.ops.kind[op] as number;
     const vals: Value[] = [];
     for (const x of p.ops.opInputs(op)) {
       const d = derive(r, x, depth + 1);
       if (typeof d === 'string') return d;
       vals.push(d);
     }
+    // What the op reads from the rank's view: its attributes and its tensors' shapes (views
+    // differ per coordinates; replicas that agree on these derive alike).
+    let sigs = this.opSigs.get(view);
+    if (sigs === undefined) this.opSigs.set(view, (sigs = new Map()));
+    let osig = sigs.get(op);
+    if (osig === undefined) {
+      const sh = (x: number): string => (view.shapes[x] ?? []).join(',');
+      osig = `${attrsKey(view.attrs[op])}|${[...p.ops.opInputs(op)].map(sh).join(';')}|${[...p.ops.opOutputs(op)].map(sh).join(';')}`;
+      sigs.set(op, osig);
+    }
+    const mkey = `${plan.rankProgram[r] as number}|${op}|${t}|${osig}|${vals.map((v) => this.valueId(v)).join(',')}`;
+    const hit = this.opMemo.get(mkey);
+    if (hit !== undefined) return hit;
+    const d = this.deriveOpFrom(r, op, t, vals);
+    if (this.opMemo.size > 500_000) this.opMemo.clear();
+    this.opMemo.set(mkey, d);
+    return d;
+  }
+
+  private deriveOpFrom(r: number, op: number, t: number, vals: readonly Value[]): Derived {
+    const plan = this.plan;
+    const p = plan.programs[plan.rankProgram[r] as number] as Program;
+    const view = plan.view(r);
+    const kind = p.ops.kind[op] as number;
     const outs = [...p.ops.opOutputs(op)];
     const k = outs.indexOf(t);
     const attrs = view.attrs[op] as Attrs;
