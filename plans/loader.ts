@@ -66,6 +66,8 @@ export interface LoadedPlan extends Plan {
   readonly coverage: Coverage[];
   /** Collective instances counted by op and group kind (without building them). */
   readonly collectiveKinds: CollectiveKind[];
+  /** The multi-rank entries of $.parallel.collectives (few: one per entry as written), for per-template stages. */
+  readonly multiRank: CollectiveInstance[];
   readonly stats: LoadStats;
 }
 
@@ -239,6 +241,8 @@ export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {
     },
     coverage,
     collectiveKinds: kinds,
+    // Instances without a per-rank call site: the plan-level spelling (both modes put them in the list).
+    multiRank: quotient.filter((c) => c.sites.every((x) => x < 0)),
     stats: { checks: mode, boxPrograms: boxes.filter((b) => b.isBox).length, shapeChecks, collectives: cstats, lineage: lstats, ms },
   };
 }
@@ -384,14 +388,20 @@ function kindsOf(mesh: Mesh, list: readonly CollectiveInstance[]): CollectiveKin
  * verify ends "unknown" with this reason before building them.
  */
 export const MAX_STAGE_ENTRIES = 8_000_000;
-export function stageWorkTooLarge(plan: Plan): string | undefined {
+/** Per-rank tensor and op entries of a plan (what MAX_STAGE_ENTRIES bounds). */
+export function stageEntries(plan: Plan): number {
   let n = 0;
   plan.rankProgram.forEach((pi) => {
     const p = plan.programs[pi];
     if (p !== undefined) n += p.tensors.size + p.ops.size;
   });
-  if (n <= MAX_STAGE_ENTRIES) return undefined;
-  return `the plan loads and checks, but proving it rank by rank needs ${n.toLocaleString('en-US')} per-rank tensor and op entries (at most ${MAX_STAGE_ENTRIES.toLocaleString('en-US')}); stage decomposition is per rank in this version, see docs/engine.md ("Not in this version")`;
+  return n;
+}
+/** `max` is injectable so that tests can force a small plan onto the per-template stage path. */
+export function stageWorkTooLarge(plan: Plan, max = MAX_STAGE_ENTRIES): string | undefined {
+  const n = stageEntries(plan);
+  if (n <= max) return undefined;
+  return `building its stages rank by rank would take ${n.toLocaleString('en-US')} per-rank tensor and op entries (at most ${max.toLocaleString('en-US')}): stages are decomposed per template instead (docs/engine.md, "Not in this version")`;
 }
 
 function buildMesh(raw: RawPlan, sink: IssueSink): Mesh {

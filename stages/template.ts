@@ -1,0 +1,402 @@
+/**
+ * Stages of a plan past the per-rank stage bound (plans/loader.ts, stageWorkTooLarge),
+ * decomposed from the programs' templates instead of rank by rank.
+ *
+ * A stage is the same as decompose's (stages/prove.ts): the obligations of one logical tensor.
+ * Here an obligation is (program, tensor, number of ranks): a tensor with lineage that an op of
+ * the program writes is produced on every rank running the program, so the per-rank
+ * decomposition would list it once per rank. Only multi-rank collectives ($.parallel.collectives)
+ * produce on some ranks of a program; they are few (text-sized) and counted member by member.
+ *
+ * Each stage's size at full shapes is counted as StageBuilder.build counts it before its
+ * "too large" check: the elements of every (rank, tensor) its parallel closure reaches, of its
+ * own logical tensor and of the logical tensors its inputs name. The closure is walked over
+ * (program, tensor) nodes: a local op keeps the rank set, a group call whose group lies inside
+ * the program (a box spanning the group's axes, as plans/symcoll.ts matches it) keeps it too,
+ * and the other calls (send/recv by mesh shift, groups across programs) are resolved by counting
+ * which ranks of which program they reach. Where a step reaches only part of a program's ranks,
+ * or cannot be resolved per template (rank-list groups, peers given by expression, multi-rank
+ * collectives), the walk stops there and the count is a lower bound, said so in the reason.
+ *
+ * No stage is proved on this path: the verdict is "unknown" with a reason per stage.
+ */
+import { MAX_STAGE_ENTRIES, stageEntries, type LoadedPlan } from '../plans/loader.js';
+import { logicalOrder } from '../sdfg/execute.js';
+import type { StageReport, VerifyReport } from './verify.js';
+import type { Program } from '../plans/model.js';
+import { registry } from '../ops/registry.js';
+import { numel } from '../ops/types.js';
+import { groupBase } from '../plans/collectives.js';
+import { programBox } from '../lineage/symbolic.js';
+import { MAX_STAGE_ELEMENTS } from './prove.js';
+
+/** Obligations of one (program, tensor): `ranks` of the program's ranks produce it. */
+export interface TemplatePart {
+  readonly program: number;
+  readonly tensor: number;
+  readonly ranks: number;
+}
+
+export interface TemplateStage {
+  readonly index: number;
+  readonly logical: number;
+  readonly parts: TemplatePart[];
+}
+
+export interface TemplateStageSize {
+  /** Elements the per-rank builder would count; a lower bound when `exact` is false. */
+  readonly elements: number;
+  readonly exact: boolean;
+  /** Why the count is only a lower bound. */
+  readonly partial?: string;
+}
+
+/** Per program: which op writes each tensor, and which ops are collective call sites. */
+interface ProgramIndex {
+  readonly producer: Int32Array;
+  readonly site: Uint8Array;
+  /** Per tensor: ranks of the program on which a multi-rank collective writes it. */
+  readonly multi: Map<number, number>;
+  /** A group call whose group spans axes the program's ranks cover whole: every member runs it. */
+  readonly inside: Uint8Array;
+  /** Sum over the program's ranks of the tensor's element count; NaN until computed. */
+  readonly total: Float64Array;
+  /** Element count when the shape does not depend on the rank, else -1. */
+  readonly constNumel: Float64Array;
+}
+
+/** A call that leaves the program: the (program, tensor) nodes it reaches, with rank counts. */
+type Reach = { readonly nodes: readonly (readonly [number, number, number])[] } | { readonly unresolved: string };
+
+export class TemplateStages {
+  private readonly index: ProgramIndex[];
+  private readonly reach = new Map<number, Reach>();
+  private readonly opStride: number;
+
+  constructor(
+    readonly plan: LoadedPlan,
+    private readonly maxElements = MAX_STAGE_ELEMENTS,
+  ) {
+    const mesh = plan.mesh;
+    this.opStride = Math.max(1, ...plan.programs.map((p) => p.ops.size));
+    this.index = plan.programs.map((p) => {
+      const producer = new Int32Array(p.tensors.size).fill(-1);
+      for (let op = 0; op < p.ops.size; op++) for (const t of p.ops.opOutputs(op)) producer[t] = op;
+      const site = new Uint8Array(p.ops.size);
+      for (const op of p.collectiveSites) site[op] = 1;
+      const box = programBox(p.ranks, mesh);
+      const inside = new Uint8Array(p.ops.size);
+      // As plans/symcoll.ts: a rank-list group anywhere in the program sends it all rank by rank.
+      const rankLists = [...p.collectiveSites].some((op) => p.groups[op]?.kind === 'ranks');
+      for (const op of p.collectiveSites) {
+        const g = p.groups[op];
+        if (rankLists || g?.kind !== 'axes' || !box.isBox) continue;
+        if (g.axes.every((a) => (box.sets[a] as Int32Array).length === (mesh.sizes[a] as number))) inside[op] = 1;
+      }
+      const constNumel = new Float64Array(p.tensors.size);
+      p.shapeSpecs.forEach((s, t) => (constNumel[t] = s.every((d) => typeof d === 'number') ? numel(s as number[]) : -1));
+      return { producer, site, multi: new Map<number, number>(), inside, total: new Float64Array(p.tensors.size).fill(NaN), constNumel };
+    });
+    for (const c of plan.multiRank) {
+      c.group.forEach((r, i) => {
+        const o = c.outputs[i] as number;
+        if (o < 0) return;
+        const m = (this.index[plan.rankProgram[r] as number] as ProgramIndex).multi;
+        m.set(o, (m.get(o) ?? 0) + 1);
+      });
+    }
+  }
+
+  /** One stage per logical tensor with produced claims, in topological order of the logical graph (as decompose). */
+  decompose(order: readonly number[]): TemplateStage[] {
+    const plan = this.plan;
+    const byLogical = new Map<number, TemplatePart[]>();
+    plan.programs.forEach((p, pi) => {
+      const ix = this.index[pi] as ProgramIndex;
+      for (let t = 0; t < p.tensors.size; t++) {
+        const spec = p.lineage[t];
+        if (spec === undefined) continue;
+        const ranks = (ix.producer[t] as number) >= 0 ? p.ranks.length : (ix.multi.get(t) ?? 0);
+        if (ranks === 0) continue;
+        let l = byLogical.get(spec.logical);
+        if (l === undefined) byLogical.set(spec.logical, (l = []));
+        l.push({ program: pi, tensor: t, ranks });
+      }
+    });
+    const pos = new Int32Array(plan.logical.tensors.size).fill(-1);
+    order.forEach((op, i) => {
+      for (const t of plan.logical.ops.opOutputs(op)) pos[t] = i;
+    });
+    return [...byLogical.entries()]
+      .sort((a, b) => (pos[a[0]] as number) - (pos[b[0]] as number) || a[0] - b[0])
+      .map(([logical, parts], index) => ({ index, logical, parts }));
+  }
+
+  /** Elements over all ranks of program `pi` of tensor `t` (views are shared per distinct coordinates). */
+  private total(pi: number, t: number): number {
+    const ix = this.index[pi] as ProgramIndex;
+    const hit = ix.total[t] as number;
+    if (!Number.isNaN(hit)) return hit;
+    const p = this.plan.programs[pi] as Program;
+    const c = ix.constNumel[t] as number;
+    let n = 0;
+    if (c >= 0) n = c * p.ranks.length;
+    else for (const r of p.ranks) n += numel(this.plan.view(r).shapes[t] ?? []);
+    ix.total[t] = n;
+    return n;
+  }
+
+  /** The stage's size at full shapes, counted as the per-rank stage builder counts it. */
+  size(stage: TemplateStage): TemplateStageSize {
+    const plan = this.plan;
+    const lg = plan.logical;
+    const progs = plan.programs;
+    // Visited (program, tensor) with all of the program's ranks; partial visits keep their largest count.
+    const full = progs.map((p) => new Uint8Array(p.tensors.size));
+    const partial = new Map<number, number>();
+    const inputLogical = new Set<number>();
+    let partialWhy: string | undefined;
+    let elements = 0;
+    const stack: number[] = [];
+    const stride = Math.max(1, ...progs.map((p) => p.tensors.size));
+    const visit = (pi: number, t: number, ranks: number, why: string): void => {
+      if (ranks >= (progs[pi] as Program).ranks.length) stack.push(pi, t);
+      else {
+        const k = pi * stride + t;
+        partial.set(k, Math.max(partial.get(k) ?? 0, ranks));
+        partialWhy ??= why;
+      }
+    };
+    for (const part of stage.parts) visit(part.program, part.tensor, part.ranks, 'a multi-rank collective produces the tensor on some ranks of its program');
+    while (stack.length > 0) {
+      const t = stack.pop() as number;
+      const pi = stack.pop() as number;
+      const seen = full[pi] as Uint8Array;
+      if (seen[t]) continue;
+      seen[t] = 1;
+      elements += this.total(pi, t);
+      const p = progs[pi] as Program;
+      const ix = this.index[pi] as ProgramIndex;
+      const op = ix.producer[t] as number;
+      const multi = ix.multi.has(t);
+      const spec = p.lineage[t];
+      if (spec !== undefined && (spec.logical !== stage.logical || (op < 0 && !multi))) {
+        inputLogical.add(spec.logical);
+        continue;
+      }
+      if (multi) {
+        partialWhy ??= `a multi-rank collective writes '${p.tensors.name(t)}' of program '${p.name}'`;
+        continue;
+      }
+      if (op < 0) continue;
+      if (ix.site[op] !== 1) {
+        for (const x of p.ops.opInputs(op)) stack.push(pi, x);
+        continue;
+      }
+      if (ix.inside[op] === 1) {
+        const x = p.ops.opInputs(op)[0] ?? -1;
+        if (x >= 0) stack.push(pi, x);
+        continue;
+      }
+      const r = this.reachOf(pi, op);
+      if ('unresolved' in r) {
+        partialWhy ??= r.unresolved;
+        continue;
+      }
+      for (const [q, x, n] of r.nodes) visit(q, x, n, `call '${p.ops.ids.name(op)}' of program '${p.name}' reaches only some ranks of another program`);
+    }
+    for (const [k, n] of partial) {
+      const pi = Math.floor(k / stride);
+      const t = k % stride;
+      if ((full[pi] as Uint8Array)[t]) continue;
+      const c = (this.index[pi] as ProgramIndex).constNumel[t] as number;
+      // A rank-dependent shape on part of the ranks: left out, so the count stays a lower bound.
+      if (c >= 0) elements += c * n;
+      else partialWhy ??= 'a rank-dependent shape on part of a program';
+    }
+    elements += numel(lg.shapes[stage.logical] ?? []);
+    for (const L of inputLogical) elements += numel(lg.shapes[L] ?? []);
+    return partialWhy === undefined ? { elements, exact: true } : { elements, exact: false, partial: partialWhy };
+  }
+
+  /** Whether a stage of this size would be refused by the per-rank builder's size check. */
+  tooLarge(s: TemplateStageSize): boolean {
+    return s.elements > this.maxElements;
+  }
+
+  get limit(): number {
+    return this.maxElements;
+  }
+
+  /**
+   * The (program, input tensor, ranks) a call site that leaves its program reads: send/recv by
+   * mesh shift (matched per (P, shift, Q) class in program order, as plans/symcoll.ts), and
+   * axis groups spanning programs (each member's k-th call on the same axes, as the per-rank
+   * matcher queues them per communicator). Integer arithmetic over the ranks, cached per site.
+   */
+  private reachOf(pi: number, op: number): Reach {
+    const key = pi * this.opStride + op;
+    const hit = this.reach.get(key);
+    if (hit !== undefined) return hit;
+    const r = this.computeReach(pi, op);
+    this.reach.set(key, r);
+    return r;
+  }
+
+  private computeReach(pi: number, op: number): Reach {
+    const plan = this.plan;
+    const mesh = plan.mesh;
+    const progs = plan.programs;
+    const p = progs[pi] as Program;
+    const def = registry.get(p.ops.kind[op] as number);
+    const name = `call '${p.ops.ids.name(op)}' of program '${p.name}'`;
+    if (def.collective?.pattern === 'p2p') {
+      const peer = p.peers[op];
+      if (peer?.kind !== 'shift') return { unresolved: `${name} names its peer by expression` };
+      if (def.collective.side === 'send') return { nodes: [] };
+      // Data shift d (source -> this rank) is minus the peer shift; the k-th receive with d pairs with the k-th send with d.
+      const d = new Int32Array(mesh.axes.length);
+      for (const [a, x] of peer.shift) d[a] = (d[a] as number) - x;
+      const dataShift = (q: Program, o: number, send: boolean): string | undefined => {
+        const s = q.peers[o];
+        if (s?.kind !== 'shift' || registry.get(q.ops.kind[o] as number).collective?.pattern !== 'p2p') return undefined;
+        if ((registry.get(q.ops.kind[o] as number).collective?.side === 'send') !== send) return undefined;
+        const e = new Int32Array(mesh.axes.length);
+        for (const [a, x] of s.shift) e[a] = (e[a] as number) + (send ? x : -x);
+        return e.join(',');
+      };
+      const key = d.join(',');
+      const k = [...p.collectiveSites].filter((o) => dataShift(p, o, false) === key).indexOf(op);
+      const count = new Map<number, number>();
+      for (const r of p.ranks) {
+        const c = mesh.coords(r);
+        let out = false;
+        d.forEach((x, a) => {
+          c[a] = (c[a] as number) - x;
+          if ((c[a] as number) < 0 || (c[a] as number) >= (mesh.sizes[a] as number)) out = true;
+        });
+        if (out) return { unresolved: `${name} receives from outside the mesh` };
+        const q = plan.rankProgram[mesh.rankOf(c)] as number;
+        count.set(q, (count.get(q) ?? 0) + 1);
+      }
+      const nodes: [number, number, number][] = [];
+      for (const [qi, n] of count) {
+        const q = progs[qi] as Program;
+        const s = [...q.collectiveSites].filter((o) => dataShift(q, o, true) === key)[k];
+        const x = s === undefined ? -1 : (q.ops.opInputs(s)[0] ?? -1);
+        if (x < 0) return { unresolved: `${name} has no matching send in program '${q.name}'` };
+        nodes.push([qi, x, n]);
+      }
+      return { nodes };
+    }
+    const g = p.groups[op];
+    if (g?.kind !== 'axes') return { unresolved: `${name} names its group by rank list` };
+    if (progs.some((q) => [...q.collectiveSites].some((o) => q.groups[o]?.kind === 'ranks'))) return { unresolved: `${name} shares communicators with rank-list groups` };
+    const A = g.axes;
+    const sameAxes = (q: Program, o: number): boolean => {
+      const h = q.groups[o];
+      return h?.kind === 'axes' && h.axes.length === A.length && h.axes.every((a, i) => a === A[i]);
+    };
+    const k = [...p.collectiveSites].filter((o) => sameAxes(p, o)).indexOf(op);
+    // The groups of the program's ranks, named by their base (group axes at 0); every member of one counts.
+    const bases = new Set<number>();
+    for (const r of p.ranks) bases.add(groupBase(mesh, r, A));
+    const count = new Map<number, number>();
+    for (let r = 0; r < mesh.size; r++) {
+      if (!bases.has(groupBase(mesh, r, A))) continue;
+      const q = plan.rankProgram[r] as number;
+      count.set(q, (count.get(q) ?? 0) + 1);
+    }
+    const nodes: [number, number, number][] = [];
+    for (const [qi, n] of count) {
+      const q = progs[qi] as Program;
+      const s = [...q.collectiveSites].filter((o) => sameAxes(q, o))[k];
+      if (s === undefined) return { unresolved: `${name} has no matching call in program '${q.name}'` };
+      // A member without an input (a broadcast's receivers) reads nothing.
+      const x = q.ops.opInputs(s)[0] ?? -1;
+      if (x >= 0) nodes.push([qi, x, n]);
+    }
+    return { nodes };
+  }
+}
+
+export interface TemplateVerifyOptions {
+  readonly seed?: number;
+  /** The per-rank entry bound the plan is past (for the report). */
+  readonly maxStageEntries?: number;
+  /** Per-stage element limit (default MAX_STAGE_ELEMENTS; lowered by tests). */
+  readonly maxStageElements?: number;
+  readonly onStage?: (done: number, total: number) => void;
+  /** Start time, when the caller's clock started earlier. */
+  readonly t0?: number;
+}
+
+/**
+ * The verdict of a plan past the per-rank stage bound: its stages decomposed per template, each
+ * sized at full shapes and "unknown" with its reason. Never "verified", never "not equivalent":
+ * nothing is proved or evaluated on this path.
+ */
+export function verifyPerTemplate(plan: LoadedPlan, opts: TemplateVerifyOptions = {}): VerifyReport {
+  const t0 = opts.t0 ?? performance.now();
+  const seed = opts.seed ?? 1;
+  const bound = opts.maxStageEntries ?? MAX_STAGE_ENTRIES;
+  const entries = stageEntries(plan);
+  const ts = new TemplateStages(plan, opts.maxStageElements);
+  const stages = ts.decompose(logicalOrder(plan));
+  const lg = plan.logical;
+  const limit = ts.limit.toLocaleString('en-US');
+  let tooLarge = 0;
+  const reports: StageReport[] = stages.map((s, i) => {
+    const t1 = performance.now();
+    const size = ts.size(s);
+    const n = size.elements.toLocaleString('en-US');
+    const counted = size.exact ? 'counted per template' : `counted per template, a lower bound: ${size.partial ?? ''}`;
+    let reason: string;
+    if (ts.tooLarge(size)) {
+      tooLarge++;
+      // The per-rank builder's words (stages/prove.ts), so that reports read alike on both paths.
+      reason = `the stage is too large: its tensors hold ${size.exact ? '' : 'at least '}${n} elements (${counted}; at most ${limit} per stage): shapes this large need shape reduction, which this version does not have (docs/engine.md)`;
+    } else {
+      reason = `not proved: the plan is past the per-rank stage bound, and proving a stage means instantiating its ranks' ops, which this version does only rank by rank over the whole plan (a stage builder fed per template is not in this version); its tensors hold ${size.exact ? '' : 'at least '}${n} elements (${counted}; the per-stage limit is ${limit})`;
+    }
+    const prodOp = lg.producer[s.logical] as number;
+    const op = prodOp < 0 ? undefined : { id: lg.ops.ids.name(prodOp), kind: registry.get(lg.ops.kind[prodOp] as number).name, ...(lg.ops.loc[prodOp] === undefined ? {} : { loc: lg.ops.loc[prodOp] as string }) };
+    opts.onStage?.(i + 1, stages.length);
+    return {
+      index: i + 1,
+      logical: lg.tensors.name(s.logical),
+      ...(op === undefined ? {} : { op }),
+      ranks: [],
+      rankCount: s.parts.reduce((k, p) => k + p.ranks, 0),
+      templates: s.parts.map((p) => {
+        const prog = plan.programs[p.program] as Program;
+        return { program: prog.name, tensor: prog.tensors.name(p.tensor), ranks: p.ranks };
+      }),
+      elements: size.elements,
+      elementsExact: size.exact,
+      status: 'unknown',
+      reason,
+      failingRanks: [],
+      logicalOps: 0,
+      parallelOps: 0,
+      ms: performance.now() - t1,
+    };
+  });
+  const why = `building its stages rank by rank would take ${entries.toLocaleString('en-US')} per-rank tensor and op entries (at most ${bound.toLocaleString('en-US')})`;
+  const first = reports[0];
+  const summary =
+    reports.length === 0
+      ? `no stage: no tensor with lineage is produced (${why}; stages decomposed per template)`
+      : `${reports.length} of ${reports.length} stage(s) undecided, decomposed per template (${why}): ${tooLarge} too large at full shapes, ${reports.length - tooLarge} not proved on this path; first: stage 1 (${first?.logical ?? ''}): ${first?.reason ?? ''}`;
+  return {
+    file: plan.file,
+    name: plan.name,
+    verdict: 'unknown',
+    summary,
+    stages: reports,
+    numeric: { evaluated: false, seed, claimsChecked: 0, mismatches: 0, reason: 'not run: the plan is past the per-rank stage bound (stages decomposed per template)' },
+    approximations: [],
+    ms: performance.now() - t0,
+    decomposition: { path: 'template', entries, bound, reason: why },
+  };
+}
