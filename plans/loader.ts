@@ -251,7 +251,7 @@ export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {
  * The mesh axes (-1: `rank`) a program's shapes and attributes depend on: ranks with the same
  * coordinates on them share one view.
  */
-function viewAxes(p: Program, mesh: Mesh): number[] {
+export function viewAxes(p: Program, mesh: Mesh): number[] {
   const vars = new Set<string>();
   for (const s of p.shapeSpecs) for (const d of s) for (const v of specVars(d)) vars.add(v);
   for (const a of p.attrSpecs) for (const [, e] of a.exprs) for (const v of e.vars) vars.add(v);

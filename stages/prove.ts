@@ -100,6 +100,11 @@ export interface Producer {
   inst: number;
 }
 
+/** What the stage builder asks of a producer map (keys "rank:tensor"). */
+export interface ProducerLookup {
+  get(key: string): Producer | undefined;
+}
+
 const producerCache = new WeakMap<LoadedPlan, Map<string, Producer>>();
 
 /** Producer of each (rank, tensor); built once per plan (the stage builder and stage extraction share it). */
@@ -164,10 +169,14 @@ export interface SymbolSource<S> {
  * the caller's (exact normal form, or Z3).
  */
 export class StageBuilder {
-  private readonly prod: Map<string, Producer>;
+  private readonly prod: ProducerLookup;
   private readonly lineageCache = new Map<string, LineageNF | undefined>();
-  constructor(readonly plan: LoadedPlan) {
-    this.prod = producers(plan);
+  /** `prod`: the producer of each "rank:tensor" (default: the plan-wide map; stages/template.ts passes one computed from the templates). */
+  constructor(
+    readonly plan: LoadedPlan,
+    prod?: ProducerLookup,
+  ) {
+    this.prod = prod ?? producers(plan);
   }
 
   lineage(r: number, t: number): LineageNF | undefined {
@@ -414,8 +423,9 @@ export class Prover {
   constructor(
     plan: LoadedPlan,
     private readonly budget = DEFAULT_TERM_BUDGET,
+    prod?: ProducerLookup,
   ) {
-    this.builder = new StageBuilder(plan);
+    this.builder = new StageBuilder(plan, prod);
   }
 
   /**

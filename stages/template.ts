@@ -20,7 +20,7 @@
  *
  * No stage is proved on this path: the verdict is "unknown" with a reason per stage.
  */
-import { MAX_STAGE_ENTRIES, stageEntries, type LoadedPlan } from '../plans/loader.js';
+import { MAX_STAGE_ENTRIES, stageEntries, viewAxes, type LoadedPlan } from '../plans/loader.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import type { StageReport, VerifyReport } from './verify.js';
 import type { Program } from '../plans/model.js';
@@ -28,7 +28,9 @@ import { registry } from '../ops/registry.js';
 import { numel } from '../ops/types.js';
 import { groupBase } from '../plans/collectives.js';
 import { programBox } from '../lineage/symbolic.js';
-import { MAX_STAGE_ELEMENTS } from './prove.js';
+import { MAX_STAGE_ELEMENTS, Prover, type Obligation, type Producer, type ProducerLookup, type StageResult } from './prove.js';
+import { DEFAULT_TERM_BUDGET } from '../sdfg/terms.js';
+import { evalLineage } from '../lineage/model.js';
 
 /** Obligations of one (program, tensor): `ranks` of the program's ranks produce it. */
 export interface TemplatePart {
@@ -49,6 +51,10 @@ export interface TemplateStageSize {
   readonly exact: boolean;
   /** Why the count is only a lower bound. */
   readonly partial?: string;
+  /** The first collective call the closure runs (then its ranks are not independent). */
+  readonly collective?: string;
+  /** Mesh axes (-1: `rank`) the lineage specs the closure reaches depend on. */
+  readonly specAxes: ReadonlySet<number>;
 }
 
 /** Per program: which op writes each tensor, and which ops are collective call sites. */
@@ -64,6 +70,20 @@ interface ProgramIndex {
   /** Element count when the shape does not depend on the rank, else -1. */
   readonly constNumel: Float64Array;
 }
+
+/** Distinct rank classes proved per stage, at most: past it the stage stays "unknown". */
+export const MAX_RANK_CLASSES = 64;
+
+export interface LocalProof {
+  readonly status: 'proved' | 'unknown';
+  readonly reason?: string;
+  /** Classes of ranks with identical parts (one proof each). */
+  readonly classes: number;
+  readonly failingRanks?: number[];
+}
+
+/** The stage builder reached a tensor that a rank-local stage cannot have. */
+class NotLocalError extends Error {}
 
 /** A call that leaves the program: the (program, tensor) nodes it reaches, with rank counts. */
 type Reach = { readonly nodes: readonly (readonly [number, number, number])[] } | { readonly unresolved: string };
@@ -156,6 +176,8 @@ export class TemplateStages {
     const partial = new Map<number, number>();
     const inputLogical = new Set<number>();
     let partialWhy: string | undefined;
+    let collective: string | undefined;
+    const specAxes = new Set<number>();
     let elements = 0;
     const stack: number[] = [];
     const stride = Math.max(1, ...progs.map((p) => p.tensors.size));
@@ -180,6 +202,7 @@ export class TemplateStages {
       const op = ix.producer[t] as number;
       const multi = ix.multi.has(t);
       const spec = p.lineage[t];
+      if (spec !== undefined) for (const a of spec.axes) specAxes.add(a);
       if (spec !== undefined && (spec.logical !== stage.logical || (op < 0 && !multi))) {
         inputLogical.add(spec.logical);
         continue;
@@ -193,6 +216,7 @@ export class TemplateStages {
         for (const x of p.ops.opInputs(op)) stack.push(pi, x);
         continue;
       }
+      collective ??= `'${p.ops.ids.name(op)}' of program '${p.name}'`;
       if (ix.inside[op] === 1) {
         const x = p.ops.opInputs(op)[0] ?? -1;
         if (x >= 0) stack.push(pi, x);
@@ -216,7 +240,8 @@ export class TemplateStages {
     }
     elements += numel(lg.shapes[stage.logical] ?? []);
     for (const L of inputLogical) elements += numel(lg.shapes[L] ?? []);
-    return partialWhy === undefined ? { elements, exact: true } : { elements, exact: false, partial: partialWhy };
+    const extra = { specAxes, ...(collective === undefined ? {} : { collective }) };
+    return partialWhy === undefined ? { elements, exact: true, ...extra } : { elements, exact: false, partial: partialWhy, ...extra };
   }
 
   /** Whether a stage of this size would be refused by the per-rank builder's size check. */
@@ -226,6 +251,94 @@ export class TemplateStages {
 
   get limit(): number {
     return this.maxElements;
+  }
+
+  /**
+   * Proves a stage under the size limit whose closure runs no collective. Its ranks are then
+   * independent (docs/engine.md, "Stage components"): rank r's obligations are computed from
+   * rank r's inputs only, so the stage holds iff each rank's part holds. With complete
+   * obligations (no addends to compare across ranks) each part is its own stage, built by the
+   * ordinary StageBuilder with producers read from the template. Two ranks of one program that
+   * agree on every mesh coordinate the closure's lineage specs and the program's shapes and
+   * attributes use get the same views and the same lineage, so the same equalities (ranks only
+   * appear in messages): one proof per class of such ranks covers the class.
+   */
+  proveLocal(stage: TemplateStage, size: TemplateStageSize, budget = DEFAULT_TERM_BUDGET): LocalProof {
+    const plan = this.plan;
+    const mesh = plan.mesh;
+    if (size.collective !== undefined) return { status: 'unknown', classes: 0, reason: `its closure runs the collective call ${size.collective}, so its ranks are not independent, and a stage with collectives is built only rank by rank over the whole plan (instances of collectives made per template for the stage builder are not in this version)` };
+    if (!size.exact) return { status: 'unknown', classes: 0, reason: `its closure is not resolved per template (${size.partial ?? ''})` };
+    // Representatives per program: one rank per distinct coordinates on the axes that matter.
+    const byProgram = new Map<number, TemplatePart[]>();
+    for (const part of stage.parts) {
+      let l = byProgram.get(part.program);
+      if (l === undefined) byProgram.set(part.program, (l = []));
+      l.push(part);
+    }
+    const reps: { rank: number; members: number; parts: TemplatePart[] }[] = [];
+    for (const [pi, parts] of byProgram) {
+      const p = plan.programs[pi] as Program;
+      const axes = [...new Set([...size.specAxes, ...viewAxes(p, mesh)])].sort((a, b) => a - b);
+      if (axes.includes(-1)) {
+        if (p.ranks.length > MAX_RANK_CLASSES) return { status: 'unknown', classes: 0, reason: `program '${p.name}' uses \`rank\` in its shapes, attributes or lineage, so each of its ${p.ranks.length} ranks is its own class (at most ${MAX_RANK_CLASSES} proofs per stage on this path)` };
+      }
+      const seen = new Map<string, { rank: number; members: number; parts: TemplatePart[] }>();
+      for (const r of p.ranks) {
+        const key = axes.map((a) => (a < 0 ? r : mesh.coord(r, a))).join(',');
+        const hit = seen.get(key);
+        if (hit !== undefined) hit.members++;
+        else {
+          seen.set(key, { rank: r, members: 1, parts });
+          if (reps.length + seen.size > MAX_RANK_CLASSES) return { status: 'unknown', classes: 0, reason: `its ranks fall into more than ${MAX_RANK_CLASSES} classes of distinct coordinates (at most ${MAX_RANK_CLASSES} proofs per stage on this path)` };
+        }
+      }
+      reps.push(...seen.values());
+    }
+    const prover = new Prover(plan, budget, this.localProducers());
+    for (const rep of reps) {
+      const r = rep.rank;
+      const obligations: Obligation[] = [];
+      for (const part of rep.parts) {
+        const p = plan.programs[part.program] as Program;
+        const spec = p.lineage[part.tensor];
+        if (spec === undefined) continue;
+        const nf = evalLineage(spec, mesh, r, plan.logical.shapes[spec.logical] ?? [], plan.view(r).shapes[part.tensor] ?? []);
+        if (nf.value.n !== 1 || nf.value.divisor !== 1) return { status: 'unknown', classes: reps.length, reason: `rank ${r} '${p.tensors.name(part.tensor)}' holds partial addends, whose replicas are compared across ranks: such a stage is not split by rank` };
+        obligations.push({ rank: r, tensor: part.tensor, nf });
+      }
+      let res: StageResult;
+      try {
+        res = prover.prove({ index: stage.index, logical: stage.logical, obligations });
+      } catch (e) {
+        if (!(e instanceof NotLocalError)) throw e;
+        return { status: 'unknown', classes: reps.length, reason: e.message };
+      }
+      if (res.status === 'proved') continue;
+      const stands = `rank ${r}, standing for ${rep.members} rank(s) of its program with the same coordinates`;
+      const why = res.status === 'differs' ? `normal forms differ, and this path has no numeric run for a witness: ${res.reason ?? ''}` : (res.reason ?? 'undecided');
+      return { status: 'unknown', classes: reps.length, reason: `${stands}: ${why}`, failingRanks: [r] };
+    }
+    return { status: 'proved', classes: reps.length };
+  }
+
+  /** Producers read from the templates: local ops only; a collective or multi-rank output throws (never assumed). */
+  private localProducers(): ProducerLookup {
+    const plan = this.plan;
+    return {
+      get: (key: string): Producer | undefined => {
+        const i = key.indexOf(':');
+        const r = Number(key.slice(0, i));
+        const t = Number(key.slice(i + 1));
+        const pi = plan.rankProgram[r] as number;
+        const ix = this.index[pi] as ProgramIndex;
+        const p = plan.programs[pi] as Program;
+        if (ix.multi.has(t)) throw new NotLocalError(`a multi-rank collective writes rank ${r} '${p.tensors.name(t)}'`);
+        const op = ix.producer[t] as number;
+        if (op < 0) return undefined;
+        if (ix.site[op] === 1) throw new NotLocalError(`rank ${r} '${p.tensors.name(t)}' comes from the collective call '${p.ops.ids.name(op)}'`);
+        return { op, inst: -1 };
+      },
+    };
   }
 
   /**
@@ -329,6 +442,8 @@ export interface TemplateVerifyOptions {
   readonly onStage?: (done: number, total: number) => void;
   /** Start time, when the caller's clock started earlier. */
   readonly t0?: number;
+  /** Term budget per proof (default DEFAULT_TERM_BUDGET). */
+  readonly budget?: number;
 }
 
 /**
@@ -346,18 +461,33 @@ export function verifyPerTemplate(plan: LoadedPlan, opts: TemplateVerifyOptions 
   const lg = plan.logical;
   const limit = ts.limit.toLocaleString('en-US');
   let tooLarge = 0;
+  let proved = 0;
   const reports: StageReport[] = stages.map((s, i) => {
     const t1 = performance.now();
     const size = ts.size(s);
     const n = size.elements.toLocaleString('en-US');
     const counted = size.exact ? 'counted per template' : `counted per template, a lower bound: ${size.partial ?? ''}`;
-    let reason: string;
+    let reason: string | undefined;
+    let classes: number | undefined;
+    let failingRanks: number[] = [];
     if (ts.tooLarge(size)) {
       tooLarge++;
       // The per-rank builder's words (stages/prove.ts), so that reports read alike on both paths.
       reason = `the stage is too large: its tensors hold ${size.exact ? '' : 'at least '}${n} elements (${counted}; at most ${limit} per stage): shapes this large need shape reduction, which this version does not have (docs/engine.md)`;
     } else {
-      reason = `not proved: the plan is past the per-rank stage bound, and proving a stage means instantiating its ranks' ops, which this version does only rank by rank over the whole plan (a stage builder fed per template is not in this version); its tensors hold ${size.exact ? '' : 'at least '}${n} elements (${counted}; the per-stage limit is ${limit})`;
+      let r: LocalProof;
+      try {
+        r = ts.proveLocal(s, size, opts.budget);
+      } catch (e) {
+        r = { status: 'unknown', classes: 0, reason: `engine error: ${e instanceof Error ? e.message : String(e)}` };
+      }
+      if (r.status === 'proved') {
+        proved++;
+        classes = r.classes;
+      } else {
+        reason = `not proved on the per-template path: ${r.reason ?? ''}; its tensors hold ${size.exact ? '' : 'at least '}${n} elements (${counted}; the per-stage limit is ${limit})`;
+        failingRanks = r.failingRanks ?? [];
+      }
     }
     const prodOp = lg.producer[s.logical] as number;
     const op = prodOp < 0 ? undefined : { id: lg.ops.ids.name(prodOp), kind: registry.get(lg.ops.kind[prodOp] as number).name, ...(lg.ops.loc[prodOp] === undefined ? {} : { loc: lg.ops.loc[prodOp] as string }) };
@@ -374,20 +504,23 @@ export function verifyPerTemplate(plan: LoadedPlan, opts: TemplateVerifyOptions 
       }),
       elements: size.elements,
       elementsExact: size.exact,
-      status: 'unknown',
-      reason,
-      failingRanks: [],
+      ...(reason === undefined ? { status: 'proved' as const, decidedBy: 'normal' as const, rankClasses: classes ?? 0 } : { status: 'unknown' as const, reason }),
+      failingRanks,
       logicalOps: 0,
       parallelOps: 0,
       ms: performance.now() - t1,
     };
   });
   const why = `building its stages rank by rank would take ${entries.toLocaleString('en-US')} per-rank tensor and op entries (at most ${bound.toLocaleString('en-US')})`;
-  const first = reports[0];
+  const open = reports.filter((r) => r.status !== 'proved');
+  const first = open[0];
+  const counts = `${proved} proved (rank by rank from the templates, one proof per class of identical ranks), ${tooLarge} too large at full shapes, ${open.length - tooLarge} not proved on this path`;
   const summary =
     reports.length === 0
       ? `no stage: no tensor with lineage is produced (${why}; stages decomposed per template)`
-      : `${reports.length} of ${reports.length} stage(s) undecided, decomposed per template (${why}): ${tooLarge} too large at full shapes, ${reports.length - tooLarge} not proved on this path; first: stage 1 (${first?.logical ?? ''}): ${first?.reason ?? ''}`;
+      : first === undefined
+        ? `all ${reports.length} stage(s) proved per template, but "verified" also needs the numeric run, which this path does not make (${why})`
+        : `${open.length} of ${reports.length} stage(s) undecided, decomposed per template (${why}): ${counts}; first: stage ${first.index} (${first.logical}): ${first.reason ?? ''}`;
   return {
     file: plan.file,
     name: plan.name,

@@ -50,6 +50,8 @@ export interface StageReport {
   /** Elements the stage's tensors hold at full shapes (a lower bound when `elementsExact` is false). */
   readonly elements?: number;
   readonly elementsExact?: boolean;
+  /** Per-template stages proved rank by rank: classes of identical ranks, one proof each. */
+  readonly rankClasses?: number;
 }
 
 export interface VerifyReport {
