@@ -21,7 +21,7 @@ import type { LoadedPlan } from '../plans/loader.js';
 import type { Program, RankView } from '../plans/model.js';
 import { evalLineage, type LineageNF } from '../lineage/model.js';
 import { numel } from '../ops/types.js';
-import { MAX_STAGE_ELEMENTS, type Stage } from './prove.js';
+import { MAX_STAGE_ELEMENTS, type Producer, type ProducerLookup, type Stage } from './prove.js';
 
 /** Bumped when the form's meaning changes: cached proofs of an older form are not reused. */
 export const CANON_VERSION = 1;
@@ -36,22 +36,27 @@ function canonJson(v: AttrValue | undefined): string {
     .join(',')}}`;
 }
 
-interface Producer {
-  op: number;
-  inst: number;
-}
-
 export class StageCanonizer {
-  private readonly prod = new Map<string, Producer>();
+  private readonly prod: ProducerLookup;
   private readonly lineageCache = new Map<string, LineageNF | undefined>();
   /** Attributes as canonical text, per attribute object (views share them across ranks). */
   private readonly attrText = new WeakMap<object, string>();
   private readonly views = new Map<number, RankView>();
-  constructor(readonly plan: LoadedPlan) {
+  /** `prod`: producers by "rank:tensor" (default: built here over every rank; stages/template.ts passes one read from the templates). */
+  constructor(
+    readonly plan: LoadedPlan,
+    prod?: ProducerLookup,
+  ) {
+    if (prod !== undefined) {
+      this.prod = prod;
+      return;
+    }
+    const m = new Map<string, Producer>();
+    this.prod = m;
     plan.collectives.forEach((c, ci) =>
       c.group.forEach((r, i) => {
         const o = c.outputs[i] as number;
-        if (o >= 0) this.prod.set(`${r}:${o}`, { op: -1, inst: ci });
+        if (o >= 0) m.set(`${r}:${o}`, { op: -1, inst: ci });
       }),
     );
     for (let r = 0; r < plan.mesh.size; r++) {
@@ -59,7 +64,7 @@ export class StageCanonizer {
       const sites = new Set(p.collectiveSites);
       for (let op = 0; op < p.ops.size; op++) {
         if (sites.has(op)) continue;
-        for (const t of p.ops.opOutputs(op)) this.prod.set(`${r}:${t}`, { op, inst: -1 });
+        for (const t of p.ops.opOutputs(op)) m.set(`${r}:${t}`, { op, inst: -1 });
       }
     }
   }

@@ -28,7 +28,8 @@ import { registry } from '../ops/registry.js';
 import { numel } from '../ops/types.js';
 import { groupBase } from '../plans/collectives.js';
 import { programBox } from '../lineage/symbolic.js';
-import { MAX_STAGE_ELEMENTS, Prover, type Obligation, type Producer, type ProducerLookup, type StageResult } from './prove.js';
+import { MAX_STAGE_ELEMENTS, Prover, type Obligation, type Producer, type ProducerLookup, type Stage, type StageResult } from './prove.js';
+import { StageCanonizer } from './canon.js';
 import { DEFAULT_TERM_BUDGET } from '../sdfg/terms.js';
 import { evalLineage } from '../lineage/model.js';
 
@@ -91,6 +92,12 @@ type Reach = { readonly nodes: readonly (readonly [number, number, number])[] } 
 export class TemplateStages {
   private readonly index: ProgramIndex[];
   private readonly reach = new Map<number, Reach>();
+  private canon: StageCanonizer | undefined;
+  /** Canonical forms of the rank parts proved so far. */
+  private readonly provedForms = new Set<string>();
+  /** Rank-part proofs run, and parts covered by an equal form already proved. */
+  proofsRun = 0;
+  proofsShared = 0;
   private readonly opStride: number;
 
   constructor(
@@ -294,7 +301,9 @@ export class TemplateStages {
       }
       reps.push(...seen.values());
     }
-    const prover = new Prover(plan, budget, this.localProducers());
+    const lookup = this.localProducers();
+    const prover = new Prover(plan, budget, lookup);
+    this.canon ??= new StageCanonizer(plan, lookup);
     for (const rep of reps) {
       const r = rep.rank;
       const obligations: Obligation[] = [];
@@ -306,14 +315,27 @@ export class TemplateStages {
         if (nf.value.n !== 1 || nf.value.divisor !== 1) return { status: 'unknown', classes: reps.length, reason: `rank ${r} '${p.tensors.name(part.tensor)}' holds partial addends, whose replicas are compared across ranks: such a stage is not split by rank` };
         obligations.push({ rank: r, tensor: part.tensor, nf });
       }
+      const sub: Stage = { index: stage.index, logical: stage.logical, obligations };
       let res: StageResult;
+      let form: string | undefined;
       try {
-        res = prover.prove({ index: stage.index, logical: stage.logical, obligations });
+        // Equal canonical forms build the same equalities up to renaming (stages/canon.ts): a
+        // proved form covers every later part with the same text (compared whole, not hashed).
+        form = this.canon.form(sub).text;
+        if (form !== undefined && this.provedForms.has(form)) {
+          this.proofsShared++;
+          continue;
+        }
+        this.proofsRun++;
+        res = prover.prove(sub);
       } catch (e) {
         if (!(e instanceof NotLocalError)) throw e;
         return { status: 'unknown', classes: reps.length, reason: e.message };
       }
-      if (res.status === 'proved') continue;
+      if (res.status === 'proved') {
+        if (form !== undefined) this.provedForms.add(form);
+        continue;
+      }
       const stands = `rank ${r}, standing for ${rep.members} rank(s) of its program with the same coordinates`;
       const why = res.status === 'differs' ? `normal forms differ, and this path has no numeric run for a witness: ${res.reason ?? ''}` : (res.reason ?? 'undecided');
       return { status: 'unknown', classes: reps.length, reason: `${stands}: ${why}`, failingRanks: [r] };
@@ -514,7 +536,7 @@ export function verifyPerTemplate(plan: LoadedPlan, opts: TemplateVerifyOptions 
   const why = `building its stages rank by rank would take ${entries.toLocaleString('en-US')} per-rank tensor and op entries (at most ${bound.toLocaleString('en-US')})`;
   const open = reports.filter((r) => r.status !== 'proved');
   const first = open[0];
-  const counts = `${proved} proved (rank by rank from the templates, one proof per class of identical ranks), ${tooLarge} too large at full shapes, ${open.length - tooLarge} not proved on this path`;
+  const counts = `${proved} proved (rank by rank from the templates: ${ts.proofsRun} proof(s) run, ${ts.proofsShared} part(s) covered by an equal canonical form), ${tooLarge} too large at full shapes, ${open.length - tooLarge} not proved on this path`;
   const summary =
     reports.length === 0
       ? `no stage: no tensor with lineage is produced (${why}; stages decomposed per template)`
