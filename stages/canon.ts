@@ -18,7 +18,7 @@ import { createHash } from 'node:crypto';
 import { registry } from '../ops/registry.js';
 import type { AttrValue, Attrs } from '../ops/types.js';
 import type { LoadedPlan } from '../plans/loader.js';
-import type { Program, RankView } from '../plans/model.js';
+import type { CollectiveInstance, Program, RankView } from '../plans/model.js';
 import { evalLineage, type LineageNF } from '../lineage/model.js';
 import { numel } from '../ops/types.js';
 import { MAX_STAGE_ELEMENTS, type Producer, type ProducerLookup, type Stage } from './prove.js';
@@ -38,6 +38,7 @@ function canonJson(v: AttrValue | undefined): string {
 
 export class StageCanonizer {
   private readonly prod: ProducerLookup;
+  private readonly instance: (inst: number) => CollectiveInstance | undefined;
   private readonly lineageCache = new Map<string, LineageNF | undefined>();
   /** Attributes as canonical text, per attribute object (views share them across ranks). */
   private readonly attrText = new WeakMap<object, string>();
@@ -47,6 +48,7 @@ export class StageCanonizer {
     readonly plan: LoadedPlan,
     prod?: ProducerLookup,
   ) {
+    this.instance = prod?.instance?.bind(prod) ?? ((i) => plan.collectives[i]);
     if (prod !== undefined) {
       this.prod = prod;
       return;
@@ -152,7 +154,7 @@ export class StageCanonizer {
       const p = plan.programs[plan.rankProgram[r] as number] as Program;
       if (pr.op >= 0) for (const x of p.ops.opInputs(pr.op)) stack.push([r, x]);
       else {
-        const c = plan.collectives[pr.inst];
+        const c = this.instance(pr.inst);
         c?.group.forEach((m, i) => {
           const x = c.inputs[i] as number;
           if (x >= 0) stack.push([m, x]);
@@ -211,7 +213,7 @@ export class StageCanonizer {
         out.push(`PO${rk(r)}:${registry.get(p.ops.kind[pr.op] as number).name}${this.attrs(v.attrs[pr.op])}(${ins.map((x) => pid(r, x)).join(',')})->(${outs.map((x) => `${pid(r, x)}:${(v.shapes[x] ?? []).join('x')}`).join(',')})`);
         return;
       }
-      const c = plan.collectives[pr.inst];
+      const c = this.instance(pr.inst);
       if (c === undefined) throw new Error('missing collective');
       c.group.forEach((m, i) => {
         const x = c.inputs[i] as number;

@@ -23,7 +23,7 @@
 import { MAX_STAGE_ENTRIES, stageEntries, viewAxes, type LoadedPlan } from '../plans/loader.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import type { StageReport, VerifyReport } from './verify.js';
-import type { Program } from '../plans/model.js';
+import type { CollectiveInstance, Program } from '../plans/model.js';
 import { registry } from '../ops/registry.js';
 import { numel } from '../ops/types.js';
 import { groupBase } from '../plans/collectives.js';
@@ -343,7 +343,11 @@ export class TemplateStages {
     return { status: 'proved', classes: reps.length };
   }
 
-  /** Producers read from the templates: local ops only; a collective or multi-rank output throws (never assumed). */
+  /**
+   * Producers read from the templates. Collective outputs get a producer (so that a claimed one
+   * is an input, as with the plan-wide map) whose instance is refused: a stage that would walk
+   * through a collective is never built here, so nothing is assumed that the builder recomputes.
+   */
   private localProducers(): ProducerLookup {
     const plan = this.plan;
     return {
@@ -353,12 +357,18 @@ export class TemplateStages {
         const t = Number(key.slice(i + 1));
         const pi = plan.rankProgram[r] as number;
         const ix = this.index[pi] as ProgramIndex;
-        const p = plan.programs[pi] as Program;
-        if (ix.multi.has(t)) throw new NotLocalError(`a multi-rank collective writes rank ${r} '${p.tensors.name(t)}'`);
+        if (ix.multi.has(t)) return { op: -1, inst: -1 };
         const op = ix.producer[t] as number;
         if (op < 0) return undefined;
-        if (ix.site[op] === 1) throw new NotLocalError(`rank ${r} '${p.tensors.name(t)}' comes from the collective call '${p.ops.ids.name(op)}'`);
+        // A collective's output: an input of the stage is only asked whether it has a producer;
+        // walking through it asks for the instance, which this lookup refuses.
+        if (ix.site[op] === 1) return { op: -1, inst: pi * this.opStride + op };
         return { op, inst: -1 };
+      },
+      instance: (inst: number): CollectiveInstance | undefined => {
+        if (inst < 0) throw new NotLocalError('the stage reaches a multi-rank collective');
+        const p = plan.programs[Math.floor(inst / this.opStride)] as Program;
+        throw new NotLocalError(`the stage reaches the collective call '${p.ops.ids.name(inst % this.opStride)}' of program '${p.name}'`);
       },
     };
   }
