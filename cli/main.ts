@@ -109,7 +109,8 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   // instead, each "unknown" with its reason (stages/template.ts), never a heap exhaustion.
   if (stageWorkTooLarge(l.plan) !== undefined) {
     const r = verifyPerTemplate(l.plan, { seed: eng.seed });
-    out.log(json ? JSON.stringify(r, null, 2) : `${formatReport(r, verbose)}\nshape reduction: not tried (the plan is past the per-rank stage bound; its stages are sized at full shapes)`);
+    const notTried = 'not tried: the plan is past the per-rank stage bound; its stages are sized at full shapes';
+    out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
     return verdictCode[r.verdict];
   }
   // Inferred boundaries (issue 18): with --infer, or when the file holds claims marked inferred.

@@ -93,6 +93,9 @@ export class TemplateStages {
   private readonly index: ProgramIndex[];
   private readonly reach = new Map<number, Reach>();
   private canon: StageCanonizer | undefined;
+  /** Per program and tensor: the number of the last size() walk that reached it with all ranks. */
+  private readonly stamps: Int32Array[];
+  private walks = 0;
   /** Canonical forms of the rank parts proved so far. */
   private readonly provedForms = new Set<string>();
   /** Rank-part proofs run, and parts covered by an equal form already proved. */
@@ -106,6 +109,7 @@ export class TemplateStages {
   ) {
     const mesh = plan.mesh;
     this.opStride = Math.max(1, ...plan.programs.map((p) => p.ops.size));
+    this.stamps = plan.programs.map((p) => new Int32Array(p.tensors.size));
     this.index = plan.programs.map((p) => {
       const producer = new Int32Array(p.tensors.size).fill(-1);
       for (let op = 0; op < p.ops.size; op++) for (const t of p.ops.opOutputs(op)) producer[t] = op;
@@ -178,8 +182,10 @@ export class TemplateStages {
     const plan = this.plan;
     const lg = plan.logical;
     const progs = plan.programs;
-    // Visited (program, tensor) with all of the program's ranks; partial visits keep their largest count.
-    const full = progs.map((p) => new Uint8Array(p.tensors.size));
+    // Visited (program, tensor) with all of the program's ranks: stamped with this walk's number
+    // (one array per program for every stage, not one per stage); partial visits keep their largest count.
+    const walk = ++this.walks;
+    const full = this.stamps;
     const partial = new Map<number, number>();
     const inputLogical = new Set<number>();
     let partialWhy: string | undefined;
@@ -200,9 +206,9 @@ export class TemplateStages {
     while (stack.length > 0) {
       const t = stack.pop() as number;
       const pi = stack.pop() as number;
-      const seen = full[pi] as Uint8Array;
-      if (seen[t]) continue;
-      seen[t] = 1;
+      const seen = full[pi] as Int32Array;
+      if (seen[t] === walk) continue;
+      seen[t] = walk;
       elements += this.total(pi, t);
       const p = progs[pi] as Program;
       const ix = this.index[pi] as ProgramIndex;
@@ -239,7 +245,7 @@ export class TemplateStages {
     for (const [k, n] of partial) {
       const pi = Math.floor(k / stride);
       const t = k % stride;
-      if ((full[pi] as Uint8Array)[t]) continue;
+      if ((full[pi] as Int32Array)[t] === walk) continue;
       const c = (this.index[pi] as ProgramIndex).constNumel[t] as number;
       // A rank-dependent shape on part of the ranks: left out, so the count stays a lower bound.
       if (c >= 0) elements += c * n;
