@@ -163,6 +163,31 @@ export class TemplateStages {
       .map(([logical, parts], index) => ({ index, logical, parts }));
   }
 
+  /**
+   * Distinct ranks holding the stage's obligations: programs run disjoint rank sets, so a
+   * program with a part on all its ranks counts them all; parts written by multi-rank
+   * collectives count their members (few: the plan-level collectives as written).
+   */
+  ranksOf(stage: TemplateStage): number {
+    const plan = this.plan;
+    const full = new Set<number>();
+    const some = new Map<number, Set<number>>();
+    for (const part of stage.parts) {
+      if (part.ranks >= (plan.programs[part.program] as Program).ranks.length) full.add(part.program);
+      else some.set(part.program, (some.get(part.program) ?? new Set()).add(part.tensor));
+    }
+    let n = 0;
+    for (const pi of full) n += (plan.programs[pi] as Program).ranks.length;
+    const members = new Set<number>();
+    for (const c of plan.multiRank) {
+      c.group.forEach((r, i) => {
+        const pi = plan.rankProgram[r] as number;
+        if (!full.has(pi) && some.get(pi)?.has(c.outputs[i] as number) === true) members.add(r);
+      });
+    }
+    return n + members.size;
+  }
+
   /** Elements over all ranks of program `pi` of tensor `t` (views are shared per distinct coordinates). */
   private total(pi: number, t: number): number {
     const ix = this.index[pi] as ProgramIndex;
@@ -535,7 +560,7 @@ export function verifyPerTemplate(plan: LoadedPlan, opts: TemplateVerifyOptions 
       logical: lg.tensors.name(s.logical),
       ...(op === undefined ? {} : { op }),
       ranks: [],
-      rankCount: s.parts.reduce((k, p) => k + p.ranks, 0),
+      rankCount: ts.ranksOf(s),
       templates: s.parts.map((p) => {
         const prog = plan.programs[p.program] as Program;
         return { program: prog.name, tensor: prog.tensors.name(p.tensor), ranks: p.ranks };

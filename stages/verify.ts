@@ -43,7 +43,8 @@ export interface StageReport {
   readonly cached?: boolean;
   /**
    * Stages decomposed per template (plans past the per-rank stage bound, stages/template.ts):
-   * `ranks` is then empty and these say which ranks the obligations are on, without listing them.
+   * `ranks` is then empty; `rankCount` is how many distinct ranks hold obligations, and
+   * `templates` the (program, tensor, ranks) families they come in.
    */
   readonly rankCount?: number;
   readonly templates?: { program: string; tensor: string; ranks: number }[];
