@@ -384,8 +384,8 @@ function kindsOf(mesh: Mesh, list: readonly CollectiveInstance[]): CollectiveKin
 
 /**
  * Rank-by-rank work the proof stages (stages/prove.ts) would do on this plan: one entry per
- * (rank, tensor) and (rank, op). Past MAX_STAGE_ENTRIES they would exhaust the heap, so
- * verify ends "unknown" with this reason before building them.
+ * (rank, tensor) and (rank, op). Past MAX_STAGE_ENTRIES they would exhaust the heap, so verify
+ * decomposes the stages per template instead (stages/template.ts).
  */
 export const MAX_STAGE_ENTRIES = 8_000_000;
 /** Per-rank tensor and op entries of a plan (what MAX_STAGE_ENTRIES bounds). */
@@ -401,7 +401,7 @@ export function stageEntries(plan: Plan): number {
 export function stageWorkTooLarge(plan: Plan, max = MAX_STAGE_ENTRIES): string | undefined {
   const n = stageEntries(plan);
   if (n <= max) return undefined;
-  return `building its stages rank by rank would take ${n.toLocaleString('en-US')} per-rank tensor and op entries (at most ${max.toLocaleString('en-US')}): stages are decomposed per template instead (docs/engine.md, "Not in this version")`;
+  return `building its stages rank by rank would take ${n.toLocaleString('en-US')} per-rank tensor and op entries (at most ${max.toLocaleString('en-US')}): stages are decomposed per template instead (docs/engine.md, "Stages per template")`;
 }
 
 function buildMesh(raw: RawPlan, sink: IssueSink): Mesh {

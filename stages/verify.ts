@@ -51,7 +51,7 @@ export interface StageReport {
   /** Elements the stage's tensors hold at full shapes (a lower bound when `elementsExact` is false). */
   readonly elements?: number;
   readonly elementsExact?: boolean;
-  /** Per-template stages proved rank by rank: classes of identical ranks, one proof each. */
+  /** Per-template stages proved rank by rank: classes of ranks with identical parts (each proved, or covered by an equal canonical form). */
   readonly rankClasses?: number;
 }
 
