@@ -18,7 +18,10 @@
  * or cannot be resolved per template (rank-list groups, peers given by expression, multi-rank
  * collectives), the walk stops there and the count is a lower bound, said so in the reason.
  *
- * No stage is proved on this path: the verdict is "unknown" with a reason per stage.
+ * Stages over the size limit are "unknown (too large)". A stage under it is proved when its
+ * ranks are independent (no collective in its closure, complete obligations), one rank part
+ * at a time through the ordinary StageBuilder and Prover (proveLocal); otherwise it is
+ * "unknown" with what is missing. No numeric run is made here, so the verdict is "unknown".
  */
 import { MAX_STAGE_ENTRIES, stageEntries, viewAxes, type LoadedPlan } from '../plans/loader.js';
 import { logicalOrder } from '../sdfg/execute.js';
