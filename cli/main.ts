@@ -6,13 +6,14 @@
 import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
-import { ExitCode, PlanError, PlanTooLargeError, formatIssue } from '../plans/errors.js';
+import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
 import { loadPlanText, stageWorkTooLarge, type LoadedPlan } from '../plans/loader.js';
 import { readPlanText, STDIN_NAME } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
 import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
 import { formatReport } from '../stages/report.js';
+import { verifyPerTemplate } from '../stages/template.js';
 import { formatReductionReport, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
 import { formatPerStage, verifyPerStage } from '../stages/stage-reduce.js';
 import type { RawPlan } from '../plans/raw.js';
@@ -41,23 +42,13 @@ interface Loaded {
   text: string;
 }
 
-function loadWithText(path: string, json: boolean, out: Out, forProof = false): Loaded | number {
+function loadWithText(path: string, json: boolean, out: Out): Loaded | number {
   const file = path === '-' ? STDIN_NAME : path;
   try {
     const text = readPlanText(file);
     const plan = loadPlanText(file, text);
-    // Loading is per template; the proof stages still walk ranks: say "unknown" before they
-    // would exhaust the heap.
-    const big = forProof ? stageWorkTooLarge(plan) : undefined;
-    if (big !== undefined) throw new PlanTooLargeError(file, big);
     return { plan, text };
   } catch (e) {
-    if (e instanceof PlanTooLargeError) {
-      // Not invalid, only beyond this version: nothing is proved, so the answer is unknown.
-      if (json) out.log(JSON.stringify({ verdict: 'unknown', file, reason: e.reason }, null, 2));
-      else out.err(`planproof: unknown: ${e.message}`);
-      return ExitCode.unknown;
-    }
     if (!(e instanceof PlanError)) throw e;
     if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues: e.issues }, null, 2));
     else {
@@ -111,8 +102,17 @@ async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string): Prom
 }
 
 async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false): Promise<number> {
-  const l = loadWithText(file, json, out, !perStage);
+  const l = loadWithText(file, json, out);
   if (typeof l === 'number') return l;
+  // Past the per-rank stage bound every path below (reduction, inference, per-stage
+  // extraction, the pool) would build per-rank stages: the stages are decomposed per template
+  // instead, each "unknown" with its reason (stages/template.ts), never a heap exhaustion.
+  if (stageWorkTooLarge(l.plan) !== undefined) {
+    const r = verifyPerTemplate(l.plan, { seed: eng.seed });
+    const notTried = 'not tried: the plan is past the per-rank stage bound; its stages are sized at full shapes';
+    out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
+    return verdictCode[r.verdict];
+  }
   // Inferred boundaries (issue 18): with --infer, or when the file holds claims marked inferred.
   if (eng.engine === 'normal' && infer !== false && (infer === true || l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) {
     const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true }, out);

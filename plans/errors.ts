@@ -34,21 +34,6 @@ export class PlanError extends Error {
   }
 }
 
-/**
- * A valid plan this version cannot prove: its proof stages would be built rank by rank past
- * what the heap holds (plans/loader.ts, stageWorkTooLarge). Not an invalid plan: the verdict
- * is "unknown".
- */
-export class PlanTooLargeError extends Error {
-  constructor(
-    readonly file: string,
-    readonly reason: string,
-  ) {
-    super(`${file}: ${reason}`);
-    this.name = 'PlanTooLargeError';
-  }
-}
-
 export function formatIssue(file: string, i: PlanIssue): string {
   const loc = [i.path, i.where].filter((s) => s !== undefined && s !== '').join(' ');
   return `${file}: ${loc === '' ? '' : loc + ': '}${i.message}`;

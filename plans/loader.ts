@@ -66,6 +66,8 @@ export interface LoadedPlan extends Plan {
   readonly coverage: Coverage[];
   /** Collective instances counted by op and group kind (without building them). */
   readonly collectiveKinds: CollectiveKind[];
+  /** The multi-rank entries of $.parallel.collectives (few: one per entry as written), for per-template stages. */
+  readonly multiRank: CollectiveInstance[];
   readonly stats: LoadStats;
 }
 
@@ -239,6 +241,8 @@ export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {
     },
     coverage,
     collectiveKinds: kinds,
+    // Instances without a per-rank call site: the plan-level spelling (both modes put them in the list).
+    multiRank: quotient.filter((c) => c.sites.every((x) => x < 0)),
     stats: { checks: mode, boxPrograms: boxes.filter((b) => b.isBox).length, shapeChecks, collectives: cstats, lineage: lstats, ms },
   };
 }
@@ -247,7 +251,7 @@ export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {
  * The mesh axes (-1: `rank`) a program's shapes and attributes depend on: ranks with the same
  * coordinates on them share one view.
  */
-function viewAxes(p: Program, mesh: Mesh): number[] {
+export function viewAxes(p: Program, mesh: Mesh): number[] {
   const vars = new Set<string>();
   for (const s of p.shapeSpecs) for (const d of s) for (const v of specVars(d)) vars.add(v);
   for (const a of p.attrSpecs) for (const [, e] of a.exprs) for (const v of e.vars) vars.add(v);
@@ -380,18 +384,24 @@ function kindsOf(mesh: Mesh, list: readonly CollectiveInstance[]): CollectiveKin
 
 /**
  * Rank-by-rank work the proof stages (stages/prove.ts) would do on this plan: one entry per
- * (rank, tensor) and (rank, op). Past MAX_STAGE_ENTRIES they would exhaust the heap, so
- * verify ends "unknown" with this reason before building them.
+ * (rank, tensor) and (rank, op). Past MAX_STAGE_ENTRIES they would exhaust the heap, so verify
+ * decomposes the stages per template instead (stages/template.ts).
  */
 export const MAX_STAGE_ENTRIES = 8_000_000;
-export function stageWorkTooLarge(plan: Plan): string | undefined {
+/** Per-rank tensor and op entries of a plan (what MAX_STAGE_ENTRIES bounds). */
+export function stageEntries(plan: Plan): number {
   let n = 0;
   plan.rankProgram.forEach((pi) => {
     const p = plan.programs[pi];
     if (p !== undefined) n += p.tensors.size + p.ops.size;
   });
-  if (n <= MAX_STAGE_ENTRIES) return undefined;
-  return `the plan loads and checks, but proving it rank by rank needs ${n.toLocaleString('en-US')} per-rank tensor and op entries (at most ${MAX_STAGE_ENTRIES.toLocaleString('en-US')}); stage decomposition is per rank in this version, see docs/engine.md ("Not in this version")`;
+  return n;
+}
+/** `max` is injectable so that tests can force a small plan onto the per-template stage path. */
+export function stageWorkTooLarge(plan: Plan, max = MAX_STAGE_ENTRIES): string | undefined {
+  const n = stageEntries(plan);
+  if (n <= max) return undefined;
+  return `building its stages rank by rank would take ${n.toLocaleString('en-US')} per-rank tensor and op entries (at most ${max.toLocaleString('en-US')}): stages are decomposed per template instead (docs/engine.md, "Stages per template")`;
 }
 
 function buildMesh(raw: RawPlan, sink: IssueSink): Mesh {

@@ -18,10 +18,10 @@ import { createHash } from 'node:crypto';
 import { registry } from '../ops/registry.js';
 import type { AttrValue, Attrs } from '../ops/types.js';
 import type { LoadedPlan } from '../plans/loader.js';
-import type { Program, RankView } from '../plans/model.js';
+import type { CollectiveInstance, Program, RankView } from '../plans/model.js';
 import { evalLineage, type LineageNF } from '../lineage/model.js';
 import { numel } from '../ops/types.js';
-import { MAX_STAGE_ELEMENTS, type Stage } from './prove.js';
+import { MAX_STAGE_ELEMENTS, type Producer, type ProducerLookup, type Stage } from './prove.js';
 
 /** Bumped when the form's meaning changes: cached proofs of an older form are not reused. */
 export const CANON_VERSION = 1;
@@ -36,22 +36,29 @@ function canonJson(v: AttrValue | undefined): string {
     .join(',')}}`;
 }
 
-interface Producer {
-  op: number;
-  inst: number;
-}
-
 export class StageCanonizer {
-  private readonly prod = new Map<string, Producer>();
+  private readonly prod: ProducerLookup;
+  private readonly instance: (inst: number) => CollectiveInstance | undefined;
   private readonly lineageCache = new Map<string, LineageNF | undefined>();
   /** Attributes as canonical text, per attribute object (views share them across ranks). */
   private readonly attrText = new WeakMap<object, string>();
   private readonly views = new Map<number, RankView>();
-  constructor(readonly plan: LoadedPlan) {
+  /** `prod`: producers by "rank:tensor" (default: built here over every rank; stages/template.ts passes one read from the templates). */
+  constructor(
+    readonly plan: LoadedPlan,
+    prod?: ProducerLookup,
+  ) {
+    this.instance = prod?.instance?.bind(prod) ?? ((i) => plan.collectives[i]);
+    if (prod !== undefined) {
+      this.prod = prod;
+      return;
+    }
+    const m = new Map<string, Producer>();
+    this.prod = m;
     plan.collectives.forEach((c, ci) =>
       c.group.forEach((r, i) => {
         const o = c.outputs[i] as number;
-        if (o >= 0) this.prod.set(`${r}:${o}`, { op: -1, inst: ci });
+        if (o >= 0) m.set(`${r}:${o}`, { op: -1, inst: ci });
       }),
     );
     for (let r = 0; r < plan.mesh.size; r++) {
@@ -59,7 +66,7 @@ export class StageCanonizer {
       const sites = new Set(p.collectiveSites);
       for (let op = 0; op < p.ops.size; op++) {
         if (sites.has(op)) continue;
-        for (const t of p.ops.opOutputs(op)) this.prod.set(`${r}:${t}`, { op, inst: -1 });
+        for (const t of p.ops.opOutputs(op)) m.set(`${r}:${t}`, { op, inst: -1 });
       }
     }
   }
@@ -147,7 +154,7 @@ export class StageCanonizer {
       const p = plan.programs[plan.rankProgram[r] as number] as Program;
       if (pr.op >= 0) for (const x of p.ops.opInputs(pr.op)) stack.push([r, x]);
       else {
-        const c = plan.collectives[pr.inst];
+        const c = this.instance(pr.inst);
         c?.group.forEach((m, i) => {
           const x = c.inputs[i] as number;
           if (x >= 0) stack.push([m, x]);
@@ -206,7 +213,7 @@ export class StageCanonizer {
         out.push(`PO${rk(r)}:${registry.get(p.ops.kind[pr.op] as number).name}${this.attrs(v.attrs[pr.op])}(${ins.map((x) => pid(r, x)).join(',')})->(${outs.map((x) => `${pid(r, x)}:${(v.shapes[x] ?? []).join('x')}`).join(',')})`);
         return;
       }
-      const c = plan.collectives[pr.inst];
+      const c = this.instance(pr.inst);
       if (c === undefined) throw new Error('missing collective');
       c.group.forEach((m, i) => {
         const x = c.inputs[i] as number;

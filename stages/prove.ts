@@ -22,7 +22,7 @@ import { termAlgebra } from '../sdfg/algebras.js';
 import { logicalIndexer } from '../sdfg/execute.js';
 import { DEFAULT_TERM_BUDGET, TermBudgetError, TermStore, TermUnsupportedError, type TermId } from '../sdfg/terms.js';
 import type { LoadedPlan } from '../plans/loader.js';
-import type { Program } from '../plans/model.js';
+import type { CollectiveInstance, Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 
 export interface Obligation {
@@ -100,6 +100,13 @@ export interface Producer {
   inst: number;
 }
 
+/** What the stage builder asks of a producer map (keys "rank:tensor"). */
+export interface ProducerLookup {
+  get(key: string): Producer | undefined;
+  /** The collective instance a producer names (default: plan.collectives, built over every rank on first use). */
+  instance?(inst: number): CollectiveInstance | undefined;
+}
+
 const producerCache = new WeakMap<LoadedPlan, Map<string, Producer>>();
 
 /** Producer of each (rank, tensor); built once per plan (the stage builder and stage extraction share it). */
@@ -164,10 +171,16 @@ export interface SymbolSource<S> {
  * the caller's (exact normal form, or Z3).
  */
 export class StageBuilder {
-  private readonly prod: Map<string, Producer>;
+  private readonly prod: ProducerLookup;
+  private readonly instance: (inst: number) => CollectiveInstance | undefined;
   private readonly lineageCache = new Map<string, LineageNF | undefined>();
-  constructor(readonly plan: LoadedPlan) {
-    this.prod = producers(plan);
+  /** `prod`: the producer of each "rank:tensor" (default: the plan-wide map; stages/template.ts passes one computed from the templates). */
+  constructor(
+    readonly plan: LoadedPlan,
+    prod?: ProducerLookup,
+  ) {
+    this.prod = prod ?? producers(plan);
+    this.instance = prod?.instance?.bind(prod) ?? ((i) => plan.collectives[i]);
   }
 
   lineage(r: number, t: number): LineageNF | undefined {
@@ -214,7 +227,7 @@ export class StageBuilder {
         ops.add(`${r}:${p.ops.ids.name(pr.op)}`);
         for (const x of p.ops.opInputs(pr.op)) stack.push([r, x]);
       } else {
-        const c = plan.collectives[pr.inst];
+        const c = this.instance(pr.inst);
         c?.group.forEach((m, i) => {
           const site = c.sites[i] as number;
           ops.add(`${m}:${site >= 0 ? (plan.programs[plan.rankProgram[m] as number] as Program).ops.ids.name(site) : c.id}`);
@@ -353,7 +366,7 @@ export class StageBuilder {
         const outs = registry.get(p.ops.kind[pr.op] as number).apply(alg, ins, plan.view(r).attrs[pr.op] as Attrs);
         p.ops.opOutputs(pr.op).forEach((x, k) => pvals.set(`${r}:${x}`, outs[k] as Dense<S>));
       } else {
-        const c = plan.collectives[pr.inst];
+        const c = this.instance(pr.inst);
         if (c === undefined) throw new Error('missing collective');
         const ins = [...c.group].map((m, i) => ((c.inputs[i] as number) >= 0 ? evalPar(m, c.inputs[i] as number) : undefined));
         const outs = registry.get(c.kind).collective?.applyGroup(alg, ins, c.attrs, c.group) ?? [];
@@ -414,8 +427,9 @@ export class Prover {
   constructor(
     plan: LoadedPlan,
     private readonly budget = DEFAULT_TERM_BUDGET,
+    prod?: ProducerLookup,
   ) {
-    this.builder = new StageBuilder(plan);
+    this.builder = new StageBuilder(plan, prod);
   }
 
   /**

@@ -28,7 +28,11 @@ const mark = { proved: 'proved', not_equivalent: 'NOT EQUIVALENT', unknown: 'unk
 export function formatReport(r: VerifyReport, verbose = false): string {
   const out: string[] = [];
   out.push(`plan        ${r.name === '' ? '(unnamed)' : r.name}  (${r.file})`);
-  out.push(`stages      ${r.stages.length}, one per logical tensor that ranks compute (every replica on every rank is proved)`);
+  out.push(
+    r.decomposition === undefined
+      ? `stages      ${r.stages.length}, one per logical tensor that ranks compute (every replica on every rank is proved)`
+      : `stages      ${r.stages.length}, one per logical tensor that ranks compute, decomposed per template: ${r.decomposition.reason}`,
+  );
   const tensor = r.stages.filter((s) => s.decidedBy === 'tensor').length;
   out.push(`engine      ${r.engine === 'z3' ? 'Z3 alone (cross-check; exp identities not built in)' : tensor > 0 ? `tensor-level relations (${tensor} stages), exact normal form for the others` : 'exact normal form'}`);
   out.push(
@@ -42,7 +46,9 @@ export function formatReport(r: VerifyReport, verbose = false): string {
   const w = Math.max(6, ...shown.map((s) => fit(s.logical).length));
   const wi = Math.max(3, ...shown.map((s) => String(s.index).length));
   const wo = Math.max(10, ...shown.map((s) => opText(s).length));
-  const wr = Math.max(5, ...shown.map((s) => ranksText(s.ranks).length));
+  // Per-template stages (stages/template.ts) give a count, not a list.
+  const rk = (s: StageReport): string => (s.rankCount === undefined ? ranksText(s.ranks) : `${s.rankCount} rank(s)`);
+  const wr = Math.max(5, ...shown.map((s) => rk(s).length));
   out.push('');
   out.push(`  ${'#'.padEnd(wi)} ${'tensor'.padEnd(w)}  ${'logical op'.padEnd(wo)} ${'ranks'.padEnd(wr)} result`);
   let hidden = 0;
@@ -51,9 +57,10 @@ export function formatReport(r: VerifyReport, verbose = false): string {
       hidden++;
       continue;
     }
-    out.push(`  ${String(s.index).padStart(wi)} ${fit(s.logical).padEnd(w)}  ${opText(s).padEnd(wo)} ${ranksText(s.ranks).padEnd(wr)} ${mark[s.status]}${s.decidedBy === 'z3' ? ' (by Z3)' : s.decidedBy === 'tensor' ? ' (tensor level)' : ''}${s.coveredBy === undefined ? '' : ` (same canonical stage as #${s.coveredBy})`}${s.cached === true ? ' (from the proof cache)' : ''}`);
+    out.push(`  ${String(s.index).padStart(wi)} ${fit(s.logical).padEnd(w)}  ${opText(s).padEnd(wo)} ${rk(s).padEnd(wr)} ${mark[s.status]}${s.decidedBy === 'z3' ? ' (by Z3)' : s.decidedBy === 'tensor' ? ' (tensor level)' : ''}${s.coveredBy === undefined ? '' : ` (same canonical stage as #${s.coveredBy})`}${s.cached === true ? ' (from the proof cache)' : ''}`);
     if (s.status === 'proved') continue;
     if (s.op?.loc !== undefined) out.push(`        source: ${s.op.loc}`);
+    if (s.templates !== undefined && verbose) out.push(`        obligations: ${s.templates.map((t) => `'${t.tensor}' of ${t.program} on ${t.ranks} rank(s)`).join('; ')}`);
     if (s.failingRanks.length > 0) out.push(`        failing ranks: ${s.failingRanks.join(', ')}`);
     for (const m of s.witness ?? []) out.push(`        witness: ${witnessLine(m)}`);
     if (s.diagnosis !== undefined) out.push(`        looks like: ${s.diagnosis}`);

@@ -6,7 +6,8 @@
  *  - unknown: anything else, with the reason (a difference without a witness, an
  *    undischarged side condition, a plan too large to evaluate numerically, ...).
  */
-import { stageWorkTooLarge, type LoadedPlan } from '../plans/loader.js';
+import { MAX_STAGE_ENTRIES, stageWorkTooLarge, type LoadedPlan } from '../plans/loader.js';
+import { verifyPerTemplate } from './template.js';
 import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type Mismatch, type NumericReport } from './numeric.js';
@@ -41,6 +42,18 @@ export interface StageReport {
   readonly coveredBy?: number;
   /** The covering proof was read from the proof cache. */
   readonly cached?: boolean;
+  /**
+   * Stages decomposed per template (plans past the per-rank stage bound, stages/template.ts):
+   * `ranks` is then empty; `rankCount` is how many distinct ranks hold obligations, and
+   * `templates` the (program, tensor, ranks) families they come in.
+   */
+  readonly rankCount?: number;
+  readonly templates?: { program: string; tensor: string; ranks: number }[];
+  /** Elements the stage's tensors hold at full shapes (a lower bound when `elementsExact` is false). */
+  readonly elements?: number;
+  readonly elementsExact?: boolean;
+  /** Per-template stages proved rank by rank: classes of ranks with identical parts (each proved, or covered by an equal canonical form). */
+  readonly rankClasses?: number;
 }
 
 export interface VerifyReport {
@@ -57,6 +70,8 @@ export interface VerifyReport {
   readonly engine?: Engine;
   /** Stage deduplication: stages, distinct canonical forms, proofs run, proofs read from the cache. */
   readonly proofs?: { stages: number; distinct: number; run: number; cached: number; tensorLevel?: number };
+  /** Set when stages were decomposed per template instead of rank by rank (stages/template.ts). */
+  readonly decomposition?: { path: 'template'; entries: number; bound: number; reason: string };
 }
 
 export interface VerifyOptions {
@@ -64,12 +79,14 @@ export interface VerifyOptions {
   /** Tensor-level proofs before the exact normal form (default true). */
   readonly tensorLevel?: boolean;
   readonly onStage?: (done: number, total: number) => void;
+  /** Per-rank entries past which stages are decomposed per template (default MAX_STAGE_ENTRIES; lowered by tests). */
+  readonly maxStageEntries?: number;
 }
 
 export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyReport {
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
-  const big = tooLargeToDecompose(plan, seed, t0);
+  const big = tooLargeToDecompose(plan, seed, t0, opts.maxStageEntries);
   if (big !== undefined) return big;
   const stages = decompose(plan, logicalOrder(plan));
   const first = numericCheck(plan, seed);
@@ -86,13 +103,12 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
 
 /**
  * Stage decomposition walks every rank: past the loader's bound (plans/loader.ts
- * stageWorkTooLarge) the answer is "unknown" before any stage is built, for library callers
- * as for the CLI, never a heap exhaustion.
+ * stageWorkTooLarge) the stages are decomposed per template instead (stages/template.ts), each
+ * "unknown" with its reason, for library callers as for the CLI, never a heap exhaustion.
  */
-function tooLargeToDecompose(plan: LoadedPlan, seed: number, t0: number): VerifyReport | undefined {
-  const why = stageWorkTooLarge(plan);
-  if (why === undefined) return undefined;
-  return { file: plan.file, name: plan.name, verdict: 'unknown', summary: why, stages: [], numeric: { evaluated: false, seed, claimsChecked: 0, mismatches: 0, reason: 'not run: the plan is not decomposed into stages' }, approximations: [], ms: performance.now() - t0 };
+function tooLargeToDecompose(plan: LoadedPlan, seed: number, t0: number, maxEntries = MAX_STAGE_ENTRIES): VerifyReport | undefined {
+  if (stageWorkTooLarge(plan, maxEntries) === undefined) return undefined;
+  return verifyPerTemplate(plan, { seed, maxStageEntries: maxEntries, t0 });
 }
 
 /** Extra seeds tried when a stage differs in normal form but the first run shows no difference. */
@@ -169,7 +185,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const engine = opts.engine ?? 'normal';
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
-  const big = tooLargeToDecompose(plan, seed, t0);
+  const big = tooLargeToDecompose(plan, seed, t0, opts.maxStageEntries);
   if (big !== undefined) return big;
   const stages = decompose(plan, logicalOrder(plan));
   const first = numericCheck(plan, seed);
