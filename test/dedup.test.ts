@@ -23,7 +23,9 @@ import { EXAMPLES } from './helpers.js';
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 const LLAMA = (PRESETS['llama-tiny'] as { model: ModelConfig }).model;
 
-const run = (plan: LoadedPlan, text: string, extra: { dedup?: boolean; cache?: ProofCache } = {}): Promise<VerifyReport> => verifyPlanInPool(plan, text, { jobs: 0, deadlineMs: 60_000, ...extra });
+// Deduplication and the cache serve the element engines: tensor-level proofs (which would take
+// most of these stages first) are off unless a test turns them on.
+const run = (plan: LoadedPlan, text: string, extra: { dedup?: boolean; cache?: ProofCache; tensorLevel?: boolean } = {}): Promise<VerifyReport> => verifyPlanInPool(plan, text, { jobs: 0, deadlineMs: 60_000, tensorLevel: false, ...extra });
 const statuses = (r: VerifyReport): string[] => r.stages.map((s) => `${s.logical}:${s.status}`);
 const fromRaw = (raw: unknown): { plan: LoadedPlan; text: string } => {
   const text = JSON.stringify(raw);
@@ -41,6 +43,11 @@ describe('stage deduplication', function () {
     assert.deepEqual(statuses(dd), statuses(all));
     const p = dd.proofs;
     assert.ok(p !== undefined && p.stages === dd.stages.length && p.distinct < p.stages / 3, JSON.stringify(p));
+    // With tensor-level proofs first, the same verdicts; only the stages they leave are grouped.
+    const tl = await run(plan, text, { tensorLevel: true });
+    assert.deepEqual(statuses(tl), statuses(all));
+    assert.ok((tl.proofs?.tensorLevel ?? 0) > 0 && tl.stages.some((x) => x.decidedBy === 'tensor'), tl.summary);
+    assert.match(tl.summary, /proved at tensor level; the other \d+ in \d+ distinct proofs/);
     assert.match(dd.summary, new RegExp(`${p.stages} stages, ${p.distinct} distinct proofs`));
     // Every stage has its own line; a covered one names a proved stage with an equal form.
     const stages = decompose(plan, logicalOrder(plan));
