@@ -69,6 +69,8 @@ export interface EngineOptions {
   seed: number;
   jobs: number;
   deadline: number;
+  /** Tensor-level proofs first (default; --no-tensor-level turns them off). */
+  tensorLevel?: boolean;
 }
 
 function inspect(file: string, json: boolean, out: Out): number {
@@ -96,7 +98,7 @@ async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string): Prom
   const onStage = progress();
   // Proof cache hook (stages/cache.ts): on unless --no-cache.
   const cache = cacheDir === undefined ? undefined : new ProofCache(cacheDir);
-  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }) });
+  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }) });
   await shutdownZ3();
   return report;
 }
@@ -271,10 +273,11 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('reduce', { type: 'boolean', default: true, describe: 'prove at reduced shapes where the soundness conditions hold (--no-reduce: at full shapes)' })
           .option('emit-reduced', { type: 'string', describe: 'write the reduced plan (an ordinary plan file) into this directory' })
           .option('cache', { type: 'string', describe: `directory of the proof cache (default ${defaultCacheDir()}; --no-cache: off)` })
+          .option('tensor-level', { type: 'boolean', default: true, describe: 'prove stages by relations between whole tensors first (docs/engine.md, "Tensor-level proofs"; --no-tensor-level: element engines only)' })
           .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' }),
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, a.verbose, out, a.infer, { reduce: a.reduce, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage);
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage);
       },
     )
     .command(

@@ -71,6 +71,13 @@ function ceRescale(ins: readonly Shape[], at: Attrs, logitsAt: number, domains: 
   return { attrs: { ...at, reduction: 'sum' }, factor: `1/${n}` };
 }
 
+/** 'mean' is 1/numel times 'sum'. */
+function mseRescale(p: Shape, at: Attrs): { attrs: Attrs; factor: string } | undefined {
+  const n = p.reduce((a, b) => a * b, 1);
+  if ((at['reduction'] ?? 'mean') !== 'mean' || !(n > 0)) return undefined;
+  return { attrs: { ...at, reduction: 'sum' }, factor: `1/${n}` };
+}
+
 /** mse's dims: mean divides by numel (a size as a constant, so fixed); sum is `sumRole`. */
 function mseRole(at: Attrs, sumRole: DimRole): DimRole {
   return at['reduction'] === 'sum' ? sumRole : 'fixed';
@@ -165,8 +172,10 @@ export const ops: OpDef[] = [
     },
     dims: ([p], at) => {
       const l = dimLabels(p as Shape, 'd', mseRole(at, 'contracted'));
-      return { inputs: [l, l], outputs: [[]] };
+      // The summed loss adds per-element terms plainly (DimSig.sums).
+      return { inputs: [l, l], outputs: [[]], ...(at['reduction'] === 'sum' ? { sums: l.map((x) => x.label) } : {}) };
     },
+    rescale: ([p], at) => mseRescale(p as Shape, at),
   },
   {
     name: 'mse_loss_backward',
@@ -193,5 +202,8 @@ export const ops: OpDef[] = [
       const l = dimLabels(ins[0] as Shape, 'd', mseRole(at, 'batch'));
       return { inputs: [l, l, ...(ins.length > 2 ? [[]] : [])], outputs: [l] };
     },
+    rescale: ([p], at) => mseRescale(p as Shape, at),
+    // grad_loss times a function of pred and target.
+    linearIn: (n) => (n > 2 ? [2] : []),
   },
 ];

@@ -14,7 +14,7 @@ import type { Dense } from '../ops/algebra.js';
 import { cat, narrow } from '../ops/dense.js';
 import { reshapeRegions } from '../ops/layout.js';
 import { registry } from '../ops/registry.js';
-import { type Attrs, type DimLabel, type DimSig, type OpDef, ShapeError, type Shape } from '../ops/types.js';
+import { type Attrs, type DecompExpr, type DimLabel, type DimSig, type OpDef, ShapeError, type Shape } from '../ops/types.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
 import { mulberry32 } from '../stages/numeric.js';
 
@@ -524,6 +524,25 @@ describe('reduction constraints (OpDef.dims)', () => {
         const ins = inputsOf(s, 700 + si);
         const vals = new Set(ins.flatMap((x) => x.data));
         def.apply(floatAlgebra, ins, attrs).forEach((o, k) => o.data.forEach((v, j) => assert.ok(vals.has(v), `output ${k}[${j}] = ${v} is no input element`)));
+      });
+
+      it('decompose: the expression computes the op', () => {
+        const dec = def.decompose?.(s.shapes.length, attrs);
+        if (dec === undefined) return;
+        const ins = inputsOf(s, 800 + si);
+        const evalExpr = (e: DecompExpr): Num => {
+          if ('input' in e) return ins[e.input] as Num;
+          if ('sum' in e) {
+            const xs = e.sum.map(evalExpr);
+            return { shape: (xs[0] as Num).shape, data: (xs[0] as Num).data.map((_, j) => xs.reduce((acc, x) => acc + (x.data[j] as number), 0)) };
+          }
+          return defOf(e.op).apply(floatAlgebra, e.args.map(evalExpr), e.attrs)[e.output ?? 0] as Num;
+        };
+        const want = def.apply(floatAlgebra, ins, attrs);
+        dec.forEach((e, k) => {
+          const got = evalExpr(e);
+          (want[k] as Num).data.forEach((w, j) => assert.ok(Math.abs((got.data[j] as number) - w) <= 1e-9 * Math.max(1, Math.abs(w)), `output ${k}[${j}]: ${got.data[j]} vs ${w}`));
+        });
       });
 
       it('rescale: the op equals its factor times the rescaled op', () => {
