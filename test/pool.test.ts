@@ -8,6 +8,8 @@ const file = `${EXAMPLES}mlp-dp2tp2.json`;
 const text = readFileSync(file, 'utf8');
 const plan = loadPlanText(file, text);
 
+// Deadline, recycling and crash tests need stages in the workers: tensor-level proofs (which take
+// these stages in process first) are off there.
 describe('worker pool with deadlines', () => {
   it('proves the same verdicts in worker threads as in process', async () => {
     const inPool = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000 });
@@ -20,13 +22,13 @@ describe('worker pool with deadlines', () => {
   });
 
   it('recycles workers: a fresh pool every few stages gives the same results', async () => {
-    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000, recycleAfter: 2 });
+    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000, recycleAfter: 2, tensorLevel: false });
     assert.equal(r.verdict, 'verified');
     assert.equal(r.stages.length, 11);
   });
 
   it('a stage that exceeds its deadline is unknown, never verified, and the others still finish', async () => {
-    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 1500, fault: { stage: 3, kind: 'hang' } });
+    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 1500, fault: { stage: 3, kind: 'hang' }, tensorLevel: false });
     assert.equal(r.verdict, 'unknown');
     const stuck = r.stages[3];
     assert.equal(stuck?.status, 'unknown');
@@ -36,7 +38,7 @@ describe('worker pool with deadlines', () => {
   });
 
   it('a worker killed mid-proof makes its stage unknown and the run completes', async () => {
-    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000, fault: { stage: 5, kind: 'crash' } });
+    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000, fault: { stage: 5, kind: 'crash' }, tensorLevel: false });
     assert.equal(r.verdict, 'unknown');
     assert.equal(r.stages[5]?.status, 'unknown');
     assert.match(r.stages[5]?.reason ?? '', /the worker proving this stage failed/);

@@ -16,6 +16,7 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { proveTensorLevel } from '../stages/tensorlevel.js';
 import { verifyPlan } from '../stages/verify.js';
 import { mlpPlan, planParams } from './reduce-plans.js';
+import { stripToBoundary } from '../plans/gen/strip.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 
@@ -91,5 +92,41 @@ describe('tensor-level proofs agree with the exact normal form', () => {
       { numRuns: 60, seed: 7 },
     );
     assert.ok(tensorStages > 60, `${tensorStages} stages proved at tensor level over 60 plans`);
+  }).timeout(300_000);
+});
+
+describe('tensor-level proofs on plans with lineage only at their boundary', () => {
+  // The claims a user writes: contract inputs, parameters, optimizer state, outputs. Stages then
+  // span whole layers; relations between whole tensors carry through them without inference.
+  const MLP_CTX: BugContext = { dp: 2, tp: 2, micro: 2, family: 'mlp' };
+  const mlp = (layers: number): Record<string, unknown> => {
+    const p = PRESETS['mlp-tiny'];
+    assert.ok(p !== undefined);
+    return generatePlan({ model: { ...p.model, layers }, par: p.par, optimizer: OPT }) as Record<string, unknown>;
+  };
+  it('a stripped 3-layer MLP (dp2 tp2, 2 micro-batches) verifies, every stage at tensor level', () => {
+    const raw = stripToBoundary(mlp(3));
+    const r = verifyPlan(loadPlanObject('mlp3-boundary.json', raw));
+    assert.equal(r.verdict, 'verified', r.summary);
+    assert.ok(r.stages.every((s) => s.decidedBy === 'tensor'));
+    assert.ok(r.stages.length < 60, `${r.stages.length} stages: the boundary claims only`);
+  });
+  it('every catalog bug that applies to it is never verified once stripped, and no stage the exact normal form refutes is proved at tensor level', () => {
+    let n = 0;
+    for (const bug of BUGS) {
+      if (bug.kind === 'consistency' || !bug.applies(MLP_CTX)) continue;
+      const raw = mlp(2);
+      bug.inject(raw, MLP_CTX);
+      const plan = loadPlanObject('bug-boundary.json', stripToBoundary(raw));
+      const r = verifyPlan(plan);
+      assert.notEqual(r.verdict, 'verified', `${bug.id}: ${r.summary}`);
+      // Stages this long are often past the normal form's budget ("unknown"); what it refutes
+      // must never be proved at tensor level.
+      const c = compare(plan);
+      for (const t of c.tensor) assert.notEqual(c.element.get(t), 'not_equivalent', `${bug.id}: '${t}' is refuted by the exact normal form but proved at tensor level`);
+      assert.ok(c.tensor.size < c.element.size, `${bug.id}: every stage proved at tensor level`);
+      n++;
+    }
+    assert.ok(n >= 5, `${n} bugs apply to the MLP`);
   }).timeout(300_000);
 });
