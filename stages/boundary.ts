@@ -183,12 +183,37 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     // several hinted tensors is first split, so that the failing one names itself.
     const bad = new Set<string>();
     let splitMore = false;
+    // Hinted tensors whose stage did not prove in this decomposition. A failing stage that
+    // assumes one of them failed perhaps only because of it (an addend hint that does not hold
+    // leaves its consumer's input a free symbol): it is not blamed now, and is proved again
+    // once the hint it assumes is replaced or dropped. The stage that fails first in dataflow
+    // order assumes no failed hint, so every round still removes or replaces one.
+    const failedHint = new Set<string>();
+    for (const r of results) if (r.status !== 'proved' && hintStage(r.stage)) for (const o of r.stage.obligations) failedHint.add(`${o.rank}:${o.tensor}`);
+    const assumesFailed = (s: Stage): boolean => [...builder.closure(s).inputs.keys()].some((k) => failedHint.has(k));
     for (const r of results) {
       if (r.status === 'proved') continue;
+      if (hintStage(r.stage) && assumesFailed(r.stage)) continue;
       if (!split.has(r.stage.logical) && hintStage(r.stage) && new Set(r.stage.obligations.map((o) => groupOf(o))).size > 1) {
         split.add(r.stage.logical);
         splitMore = true;
         continue;
+      }
+      // A hint stage that assumes partial hints (addends) may fail only because they are
+      // too weak: an addend is a free symbol, so a mask that zeroes it on some tokens is lost
+      // (the in-vocabulary half of a vocab-parallel embedding gradient is an addend of the
+      // gradient, but the embedding backward that consumes it needs the mask). Those inputs
+      // are dropped first, with their alternatives; the stage is blamed only without them.
+      if (hintStage(r.stage)) {
+        const weak = [...builder.closure(r.stage).inputs.entries()].filter(([k, nf]) => nf.value.n > 1 && hinted(...(k.split(':').map(Number) as [number, number])));
+        for (const [k] of weak) {
+          const [rk, t] = k.split(':').map(Number) as [number, number];
+          const name = (plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t);
+          const h = hints.find((x) => x.program === plan.rankProgram[rk] && x.tensor === name);
+          if (h !== undefined) h.alternatives.length = 0;
+          bad.add(`${plan.rankProgram[rk]}|${name}`);
+        }
+        if (weak.length > 0) continue;
       }
       const ranks = new Set(r.failingRanks);
       for (const o of r.stage.obligations) {
@@ -366,6 +391,7 @@ function loadHinted(file: string, obj: Json, hints: Hint[]): LoadedPlan | undefi
       const id = progs[Number(m[1])]?.tensors[Number(m[2])]?.['id'];
       const i = hints.findIndex((h) => h.program === Number(m[1]) && h.tensor === id);
       if (i >= 0) {
+        if (process.env['PLANPROOF_TRACE'] === '1') process.stderr.write(`  loader drops hint ${String(id)}: ${issue.message.slice(0, 200)}\n`);
         hints.splice(i, 1);
         return undefined;
       }
