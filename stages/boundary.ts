@@ -362,13 +362,18 @@ function groupOf(o: Stage['obligations'][number]): string {
  */
 async function portfolio(plan: LoadedPlan, file: string, text: string, results: StageResult[], numeric: NumericReport, opts: BoundaryOptions): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
-  const open = results.filter((r) => (r.status === 'differs' && !witnessed.has(plan.logical.tensors.name(r.stage.logical))) || (r.status === 'unknown' && /side condition|no numeric witness|too large for the exact normal form/.test(r.reason ?? '')));
-  if (open.length === 0) return results;
+  // As in verify's z3Fallback: past a stage refuted with a witness the verdict is settled and
+  // that stage is the likely root cause, so later open stages stay open instead of each
+  // spending a Z3 deadline (a stripped MLP with a dropped gradient all-reduce took 65 s here).
+  const isOpen = (r: StageResult): boolean => (r.status === 'differs' && !witnessed.has(plan.logical.tensors.name(r.stage.logical))) || (r.status === 'unknown' && /side condition|no numeric witness|too large for the exact normal form/.test(r.reason ?? ''));
+  const refuted = results.findIndex((r) => r.status === 'differs' && witnessed.has(plan.logical.tensors.name(r.stage.logical)));
+  const open = results.filter((r, i) => (refuted < 0 || i < refuted) && isOpen(r));
+  const out = results.map((r, i) => (refuted >= 0 && i > refuted && isOpen(r) ? { ...r, reason: `${r.reason ?? 'undecided'} (not sent to Z3: the plan is already refuted at an earlier stage)` } : r));
+  if (open.length === 0) return out;
   const z = await proveInPool(file, text, open.map((r) => r.stage), { jobs: Math.max(1, opts.jobs), deadlineMs: opts.deadlineMs, engine: 'z3', custom: true });
-  const out = [...results];
   open.forEach((r, i) => {
     const zr = z[i];
-    if (zr?.status === 'proved') out[out.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + zr.ms };
+    if (zr?.status === 'proved') out[results.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + zr.ms };
   });
   return out;
 }
