@@ -250,6 +250,10 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         const suffix = (L: number): number => commonSuffix(lg.tensors.name(L), name);
         return out.sort((a, b) => rankOf(a) - rankOf(b) || suffix(b.L) - suffix(a.L) || (topo[a.L] as number) - (topo[b.L] as number));
       };
+      // A tensor whose values are all integers on these random inputs (a zero gradient, a
+      // mask, expert indices) matches any block of equal integers: its values do not say which
+      // logical tensor it is, and a hint on it is false or too weak to help. It gets none.
+      if (ranks.every((r) => (parallel[r]?.[t]?.data ?? []).every((x) => Number.isInteger(x)))) continue;
       const per = new Map<number, Cand[]>(ranks.map((r) => [r, candsAt(r)]));
       const shapeAt = (r: number): readonly number[] => plan.view(r).shapes[t] ?? [];
       const found: { c: Cand; lineage: Json }[] = [];
