@@ -194,7 +194,11 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       // order assumes no failed hint, so every round still removes or replaces one.
       const failedHint = new Set<string>();
       for (const r of results) if (r.status !== 'proved' && hintStage(r.stage)) for (const o of r.stage.obligations) failedHint.add(`${o.rank}:${o.tensor}`);
-      const assumesFailed = (s: Stage): boolean => [...builder.closure(s).inputs.keys()].some((k) => failedHint.has(k));
+      // (Its own obligations do not count: one of them may be an input of another.)
+      const assumesFailed = (s: Stage): boolean => {
+        const own = new Set(s.obligations.map((o) => `${o.rank}:${o.tensor}`));
+        return [...builder.closure(s).inputs.keys()].some((k) => failedHint.has(k) && !own.has(k));
+      };
       for (const r of results) {
         if (r.status === 'proved') continue;
         if (hintStage(r.stage) && assumesFailed(r.stage)) continue;
@@ -245,6 +249,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         }
       }
       if (bad.size === 0 && !pending && !splitMore) break;
+      const before = hints.length + replaced;
       for (let i = hints.length - 1; i >= 0; i--) {
         const h = hints[i] as Hint;
         if (!bad.has(`${h.program}|${h.tensor}`)) continue;
@@ -257,6 +262,8 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
           replaced++;
         }
       }
+      // Nothing removed, replaced, split or left to prove: another round would repeat this one.
+      if (!pending && !splitMore && hints.length + replaced === before) break;
     }
   } finally {
     await pool?.destroy();
