@@ -21,7 +21,8 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { regionStr, valueStr, type LineageNF } from '../lineage/model.js';
 import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
-import { proveInPool } from './pool.js';
+import { newPool, proveInPool } from './pool.js';
+import type { Piscina } from 'piscina';
 import { inferClaims, withClaims, type InferredClaim } from './infer.js';
 import { assemble, engineError, witnessedStages, witnessSearch, type Engine, type VerifyReport } from './verify.js';
 
@@ -137,97 +138,135 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   let builder = new StageBuilder(plan);
   let numeric = numericCheck(plan, seed);
   let obj!: Json;
-  for (;;) {
-    rounds++;
-    obj = withHints(raw, hints);
-    const loaded = loadHinted(file, obj, hints);
-    if (loaded === undefined) {
-      dropped++;
-      continue;
-    }
-    plan = loaded;
-    builder = new StageBuilder(plan);
-    const hinted = isHint(plan);
-    const stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split);
-    // The numeric run never compares hints: a hint that does not hold is dropped, not a witness.
-    if (rounds === 1) numeric = numericCheck(plan, seed, hinted);
-    const witnessed = witnessedStages(plan, stages, numeric);
-    // A stage is unchanged when its obligations and the boundaries it starts from are.
-    const keys = stages.map((s) => {
-      const c = builder.closure(s);
-      // The relations matter, not only which tensors: a hint replaced by another candidate
-      // changes what its consumers assume, and a proof under the old relation proves nothing
-      // under the new one.
-      return `${s.logical}|${s.obligations.map((o) => `${o.rank}:${o.tensor}=${JSON.stringify(o.nf)}`).join(',')}|${[...c.inputs.entries()].map(([k, nf]) => `${k}=${JSON.stringify(nf)}`).sort().join(',')}`;
-    });
-    // Stages of hints first, until every hint proves; then the user's claims, once.
-    const hintStage = (s: Stage): boolean => s.obligations.every((o) => hinted(o.rank, o.tensor));
-    const todo = stages.filter((s, i) => !cache.has(keys[i] as string) && hintStage(s));
-    if (todo.length === 0) todo.push(...stages.filter((s, i) => !cache.has(keys[i] as string)));
-    const tr = performance.now();
-    const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, opts);
-    if (process.env['PLANPROOF_TRACE'] === '1') {
-      process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s; hints ${hints.length}\n`);
-      fresh.forEach((r) => {
-        if (r.ms > 300 || r.status !== 'proved') process.stderr.write(`  ${r.status} ${(r.ms / 1000).toFixed(1)} s ${plan.logical.tensors.name(r.stage.logical)} [${[...new Set(r.stage.obligations.map((o) => (plan.programs[plan.rankProgram[o.rank] as number] as Program).tensors.name(o.tensor)))].slice(0, 3).join(', ')}] ${hinted(r.stage.obligations[0]?.rank ?? 0, r.stage.obligations[0]?.tensor ?? 0) ? 'hint' : 'user'} ${(r.reason ?? '').slice(0, 120)}\n`);
-      });
-    }
-    todo.forEach((s, j) => cache.set(keys[s.index] as string, fresh[j] as StageResult));
-    results = stages.flatMap((s, i) => {
-      const r = cache.get(keys[i] as string);
-      return r === undefined ? [] : [{ ...r, stage: s }];
-    });
-    const pending = stages.some((_, i) => !cache.has(keys[i] as string));
-
-    // Hints whose obligations did not prove: next candidate, or dropped. A joint stage of
-    // several hinted tensors is first split, so that the failing one names itself.
-    const bad = new Set<string>();
-    let splitMore = false;
-    for (const r of results) {
-      if (r.status === 'proved') continue;
-      if (!split.has(r.stage.logical) && hintStage(r.stage) && new Set(r.stage.obligations.map((o) => groupOf(o))).size > 1) {
-        split.add(r.stage.logical);
-        splitMore = true;
+  // One pool for every round (workers are costly to start; each reloads a changed plan).
+  const pool = opts.jobs > 0 ? newPool(opts.jobs) : undefined;
+  try {
+    for (;;) {
+      rounds++;
+      obj = withHints(raw, hints);
+      const loaded = loadHinted(file, obj, hints);
+      if (loaded === undefined) {
+        dropped++;
         continue;
       }
-      const ranks = new Set(r.failingRanks);
-      for (const o of r.stage.obligations) {
-        if (!hinted(o.rank, o.tensor)) continue;
-        if (ranks.size > 0 && !ranks.has(o.rank) && r.status === 'differs') continue;
-        bad.add(`${plan.rankProgram[o.rank]}|${(plan.programs[plan.rankProgram[o.rank] as number] as Program).tensors.name(o.tensor)}`);
+      plan = loaded;
+      builder = new StageBuilder(plan);
+      const hinted = isHint(plan);
+      const stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split);
+      // The numeric run never compares hints: a hint that does not hold is dropped, not a witness.
+      if (rounds === 1) numeric = numericCheck(plan, seed, hinted);
+      const witnessed = witnessedStages(plan, stages, numeric);
+      // A stage is unchanged when its obligations and the boundaries it starts from are.
+      const keys = stages.map((s) => {
+        const c = builder.closure(s);
+        // The relations matter, not only which tensors: a hint replaced by another candidate
+        // changes what its consumers assume, and a proof under the old relation proves nothing
+        // under the new one.
+        return `${s.logical}|${s.obligations.map((o) => `${o.rank}:${o.tensor}=${JSON.stringify(o.nf)}`).join(',')}|${[...c.inputs.entries()].map(([k, nf]) => `${k}=${JSON.stringify(nf)}`).sort().join(',')}`;
+      });
+      // Stages of hints first, until every hint proves; then the user's claims, once.
+      const hintStage = (s: Stage): boolean => s.obligations.every((o) => hinted(o.rank, o.tensor));
+      const todo = stages.filter((s, i) => !cache.has(keys[i] as string) && hintStage(s));
+      if (todo.length === 0) todo.push(...stages.filter((s, i) => !cache.has(keys[i] as string)));
+      const tr = performance.now();
+      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, opts, pool);
+      if (process.env['PLANPROOF_TRACE'] === '1') {
+        process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s; hints ${hints.length}\n`);
+        fresh.forEach((r) => {
+          if (r.ms > 300 || r.status !== 'proved') process.stderr.write(`  ${r.status} ${(r.ms / 1000).toFixed(1)} s ${plan.logical.tensors.name(r.stage.logical)} [${[...new Set(r.stage.obligations.map((o) => (plan.programs[plan.rankProgram[o.rank] as number] as Program).tensors.name(o.tensor)))].slice(0, 3).join(', ')}] ${hinted(r.stage.obligations[0]?.rank ?? 0, r.stage.obligations[0]?.tensor ?? 0) ? 'hint' : 'user'} ${(r.reason ?? '').slice(0, 120)}\n`);
+        });
       }
-    }
-    // A user stage left open with no witness may be weakened by a hint it assumes (a second
-    // addend decomposition of one tensor, say): its inferred inputs are dropped, in one round.
-    // Only when nothing is refuted: with a witness the verdict is "not equivalent" anyway, and
-    // open stages after it are its echoes.
-    if (bad.size === 0 && !pending && !splitMore && !weakened && numeric.failingTensors.length === 0) {
-      weakened = true;
-      const failing = new Set(numeric.failingTensors);
+      todo.forEach((s, j) => cache.set(keys[s.index] as string, fresh[j] as StageResult));
+      results = stages.flatMap((s, i) => {
+        const r = cache.get(keys[i] as string);
+        return r === undefined ? [] : [{ ...r, stage: s }];
+      });
+      const pending = stages.some((_, i) => !cache.has(keys[i] as string));
+
+      // Hints whose obligations did not prove: next candidate, or dropped. A joint stage of
+      // several hinted tensors is first split, so that the failing one names itself.
+      const bad = new Set<string>();
+      let splitMore = false;
+      // Hinted tensors whose stage did not prove in this decomposition. A failing stage that
+      // assumes one of them failed perhaps only because of it (an addend hint that does not hold
+      // leaves its consumer's input a free symbol): it is not blamed now, and is proved again
+      // once the hint it assumes is replaced or dropped. The stage that fails first in dataflow
+      // order assumes no failed hint, so every round still removes or replaces one.
+      const failedHint = new Set<string>();
+      for (const r of results) if (r.status !== 'proved' && hintStage(r.stage)) for (const o of r.stage.obligations) failedHint.add(`${o.rank}:${o.tensor}`);
+      // (Its own obligations do not count: one of them may be an input of another.)
+      const assumesFailed = (s: Stage): boolean => {
+        const own = new Set(s.obligations.map((o) => `${o.rank}:${o.tensor}`));
+        return [...builder.closure(s).inputs.keys()].some((k) => failedHint.has(k) && !own.has(k));
+      };
       for (const r of results) {
-        if (r.status === 'proved' || failing.has(plan.logical.tensors.name(r.stage.logical))) continue;
-        for (const key of builder.closure(r.stage).inputs.keys()) {
-          const [rk, t] = key.split(':').map(Number) as [number, number];
-          if (!hinted(rk, t)) continue;
-          const h = hints.find((x) => x.program === plan.rankProgram[rk] && x.tensor === (plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t));
-          if (h !== undefined) h.alternatives.length = 0;
-          bad.add(`${plan.rankProgram[rk]}|${(plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t)}`);
+        if (r.status === 'proved') continue;
+        if (hintStage(r.stage) && assumesFailed(r.stage)) continue;
+        if (!split.has(r.stage.logical) && hintStage(r.stage) && new Set(r.stage.obligations.map((o) => groupOf(o))).size > 1) {
+          split.add(r.stage.logical);
+          splitMore = true;
+          continue;
+        }
+        // A hint stage that assumes partial hints (addends) may fail only because they are
+        // too weak: an addend is a free symbol, so a mask that zeroes it on some tokens is lost
+        // (the in-vocabulary half of a vocab-parallel embedding gradient is an addend of the
+        // gradient, but the embedding backward that consumes it needs the mask). Those inputs
+        // are dropped first, with their alternatives; the stage is blamed only without them.
+        if (hintStage(r.stage)) {
+          const weak = [...builder.closure(r.stage).inputs.entries()].filter(([k, nf]) => nf.value.n > 1 && hinted(...(k.split(':').map(Number) as [number, number])));
+          for (const [k] of weak) {
+            const [rk, t] = k.split(':').map(Number) as [number, number];
+            const name = (plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t);
+            const h = hints.find((x) => x.program === plan.rankProgram[rk] && x.tensor === name);
+            if (h !== undefined) h.alternatives.length = 0;
+            bad.add(`${plan.rankProgram[rk]}|${name}`);
+          }
+          if (weak.length > 0) continue;
+        }
+        const ranks = new Set(r.failingRanks);
+        for (const o of r.stage.obligations) {
+          if (!hinted(o.rank, o.tensor)) continue;
+          if (ranks.size > 0 && !ranks.has(o.rank) && r.status === 'differs') continue;
+          bad.add(`${plan.rankProgram[o.rank]}|${(plan.programs[plan.rankProgram[o.rank] as number] as Program).tensors.name(o.tensor)}`);
         }
       }
-    }
-    if (bad.size === 0 && !pending && !splitMore) break;
-    for (let i = hints.length - 1; i >= 0; i--) {
-      const h = hints[i] as Hint;
-      if (!bad.has(`${h.program}|${h.tensor}`)) continue;
-      const next = h.alternatives.shift();
-      if (next === undefined) {
-        hints.splice(i, 1);
-        dropped++;
-      } else {
-        h.lineage = next;
-        replaced++;
+      // A user stage left open with no witness may be weakened by a hint it assumes (a second
+      // addend decomposition of one tensor, say): its inferred inputs are dropped, in one round.
+      // Only when nothing is refuted: with a witness the verdict is "not equivalent" anyway, and
+      // open stages after it are its echoes.
+      if (bad.size === 0 && !pending && !splitMore && !weakened && numeric.failingTensors.length === 0) {
+        weakened = true;
+        const failing = new Set(numeric.failingTensors);
+        for (const r of results) {
+          if (r.status === 'proved' || failing.has(plan.logical.tensors.name(r.stage.logical))) continue;
+          for (const key of builder.closure(r.stage).inputs.keys()) {
+            const [rk, t] = key.split(':').map(Number) as [number, number];
+            if (!hinted(rk, t)) continue;
+            const h = hints.find((x) => x.program === plan.rankProgram[rk] && x.tensor === (plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t));
+            if (h !== undefined) h.alternatives.length = 0;
+            bad.add(`${plan.rankProgram[rk]}|${(plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t)}`);
+          }
+        }
       }
+      if (bad.size === 0 && !pending && !splitMore) break;
+      const before = hints.length + replaced;
+      for (let i = hints.length - 1; i >= 0; i--) {
+        const h = hints[i] as Hint;
+        if (!bad.has(`${h.program}|${h.tensor}`)) continue;
+        const next = h.alternatives.shift();
+        if (next === undefined) {
+          hints.splice(i, 1);
+          dropped++;
+        } else {
+          h.lineage = next;
+          replaced++;
+        }
+      }
+      // Nothing removed, replaced, split or left to prove: another round would repeat this one.
+      if (!pending && !splitMore && hints.length + replaced === before) break;
     }
+  } finally {
+    await pool?.destroy();
   }
   const hinted = isHint(plan);
   numeric = witnessSearch(plan, results, numeric, hinted);
@@ -241,10 +280,10 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   };
 }
 
-async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions): Promise<StageResult[]> {
+async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions, pool: Piscina | undefined): Promise<StageResult[]> {
   if (todo.length === 0) return [];
   if (opts.jobs > 0) {
-    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, engine: 'normal' as Engine, ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
+    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, engine: 'normal' as Engine, ...(pool === undefined ? {} : { pool }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   }
   const prover = opts.budget === undefined ? new Prover(plan) : new Prover(plan, opts.budget);
   return todo.map((s, i) => {
@@ -337,13 +376,18 @@ function groupOf(o: Stage['obligations'][number]): string {
  */
 async function portfolio(plan: LoadedPlan, file: string, text: string, results: StageResult[], numeric: NumericReport, opts: BoundaryOptions): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
-  const open = results.filter((r) => (r.status === 'differs' && !witnessed.has(plan.logical.tensors.name(r.stage.logical))) || (r.status === 'unknown' && /side condition|no numeric witness|too large for the exact normal form/.test(r.reason ?? '')));
-  if (open.length === 0) return results;
+  // As in verify's z3Fallback: past a stage refuted with a witness the verdict is settled and
+  // that stage is the likely root cause, so later open stages stay open instead of each
+  // spending a Z3 deadline (a stripped MLP with a dropped gradient all-reduce took 65 s here).
+  const isOpen = (r: StageResult): boolean => (r.status === 'differs' && !witnessed.has(plan.logical.tensors.name(r.stage.logical))) || (r.status === 'unknown' && /side condition|no numeric witness|too large for the exact normal form/.test(r.reason ?? ''));
+  const refuted = results.findIndex((r) => r.status === 'differs' && witnessed.has(plan.logical.tensors.name(r.stage.logical)));
+  const open = results.filter((r, i) => (refuted < 0 || i < refuted) && isOpen(r));
+  const out = results.map((r, i) => (refuted >= 0 && i > refuted && isOpen(r) ? { ...r, reason: `${r.reason ?? 'undecided'} (not sent to Z3: the plan is already refuted at an earlier stage)` } : r));
+  if (open.length === 0) return out;
   const z = await proveInPool(file, text, open.map((r) => r.stage), { jobs: Math.max(1, opts.jobs), deadlineMs: opts.deadlineMs, engine: 'z3', custom: true });
-  const out = [...results];
   open.forEach((r, i) => {
     const zr = z[i];
-    if (zr?.status === 'proved') out[out.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + zr.ms };
+    if (zr?.status === 'proved') out[results.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + zr.ms };
   });
   return out;
 }
@@ -366,6 +410,7 @@ function loadHinted(file: string, obj: Json, hints: Hint[]): LoadedPlan | undefi
       const id = progs[Number(m[1])]?.tensors[Number(m[2])]?.['id'];
       const i = hints.findIndex((h) => h.program === Number(m[1]) && h.tensor === id);
       if (i >= 0) {
+        if (process.env['PLANPROOF_TRACE'] === '1') process.stderr.write(`  loader drops hint ${String(id)}: ${issue.message.slice(0, 200)}\n`);
         hints.splice(i, 1);
         return undefined;
       }

@@ -204,7 +204,10 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         if (pop < 0) return kind;
         const lins = op >= 0 ? new Set(lg.ops.opInputs(op)) : new Set<number>();
         const ins = [...p.ops.opInputs(pop)];
-        if (ins.some((x) => claimL[x] === L)) return 4 + kind;
+        // Only an op with one distinct input (a collective, a copy, a reshape) keeps it: a
+        // product whose other factor is 1 on these inputs (a clip coefficient below its
+        // threshold) equals its input here, but is another logical tensor.
+        if (new Set(ins).size === 1 && ins.some((x) => claimL[x] === L)) return 4 + kind;
         const related = ins.some((x) => (claimL[x] as number) >= 0 && lins.has(claimL[x] as number)) ? 2 : 0;
         return kind + related;
       };
@@ -247,6 +250,10 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         const suffix = (L: number): number => commonSuffix(lg.tensors.name(L), name);
         return out.sort((a, b) => rankOf(a) - rankOf(b) || suffix(b.L) - suffix(a.L) || (topo[a.L] as number) - (topo[b.L] as number));
       };
+      // A tensor whose values are all integers on these random inputs (a zero gradient, a
+      // mask, expert indices) matches any block of equal integers: its values do not say which
+      // logical tensor it is, and a hint on it is false or too weak to help. It gets none.
+      if (ranks.every((r) => (parallel[r]?.[t]?.data ?? []).every((x) => Number.isInteger(x)))) continue;
       const per = new Map<number, Cand[]>(ranks.map((r) => [r, candsAt(r)]));
       const shapeAt = (r: number): readonly number[] => plan.view(r).shapes[t] ?? [];
       const found: { c: Cand; lineage: Json }[] = [];
@@ -266,7 +273,11 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
             terms.push([A[i] as number, stride]);
             stride *= mesh.sizes[A[i] as number] as number;
           }
-          lineage['value'] = { chunk: affineExpr(plan, 0, terms), of: c0.n, divisor: c0.divisor, ...(A.length > 0 ? { split: `inferred.${A.map((a) => mesh.axes[a]).join('.')}` } : {}) };
+          // A split of this tensor's own: addends of one split on one element are one
+          // decomposition, so two tensors in a shared split would have to be equal addend by
+          // addend (the masked and unmasked halves of a vocab-parallel gradient are both
+          // addends of it, but of different decompositions).
+          lineage['value'] = { chunk: affineExpr(plan, 0, terms), of: c0.n, divisor: c0.divisor, ...(A.length > 0 ? { split: `inferred.${A.map((a) => mesh.axes[a]).join('.')}:p${pi}t${t}` } : {}) };
         }
         lineage['inferred'] = true;
         found.push({ c: c0, lineage });
@@ -284,8 +295,9 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
  * Propagation through `add` (its dim signature keeps every dim and adds values): when
  * y = a + b holds a claim (a slice, or addend i of n) and a and b have none and feed nothing
  * else (gradient accumulation over micro-batches), a and b are addends 2i and 2i + 1 of a
- * 2n-way decomposition of the same slice, in a split of their own. Ops are visited from the
- * last, so a chain of accumulations nests.
+ * 2n-way decomposition of the same slice, in a split of their own (one per tree of
+ * accumulations: a nested pair extends its parent's split, so that all the leaves of one tree
+ * are addends of one decomposition). Ops are visited from the last, so a chain nests.
  */
 function accumulationAddends(plan: LoadedPlan, claims: InferredClaim[]): void {
   const add = registry.id('add');
@@ -306,7 +318,7 @@ function accumulationAddends(plan: LoadedPlan, claims: InferredClaim[]): void {
       const e = typeof chunk === 'number' ? String(chunk) : String((chunk as Json)['expr']);
       const of = Number(v?.['of'] ?? 1);
       ins.forEach((t, k) => {
-        const lineage: Json = { logical: yc.lineage['logical'], index: yc.lineage['index'], value: { chunk: { expr: `(${e})*2 + ${k}` }, of: 2 * of, divisor: Number(v?.['divisor'] ?? 1), split: `${String(v?.['split'] ?? 'inferred')}.acc` }, inferred: true };
+        const lineage: Json = { logical: yc.lineage['logical'], index: yc.lineage['index'], value: { chunk: { expr: `(${e})*2 + ${k}` }, of: 2 * of, divisor: Number(v?.['divisor'] ?? 1), split: v?.['split'] === undefined ? `inferred.acc:p${pi}t${y}` : `${String(v['split'])}.acc` }, inferred: true };
         const c: InferredClaim = { program: pi, tensor: p.tensors.name(t), logical: yc.logical, kind: 'addend', lineage, alternatives: [] };
         claims.push(c);
         claimOf.set(c.tensor, c);

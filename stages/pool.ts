@@ -24,6 +24,24 @@ export interface PoolOptions {
   readonly custom?: boolean;
   /** Stage indices the numeric run shows differing (no eager retry after a lazy difference). */
   readonly witnessed?: ReadonlySet<number>;
+  /**
+   * A pool the caller keeps across calls (newPool; the caller destroys it). Starting workers
+   * costs more than a small round of stages (stages/boundary.ts proves hints in rounds), and a
+   * worker reloads the plan only when its text changes. No recycling then: the caller's
+   * calls are few.
+   */
+  readonly pool?: Piscina;
+}
+
+/** A worker pool for proveInPool's `pool` option. */
+export function newPool(jobs: number, workerHeapMb = DEFAULT_WORKER_HEAP_MB): Piscina {
+  return new Piscina({
+    filename: new URL('./worker.js', import.meta.url).href,
+    maxThreads: Math.max(1, jobs),
+    minThreads: 1,
+    idleTimeout: 1000,
+    resourceLimits: { maxOldGenerationSizeMb: workerHeapMb },
+  });
 }
 
 export const DEFAULT_RECYCLE_AFTER = 200;
@@ -33,17 +51,11 @@ export async function proveInPool(file: string, text: string, stages: readonly S
   const jobs = Math.max(1, opts.jobs);
   const key = createHash('sha256').update(text).digest('hex');
   // Recycling: a fresh pool for every batch of jobs x recycleAfter stages.
-  const batch = jobs * Math.max(1, opts.recycleAfter ?? DEFAULT_RECYCLE_AFTER);
+  const batch = opts.pool !== undefined ? Math.max(1, stages.length) : jobs * Math.max(1, opts.recycleAfter ?? DEFAULT_RECYCLE_AFTER);
   const results: StageResult[] = [];
   let done = 0;
   for (let start = 0; start < stages.length; start += batch) {
-    const pool = new Piscina({
-      filename: new URL('./worker.js', import.meta.url).href,
-      maxThreads: jobs,
-      minThreads: 1,
-      idleTimeout: 1000,
-      resourceLimits: { maxOldGenerationSizeMb: opts.workerHeapMb ?? DEFAULT_WORKER_HEAP_MB },
-    });
+    const pool = opts.pool ?? newPool(jobs, opts.workerHeapMb);
     try {
       // At most `jobs` tasks in flight: a deadline must measure a stage's run, not its wait.
       const slice = stages.slice(start, start + batch);
@@ -77,7 +89,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       await Promise.all(Array.from({ length: Math.min(jobs, slice.length) }, lane));
       results.push(...part);
     } finally {
-      await pool.destroy();
+      if (opts.pool === undefined) await pool.destroy();
     }
   }
   return results;
