@@ -32,7 +32,9 @@ export type ProveSome = (stages: readonly Stage[]) => Promise<StageResult[]>;
 export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], prove: ProveSome, cache?: ProofCache, known?: ReadonlyMap<number, StageResult>): Promise<DistinctProofs> {
   // Stages already decided (tensor-level proofs) are neither grouped nor proved again.
   const open = known === undefined ? stages : stages.filter((s) => !known.has(s.index));
-  const classes = groupStages(plan, open).map((c) => ({ ...c, rep: (open[c.rep] as Stage).index, members: c.members.map((m) => (open[m] as Stage).index) }));
+  // Nothing left (every stage proved at tensor level): no canonical forms to build (on 512
+  // ranks the canonizer's producer table alone is millions of entries).
+  const classes = (open.length === 0 ? [] : groupStages(plan, open)).map((c) => ({ ...c, rep: (open[c.rep] as Stage).index, members: c.members.map((m) => (open[m] as Stage).index) }));
   const results: (StageResult | undefined)[] = new Array<StageResult | undefined>(stages.length);
   if (known !== undefined) for (const [i, r] of known) results[i] = r;
   const coveredBy = Int32Array.from({ length: stages.length }, (_, i) => i);
