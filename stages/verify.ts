@@ -92,13 +92,24 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
   const first = numericCheck(plan, seed);
   const witnessed = witnessedStages(plan, stages, first);
   // Tensor-level proofs first, as in verifyPlanInPool.
-  const known = opts.tensorLevel === false ? new Map<number, StageResult>() : proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index))).proved;
+  const tl = opts.tensorLevel === false ? undefined : proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index)));
+  const known = tl?.proved ?? new Map<number, StageResult>();
   const rest = proveInProcess(plan, stages.filter((s) => !known.has(s.index)), opts.onStage, witnessed);
   const results: StageResult[] = new Array<StageResult>(stages.length);
   for (const [i, r] of known) results[i] = r;
   for (const r of rest) results[r.stage.index] = r;
   const numeric = witnessSearch(plan, results, first);
-  return assemble(plan, results, numeric, numeric.seed, t0);
+  return withTensorReasons(assemble(plan, results, numeric, numeric.seed, t0), tl?.open);
+}
+
+/**
+ * An undecided stage also says where tensor-level derivation stopped ("derived 1/512 x
+ * grad[...], claimed grad[...]" points at an averaging all-reduce), which localizes a stage the
+ * element engines find too large.
+ */
+function withTensorReasons(r: VerifyReport, open: ReadonlyMap<number, string> | undefined): VerifyReport {
+  if (open === undefined || open.size === 0) return r;
+  return { ...r, stages: r.stages.map((s) => (s.status === 'unknown' && open.has(s.index - 1) ? { ...s, reason: `${s.reason ?? 'undecided'}; at tensor level: ${open.get(s.index - 1) ?? ''}` } : s)) };
 }
 
 /**
@@ -218,13 +229,14 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   };
   // Tensor-level proofs first (stages/tensorlevel.ts): whole-tensor relations, whatever the
   // shapes. A stage the numeric run shows differing is left to the element engines.
-  const known = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index))).proved : undefined;
+  const tl = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index))) : undefined;
+  const known = tl?.proved;
   // Stage deduplication and the proof cache hook (stages/dedup.ts).
   const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, opts.cache, known);
   let results = distinct?.results ?? (await proveRest(stages, known, proveSome));
   const numeric = witnessSearch(plan, results, first);
   if (engine === 'normal') results = await z3Fallback(plan, results, numeric, opts.deadlineMs);
-  const assembled = assemble(plan, results, numeric, numeric.seed, t0);
+  const assembled = withTensorReasons(assemble(plan, results, numeric, numeric.seed, t0), tl?.open);
   const report = distinct === undefined ? assembled : withProofs(assembled, distinct);
   return engine === 'z3' ? { ...report, engine, stages: report.stages.map((s) => (s.status === 'proved' ? { ...s, decidedBy: 'z3' as const } : s)) } : report;
 }
