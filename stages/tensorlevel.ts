@@ -327,6 +327,11 @@ class LogicalWorld {
         const ds = [...lg.ops.opInputs(op)].map((x) => this.domains[x]);
         if (ds.every((d) => d !== undefined)) outs.forEach((t) => (this.domains[t] = [...new Set(ds.flat() as number[])].sort((x, y) => x - y)));
       }
+      // A logical identity is its input (a copy).
+      if (def.name === 'identity' && outs.length === 1 && inputs.length === 1) {
+        this.alias(outs[0] as number, lg.ops.opInputs(op)[0] as number, ONE);
+        continue;
+      }
       const key = `${kind}|${attrsKey(attrs)}|${inputs.map((x, i) => `${x}*${fkey(factors[i] as Frac)}`).join(',')}`;
       const prev = this.byKey.get(key);
       if (prev !== undefined) {
@@ -664,7 +669,9 @@ export class TensorLevelProver {
     }
     if (typeof shared === 'string') return shared;
     const me = c.group.indexOf(r);
-    return this.deriveCollective(registry.get(c.kind).name, c.attrs, shared, me, c.group.length, plan.view(r).shapes[t] ?? []);
+    // A broadcast's value is its source member's input (other members may pass a buffer).
+    const src = typeof c.attrs['src'] === 'number' ? c.group.indexOf(c.attrs['src']) : -1;
+    return this.deriveCollective(registry.get(c.kind).name, c.attrs, shared, me, c.group.length, plan.view(r).shapes[t] ?? [], src);
   }
 
   private claimNF(r: number, t: number): LineageNF | undefined {
@@ -686,7 +693,7 @@ export class TensorLevelProver {
     return nf;
   }
 
-  private deriveCollective(kind: string, attrs: Attrs, shared: Shared, me: number, g: number, outShape: Shape): Derived {
+  private deriveCollective(kind: string, attrs: Attrs, shared: Shared, me: number, g: number, outShape: Shape, src: number): Derived {
     const ins = shared.ins;
     const once = (k: string, f: () => Derived): Derived => {
       const hit = shared.memo.get(k);
@@ -706,12 +713,13 @@ export class TensorLevelProver {
       case 'send':
       case 'recv':
       case 'send_recv': {
-        const x = values[0];
-        return x ?? 'a point-to-point transfer with no input';
+        // Point to point: member 0 sends, member 1 receives (ops/collectives.ts).
+        const x = shared.ins[0];
+        return me === 1 && x !== undefined ? x : 'a point-to-point transfer with no input from its sender';
       }
       case 'broadcast': {
-        const x = values[0];
-        return x ?? 'a broadcast with no source';
+        const x = src >= 0 ? shared.ins[src] : undefined;
+        return x ?? 'a broadcast with no source input';
       }
       case 'all_reduce':
       case 'reduce_scatter': {

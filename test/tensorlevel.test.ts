@@ -131,3 +131,41 @@ describe('tensor-level proofs on plans with lineage only at their boundary', () 
     assert.equal(n, 3);
   }).timeout(300_000);
 });
+
+describe('tensor-level collectives', () => {
+  it("a broadcast carries its source's value, not the first member's buffer", () => {
+    // Rank 0 passes a buffer holding x, rank 1 (the source) one holding z: y is z everywhere,
+    // so the claim y = identity(x) must not be proved (it holds for no input with x != z).
+    const prog = (rank: number, holds: string): object => ({
+      ranks: [rank],
+      tensors: [
+        { id: 'buf', shape: [2], lineage: { logical: holds } },
+        { id: 'y', shape: [2], lineage: { logical: 'y' } },
+      ],
+      ops: [{ id: 'bc', op: 'broadcast', inputs: ['buf'], outputs: ['y'], attrs: { src: 1 }, group: { axes: ['dp'] } }],
+    });
+    const raw = {
+      format: 'planproof/v1',
+      mesh: { axes: [{ name: 'dp', size: 2 }] },
+      logical: {
+        tensors: [
+          { id: 'x', shape: [2], role: 'input' },
+          { id: 'z', shape: [2], role: 'input' },
+          { id: 'y', shape: [2], role: 'output' },
+        ],
+        ops: [{ id: 'cp', op: 'identity', inputs: ['x'], outputs: ['y'] }],
+      },
+      parallel: { programs: [prog(0, 'x'), prog(1, 'z')] },
+      contract: { inputs: ['x', 'z'], outputs: ['y'] },
+    };
+    const plan = loadPlanObject('bc.json', raw);
+    const stages = decompose(plan, logicalOrder(plan));
+    assert.equal(proveTensorLevel(plan, stages).proved.size, 0);
+    assert.equal(verifyPlan(plan).verdict, 'not_equivalent');
+    // With the buffers swapped (the source holds x) the plan is correct and proved at tensor level.
+    raw.parallel.programs = [prog(0, 'z'), prog(1, 'x')];
+    const ok = loadPlanObject('bc-ok.json', raw);
+    assert.equal(proveTensorLevel(ok, decompose(ok, logicalOrder(ok))).proved.size, 1);
+    assert.equal(verifyPlan(ok).verdict, 'verified');
+  });
+});
