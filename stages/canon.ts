@@ -21,12 +21,12 @@ import type { LoadedPlan } from '../plans/loader.js';
 import type { CollectiveInstance, Program, RankView } from '../plans/model.js';
 import { evalLineage, type LineageNF } from '../lineage/model.js';
 import { numel } from '../ops/types.js';
-import { MAX_STAGE_ELEMENTS, type Producer, type ProducerLookup, type Stage } from './prove.js';
+import { MAX_STAGE_ELEMENTS, producers, type ProducerLookup, type Stage } from './prove.js';
 
 /** Bumped when the form's meaning changes: cached proofs of an older form are not reused. */
 export const CANON_VERSION = 1;
 
-function canonJson(v: AttrValue | undefined): string {
+export function canonJson(v: AttrValue | undefined): string {
   if (v === undefined) return 'u';
   if (v === null || typeof v !== 'object') return JSON.stringify(v);
   if (Array.isArray(v)) return `[${v.map(canonJson).join(',')}]`;
@@ -43,7 +43,7 @@ export class StageCanonizer {
   /** Attributes as canonical text, per attribute object (views share them across ranks). */
   private readonly attrText = new WeakMap<object, string>();
   private readonly views = new Map<number, RankView>();
-  /** `prod`: producers by "rank:tensor" (default: built here over every rank; stages/template.ts passes one read from the templates). */
+  /** `prod`: producers by "rank:tensor" (default: the plan-wide map of stages/prove.ts; stages/template.ts passes one read from the templates). */
   constructor(
     readonly plan: LoadedPlan,
     prod?: ProducerLookup,
@@ -53,22 +53,8 @@ export class StageCanonizer {
       this.prod = prod;
       return;
     }
-    const m = new Map<string, Producer>();
-    this.prod = m;
-    plan.collectives.forEach((c, ci) =>
-      c.group.forEach((r, i) => {
-        const o = c.outputs[i] as number;
-        if (o >= 0) m.set(`${r}:${o}`, { op: -1, inst: ci });
-      }),
-    );
-    for (let r = 0; r < plan.mesh.size; r++) {
-      const p = plan.programs[plan.rankProgram[r] as number] as Program;
-      const sites = new Set(p.collectiveSites);
-      for (let op = 0; op < p.ops.size; op++) {
-        if (sites.has(op)) continue;
-        for (const t of p.ops.opOutputs(op)) m.set(`${r}:${t}`, { op, inst: -1 });
-      }
-    }
+    // The plan-wide producer map the stage builder uses (built once per plan).
+    this.prod = producers(plan);
   }
 
   private view(r: number): RankView {

@@ -29,6 +29,7 @@ import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { result, type Producer, type Stage, type StageResult } from './prove.js';
+import { canonJson } from './canon.js';
 
 /** An exact positive or negative rational, num/den in lowest terms (den > 0). */
 interface Frac {
@@ -171,16 +172,8 @@ export function claimRelation(nf: LineageNF): Relation | string {
   return { logical: nf.logical, ranges, scale, part: { key: `claim|${groupKey(v)}|${nf.logical}|${ranges.join(';')}`, comps: [{ kind: 'idx', cover: [v.idx], total: v.n }] } };
 }
 
-function canon(v: AttrValue | undefined): string {
-  if (v === undefined) return 'u';
-  if (v === null || typeof v !== 'object') return JSON.stringify(v);
-  if (Array.isArray(v)) return `[${v.map(canon).join(',')}]`;
-  return `{${Object.keys(v)
-    .sort()
-    .map((k) => `${JSON.stringify(k)}:${canon(v[k])}`)
-    .join(',')}}`;
-}
-const attrsKey = (a: Attrs | undefined): string => canon((a ?? {}) as AttrValue);
+/** Attributes as canonical text (stages/canon.ts's form, keys sorted). */
+const attrsKey = (a: Attrs | undefined): string => canonJson((a ?? {}) as AttrValue);
 
 /** Unions two covers of one decomposition; undefined when they overlap. */
 function unionCover(kind: Comp['kind'], a: readonly number[], b: readonly number[]): number[] | undefined {
@@ -759,41 +752,31 @@ export class TensorLevelProver {
   }
 
   private gather(present: readonly Relation[], attrs: Attrs, outShape: Shape): Derived {
-    {
-      {
-        const first = present[0] as Relation;
-        const d = this.normDim(attrs['dim'], first.ranges.length);
-        let end = (first.ranges[d] as [number, number])[0];
-        for (const x of present) {
-          if (x.logical !== first.logical || x.part !== undefined || !feq(x.scale, first.scale)) return 'all_gather of inputs that are not slices of one value';
-          if (x.ranges.some((rg, i) => i !== d && (rg[0] !== (first.ranges[i] as [number, number])[0] || rg[1] !== (first.ranges[i] as [number, number])[1]))) return 'all_gather of slices that differ outside the gathered dim';
-          if ((x.ranges[d] as [number, number])[0] !== end) return 'all_gather of slices that are not contiguous in group order';
-          end = (x.ranges[d] as [number, number])[1];
-        }
-        const ranges = first.ranges.map((x, i) => (i === d ? ([(first.ranges[d] as [number, number])[0], end] as [number, number]) : x));
-        return this.checked({ logical: first.logical, ranges, scale: first.scale }, outShape);
-      }
-    }
+    const first = present[0] as Relation;
+    const joined = this.concatAlong(present, this.normDim(attrs['dim'], first.ranges.length), 'all_gather');
+    return typeof joined === 'string' ? joined : this.checked(joined, outShape);
   }
 
   /** all_to_all inputs: slices of one value, contiguous along concat_dim; the concatenated region. */
   private a2aCheck(present: readonly Relation[], attrs: Attrs): Relation | string {
-    {
-      {
-        const first = present[0] as Relation;
-        const sd = this.normDim(attrs['split_dim'], first.ranges.length);
-        const cd = this.normDim(attrs['concat_dim'], first.ranges.length);
-        if (sd === cd) return 'all_to_all along one dim';
-        let end = (first.ranges[cd] as [number, number])[0];
-        for (const x of present) {
-          if (x.logical !== first.logical || x.part !== undefined || !feq(x.scale, first.scale)) return 'all_to_all of inputs that are not slices of one value';
-          if (x.ranges.some((rg, i) => i !== cd && (rg[0] !== (first.ranges[i] as [number, number])[0] || rg[1] !== (first.ranges[i] as [number, number])[1]))) return 'all_to_all of slices that differ outside the concatenated dim';
-          if ((x.ranges[cd] as [number, number])[0] !== end) return 'all_to_all of slices that are not contiguous in group order';
-          end = (x.ranges[cd] as [number, number])[1];
-        }
-        return { ...first, ranges: first.ranges.map((x, i) => (i === cd ? ([(first.ranges[cd] as [number, number])[0], end] as [number, number]) : x)) };
-      }
+    const first = present[0] as Relation;
+    const sd = this.normDim(attrs['split_dim'], first.ranges.length);
+    const cd = this.normDim(attrs['concat_dim'], first.ranges.length);
+    if (sd === cd) return 'all_to_all along one dim';
+    return this.concatAlong(present, cd, 'all_to_all');
+  }
+
+  /** Whole slices of one value, equal outside dim d and contiguous along it in group order: their concatenation. */
+  private concatAlong(present: readonly Relation[], d: number, what: string): Relation | string {
+    const first = present[0] as Relation;
+    let end = (first.ranges[d] as [number, number])[0];
+    for (const x of present) {
+      if (x.logical !== first.logical || x.part !== undefined || !feq(x.scale, first.scale)) return `${what} of inputs that are not slices of one value`;
+      if (x.ranges.some((rg, i) => i !== d && (rg[0] !== (first.ranges[i] as [number, number])[0] || rg[1] !== (first.ranges[i] as [number, number])[1]))) return `${what} of slices that differ outside dim ${d}`;
+      if ((x.ranges[d] as [number, number])[0] !== end) return `${what} of slices that are not contiguous in group order`;
+      end = (x.ranges[d] as [number, number])[1];
     }
+    return { logical: first.logical, scale: first.scale, ranges: first.ranges.map((x, i) => (i === d ? ([(first.ranges[d] as [number, number])[0], end] as [number, number]) : x)) };
   }
 
   /** all_reduce / reduce_scatter of the members' inputs: a partition of addends, or replicas. */
