@@ -74,7 +74,7 @@ export const ops: OpDef[] = [
     unbroadcast(b, one(b, 'div', [g as GradRef, y as GradRef]), b.shape(x as GradRef)),
     // d(x/y)/dy = -x/y^2 = -out/y
     unbroadcast(b, one(b, 'neg', [one(b, 'div', [one(b, 'mul', [g as GradRef, o as GradRef]), y as GradRef])]), b.shape(y as GradRef)),
-  ]),
+  ], [0]),
   {
     name: 'neg',
     family: 'elementwise',

@@ -3,7 +3,7 @@ import type { Algebra, Dense } from './algebra.js';
 import { arg } from './dense.js';
 import { dimLabels } from './dims.js';
 import { type GradRef, NO_BACKWARD, one } from './grad.js';
-import { type Attrs, type DimLabel, type DimRole, type OpDef, attrObject, fixed, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
+import { type Attrs, type DecompExpr, type DimLabel, type DimRole, type OpDef, attrObject, fixed, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
 
 const reduction = attrObject({ reduction: { enum: ['mean', 'sum'] } });
 
@@ -71,6 +71,12 @@ function ceRescale(ins: readonly Shape[], at: Attrs, logitsAt: number, domains: 
   return { attrs: { ...at, reduction: 'sum' }, factor: `1/${n}` };
 }
 
+/** Every label is a class index (none is ignore_index): the labels' known values lie in [0, C). */
+function labelsIn(dom: readonly number[] | undefined, C: number, at: Attrs): boolean {
+  const ignore = typeof at['ignore_index'] === 'number' ? at['ignore_index'] : -100;
+  return dom !== undefined && dom.length > 0 && !dom.includes(ignore) && (dom[0] as number) >= 0 && (dom[dom.length - 1] as number) < C;
+}
+
 /** 'mean' is 1/numel times 'sum'. */
 function mseRescale(p: Shape, at: Attrs): { attrs: Attrs; factor: string } | undefined {
   const n = p.reduce((a, b) => a * b, 1);
@@ -109,6 +115,17 @@ export const ops: OpDef[] = [
       return { inputs: [[N, C], [N]], outputs: [none ? [N] : []], inputValues: { 1: C }, ...(at['reduction'] === 'sum' ? { sums: ['n'] } : {}) };
     },
     rescale: (ins, at, doms) => ceRescale(ins, at, 0, doms),
+    // The summed loss as vocab-parallel code spells it (shift by the row max, log-sum-exp minus
+    // the picked logit): exact for any shift, so the max need not be the max.
+    decompose: (_n, at, ins, doms) => {
+      const x = ins?.[0];
+      if (x === undefined || at['reduction'] !== 'sum' || !labelsIn(doms?.[1], x[1] as number, at)) return undefined;
+      const N = x[0] as number;
+      const s: DecompExpr = { op: 'sub', attrs: {}, args: [{ input: 0 }, { op: 'amax', attrs: { dims: [1], keepdim: true }, args: [{ input: 0 }] }] };
+      const lse: DecompExpr = { op: 'log', attrs: {}, args: [{ op: 'sum', attrs: { dims: [1] }, args: [{ op: 'exp', attrs: {}, args: [s] }] }] };
+      const pick: DecompExpr = { op: 'reshape', attrs: { shape: [N] }, args: [{ op: 'gather', attrs: {}, args: [s, { op: 'reshape', attrs: { shape: [N, 1] }, args: [{ input: 1 }] }] }] };
+      return [{ op: 'sum', attrs: {}, args: [{ op: 'sub', attrs: {}, args: [lse, pick] }] }];
+    },
   },
   {
     name: 'cross_entropy_backward',
@@ -144,6 +161,22 @@ export const ops: OpDef[] = [
     },
     rescale: (ins, at, doms) => ceRescale(ins, at, 1, doms),
     linearIn: () => [0],
+    // The summed loss's gradient as autograd spells it through the vocab-parallel loss above
+    // (softmax part: g / sum(exp) times exp of the shifted logits; picked part: -g scattered
+    // at the labels), with every broadcast an expand to full size.
+    decompose: (_n, at, ins, doms) => {
+      const x = ins?.[1];
+      if (x === undefined || at['reduction'] !== 'sum' || !labelsIn(doms?.[2], x[1] as number, at)) return undefined;
+      const [N, C] = x as [number, number];
+      const g1: DecompExpr = { op: 'reshape', attrs: { shape: [1] }, args: [{ input: 0 }] };
+      const s: DecompExpr = { op: 'sub', attrs: {}, args: [{ input: 1 }, { op: 'amax', attrs: { dims: [1], keepdim: true }, args: [{ input: 1 }] }] };
+      const e: DecompExpr = { op: 'exp', attrs: {}, args: [s] };
+      const d: DecompExpr = { op: 'div', attrs: {}, args: [{ op: 'expand', attrs: { shape: [N] }, args: [g1] }, { op: 'sum', attrs: { dims: [1] }, args: [e] }] };
+      const soft: DecompExpr = { op: 'mul', attrs: {}, args: [{ op: 'expand', attrs: { shape: [N, C] }, args: [{ op: 'reshape', attrs: { shape: [N, 1] }, args: [d] }] }, e] };
+      const neg: DecompExpr = { op: 'expand', attrs: { shape: [N, 1] }, args: [{ op: 'reshape', attrs: { shape: [1, 1] }, args: [{ op: 'neg', attrs: {}, args: [g1] }] }] };
+      const pick: DecompExpr = { op: 'gather_backward', attrs: { size: C }, args: [neg, { op: 'reshape', attrs: { shape: [N, 1] }, args: [{ input: 2 }] }] };
+      return [{ sum: [soft, pick] }];
+    },
   },
   {
     name: 'mse_loss',

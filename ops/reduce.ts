@@ -156,7 +156,7 @@ export const ops: OpDef[] = [
     // The gradient of a max needs comparisons of reals; plans use amax detached (a shift that
     // cancels), as Megatron's vocab-parallel cross-entropy does.
     backward: NO_BACKWARD,
-    dims: ([a], at) => reduceSig(a as Shape, at, 'contracted'),
+    dims: ([a], at) => ({ ...reduceSig(a as Shape, at, 'contracted'), maxes: reduceDimList(a as Shape, at).map((d) => `r${d}`) }),
   },
   reduction('sum', 'torch.sum(a, dims, keepdim); all dims when dims is omitted', false),
   reduction('mean', 'torch.mean(a, dims, keepdim); all dims when dims is omitted', true),

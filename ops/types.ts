@@ -102,7 +102,28 @@ export interface OpDef {
    * spells the parts with the logical op through it. Checked numerically in
    * test/reduction-dims.test.ts.
    */
-  decompose?(nInputs: number, attrs: Attrs): readonly DecompExpr[];
+  decompose?(nInputs: number, attrs: Attrs, inShapes?: readonly Shape[], domains?: readonly (readonly number[] | undefined)[]): readonly DecompExpr[] | undefined;
+  /**
+   * A lookup along one dim of a table by integer positions (embedding rows, gather along the
+   * last dim): output position i reads the table at idx_i along `dim`. `out`: 'append' when the
+   * output is the index dims followed by the table's other dims (embedding), 'aligned' when
+   * the output has the index's dims and the table's other dims are the index's leading ones
+   * (gather). Tensor-level proofs relate Megatron's masked lookup into a vocab shard to one
+   * addend of the whole lookup (docs/engine.md, "Vocab-parallel rules"). Checked numerically
+   * in test/reduction-dims.test.ts.
+   */
+  readonly lookup?: { readonly index: number; readonly table: number; readonly dim: 'first' | 'last'; readonly out: 'append' | 'aligned' };
+  /**
+   * The scatter-add adjoint of a lookup (embedding_backward, gather_backward): output row j
+   * along `dim` sums the `grad` rows whose `index` is j; the attribute `size` is the number
+   * of rows. Checked numerically in test/reduction-dims.test.ts.
+   */
+  readonly scatter?: { readonly grad: number; readonly index: number; readonly size: string; readonly dim: 'first' | 'last' };
+  /**
+   * Megatron's vocab-range ops over ids and the attributes start, end: 'outside' is 1 where
+   * the id is outside [start, end) and 0 inside; 'local' is id - start inside and 0 outside.
+   */
+  readonly vocabRange?: 'outside' | 'local';
   sliceRegions?(inShapes: readonly Shape[], outShapes: readonly Shape[], regions: readonly (readonly (readonly [number, number])[])[], logical: Attrs, local: Attrs): (readonly [number, number])[][] | string;
 }
 
@@ -145,6 +166,12 @@ export interface DimSig {
    * test/tensorlevel.test.ts against the full op.
    */
   readonly sums?: readonly string[];
+  /**
+   * 'contracted' labels the op max-reduces plainly (amax): on a range of the label it computes
+   * one max-addend of every output that lacks it (the max of the max-addends over a partition
+   * of the label is the whole output). Checked in test/reduction-dims.test.ts.
+   */
+  readonly maxes?: readonly string[];
   /**
    * Block pairings: index i along `label` reads only index floor(i / ratio) along `of` (grouped
    * query heads and their key/value head), and both are otherwise SIMD. A slice [a, b) of

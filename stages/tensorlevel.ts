@@ -23,7 +23,7 @@
  * the element engines: this layer only ever says "proved", never "differs".
  */
 import { registry } from '../ops/registry.js';
-import { attrScalar, type AttrValue, type Attrs, type DecompExpr, type DimLabel, type Shape } from '../ops/types.js';
+import { attrScalar, numel, type AttrValue, type Attrs, type DecompExpr, type DimLabel, type Shape } from '../ops/types.js';
 import type { LoadedPlan } from '../plans/loader.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
@@ -78,7 +78,10 @@ interface Comp {
 interface Part {
   readonly key: string;
   readonly comps: readonly Comp[];
+  /** Max-addends (amax on a slice): combined by max only, never added, scaled or mapped. */
+  readonly max?: true;
 }
+const isMaxPart = (r: Relation): boolean => r.part?.max === true;
 
 export interface Relation {
   readonly logical: number;
@@ -87,6 +90,11 @@ export interface Relation {
   /** parallel = scale x logical region (or, with `part`, one addend of that). */
   readonly scale: Frac;
   readonly part?: Part;
+  /**
+   * Broadcast dims: the logical region is one index wide there and the parallel tensor holds
+   * copies of it along the dim (an expand); consumers resolve them against a partner input.
+   */
+  readonly bcast?: readonly number[];
 }
 
 /**
@@ -116,6 +124,7 @@ function termKey(r: Relation): string {
  * factors; addends of one scale unite their covers); the rest stay separate terms.
  */
 function addTerms(list: readonly Relation[]): Value | string {
+  if (list.some(isMaxPart)) return 'max-addends added';
   const groups = new Map<string, Relation[]>();
   for (const r of list) {
     const k = termKey(r);
@@ -144,7 +153,7 @@ function addTerms(list: readonly Relation[]): Value | string {
 }
 
 function regionKey(r: Relation): string {
-  return `${r.logical}@${r.ranges.map(([a, b]) => `${a}:${b}`).join(',')}`;
+  return `${r.logical}@${r.ranges.map(([a, b]) => `${a}:${b}`).join(',')}${r.bcast === undefined ? '' : `^${r.bcast.join(',')}`}`;
 }
 function relKey(r: Relation): string {
   return `${regionKey(r)}*${r.scale.num}/${r.scale.den}${r.part === undefined ? '' : `+${r.part.key}`}`;
@@ -265,6 +274,7 @@ interface Sig {
   readonly inputs: readonly (readonly DimLabel[])[];
   readonly outputs: readonly (readonly DimLabel[])[];
   readonly sums: ReadonlySet<string>;
+  readonly maxes: ReadonlySet<string>;
   readonly grouped: readonly { readonly label: string; readonly of: string; readonly ratio: number }[];
 }
 
@@ -335,7 +345,7 @@ class LogicalWorld {
       this.register(key, { kind, attrs, inputs, factors, outputs: outs });
       const inShapes = [...lg.ops.opInputs(op)].map((x) => lg.shapes[x] ?? []);
       // A decomposition (clip_grad_norm as its parts): each output is the expression's value.
-      const dec = factors.every((f) => feq(f, ONE)) ? def.decompose?.(inputs.length, attrs) : undefined;
+      const dec = factors.every((f) => feq(f, ONE)) ? def.decompose?.(inputs.length, attrs, inShapes, [...lg.ops.opInputs(op)].map((x) => this.domains[x])) : undefined;
       if (dec !== undefined) {
         const ids = dec.map((e) => this.build(e, inputs));
         if (ids.every((x) => x !== undefined)) outs.forEach((t, i) => this.alias(t, ids[i] as number, ONE));
@@ -360,9 +370,12 @@ class LogicalWorld {
     this.canonScale[t] = s;
   }
 
+  /** The op (index) writing each tensor id. */
+  private readonly producer = new Map<number, number>();
   private register(key: string, op: OpRef): number {
     const i = this.ops.length;
     this.ops.push(op);
+    for (const t of op.outputs) this.producer.set(t, i);
     this.byKey.set(key, i);
     const k = `${op.kind}|${op.inputs.join(',')}`;
     const l = this.index.get(k);
@@ -391,6 +404,17 @@ class LogicalWorld {
     });
     // A virtual op reads factor x its canonical inputs: only unscaled ones have a shape rule to trust.
     if (factors.some((f) => !feq(f, ONE))) return undefined;
+    // A single-output op with a decomposition is the decomposition's root op (one value, one id).
+    const dec = def.decompose?.(inputs.length, attrs, inputs.map((x) => this.shape(x)), inputs.map((x) => this.domain(x)));
+    const root = dec?.length === 1 && outputs.length === 1 ? dec[0] : undefined;
+    if (root !== undefined && !('input' in root)) {
+      const id = this.build(root, inputs);
+      const q = id === undefined ? undefined : this.producer.get(id);
+      if (q !== undefined && (this.ops[q] as OpRef).outputs.length === 1) {
+        this.byKey.set(key, q);
+        return q;
+      }
+    }
     return this.register(key, { kind, attrs, inputs, factors, outputs });
   }
 
@@ -446,6 +470,10 @@ class LogicalWorld {
   name(id: number): string {
     return id < this.nLogical ? this.plan.logical.tensors.name(id) : (this.vNames[id - this.nLogical] ?? `#${id}`);
   }
+  /** The values an integer tensor may hold (ascending), when the plan says. */
+  domain(id: number): readonly number[] | undefined {
+    return id < this.nLogical ? this.domains[id] : undefined;
+  }
   /** (canonical id, factor) of a tensor id. */
   canon(id: number): [number, Frac] {
     return id < this.nLogical ? [this.canonId[id] as number, this.canonScale[id] as Frac] : [id, ONE];
@@ -485,6 +513,11 @@ export class TensorLevelProver {
   private readonly scaleKind: number;
   private readonly addKind: number;
   private readonly identityKind: number;
+  private readonly reshapeKind: number;
+  private readonly addK: number;
+  private readonly subKind: number;
+  private readonly whereKind: number;
+  private readonly expandKind: number;
   constructor(readonly plan: LoadedPlan) {
     // Producers without per-rank string keys: a local op per (program, tensor), and the
     // collective instance per (rank, output) (L1: 512 ranks x 15k tensors would be 7M strings).
@@ -502,6 +535,11 @@ export class TensorLevelProver {
     this.scaleKind = registry.id('scale');
     this.addKind = registry.id('add');
     this.identityKind = registry.id('identity');
+    this.reshapeKind = registry.id('reshape');
+    this.addK = registry.id('add');
+    this.subKind = registry.id('sub');
+    this.whereKind = registry.id('where');
+    this.expandKind = registry.id('expand');
   }
 
   prove(stage: Stage): StageResult | { why: string } {
@@ -559,11 +597,17 @@ export class TensorLevelProver {
   private materialize(v: Value): Relation | string {
     if (!isSum(v)) return v;
     const first = v.terms[0] as Relation;
-    if (v.terms.some((t) => t.part !== undefined || regionKey({ ...t, logical: first.logical }) !== regionKey(first))) return `a sum of ${v.terms.length} values that are not all whole, or not one region`;
-    const id = this.world.sumOf(v.terms.map((t) => ({ id: t.logical, coef: t.scale })));
+    if (v.terms.some((t) => t.part !== undefined || t.bcast !== undefined || regionKey({ ...t, logical: first.logical }) !== regionKey(first))) return `a sum of ${v.terms.length} values that are not all whole, or not one region`;
+    // A factor common to every term stays outside the sum (c a + c b is c x (a + b)).
+    const common = v.terms.every((t) => feq(t.scale, first.scale));
+    const coefs = v.terms.map((t) => (common ? ONE : t.scale));
+    if (coefs.some((c) => c === undefined)) return 'scale overflow';
+    const id = this.world.sumOf(v.terms.map((t, i) => ({ id: t.logical, coef: coefs[i] as Frac })));
     if (id === undefined) return `a sum of ${v.terms.length} values of different shapes`;
     const [cid, f] = this.world.canon(id);
-    return { logical: cid, ranges: first.ranges, scale: f };
+    const scale = common ? fmul(f, first.scale) : f;
+    if (scale === undefined) return 'scale overflow';
+    return { logical: cid, ranges: first.ranges, scale };
   }
 
   /** A relation of a logical tensor, restated on its canonical tensor (claims name logical ones). */
@@ -771,7 +815,7 @@ export class TensorLevelProver {
     const first = present[0] as Relation;
     let end = (first.ranges[d] as [number, number])[0];
     for (const x of present) {
-      if (x.logical !== first.logical || x.part !== undefined || !feq(x.scale, first.scale)) return `${what} of inputs that are not slices of one value`;
+      if (x.logical !== first.logical || x.part !== undefined || x.bcast !== undefined || !feq(x.scale, first.scale)) return `${what} of inputs that are not slices of one value`;
       if (x.ranges.some((rg, i) => i !== d && (rg[0] !== (first.ranges[i] as [number, number])[0] || rg[1] !== (first.ranges[i] as [number, number])[1]))) return `${what} of slices that differ outside dim ${d}`;
       if ((x.ranges[d] as [number, number])[0] !== end) return `${what} of slices that are not contiguous in group order`;
       end = (x.ranges[d] as [number, number])[1];
@@ -781,6 +825,15 @@ export class TensorLevelProver {
 
   /** all_reduce / reduce_scatter of the members' inputs: a partition of addends, or replicas. */
   private combine(xs: readonly Value[], red: string, g: number): Derived {
+    if (red === 'max' && xs.every((x) => !isSum(x) && isMaxPart(x))) {
+      // Max-addends of one value over a partition of the maxed range: their max is the value.
+      const rs = xs as Relation[];
+      const first = rs[0] as Relation;
+      if (rs.some((x) => termKey(x) !== termKey(first) || !feq(x.scale, first.scale))) return 'max over max-addends of different values';
+      const u = unionParts(rs.map((x) => x.part as Part));
+      if (u === undefined || !coversAll(u)) return 'max over max-addends that do not cover the whole range';
+      return { logical: first.logical, ranges: first.ranges, scale: first.scale };
+    }
     if (red === 'max' || red === 'min') {
       const first = xs[0];
       if (first === undefined || isSum(first) || first.part !== undefined || xs.some((x) => isSum(x) || !sameRel(x, first))) return `${red} over members that do not hold one whole value`;
@@ -808,7 +861,7 @@ export class TensorLevelProver {
     if (shape.length !== rel.ranges.length) return `derived ${this.show(rel)} for a tensor of rank ${shape.length}`;
     for (let i = 0; i < shape.length; i++) {
       const [a, b] = rel.ranges[i] as [number, number];
-      if (b - a !== shape[i]) return `derived ${this.show(rel)} for a tensor of shape [${shape.join(',')}]`;
+      if (b - a !== shape[i] && !(b - a === 1 && rel.bcast?.includes(i) === true)) return `derived ${this.show(rel)} for a tensor of shape [${shape.join(',')}]`;
     }
     return rel;
   }
@@ -823,7 +876,7 @@ export class TensorLevelProver {
         o.inputs.map((x) => this.world.shape(x)),
         o.attrs,
       );
-      s = { inputs: d.inputs, outputs: d.outputs, sums: new Set(d.sums ?? []), grouped: d.grouped ?? [] };
+      s = { inputs: d.inputs, outputs: d.outputs, sums: new Set(d.sums ?? []), maxes: new Set(d.maxes ?? []), grouped: d.grouped ?? [] };
     } catch {
       s = null;
     }
@@ -835,6 +888,8 @@ export class TensorLevelProver {
     const plan = this.plan;
     const p = plan.programs[plan.rankProgram[r] as number] as Program;
     const view = plan.view(r);
+    const vocab = this.vocabRule(r, op, t, depth, derive);
+    if (vocab !== undefined) return vocab;
     const vals: Value[] = [];
     for (const x of p.ops.opInputs(op)) {
       const d = derive(r, x, depth + 1);
@@ -860,6 +915,275 @@ export class TensorLevelProver {
     return d;
   }
 
+  /** The local op writing tensor t on rank r, or -1 (inputs and collective outputs). */
+  private prodOp(r: number, t: number): number {
+    return (this.localProd[this.plan.rankProgram[r] as number] as Int32Array)[t] ?? -1;
+  }
+
+  /**
+   * Back through reshapes that only add or drop trailing unit dims: they keep every element
+   * at its flat position, so positions line up with the tensor they start from.
+   */
+  private unitBase(r: number, t: number): number {
+    const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
+    const shapes = this.plan.view(r).shapes;
+    for (let i = 0; i < 16; i++) {
+      const op = this.prodOp(r, t);
+      if (op < 0 || p.ops.kind[op] !== this.reshapeKind) return t;
+      const x = p.ops.opInputs(op)[0] as number;
+      if (trailingUnits(shapes[x] ?? [], shapes[t] ?? []) === undefined) return t;
+      t = x;
+    }
+    return t;
+  }
+
+  /** A vocab-range op (OpDef.vocabRange) writing t through unit reshapes: its ids and range. */
+  private vocabOf(r: number, t: number, want: 'outside' | 'local'): { ids: number; s: number; e: number } | undefined {
+    const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
+    const op = this.prodOp(r, this.unitBase(r, t));
+    if (op < 0 || registry.get(p.ops.kind[op] as number).vocabRange !== want) return undefined;
+    const at = this.plan.view(r).attrs[op] ?? {};
+    const s = at['start'];
+    const e = at['end'];
+    if (typeof s !== 'number' || typeof e !== 'number') return undefined;
+    return { ids: p.ops.opInputs(op)[0] as number, s, e };
+  }
+
+  /** Whether tensor z is 0 x tensor x (a scale by 0 of it). */
+  private zeroOf(r: number, z: number, x: number): boolean {
+    const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
+    const op = this.prodOp(r, z);
+    if (op < 0 || p.ops.kind[op] !== this.scaleKind || p.ops.opInputs(op)[0] !== x) return false;
+    const f = parseFrac(attrScalar(this.plan.view(r).attrs[op] ?? {}, 'factor'));
+    return f !== undefined && f.num === 0;
+  }
+
+  /**
+   * The condition c, read at the positions of a tensor of shape `of`, is the element at the
+   * same position of ids: c equals `of` on leading dims and is 1 on trailing ones, and holds
+   * as many elements as the ids.
+   */
+  private alignedMask(c: Shape, of: Shape, ids: Shape): boolean {
+    if (c.length !== of.length || numel(c) !== numel(ids)) return false;
+    let lead = true;
+    for (let d = 0; d < c.length; d++) {
+      if (lead && c[d] === of[d]) continue;
+      lead = false;
+      if (c[d] !== 1) return false;
+    }
+    return true;
+  }
+
+  /**
+   * A relation restated through a reshape that adds or drops trailing unit dims (local shapes
+   * `from` -> `to`): the same reshape of the logical tensor (a virtual op when the plan has none).
+   */
+  private unitLog(rel: Relation, from: Shape, to: Shape): Relation | string {
+    const k = trailingUnits(from, to);
+    if (k === undefined) return 'a reshape that is not of trailing unit dims';
+    if (isMaxPart(rel)) return 'a reshape of a max-addend';
+    if (k === 0) return rel;
+    const w = this.world;
+    const ls = w.shape(rel.logical);
+    let shape: number[];
+    let ranges: (readonly [number, number])[];
+    if (k > 0) {
+      shape = [...ls, ...Array<number>(k).fill(1)];
+      ranges = [...rel.ranges, ...Array.from({ length: k }, () => [0, 1] as const)];
+    } else {
+      const n = ls.length + k;
+      if (n < 0 || ls.slice(n).some((x) => x !== 1)) return 'a reshape that drops logical dims that are not units';
+      shape = ls.slice(0, n);
+      ranges = rel.ranges.slice(0, n);
+    }
+    const q = w.opFor(this.reshapeKind, { shape }, [rel.logical]);
+    const out = q === undefined ? undefined : (w.ops[q] as OpRef).outputs[0];
+    if (out === undefined) return 'no reshape of the logical tensor';
+    const [id, f] = w.canon(out);
+    const scale = fmul(rel.scale, f);
+    if (scale === undefined) return 'scale overflow';
+    const bcast = rel.bcast?.filter((d) => d < ranges.length);
+    return { logical: id, ranges, scale, ...(rel.part === undefined ? {} : { part: { key: `lin|${q}|0|0|${rel.part.key}`, comps: rel.part.comps } }), ...(bcast === undefined || bcast.length === 0 ? {} : { bcast }) };
+  }
+
+  /**
+   * Broadcast dims of an input resolved against a partner input (right-aligned, as
+   * broadcasting aligns dims) that holds a range of the same local size there: the input is
+   * that range of the logical expand to the partner's size (every index holds the one value).
+   */
+  private resolveBcast(ins: readonly Relation[], local: readonly Shape[]): Relation[] {
+    if (ins.length < 2 || ins.every((x) => x.bcast === undefined)) return [...ins];
+    const w = this.world;
+    return ins.map((x, i) => {
+      if (x.bcast === undefined || x.part?.max === true) return x;
+      const shape = [...w.shape(x.logical)];
+      const ranges = [...x.ranges];
+      const left: number[] = [];
+      for (const d of x.bcast) {
+        const n = (local[i] ?? [])[d];
+        const fromRight = x.ranges.length - d;
+        const partner = ins.find((y, j) => {
+          const dj = y.ranges.length - fromRight;
+          const rg = y.ranges[dj];
+          return j !== i && dj >= 0 && rg !== undefined && y.bcast?.includes(dj) !== true && rg[1] - rg[0] === n && (w.shape(y.logical)[dj] as number) > 1;
+        });
+        if (partner === undefined) {
+          left.push(d);
+          continue;
+        }
+        const dj = partner.ranges.length - fromRight;
+        shape[d] = w.shape(partner.logical)[dj] as number;
+        ranges[d] = partner.ranges[dj] as [number, number];
+      }
+      if (left.length === x.bcast.length) return x;
+      const q = w.opFor(this.expandKind, { shape }, [x.logical]);
+      const out = q === undefined ? undefined : (w.ops[q] as OpRef).outputs[0];
+      if (out === undefined) return x;
+      const [id, f] = w.canon(out);
+      const scale = fmul(x.scale, f);
+      if (scale === undefined) return x;
+      return { logical: id, ranges, scale, ...(x.part === undefined ? {} : { part: { key: `lin|${q}|0|0|${x.part.key}`, comps: x.part.comps } }), ...(left.length === 0 ? {} : { bcast: left }) };
+    });
+  }
+
+  /** All values of the logical ids lie in [0, V): a partition of [0, V) covers every id. */
+  private idsBelow(rel: Relation, V: number): string | undefined {
+    const dom = this.world.domain(rel.logical);
+    if (dom === undefined) return `the values of ${this.world.name(rel.logical)} are not known`;
+    if (dom.length > 0 && ((dom[0] as number) < 0 || (dom[dom.length - 1] as number) >= V)) return `ids of ${this.world.name(rel.logical)} outside [0, ${V})`;
+    return undefined;
+  }
+
+  /** Derived ids: a whole-valued relation (no factor, no addend). */
+  private idsRel(r: number, x: number, depth: number, derive: (r: number, t: number, depth: number) => Derived): Relation | string {
+    const d0 = derive(r, x, depth + 1);
+    const d = typeof d0 === 'string' ? d0 : this.materialize(d0);
+    if (typeof d === 'string') return d;
+    if (d.part !== undefined || d.bcast !== undefined || !feq(d.scale, ONE)) return 'ids that are not one logical tensor region';
+    return d;
+  }
+
+  /**
+   * Megatron's vocab-parallel idioms (docs/engine.md, "Vocab-parallel rules"), recognized from
+   * the rank's own ops and checked piece by piece; undefined when the op is not one of them.
+   *  - masked lookup: where(outside(ids), 0 x L, L) with L a lookup (OpDef.lookup) of
+   *    local(ids) into a table slice [s, e) along its lookup dim is the addend over [s, e) of
+   *    the lookup of ids into the whole table (ids lie in [0, V));
+   *  - masked scatter: a scatter (OpDef.scatter) of size e - s of g masked to inside(ids)
+   *    (g - where(outside(ids), g, 0 x g), plus any 0 x y) at local(ids) is rows [s, e) of
+   *    the scatter of g at ids of size V.
+   */
+  private vocabRule(r: number, op: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived): Derived | undefined {
+    const plan = this.plan;
+    const p = plan.programs[plan.rankProgram[r] as number] as Program;
+    const view = plan.view(r);
+    const kind = p.ops.kind[op] as number;
+    const def = registry.get(kind);
+    const ins = [...p.ops.opInputs(op)];
+    const sh = (x: number): Shape => view.shapes[x] ?? [];
+    const outShape = sh(t);
+    if (kind === this.whereKind && ins.length === 3) {
+      const [c, a, b] = ins as [number, number, number];
+      const m = this.vocabOf(r, c, 'outside');
+      if (m === undefined || !this.zeroOf(r, a, b)) return undefined;
+      const lb = this.unitBase(r, b);
+      const lop = this.prodOp(r, lb);
+      const lk = lop < 0 ? undefined : registry.get(p.ops.kind[lop] as number).lookup;
+      if (lk === undefined) return undefined;
+      const lins = [...p.ops.opInputs(lop)];
+      const idx = lins[lk.index] as number;
+      const tab = lins[lk.table] as number;
+      const loc = this.vocabOf(r, idx, 'local');
+      if (loc === undefined || loc.ids !== m.ids || loc.s !== m.s || loc.e !== m.e) return undefined;
+      if (!this.alignedMask(sh(c), sh(b), sh(m.ids)) || numel(sh(idx)) !== numel(sh(m.ids))) return 'a vocab mask that does not line up with the lookup';
+      const X = this.idsRel(r, m.ids, depth, derive);
+      if (typeof X === 'string') return X;
+      const T0 = derive(r, tab, depth + 1);
+      const T = typeof T0 === 'string' ? T0 : this.materialize(T0);
+      if (typeof T === 'string') return T;
+      if (T.part !== undefined || T.bcast !== undefined) return 'a lookup into an addend or a broadcast of a table';
+      const td = lk.dim === 'first' ? 0 : T.ranges.length - 1;
+      const V = this.world.shape(T.logical)[td] as number;
+      const tr = T.ranges[td] as [number, number];
+      if (tr[0] !== m.s || tr[1] !== m.e) return `a lookup into rows [${tr[0]}, ${tr[1]}) masked to ids in [${m.s}, ${m.e})`;
+      const bad = this.idsBelow(X, V);
+      if (bad !== undefined) return bad;
+      const idxLog = this.unitLog(X, sh(m.ids), sh(idx));
+      if (typeof idxLog === 'string') return idxLog;
+      const whole: Relation = { ...T, ranges: T.ranges.map((x, i) => (i === td ? ([0, V] as [number, number]) : x)) };
+      const args: Relation[] = [];
+      args[lk.index] = idxLog;
+      args[lk.table] = whole;
+      const L = this.sliced(p.ops.kind[lop] as number, args, (view.attrs[lop] ?? {}) as Attrs, 0, sh(lb), registry.get(p.ops.kind[lop] as number).name);
+      if (typeof L === 'string') return L;
+      if (L.part !== undefined) return 'a masked lookup of an addend';
+      const out = this.unitLog(L, sh(lb), sh(b));
+      if (typeof out === 'string') return out;
+      return this.checked({ ...out, part: { key: `vocab|${V}`, comps: [{ kind: 'range', cover: [m.s, m.e], total: V }] } }, outShape);
+    }
+    const sc = def.scatter;
+    if (sc !== undefined && ins.length === 2) {
+      const G = ins[sc.grad] as number;
+      const idx = ins[sc.index] as number;
+      const loc = this.vocabOf(r, idx, 'local');
+      if (loc === undefined) return undefined;
+      // Through adds of zero (autograd's accumulation of a 0 x y gradient).
+      let gm = this.unitBase(r, G);
+      for (let i = 0; i < 8; i++) {
+        const aop = this.prodOp(r, gm);
+        if (aop < 0 || p.ops.kind[aop] !== this.addK) break;
+        const [u, v] = p.ops.opInputs(aop) as unknown as [number, number];
+        if (sh(u).join(',') !== sh(gm).join(',') || sh(v).join(',') !== sh(gm).join(',')) break;
+        const zu = this.prodOp(r, u);
+        const zv = this.prodOp(r, v);
+        const zero = (z: number, zp: number): boolean => zp >= 0 && this.zeroOf(r, z, p.ops.opInputs(zp)[0] as number);
+        if (zero(v, zv)) gm = u;
+        else if (zero(u, zu)) gm = v;
+        else break;
+      }
+      const sop = this.prodOp(r, gm);
+      if (sop < 0 || p.ops.kind[sop] !== this.subKind) return undefined;
+      const [g, w] = p.ops.opInputs(sop) as unknown as [number, number];
+      if (sh(w).join(',') !== sh(g).join(',') || sh(gm).join(',') !== sh(g).join(',')) return undefined;
+      const wop = this.prodOp(r, w);
+      if (wop < 0 || p.ops.kind[wop] !== this.whereKind) return undefined;
+      const [c, g2, z] = p.ops.opInputs(wop) as unknown as [number, number, number];
+      const m = this.vocabOf(r, c, 'outside');
+      if (g2 !== g || !this.zeroOf(r, z, g) || m === undefined || m.ids !== loc.ids || m.s !== loc.s || m.e !== loc.e) return undefined;
+      const at = (view.attrs[op] ?? {}) as Attrs;
+      if (at[sc.size] !== loc.e - loc.s) return `a scatter of ${String(at[sc.size])} rows for ids in [${loc.s}, ${loc.e})`;
+      if (!this.alignedMask(sh(c), sh(g), sh(loc.ids)) || numel(sh(idx)) !== numel(sh(loc.ids)) || numel(sh(G)) !== numel(sh(g))) return 'a vocab mask that does not line up with the scatter';
+      const X = this.idsRel(r, loc.ids, depth, derive);
+      if (typeof X === 'string') return X;
+      const g0 = derive(r, g, depth + 1);
+      const gr = typeof g0 === 'string' ? g0 : this.materialize(g0);
+      if (typeof gr === 'string') return gr;
+      const dom = this.world.domain(X.logical);
+      if (dom === undefined || dom.length === 0) return `the values of ${this.world.name(X.logical)} are not known`;
+      const V = Math.max(loc.e, (dom[dom.length - 1] as number) + 1);
+      const bad = this.idsBelow(X, V);
+      if (bad !== undefined) return bad;
+      const idxLog = this.unitLog(X, sh(loc.ids), sh(idx));
+      if (typeof idxLog === 'string') return idxLog;
+      const gLog = this.unitLog(gr, sh(g), sh(G));
+      if (typeof gLog === 'string') return gLog;
+      const td = sc.dim === 'first' ? 0 : outShape.length - 1;
+      const full = outShape.map((x, i) => (i === td ? V : x));
+      const args: Relation[] = [];
+      args[sc.grad] = gLog;
+      args[sc.index] = idxLog;
+      const loc2: Shape[] = [];
+      loc2[sc.grad] = sh(G);
+      loc2[sc.index] = sh(idx);
+      const S = this.sliced(kind, this.resolveBcast(args, loc2), { ...at, [sc.size]: V }, 0, full, def.name);
+      if (typeof S === 'string') return S;
+      const sr = S.ranges[td] as [number, number];
+      if (sr[0] !== 0 || sr[1] !== V) return 'a scatter that is not whole along its rows';
+      return this.checked({ ...S, ranges: S.ranges.map((x, i) => (i === td ? ([loc.s, loc.e] as [number, number]) : x)) }, outShape);
+    }
+    return undefined;
+  }
+
   private deriveOpFrom(r: number, op: number, t: number, vals: readonly Value[]): Derived {
     const plan = this.plan;
     const p = plan.programs[plan.rankProgram[r] as number] as Program;
@@ -874,7 +1198,7 @@ export class TensorLevelProver {
     if (kind === this.scaleKind && vals.length === 1) {
       const f = parseFrac(attrScalar(attrs, 'factor'));
       const x = vals[0] as Value;
-      if (f !== undefined && f.num !== 0) {
+      if (f !== undefined && f.num !== 0 && !termsOf(x).some(isMaxPart)) {
         const ts = termsOf(x).map((tm) => ({ ...tm, scale: fmul(tm.scale, f) }));
         if (ts.some((tm) => tm.scale === undefined)) return 'scale overflow';
         const rs = ts as Relation[];
@@ -895,7 +1219,31 @@ export class TensorLevelProver {
       if (typeof m === 'string') return m;
       ins.push(m);
     }
-    return this.sliced(kind, ins, attrs, k, outShape, def.name);
+    if (kind === this.expandKind && ins.length === 1) {
+      // Unit dims repeated: the same logical region, broadcast there (resolved by a consumer).
+      const x = ins[0] as Relation;
+      const xs = view.shapes[p.ops.opInputs(op)[0] as number] ?? [];
+      const ls = this.world.shape(x.logical);
+      if (xs.length === outShape.length && !isMaxPart(x)) {
+        const bc = new Set(x.bcast ?? []);
+        let ok = true;
+        for (let d = 0; d < xs.length; d++) {
+          if (xs[d] === outShape[d]) continue;
+          const rg = x.ranges[d] as [number, number];
+          if (xs[d] !== 1 || ls[d] !== 1 || rg[0] !== 0 || rg[1] !== 1) ok = false;
+          bc.add(d);
+        }
+        if (ok) return this.checked({ ...x, bcast: [...bc].sort((a, b) => a - b) }, outShape);
+      }
+    }
+    const local = [...p.ops.opInputs(op)].map((x) => view.shapes[x] ?? []);
+    const d = this.sliced(kind, this.resolveBcast(ins, local), attrs, k, outShape, def.name);
+    if (typeof d === 'string' && kind === this.reshapeKind && ins.length === 1 && trailingUnits(local[0] ?? [], outShape) !== undefined) {
+      // Trailing unit dims added or dropped: the same reshape of the logical tensor, on any region.
+      const u = this.unitLog(ins[0] as Relation, local[0] ?? [], outShape);
+      if (typeof u !== 'string') return this.checked(u, outShape);
+    }
+    return d;
   }
 
   /**
@@ -966,6 +1314,8 @@ export class TensorLevelProver {
         // Layout ops are linear in their one input: scale factors and addends pass through.
         const x = ins[0];
         if (ins.length !== 1 || x === undefined || !(def.linearIn?.(1) ?? []).includes(0)) return `'${name}' on a slice needs one input it is linear in`;
+        if (isMaxPart(x)) return `'${name}' of a max-addend`;
+        if (x.bcast !== undefined) return `'${name}' of a broadcast value`;
         const regs = def.sliceRegions(o.inputs.map((y) => w.shape(y)), o.outputs.map((y) => w.shape(y)), ins.map((y) => y.ranges), o.attrs, attrs);
         if (typeof regs === 'string') return regs;
         const reg = regs[k];
@@ -1024,6 +1374,7 @@ export class TensorLevelProver {
         scale = s;
       }
       if (x.part !== undefined) {
+        if (x.part.max === true) return `'${w.name(out)}' from a max-addend`;
         if (!linear || inPart !== undefined) return `'${w.name(out)}' from an addend of an input it is not linear in (or of two inputs)`;
         inPart = { i, part: x.part };
       }
@@ -1045,7 +1396,7 @@ export class TensorLevelProver {
         at.set(l.label, rg);
         const full = rg[0] === 0 && rg[1] === shape[d];
         const paired = sig.grouped.some((g) => g.label === l.label || g.of === l.label);
-        if (!full && !paired && l.role !== 'batch' && !(l.role === 'contracted' && sig.sums.has(l.label))) return `an input is sliced along '${l.label}' (${l.role})`;
+        if (!full && !paired && l.role !== 'batch' && !(l.role === 'contracted' && (sig.sums.has(l.label) || sig.maxes.has(l.label)))) return `an input is sliced along '${l.label}' (${l.role})`;
       }
     }
     for (const g of sig.grouped) {
@@ -1053,6 +1404,19 @@ export class TensorLevelProver {
       const b = at.get(g.of);
       if (a === undefined || b === undefined) return `grouped label '${g.label}' without '${g.of}'`;
       if (a[0] !== b[0] * g.ratio || a[1] !== b[1] * g.ratio) return `'${g.label}' sliced [${a[0]}, ${a[1]}) but '${g.of}' [${b[0]}, ${b[1]}) (groups of ${g.ratio})`;
+    }
+    // Broadcast dims: a label every input holds only as a broadcast stays one on the output.
+    const bcastOf = new Map<string, boolean>();
+    for (let i = 0; i < ins.length; i++) {
+      const x = ins[i] as Relation;
+      (sig.inputs[i] ?? []).forEach((l, d) => {
+        const b = x.bcast?.includes(d) === true;
+        const prev = bcastOf.get(l.label);
+        bcastOf.set(l.label, prev === undefined ? b : prev && b);
+        if (prev !== undefined && prev !== b && (b || prev)) bcastOf.set(l.label, false);
+      });
+      // Only SIMD dims may hold copies: a sum or a norm over copies is not the op on one index.
+      if (x.bcast !== undefined && x.bcast.some((d) => { const l = (sig.inputs[i] ?? [])[d]; return l === undefined || l.role !== 'batch' || bcastOf.get(l.label) !== true; })) return `'${w.name(out)}' from a broadcast input with no partner`;
     }
     const lshape = w.shape(out);
     const labels = sig.outputs[k];
@@ -1063,11 +1427,12 @@ export class TensorLevelProver {
     let part: Part | undefined;
     let summed: string | undefined;
     for (const [l, rg] of at) {
-      if (own.has(l) || !sig.sums.has(l) || role.get(l) !== 'contracted') continue;
+      const mx = sig.maxes.has(l);
+      if (own.has(l) || !(sig.sums.has(l) || mx) || role.get(l) !== 'contracted') continue;
       const total = this.labelSize(sig, ins, l);
       if (rg[0] === 0 && rg[1] === total) continue;
       if (part !== undefined || inPart !== undefined) return 'sliced along two summed labels, or along one of an addend';
-      part = { key: `sum|${q}|${l}|${k}`, comps: [{ kind: 'range', cover: [rg[0], rg[1]], total }] };
+      part = { key: `${mx ? 'max' : 'sum'}|${q}|${l}|${k}`, comps: [{ kind: 'range', cover: [rg[0], rg[1]], total }], ...(mx ? { max: true as const } : {}) };
       summed = l;
     }
     // A label sliced in the inputs that this output lacks and does not sum over: the output reads
@@ -1081,7 +1446,8 @@ export class TensorLevelProver {
     }
     // An addend through a linear input: the addends' images add up to the image of their sum.
     if (inPart !== undefined) part = { key: `lin|${q}|${inPart.i}|${k}|${inPart.part.key}`, comps: inPart.part.comps };
-    return { logical: out, ranges, scale, ...(part === undefined ? {} : { part }) };
+    const bcast = labels.flatMap((l, d) => (bcastOf.get(l.label) === true ? [d] : []));
+    return { logical: out, ranges, scale, ...(part === undefined ? {} : { part }), ...(bcast.length === 0 ? {} : { bcast }) };
   }
 
   private labelSize(sig: { inputs: readonly (readonly DimLabel[])[] }, ins: readonly Relation[], label: string): number {
@@ -1091,6 +1457,13 @@ export class TensorLevelProver {
     }
     return -1;
   }
+}
+
+/** k > 0: `to` is `from` and k trailing unit dims; k < 0: `from` is `to` and -k of them; else undefined. */
+function trailingUnits(from: Shape, to: Shape): number | undefined {
+  const [short, long, sign] = from.length <= to.length ? [from, to, 1] : [to, from, -1];
+  for (let i = 0; i < long.length; i++) if (i < short.length ? long[i] !== short[i] : long[i] !== 1) return undefined;
+  return sign * (long.length - short.length);
 }
 
 function evalNF(plan: LoadedPlan, r: number, t: number): LineageNF {

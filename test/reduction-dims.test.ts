@@ -262,7 +262,7 @@ function restrictRanges(x: Num, labels: readonly DimLabel[], ranges: ReadonlyMap
  * without the label add up to the full ones (to rounding: the order of the sum changes) and
  * the outputs with it are the matching slices.
  */
-function sumsDiff(s: Sample, def: OpDef, sig: DimSig, label: string, seed: number): string | undefined {
+function sumsDiff(s: Sample, def: OpDef, sig: DimSig, label: string, seed: number, comb: 'sum' | 'max' = 'sum'): string | undefined {
   const attrs = s.attrs ?? {};
   const inputs = inputsOf(s, seed);
   const size = (() => {
@@ -289,9 +289,10 @@ function sumsDiff(s: Sample, def: OpDef, sig: DimSig, label: string, seed: numbe
       continue;
     }
     for (let j = 0; j < f.data.length; j++) {
-      const sum = parts.reduce((acc, p) => acc + ((p.out[k] as Num).data[j] as number), 0);
+      const vals = parts.map((p) => (p.out[k] as Num).data[j] as number);
+      const sum = comb === 'max' ? Math.max(...vals) : vals.reduce((a, b) => a + b, 0);
       const want = f.data[j] as number;
-      if (Math.abs(sum - want) > 1e-9 * Math.max(1, Math.abs(want))) return `output ${k} element ${j}: the addends sum to ${sum}, the op gives ${want}`;
+      if (Math.abs(sum - want) > 1e-9 * Math.max(1, Math.abs(want))) return `output ${k} element ${j}: the addends combine (${comb}) to ${sum}, the op gives ${want}`;
     }
   }
   return undefined;
@@ -397,7 +398,7 @@ describe('reduction constraints (OpDef.dims)', () => {
     const def = defOf('linear');
     const sig = def.dims(s.shapes, {});
     assert.equal(sig.sums, undefined, 'a bias is added once per addend: linear with a bias must not declare sums');
-    assert.match(String(sumsDiff(s, def, sig, 'in', 5)), /addends sum to/);
+    assert.match(String(sumsDiff(s, def, sig, 'in', 5)), /addends combine \(sum\) to/);
     const noBias: Sample = { op: 'linear', shapes: [[2, 3], [4, 3]] };
     assert.deepEqual(def.dims(noBias.shapes, {}).sums, ['in']);
     assert.equal(sumsDiff(noBias, def, def.dims(noBias.shapes, {}), 'in', 5), undefined);
@@ -527,7 +528,7 @@ describe('reduction constraints (OpDef.dims)', () => {
       });
 
       it('decompose: the expression computes the op', () => {
-        const dec = def.decompose?.(s.shapes.length, attrs);
+        const dec = def.decompose?.(s.shapes.length, attrs, s.shapes, s.shapes.map((_, i) => s.ints?.[i]));
         if (dec === undefined) return;
         const ins = inputsOf(s, 800 + si);
         const evalExpr = (e: DecompExpr): Num => {
@@ -567,6 +568,61 @@ describe('reduction constraints (OpDef.dims)', () => {
           const info = table.get(label);
           assert.ok(info !== undefined && info.role === 'contracted', `'${label}' in sums must be a contracted label`);
           assert.equal(sumsDiff(s, def, sig, label, 200 + si), undefined);
+        }
+      });
+
+      it("'maxes' labels are plain maxima: the op on two ranges of the label gives max-addends of the outputs without it", () => {
+        for (const label of sig.maxes ?? []) {
+          const info = table.get(label);
+          assert.ok(info !== undefined && info.role === 'contracted', `'${label}' in maxes must be a contracted label`);
+          assert.equal(sumsDiff(s, def, sig, label, 250 + si, 'max'), undefined);
+          // The same ranges combined by a sum do not give the op: the check can fail.
+          assert.notEqual(sumsDiff(s, def, sig, label, 250 + si, 'sum'), undefined);
+        }
+      });
+
+      it('lookup, scatter and vocabRange records say what the op computes', () => {
+        const ins = inputsOf(s, 900 + si);
+        const out = def.apply(floatAlgebra, ins, attrs)[0] as Num;
+        const lk = def.lookup;
+        if (lk !== undefined) {
+          const idx = ins[lk.index] as Num;
+          const tab = ins[lk.table] as Num;
+          const C = tab.shape[lk.dim === 'first' ? 0 : tab.shape.length - 1] as number;
+          const row = numelOf(tab.shape) / C;
+          out.data.forEach((v, j) => {
+            // 'append': position p = j / row reads table row idx[p]; 'aligned': element j reads its row's idx[j].
+            const want = lk.out === 'append' ? tab.data[(idx.data[Math.floor(j / row)] as number) * row + (j % row)] : tab.data[Math.floor(j / (idx.shape[idx.shape.length - 1] as number)) * C + (idx.data[j] as number)];
+            assert.equal(v, want, `element ${j}`);
+          });
+        }
+        const sc = def.scatter;
+        if (sc !== undefined) {
+          const g = ins[sc.grad] as Num;
+          const idx = ins[sc.index] as Num;
+          const V = attrs[sc.size] as number;
+          const want = new Array<number>(out.data.length).fill(0);
+          if (sc.dim === 'first') {
+            const row = numelOf(g.shape) / numelOf(idx.shape);
+            g.data.forEach((v, j) => {
+              const at = (idx.data[Math.floor(j / row)] as number) * row + (j % row);
+              want[at] = (want[at] as number) + v;
+            });
+          } else {
+            const m = idx.shape[idx.shape.length - 1] as number;
+            g.data.forEach((v, j) => {
+              const at = Math.floor(j / m) * V + (idx.data[j] as number);
+              want[at] = (want[at] as number) + v;
+            });
+          }
+          out.data.forEach((v, j) => assert.ok(Math.abs(v - (want[j] as number)) < 1e-9, `element ${j}: ${v} vs ${want[j]}`));
+        }
+        if (def.vocabRange !== undefined) {
+          const [st, en] = [attrs['start'] as number, attrs['end'] as number];
+          (ins[0] as Num).data.forEach((id, j) => {
+            const inside = id >= st && id < en;
+            assert.equal(Number(out.data[j]) + 0, def.vocabRange === 'outside' ? (inside ? 0 : 1) : inside ? id - st : 0, `element ${j} (id ${id})`);
+          });
         }
       });
 

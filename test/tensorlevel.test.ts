@@ -43,6 +43,8 @@ describe('tensor-level proofs agree with the exact normal form', () => {
       assertSubset(name, c);
       // Not vacuous: most stages of these plans are slices, addends and collectives.
       assert.ok(c.tensor.size >= c.total / 2, `${name}: only ${c.tensor.size} of ${c.total} stages proved at tensor level`);
+      // The vocab-parallel embedding and cross-entropy (forward and backward) included.
+      if (name === 'gpt2-tiny' || name === 'llama-tiny') assert.equal(c.tensor.size, c.total, `${name}: every stage at tensor level`);
       assert.equal(verifyPlan(plan).verdict, 'verified', name);
     }
   }).timeout(300_000);
@@ -111,6 +113,16 @@ describe('tensor-level proofs on plans with lineage only at their boundary', () 
     assert.ok(r.stages.every((s) => s.decidedBy === 'tensor'));
     assert.ok(r.stages.length < 60, `${r.stages.length} stages: the boundary claims only`);
   });
+  it('stripped gpt2-tiny and llama-tiny (vocab-parallel embedding and loss) verify, every stage at tensor level', () => {
+    for (const name of ['gpt2-tiny', 'llama-tiny']) {
+      const p = PRESETS[name];
+      assert.ok(p !== undefined);
+      const raw = stripToBoundary(generatePlan({ model: p.model, par: p.par, optimizer: OPT }) as Record<string, unknown>);
+      const r = verifyPlan(loadPlanObject(`${name}-boundary.json`, raw));
+      assert.equal(r.verdict, 'verified', `${name}: ${r.summary}`);
+      assert.ok(r.stages.every((s) => s.decidedBy === 'tensor'), name);
+    }
+  }).timeout(300_000);
   it('the catalog bugs of data-parallel gradient reduction are never proved whole at tensor level once stripped', () => {
     // The bugs that reach the update stages of every weight. Tensor level must leave stages
     // open; those go on to the element engines, which never prove a false equality (the
@@ -130,6 +142,48 @@ describe('tensor-level proofs on plans with lineage only at their boundary', () 
     }
     assert.equal(n, 3);
   }).timeout(300_000);
+});
+
+describe('tensor-level broadcasts', () => {
+  // y = sum(expand(x, [4])) on the rank is 4 x, the logical y = sum(x) is x: copies of one
+  // logical index must not be summed as if they were that index.
+  const plan = (logicalOps: object[]): Record<string, unknown> => ({
+    format: 'planproof/v1',
+    mesh: { axes: [{ name: 'dp', size: 1 }] },
+    logical: {
+      tensors: [
+        { id: 'x', shape: [1], role: 'input' },
+        { id: 's0', shape: [], role: 'activation' },
+        { id: 'y', shape: [], role: 'output' },
+      ],
+      ops: logicalOps,
+    },
+    parallel: {
+      programs: [
+        {
+          ranks: [0],
+          tensors: [
+            { id: 'x', shape: [1], lineage: { logical: 'x' } },
+            { id: 'e', shape: [4] },
+            { id: 'y', shape: [], lineage: { logical: 'y' } },
+          ],
+          ops: [
+            { id: 'ex', op: 'expand', inputs: ['x'], outputs: ['e'], attrs: { shape: [4] } },
+            { id: 'sm', op: 'sum', inputs: ['e'], outputs: ['y'] },
+          ],
+        },
+      ],
+    },
+    contract: { inputs: ['x'], outputs: ['y'] },
+  });
+  it('a sum over broadcast copies is not the sum of the one index (and its correct twin verifies)', () => {
+    const sum = { id: 'sm', op: 'sum', inputs: ['x'], outputs: ['s0'] };
+    const bad = loadPlanObject('bcast-sum.json', plan([sum, { id: 'id', op: 'identity', inputs: ['s0'], outputs: ['y'] }]));
+    assert.equal(proveTensorLevel(bad, decompose(bad, logicalOrder(bad))).proved.size, 0);
+    assert.equal(verifyPlan(bad).verdict, 'not_equivalent');
+    const ok = loadPlanObject('bcast-sum-ok.json', plan([sum, { id: 'x4', op: 'scale', inputs: ['s0'], outputs: ['y'], attrs: { factor: 4 } }]));
+    assert.equal(verifyPlan(ok).verdict, 'verified');
+  });
 });
 
 describe('tensor-level collectives', () => {
