@@ -277,7 +277,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' }),
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage);
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage);
       },
     )
     .command(

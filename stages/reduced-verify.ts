@@ -10,6 +10,9 @@ import type { LoadedPlan } from '../plans/loader.js';
 import type { RawPlan } from '../plans/raw.js';
 import { analyzeReduction, formatReduction, keptDims, reducePlan, ReductionError, type ReducedClass, type ReductionAnalysis } from './reduce.js';
 import type { VerifyReport } from './verify.js';
+import { proveTensorLevel } from './tensorlevel.js';
+import { decompose } from './prove.js';
+import { logicalOrder } from '../sdfg/execute.js';
 
 export interface ReductionReport {
   /** True when the proof ran on the reduced plan. */
@@ -31,7 +34,12 @@ export interface ReduceOptions {
   readonly emitDir?: string;
   /** Proof cache directory; undefined: no cache (passed through to the prover). */
   readonly cacheDir?: string;
+  /** False with --no-tensor-level: then no tensor-level pre-pass decides whether to reduce. */
+  readonly tensorLevel?: boolean;
 }
+
+/** Why the plan was not reduced when tensor level proves every stage (nothing left to shrink for). */
+export const REDUCTION_NOT_NEEDED = 'not needed: every stage is proved at tensor level, at full shapes';
 
 /**
  * Runs `prove` on the reduced plan when one checks out, else on the plan itself, and adds the
@@ -41,6 +49,12 @@ export async function verifyReduced(plan: LoadedPlan, text: string, opts: Reduce
   if (!opts.reduce) {
     const r = await prove(plan, text);
     return { ...r, reduction: { ran: false, reason: 'turned off (--no-reduce)', reduced: [], kept: [] } };
+  }
+  // Reduction only serves stages the element engines prove; tensor level needs none (and its
+  // results are kept per stage, so the proof below does not derive them twice).
+  if (opts.tensorLevel !== false && proveTensorLevel(plan, decompose(plan, logicalOrder(plan))).open.size === 0) {
+    const r = await prove(plan, text);
+    return { ...r, reduction: { ran: false, reason: REDUCTION_NOT_NEEDED, reduced: [], kept: [] } };
   }
   let analysis: ReductionAnalysis;
   let target = plan;
@@ -92,6 +106,7 @@ export async function verifyReduced(plan: LoadedPlan, text: string, opts: Reduce
 
 /** Lines for the human report. */
 export function formatReductionReport(r: ReductionReport, verbose: boolean): string {
+  if (r.reason === REDUCTION_NOT_NEEDED) return `shape reduction ${REDUCTION_NOT_NEEDED}`;
   const lines = formatReduction({ classes: [...r.reduced, ...r.kept], logicalFactors: [], logicalKept: [], programFactors: [], reduces: r.ran }, verbose ? Infinity : 8);
   lines[0] = `${r.ran ? 'proved at reduced shapes' : 'proved at full shapes'}: ${lines[0] ?? ''}${r.reason === undefined ? '' : `; ${r.reason}`}`;
   if (r.ran) lines.push('  witnesses are at reduced shapes: element b of a dim reduced by lane factor f stands for elements b*f .. b*f+f-1 at full shapes');

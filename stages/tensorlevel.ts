@@ -310,7 +310,9 @@ class LogicalWorld {
   private readonly canonId: Int32Array;
   private readonly canonScale: Frac[];
   private readonly vShapes: Shape[] = [];
-  private readonly vNames: string[] = [];
+  /** Per virtual tensor: the op kind and inputs that name it (names are built only when shown). */
+  private readonly vDefs: { kind: number; inputs: readonly number[] }[] = [];
+  private readonly vNames = new Map<number, string>();
   private readonly domains: (readonly number[] | undefined)[];
   constructor(readonly plan: LoadedPlan) {
     const lg = plan.logical;
@@ -399,7 +401,7 @@ class LogicalWorld {
     }
     const outputs = outShapes.map((sh) => {
       this.vShapes.push(sh);
-      this.vNames.push(`${def.name}(${inputs.map((x) => this.name(x)).join(', ')})`);
+      this.vDefs.push({ kind, inputs });
       return this.nLogical + this.vShapes.length - 1;
     });
     // A virtual op reads factor x its canonical inputs: only unscaled ones have a shape rule to trust.
@@ -468,7 +470,16 @@ class LogicalWorld {
     return id < this.nLogical ? (this.plan.logical.shapes[id] ?? []) : (this.vShapes[id - this.nLogical] ?? []);
   }
   name(id: number): string {
-    return id < this.nLogical ? this.plan.logical.tensors.name(id) : (this.vNames[id - this.nLogical] ?? `#${id}`);
+    if (id < this.nLogical) return this.plan.logical.tensors.name(id);
+    const hit = this.vNames.get(id);
+    if (hit !== undefined) return hit;
+    const v = this.vDefs[id - this.nLogical];
+    if (v === undefined) return `#${id}`;
+    let n = `${registry.get(v.kind).name}(${v.inputs.map((x) => this.name(x)).join(', ')})`;
+    // Deep sums (hundreds of squared norms) would spell megabytes: messages keep the start.
+    if (n.length > 2000) n = `${n.slice(0, 2000)}...)`;
+    this.vNames.set(id, n);
+    return n;
   }
   /** The values an integer tensor may hold (ascending), when the plan says. */
   domain(id: number): readonly number[] | undefined {
@@ -1473,20 +1484,31 @@ function evalNF(plan: LoadedPlan, r: number, t: number): LineageNF {
   return evalLineage(spec, plan.mesh, r, plan.logical.shapes[spec.logical] ?? [], plan.view(r).shapes[t] ?? []);
 }
 
+const DONE = new WeakMap<LoadedPlan, Map<string, StageResult | { why: string }>>();
+
 /**
  * Tries every stage at tensor level; returns the proved results by stage index, and why the
  * others were left to the element engines (first reason per stage).
  */
 export function proveTensorLevel(plan: LoadedPlan, stages: readonly Stage[]): { proved: Map<number, StageResult>; open: Map<number, string> } {
-  const prover = new TensorLevelProver(plan);
+  let prover: TensorLevelProver | undefined;
+  // Per plan and stage (decompose numbers a plan's stages the same way every time): a second
+  // call, after the shape-reduction pre-pass, derives nothing twice.
+  let seen = DONE.get(plan);
+  if (seen === undefined) DONE.set(plan, (seen = new Map()));
   const proved = new Map<number, StageResult>();
   const open = new Map<number, string>();
   for (const s of stages) {
-    let r: StageResult | { why: string };
-    try {
-      r = prover.prove(s);
-    } catch (e) {
-      r = { why: `tensor-level error: ${e instanceof Error ? e.message : String(e)}` };
+    const key = `${s.index}|${s.logical}|${s.obligations.length}`;
+    let r = seen.get(key);
+    if (r === undefined) {
+      try {
+        prover ??= new TensorLevelProver(plan);
+        r = prover.prove(s);
+      } catch (e) {
+        r = { why: `tensor-level error: ${e instanceof Error ? e.message : String(e)}` };
+      }
+      seen.set(key, r);
     }
     if ('why' in r) open.set(s.index, r.why);
     else proved.set(s.index, { ...r, decidedBy: 'tensor' });
