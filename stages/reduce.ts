@@ -29,7 +29,7 @@ import type { Program } from '../plans/model.js';
 import type { RawDimIndex, RawInt, RawPlan, RawRange } from '../plans/raw.js';
 import { PlanError } from '../plans/errors.js';
 import { registry } from '../ops/registry.js';
-import type { DimLabel, DimRole, DimSig, Shape } from '../ops/types.js';
+import type { Attrs, DimLabel, DimRole, DimSig, Shape } from '../ops/types.js';
 import { evalLineage } from '../lineage/model.js';
 
 const ROLE_RANK: Record<DimRole, number> = { batch: 0, contracted: 1, fixed: 2 };
@@ -152,7 +152,7 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
         const seen = byLabel.get(l.label);
         if (seen === undefined) byLabel.set(l.label, node);
         else uf.union(seen, node);
-        if (l.role !== 'batch') mark(node, l.role, `${l.role} in ${what}`);
+        if (l.role !== 'batch') mark(node, l.role, `${l.role} in ${what}${l.why === undefined ? '' : `: ${l.why}`}`);
       });
     };
     ins.forEach((nodes, i) => visit(sig.inputs[i], nodes));
@@ -176,7 +176,8 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
     const outs = [...lg.ops.opOutputs(op)];
     const what = `op '${lg.ops.ids.name(op)}' (${def.name})`;
     try {
-      apply(def.dims(ins.map((t) => lg.shapes[t] as Shape), lg.attrs[op] ?? {}), ins.map(lNodes), outs.map(lNodes), what);
+      // Ops whose attributes spell sizes give lane labels (OpDef.lanes); reducedRaw rewrites those attributes.
+      apply((def.lanes ?? def.dims).call(def, ins.map((t) => lg.shapes[t] as Shape), lg.attrs[op] ?? {}), ins.map(lNodes), outs.map(lNodes), what);
     } catch (e) {
       fixAll([...ins.map(lNodes), ...outs.map(lNodes)], `${what} has no reduction labels here (${e instanceof Error ? e.message : String(e)})`);
     }
@@ -197,7 +198,7 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
         const inN = ins.map((t) => pNodes(pi, t));
         const outN = outs.map((t) => pNodes(pi, t));
         try {
-          apply(def.dims(ins.map((t) => v.shapes[t] as Shape), v.attrs[op] ?? {}), inN, outN, what);
+          apply((def.lanes ?? def.dims).call(def, ins.map((t) => v.shapes[t] as Shape), v.attrs[op] ?? {}), inN, outN, what);
         } catch (e) {
           fixAll([...inN, ...outN], `${what} has no reduction labels here (${e instanceof Error ? e.message : String(e)})`);
         }
@@ -370,9 +371,24 @@ export function reducedRaw(raw: RawPlan, plan: LoadedPlan, a: ReductionAnalysis)
     const fs = a.logicalFactors[id] as number[];
     t.shape = t.shape.map((s, d) => divInt(s, fs[d] ?? 1, `$.logical.tensors[${i}].shape[${d}]`) as number);
   });
+  // Attributes that spell sizes (reshape, expand targets) at the reduced sizes of their outputs.
+  const relabel = (o: { op: string; outputs: readonly string[]; attrs?: Record<string, unknown> }, factors: (name: string) => readonly number[], where: string): void => {
+    const id = registry.id(o.op);
+    const def = id < 0 ? undefined : registry.get(id);
+    if (def?.laneAttrs === undefined || o.attrs === undefined) return;
+    const fs = o.outputs.map(factors);
+    if (fs.every((f) => f.every((x) => x === 1))) return;
+    try {
+      o.attrs = def.laneAttrs(o.attrs as Attrs, fs);
+    } catch (e) {
+      throw new ReductionError(`${where}: ${e instanceof Error ? e.message : String(e)}`);
+    }
+  };
+  out.logical.ops.forEach((o, i) => relabel(o, (name) => a.logicalFactors[plan.logical.tensors.id(name)] ?? [], `$.logical.ops[${i}].attrs`));
   out.parallel.programs.forEach((rp, pi) => {
     const p = plan.programs[pi];
     if (p === undefined) throw new ReductionError(`program ${pi} not found in the loaded plan`);
+    rp.ops.forEach((o, oi) => relabel(o, (name) => a.programFactors[pi]?.[p.tensors.id(name)] ?? [], `$.parallel.programs[${pi}].ops[${oi}].attrs`));
     for (const [ti, t] of (rp.tensors ?? []).entries()) {
       const id = p.tensors.id(t.id);
       if (id < 0) throw new ReductionError(`tensor '${t.id}' of program '${p.name}' not found in the loaded plan`);

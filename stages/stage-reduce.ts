@@ -330,3 +330,80 @@ export function formatPerStage(infos: readonly StageReductionInfo[], verbose: bo
   if (!verbose && infos.length > 8) lines.push(`  ... ${infos.length - 8} more (--verbose)`);
   return lines.join('\n');
 }
+
+/** What the per-stage fallback did to one stage (for the report and the benchmarks). */
+export interface FallbackInfo {
+  readonly stage: number;
+  readonly logical: string;
+  readonly status: StageResult['status'];
+  readonly mode: StageReductionInfo['mode'];
+  readonly reduced: string;
+  readonly ms: number;
+}
+
+/**
+ * The hook of verifyPlanInPool (StageFallback): every stage the whole-plan path left "unknown"
+ * because it is too large is extracted and reduced on its own (rank components first) and
+ * proved there. A proof replaces the "unknown"; a difference with a witness of the stage plan
+ * becomes the stage's result, its mismatches added to the numeric evidence (at the stage
+ * plan's reduced shapes: the lane argument maps them to full shapes, docs/engine.md). Stages
+ * after the first refuted one are not tried: the verdict is settled and the first failing
+ * stage is the likely root cause.
+ */
+export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[] = []): (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport) => { results: StageResult[]; numeric: NumericReport } {
+  return (plan, results, numeric) => {
+    const out = [...results];
+    const mismatches = [...numeric.mismatches];
+    const failing = new Set(numeric.failingTensors);
+    const nameOf = (r: StageResult): string => plan.logical.tensors.name(r.stage.logical);
+    const memo = newMemo();
+    let refuted = results.some((r) => r.status === 'differs' && failing.has(nameOf(r)));
+    for (const [i, r] of results.entries()) {
+      if (r.status === 'differs' && failing.has(nameOf(r))) refuted = true;
+      if (r.status !== 'unknown' || !/too large/.test(r.reason ?? '')) continue;
+      if (refuted) {
+        out[i] = { ...r, reason: `${r.reason ?? ''} (not tried per stage: the plan is already refuted at an earlier stage)` };
+        continue;
+      }
+      const t0 = performance.now();
+      const name = nameOf(r);
+      let res: StageResult;
+      let found: NumericReport['mismatches'] = [];
+      let info: StageReductionInfo;
+      const comp = proveByComponents(plan, raw, r.stage, seed, true, memo);
+      if (comp !== undefined) {
+        res = comp.result;
+        found = comp.mismatches;
+        info = comp.info;
+      } else {
+        const p = prepareStage(plan, raw, r.stage);
+        const { result, numeric: n } = proveStage(p, seed);
+        res = result;
+        found = n.mismatches.filter((m) => m.logical === name);
+        info = p.info;
+      }
+      const reduced = info.reduced.map((c) => `${c.dim} ${c.full}->${c.reduced}`).join(', ');
+      const how = `per stage (${info.mode}${info.components === undefined ? '' : `, ${info.components.ranks} rank(s), ${info.components.distinct} distinct`}${reduced === '' ? '' : `: ${reduced}`})`;
+      log.push({ stage: i + 1, logical: name, status: res.status, mode: info.mode, reduced, ms: performance.now() - t0 });
+      if (res.status === 'proved') {
+        out[i] = { ...r, status: 'proved', failingRanks: [], ms: r.ms + res.ms };
+      } else if (res.status === 'differs' && found.length > 0) {
+        out[i] = { ...res, stage: r.stage, reason: `${how}; witness values at the stage plan's shapes: ${res.reason ?? ''}` };
+        mismatches.push(...found);
+        failing.add(name);
+        refuted = true;
+      } else {
+        out[i] = { ...r, reason: `${r.reason ?? ''}; ${how}: ${res.status === 'differs' ? `differs without a witness: ${res.reason ?? ''}` : (res.reason ?? 'undecided')}` };
+      }
+    }
+    return { results: out, numeric: { ...numeric, mismatches, failingTensors: [...failing] } };
+  };
+}
+
+/** Report lines for the per-stage fallback (empty when no stage went there). */
+export function formatFallback(log: readonly FallbackInfo[]): string {
+  if (log.length === 0) return '';
+  const lines = [`\nper-stage fallback: ${log.length} stage(s) too large in the whole plan were extracted and reduced on their own (docs/engine.md, "Per-stage reduction")`];
+  for (const f of log) lines.push(`  stage ${f.stage} (${f.logical}): ${f.status} (${f.mode}${f.reduced === '' ? '' : `: ${f.reduced}`}, ${(f.ms / 1000).toFixed(1)} s)`);
+  return lines.join('\n');
+}
