@@ -20,7 +20,7 @@ import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { analyzeReduction, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
-import { assembleReport, type VerifyReport } from './verify.js';
+import { assembleReport, WITNESS_RETRIES, type VerifyReport } from './verify.js';
 
 export interface StageReductionInfo {
   /** 1-based stage number in the full plan. */
@@ -90,7 +90,10 @@ export function proveStage(p: PreparedStage, seed: number): { result: StageResul
   // Prove first (a proof needs no numbers); the numeric run is for a stage that is not proved.
   const first = attempt(false);
   if (first.status === 'proved' || /too large/.test(first.reason ?? '')) return { result: first, numeric: { evaluated: false, reason: 'not needed: the stage is proved, or too large', seed, claimsChecked: 0, mismatches: [], failingTensors: [] } };
-  const numeric = numericCheck(p.plan, seed);
+  let numeric = numericCheck(p.plan, seed);
+  // A difference no draw shows yet: a few more seeds, as the whole-plan witness search does
+  // (a stage reduced to a few elements has few chances per draw; the seed is in the report).
+  for (let k = 1; k <= WITNESS_RETRIES && first.status === 'differs' && numeric.evaluated && !numeric.failingTensors.includes(name); k++) numeric = numericCheck(p.plan, seed + k);
   // With a witness, a lazy difference is final (docs/engine.md, "Lazy sums"): prove again so.
   const result = first.status === 'differs' || !numeric.failingTensors.includes(name) ? first : attempt(true);
   return { result, numeric };
@@ -368,7 +371,7 @@ export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[]
       const t0 = performance.now();
       const name = nameOf(r);
       let res: StageResult;
-      let found: NumericReport['mismatches'] = [];
+      let found: NumericReport['mismatches'];
       let info: StageReductionInfo;
       const comp = proveByComponents(plan, raw, r.stage, seed, true, memo);
       if (comp !== undefined) {
