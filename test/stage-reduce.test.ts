@@ -12,7 +12,9 @@ import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { decompose, Prover } from '../stages/prove.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure } from '../stages/extract.js';
-import { prepareStage, proveByComponents, verifyPerStage } from '../stages/stage-reduce.js';
+import { perStageFallback, prepareStage, proveByComponents, verifyPerStage, type FallbackInfo } from '../stages/stage-reduce.js';
+import { assembleReport } from '../stages/verify.js';
+import type { StageResult } from '../stages/prove.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, rankStage, windowsOf } from '../stages/components.js';
 import { analyzeReduction } from '../stages/reduce.js';
 import { verifyPlan, type VerifyReport } from '../stages/verify.js';
@@ -20,7 +22,7 @@ import { EXAMPLES, runCli } from './helpers.js';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { meanRowsPlan, mlpPlan, planParams } from './reduce-plans.js';
+import { meanRowsPlan, mlpPlan, planParams, reshapeParams, reshapePlan } from './reduce-plans.js';
 
 const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));
 const failing = (r: VerifyReport): string => r.stages.filter((s) => s.status !== 'proved').map((s) => `${s.logical}:${s.status}@${s.failingRanks.join('/')}`).join(',');
@@ -217,6 +219,44 @@ describe('per-stage reduction', function () {
       assert.ok(per.stageReduction.filter((i) => i.mode === 'components').length >= 100, per.summary);
     });
   }
+
+  it('the fallback of verify: stages left "too large" get the verdict of full shapes from per-stage reduction (60 random reshape-heavy plans)', () => {
+    let refuted = 0;
+    let reduced = 0;
+    const first = (r: VerifyReport): string | undefined => r.stages.find((x) => x.status !== 'proved')?.logical;
+    fc.assert(
+      fc.property(reshapeParams, (p) => {
+        const raw = reshapePlan(p);
+        const plan = load(raw);
+        const full = verifyPlan(plan);
+        // Every stage as the whole-plan path leaves it at real sizes: too large, no numbers.
+        const stages = decompose(plan, logicalOrder(plan));
+        const open: StageResult[] = stages.map((st) => ({ stage: st, status: 'unknown', reason: 'the stage is too large: (simulated)', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 }));
+        const log: FallbackInfo[] = [];
+        const fb = perStageFallback(raw, 1, log)(plan, open, { evaluated: false, reason: 'simulated', seed: 1, claimsChecked: 0, mismatches: [], failingTensors: [] });
+        const rep = assembleReport(plan, fb.results, fb.numeric, 1, 0);
+        assert.equal(rep.verdict, full.verdict, `${JSON.stringify(p)}: full ${full.summary}; fallback ${rep.summary}`);
+        assert.equal(first(rep), first(full), JSON.stringify(p));
+        if (rep.verdict === 'not_equivalent') {
+          refuted++;
+          const f = rep.stages.find((x) => x.status === 'not_equivalent');
+          assert.ok((f?.witness?.length ?? 0) > 0 && /^the two sides differ: per stage/.test(f?.reason ?? ''), JSON.stringify(f));
+        }
+        reduced += log.filter((l) => l.reduced !== '').length;
+        return true;
+      }),
+      { numRuns: 60, seed: 7 },
+    );
+    assert.ok(refuted >= 15, `only ${refuted} plans refuted`);
+    assert.ok(reduced >= 10, `only ${reduced} stages reduced`);
+    // A stage open for another reason is left alone.
+    const raw = reshapePlan({ dp: 1, rows: 1, seq: 2, heads: 1, hd: 2, act: 'tanh', spelling: 'index', mutant: 'scale-a' });
+    const plan = load(raw);
+    const st = decompose(plan, logicalOrder(plan));
+    const other: StageResult[] = st.map((x) => ({ stage: x, status: 'unknown', reason: 'past its deadline', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 }));
+    const kept = perStageFallback(raw, 1)(plan, other, { evaluated: false, seed: 1, claimsChecked: 0, mismatches: [], failingTensors: [] });
+    assert.deepEqual(kept.results.map((r) => r.status), other.map(() => 'unknown'));
+  });
 
   it('verify --per-stage: exit codes of the verdicts, and --emit-reduced writes stage plans that verify on their own', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'planproof-emit-'));
