@@ -81,6 +81,14 @@ export interface OpDef {
    * numerically in test/reduce-lanes.test.ts.
    */
   lanes?(inputs: readonly Shape[], attrs: Attrs): DimSig;
+  /**
+   * Declares that the axis this op indexes by integer values (DimSig.inputValues) may be cut
+   * to its first `size` positions when those values are < size: the op on that prefix of its
+   * inputs computes that prefix of its outputs (embedding reads row ids[p]; embedding_backward
+   * sums g[p] into row ids[p]). Returns the attributes at that size. Used for witnesses only
+   * (stages/reduce.ts prefixRaw): a proof at a prefix is no proof.
+   */
+  prefixAttrs?(attrs: Attrs, size: number): Attrs;
   /** The attributes at reduced sizes: `outFactors` is the lane factor of every output dim. */
   laneAttrs?(attrs: Attrs, outFactors: readonly (readonly number[])[]): Attrs;
   /**

@@ -17,7 +17,7 @@ import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
-import { analyzeReduction, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
+import { analyzeReduction, prefixPlan, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
 import { assembleReport, WITNESS_RETRIES, type VerifyReport } from './verify.js';
@@ -363,7 +363,8 @@ export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[]
     let refuted = results.some((r) => r.status === 'differs' && failing.has(nameOf(r)));
     for (const [i, r] of results.entries()) {
       if (r.status === 'differs' && failing.has(nameOf(r))) refuted = true;
-      if (r.status !== 'unknown' || !/too large/.test(r.reason ?? '')) continue;
+      // Too large, or past its deadline at full shapes: smaller shapes may decide it.
+      if (r.status !== 'unknown' || !/too large|deadline/.test(r.reason ?? '')) continue;
       if (refuted) {
         out[i] = { ...r, reason: `${r.reason ?? ''} (not tried per stage: the plan is already refuted at an earlier stage)` };
         continue;
@@ -384,6 +385,23 @@ export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[]
         res = result;
         found = n.mismatches.filter((m) => m.logical === name);
         info = p.info;
+        // Still too large: a prefix cut of its value-indexed axes (vocab), for a witness only.
+        if (res.status === 'unknown' && /too large/.test(res.reason ?? '') && p.raw !== undefined) {
+          const cut = prefixWitness(p.plan, p.raw, name, seed);
+          if (cut !== undefined) {
+            log.push({ stage: i + 1, logical: name, status: cut.result.status, mode: info.mode, reduced: `prefix cut: ${cut.cut.join(', ')}`, ms: performance.now() - t0 });
+            if (cut.result.status === 'differs' && cut.found.length > 0) {
+              const red = info.reduced.map((c) => `${c.dim} ${c.full}->${c.reduced}`).join(', ');
+              out[i] = { ...cut.result, stage: r.stage, reason: `per stage (${info.mode}${red === '' ? '' : `: ${red}`}; then cut to a prefix for a witness: ${cut.cut.join(', ')}, its ids restricted to it); witness values at the cut plan's shapes: ${cut.result.reason ?? ''}` };
+              mismatches.push(...cut.found);
+              failing.add(name);
+              refuted = true;
+              continue;
+            }
+            // A proof or an open difference at a prefix cut decides nothing: the stage stays open.
+            res = { ...res, reason: `${res.reason ?? ''}; at a prefix cut (${cut.cut.join(', ')}; for witnesses only): ${cut.result.status}${cut.result.reason === undefined ? '' : ` (${cut.result.reason})`}` };
+          }
+        }
       }
       const reduced = info.reduced.map((c) => `${c.dim} ${c.full}->${c.reduced}`).join(', ');
       const how = `per stage (${info.mode}${info.components === undefined ? '' : `, ${info.components.ranks} rank(s), ${info.components.distinct} distinct`}${reduced === '' ? '' : `: ${reduced}`})`;
@@ -409,4 +427,25 @@ export function formatFallback(log: readonly FallbackInfo[]): string {
   const lines = [`\nper-stage fallback: ${log.length} stage(s) too large in the whole plan were extracted and reduced on their own (docs/engine.md, "Per-stage reduction")`];
   for (const f of log) lines.push(`  stage ${f.stage} (${f.logical}): ${f.status} (${f.mode}${f.reduced === '' ? '' : `: ${f.reduced}`}, ${(f.ms / 1000).toFixed(1)} s)`);
   return lines.join('\n');
+}
+
+/** The stage proved at a prefix cut of its plan (reduce.ts prefixPlan), or undefined when nothing can be cut. Only a difference with a witness may be used. */
+export function prefixWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed: number): { result: StageResult; found: NumericReport['mismatches']; cut: string[] } | undefined {
+  // One id first (every id the same: a sum over positions stays a plain sum, cheap to normalize), then two.
+  let last: { result: StageResult; found: NumericReport['mismatches']; cut: string[] } | undefined;
+  for (const size of [1, 2]) {
+    try {
+      const pre = prefixPlan(plan, raw, size);
+      if (pre === undefined) return last;
+      const s = stageOf(pre.plan, name);
+      if (s === undefined) return last;
+      const { result, numeric } = proveStage({ info: { stage: 0, logical: name, mode: 'reduced', reduced: [], kept: [] }, plan: pre.plan, stage: s, raw: pre.raw }, seed);
+      last = { result, found: numeric.mismatches.filter((m) => m.logical === name), cut: pre.cut };
+      if (result.status === 'differs' && last.found.length > 0) return last;
+    } catch (e) {
+      if (e instanceof ReductionError || e instanceof ExtractionError) return last;
+      throw e;
+    }
+  }
+  return last;
 }

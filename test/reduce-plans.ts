@@ -240,3 +240,70 @@ export function reshapePlan(p: ReshapeParams): RawPlan {
     contract: { inputs: ['x', 'bias'], outputs: ['y'] },
   };
 }
+
+export const EMBED_MUTANTS = ['none', 'avg-allreduce', 'drop-allreduce', 'scale-grad', 'ids-of-other-rank'] as const;
+export type EmbedMutant = (typeof EMBED_MUTANTS)[number];
+
+export interface EmbedParams {
+  dp: number;
+  rows: number;
+  seq: number;
+  vocab: number;
+  hidden: number;
+  mutant: EmbedMutant;
+}
+
+export const embedParams: fc.Arbitrary<EmbedParams> = fc.record({
+  dp: fc.integer({ min: 1, max: 3 }),
+  rows: fc.integer({ min: 1, max: 2 }),
+  seq: fc.integer({ min: 1, max: 3 }),
+  vocab: fc.integer({ min: 2, max: 6 }),
+  hidden: fc.integer({ min: 1, max: 2 }),
+  mutant: fc.constantFrom(...EMBED_MUTANTS),
+});
+
+/**
+ * The data-parallel embedding gradient (prefix cuts of the vocab, stages/reduce.ts prefixPlan):
+ * gw = embedding_backward(g, ids) [V, H] from rows of g and ids over dp, each rank's local
+ * gradient all-reduced. Mutants: an averaging all-reduce, no all-reduce, a gradient scaled by
+ * 2, and ids read from the next rank's rows (a bug when ranks hold different ids).
+ */
+export function embedPlan(p: EmbedParams): RawPlan {
+  const { dp, rows: b, seq: S, vocab: V, hidden: H } = p;
+  const B = dp * b;
+  const rowsIx = (shift: number): [{ expr: string }, { expr: string }] => [e(`((dp + ${shift}) % ${dp})*${b}`), e(`((dp + ${shift}) % ${dp})*${b} + ${b}`)];
+  const ops: RawPlan['parallel']['programs'][number]['ops'] = [{ id: 'bwd', op: 'embedding_backward', inputs: ['g', 'ids'], outputs: [p.mutant === 'scale-grad' ? 'gl0' : 'gl'], attrs: { num_embeddings: V } }];
+  if (p.mutant === 'scale-grad') ops.push({ id: 'bug', op: 'scale', inputs: ['gl0'], outputs: ['gl'], attrs: { factor: 2 } });
+  ops.push(p.mutant === 'drop-allreduce' ? { id: 'ar', op: 'identity', inputs: ['gl'], outputs: ['gw'] } : { id: 'ar', op: 'all_reduce', inputs: ['gl'], outputs: ['gw'], attrs: { reduce: p.mutant === 'avg-allreduce' ? 'avg' : 'sum' }, group: { axes: ['dp'] } });
+  return {
+    format: 'planproof/v1',
+    name: `embed-grad-dp${dp}-${p.mutant}`,
+    description: 'random data-parallel embedding gradient (test/reduce-plans.ts)',
+    mesh: { axes: [{ name: 'dp', size: dp }] },
+    logical: {
+      tensors: [
+        { id: 'ids', shape: [B, S], role: 'input', dtype: 'int64', values: { range: [0, V] } },
+        { id: 'g', shape: [B, S, H], role: 'input' },
+        { id: 'gw', shape: [V, H], role: 'grad' },
+      ],
+      ops: [{ id: 'bwd', op: 'embedding_backward', inputs: ['g', 'ids'], outputs: ['gw'], attrs: { num_embeddings: V } }],
+    },
+    parallel: {
+      programs: [
+        {
+          name: 'rank',
+          ranks: 'all',
+          tensors: [
+            { id: 'ids', shape: [b, S], lineage: { logical: 'ids', index: [rowsIx(p.mutant === 'ids-of-other-rank' ? 1 : 0), '*'] } },
+            { id: 'g', shape: [b, S, H], lineage: { logical: 'g', index: [rowsIx(0), '*', '*'] } },
+            ...(p.mutant === 'scale-grad' ? [{ id: 'gl0', shape: [V, H] }] : []),
+            { id: 'gl', shape: [V, H], lineage: { logical: 'gw', index: ['*', '*'], value: [e('dp'), dp] } },
+            { id: 'gw', shape: [V, H], lineage: { logical: 'gw' } },
+          ],
+          ops,
+        },
+      ],
+    },
+    contract: { inputs: ['ids', 'g'], outputs: ['gw'] },
+  };
+}
