@@ -334,6 +334,9 @@ export function formatPerStage(infos: readonly StageReductionInfo[], verbose: bo
   return lines.join('\n');
 }
 
+/** Time the per-stage fallback may spend on one plan before it leaves the other stages open. */
+export const FALLBACK_BUDGET_MS = 300_000;
+
 /** What the per-stage fallback did to one stage (for the report and the benchmarks). */
 export interface FallbackInfo {
   readonly stage: number;
@@ -353,8 +356,9 @@ export interface FallbackInfo {
  * after the first refuted one are not tried: the verdict is settled and the first failing
  * stage is the likely root cause.
  */
-export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[] = []): (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport) => { results: StageResult[]; numeric: NumericReport } {
+export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[] = [], budgetMs = FALLBACK_BUDGET_MS): (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport) => { results: StageResult[]; numeric: NumericReport } {
   return (plan, results, numeric) => {
+    const start = performance.now();
     const out = [...results];
     const mismatches = [...numeric.mismatches];
     const failing = new Set(numeric.failingTensors);
@@ -367,6 +371,11 @@ export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[]
       if (r.status !== 'unknown' || !/too large|deadline/.test(r.reason ?? '')) continue;
       if (refuted) {
         out[i] = { ...r, reason: `${r.reason ?? ''} (not tried per stage: the plan is already refuted at an earlier stage)` };
+        continue;
+      }
+      // Many open stages (every clipped gradient reads the global norm) must not take hours.
+      if (performance.now() - start > budgetMs) {
+        out[i] = { ...r, reason: `${r.reason ?? ''} (not tried per stage: the fallback's ${Math.round(budgetMs / 1000)} s were spent on earlier stages)` };
         continue;
       }
       const t0 = performance.now();

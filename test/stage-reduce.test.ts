@@ -257,6 +257,11 @@ describe('per-stage reduction', function () {
     const other: StageResult[] = st.map((x) => ({ stage: x, status: 'unknown', reason: 'an input relation the engine cannot encode', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 }));
     const kept = perStageFallback(raw, 1)(plan, other, { evaluated: false, seed: 1, claimsChecked: 0, mismatches: [], failingTensors: [] });
     assert.deepEqual(kept.results.map((r) => r.status), other.map(() => 'unknown'));
+    // With its time budget spent, the fallback leaves too-large stages open and says why.
+    const big: StageResult[] = st.map((x) => ({ stage: x, status: 'unknown', reason: 'the stage is too large: (simulated)', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 }));
+    const spent = perStageFallback(raw, 1, [], -1)(plan, big, { evaluated: false, seed: 1, claimsChecked: 0, mismatches: [], failingTensors: [] });
+    assert.ok(spent.results.every((r) => r.status === 'unknown' && /fallback's 0 s were spent/.test(r.reason ?? '')));
+    assert.equal(perStageFallback(raw, 1)(plan, big, { evaluated: false, seed: 1, claimsChecked: 0, mismatches: [], failingTensors: [] }).results.some((r) => r.status === 'differs'), true);
   });
 
   it('a prefix cut of the vocab gives witnesses only of real differences (60 random data-parallel embedding gradients)', () => {
