@@ -29,7 +29,7 @@ import type { Program } from '../plans/model.js';
 import type { RawDimIndex, RawInt, RawPlan, RawRange } from '../plans/raw.js';
 import { PlanError } from '../plans/errors.js';
 import { registry } from '../ops/registry.js';
-import type { Attrs, DimLabel, DimRole, DimSig, Shape } from '../ops/types.js';
+import type { Attrs, DimLabel, DimRole, DimSig, OpDef, Shape } from '../ops/types.js';
 import { evalLineage } from '../lineage/model.js';
 
 const ROLE_RANK: Record<DimRole, number> = { batch: 0, contracted: 1, fixed: 2 };
@@ -122,7 +122,13 @@ function viewRanks(p: Program, ranks: readonly number[]): readonly number[] {
   return p.coordDependent ? ranks : ranks.slice(0, 1);
 }
 
-export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
+/**
+ * `lanes: false` reads only the ops' `dims` (slice semantics: a batch dim may be cut to any
+ * range), for rank-component windows and prefix cuts; lane labels (OpDef.lanes) join dims that
+ * agree by index mod f, not by range, and are for lane reduction only.
+ */
+export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: boolean } = {}): ReductionAnalysis {
+  const sigOf = (def: OpDef, shapes: readonly Shape[], attrs: Attrs): DimSig => (opts.lanes !== false && def.lanes !== undefined ? def.lanes(shapes, attrs) : def.dims(shapes, attrs));
   const lg = plan.logical;
   // Node numbering: logical dims first, then each program's tensors' dims.
   const lBase: number[] = [];
@@ -206,7 +212,7 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
     const what = `op '${lg.ops.ids.name(op)}' (${def.name})`;
     try {
       // Ops whose attributes spell sizes give lane labels (OpDef.lanes); reducedRaw rewrites those attributes.
-      const sig = (def.lanes ?? def.dims).call(def, ins.map((t) => lg.shapes[t] as Shape), lg.attrs[op] ?? {});
+      const sig = sigOf(def, ins.map((t) => lg.shapes[t] as Shape), lg.attrs[op] ?? {});
       const labels = apply(sig, ins.map(lNodes), outs.map(lNodes), what, def.prefixAttrs !== undefined);
       // The integer inputs whose values index an axis (their domain is cut with it).
       for (const [k, l] of Object.entries(sig.inputValues ?? {})) {
@@ -233,7 +239,7 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
         const inN = ins.map((t) => pNodes(pi, t));
         const outN = outs.map((t) => pNodes(pi, t));
         try {
-          apply((def.lanes ?? def.dims).call(def, ins.map((t) => v.shapes[t] as Shape), v.attrs[op] ?? {}), inN, outN, what, def.prefixAttrs !== undefined);
+          apply(sigOf(def, ins.map((t) => v.shapes[t] as Shape), v.attrs[op] ?? {}), inN, outN, what, def.prefixAttrs !== undefined);
         } catch (e) {
           fixAll([...inN, ...outN], `${what} has no reduction labels here (${e instanceof Error ? e.message : String(e)})`);
         }
@@ -566,7 +572,8 @@ export function keptDims(a: ReductionAnalysis, plan: LoadedPlan, logical: number
  * difference of the full plan; a proof of the cut plan proves nothing and must not be used.
  */
 export function prefixPlan(plan: LoadedPlan, raw: RawPlan, size = 2): { raw: RawPlan; plan: LoadedPlan; cut: string[] } | undefined {
-  const a = analyzeReduction(plan);
+  // Slice semantics: a prefix is a range, which lane labels do not keep.
+  const a = analyzeReduction(plan, { lanes: false });
   const lp = a.logicalPrefix ?? [];
   const pp = a.programPrefix ?? [];
   const lg = plan.logical;
