@@ -364,7 +364,8 @@ export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[]
     const failing = new Set(numeric.failingTensors);
     const nameOf = (r: StageResult): string => plan.logical.tensors.name(r.stage.logical);
     const memo = newMemo();
-    let refuted = results.some((r) => r.status === 'differs' && failing.has(nameOf(r)));
+    // Set when the walk (in topological order) passes a refuted stage: open stages before it are still tried.
+    let refuted = false;
     for (const [i, r] of results.entries()) {
       if (r.status === 'differs' && failing.has(nameOf(r))) refuted = true;
       // Too large, or past its deadline at full shapes: smaller shapes may decide it.
