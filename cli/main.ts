@@ -15,7 +15,7 @@ import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
 import { formatReport } from '../stages/report.js';
 import { verifyPerTemplate } from '../stages/template.js';
 import { formatReductionReport, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
-import { formatPerStage, verifyPerStage } from '../stages/stage-reduce.js';
+import { formatFallback, formatPerStage, perStageFallback, verifyPerStage, type FallbackInfo } from '../stages/stage-reduce.js';
 import type { RawPlan } from '../plans/raw.js';
 import { defaultCacheDir, ProofCache } from '../stages/cache.js';
 import { shutdownZ3 } from '../stages/z3.js';
@@ -94,11 +94,13 @@ function progress(): ((done: number, total: number) => void) | undefined {
   };
 }
 
-async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string): Promise<VerifyReport> {
+async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[]): Promise<VerifyReport> {
   const onStage = progress();
   // Proof cache hook (stages/cache.ts): on unless --no-cache.
   const cache = cacheDir === undefined ? undefined : new ProofCache(cacheDir);
-  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }) });
+  // Per-stage fallback (stages/stage-reduce.ts): stages too large in the whole plan are extracted and reduced on their own.
+  const fallback = fallbackLog === undefined ? undefined : perStageFallback(JSON.parse(l.text) as RawPlan, eng.seed, fallbackLog);
+  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }) });
   await shutdownZ3();
   return report;
 }
@@ -127,8 +129,9 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
     return verdictCode[r.verdict];
   }
   // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
-  const report = await verifyReduced(l.plan, l.text, red, (plan, text) => runVerify({ plan, text }, eng, red.cacheDir));
-  out.log(json ? JSON.stringify(report, null, 2) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}`);
+  const fbLog: FallbackInfo[] = [];
+  const report = await verifyReduced(l.plan, l.text, red, (plan, text) => runVerify({ plan, text }, eng, red.cacheDir, red.reduce ? fbLog : undefined));
+  out.log(json ? JSON.stringify({ ...report, perStageFallback: fbLog }, null, 2) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(fbLog)}`);
   return verdictCode[report.verdict];
 }
 

@@ -2,7 +2,7 @@
  * Helpers for the ops' reduction constraints (OpDef.dims). Not an op family: this module must
  * not export `ops` (the registry discovers families by that export).
  */
-import { type DimLabel, type DimRole, type DimSig, type Shape, broadcastShapes, normDim } from './types.js';
+import { type Attrs, type DimLabel, type DimRole, type DimSig, type Shape, attrInts, broadcastShapes, normDim, ShapeError } from './types.js';
 
 export const batchDim = (label: string): DimLabel => ({ label, role: 'batch' });
 export const contractedDim = (label: string): DimLabel => ({ label, role: 'contracted' });
@@ -54,4 +54,16 @@ export function resizeOneDim(shape: Shape, dim: number, nIn = 1, nOut = 1): DimS
     inputs: Array.from({ length: nIn }, (_, k) => side('in', k)),
     outputs: Array.from({ length: nOut }, (_, k) => side('out', k)),
   };
+}
+
+/** A `shape` attribute at reduced sizes: every spelled size divided by its output dim's lane factor (-1 stays -1). */
+export function shapeAttrAtLanes(attrs: Attrs, outFactors: readonly (readonly number[])[]): Attrs {
+  const f = outFactors[0] ?? [];
+  const shape = (attrInts(attrs, 'shape') ?? []).map((t, d) => {
+    const k = f[d] ?? 1;
+    if (t === -1 || k === 1) return t;
+    if (t % k !== 0) throw new ShapeError(`shape entry ${d} (${t}) is not a multiple of its lane factor ${k}`);
+    return t / k;
+  });
+  return { ...attrs, shape };
 }

@@ -114,6 +114,8 @@ export const ops: OpDef[] = [
       const D = batchDim('dim');
       return { inputs: [i, [V, D]], outputs: [[...i, D]], inputValues: { 0: V } };
     },
+    // Ids < n read only the first n table rows.
+    prefixAttrs: (at) => at,
     backward: (b, { inputs: [ids, w], grads: [g] }) => [undefined, one(b, 'embedding_backward', [g as GradRef, ids as GradRef], { num_embeddings: b.shape(w as GradRef)[0] as number })],
   },
   {
@@ -149,6 +151,8 @@ export const ops: OpDef[] = [
       // A plain sum over the id positions: each row adds grad_out's row into one table row.
       return { inputs: [[...i, D], i], outputs: [[V, D]], inputValues: { 1: V }, sums: i.map((l) => l.label) };
     },
+    // Ids < n write only the first n rows: those rows are the op with num_embeddings n.
+    prefixAttrs: (at, n) => ({ ...at, num_embeddings: n }),
   },
   {
     name: 'gather',

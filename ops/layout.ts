@@ -1,9 +1,9 @@
 /** Ops that move elements without arithmetic: transpose, permute, reshape, slice, concat, split. */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, at, cat, generate, narrow } from './dense.js';
-import { dimLabels, resizeOneDim } from './dims.js';
+import { dimLabels, resizeOneDim, shapeAttrAtLanes } from './dims.js';
 import { type GradRef, one } from './grad.js';
-import { type Attrs, type OpDef, attrInts, attrNum, attrObject, fixed, normDim, numel, ShapeError, type Shape, shapeStr } from './types.js';
+import { type Attrs, type DimLabel, type DimSig, type OpDef, attrInts, attrNum, attrObject, fixed, normDim, numel, ShapeError, type Shape, shapeStr } from './types.js';
 
 function permuteApply<S>(x: Dense<S>, dims: readonly number[]): Dense<S> {
   const shape = dims.map((d) => x.shape[d] as number);
@@ -115,6 +115,13 @@ export const ops: OpDef[] = [
       return { inputs: [dimLabels(s, 'in', 'fixed')], outputs: [dimLabels(tgt, 'out', 'fixed')] };
     },
     sliceRegions: ([a], [o], [reg]) => reshapeRegions(a as Shape, o as Shape, reg as readonly (readonly [number, number])[]),
+    lanes: ([a], at) => {
+      const s = a as Shape;
+      const tgt = attrInts(at, 'shape') ?? [];
+      const known = tgt.reduce((p, d) => (d === -1 ? p : p * d), 1);
+      return reshapeLanes(s, tgt.map((d) => (d === -1 ? numel(s) / known : d)));
+    },
+    laneAttrs: shapeAttrAtLanes,
   },
   {
     name: 'slice',
@@ -325,4 +332,45 @@ function boxOf(dims: Shape, A: number, B: number): [number, number][] | undefine
     return box;
   }
   return undefined;
+}
+
+/**
+ * Lane labels of a reshape (OpDef.lanes, shape reduction). Dims are grouped where the running
+ * products of the two shapes meet (size-1 dims aside: they do not move the flat index). In a
+ * group the flat index F is row-major on both sides. Dividing the group's last input dim and
+ * last output dim by the same f (f dividing both) keeps F mod f as the lane on both sides and
+ * F div f as the reduced flat index, so the reshape at reduced sizes maps lane j to lane j. A
+ * group of one dim on each side (a dim the reshape leaves alone) is that case. Every other
+ * dim of a group is fixed: dividing an outer dim of a merge would not keep lanes.
+ */
+export function reshapeLanes(inShape: Shape, outShape: Shape): DimSig {
+  const why = "its size is spelled in the reshape's `shape` and it is not the innermost dim of its merge/split group (only innermost dims keep row-major lanes when divided)";
+  const ins: DimLabel[] = inShape.map((_, d) => ({ label: `in1.${d}`, role: 'batch' }));
+  const outs: DimLabel[] = outShape.map((_, d) => ({ label: `out1.${d}`, role: 'batch' }));
+  const ii = inShape.flatMap((s, d) => (s === 1 ? [] : [d]));
+  const oo = outShape.flatMap((s, d) => (s === 1 ? [] : [d]));
+  let i = 0;
+  let o = 0;
+  let g = 0;
+  while (i < ii.length || o < oo.length) {
+    const gi: number[] = [];
+    const go: number[] = [];
+    let pin = 1;
+    let pout = 1;
+    do {
+      if (pin <= pout) {
+        if (i >= ii.length) throw new ShapeError('reshape dims do not group');
+        gi.push(ii[i] as number);
+        pin *= inShape[ii[i++] as number] as number;
+      } else {
+        if (o >= oo.length) throw new ShapeError('reshape dims do not group');
+        go.push(oo[o] as number);
+        pout *= outShape[oo[o++] as number] as number;
+      }
+    } while (pin !== pout);
+    const label = `g${g++}`;
+    gi.forEach((d, k) => (ins[d] = k === gi.length - 1 ? { label, role: 'batch' } : { label: `${label}.in${d}`, role: 'fixed', why }));
+    go.forEach((d, k) => (outs[d] = k === go.length - 1 ? { label, role: 'batch' } : { label: `${label}.out${d}`, role: 'fixed', why }));
+  }
+  return { inputs: [ins], outputs: [outs] };
 }

@@ -1,7 +1,7 @@
 /** Reductions over dims, softmax along a dim, and expand (the backward of sum/mean). */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, broadcastReader, generate, reduceDims, strides } from './dense.js';
-import { batchDim, fixedDim } from './dims.js';
+import { batchDim, fixedDim, shapeAttrAtLanes } from './dims.js';
 import { type GradRef, NO_BACKWARD, one, unbroadcast } from './grad.js';
 import { type DimLabel, type DimRole, type DimSig, type OpDef, type Attrs, attrInts, attrObject, fixed, normDim, numel, sameShape, ShapeError, type Shape, shapeStr, attrNum } from './types.js';
 
@@ -239,5 +239,19 @@ export const ops: OpDef[] = [
       });
       return { inputs: [ins], outputs: [out] };
     },
+    // Shape reduction may divide a spelled size: every output dim is SIMD (a broadcast output
+    // index reads input index 0 whatever it is), and the attribute is rewritten at lanes.
+    lanes: ([a], at) => {
+      const src = a as Shape;
+      const tgt = attrInts(at, 'shape') ?? [];
+      const off = tgt.length - src.length;
+      const out = tgt.map((_, i): DimLabel => batchDim(`o${i}`));
+      const ins = src.map((s, d): DimLabel => {
+        const t = tgt[d + off] as number;
+        return t === -1 || t === s ? (out[d + off] as DimLabel) : batchDim(`o${d + off}.bcast`);
+      });
+      return { inputs: [ins], outputs: [out] };
+    },
+    laneAttrs: shapeAttrAtLanes,
   },
 ];

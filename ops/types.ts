@@ -72,6 +72,26 @@ export interface OpDef {
    */
   dims(inputs: readonly Shape[], attrs: Attrs): DimSig;
   /**
+   * Lane labels, for shape reduction only (stages/reduce.ts), of an op whose attributes spell
+   * sizes (reshape, expand), where `dims` must call those dims fixed. Dims sharing a label
+   * here may differ in size: for every f dividing all their sizes, element i of each is in
+   * lane i mod f, output lane j reads only input lane j, and lane j computed alone is this op
+   * at the sizes divided by f with the attributes from `laneAttrs`. Roles as in `dims`, with
+   * `why` on fixed dims. Not used by tensor-level proofs (a lane is not a slice). Checked
+   * numerically in test/reduce-lanes.test.ts.
+   */
+  lanes?(inputs: readonly Shape[], attrs: Attrs): DimSig;
+  /**
+   * Declares that the axis this op indexes by integer values (DimSig.inputValues) may be cut
+   * to its first `size` positions when those values are < size: the op on that prefix of its
+   * inputs computes that prefix of its outputs (embedding reads row ids[p]; embedding_backward
+   * sums g[p] into row ids[p]). Returns the attributes at that size. Used for witnesses only
+   * (stages/reduce.ts prefixRaw): a proof at a prefix is no proof.
+   */
+  prefixAttrs?(attrs: Attrs, size: number): Attrs;
+  /** The attributes at reduced sizes: `outFactors` is the lane factor of every output dim. */
+  laneAttrs?(attrs: Attrs, outFactors: readonly (readonly number[])[]): Attrs;
+  /**
    * For ops whose attributes spell sizes (reshape): the output regions, one [start, end) per
    * dim, when the op applied to these regions of its logical inputs (with the parallel op's
    * own attributes `local`) computes exactly those regions of the logical op's outputs; else
@@ -144,6 +164,8 @@ export type DimRole = 'batch' | 'contracted' | 'fixed';
 export interface DimLabel {
   readonly label: string;
   readonly role: DimRole;
+  /** Why a dim is fixed, when the role alone does not say it (shape reduction's reason). */
+  readonly why?: string;
 }
 
 export interface DimSig {

@@ -158,7 +158,8 @@ export interface ClassInfo {
 }
 
 export function batchClasses(full: LoadedPlan, comp: LoadedPlan): ClassInfo {
-  const a = analyzeReduction(comp);
+  // Windows are ranges: slice semantics only (lane labels of reshape join dims by index mod f).
+  const a = analyzeReduction(comp, { lanes: false });
   const lg = comp.logical;
   const sizes = new Map<number, Set<number>>();
   const members: [string, number][] = [];

@@ -261,7 +261,7 @@ export class StageBuilder {
       elements += numel(plan.view(r).shapes[t] ?? []);
     }
     if (elements > MAX_STAGE_ELEMENTS) {
-      return { pairs: [], logicalOps: 0, parallelOps: 0, tooLarge: `its tensors hold ${elements.toLocaleString('en-US')} elements (at most ${MAX_STAGE_ELEMENTS.toLocaleString('en-US')} per stage): shapes this large need shape reduction, which this version does not have (docs/engine.md)` };
+      return { pairs: [], logicalOps: 0, parallelOps: 0, tooLarge: `its tensors hold ${elements.toLocaleString('en-US')} elements (at most ${MAX_STAGE_ELEMENTS.toLocaleString('en-US')} per stage): shapes this large need shape reduction (docs/engine.md, "Shape reduction" and "Per-stage reduction")` };
     }
     const logicalSyms = new Map<number, S[]>();
     const chunkTerms = new Map<string, S>();

@@ -29,7 +29,7 @@ import type { Program } from '../plans/model.js';
 import type { RawDimIndex, RawInt, RawPlan, RawRange } from '../plans/raw.js';
 import { PlanError } from '../plans/errors.js';
 import { registry } from '../ops/registry.js';
-import type { DimLabel, DimRole, DimSig, Shape } from '../ops/types.js';
+import type { Attrs, DimLabel, DimRole, DimSig, OpDef, Shape } from '../ops/types.js';
 import { evalLineage } from '../lineage/model.js';
 
 const ROLE_RANK: Record<DimRole, number> = { batch: 0, contracted: 1, fixed: 2 };
@@ -62,6 +62,13 @@ export interface ReductionAnalysis {
   /** Per logical tensor, per dim: class id and role (per-component windows, stages/components.ts). */
   readonly logicalClass?: number[][];
   readonly logicalRole?: DimRole[][];
+  /**
+   * Value-indexed dims that may be cut to a prefix for witnesses only (prefixRaw): per logical
+   * tensor and per program tensor, per dim; and the logical integer tensors whose values index them.
+   */
+  readonly logicalPrefix?: boolean[][];
+  readonly programPrefix?: boolean[][][];
+  readonly prefixValues?: number[];
 }
 
 export interface Reduction {
@@ -115,7 +122,13 @@ function viewRanks(p: Program, ranks: readonly number[]): readonly number[] {
   return p.coordDependent ? ranks : ranks.slice(0, 1);
 }
 
-export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
+/**
+ * `lanes: false` reads only the ops' `dims` (slice semantics: a batch dim may be cut to any
+ * range), for rank-component windows and prefix cuts; lane labels (OpDef.lanes) join dims that
+ * agree by index mod f, not by range, and are for lane reduction only.
+ */
+export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: boolean } = {}): ReductionAnalysis {
+  const sigOf = (def: OpDef, shapes: readonly Shape[], attrs: Attrs): DimSig => (opts.lanes !== false && def.lanes !== undefined ? def.lanes(shapes, attrs) : def.dims(shapes, attrs));
   const lg = plan.logical;
   // Node numbering: logical dims first, then each program's tensors' dims.
   const lBase: number[] = [];
@@ -135,6 +148,11 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
   const uf = new UnionFind(n);
   const role = new Uint8Array(n);
   const why: (string | undefined)[] = new Array<string | undefined>(n);
+  // Prefix cuts (prefixRaw): a node is blocked by any constraint other than being the axis an
+  // op with OpDef.prefixAttrs indexes by integer values; vIdx marks such axes.
+  const block = new Uint8Array(n);
+  const vIdx = new Uint8Array(n);
+  const valueTensors: [number, number][] = []; // (logical tensor, node of the axis its values index)
   const mark = (node: number, r: DimRole, reason: string): void => {
     if (ROLE_RANK[r] > (role[node] as number)) {
       role[node] = ROLE_RANK[r];
@@ -142,8 +160,13 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
     }
   };
   /** One op application: nodes of its operands' dims, joined by label. */
-  const apply = (sig: DimSig, ins: readonly (readonly number[] | undefined)[], outs: readonly (readonly number[] | undefined)[], what: string): void => {
+  const apply = (sig: DimSig, ins: readonly (readonly number[] | undefined)[], outs: readonly (readonly number[] | undefined)[], what: string, prefixOk = false): Map<string, number> => {
     const byLabel = new Map<string, number>();
+    const valueLabels = new Set([...Object.values(sig.inputValues ?? {}), ...Object.values(sig.outputValues ?? {})].map((l) => l.label));
+    const constrain = (node: number, label: string): void => {
+      if (prefixOk && valueLabels.has(label)) vIdx[node] = 1;
+      else block[node] = 1;
+    };
     const visit = (labels: readonly DimLabel[] | undefined, nodes: readonly number[] | undefined): void => {
       if (labels === undefined || nodes === undefined) return;
       labels.forEach((l, d) => {
@@ -152,7 +175,10 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
         const seen = byLabel.get(l.label);
         if (seen === undefined) byLabel.set(l.label, node);
         else uf.union(seen, node);
-        if (l.role !== 'batch') mark(node, l.role, `${l.role} in ${what}`);
+        if (l.role !== 'batch') {
+          mark(node, l.role, `${l.role} in ${what}${l.why === undefined ? '' : `: ${l.why}`}`);
+          constrain(node, l.label);
+        }
       });
     };
     ins.forEach((nodes, i) => visit(sig.inputs[i], nodes));
@@ -160,11 +186,20 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
     // An integer tensor's values index an axis: never shrink it (the labels say so; enforce it).
     for (const l of [...Object.values(sig.inputValues ?? {}), ...Object.values(sig.outputValues ?? {})]) {
       const node = byLabel.get(l.label);
-      if (node !== undefined) mark(node, l.role === 'batch' ? 'fixed' : l.role, `indexed by integer values in ${what}`);
+      if (node !== undefined) {
+        mark(node, l.role === 'batch' ? 'fixed' : l.role, `indexed by integer values in ${what}`);
+        constrain(node, l.label);
+      }
     }
+    return byLabel;
   };
   const fixAll = (nodes: readonly (readonly number[] | undefined)[], reason: string): void => {
-    for (const ns of nodes) for (const node of ns ?? []) mark(node, 'fixed', reason);
+    for (const ns of nodes) {
+      for (const node of ns ?? []) {
+        mark(node, 'fixed', reason);
+        block[node] = 1;
+      }
+    }
   };
   const lNodes = (t: number): number[] => (lg.shapes[t] as Shape).map((_, d) => (lBase[t] as number) + d);
   const pNodes = (p: number, t: number): number[] => (plan.programs[p]?.shapeSpecs[t] ?? []).map((_, d) => (pBase[p]?.[t] as number) + d);
@@ -176,7 +211,14 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
     const outs = [...lg.ops.opOutputs(op)];
     const what = `op '${lg.ops.ids.name(op)}' (${def.name})`;
     try {
-      apply(def.dims(ins.map((t) => lg.shapes[t] as Shape), lg.attrs[op] ?? {}), ins.map(lNodes), outs.map(lNodes), what);
+      // Ops whose attributes spell sizes give lane labels (OpDef.lanes); reducedRaw rewrites those attributes.
+      const sig = sigOf(def, ins.map((t) => lg.shapes[t] as Shape), lg.attrs[op] ?? {});
+      const labels = apply(sig, ins.map(lNodes), outs.map(lNodes), what, def.prefixAttrs !== undefined);
+      // The integer inputs whose values index an axis (their domain is cut with it).
+      for (const [k, l] of Object.entries(sig.inputValues ?? {})) {
+        const node = labels.get(l.label);
+        if (node !== undefined) valueTensors.push([ins[Number(k)] as number, node]);
+      }
     } catch (e) {
       fixAll([...ins.map(lNodes), ...outs.map(lNodes)], `${what} has no reduction labels here (${e instanceof Error ? e.message : String(e)})`);
     }
@@ -197,7 +239,7 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
         const inN = ins.map((t) => pNodes(pi, t));
         const outN = outs.map((t) => pNodes(pi, t));
         try {
-          apply(def.dims(ins.map((t) => v.shapes[t] as Shape), v.attrs[op] ?? {}), inN, outN, what);
+          apply(sigOf(def, ins.map((t) => v.shapes[t] as Shape), v.attrs[op] ?? {}), inN, outN, what, def.prefixAttrs !== undefined);
         } catch (e) {
           fixAll([...inN, ...outN], `${what} has no reduction labels here (${e instanceof Error ? e.message : String(e)})`);
         }
@@ -340,7 +382,37 @@ export function analyzeReduction(plan: LoadedPlan): ReductionAnalysis {
   const roleName = ['batch', 'contracted', 'fixed'] as const;
   const logicalClass = lg.shapes.map((s, t) => s.map((_, d) => uf.find((lBase[t] as number) + d)));
   const logicalRole = logicalClass.map((cs) => cs.map((c) => roleName[cRole[c] as number] as DimRole));
-  return { classes, logicalFactors, logicalKept, programFactors, reduces: classes.some((c) => c.factor > 1), logicalClass, logicalRole };
+
+  // Prefix classes: value-indexed, blocked by nothing else, every lineage range along them whole.
+  const cBlock = new Uint8Array(n);
+  const cIdx = new Uint8Array(n);
+  for (let x = 0; x < n; x++) {
+    const r = uf.find(x);
+    if (block[x]) cBlock[r] = 1;
+    if (vIdx[x]) cIdx[r] = 1;
+  }
+  const isPrefix = (node: number): boolean => {
+    const r = uf.find(node);
+    return cIdx[r] === 1 && cBlock[r] === 0;
+  };
+  plan.programs.forEach((p, pi) => {
+    p.lineage.forEach((spec, t) => {
+      if (spec === undefined) return;
+      const pn = pNodes(pi, t);
+      if (!pn.some(isPrefix)) return;
+      for (const r of progRanks[pi] ?? []) {
+        const full = lg.shapes[spec.logical] ?? [];
+        const nf = evalLineage(spec, plan.mesh, r, full, plan.view(r).shapes[t] ?? []);
+        nf.ranges.forEach((bounds, d) => {
+          if (isPrefix(pn[d] as number) && bounds.some((b) => b !== 0 && b !== full[d])) cBlock[uf.find(pn[d] as number)] = 1;
+        });
+      }
+    });
+  });
+  const logicalPrefix = lg.shapes.map((s, t) => s.map((_, d) => isPrefix((lBase[t] as number) + d)));
+  const programPrefix = plan.programs.map((p, pi) => p.shapeSpecs.map((s, t) => s.map((_, d) => isPrefix((pBase[pi]?.[t] as number) + d))));
+  const prefixValues = [...new Set(valueTensors.filter(([, node]) => isPrefix(node)).map(([t]) => t))];
+  return { classes, logicalFactors, logicalKept, programFactors, reduces: classes.some((c) => c.factor > 1), logicalClass, logicalRole, logicalPrefix, programPrefix, prefixValues };
 }
 
 function divInt(x: RawInt, f: number, where: string): RawInt {
@@ -370,9 +442,24 @@ export function reducedRaw(raw: RawPlan, plan: LoadedPlan, a: ReductionAnalysis)
     const fs = a.logicalFactors[id] as number[];
     t.shape = t.shape.map((s, d) => divInt(s, fs[d] ?? 1, `$.logical.tensors[${i}].shape[${d}]`) as number);
   });
+  // Attributes that spell sizes (reshape, expand targets) at the reduced sizes of their outputs.
+  const relabel = (o: { op: string; outputs: readonly string[]; attrs?: Record<string, unknown> }, factors: (name: string) => readonly number[], where: string): void => {
+    const id = registry.id(o.op);
+    const def = id < 0 ? undefined : registry.get(id);
+    if (def?.laneAttrs === undefined || o.attrs === undefined) return;
+    const fs = o.outputs.map(factors);
+    if (fs.every((f) => f.every((x) => x === 1))) return;
+    try {
+      o.attrs = def.laneAttrs(o.attrs as Attrs, fs);
+    } catch (e) {
+      throw new ReductionError(`${where}: ${e instanceof Error ? e.message : String(e)}`);
+    }
+  };
+  out.logical.ops.forEach((o, i) => relabel(o, (name) => a.logicalFactors[plan.logical.tensors.id(name)] ?? [], `$.logical.ops[${i}].attrs`));
   out.parallel.programs.forEach((rp, pi) => {
     const p = plan.programs[pi];
     if (p === undefined) throw new ReductionError(`program ${pi} not found in the loaded plan`);
+    rp.ops.forEach((o, oi) => relabel(o, (name) => a.programFactors[pi]?.[p.tensors.id(name)] ?? [], `$.parallel.programs[${pi}].ops[${oi}].attrs`));
     for (const [ti, t] of (rp.tensors ?? []).entries()) {
       const id = p.tensors.id(t.id);
       if (id < 0) throw new ReductionError(`tensor '${t.id}' of program '${p.name}' not found in the loaded plan`);
@@ -472,4 +559,84 @@ export function keptDims(a: ReductionAnalysis, plan: LoadedPlan, logical: number
     if (k !== undefined) parts.push(`dim ${d} (${shape[d] ?? '?'}) is ${k}`);
   });
   return parts.join('; ');
+}
+
+/**
+ * A witness-only cut (docs/engine.md, "Prefix cuts for witnesses"): every prefix class (an axis
+ * only indexed by integer values of ops with OpDef.prefixAttrs, SIMD everywhere else, every
+ * lineage range along it whole) cut to its first `size` positions, the integer tensors whose
+ * values index it restricted to [0, size), and the ops' attributes rewritten. Every input of
+ * the cut plan is an input of the full plan (ids in [0, size) are in their full domain; the
+ * other elements are the first `size` of each row), and on it every output of the cut plan is
+ * the first `size` positions of the full output. So a difference of the cut plan is a
+ * difference of the full plan; a proof of the cut plan proves nothing and must not be used.
+ */
+export function prefixPlan(plan: LoadedPlan, raw: RawPlan, size = 2): { raw: RawPlan; plan: LoadedPlan; cut: string[] } | undefined {
+  // Slice semantics: a prefix is a range, which lane labels do not keep.
+  const a = analyzeReduction(plan, { lanes: false });
+  const lp = a.logicalPrefix ?? [];
+  const pp = a.programPrefix ?? [];
+  const lg = plan.logical;
+  const cut = new Set<string>();
+  lp.forEach((ds, t) => ds.forEach((x, d) => {
+    if (x && ((lg.shapes[t] as Shape)[d] as number) > size) cut.add(`'${lg.tensors.name(t)}' dim ${d} ${(lg.shapes[t] as Shape)[d] as number} -> ${size}`);
+  }));
+  if (cut.size === 0) return undefined;
+  for (const t of a.prefixValues ?? []) {
+    const dom = lg.domains[t];
+    for (let v = 0; v < size; v++) if (dom === undefined || !dom.includes(v)) throw new ReductionError(`the values of '${lg.tensors.name(t)}' do not include 0..${size - 1}: a prefix of its axis would read ids it never holds`);
+  }
+  const out = structuredClone(raw);
+  out.name = `${raw.name ?? plan.name} (prefix cut)`;
+  const values = new Set((a.prefixValues ?? []).map((t) => lg.tensors.name(t)));
+  out.logical.tensors.forEach((t) => {
+    const id = lg.tensors.id(t.id);
+    t.shape = t.shape.map((s, d) => (lp[id]?.[d] === true ? Math.min(s, size) : s));
+    if (values.has(t.id)) t.values = { range: [0, size] };
+  });
+  const touches = (o: { op: string; inputs: readonly string[]; outputs: readonly string[] }, prefixOf: (name: string) => readonly boolean[]): boolean => [...o.inputs, ...o.outputs].some((x) => prefixOf(x).some(Boolean));
+  const rewrite = (o: { op: string; inputs: readonly string[]; outputs: readonly string[]; attrs?: Record<string, unknown> }, prefixOf: (name: string) => readonly boolean[]): void => {
+    const id = registry.id(o.op);
+    const def = id < 0 ? undefined : registry.get(id);
+    if (def?.prefixAttrs !== undefined && touches(o, prefixOf)) o.attrs = def.prefixAttrs((o.attrs ?? {}) as Attrs, size);
+  };
+  out.logical.ops.forEach((o) => rewrite(o, (x) => lp[lg.tensors.id(x)] ?? []));
+  out.parallel.programs.forEach((rp, pi) => {
+    const p = plan.programs[pi] as Program;
+    const prefixOf = (x: string): readonly boolean[] => pp[pi]?.[p.tensors.id(x)] ?? [];
+    for (const t of rp.tensors ?? []) {
+      const fs = prefixOf(t.id);
+      t.shape = t.shape.map((s, d) => (fs[d] === true ? size : s));
+      const l = t.lineage;
+      if (l !== undefined && 'index' in l && l.index !== undefined) {
+        const lf = lp[lg.tensors.id(l.logical)] ?? [];
+        l.index = l.index.map((ix, d) => (lf[d] === true && ix !== '*' ? ([0, size] as RawRange) : ix));
+      }
+    }
+    rp.ops.forEach((o) => rewrite(o, prefixOf));
+  });
+  let cutPlan: LoadedPlan;
+  try {
+    cutPlan = loadPlanObject(`${plan.file} (prefix cut)`, JSON.parse(JSON.stringify(out)));
+  } catch (e) {
+    const msg = e instanceof PlanError ? e.issues.slice(0, 3).map((i) => `${i.path}: ${i.message}`).join('; ') : e instanceof Error ? e.message : String(e);
+    throw new ReductionError(`the prefix-cut plan does not load: ${msg}`);
+  }
+  // Every shape is the full one with the prefix dims cut, on every rank.
+  for (let t = 0; t < lg.tensors.size; t++) {
+    const want = (lg.shapes[t] as Shape).map((s, d) => (lp[t]?.[d] === true ? Math.min(s, size) : s)).join();
+    if ((cutPlan.logical.shapes[cutPlan.logical.tensors.id(lg.tensors.name(t))] ?? []).join() !== want) throw new ReductionError(`logical '${lg.tensors.name(t)}' is not its prefix cut`);
+  }
+  for (let r = 0; r < plan.mesh.size; r++) {
+    const pi = plan.rankProgram[r] as number;
+    const p = plan.programs[pi] as Program;
+    const cp = cutPlan.programs[cutPlan.rankProgram[r] as number] as Program;
+    const fv = plan.view(r);
+    const cv = cutPlan.view(r);
+    for (let t = 0; t < p.tensors.size; t++) {
+      const want = (fv.shapes[t] ?? []).map((s, d) => (pp[pi]?.[t]?.[d] === true ? size : s)).join();
+      if ((cv.shapes[cp.tensors.id(p.tensors.name(t))] ?? []).join() !== want) throw new ReductionError(`rank ${r} '${p.tensors.name(t)}' is not its prefix cut`);
+    }
+  }
+  return { raw: out, plan: cutPlan, cut: [...cut] };
 }

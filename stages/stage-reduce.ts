@@ -17,10 +17,10 @@ import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
-import { analyzeReduction, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
+import { analyzeReduction, prefixPlan, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
-import { assembleReport, type VerifyReport } from './verify.js';
+import { assembleReport, WITNESS_RETRIES, type VerifyReport } from './verify.js';
 
 export interface StageReductionInfo {
   /** 1-based stage number in the full plan. */
@@ -90,7 +90,10 @@ export function proveStage(p: PreparedStage, seed: number): { result: StageResul
   // Prove first (a proof needs no numbers); the numeric run is for a stage that is not proved.
   const first = attempt(false);
   if (first.status === 'proved' || /too large/.test(first.reason ?? '')) return { result: first, numeric: { evaluated: false, reason: 'not needed: the stage is proved, or too large', seed, claimsChecked: 0, mismatches: [], failingTensors: [] } };
-  const numeric = numericCheck(p.plan, seed);
+  let numeric = numericCheck(p.plan, seed);
+  // A difference no draw shows yet: a few more seeds, as the whole-plan witness search does
+  // (a stage reduced to a few elements has few chances per draw; the seed is in the report).
+  for (let k = 1; k <= WITNESS_RETRIES && first.status === 'differs' && numeric.evaluated && !numeric.failingTensors.includes(name); k++) numeric = numericCheck(p.plan, seed + k);
   // With a witness, a lazy difference is final (docs/engine.md, "Lazy sums"): prove again so.
   const result = first.status === 'differs' || !numeric.failingTensors.includes(name) ? first : attempt(true);
   return { result, numeric };
@@ -329,4 +332,130 @@ export function formatPerStage(infos: readonly StageReductionInfo[], verbose: bo
   }
   if (!verbose && infos.length > 8) lines.push(`  ... ${infos.length - 8} more (--verbose)`);
   return lines.join('\n');
+}
+
+/** Time the per-stage fallback may spend on one plan before it leaves the other stages open. */
+export const FALLBACK_BUDGET_MS = 300_000;
+
+/** What the per-stage fallback did to one stage (for the report and the benchmarks). */
+export interface FallbackInfo {
+  readonly stage: number;
+  readonly logical: string;
+  readonly status: StageResult['status'];
+  readonly mode: StageReductionInfo['mode'];
+  readonly reduced: string;
+  readonly ms: number;
+}
+
+/**
+ * The hook of verifyPlanInPool (StageFallback): every stage the whole-plan path left "unknown"
+ * because it is too large is extracted and reduced on its own (rank components first) and
+ * proved there. A proof replaces the "unknown"; a difference with a witness of the stage plan
+ * becomes the stage's result, its mismatches added to the numeric evidence (at the stage
+ * plan's reduced shapes: the lane argument maps them to full shapes, docs/engine.md). Stages
+ * after the first refuted one are not tried: the verdict is settled and the first failing
+ * stage is the likely root cause.
+ */
+export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[] = [], budgetMs = FALLBACK_BUDGET_MS): (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport) => { results: StageResult[]; numeric: NumericReport } {
+  return (plan, results, numeric) => {
+    const start = performance.now();
+    const out = [...results];
+    const mismatches = [...numeric.mismatches];
+    const failing = new Set(numeric.failingTensors);
+    const nameOf = (r: StageResult): string => plan.logical.tensors.name(r.stage.logical);
+    const memo = newMemo();
+    // Set when the walk (in topological order) passes a refuted stage: open stages before it are still tried.
+    let refuted = false;
+    for (const [i, r] of results.entries()) {
+      if (r.status === 'differs' && failing.has(nameOf(r))) refuted = true;
+      // Too large, or past its deadline at full shapes: smaller shapes may decide it.
+      if (r.status !== 'unknown' || !/too large|deadline/.test(r.reason ?? '')) continue;
+      if (refuted) {
+        out[i] = { ...r, reason: `${r.reason ?? ''} (not tried per stage: the plan is already refuted at an earlier stage)` };
+        continue;
+      }
+      // Many open stages (every clipped gradient reads the global norm) must not take hours.
+      if (performance.now() - start > budgetMs) {
+        out[i] = { ...r, reason: `${r.reason ?? ''} (not tried per stage: the fallback's ${Math.round(budgetMs / 1000)} s were spent on earlier stages)` };
+        continue;
+      }
+      const t0 = performance.now();
+      const name = nameOf(r);
+      let res: StageResult;
+      let found: NumericReport['mismatches'];
+      let info: StageReductionInfo;
+      const comp = proveByComponents(plan, raw, r.stage, seed, true, memo);
+      if (comp !== undefined) {
+        res = comp.result;
+        found = comp.mismatches;
+        info = comp.info;
+      } else {
+        const p = prepareStage(plan, raw, r.stage);
+        const { result, numeric: n } = proveStage(p, seed);
+        res = result;
+        found = n.mismatches.filter((m) => m.logical === name);
+        info = p.info;
+        // Still too large: a prefix cut of its value-indexed axes (vocab), for a witness only.
+        if (res.status === 'unknown' && /too large/.test(res.reason ?? '') && p.raw !== undefined) {
+          const cut = prefixWitness(p.plan, p.raw, name, seed);
+          if (cut !== undefined) {
+            log.push({ stage: i + 1, logical: name, status: cut.result.status, mode: info.mode, reduced: `prefix cut: ${cut.cut.join(', ')}`, ms: performance.now() - t0 });
+            if (cut.result.status === 'differs' && cut.found.length > 0) {
+              const red = info.reduced.map((c) => `${c.dim} ${c.full}->${c.reduced}`).join(', ');
+              out[i] = { ...cut.result, stage: r.stage, reason: `per stage (${info.mode}${red === '' ? '' : `: ${red}`}; then cut to a prefix for a witness: ${cut.cut.join(', ')}, its ids restricted to it); witness values at the cut plan's shapes: ${cut.result.reason ?? ''}` };
+              mismatches.push(...cut.found);
+              failing.add(name);
+              refuted = true;
+              continue;
+            }
+            // A proof or an open difference at a prefix cut decides nothing: the stage stays open.
+            res = { ...res, reason: `${res.reason ?? ''}; at a prefix cut (${cut.cut.join(', ')}; for witnesses only): ${cut.result.status}${cut.result.reason === undefined ? '' : ` (${cut.result.reason})`}` };
+          }
+        }
+      }
+      const reduced = info.reduced.map((c) => `${c.dim} ${c.full}->${c.reduced}`).join(', ');
+      const how = `per stage (${info.mode}${info.components === undefined ? '' : `, ${info.components.ranks} rank(s), ${info.components.distinct} distinct`}${reduced === '' ? '' : `: ${reduced}`})`;
+      log.push({ stage: i + 1, logical: name, status: res.status, mode: info.mode, reduced, ms: performance.now() - t0 });
+      if (res.status === 'proved') {
+        out[i] = { ...r, status: 'proved', failingRanks: [], ms: r.ms + res.ms };
+      } else if (res.status === 'differs' && found.length > 0) {
+        out[i] = { ...res, stage: r.stage, reason: `${how}; witness values at the stage plan's shapes: ${res.reason ?? ''}` };
+        mismatches.push(...found);
+        failing.add(name);
+        refuted = true;
+      } else {
+        out[i] = { ...r, reason: `${r.reason ?? ''}; ${how}: ${res.status === 'differs' ? `differs without a witness: ${res.reason ?? ''}` : (res.reason ?? 'undecided')}` };
+      }
+    }
+    return { results: out, numeric: { ...numeric, mismatches, failingTensors: [...failing] } };
+  };
+}
+
+/** Report lines for the per-stage fallback (empty when no stage went there). */
+export function formatFallback(log: readonly FallbackInfo[]): string {
+  if (log.length === 0) return '';
+  const lines = [`\nper-stage fallback: ${log.length} stage(s) too large in the whole plan were extracted and reduced on their own (docs/engine.md, "Per-stage reduction")`];
+  for (const f of log) lines.push(`  stage ${f.stage} (${f.logical}): ${f.status} (${f.mode}${f.reduced === '' ? '' : `: ${f.reduced}`}, ${(f.ms / 1000).toFixed(1)} s)`);
+  return lines.join('\n');
+}
+
+/** The stage proved at a prefix cut of its plan (reduce.ts prefixPlan), or undefined when nothing can be cut. Only a difference with a witness may be used. */
+export function prefixWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed: number): { result: StageResult; found: NumericReport['mismatches']; cut: string[] } | undefined {
+  // One id first (every id the same: a sum over positions stays a plain sum, cheap to normalize), then two.
+  let last: { result: StageResult; found: NumericReport['mismatches']; cut: string[] } | undefined;
+  for (const size of [1, 2]) {
+    try {
+      const pre = prefixPlan(plan, raw, size);
+      if (pre === undefined) return last;
+      const s = stageOf(pre.plan, name);
+      if (s === undefined) return last;
+      const { result, numeric } = proveStage({ info: { stage: 0, logical: name, mode: 'reduced', reduced: [], kept: [] }, plan: pre.plan, stage: s, raw: pre.raw }, seed);
+      last = { result, found: numeric.mismatches.filter((m) => m.logical === name), cut: pre.cut };
+      if (result.status === 'differs' && last.found.length > 0) return last;
+    } catch (e) {
+      if (e instanceof ReductionError || e instanceof ExtractionError) return last;
+      throw e;
+    }
+  }
+  return last;
 }

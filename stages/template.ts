@@ -539,7 +539,7 @@ export function verifyPerTemplate(plan: LoadedPlan, opts: TemplateVerifyOptions 
     if (ts.tooLarge(size)) {
       tooLarge++;
       // The per-rank builder's words (stages/prove.ts), so that reports read alike on both paths.
-      reason = `the stage is too large: its tensors hold ${size.exact ? '' : 'at least '}${n} elements (${counted}; at most ${limit} per stage): shapes this large need shape reduction, which this version does not have (docs/engine.md)`;
+      reason = `the stage is too large: its tensors hold ${size.exact ? '' : 'at least '}${n} elements (${counted}; at most ${limit} per stage): shapes this large need shape reduction (docs/engine.md, "Shape reduction" and "Per-stage reduction")`;
     } else {
       let r: LocalProof;
       try {

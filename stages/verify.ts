@@ -179,7 +179,16 @@ export interface PoolVerifyOptions extends VerifyOptions {
   readonly cache?: ProofCache;
   /** Tensor-level proofs before the element engines (default true; --no-tensor-level). */
   readonly tensorLevel?: boolean;
+  /**
+   * Stages still undecided because they are too large are handed to this hook (per-stage
+   * extraction and reduction, stages/stage-reduce.ts perStageFallback). Passed in rather than
+   * imported: stage-reduce.ts builds its reports with this module.
+   */
+  readonly fallback?: StageFallback;
 }
+
+/** Second chance for undecided stages: new results (same order) and the numeric evidence with their witnesses added. */
+export type StageFallback = (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport) => { results: StageResult[]; numeric: NumericReport };
 
 /** Results for every stage: the known ones as given, the others proved by `prove`. */
 async function proveRest(stages: readonly Stage[], known: ReadonlyMap<number, StageResult> | undefined, prove: (some: readonly Stage[]) => Promise<StageResult[]>): Promise<StageResult[]> {
@@ -234,8 +243,9 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   // Stage deduplication and the proof cache hook (stages/dedup.ts).
   const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, opts.cache, known);
   let results = distinct?.results ?? (await proveRest(stages, known, proveSome));
-  const numeric = witnessSearch(plan, results, first);
+  let numeric = witnessSearch(plan, results, first);
   if (engine === 'normal') results = await z3Fallback(plan, results, numeric, opts.deadlineMs);
+  if (engine === 'normal' && opts.fallback !== undefined) ({ results, numeric } = opts.fallback(plan, results, numeric));
   const assembled = withTensorReasons(assemble(plan, results, numeric, numeric.seed, t0), tl?.open);
   const report = distinct === undefined ? assembled : withProofs(assembled, distinct);
   return engine === 'z3' ? { ...report, engine, stages: report.stages.map((s) => (s.status === 'proved' ? { ...s, decidedBy: 'z3' as const } : s)) } : report;

@@ -9,7 +9,7 @@ import { loadPlanObject, type LoadedPlan } from '../plans/loader.js';
 import type { RawPlan } from '../plans/raw.js';
 import { analyzeReduction, reducePlan, reducedRaw, ReductionError } from '../stages/reduce.js';
 import { verifyPlan, type VerifyReport } from '../stages/verify.js';
-import { meanRowsPlan, mlpPlan, planParams, type PlanParams } from './reduce-plans.js';
+import { meanRowsPlan, mlpPlan, planParams, reshapeParams, reshapePlan, type PlanParams } from './reduce-plans.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -101,6 +101,79 @@ describe('shape reduction', function () {
       { numRuns: 100, seed: 12 },
     );
     // the property is not vacuous: most plans shrink, and many are broken
+    assert.ok(reduced >= 60, `only ${reduced} of 100 plans reduced`);
+    assert.ok(broken >= 20, `only ${broken} of 100 plans are broken`);
+  });
+});
+
+describe('shape reduction through reshape and expand (lane rules)', function () {
+  this.timeout(120000);
+
+  it('shrinks the innermost dims of a reshape group and rewrites the `shape` attributes', () => {
+    const raw = reshapePlan({ dp: 2, rows: 2, seq: 4, heads: 2, hd: 4, act: 'tanh', spelling: 'index', mutant: 'none' });
+    const plan = load(raw);
+    const red = reducePlan(plan, raw);
+    assert.ok(red !== undefined);
+    const shape = (t: string): readonly number[] => red.plan.logical.shapes[red.plan.logical.tensors.id(t)] ?? [];
+    assert.deepEqual(shape('x'), [4, 1, 2]); // seq 4 -> 1, heads x head dim 8 -> 2 (head dim 4 -> 1)
+    assert.deepEqual(shape('y'), [4, 2]); // rows x seq 16 -> 4
+    const attr = (id: string): unknown => red.raw.logical.ops.find((o) => o.id === id)?.attrs?.['shape'];
+    assert.deepEqual(attr('split'), [4, 1, 2, 1]);
+    assert.deepEqual(attr('merge'), [4, 2]);
+    assert.deepEqual(attr('bx'), [4, 1, 2, 1]);
+    const par = red.raw.parallel.programs[0]?.ops.find((o) => o.id === 'merge')?.attrs?.['shape'];
+    assert.deepEqual(par, [2, -1]); // the local merge: 2 rows x seq 1, -1 kept
+    assert.equal(verifyPlan(red.plan).verdict, 'verified');
+  });
+
+  it('keeps a dim that is an outer dim of a merge (its size is tied to the attribute): shrinking it would hide a bug', () => {
+    // Rows and seq transposed before they are merged: a bug when both are > 1.
+    const p = { dp: 1, rows: 2, seq: 2, heads: 1, hd: 2, act: 'tanh' as const, spelling: 'index' as const, mutant: 'transpose-before-merge' as const };
+    const raw = reshapePlan(p);
+    const plan = load(raw);
+    const a = analyzeReduction(plan);
+    const rows = a.classes.find((c) => c.dim === "'x' dim 0");
+    assert.equal(rows?.factor, 1);
+    assert.match(rows?.kept ?? '', /fixed in op 'merge' \(reshape\): .*not the innermost dim of its merge\/split group/);
+    assert.equal(verifyPlan(plan).verdict, 'not_equivalent');
+    // What a reduction of the rows (2 -> 1) would prove: the same plan with one row verifies.
+    assert.equal(verifyPlan(load(reshapePlan({ ...p, rows: 1 }))).verdict, 'verified');
+    const red = reducePlan(plan, raw);
+    assert.ok(red === undefined || verifyPlan(red.plan).verdict === 'not_equivalent');
+  });
+
+  it('refuses a reduced plan whose rewritten reshape does not match its lanes', () => {
+    const raw = reshapePlan({ dp: 1, rows: 1, seq: 4, heads: 2, hd: 2, act: 'tanh', spelling: 'index', mutant: 'none' });
+    const plan = load(raw);
+    const a = analyzeReduction(plan);
+    // a tampered factor table: the merged output's rows shrink, the seq dim of its input does not
+    const y = plan.logical.tensors.id('y');
+    assert.equal(a.logicalFactors[y]?.[0], 4); // seq 4 -> 1, so rows x seq 4 -> 1
+    const bad = { ...a, logicalFactors: a.logicalFactors.map((fs, t) => (t === y ? [2, fs[1] ?? 1] : fs)) };
+    // The merge's attribute is rewritten for 2 rows while its input holds 1: the loader refuses it.
+    assert.throws(() => loadPlanObject('tampered.json', JSON.parse(JSON.stringify(reducedRaw(raw, plan, bad)))), /reshape/);
+    assert.doesNotThrow(() => loadPlanObject('ok.json', JSON.parse(JSON.stringify(reducedRaw(raw, plan, a)))));
+  });
+
+  it('gives the verdict of full shapes at reduced shapes on 100 random reshape-heavy plans and mutants', () => {
+    let reduced = 0;
+    let broken = 0;
+    fc.assert(
+      fc.property(reshapeParams, (p) => {
+        const raw = reshapePlan(p);
+        const plan = load(raw);
+        const full = verifyPlan(plan);
+        if (full.verdict !== 'verified') broken++;
+        const red = reducePlan(plan, raw);
+        if (red === undefined) return true;
+        reduced++;
+        const r = verifyPlan(red.plan);
+        assert.equal(r.verdict, full.verdict, `${JSON.stringify(p)}: full ${full.verdict} (${full.summary}), reduced ${r.verdict} (${r.summary})`);
+        assert.equal(failing(r), failing(full), JSON.stringify(p));
+        return true;
+      }),
+      { numRuns: 100, seed: 12 },
+    );
     assert.ok(reduced >= 60, `only ${reduced} of 100 plans reduced`);
     assert.ok(broken >= 20, `only ${broken} of 100 plans are broken`);
   });

@@ -12,7 +12,9 @@ import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { decompose, Prover } from '../stages/prove.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure } from '../stages/extract.js';
-import { prepareStage, proveByComponents, verifyPerStage } from '../stages/stage-reduce.js';
+import { perStageFallback, prefixWitness, prepareStage, proveByComponents, verifyPerStage, type FallbackInfo } from '../stages/stage-reduce.js';
+import { assembleReport } from '../stages/verify.js';
+import type { StageResult } from '../stages/prove.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, rankStage, windowsOf } from '../stages/components.js';
 import { analyzeReduction } from '../stages/reduce.js';
 import { verifyPlan, type VerifyReport } from '../stages/verify.js';
@@ -20,7 +22,8 @@ import { EXAMPLES, runCli } from './helpers.js';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { meanRowsPlan, mlpPlan, planParams } from './reduce-plans.js';
+import { embedParams, embedPlan, meanRowsPlan, mlpPlan, planParams, reshapeParams, reshapePlan } from './reduce-plans.js';
+import { prefixPlan } from '../stages/reduce.js';
 
 const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));
 const failing = (r: VerifyReport): string => r.stages.filter((s) => s.status !== 'proved').map((s) => `${s.logical}:${s.status}@${s.failingRanks.join('/')}`).join(',');
@@ -217,6 +220,99 @@ describe('per-stage reduction', function () {
       assert.ok(per.stageReduction.filter((i) => i.mode === 'components').length >= 100, per.summary);
     });
   }
+
+  it('the fallback of verify: stages left "too large" get the verdict of full shapes from per-stage reduction (60 random reshape-heavy plans)', () => {
+    let refuted = 0;
+    let reduced = 0;
+    const first = (r: VerifyReport): string | undefined => r.stages.find((x) => x.status !== 'proved')?.logical;
+    fc.assert(
+      fc.property(reshapeParams, (p) => {
+        const raw = reshapePlan(p);
+        const plan = load(raw);
+        const full = verifyPlan(plan);
+        // Every stage as the whole-plan path leaves it at real sizes: too large, no numbers.
+        const stages = decompose(plan, logicalOrder(plan));
+        const open: StageResult[] = stages.map((st) => ({ stage: st, status: 'unknown', reason: 'the stage is too large: (simulated)', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 }));
+        const log: FallbackInfo[] = [];
+        const fb = perStageFallback(raw, 1, log)(plan, open, { evaluated: false, reason: 'simulated', seed: 1, claimsChecked: 0, mismatches: [], failingTensors: [] });
+        const rep = assembleReport(plan, fb.results, fb.numeric, 1, 0);
+        assert.equal(rep.verdict, full.verdict, `${JSON.stringify(p)}: full ${full.summary}; fallback ${rep.summary}`);
+        assert.equal(first(rep), first(full), JSON.stringify(p));
+        if (rep.verdict === 'not_equivalent') {
+          refuted++;
+          const f = rep.stages.find((x) => x.status === 'not_equivalent');
+          assert.ok((f?.witness?.length ?? 0) > 0 && /^the two sides differ: per stage/.test(f?.reason ?? ''), JSON.stringify(f));
+        }
+        reduced += log.filter((l) => l.reduced !== '').length;
+        return true;
+      }),
+      { numRuns: 60, seed: 7 },
+    );
+    assert.ok(refuted >= 15, `only ${refuted} plans refuted`);
+    assert.ok(reduced >= 10, `only ${reduced} stages reduced`);
+    // A stage open for another reason is left alone.
+    const raw = reshapePlan({ dp: 1, rows: 1, seq: 2, heads: 1, hd: 2, act: 'tanh', spelling: 'index', mutant: 'scale-a' });
+    const plan = load(raw);
+    const st = decompose(plan, logicalOrder(plan));
+    const other: StageResult[] = st.map((x) => ({ stage: x, status: 'unknown', reason: 'an input relation the engine cannot encode', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 }));
+    const kept = perStageFallback(raw, 1)(plan, other, { evaluated: false, seed: 1, claimsChecked: 0, mismatches: [], failingTensors: [] });
+    assert.deepEqual(kept.results.map((r) => r.status), other.map(() => 'unknown'));
+    // With its time budget spent, the fallback leaves too-large stages open and says why.
+    const big: StageResult[] = st.map((x) => ({ stage: x, status: 'unknown', reason: 'the stage is too large: (simulated)', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 }));
+    const spent = perStageFallback(raw, 1, [], -1)(plan, big, { evaluated: false, seed: 1, claimsChecked: 0, mismatches: [], failingTensors: [] });
+    assert.ok(spent.results.every((r) => r.status === 'unknown' && /fallback's 0 s were spent/.test(r.reason ?? '')));
+    assert.equal(perStageFallback(raw, 1)(plan, big, { evaluated: false, seed: 1, claimsChecked: 0, mismatches: [], failingTensors: [] }).results.some((r) => r.status === 'differs'), true);
+  });
+
+  it('a prefix cut of the vocab gives witnesses only of real differences (60 random data-parallel embedding gradients)', () => {
+    let refuted = 0;
+    let proofsIgnored = 0;
+    fc.assert(
+      fc.property(embedParams, (p) => {
+        const raw = embedPlan(p);
+        const plan = load(raw);
+        const full = verifyPlan(plan);
+        const w = prefixWitness(plan, raw, 'gw', 1);
+        assert.ok(w !== undefined, 'the vocab of gw can be cut');
+        if (w.result.status === 'differs' && w.found.length > 0) {
+          refuted++;
+          assert.equal(full.verdict, 'not_equivalent', `${JSON.stringify(p)}: the cut refutes a plan that is ${full.verdict}`);
+        } else if (w.result.status === 'proved') proofsIgnored++;
+        // the bugs that scale every row are seen at one id already
+        if (p.dp > 1 && (p.mutant === 'avg-allreduce' || p.mutant === 'drop-allreduce')) assert.equal(w.result.status, 'differs', JSON.stringify(p));
+        return true;
+      }),
+      { numRuns: 60, seed: 5 },
+    );
+    assert.ok(refuted >= 15, `only ${refuted} refuted`);
+    assert.ok(proofsIgnored >= 10, `only ${proofsIgnored} cut plans proved`);
+  });
+
+  it('does not cut an axis a softmax normalizes, nor a vocab held in slices', () => {
+    const raw = embedPlan({ dp: 2, rows: 1, seq: 2, vocab: 4, hidden: 1, mutant: 'none' });
+    const sm = structuredClone(raw);
+    sm.logical.tensors.push({ id: 'p', shape: [4, 1], role: 'output' });
+    sm.logical.ops.push({ id: 'sm', op: 'softmax', inputs: ['gw'], outputs: ['p'], attrs: { dim: 0 } });
+    sm.contract.outputs.push('p');
+    sm.parallel.programs[0]?.tensors?.push({ id: 'p', shape: [4, 1], lineage: { logical: 'p' } });
+    sm.parallel.programs[0]?.ops.push({ id: 'sm', op: 'softmax', inputs: ['gw'], outputs: ['p'], attrs: { dim: 0 } });
+    assert.equal(prefixPlan(load(sm), sm), undefined);
+    // each rank holds half of the vocab rows of gw
+    const sl = structuredClone(raw);
+    const t = sl.parallel.programs[0]?.tensors?.find((x) => x.id === 'gw');
+    assert.ok(t !== undefined);
+    t.shape = [2, 1];
+    t.lineage = { logical: 'gw', index: [[{ expr: 'dp*2' }, { expr: 'dp*2 + 2' }], '*'] };
+    sl.parallel.programs[0]?.tensors?.push({ id: 'gs', shape: [2, 1] });
+    const ops = sl.parallel.programs[0]?.ops ?? [];
+    ops.push({ id: 'half', op: 'slice', inputs: ['gw_all'], outputs: ['gw'], attrs: { dim: 0, start: 0, end: 2 } });
+    (ops.find((o) => o.id === 'ar') as { outputs: string[] }).outputs = ['gw_all'];
+    sl.parallel.programs[0]?.tensors?.push({ id: 'gw_all', shape: [4, 1] });
+    sl.parallel.programs[0]?.tensors?.splice(sl.parallel.programs[0].tensors.findIndex((x) => x.id === 'gs'), 1);
+    assert.equal(prefixPlan(load(sl), sl), undefined);
+    // the plain plan is cut
+    assert.ok(prefixPlan(load(raw), raw, 1) !== undefined);
+  });
 
   it('verify --per-stage: exit codes of the verdicts, and --emit-reduced writes stage plans that verify on their own', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'planproof-emit-'));
