@@ -365,19 +365,18 @@ class LogicalWorld {
 
   /** Logical tensor t equals factor x tensor `to` (itself canonical, or mapped through). */
   private alias(t: number, to: number, factor: Frac): void {
-    const base = to < this.nLogical ? (this.canonId[to] as number) : to;
-    const s = to < this.nLogical ? fmul(factor, this.canonScale[to] as Frac) : factor;
+    const [base, f0] = this.canon(to);
+    const s = fmul(factor, f0);
     if (s === undefined) return;
     this.canonId[t] = base;
     this.canonScale[t] = s;
   }
 
-  /** The op (index) writing each tensor id. */
-  private readonly producer = new Map<number, number>();
+  /** Virtual tensors equal to another tensor (a decomposed op's output is its expression's value). */
+  private readonly vAlias = new Map<number, number>();
   private register(key: string, op: OpRef): number {
     const i = this.ops.length;
     this.ops.push(op);
-    for (const t of op.outputs) this.producer.set(t, i);
     this.byKey.set(key, i);
     const k = `${op.kind}|${op.inputs.join(',')}`;
     const l = this.index.get(k);
@@ -406,18 +405,16 @@ class LogicalWorld {
     });
     // A virtual op reads factor x its canonical inputs: only unscaled ones have a shape rule to trust.
     if (factors.some((f) => !feq(f, ONE))) return undefined;
-    // A single-output op with a decomposition is the decomposition's root op (one value, one id).
+    const q = this.register(key, { kind, attrs, inputs, factors, outputs });
+    // A single-output op with a decomposition: its output is the decomposition's value (the op
+    // stays registered, so the same op on a slice still finds it).
     const dec = def.decompose?.(inputs.length, attrs, inputs.map((x) => this.shape(x)), inputs.map((x) => this.domain(x)));
     const root = dec?.length === 1 && outputs.length === 1 ? dec[0] : undefined;
     if (root !== undefined && !('input' in root)) {
       const id = this.build(root, inputs);
-      const q = id === undefined ? undefined : this.producer.get(id);
-      if (q !== undefined && (this.ops[q] as OpRef).outputs.length === 1) {
-        this.byKey.set(key, q);
-        return q;
-      }
+      if (id !== undefined) this.vAlias.set(outputs[0] as number, id);
     }
-    return this.register(key, { kind, attrs, inputs, factors, outputs });
+    return q;
   }
 
   private build(e: DecompExpr, inputs: readonly number[]): number | undefined {
@@ -487,7 +484,9 @@ class LogicalWorld {
   }
   /** (canonical id, factor) of a tensor id. */
   canon(id: number): [number, Frac] {
-    return id < this.nLogical ? [this.canonId[id] as number, this.canonScale[id] as Frac] : [id, ONE];
+    if (id < this.nLogical) return [this.canonId[id] as number, this.canonScale[id] as Frac];
+    const a = this.vAlias.get(id);
+    return a === undefined ? [id, ONE] : this.canon(a);
   }
 }
 

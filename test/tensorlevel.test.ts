@@ -47,6 +47,14 @@ describe('tensor-level proofs agree with the exact normal form', () => {
       if (name === 'gpt2-tiny' || name === 'llama-tiny') assert.equal(c.tensor.size, c.total, `${name}: every stage at tensor level`);
       assert.equal(verifyPlan(plan).verdict, 'verified', name);
     }
+    // Without tp (L1's shape): each rank's summed cross-entropy on its rows is an addend of the
+    // logical mean's rescaled sum, whose value is also the decomposed vocab-parallel form.
+    const p = PRESETS['llama-tiny'];
+    assert.ok(p !== undefined);
+    const dp = loadPlanObject('llama-dp.json', generatePlan({ model: p.model, par: { ...p.par, tp: 1 }, optimizer: OPT }));
+    const c = compare(dp);
+    assertSubset('llama-tiny tp1', c);
+    assert.equal(c.tensor.size, c.total, 'llama-tiny tp1: every stage at tensor level');
   }).timeout(300_000);
 
   it('on every catalog bug: a stage the exact normal form refutes is never proved at tensor level', () => {
