@@ -23,6 +23,7 @@ import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
 import { newPool, proveInPool } from './pool.js';
 import type { Piscina } from 'piscina';
+import { proveTensorLevel } from './tensorlevel.js';
 import { inferClaims, withClaims, type InferredClaim } from './infer.js';
 import { assemble, engineError, witnessedStages, witnessSearch, type Engine, type VerifyReport } from './verify.js';
 
@@ -40,6 +41,8 @@ export interface BoundaryOptions {
   readonly onStage?: (done: number, total: number) => void;
   /** Work budget of the normal form, in this thread (jobs 0); tests set it low to exercise the portfolio. */
   readonly budget?: number;
+  /** Tensor-level proofs before the normal form (default true). */
+  readonly tensorLevel?: boolean;
 }
 
 /** The smallest span of parallel ops that holds the first failure. */
@@ -282,6 +285,17 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
 
 async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions, pool: Piscina | undefined): Promise<StageResult[]> {
   if (todo.length === 0) return [];
+  // Tensor-level proofs first (stages/tensorlevel.ts), as in verify: whole-tensor relations
+  // cost nothing next to the normal form, and a stage they do not prove goes on to it.
+  if (opts.tensorLevel !== false) {
+    const tl = proveTensorLevel(plan, todo.filter((s) => !witnessed.has(s.index)));
+    if (tl.proved.size > 0) {
+      const rest = todo.filter((s) => !tl.proved.has(s.index));
+      const fresh = await proveStages(plan, file, text, rest, witnessed, { ...opts, tensorLevel: false }, pool);
+      const byIndex = new Map(rest.map((s, i) => [s.index, fresh[i] as StageResult]));
+      return todo.map((s) => tl.proved.get(s.index) ?? (byIndex.get(s.index) as StageResult));
+    }
+  }
   if (opts.jobs > 0) {
     return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, engine: 'normal' as Engine, ...(pool === undefined ? {} : { pool }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   }

@@ -35,6 +35,16 @@ const MAX_POSITIONS = 256;
 const MAX_MATCHES = 32;
 /** Candidates kept per tensor besides the first. */
 const MAX_ALTERNATIVES = 3;
+/**
+ * Extra random inputs every candidate must also hold on. One run can match by coincidence: a
+ * token's capacity slot in an MoE dispatch buffer depends on how the other tokens route, so a
+ * local buffer equals a block of the logical one on some inputs only. Such a hint fails its
+ * proof, and every stage built on it fails with it, round after round; a second draw removes
+ * it for the price of a forward run.
+ */
+export const CHECK_SEEDS = 4;
+/** Past this many logical elements, one extra seed only. */
+const CHECK_SEEDS_FULL_BELOW = 200_000;
 
 type Json = Record<string, unknown>;
 
@@ -97,6 +107,8 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
   for (let t = 0; t < lg.tensors.size; t++) total += numel(lg.shapes[t] ?? []);
   if (total > MAX_INFER_ELEMENTS) return { claims: [], unclaimed, skipped: `the logical tensors hold ${total} elements; fingerprinting is limited to ${MAX_INFER_ELEMENTS}` };
   const { logical, parallel } = evaluateBoth(plan, seed);
+  const nCheck = total < CHECK_SEEDS_FULL_BELOW ? CHECK_SEEDS : 1;
+  const checks = Array.from({ length: nCheck }, (_, i) => evaluateBoth(plan, seed + 7919 * (i + 1)));
 
   // Value index: key -> [L, e, L, e, ...]; integer tensors (ids) are left out.
   const index = new Map<string, number[]>();
@@ -256,13 +268,38 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
       if (ranks.every((r) => (parallel[r]?.[t]?.data ?? []).every((x) => Number.isInteger(x)))) continue;
       const per = new Map<number, Cand[]>(ranks.map((r) => [r, candsAt(r)]));
       const shapeAt = (r: number): readonly number[] => plan.view(r).shapes[t] ?? [];
+      /** The candidate, at the offsets fitted per rank, on another run of both graphs. */
+      const holdsOn = (run: { logical: (Dense<number> | undefined)[]; parallel: (Dense<number> | undefined)[][] }, c: Cand, starts: ReadonlyMap<number, readonly number[]>): boolean => {
+        const lv = run.logical[c.L];
+        if (lv === undefined) return false;
+        for (const r of ranks) {
+          const v = run.parallel[r]?.[t];
+          const st = starts.get(r);
+          if (v === undefined || st === undefined) return false;
+          let data: ArrayLike<number> = v.data;
+          if (c.kind === 'addend') {
+            const sum = new Float64Array(v.data.length);
+            for (const m of mesh.groupAlong(r, c.axes)) {
+              const p2 = plan.programs[plan.rankProgram[m] as number] as Program;
+              const x = run.parallel[m]?.[p2.tensors.id(name)];
+              if (x === undefined || x.data.length !== v.data.length) return false;
+              x.data.forEach((y, f) => (sum[f] = (sum[f] as number) + y));
+            }
+            data = sum;
+          }
+          if (!blockEquals(data, v.shape, c.divisor, lv, st)) return false;
+        }
+        return true;
+      };
       const found: { c: Cand; lineage: Json }[] = [];
       for (const c0 of per.get(r0) ?? []) {
         if (found.length > MAX_ALTERNATIVES) break;
         const same = (c: Cand): boolean => c.L === c0.L && c.kind === c0.kind && c.n === c0.n && c.divisor === c0.divisor && c.axes.join() === c0.axes.join();
         if (found.some((f) => same(f.c))) continue;
-        const entry = fitTemplate(plan, ranks, (r) => (per.get(r) ?? []).filter(same).map((c) => c.start), shapeAt, lg.shapes[c0.L] ?? []);
-        if (entry === undefined) continue;
+        const fit = fitTemplate(plan, ranks, (r) => (per.get(r) ?? []).filter(same).map((c) => c.start), shapeAt, lg.shapes[c0.L] ?? []);
+        if (fit === undefined) continue;
+        const entry = fit.entry;
+        if (!checks.every((run) => holdsOn(run, c0, fit.starts))) continue;
         const lineage: Json = { logical: lg.tensors.name(c0.L), index: entry };
         if (c0.kind !== 'slice') {
           const A = c0.axes;
@@ -348,7 +385,7 @@ function affineExpr(plan: LoadedPlan, b: number, terms: readonly (readonly [numb
  * at the program's first rank, derives the coefficient of each axis from a rank that differs on
  * it alone, and checks the prediction against every rank's list.
  */
-function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: number) => number[][], shapeAt: (r: number) => readonly number[], S: readonly number[]): (string | [number | Json, number | Json])[] | undefined {
+function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: number) => number[][], shapeAt: (r: number) => readonly number[], S: readonly number[]): { entry: (string | [number | Json, number | Json])[]; starts: Map<number, number[]> } | undefined {
   const mesh = plan.mesh;
   const axesN = mesh.sizes.length;
   const r0 = ranks[0] as number;
@@ -375,14 +412,16 @@ function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: num
     }
   }
   const predict = (b: number, k: readonly number[], c: readonly number[]): number => b - k.reduce((acc, x, a) => acc + x * (c0[a] as number), 0) + k.reduce((acc, x, a) => acc + x * (c[a] as number), 0);
+  const fitted = new Map<number, number[]>();
   for (const r of ranks) {
     const c = coord(r);
     const want = s0.map((s, d) => predict(s, ks[d] as number[], c));
     const end = ends0.map((e, d) => predict(e, ke[d] as number[], c));
     if (end.some((e, d) => e - (want[d] as number) !== (shapeAt(r)[d] as number))) return undefined;
     if (!starts(r).some((st) => st.every((x, d) => x === want[d]))) return undefined;
+    fitted.set(r, want);
   }
-  return s0.map((s, d) => {
+  const entry = s0.map((s, d): string | [number | Json, number | Json] => {
     const k = ks[d] as number[];
     const e = ke[d] as number[];
     if (k.every((x) => x === 0) && e.every((x) => x === 0) && s === 0 && ends0[d] === S[d]) return '*';
@@ -390,6 +429,21 @@ function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: num
     const terms = (kk: number[]): [number, number][] => kk.map((x, a) => [a, x] as [number, number]);
     return [affineExpr(plan, base(s, k), terms(k)), affineExpr(plan, base(ends0[d] as number, e), terms(e))];
   });
+  return { entry, starts: fitted };
+}
+
+/** Whether `data` (of `shape`) divided by `divisor` equals the block of `lv` starting at `start`. */
+function blockEquals(data: ArrayLike<number>, shape: readonly number[], divisor: number, lv: Dense<number>, start: readonly number[]): boolean {
+  const S = lv.shape;
+  if (S.length !== shape.length) return false;
+  const ls = strides(shape);
+  const st = strides(S);
+  for (let f = 0; f < data.length; f++) {
+    let g = 0;
+    for (let d = 0; d < shape.length; d++) g += ((start[d] as number) + (Math.floor(f / (ls[d] as number)) % (shape[d] as number))) * (st[d] as number);
+    if (differs((data[f] as number) / divisor, lv.data[g] as number)) return false;
+  }
+  return true;
 }
 
 /** The plan with the inferred claims written in (a deep copy; the input is not changed). */
