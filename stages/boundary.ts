@@ -24,6 +24,7 @@ import { decompose, Prover, StageBuilder, type Stage, type StageResult } from '.
 import { newPool, proveInPool } from './pool.js';
 import type { Piscina } from 'piscina';
 import { proveTensorLevel } from './tensorlevel.js';
+import { certifyWitness, type Iv } from './interval.js';
 import { inferClaims, withClaims, type InferredClaim } from './infer.js';
 import { assemble, engineError, witnessedStages, witnessSearch, type Engine, type VerifyReport } from './verify.js';
 
@@ -170,7 +171,20 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       // Stages of hints first, until every hint proves; then the user's claims, once.
       const hintStage = (s: Stage): boolean => s.obligations.every((o) => hinted(o.rank, o.tensor));
       const todo = stages.filter((s, i) => !cache.has(keys[i] as string) && hintStage(s));
-      if (todo.length === 0) todo.push(...stages.filter((s, i) => !cache.has(keys[i] as string)));
+      if (todo.length === 0) {
+        // The user's claims. When the numbers already show one failing, a certified witness
+        // (stages/interval.ts) settles the verdict whatever the stage's size: that stage is
+        // refuted without a normal form, and the stages after it are not attempted (the
+        // stages downstream of a bug get no hints that hold, so they are the plan's largest).
+        const cert = certify(plan, stages, numeric, hinted);
+        for (const [i, s] of stages.entries()) {
+          const k = keys[i] as string;
+          if (cache.has(k)) continue;
+          if (cert !== undefined && s.index === cert.stage) cache.set(k, cert.result(s));
+          else if (cert !== undefined && s.index > cert.stage) cache.set(k, notAttempted(s, cert.stage));
+          else todo.push(s);
+        }
+      }
       const tr = performance.now();
       const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, opts, pool);
       if (process.env['PLANPROOF_TRACE'] === '1') {
@@ -431,4 +445,39 @@ function loadHinted(file: string, obj: Json, hints: Hint[]): LoadedPlan | undefi
     }
     throw e;
   }
+}
+
+interface Cert {
+  /** Index of the refuted stage in the decomposition it was found in. */
+  readonly stage: number;
+  readonly result: (s: Stage) => StageResult;
+}
+
+/**
+ * The first user stage, in stage order, whose tensor the numeric run shows failing and whose
+ * failure interval arithmetic certifies (stages/interval.ts); undefined when there is none.
+ */
+function certify(plan: LoadedPlan, stages: readonly Stage[], numeric: NumericReport, hinted: (r: number, t: number) => boolean): Cert | undefined {
+  if (numeric.failingTensors.length === 0) return undefined;
+  const t0 = performance.now();
+  const failing = new Set(numeric.failingTensors);
+  const user = stages.filter((s) => failing.has(plan.logical.tensors.name(s.logical)) && s.obligations.some((o) => !hinted(o.rank, o.tensor)));
+  if (user.length === 0) return undefined;
+  const c = certifyWitness(plan, numeric.seed, [...new Set(user.map((s) => s.logical))], (r, t) => !hinted(r, t));
+  if (!('certified' in c) || c.logical === undefined) {
+    if (process.env['PLANPROOF_TRACE'] === '1') process.stderr.write(`certified witness: none (${'undecided' in c ? c.undecided : ''})\n`);
+    return undefined;
+  }
+  const w = c.certified;
+  const stage = (user.find((s) => s.logical === c.logical) as Stage).index;
+  const ms = performance.now() - t0;
+  const lt = plan.logical.tensors.name(c.logical);
+  const iv = (x: Iv): string => `[${x.lo.toPrecision(10)}, ${x.hi.toPrecision(10)}]`;
+  const what = w.kind === 'replica' ? `another copy of the same addend in ${iv(w.logical)}` : `logical ${lt} element ${w.element} in ${iv(w.logical)}`;
+  const reason = `certified witness (interval arithmetic at seed ${w.seed}, no normal form): rank ${w.rank} '${w.tensor}'${w.kind === 'partial' ? ' (its addends combined)' : ''} lies in ${iv(w.parallel)}, ${what}: disjoint, so the claim is false at these inputs in exact arithmetic`;
+  return { stage, result: (s) => ({ stage: s, status: 'differs', reason, failingRanks: [w.rank], logicalOps: 0, parallelOps: 0, terms: 0, ms }) };
+}
+
+function notAttempted(s: Stage, at: number): StageResult {
+  return { stage: s, status: 'unknown', reason: `not attempted: the plan is already refuted at stage ${at + 1} (a certified witness)`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
 }
