@@ -25,7 +25,8 @@ import { newPool, proveInPool } from './pool.js';
 import type { Piscina } from 'piscina';
 import { proveTensorLevel } from './tensorlevel.js';
 import { certifyWitness, type Iv } from './interval.js';
-import { inferClaims, withClaims, type InferredClaim } from './infer.js';
+import { inferClaims, valueMatcher, withClaims, type InferredClaim } from './infer.js';
+import { registry } from '../ops/registry.js';
 import { assemble, engineError, witnessedStages, witnessSearch, type Engine, type VerifyReport } from './verify.js';
 
 type Json = Record<string, unknown>;
@@ -59,6 +60,8 @@ export interface Span {
   /** Parallel tensors inside the span, as "rank:tensor id". */
   readonly tensors: string[];
   readonly likelyCause?: string;
+  /** Whether the span was narrowed to the first ops whose values stop holding (else the whole failing stage). */
+  readonly narrowed?: boolean;
 }
 
 export interface BoundaryReport extends VerifyReport {
@@ -289,7 +292,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   numeric = witnessSearch(plan, results, numeric, hinted);
   if (opts.portfolio !== false) results = await portfolio(plan, file, JSON.stringify(obj), results, numeric, opts);
   const report = assemble(plan, results, numeric, numeric.seed, t0);
-  const span = localize(plan, builder, report, results, hinted);
+  const span = localize(plan, builder, report, results, hinted, numeric.seed);
   return {
     ...report,
     ms: performance.now() - t0,
@@ -338,7 +341,7 @@ function claimText(plan: LoadedPlan, key: string, nf: LineageNF, hinted: boolean
  * it should: the op that produced it is a suspect too (a missing all-reduce leaves a correct
  * partial value that a later op uses as complete), so the span includes it.
  */
-function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport, results: readonly StageResult[], hinted: (r: number, t: number) => boolean): Span | undefined {
+function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport, results: readonly StageResult[], hinted: (r: number, t: number) => boolean, seed: number): Span | undefined {
   const first = report.stages.find((s) => s.status === 'not_equivalent');
   if (first === undefined) return undefined;
   const r = results[first.index - 1];
@@ -360,8 +363,136 @@ function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport,
   }
   const o = r.stage.obligations.find((x) => r.failingRanks.includes(x.rank)) ?? r.stage.obligations[0];
   const to = o === undefined ? first.logical : claimText(plan, `${o.rank}:${o.tensor}`, o.nf, false);
+  const narrow = narrowSpan(plan, builder, c, results, r, seed);
+  if (narrow !== undefined) return { stage: first.index, from: narrow.from, to, ops: narrow.ops, tensors: narrow.tensors, likelyCause: narrow.cause + (first.diagnosis === undefined ? '' : `; the values: ${first.diagnosis}`), narrowed: true };
   const cause = first.diagnosis ?? (partialIn !== undefined ? `the span starts from a partial value (${partialIn}); if a later op uses it as complete, a reduction (all-reduce / reduce-scatter) is missing` : undefined);
-  return { stage: first.index, from, to, ops: [...ops].sort(), tensors: [...tensors].sort(), ...(cause === undefined ? {} : { likelyCause: cause }) };
+  return { stage: first.index, from, to, ops: [...ops].sort(), tensors: [...tensors].sort(), ...(cause === undefined ? {} : { likelyCause: cause }), narrowed: false };
+}
+
+/**
+ * The smallest span inside the failing stage: the first ops whose outputs hold no value of the
+ * logical world while their inputs do. A tensor "holds" when it is a boundary the stage starts
+ * from, lies inside a proved stage (it computed a proved obligation), or its value at the
+ * numeric run's inputs equals a block of a logical tensor, a sum of one over a group of ranks
+ * (a partial value), or a group size times one (stages/infer.ts valueMatcher). Only tensors
+ * that do not hold and lead to the failing claim through tensors that do not hold count (a
+ * correct intermediate with no logical twin, such as a gradient's square in the clip norm,
+ * turns back into held values downstream). Among those first ops, the one earliest in program
+ * order, on every rank where it is first; the span is it and the producers of its inputs (the
+ * last values that hold). Numbers only: this names where to look, never the verdict.
+ */
+function narrowSpan(plan: LoadedPlan, builder: StageBuilder, c: ReturnType<StageBuilder['closure']>, results: readonly StageResult[], failing: StageResult, seed: number): { from: string[]; ops: string[]; tensors: string[]; cause: string } | undefined {
+  const match = valueMatcher(plan, seed);
+  const proved = new Set<string>();
+  for (const x of results) if (x.status === 'proved') for (const k of builder.closure(x.stage).seen) proved.add(k);
+  const prog = (rk: number): Program => plan.programs[plan.rankProgram[rk] as number] as Program;
+  const split = (k: string): [number, number] => k.split(':').map(Number) as [number, number];
+  const producer = (rk: number, t: number): number => {
+    const p = prog(rk);
+    for (let op = 0; op < p.ops.size; op++) if (p.ops.opOutputs(op).includes(t)) return op;
+    return -1;
+  };
+  /** The relation a held tensor has: a boundary's claim, else its numeric match. */
+  const kindOf = (k: string): string | undefined => {
+    const nf = c.inputs.get(k);
+    if (nf !== undefined) return nf.value.n > 1 ? 'addend' : nf.value.divisor !== 1 ? 'scaled' : 'slice';
+    if (proved.has(k)) return 'slice';
+    return match(...split(k))?.kind;
+  };
+  const holds = (k: string): boolean => {
+    if (c.inputs.has(k) || proved.has(k)) return true;
+    const [rk, t] = split(k);
+    if (producer(rk, t) < 0) return true;
+    return match(rk, t) !== undefined;
+  };
+  // Tensors that do not hold and reach the failing claim through tensors that do not hold.
+  const consumers = new Map<string, string[]>();
+  for (const k of c.seen) {
+    const [rk, t] = split(k);
+    const op = producer(rk, t);
+    if (op < 0) continue;
+    for (const x of prog(rk).ops.opInputs(op)) {
+      const ik = `${rk}:${x}`;
+      const l = consumers.get(ik);
+      if (l === undefined) consumers.set(ik, [k]);
+      else l.push(k);
+    }
+  }
+  const obligations = new Set(failing.stage.obligations.filter((o) => failing.failingRanks.length === 0 || failing.failingRanks.includes(o.rank)).map((o) => `${o.rank}:${o.tensor}`));
+  const chain = new Set<string>();
+  const onChain = (k: string, depth = 0): boolean => {
+    if (chain.has(k)) return true;
+    if (holds(k) && !obligations.has(k)) return false;
+    if (obligations.has(k) || (consumers.get(k) ?? []).some((u) => depth < 10_000 && onChain(u, depth + 1))) {
+      chain.add(k);
+      return true;
+    }
+    return false;
+  };
+  const firsts: { rk: number; op: number }[] = [];
+  for (const k of c.seen) {
+    if (!onChain(k)) continue;
+    const [rk, t] = split(k);
+    const op = producer(rk, t);
+    if (op < 0) continue;
+    if ([...prog(rk).ops.opInputs(op)].every((x) => holds(`${rk}:${x}`))) firsts.push({ rk, op });
+  }
+  if (firsts.length === 0) return undefined;
+  const name = (f: { rk: number; op: number }): string => prog(f.rk).ops.ids.name(f.op);
+  // Which first op is the likeliest: one reading a partial or scaled value (a collective's
+  // fault); then one whose kind the logical graph applies to the logical tensors its inputs
+  // hold (it should compute a logical value and does not); then any (a correct intermediate
+  // with no logical twin, such as a vocab-parallel cross-entropy's shifted logits, looks alike).
+  const lg = plan.logical;
+  const score = (f: { rk: number; op: number }): number => {
+    const p = prog(f.rk);
+    const ins = [...p.ops.opInputs(f.op)].map((x) => `${f.rk}:${x}`);
+    if (ins.some((k) => kindOf(k) === 'addend' || kindOf(k) === 'scaled')) return 3;
+    const ms = ins.map((k) => (c.inputs.has(k) || proved.has(k) ? undefined : match(...split(k))));
+    const ls = new Set<number>();
+    ins.forEach((k, i) => {
+      const nf = c.inputs.get(k);
+      if (nf !== undefined) ls.add(nf.logical);
+      for (const L of ms[i]?.logical ?? []) ls.add(L);
+    });
+    for (let op = 0; op < lg.ops.size; op++) if (lg.ops.kind[op] === p.ops.kind[f.op] && [...lg.ops.opInputs(op)].some((x) => ls.has(x))) return 2;
+    return 1;
+  };
+  const best = Math.max(...firsts.map(score));
+  const top = firsts.filter((f) => score(f) === best);
+  const onFailing = top.filter((f) => failing.failingRanks.includes(f.rk));
+  const pick = (onFailing.length > 0 ? onFailing : top).reduce((a, b) => (b.op < a.op ? b : a));
+  const at = firsts.filter((f) => name(f) === name(pick));
+  const ops = new Set<string>();
+  const tensors = new Set<string>();
+  const from: string[] = [];
+  const kinds = new Map<string, string | undefined>();
+  for (const f of at) {
+    const p = prog(f.rk);
+    ops.add(`${f.rk}:${name(f)}`);
+    for (const x of p.ops.opOutputs(f.op)) tensors.add(`${f.rk}:${p.tensors.name(x)}`);
+    for (const x of new Set(p.ops.opInputs(f.op))) {
+      tensors.add(`${f.rk}:${p.tensors.name(x)}`);
+      const pop = producer(f.rk, x);
+      if (pop >= 0) ops.add(`${f.rk}:${p.ops.ids.name(pop)}`);
+      const k = `${f.rk}:${x}`;
+      const m = kindOf(k);
+      kinds.set(p.tensors.name(x), m);
+      const rel = m === 'addend' ? 'a partial value: its sum over a group of ranks is a logical block' : m === 'scaled' ? 'a group size times (or a group size-th of) a logical block' : m === 'integer' ? 'integer values' : 'a logical block';
+      if (from.length < 16) from.push(`rank ${f.rk} '${p.tensors.name(x)}' (${c.inputs.has(k) ? `a proved boundary: ${rel}` : proved.has(k) ? 'inside a proved stage' : `${rel}, at the numeric inputs`})`);
+    }
+  }
+  const opName = name(pick);
+  const kind = prog(pick.rk).ops.kind[pick.op] as number;
+  const partial = [...kinds].filter(([, m]) => m === 'addend').map(([n]) => n);
+  const scaled = [...kinds].filter(([, m]) => m === 'scaled').map(([n]) => n);
+  const cause =
+    partial.length > 0
+      ? `op '${opName}' reads ${partial.map((n) => `'${n}'`).join(', ')} as a complete value, but ${partial.length > 1 ? 'they hold' : 'it holds'} only a partial sum over ranks: a reduction (all-reduce / reduce-scatter) is missing or was replaced before it`
+      : scaled.length > 0
+        ? `op '${opName}' reads ${scaled.map((n) => `'${n}'`).join(', ')}, a group size times (or a group size-th of) the value it needs: a sum where an average is due, or the reverse`
+        : `op '${opName}' (${registry.get(kind).name}) computes a value no logical tensor holds from inputs that hold: the op itself (its kind, attributes, group or inputs) is the likely cause`;
+  return { from, ops: [...ops].sort(), tensors: [...tensors].sort(), cause };
 }
 
 /**

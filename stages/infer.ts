@@ -110,65 +110,11 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
   const nCheck = total < CHECK_SEEDS_FULL_BELOW ? CHECK_SEEDS : 1;
   const checks = Array.from({ length: nCheck }, (_, i) => evaluateBoth(plan, seed + 7919 * (i + 1)));
 
-  // Value index: key -> [L, e, L, e, ...]; integer tensors (ids) are left out.
-  const index = new Map<string, number[]>();
-  for (let L = 0; L < lg.tensors.size; L++) {
-    if (lg.domains[L] !== undefined) continue;
-    const v = logical[L];
-    if (v === undefined) continue;
-    v.data.forEach((x, e) => {
-      const k = key(x);
-      if (k === undefined) return;
-      let l = index.get(k);
-      if (l === undefined) index.set(k, (l = []));
-      if (l.length < 2 * MAX_POSITIONS) l.push(L, e);
-    });
-  }
-  const lstrides = lg.shapes.map((s) => strides(s ?? []));
+  const matchSlices = sliceMatcher(plan, logical);
   const topo = new Int32Array(lg.tensors.size).fill(-1);
   logicalOrder(plan).forEach((op, i) => {
     for (const x of lg.ops.opOutputs(op)) topo[x] = i;
   });
-
-  /** Contiguous blocks of logical tensors that equal `data` (of shape `shape`). */
-  const matchSlices = (data: ArrayLike<number>, shape: readonly number[]): Match[] => {
-    const n = data.length;
-    if (n === 0) return [];
-    let probe = -1;
-    let best = Infinity;
-    for (let f = 0; f < Math.min(n, 64); f++) {
-      const k = key(data[f] as number);
-      const hits = k === undefined ? undefined : index.get(k);
-      if (hits !== undefined && hits.length < best) {
-        best = hits.length;
-        probe = f;
-      }
-    }
-    if (probe < 0) return [];
-    const hits = index.get(key(data[probe] as number) as string) as number[];
-    const ls = strides(shape);
-    const pc = shape.map((_, d) => Math.floor(probe / (ls[d] as number)) % (shape[d] as number));
-    const out: Match[] = [];
-    for (let h = 0; h < hits.length && out.length < MAX_MATCHES; h += 2) {
-      const L = hits[h] as number;
-      const e = hits[h + 1] as number;
-      const S = lg.shapes[L] ?? [];
-      if (S.length !== shape.length) continue;
-      const st = lstrides[L] as number[];
-      const start = S.map((_, d) => (Math.floor(e / (st[d] as number)) % (S[d] as number)) - (pc[d] as number));
-      if (start.some((s, d) => s < 0 || s + (shape[d] as number) > (S[d] as number))) continue;
-      if (out.some((m) => m.L === L && m.start.every((s, d) => s === m.start[d]))) continue;
-      const lv = (logical[L] as Dense<number>).data;
-      let ok = true;
-      for (let f = 0; f < n && ok; f++) {
-        let g = 0;
-        for (let d = 0; d < shape.length; d++) g += ((start[d] as number) + (Math.floor(f / (ls[d] as number)) % (shape[d] as number))) * (st[d] as number);
-        ok = !differs(data[f] as number, lv[g] as number);
-      }
-      if (ok) out.push({ L, start });
-    }
-    return out;
-  };
 
   const mesh = plan.mesh;
   const axesN = mesh.sizes.length;
@@ -328,6 +274,68 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
   return { claims, unclaimed };
 }
 
+/** Contiguous blocks of logical tensors equal to a value (`data` of shape `shape`), through an index of the logical values. */
+function sliceMatcher(plan: LoadedPlan, logical: readonly (Dense<number> | undefined)[]): (data: ArrayLike<number>, shape: readonly number[]) => Match[] {
+  const lg = plan.logical;
+  // Value index: key -> [L, e, L, e, ...]; integer tensors (ids) are left out.
+  const index = new Map<string, number[]>();
+  for (let L = 0; L < lg.tensors.size; L++) {
+    if (lg.domains[L] !== undefined) continue;
+    const v = logical[L];
+    if (v === undefined) continue;
+    v.data.forEach((x, e) => {
+      const k = key(x);
+      if (k === undefined) return;
+      let l = index.get(k);
+      if (l === undefined) index.set(k, (l = []));
+      if (l.length < 2 * MAX_POSITIONS) l.push(L, e);
+    });
+  }
+  const lstrides = lg.shapes.map((s) => strides(s ?? []));
+
+  /** Contiguous blocks of logical tensors that equal `data` (of shape `shape`). */
+  const matchSlices = (data: ArrayLike<number>, shape: readonly number[]): Match[] => {
+    const n = data.length;
+    if (n === 0) return [];
+    let probe = -1;
+    let best = Infinity;
+    for (let f = 0; f < Math.min(n, 64); f++) {
+      const k = key(data[f] as number);
+      const hits = k === undefined ? undefined : index.get(k);
+      if (hits !== undefined && hits.length < best) {
+        best = hits.length;
+        probe = f;
+      }
+    }
+    if (probe < 0) return [];
+    const hits = index.get(key(data[probe] as number) as string) as number[];
+    const ls = strides(shape);
+    const pc = shape.map((_, d) => Math.floor(probe / (ls[d] as number)) % (shape[d] as number));
+    const out: Match[] = [];
+    for (let h = 0; h < hits.length && out.length < MAX_MATCHES; h += 2) {
+      const L = hits[h] as number;
+      const e = hits[h + 1] as number;
+      const S = lg.shapes[L] ?? [];
+      if (S.length !== shape.length) continue;
+      const st = lstrides[L] as number[];
+      const start = S.map((_, d) => (Math.floor(e / (st[d] as number)) % (S[d] as number)) - (pc[d] as number));
+      if (start.some((s, d) => s < 0 || s + (shape[d] as number) > (S[d] as number))) continue;
+      if (out.some((m) => m.L === L && m.start.every((s, d) => s === m.start[d]))) continue;
+      const lv = (logical[L] as Dense<number>).data;
+      let ok = true;
+      for (let f = 0; f < n && ok; f++) {
+        let g = 0;
+        for (let d = 0; d < shape.length; d++) g += ((start[d] as number) + (Math.floor(f / (ls[d] as number)) % (shape[d] as number))) * (st[d] as number);
+        ok = !differs(data[f] as number, lv[g] as number);
+      }
+      if (ok) out.push({ L, start });
+    }
+    return out;
+  };
+
+  return matchSlices;
+}
+
 /**
  * Propagation through `add` (its dim signature keeps every dim and adds values): when
  * y = a + b holds a claim (a slice, or addend i of n) and a and b have none and feed nothing
@@ -455,4 +463,67 @@ export function withClaims(plan: Json, claims: readonly InferredClaim[]): Json {
     if (t !== undefined && (t['lineage'] === undefined || (t['lineage'] as Json)['inferred'] === true)) t['lineage'] = c.lineage;
   }
   return out;
+}
+
+/** How a parallel tensor's value on one rank relates to the logical values (localization), and to which logical tensors. */
+export interface ValueMatch {
+  readonly kind: 'slice' | 'addend' | 'scaled' | 'integer';
+  readonly logical: readonly number[];
+}
+
+/**
+ * Per rank, with no SPMD fit: whether the tensor's value on that rank is a block of a logical
+ * tensor ('slice'), its sum over the ranks differing on some mesh axes is one (or group-size
+ * times one: 'addend'), or k times (or 1/k of) one for k a group size ('scaled'); 'integer' for
+ * values that are all integers (they say nothing); undefined when none holds. Values at
+ * `seed`, as the numeric run draws them. Used to localize a failure: the first ops whose
+ * outputs match nothing while their inputs do.
+ */
+export function valueMatcher(plan: LoadedPlan, seed: number): (rank: number, tensor: number) => ValueMatch | undefined {
+  const { logical, parallel } = evaluateBoth(plan, seed);
+  const matchSlices = sliceMatcher(plan, logical);
+  const mesh = plan.mesh;
+  const bigAxes = [...Array(mesh.sizes.length).keys()].filter((a) => (mesh.sizes[a] as number) > 1);
+  const axisSets: number[][] = bigAxes.map((a) => [a]);
+  if (bigAxes.length > 1) axisSets.push(bigAxes);
+  const scales = [...new Set([...bigAxes.map((a) => mesh.sizes[a] as number), mesh.size])].filter((k) => k > 1);
+  const memo = new Map<string, ValueMatch | undefined>();
+  const of = (kind: ValueMatch['kind'], ms: readonly Match[]): ValueMatch => ({ kind, logical: [...new Set(ms.map((m) => m.L))] });
+  return (r, t) => {
+    const key = `${r}:${t}`;
+    if (memo.has(key)) return memo.get(key);
+    const v = parallel[r]?.[t];
+    let out: ValueMatch | undefined;
+    if (v === undefined || v.data.length === 0 || v.data.every((x) => Number.isInteger(x))) out = { kind: 'integer', logical: [] };
+    else {
+      const ms = matchSlices(v.data, v.shape);
+      if (ms.length > 0) out = of('slice', ms);
+    }
+    if (out === undefined && v !== undefined) {
+      const name = (plan.programs[plan.rankProgram[r] as number] as Program).tensors.name(t);
+      for (const A of axisSets) {
+        const members = [...mesh.groupAlong(r, A)];
+        const vals = members.map((m) => {
+          const p = plan.programs[plan.rankProgram[m] as number] as Program;
+          const x = p.tensors.id(name);
+          return x < 0 ? undefined : parallel[m]?.[x];
+        });
+        if (!vals.every((x) => x !== undefined && x.data.length === v.data.length)) continue;
+        const sum = new Float64Array(v.data.length);
+        for (const x of vals) (x as Dense<number>).data.forEach((y, f) => (sum[f] = (sum[f] as number) + y));
+        const ms = [...matchSlices(sum, v.shape), ...matchSlices(sum.map((y) => y / members.length), v.shape)];
+        if (ms.length > 0) {
+          out = of('addend', ms);
+          break;
+        }
+      }
+      for (const k of scales) {
+        if (out !== undefined) break;
+        const ms = [...matchSlices(v.data.map((y) => y / k), v.shape), ...matchSlices(v.data.map((y) => y * k), v.shape)];
+        if (ms.length > 0) out = of('scaled', ms);
+      }
+    }
+    memo.set(key, out);
+    return out;
+  };
 }
