@@ -43,6 +43,8 @@ export interface BoundaryOptions {
   readonly onStage?: (done: number, total: number) => void;
   /** Work budget of the normal form, in this thread (jobs 0); tests set it low to exercise the portfolio. */
   readonly budget?: number;
+  /** Wall-clock limit of the inference rounds (default TIME_LIMIT_MS): past it, open stages are "unknown". */
+  readonly timeLimitMs?: number;
   /** Tensor-level proofs before the normal form (default true). */
   readonly tensorLevel?: boolean;
 }
@@ -79,8 +81,15 @@ export interface BoundaryReport extends VerifyReport {
     readonly inferMs: number;
     readonly skipped?: string;
     readonly span?: Span;
+    /** The rounds stopped at the time limit (open stages are "unknown"). */
+    readonly timedOut?: boolean;
   };
 }
+
+/** Default time limit of `verify --infer`'s rounds. */
+export const TIME_LIMIT_MS = 120_000;
+/** Deadline of a hint stage (a hint is meant to cut a short stage). */
+export const HINT_DEADLINE_MS = 10_000;
 
 interface Hint {
   readonly program: number;
@@ -137,6 +146,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   // Logical tensors whose hints are proved one decomposition at a time (after a joint stage failed).
   const split = new Set<number>();
   let weakened = false;
+  let timedOut = false;
   let dropped = 0;
   let replaced = 0;
   let rounds = 0;
@@ -151,9 +161,10 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     for (;;) {
       rounds++;
       obj = withHints(raw, hints);
+      const held = hints.length;
       const loaded = loadHinted(file, obj, hints);
       if (loaded === undefined) {
-        dropped++;
+        dropped += held - hints.length;
         continue;
       }
       plan = loaded;
@@ -189,7 +200,10 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         }
       }
       const tr = performance.now();
-      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, opts, pool);
+      // A hint stage is meant to be short: one past HINT_DEADLINE_MS is dropped like one that
+      // does not prove (its consumers merge across it) instead of holding the round up.
+      const isHintRound = todo.every(hintStage);
+      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound ? { ...opts, deadlineMs: Math.min(opts.deadlineMs, HINT_DEADLINE_MS) } : opts, pool);
       if (process.env['PLANPROOF_TRACE'] === '1') {
         process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s; hints ${hints.length}\n`);
         fresh.forEach((r) => {
@@ -202,6 +216,14 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         return r === undefined ? [] : [{ ...r, stage: s }];
       });
       const pending = stages.some((_, i) => !cache.has(keys[i] as string));
+      // Past the time limit no round starts: what is left open is "unknown" (below), never
+      // taken as proved.
+      if (performance.now() - t0 > (opts.timeLimitMs ?? TIME_LIMIT_MS)) {
+        timedOut = true;
+        results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: verify --infer stopped at its time limit (${Math.round((opts.timeLimitMs ?? TIME_LIMIT_MS) / 1000)} s) with hints still being proved`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
+        results = results.map((r, i) => ({ ...r, stage: stages[i] as Stage }));
+        break;
+      }
 
       // Hints whose obligations did not prove: next candidate, or dropped. A joint stage of
       // several hinted tensors is first split, so that the failing one names itself.
@@ -296,7 +318,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   return {
     ...report,
     ms: performance.now() - t0,
-    boundary: { unclaimed, inferred: inferredCount, kept: hints.length, dropped, replaced, rounds, inferMs, ...(skipped === undefined ? {} : { skipped }), ...(span === undefined ? {} : { span }) },
+    boundary: { unclaimed, inferred: inferredCount, kept: hints.length, dropped, replaced, rounds, inferMs, ...(skipped === undefined ? {} : { skipped }), ...(span === undefined ? {} : { span }), ...(timedOut ? { timedOut } : {}) },
   };
 }
 
@@ -379,8 +401,14 @@ function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport,
  * correct intermediate with no logical twin, such as a gradient's square in the clip norm,
  * turns back into held values downstream). Among those first ops, the one earliest in program
  * order, on every rank where it is first; the span is it and the producers of its inputs (the
- * last values that hold). Numbers only: this names where to look, never the verdict.
+ * last values that hold), and for a partial input the chain of partial values behind it (the
+ * missing reduction may sit a few ops up). Numbers only: this names where to look, never the
+ * verdict.
  */
+const COLLECTIVE = /^(all_reduce|reduce_scatter|all_gather|all_to_all|broadcast|send|recv|send_recv)/;
+/** Ops a weakly localized span may run on to (docs/engine.md, "Localization"). */
+const MAX_SPAN_OPS = 40;
+
 function narrowSpan(plan: LoadedPlan, builder: StageBuilder, c: ReturnType<StageBuilder['closure']>, results: readonly StageResult[], failing: StageResult, seed: number): { from: string[]; ops: string[]; tensors: string[]; cause: string } | undefined {
   const match = valueMatcher(plan, seed);
   const proved = new Set<string>();
@@ -418,7 +446,35 @@ function narrowSpan(plan: LoadedPlan, builder: StageBuilder, c: ReturnType<Stage
       else l.push(k);
     }
   }
-  const obligations = new Set(failing.stage.obligations.filter((o) => failing.failingRanks.length === 0 || failing.failingRanks.includes(o.rank)).map((o) => `${o.rank}:${o.tensor}`));
+  // A collective's output on one rank depends on every member's input: SPMD members run the op
+  // of the same id, so the inputs of that op on every rank count as its inputs (a superset).
+  const byOpId = new Map<string, number[]>();
+  for (const k of c.ops) {
+    const i = k.indexOf(':');
+    const l = byOpId.get(k.slice(i + 1));
+    if (l === undefined) byOpId.set(k.slice(i + 1), [Number(k.slice(0, i))]);
+    else l.push(Number(k.slice(0, i)));
+  }
+  for (const k of c.seen) {
+    const [rk, t] = split(k);
+    const op = producer(rk, t);
+    if (op < 0 || !COLLECTIVE.test(registry.get(prog(rk).ops.kind[op] as number).name)) continue;
+    const id = prog(rk).ops.ids.name(op);
+    for (const m of byOpId.get(id) ?? []) {
+      if (m === rk) continue;
+      const pm = prog(m);
+      const mop = pm.ops.ids.id(id);
+      if (mop < 0) continue;
+      for (const x of pm.ops.opInputs(mop)) {
+        const ik = `${m}:${x}`;
+        const l = consumers.get(ik);
+        if (l === undefined) consumers.set(ik, [k]);
+        else if (!l.includes(k)) l.push(k);
+      }
+    }
+  }
+  // Every obligation of the failing stage is a root (a decomposition's addends fail together).
+  const obligations = new Set(failing.stage.obligations.map((o) => `${o.rank}:${o.tensor}`));
   const chain = new Set<string>();
   const onChain = (k: string, depth = 0): boolean => {
     if (chain.has(k)) return true;
@@ -477,9 +533,68 @@ function narrowSpan(plan: LoadedPlan, builder: StageBuilder, c: ReturnType<Stage
       if (pop >= 0) ops.add(`${f.rk}:${p.ops.ids.name(pop)}`);
       const k = `${f.rk}:${x}`;
       const m = kindOf(k);
+      // A partial value: the reduction that is missing may be any op of the chain of partial
+      // values that made it (a reduction over one axis replaced by a copy, then one over
+      // another axis): those producers join the span.
+      // Integer values (masks, local ids) say nothing at the numeric inputs: the ops that
+      // computed them, back to values that are not integers, join the span.
+      if (m === 'integer') {
+        const back = [x];
+        const done = new Set<number>();
+        while (back.length > 0 && done.size < 8) {
+          const y = back.shift() as number;
+          const op = producer(f.rk, y);
+          if (op < 0 || done.has(op)) continue;
+          done.add(op);
+          ops.add(`${f.rk}:${p.ops.ids.name(op)}`);
+          for (const z of p.ops.opInputs(op)) if (kindOf(`${f.rk}:${z}`) === 'integer') back.push(z);
+        }
+      }
+      if (m === 'addend') {
+        let op = pop;
+        for (let step = 0; step < 6 && op >= 0; step++) {
+          // Back through ops with one distinct input (collectives, copies: where reductions
+          // sit) and through partial values.
+          const ins = [...new Set(p.ops.opInputs(op))];
+          const part = ins.length === 1 ? ins[0] : ins.find((y) => kindOf(`${f.rk}:${y}`) === 'addend');
+          if (part === undefined) break;
+          op = producer(f.rk, part);
+          if (op >= 0) ops.add(`${f.rk}:${p.ops.ids.name(op)}`);
+        }
+      }
       kinds.set(p.tensors.name(x), m);
       const rel = m === 'addend' ? 'a partial value: its sum over a group of ranks is a logical block' : m === 'scaled' ? 'a group size times (or a group size-th of) a logical block' : m === 'integer' ? 'integer values' : 'a logical block';
       if (from.length < 16) from.push(`rank ${f.rk} '${p.tensors.name(x)}' (${c.inputs.has(k) ? `a proved boundary: ${rel}` : proved.has(k) ? 'inside a proved stage' : `${rel}, at the numeric inputs`})`);
+    }
+  }
+  // Weaker evidence (no partial or scaled input): the first op may be
+  // a correct intermediate with no logical twin, and the fault further down the values that
+  // do not hold (a loss normalized per rank after a vocab-parallel cross-entropy's internals, a
+  // clip norm reduced over the wrong group). The span then runs on, breadth first, along those
+  // values to the failing claim, up to MAX_SPAN_OPS.
+  if (best < 3) {
+    const queue: string[] = [];
+    for (const f of at) for (const x of prog(f.rk).ops.opOutputs(f.op)) queue.push(`${f.rk}:${x}`);
+    const visited = new Set<string>(queue);
+    const cap = best === 2 ? MAX_SPAN_OPS / 2 : MAX_SPAN_OPS;
+    while (queue.length > 0 && ops.size < cap) {
+      const k = queue.shift() as string;
+      for (const u of consumers.get(k) ?? []) {
+        if (visited.has(u) || !chain.has(u)) continue;
+        visited.add(u);
+        const [rk, t] = split(u);
+        const op = producer(rk, t);
+        if (op >= 0 && ops.size < cap) {
+          ops.add(`${rk}:${prog(rk).ops.ids.name(op)}`);
+          // With the integer values it reads (a mask): they say nothing at the numeric inputs.
+          for (const z of prog(rk).ops.opInputs(op)) {
+            const zop = producer(rk, z);
+            if (zop >= 0 && kindOf(`${rk}:${z}`) === 'integer' && ops.size < cap) ops.add(`${rk}:${prog(rk).ops.ids.name(zop)}`);
+          }
+        }
+        tensors.add(`${rk}:${prog(rk).tensors.name(t)}`);
+        queue.push(u);
+      }
     }
   }
   const opName = name(pick);
@@ -491,7 +606,9 @@ function narrowSpan(plan: LoadedPlan, builder: StageBuilder, c: ReturnType<Stage
       ? `op '${opName}' reads ${partial.map((n) => `'${n}'`).join(', ')} as a complete value, but ${partial.length > 1 ? 'they hold' : 'it holds'} only a partial sum over ranks: a reduction (all-reduce / reduce-scatter) is missing or was replaced before it`
       : scaled.length > 0
         ? `op '${opName}' reads ${scaled.map((n) => `'${n}'`).join(', ')}, a group size times (or a group size-th of) the value it needs: a sum where an average is due, or the reverse`
-        : `op '${opName}' (${registry.get(kind).name}) computes a value no logical tensor holds from inputs that hold: the op itself (its kind, attributes, group or inputs) is the likely cause`;
+        : best === 2
+          ? `op '${opName}' (${registry.get(kind).name}) computes a value no logical tensor holds from inputs that hold, where the logical graph applies ${registry.get(kind).name} to those inputs' values: the op itself (its attributes, group or inputs) is the likely cause`
+          : `op '${opName}' (${registry.get(kind).name}) is the first whose value no logical tensor holds (it may be a correct intermediate with no logical twin); the span runs on along values that do not hold to the failing claim`;
   return { from, ops: [...ops].sort(), tensors: [...tensors].sort(), cause };
 }
 
@@ -563,6 +680,9 @@ function loadHinted(file: string, obj: Json, hints: Hint[]): LoadedPlan | undefi
   } catch (e) {
     if (!(e instanceof PlanError)) throw e;
     const progs = (obj['parallel'] as { programs: { tensors: Json[] }[] }).programs;
+    // Every hint an issue names is dropped at once (one reload per hint took 200 rounds on a
+    // plan whose one rank runs its own program).
+    let dropped = 0;
     for (const issue of e.issues) {
       const m = /^\$\.parallel\.programs\[(\d+)\]\.tensors\[(\d+)\]\.lineage/.exec(issue.path);
       if (m === null) continue;
@@ -571,9 +691,10 @@ function loadHinted(file: string, obj: Json, hints: Hint[]): LoadedPlan | undefi
       if (i >= 0) {
         if (process.env['PLANPROOF_TRACE'] === '1') process.stderr.write(`  loader drops hint ${String(id)}: ${issue.message.slice(0, 200)}\n`);
         hints.splice(i, 1);
-        return undefined;
+        dropped++;
       }
     }
+    if (dropped > 0) return undefined;
     throw e;
   }
 }
