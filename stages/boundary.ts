@@ -574,13 +574,14 @@ function narrowSpan(plan: LoadedPlan, builder: StageBuilder, c: ReturnType<Stage
   // values to the failing claim, up to MAX_SPAN_OPS.
   if (best < 3) {
     const queue: string[] = [];
-    for (const f of at) for (const x of prog(f.rk).ops.opOutputs(f.op)) queue.push(`${f.rk}:${x}`);
+    // On the picked op's rank only: depth matters more than the other ranks' copies.
+    for (const x of prog(pick.rk).ops.opOutputs(pick.op)) queue.push(`${pick.rk}:${x}`);
     const visited = new Set<string>(queue);
     const cap = best === 2 ? MAX_SPAN_OPS / 2 : MAX_SPAN_OPS;
     while (queue.length > 0 && ops.size < cap) {
       const k = queue.shift() as string;
       for (const u of consumers.get(k) ?? []) {
-        if (visited.has(u) || !chain.has(u)) continue;
+        if (visited.has(u) || !chain.has(u) || !u.startsWith(`${pick.rk}:`)) continue;
         visited.add(u);
         const [rk, t] = split(u);
         const op = producer(rk, t);
