@@ -148,7 +148,9 @@ export const intervalAlgebra: Algebra<Iv> = {
     const n = Number(r.n);
     const d = Number(r.d);
     if (Number.isSafeInteger(n) && d === 1) return pt(n);
-    return out1(n / d, n / d);
+    // n / d of safe integers is one correctly rounded division; past 2^53 the conversions round too.
+    if (Number.isSafeInteger(n) && Number.isSafeInteger(d)) return out1(n / d, n / d);
+    return outLibm(n / d, n / d);
   },
   add: (a, b) => check(add(a, b)),
   sub: (a, b) => check(add(a, neg(b))),
