@@ -88,6 +88,8 @@ export interface BoundaryReport extends VerifyReport {
 
 /** Default time limit of `verify --infer`'s rounds. */
 export const TIME_LIMIT_MS = 120_000;
+/** Deadline of a user stage before a certified refutation (the verdict is settled; it only confirms which stage fails first). */
+export const SETTLED_DEADLINE_MS = 2_000;
 /** Deadline of a hint stage (a hint is meant to cut a short stage). */
 export const HINT_DEADLINE_MS = 10_000;
 
@@ -147,6 +149,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   const split = new Set<number>();
   let weakened = false;
   let timedOut = false;
+  let settled = false;
   let dropped = 0;
   let replaced = 0;
   let rounds = 0;
@@ -191,6 +194,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         // refuted without a normal form, and the stages after it are not attempted (the
         // stages downstream of a bug get no hints that hold, so they are the plan's largest).
         const cert = certify(plan, stages, numeric, hinted);
+        settled = cert !== undefined;
         for (const [i, s] of stages.entries()) {
           const k = keys[i] as string;
           if (cache.has(k)) continue;
@@ -202,8 +206,10 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       const tr = performance.now();
       // A hint stage is meant to be short: one past HINT_DEADLINE_MS is dropped like one that
       // does not prove (its consumers merge across it) instead of holding the round up.
+      // So are the user stages before a certified refutation: the verdict is settled, they
+      // only confirm that the refuted stage is the first failing one.
       const isHintRound = todo.every(hintStage);
-      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound ? { ...opts, deadlineMs: Math.min(opts.deadlineMs, HINT_DEADLINE_MS) } : opts, pool);
+      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : opts, pool);
       if (process.env['PLANPROOF_TRACE'] === '1') {
         process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s; hints ${hints.length}\n`);
         fresh.forEach((r) => {
