@@ -228,6 +228,9 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         timedOut = true;
         results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: verify --infer stopped at its time limit (${Math.round((opts.timeLimitMs ?? TIME_LIMIT_MS) / 1000)} s) with hints still being proved`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
         results = results.map((r, i) => ({ ...r, stage: stages[i] as Stage }));
+        // A certified witness needs no hint and no stage proof: it still settles a refuted plan.
+        const cert = certify(plan, stages, numeric, hinted);
+        if (cert !== undefined) results[cert.stage] = cert.result(stages[cert.stage] as Stage);
         break;
       }
 
