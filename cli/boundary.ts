@@ -50,7 +50,8 @@ export function formatBoundary(r: BoundaryReport, verbose: boolean): string {
   lines.push(`boundaries  ${b.unclaimed} parallel tensors had no lineage; ${b.inferred} hints inferred, ${b.kept} proved and kept as cut points, ${b.replaced} replaced by another candidate, ${b.dropped} dropped (stages merged across them); ${b.rounds} round(s), inference ${(b.inferMs / 1000).toFixed(2)} s${b.skipped === undefined ? '' : `; ${b.skipped}`}`);
   const byZ3 = r.stages.filter((s) => s.decidedBy === 'z3').length;
   const byNf = r.stages.filter((s) => s.decidedBy === 'normal').length;
-  lines.push(`methods     ${byNf} stage(s) proved by the exact normal form, ${byZ3} by Z3`);
+  const byTl = r.stages.filter((s) => s.decidedBy === 'tensor').length;
+  lines.push(`methods     ${byTl} stage(s) proved at tensor level, ${byNf} by the exact normal form, ${byZ3} by Z3`);
   const s = b.span;
   if (s !== undefined) {
     lines.push(`span        the first failing stage (${s.stage}) runs ${s.ops.length} parallel op(s) between boundaries that hold and the claim that does not:`);

@@ -23,7 +23,10 @@ import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
 import { newPool, proveInPool } from './pool.js';
 import type { Piscina } from 'piscina';
-import { inferClaims, withClaims, type InferredClaim } from './infer.js';
+import { proveTensorLevel } from './tensorlevel.js';
+import { certifyWitness, type Iv } from './interval.js';
+import { inferClaims, valueMatcher, withClaims, type InferredClaim } from './infer.js';
+import { registry } from '../ops/registry.js';
 import { assemble, engineError, witnessedStages, witnessSearch, type Engine, type VerifyReport } from './verify.js';
 
 type Json = Record<string, unknown>;
@@ -40,6 +43,10 @@ export interface BoundaryOptions {
   readonly onStage?: (done: number, total: number) => void;
   /** Work budget of the normal form, in this thread (jobs 0); tests set it low to exercise the portfolio. */
   readonly budget?: number;
+  /** Wall-clock limit of the inference rounds (default TIME_LIMIT_MS): past it, open stages are "unknown". */
+  readonly timeLimitMs?: number;
+  /** Tensor-level proofs before the normal form (default true). */
+  readonly tensorLevel?: boolean;
 }
 
 /** The smallest span of parallel ops that holds the first failure. */
@@ -55,6 +62,8 @@ export interface Span {
   /** Parallel tensors inside the span, as "rank:tensor id". */
   readonly tensors: string[];
   readonly likelyCause?: string;
+  /** Whether the span was narrowed to the first ops whose values stop holding (else the whole failing stage). */
+  readonly narrowed?: boolean;
 }
 
 export interface BoundaryReport extends VerifyReport {
@@ -72,8 +81,17 @@ export interface BoundaryReport extends VerifyReport {
     readonly inferMs: number;
     readonly skipped?: string;
     readonly span?: Span;
+    /** The rounds stopped at the time limit (open stages are "unknown"). */
+    readonly timedOut?: boolean;
   };
 }
+
+/** Default time limit of `verify --infer`'s rounds. */
+export const TIME_LIMIT_MS = 120_000;
+/** Deadline of a user stage before a certified refutation (the verdict is settled; it only confirms which stage fails first). */
+export const SETTLED_DEADLINE_MS = 2_000;
+/** Deadline of a hint stage (a hint is meant to cut a short stage). */
+export const HINT_DEADLINE_MS = 10_000;
 
 interface Hint {
   readonly program: number;
@@ -130,6 +148,8 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   // Logical tensors whose hints are proved one decomposition at a time (after a joint stage failed).
   const split = new Set<number>();
   let weakened = false;
+  let timedOut = false;
+  let settled = false;
   let dropped = 0;
   let replaced = 0;
   let rounds = 0;
@@ -144,9 +164,10 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     for (;;) {
       rounds++;
       obj = withHints(raw, hints);
+      const held = hints.length;
       const loaded = loadHinted(file, obj, hints);
       if (loaded === undefined) {
-        dropped++;
+        dropped += held - hints.length;
         continue;
       }
       plan = loaded;
@@ -167,9 +188,28 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       // Stages of hints first, until every hint proves; then the user's claims, once.
       const hintStage = (s: Stage): boolean => s.obligations.every((o) => hinted(o.rank, o.tensor));
       const todo = stages.filter((s, i) => !cache.has(keys[i] as string) && hintStage(s));
-      if (todo.length === 0) todo.push(...stages.filter((s, i) => !cache.has(keys[i] as string)));
+      if (todo.length === 0) {
+        // The user's claims. When the numbers already show one failing, a certified witness
+        // (stages/interval.ts) settles the verdict whatever the stage's size: that stage is
+        // refuted without a normal form, and the stages after it are not attempted (the
+        // stages downstream of a bug get no hints that hold, so they are the plan's largest).
+        const cert = certify(plan, stages, numeric, hinted);
+        settled = cert !== undefined;
+        for (const [i, s] of stages.entries()) {
+          const k = keys[i] as string;
+          if (cache.has(k)) continue;
+          if (cert !== undefined && s.index === cert.stage) cache.set(k, cert.result(s));
+          else if (cert !== undefined && s.index > cert.stage) cache.set(k, notAttempted(s, cert.stage));
+          else todo.push(s);
+        }
+      }
       const tr = performance.now();
-      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, opts, pool);
+      // A hint stage is meant to be short: one past HINT_DEADLINE_MS is dropped like one that
+      // does not prove (its consumers merge across it) instead of holding the round up.
+      // So are the user stages before a certified refutation: the verdict is settled, they
+      // only confirm that the refuted stage is the first failing one.
+      const isHintRound = todo.every(hintStage);
+      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : opts, pool);
       if (process.env['PLANPROOF_TRACE'] === '1') {
         process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s; hints ${hints.length}\n`);
         fresh.forEach((r) => {
@@ -182,6 +222,17 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         return r === undefined ? [] : [{ ...r, stage: s }];
       });
       const pending = stages.some((_, i) => !cache.has(keys[i] as string));
+      // Past the time limit no round starts: what is left open is "unknown" (below), never
+      // taken as proved.
+      if (performance.now() - t0 > (opts.timeLimitMs ?? TIME_LIMIT_MS)) {
+        timedOut = true;
+        results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: verify --infer stopped at its time limit (${Math.round((opts.timeLimitMs ?? TIME_LIMIT_MS) / 1000)} s) with hints still being proved`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
+        results = results.map((r, i) => ({ ...r, stage: stages[i] as Stage }));
+        // A certified witness needs no hint and no stage proof: it still settles a refuted plan.
+        const cert = certify(plan, stages, numeric, hinted);
+        if (cert !== undefined) results[cert.stage] = cert.result(stages[cert.stage] as Stage);
+        break;
+      }
 
       // Hints whose obligations did not prove: next candidate, or dropped. A joint stage of
       // several hinted tensors is first split, so that the failing one names itself.
@@ -272,16 +323,27 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   numeric = witnessSearch(plan, results, numeric, hinted);
   if (opts.portfolio !== false) results = await portfolio(plan, file, JSON.stringify(obj), results, numeric, opts);
   const report = assemble(plan, results, numeric, numeric.seed, t0);
-  const span = localize(plan, builder, report, results, hinted);
+  const span = localize(plan, builder, report, results, hinted, numeric.seed);
   return {
     ...report,
     ms: performance.now() - t0,
-    boundary: { unclaimed, inferred: inferredCount, kept: hints.length, dropped, replaced, rounds, inferMs, ...(skipped === undefined ? {} : { skipped }), ...(span === undefined ? {} : { span }) },
+    boundary: { unclaimed, inferred: inferredCount, kept: hints.length, dropped, replaced, rounds, inferMs, ...(skipped === undefined ? {} : { skipped }), ...(span === undefined ? {} : { span }), ...(timedOut ? { timedOut } : {}) },
   };
 }
 
 async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions, pool: Piscina | undefined): Promise<StageResult[]> {
   if (todo.length === 0) return [];
+  // Tensor-level proofs first (stages/tensorlevel.ts), as in verify: whole-tensor relations
+  // cost nothing next to the normal form, and a stage they do not prove goes on to it.
+  if (opts.tensorLevel !== false) {
+    const tl = proveTensorLevel(plan, todo.filter((s) => !witnessed.has(s.index)));
+    if (tl.proved.size > 0) {
+      const rest = todo.filter((s) => !tl.proved.has(s.index));
+      const fresh = await proveStages(plan, file, text, rest, witnessed, { ...opts, tensorLevel: false }, pool);
+      const byIndex = new Map(rest.map((s, i) => [s.index, fresh[i] as StageResult]));
+      return todo.map((s) => tl.proved.get(s.index) ?? (byIndex.get(s.index) as StageResult));
+    }
+  }
   if (opts.jobs > 0) {
     return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, engine: 'normal' as Engine, ...(pool === undefined ? {} : { pool }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   }
@@ -310,7 +372,7 @@ function claimText(plan: LoadedPlan, key: string, nf: LineageNF, hinted: boolean
  * it should: the op that produced it is a suspect too (a missing all-reduce leaves a correct
  * partial value that a later op uses as complete), so the span includes it.
  */
-function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport, results: readonly StageResult[], hinted: (r: number, t: number) => boolean): Span | undefined {
+function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport, results: readonly StageResult[], hinted: (r: number, t: number) => boolean, seed: number): Span | undefined {
   const first = report.stages.find((s) => s.status === 'not_equivalent');
   if (first === undefined) return undefined;
   const r = results[first.index - 1];
@@ -332,8 +394,232 @@ function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport,
   }
   const o = r.stage.obligations.find((x) => r.failingRanks.includes(x.rank)) ?? r.stage.obligations[0];
   const to = o === undefined ? first.logical : claimText(plan, `${o.rank}:${o.tensor}`, o.nf, false);
+  const narrow = narrowSpan(plan, builder, c, results, r, seed);
+  if (narrow !== undefined) return { stage: first.index, from: narrow.from, to, ops: narrow.ops, tensors: narrow.tensors, likelyCause: narrow.cause + (first.diagnosis === undefined ? '' : `; the values: ${first.diagnosis}`), narrowed: true };
   const cause = first.diagnosis ?? (partialIn !== undefined ? `the span starts from a partial value (${partialIn}); if a later op uses it as complete, a reduction (all-reduce / reduce-scatter) is missing` : undefined);
-  return { stage: first.index, from, to, ops: [...ops].sort(), tensors: [...tensors].sort(), ...(cause === undefined ? {} : { likelyCause: cause }) };
+  return { stage: first.index, from, to, ops: [...ops].sort(), tensors: [...tensors].sort(), ...(cause === undefined ? {} : { likelyCause: cause }), narrowed: false };
+}
+
+/**
+ * The smallest span inside the failing stage: the first ops whose outputs hold no value of the
+ * logical world while their inputs do. A tensor "holds" when it is a boundary the stage starts
+ * from, lies inside a proved stage (it computed a proved obligation), or its value at the
+ * numeric run's inputs equals a block of a logical tensor, a sum of one over a group of ranks
+ * (a partial value), or a group size times one (stages/infer.ts valueMatcher). Only tensors
+ * that do not hold and lead to the failing claim through tensors that do not hold count (a
+ * correct intermediate with no logical twin, such as a gradient's square in the clip norm,
+ * turns back into held values downstream). Among those first ops, the one earliest in program
+ * order, on every rank where it is first; the span is it and the producers of its inputs (the
+ * last values that hold), and for a partial input the chain of partial values behind it (the
+ * missing reduction may sit a few ops up). Numbers only: this names where to look, never the
+ * verdict.
+ */
+const COLLECTIVE = /^(all_reduce|reduce_scatter|all_gather|all_to_all|broadcast|send|recv|send_recv)/;
+/** Ops a weakly localized span may run on to (docs/engine.md, "Localization"). */
+const MAX_SPAN_OPS = 40;
+
+function narrowSpan(plan: LoadedPlan, builder: StageBuilder, c: ReturnType<StageBuilder['closure']>, results: readonly StageResult[], failing: StageResult, seed: number): { from: string[]; ops: string[]; tensors: string[]; cause: string } | undefined {
+  const match = valueMatcher(plan, seed);
+  const proved = new Set<string>();
+  for (const x of results) if (x.status === 'proved') for (const k of builder.closure(x.stage).seen) proved.add(k);
+  const prog = (rk: number): Program => plan.programs[plan.rankProgram[rk] as number] as Program;
+  const split = (k: string): [number, number] => k.split(':').map(Number) as [number, number];
+  const producer = (rk: number, t: number): number => {
+    const p = prog(rk);
+    for (let op = 0; op < p.ops.size; op++) if (p.ops.opOutputs(op).includes(t)) return op;
+    return -1;
+  };
+  /** The relation a held tensor has: a boundary's claim, else its numeric match. */
+  const kindOf = (k: string): string | undefined => {
+    const nf = c.inputs.get(k);
+    if (nf !== undefined) return nf.value.n > 1 ? 'addend' : nf.value.divisor !== 1 ? 'scaled' : 'slice';
+    if (proved.has(k)) return 'slice';
+    return match(...split(k))?.kind;
+  };
+  const holds = (k: string): boolean => {
+    if (c.inputs.has(k) || proved.has(k)) return true;
+    const [rk, t] = split(k);
+    if (producer(rk, t) < 0) return true;
+    return match(rk, t) !== undefined;
+  };
+  // Tensors that do not hold and reach the failing claim through tensors that do not hold.
+  const consumers = new Map<string, string[]>();
+  for (const k of c.seen) {
+    const [rk, t] = split(k);
+    const op = producer(rk, t);
+    if (op < 0) continue;
+    for (const x of prog(rk).ops.opInputs(op)) {
+      const ik = `${rk}:${x}`;
+      const l = consumers.get(ik);
+      if (l === undefined) consumers.set(ik, [k]);
+      else l.push(k);
+    }
+  }
+  // A collective's output on one rank depends on every member's input: SPMD members run the op
+  // of the same id, so the inputs of that op on every rank count as its inputs (a superset).
+  const byOpId = new Map<string, number[]>();
+  for (const k of c.ops) {
+    const i = k.indexOf(':');
+    const l = byOpId.get(k.slice(i + 1));
+    if (l === undefined) byOpId.set(k.slice(i + 1), [Number(k.slice(0, i))]);
+    else l.push(Number(k.slice(0, i)));
+  }
+  for (const k of c.seen) {
+    const [rk, t] = split(k);
+    const op = producer(rk, t);
+    if (op < 0 || !COLLECTIVE.test(registry.get(prog(rk).ops.kind[op] as number).name)) continue;
+    const id = prog(rk).ops.ids.name(op);
+    for (const m of byOpId.get(id) ?? []) {
+      if (m === rk) continue;
+      const pm = prog(m);
+      const mop = pm.ops.ids.id(id);
+      if (mop < 0) continue;
+      for (const x of pm.ops.opInputs(mop)) {
+        const ik = `${m}:${x}`;
+        const l = consumers.get(ik);
+        if (l === undefined) consumers.set(ik, [k]);
+        else if (!l.includes(k)) l.push(k);
+      }
+    }
+  }
+  // Every obligation of the failing stage is a root (a decomposition's addends fail together).
+  const obligations = new Set(failing.stage.obligations.map((o) => `${o.rank}:${o.tensor}`));
+  const chain = new Set<string>();
+  const onChain = (k: string, depth = 0): boolean => {
+    if (chain.has(k)) return true;
+    if (holds(k) && !obligations.has(k)) return false;
+    if (obligations.has(k) || (consumers.get(k) ?? []).some((u) => depth < 10_000 && onChain(u, depth + 1))) {
+      chain.add(k);
+      return true;
+    }
+    return false;
+  };
+  const firsts: { rk: number; op: number }[] = [];
+  for (const k of c.seen) {
+    if (!onChain(k)) continue;
+    const [rk, t] = split(k);
+    const op = producer(rk, t);
+    if (op < 0) continue;
+    if ([...prog(rk).ops.opInputs(op)].every((x) => holds(`${rk}:${x}`))) firsts.push({ rk, op });
+  }
+  if (firsts.length === 0) return undefined;
+  const name = (f: { rk: number; op: number }): string => prog(f.rk).ops.ids.name(f.op);
+  // Which first op is the likeliest: one reading a partial or scaled value (a collective's
+  // fault); then one whose kind the logical graph applies to the logical tensors its inputs
+  // hold (it should compute a logical value and does not); then any (a correct intermediate
+  // with no logical twin, such as a vocab-parallel cross-entropy's shifted logits, looks alike).
+  const lg = plan.logical;
+  const score = (f: { rk: number; op: number }): number => {
+    const p = prog(f.rk);
+    const ins = [...p.ops.opInputs(f.op)].map((x) => `${f.rk}:${x}`);
+    if (ins.some((k) => kindOf(k) === 'addend' || kindOf(k) === 'scaled')) return 3;
+    const ms = ins.map((k) => (c.inputs.has(k) || proved.has(k) ? undefined : match(...split(k))));
+    const ls = new Set<number>();
+    ins.forEach((k, i) => {
+      const nf = c.inputs.get(k);
+      if (nf !== undefined) ls.add(nf.logical);
+      for (const L of ms[i]?.logical ?? []) ls.add(L);
+    });
+    for (let op = 0; op < lg.ops.size; op++) if (lg.ops.kind[op] === p.ops.kind[f.op] && [...lg.ops.opInputs(op)].some((x) => ls.has(x))) return 2;
+    return 1;
+  };
+  const best = Math.max(...firsts.map(score));
+  const top = firsts.filter((f) => score(f) === best);
+  const onFailing = top.filter((f) => failing.failingRanks.includes(f.rk));
+  const pick = (onFailing.length > 0 ? onFailing : top).reduce((a, b) => (b.op < a.op ? b : a));
+  const at = firsts.filter((f) => name(f) === name(pick));
+  const ops = new Set<string>();
+  const tensors = new Set<string>();
+  const from: string[] = [];
+  const kinds = new Map<string, string | undefined>();
+  for (const f of at) {
+    const p = prog(f.rk);
+    ops.add(`${f.rk}:${name(f)}`);
+    for (const x of p.ops.opOutputs(f.op)) tensors.add(`${f.rk}:${p.tensors.name(x)}`);
+    for (const x of new Set(p.ops.opInputs(f.op))) {
+      tensors.add(`${f.rk}:${p.tensors.name(x)}`);
+      const pop = producer(f.rk, x);
+      if (pop >= 0) ops.add(`${f.rk}:${p.ops.ids.name(pop)}`);
+      const k = `${f.rk}:${x}`;
+      const m = kindOf(k);
+      // A partial value: the reduction that is missing may be any op of the chain of partial
+      // values that made it (a reduction over one axis replaced by a copy, then one over
+      // another axis): those producers join the span.
+      // Integer values (masks, local ids) say nothing at the numeric inputs: the ops that
+      // computed them, back to values that are not integers, join the span.
+      if (m === 'integer') {
+        const back = [x];
+        const done = new Set<number>();
+        while (back.length > 0 && done.size < 8) {
+          const y = back.shift() as number;
+          const op = producer(f.rk, y);
+          if (op < 0 || done.has(op)) continue;
+          done.add(op);
+          ops.add(`${f.rk}:${p.ops.ids.name(op)}`);
+          for (const z of p.ops.opInputs(op)) if (kindOf(`${f.rk}:${z}`) === 'integer') back.push(z);
+        }
+      }
+      if (m === 'addend') {
+        let op = pop;
+        for (let step = 0; step < 6 && op >= 0; step++) {
+          // Back through ops with one distinct input (collectives, copies: where reductions
+          // sit) and through partial values.
+          const ins = [...new Set(p.ops.opInputs(op))];
+          const part = ins.length === 1 ? ins[0] : ins.find((y) => kindOf(`${f.rk}:${y}`) === 'addend');
+          if (part === undefined) break;
+          op = producer(f.rk, part);
+          if (op >= 0) ops.add(`${f.rk}:${p.ops.ids.name(op)}`);
+        }
+      }
+      kinds.set(p.tensors.name(x), m);
+      const rel = m === 'addend' ? 'a partial value: its sum over a group of ranks is a logical block' : m === 'scaled' ? 'a group size times (or a group size-th of) a logical block' : m === 'integer' ? 'integer values' : 'a logical block';
+      if (from.length < 16) from.push(`rank ${f.rk} '${p.tensors.name(x)}' (${c.inputs.has(k) ? `a proved boundary: ${rel}` : proved.has(k) ? 'inside a proved stage' : `${rel}, at the numeric inputs`})`);
+    }
+  }
+  // Weaker evidence (no partial or scaled input): the first op may be
+  // a correct intermediate with no logical twin, and the fault further down the values that
+  // do not hold (a loss normalized per rank after a vocab-parallel cross-entropy's internals, a
+  // clip norm reduced over the wrong group). The span then runs on, breadth first, along those
+  // values to the failing claim, up to MAX_SPAN_OPS.
+  if (best < 3) {
+    const queue: string[] = [];
+    // On the picked op's rank only: depth matters more than the other ranks' copies.
+    for (const x of prog(pick.rk).ops.opOutputs(pick.op)) queue.push(`${pick.rk}:${x}`);
+    const visited = new Set<string>(queue);
+    const cap = best === 2 ? MAX_SPAN_OPS / 2 : MAX_SPAN_OPS;
+    while (queue.length > 0 && ops.size < cap) {
+      const k = queue.shift() as string;
+      for (const u of consumers.get(k) ?? []) {
+        if (visited.has(u) || !chain.has(u) || !u.startsWith(`${pick.rk}:`)) continue;
+        visited.add(u);
+        const [rk, t] = split(u);
+        const op = producer(rk, t);
+        if (op >= 0 && ops.size < cap) {
+          ops.add(`${rk}:${prog(rk).ops.ids.name(op)}`);
+          // With the integer values it reads (a mask): they say nothing at the numeric inputs.
+          for (const z of prog(rk).ops.opInputs(op)) {
+            const zop = producer(rk, z);
+            if (zop >= 0 && kindOf(`${rk}:${z}`) === 'integer' && ops.size < cap) ops.add(`${rk}:${prog(rk).ops.ids.name(zop)}`);
+          }
+        }
+        tensors.add(`${rk}:${prog(rk).tensors.name(t)}`);
+        queue.push(u);
+      }
+    }
+  }
+  const opName = name(pick);
+  const kind = prog(pick.rk).ops.kind[pick.op] as number;
+  const partial = [...kinds].filter(([, m]) => m === 'addend').map(([n]) => n);
+  const scaled = [...kinds].filter(([, m]) => m === 'scaled').map(([n]) => n);
+  const cause =
+    partial.length > 0
+      ? `op '${opName}' reads ${partial.map((n) => `'${n}'`).join(', ')} as a complete value, but ${partial.length > 1 ? 'they hold' : 'it holds'} only a partial sum over ranks: a reduction (all-reduce / reduce-scatter) is missing or was replaced before it`
+      : scaled.length > 0
+        ? `op '${opName}' reads ${scaled.map((n) => `'${n}'`).join(', ')}, a group size times (or a group size-th of) the value it needs: a sum where an average is due, or the reverse`
+        : best === 2
+          ? `op '${opName}' (${registry.get(kind).name}) computes a value no logical tensor holds from inputs that hold, where the logical graph applies ${registry.get(kind).name} to those inputs' values: the op itself (its attributes, group or inputs) is the likely cause`
+          : `op '${opName}' (${registry.get(kind).name}) is the first whose value no logical tensor holds (it may be a correct intermediate with no logical twin); the span runs on along values that do not hold to the failing claim`;
+  return { from, ops: [...ops].sort(), tensors: [...tensors].sort(), cause };
 }
 
 /**
@@ -404,6 +690,9 @@ function loadHinted(file: string, obj: Json, hints: Hint[]): LoadedPlan | undefi
   } catch (e) {
     if (!(e instanceof PlanError)) throw e;
     const progs = (obj['parallel'] as { programs: { tensors: Json[] }[] }).programs;
+    // Every hint an issue names is dropped at once (one reload per hint took 200 rounds on a
+    // plan whose one rank runs its own program).
+    let dropped = 0;
     for (const issue of e.issues) {
       const m = /^\$\.parallel\.programs\[(\d+)\]\.tensors\[(\d+)\]\.lineage/.exec(issue.path);
       if (m === null) continue;
@@ -412,9 +701,45 @@ function loadHinted(file: string, obj: Json, hints: Hint[]): LoadedPlan | undefi
       if (i >= 0) {
         if (process.env['PLANPROOF_TRACE'] === '1') process.stderr.write(`  loader drops hint ${String(id)}: ${issue.message.slice(0, 200)}\n`);
         hints.splice(i, 1);
-        return undefined;
+        dropped++;
       }
     }
+    if (dropped > 0) return undefined;
     throw e;
   }
+}
+
+interface Cert {
+  /** Index of the refuted stage in the decomposition it was found in. */
+  readonly stage: number;
+  readonly result: (s: Stage) => StageResult;
+}
+
+/**
+ * The first user stage, in stage order, whose tensor the numeric run shows failing and whose
+ * failure interval arithmetic certifies (stages/interval.ts); undefined when there is none.
+ */
+function certify(plan: LoadedPlan, stages: readonly Stage[], numeric: NumericReport, hinted: (r: number, t: number) => boolean): Cert | undefined {
+  if (numeric.failingTensors.length === 0) return undefined;
+  const t0 = performance.now();
+  const failing = new Set(numeric.failingTensors);
+  const user = stages.filter((s) => failing.has(plan.logical.tensors.name(s.logical)) && s.obligations.some((o) => !hinted(o.rank, o.tensor)));
+  if (user.length === 0) return undefined;
+  const c = certifyWitness(plan, numeric.seed, [...new Set(user.map((s) => s.logical))], (r, t) => !hinted(r, t));
+  if (!('certified' in c) || c.logical === undefined) {
+    if (process.env['PLANPROOF_TRACE'] === '1') process.stderr.write(`certified witness: none (${'undecided' in c ? c.undecided : ''})\n`);
+    return undefined;
+  }
+  const w = c.certified;
+  const stage = (user.find((s) => s.logical === c.logical) as Stage).index;
+  const ms = performance.now() - t0;
+  const lt = plan.logical.tensors.name(c.logical);
+  const iv = (x: Iv): string => `[${x.lo.toPrecision(10)}, ${x.hi.toPrecision(10)}]`;
+  const what = w.kind === 'replica' ? `another copy of the same addend in ${iv(w.logical)}` : `logical ${lt} element ${w.element} in ${iv(w.logical)}`;
+  const reason = `certified witness (interval arithmetic at seed ${w.seed}, no normal form): rank ${w.rank} '${w.tensor}'${w.kind === 'partial' ? ' (its addends combined)' : ''} lies in ${iv(w.parallel)}, ${what}: disjoint, so the claim is false at these inputs in exact arithmetic`;
+  return { stage, result: (s) => ({ stage: s, status: 'differs', reason, failingRanks: [w.rank], logicalOps: 0, parallelOps: 0, terms: 0, ms }) };
+}
+
+function notAttempted(s: Stage, at: number): StageResult {
+  return { stage: s, status: 'unknown', reason: `not attempted: the plan is already refuted at stage ${at + 1} (a certified witness)`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
 }

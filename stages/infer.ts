@@ -35,6 +35,16 @@ const MAX_POSITIONS = 256;
 const MAX_MATCHES = 32;
 /** Candidates kept per tensor besides the first. */
 const MAX_ALTERNATIVES = 3;
+/**
+ * Extra random inputs every candidate must also hold on. One run can match by coincidence: a
+ * token's capacity slot in an MoE dispatch buffer depends on how the other tokens route, so a
+ * local buffer equals a block of the logical one on some inputs only. Such a hint fails its
+ * proof, and every stage built on it fails with it, round after round; a second draw removes
+ * it for the price of a forward run.
+ */
+export const CHECK_SEEDS = 4;
+/** Past this many logical elements, one extra seed only. */
+const CHECK_SEEDS_FULL_BELOW = 200_000;
 
 type Json = Record<string, unknown>;
 
@@ -97,66 +107,14 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
   for (let t = 0; t < lg.tensors.size; t++) total += numel(lg.shapes[t] ?? []);
   if (total > MAX_INFER_ELEMENTS) return { claims: [], unclaimed, skipped: `the logical tensors hold ${total} elements; fingerprinting is limited to ${MAX_INFER_ELEMENTS}` };
   const { logical, parallel } = evaluateBoth(plan, seed);
+  const nCheck = total < CHECK_SEEDS_FULL_BELOW ? CHECK_SEEDS : 1;
+  const checks = Array.from({ length: nCheck }, (_, i) => evaluateBoth(plan, seed + 7919 * (i + 1)));
 
-  // Value index: key -> [L, e, L, e, ...]; integer tensors (ids) are left out.
-  const index = new Map<string, number[]>();
-  for (let L = 0; L < lg.tensors.size; L++) {
-    if (lg.domains[L] !== undefined) continue;
-    const v = logical[L];
-    if (v === undefined) continue;
-    v.data.forEach((x, e) => {
-      const k = key(x);
-      if (k === undefined) return;
-      let l = index.get(k);
-      if (l === undefined) index.set(k, (l = []));
-      if (l.length < 2 * MAX_POSITIONS) l.push(L, e);
-    });
-  }
-  const lstrides = lg.shapes.map((s) => strides(s ?? []));
+  const matchSlices = sliceMatcher(plan, logical);
   const topo = new Int32Array(lg.tensors.size).fill(-1);
   logicalOrder(plan).forEach((op, i) => {
     for (const x of lg.ops.opOutputs(op)) topo[x] = i;
   });
-
-  /** Contiguous blocks of logical tensors that equal `data` (of shape `shape`). */
-  const matchSlices = (data: ArrayLike<number>, shape: readonly number[]): Match[] => {
-    const n = data.length;
-    if (n === 0) return [];
-    let probe = -1;
-    let best = Infinity;
-    for (let f = 0; f < Math.min(n, 64); f++) {
-      const k = key(data[f] as number);
-      const hits = k === undefined ? undefined : index.get(k);
-      if (hits !== undefined && hits.length < best) {
-        best = hits.length;
-        probe = f;
-      }
-    }
-    if (probe < 0) return [];
-    const hits = index.get(key(data[probe] as number) as string) as number[];
-    const ls = strides(shape);
-    const pc = shape.map((_, d) => Math.floor(probe / (ls[d] as number)) % (shape[d] as number));
-    const out: Match[] = [];
-    for (let h = 0; h < hits.length && out.length < MAX_MATCHES; h += 2) {
-      const L = hits[h] as number;
-      const e = hits[h + 1] as number;
-      const S = lg.shapes[L] ?? [];
-      if (S.length !== shape.length) continue;
-      const st = lstrides[L] as number[];
-      const start = S.map((_, d) => (Math.floor(e / (st[d] as number)) % (S[d] as number)) - (pc[d] as number));
-      if (start.some((s, d) => s < 0 || s + (shape[d] as number) > (S[d] as number))) continue;
-      if (out.some((m) => m.L === L && m.start.every((s, d) => s === m.start[d]))) continue;
-      const lv = (logical[L] as Dense<number>).data;
-      let ok = true;
-      for (let f = 0; f < n && ok; f++) {
-        let g = 0;
-        for (let d = 0; d < shape.length; d++) g += ((start[d] as number) + (Math.floor(f / (ls[d] as number)) % (shape[d] as number))) * (st[d] as number);
-        ok = !differs(data[f] as number, lv[g] as number);
-      }
-      if (ok) out.push({ L, start });
-    }
-    return out;
-  };
 
   const mesh = plan.mesh;
   const axesN = mesh.sizes.length;
@@ -256,13 +214,38 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
       if (ranks.every((r) => (parallel[r]?.[t]?.data ?? []).every((x) => Number.isInteger(x)))) continue;
       const per = new Map<number, Cand[]>(ranks.map((r) => [r, candsAt(r)]));
       const shapeAt = (r: number): readonly number[] => plan.view(r).shapes[t] ?? [];
+      /** The candidate, at the offsets fitted per rank, on another run of both graphs. */
+      const holdsOn = (run: { logical: (Dense<number> | undefined)[]; parallel: (Dense<number> | undefined)[][] }, c: Cand, starts: ReadonlyMap<number, readonly number[]>): boolean => {
+        const lv = run.logical[c.L];
+        if (lv === undefined) return false;
+        for (const r of ranks) {
+          const v = run.parallel[r]?.[t];
+          const st = starts.get(r);
+          if (v === undefined || st === undefined) return false;
+          let data: ArrayLike<number> = v.data;
+          if (c.kind === 'addend') {
+            const sum = new Float64Array(v.data.length);
+            for (const m of mesh.groupAlong(r, c.axes)) {
+              const p2 = plan.programs[plan.rankProgram[m] as number] as Program;
+              const x = run.parallel[m]?.[p2.tensors.id(name)];
+              if (x === undefined || x.data.length !== v.data.length) return false;
+              x.data.forEach((y, f) => (sum[f] = (sum[f] as number) + y));
+            }
+            data = sum;
+          }
+          if (!blockEquals(data, v.shape, c.divisor, lv, st)) return false;
+        }
+        return true;
+      };
       const found: { c: Cand; lineage: Json }[] = [];
       for (const c0 of per.get(r0) ?? []) {
         if (found.length > MAX_ALTERNATIVES) break;
         const same = (c: Cand): boolean => c.L === c0.L && c.kind === c0.kind && c.n === c0.n && c.divisor === c0.divisor && c.axes.join() === c0.axes.join();
         if (found.some((f) => same(f.c))) continue;
-        const entry = fitTemplate(plan, ranks, (r) => (per.get(r) ?? []).filter(same).map((c) => c.start), shapeAt, lg.shapes[c0.L] ?? []);
-        if (entry === undefined) continue;
+        const fit = fitTemplate(plan, ranks, (r) => (per.get(r) ?? []).filter(same).map((c) => c.start), shapeAt, lg.shapes[c0.L] ?? []);
+        if (fit === undefined) continue;
+        const entry = fit.entry;
+        if (!checks.every((run) => holdsOn(run, c0, fit.starts))) continue;
         const lineage: Json = { logical: lg.tensors.name(c0.L), index: entry };
         if (c0.kind !== 'slice') {
           const A = c0.axes;
@@ -289,6 +272,68 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
   });
   accumulationAddends(plan, claims);
   return { claims, unclaimed };
+}
+
+/** Contiguous blocks of logical tensors equal to a value (`data` of shape `shape`), through an index of the logical values. */
+function sliceMatcher(plan: LoadedPlan, logical: readonly (Dense<number> | undefined)[]): (data: ArrayLike<number>, shape: readonly number[]) => Match[] {
+  const lg = plan.logical;
+  // Value index: key -> [L, e, L, e, ...]; integer tensors (ids) are left out.
+  const index = new Map<string, number[]>();
+  for (let L = 0; L < lg.tensors.size; L++) {
+    if (lg.domains[L] !== undefined) continue;
+    const v = logical[L];
+    if (v === undefined) continue;
+    v.data.forEach((x, e) => {
+      const k = key(x);
+      if (k === undefined) return;
+      let l = index.get(k);
+      if (l === undefined) index.set(k, (l = []));
+      if (l.length < 2 * MAX_POSITIONS) l.push(L, e);
+    });
+  }
+  const lstrides = lg.shapes.map((s) => strides(s ?? []));
+
+  /** Contiguous blocks of logical tensors that equal `data` (of shape `shape`). */
+  const matchSlices = (data: ArrayLike<number>, shape: readonly number[]): Match[] => {
+    const n = data.length;
+    if (n === 0) return [];
+    let probe = -1;
+    let best = Infinity;
+    for (let f = 0; f < Math.min(n, 64); f++) {
+      const k = key(data[f] as number);
+      const hits = k === undefined ? undefined : index.get(k);
+      if (hits !== undefined && hits.length < best) {
+        best = hits.length;
+        probe = f;
+      }
+    }
+    if (probe < 0) return [];
+    const hits = index.get(key(data[probe] as number) as string) as number[];
+    const ls = strides(shape);
+    const pc = shape.map((_, d) => Math.floor(probe / (ls[d] as number)) % (shape[d] as number));
+    const out: Match[] = [];
+    for (let h = 0; h < hits.length && out.length < MAX_MATCHES; h += 2) {
+      const L = hits[h] as number;
+      const e = hits[h + 1] as number;
+      const S = lg.shapes[L] ?? [];
+      if (S.length !== shape.length) continue;
+      const st = lstrides[L] as number[];
+      const start = S.map((_, d) => (Math.floor(e / (st[d] as number)) % (S[d] as number)) - (pc[d] as number));
+      if (start.some((s, d) => s < 0 || s + (shape[d] as number) > (S[d] as number))) continue;
+      if (out.some((m) => m.L === L && m.start.every((s, d) => s === m.start[d]))) continue;
+      const lv = (logical[L] as Dense<number>).data;
+      let ok = true;
+      for (let f = 0; f < n && ok; f++) {
+        let g = 0;
+        for (let d = 0; d < shape.length; d++) g += ((start[d] as number) + (Math.floor(f / (ls[d] as number)) % (shape[d] as number))) * (st[d] as number);
+        ok = !differs(data[f] as number, lv[g] as number);
+      }
+      if (ok) out.push({ L, start });
+    }
+    return out;
+  };
+
+  return matchSlices;
 }
 
 /**
@@ -348,7 +393,7 @@ function affineExpr(plan: LoadedPlan, b: number, terms: readonly (readonly [numb
  * at the program's first rank, derives the coefficient of each axis from a rank that differs on
  * it alone, and checks the prediction against every rank's list.
  */
-function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: number) => number[][], shapeAt: (r: number) => readonly number[], S: readonly number[]): (string | [number | Json, number | Json])[] | undefined {
+function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: number) => number[][], shapeAt: (r: number) => readonly number[], S: readonly number[]): { entry: (string | [number | Json, number | Json])[]; starts: Map<number, number[]> } | undefined {
   const mesh = plan.mesh;
   const axesN = mesh.sizes.length;
   const r0 = ranks[0] as number;
@@ -375,14 +420,16 @@ function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: num
     }
   }
   const predict = (b: number, k: readonly number[], c: readonly number[]): number => b - k.reduce((acc, x, a) => acc + x * (c0[a] as number), 0) + k.reduce((acc, x, a) => acc + x * (c[a] as number), 0);
+  const fitted = new Map<number, number[]>();
   for (const r of ranks) {
     const c = coord(r);
     const want = s0.map((s, d) => predict(s, ks[d] as number[], c));
     const end = ends0.map((e, d) => predict(e, ke[d] as number[], c));
     if (end.some((e, d) => e - (want[d] as number) !== (shapeAt(r)[d] as number))) return undefined;
     if (!starts(r).some((st) => st.every((x, d) => x === want[d]))) return undefined;
+    fitted.set(r, want);
   }
-  return s0.map((s, d) => {
+  const entry = s0.map((s, d): string | [number | Json, number | Json] => {
     const k = ks[d] as number[];
     const e = ke[d] as number[];
     if (k.every((x) => x === 0) && e.every((x) => x === 0) && s === 0 && ends0[d] === S[d]) return '*';
@@ -390,6 +437,21 @@ function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: num
     const terms = (kk: number[]): [number, number][] => kk.map((x, a) => [a, x] as [number, number]);
     return [affineExpr(plan, base(s, k), terms(k)), affineExpr(plan, base(ends0[d] as number, e), terms(e))];
   });
+  return { entry, starts: fitted };
+}
+
+/** Whether `data` (of `shape`) divided by `divisor` equals the block of `lv` starting at `start`. */
+function blockEquals(data: ArrayLike<number>, shape: readonly number[], divisor: number, lv: Dense<number>, start: readonly number[]): boolean {
+  const S = lv.shape;
+  if (S.length !== shape.length) return false;
+  const ls = strides(shape);
+  const st = strides(S);
+  for (let f = 0; f < data.length; f++) {
+    let g = 0;
+    for (let d = 0; d < shape.length; d++) g += ((start[d] as number) + (Math.floor(f / (ls[d] as number)) % (shape[d] as number))) * (st[d] as number);
+    if (differs((data[f] as number) / divisor, lv.data[g] as number)) return false;
+  }
+  return true;
 }
 
 /** The plan with the inferred claims written in (a deep copy; the input is not changed). */
@@ -401,4 +463,67 @@ export function withClaims(plan: Json, claims: readonly InferredClaim[]): Json {
     if (t !== undefined && (t['lineage'] === undefined || (t['lineage'] as Json)['inferred'] === true)) t['lineage'] = c.lineage;
   }
   return out;
+}
+
+/** How a parallel tensor's value on one rank relates to the logical values (localization), and to which logical tensors. */
+export interface ValueMatch {
+  readonly kind: 'slice' | 'addend' | 'scaled' | 'integer';
+  readonly logical: readonly number[];
+}
+
+/**
+ * Per rank, with no SPMD fit: whether the tensor's value on that rank is a block of a logical
+ * tensor ('slice'), its sum over the ranks differing on some mesh axes is one (or group-size
+ * times one: 'addend'), or k times (or 1/k of) one for k a group size ('scaled'); 'integer' for
+ * values that are all integers (they say nothing); undefined when none holds. Values at
+ * `seed`, as the numeric run draws them. Used to localize a failure: the first ops whose
+ * outputs match nothing while their inputs do.
+ */
+export function valueMatcher(plan: LoadedPlan, seed: number): (rank: number, tensor: number) => ValueMatch | undefined {
+  const { logical, parallel } = evaluateBoth(plan, seed);
+  const matchSlices = sliceMatcher(plan, logical);
+  const mesh = plan.mesh;
+  const bigAxes = [...Array(mesh.sizes.length).keys()].filter((a) => (mesh.sizes[a] as number) > 1);
+  const axisSets: number[][] = bigAxes.map((a) => [a]);
+  if (bigAxes.length > 1) axisSets.push(bigAxes);
+  const scales = [...new Set([...bigAxes.map((a) => mesh.sizes[a] as number), mesh.size])].filter((k) => k > 1);
+  const memo = new Map<string, ValueMatch | undefined>();
+  const of = (kind: ValueMatch['kind'], ms: readonly Match[]): ValueMatch => ({ kind, logical: [...new Set(ms.map((m) => m.L))] });
+  return (r, t) => {
+    const key = `${r}:${t}`;
+    if (memo.has(key)) return memo.get(key);
+    const v = parallel[r]?.[t];
+    let out: ValueMatch | undefined;
+    if (v === undefined || v.data.length === 0 || v.data.every((x) => Number.isInteger(x))) out = { kind: 'integer', logical: [] };
+    else {
+      const ms = matchSlices(v.data, v.shape);
+      if (ms.length > 0) out = of('slice', ms);
+    }
+    if (out === undefined && v !== undefined) {
+      const name = (plan.programs[plan.rankProgram[r] as number] as Program).tensors.name(t);
+      for (const A of axisSets) {
+        const members = [...mesh.groupAlong(r, A)];
+        const vals = members.map((m) => {
+          const p = plan.programs[plan.rankProgram[m] as number] as Program;
+          const x = p.tensors.id(name);
+          return x < 0 ? undefined : parallel[m]?.[x];
+        });
+        if (!vals.every((x) => x !== undefined && x.data.length === v.data.length)) continue;
+        const sum = new Float64Array(v.data.length);
+        for (const x of vals) (x as Dense<number>).data.forEach((y, f) => (sum[f] = (sum[f] as number) + y));
+        const ms = [...matchSlices(sum, v.shape), ...matchSlices(sum.map((y) => y / members.length), v.shape)];
+        if (ms.length > 0) {
+          out = of('addend', ms);
+          break;
+        }
+      }
+      for (const k of scales) {
+        if (out !== undefined) break;
+        const ms = [...matchSlices(v.data.map((y) => y / k), v.shape), ...matchSlices(v.data.map((y) => y * k), v.shape)];
+        if (ms.length > 0) out = of('scaled', ms);
+      }
+    }
+    memo.set(key, out);
+    return out;
+  };
 }
