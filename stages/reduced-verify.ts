@@ -51,8 +51,9 @@ export async function verifyReduced(plan: LoadedPlan, text: string, opts: Reduce
     return { ...r, reduction: { ran: false, reason: 'turned off (--no-reduce)', reduced: [], kept: [] } };
   }
   // Reduction only serves stages the element engines prove; tensor level needs none (and its
-  // results are kept per stage, so the proof below does not derive them twice).
-  if (opts.tensorLevel !== false && proveTensorLevel(plan, decompose(plan, logicalOrder(plan))).open.size === 0) {
+  // results are kept per stage, so the proof below does not derive them twice). A user who
+  // asks for the reduced plan (--emit-reduced) still gets it.
+  if (opts.tensorLevel !== false && opts.emitDir === undefined && proveTensorLevel(plan, decompose(plan, logicalOrder(plan))).open.size === 0) {
     const r = await prove(plan, text);
     return { ...r, reduction: { ran: false, reason: REDUCTION_NOT_NEEDED, reduced: [], kept: [] } };
   }
