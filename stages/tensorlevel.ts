@@ -908,8 +908,10 @@ export class TensorLevelProver {
     }
     // What the op reads from the rank's view: its attributes and its tensors' shapes (views
     // differ per coordinates; replicas that agree on these derive alike).
-    let sigs = this.opSigs.get(view);
-    if (sigs === undefined) this.opSigs.set(view, (sigs = new Map()));
+    // Keyed by the view's shape table: plan.view(r) copies a shared view per rank ({ ...v, rank }),
+    // and its tables (built fresh per instantiated view, plans/programs.ts) are what the signature reads.
+    let sigs = this.opSigs.get(view.shapes);
+    if (sigs === undefined) this.opSigs.set(view.shapes, (sigs = new Map()));
     let osig = sigs.get(op);
     if (osig === undefined) {
       const sh = (x: number): string => (view.shapes[x] ?? []).join(',');
