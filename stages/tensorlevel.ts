@@ -524,7 +524,6 @@ export class TensorLevelProver {
   private readonly addKind: number;
   private readonly identityKind: number;
   private readonly reshapeKind: number;
-  private readonly addK: number;
   private readonly subKind: number;
   private readonly whereKind: number;
   private readonly expandKind: number;
@@ -546,7 +545,6 @@ export class TensorLevelProver {
     this.addKind = registry.id('add');
     this.identityKind = registry.id('identity');
     this.reshapeKind = registry.id('reshape');
-    this.addK = registry.id('add');
     this.subKind = registry.id('sub');
     this.whereKind = registry.id('where');
     this.expandKind = registry.id('expand');
@@ -1143,7 +1141,7 @@ export class TensorLevelProver {
       let gm = this.unitBase(r, G);
       for (let i = 0; i < 8; i++) {
         const aop = this.prodOp(r, gm);
-        if (aop < 0 || p.ops.kind[aop] !== this.addK) break;
+        if (aop < 0 || p.ops.kind[aop] !== this.addKind) break;
         const [u, v] = p.ops.opInputs(aop) as unknown as [number, number];
         if (sh(u).join(',') !== sh(gm).join(',') || sh(v).join(',') !== sh(gm).join(',')) break;
         const zu = this.prodOp(r, u);
