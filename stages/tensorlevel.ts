@@ -1086,9 +1086,11 @@ export class TensorLevelProver {
   private vocabRule(r: number, op: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived): Derived | undefined {
     const plan = this.plan;
     const p = plan.programs[plan.rankProgram[r] as number] as Program;
-    const view = plan.view(r);
     const kind = p.ops.kind[op] as number;
     const def = registry.get(kind);
+    // Called for every derived op: leave at once unless it is a where or a scatter.
+    if (kind !== this.whereKind && def.scatter === undefined) return undefined;
+    const view = plan.view(r);
     const ins = [...p.ops.opInputs(op)];
     const sh = (x: number): Shape => view.shapes[x] ?? [];
     const outShape = sh(t);
