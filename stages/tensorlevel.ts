@@ -143,10 +143,27 @@ function addTerms(list: readonly Relation[]): Value | string {
       if (sc.num !== 0) out.push({ logical: first.logical, ranges: first.ranges, scale: sc });
       continue;
     }
-    if (g.some((r) => !feq(r.scale, first.scale))) return 'addends of one value with different scale factors';
-    const u = unionParts(g.map((r) => r.part as Part));
+    // Replicas of one addend (the same cover) add their factors (a gradient counted 1/dp on
+    // each of dp replicas, summed over dp, counts once); distinct addends then unite.
+    const byCover = new Map<string, Relation>();
+    for (const r of g) {
+      const ck = coverKey(r.part);
+      const prev = byCover.get(ck);
+      if (prev === undefined) {
+        byCover.set(ck, r);
+        continue;
+      }
+      const sc = frac(prev.scale.num * r.scale.den + r.scale.num * prev.scale.den, prev.scale.den * r.scale.den);
+      if (sc === undefined) return 'scale overflow';
+      byCover.set(ck, { ...prev, scale: sc });
+    }
+    const reps = [...byCover.values()];
+    const s0 = (reps[0] as Relation).scale;
+    if (s0.num === 0) return 'addends that cancel';
+    if (reps.some((r) => !feq(r.scale, s0))) return 'addends of one value with different scale factors';
+    const u = unionParts(reps.map((r) => r.part as Part));
     if (u === undefined) return 'overlapping addends';
-    out.push(coversAll(u) ? { logical: first.logical, ranges: first.ranges, scale: first.scale } : { ...first, part: u });
+    out.push(coversAll(u) ? { logical: first.logical, ranges: first.ranges, scale: s0 } : { ...first, scale: s0, part: u });
   }
   if (out.length === 0) return 'a sum that cancels';
   return out.length === 1 ? (out[0] as Relation) : { terms: out };
@@ -250,8 +267,6 @@ function unionPart(a: Part, b: Part): Part | undefined {
 }
 
 const MAX_DEPTH = 4000;
-/** (rank, tensor) as one number: rank * TENSOR_KEY + tensor (programs hold fewer tensors). */
-const TENSOR_KEY = 1 << 24;
 
 /** Where a derivation records what it assumed and recomputed (for reuse across stages). */
 interface Seen {
@@ -503,7 +518,9 @@ export class TensorLevelProver {
    * the input values. Ranks that hold the same values (dp replicas of a parameter) derive once.
    */
   private readonly opMemo = new Map<string, Derived>();
-  private readonly opSigs = new WeakMap<object, Map<number, string>>();
+  /** Per view shape table: per op, the id of its signature text (attributes and shapes it reads). */
+  private readonly opSigs = new WeakMap<object, Map<number, number>>();
+  private readonly sigIds = new Map<string, number>();
   /** Values interned by content: an object seen before costs a lookup, not a key. */
   private readonly valueIds = new WeakMap<object, number>();
   private readonly valueByKey = new Map<string, number>();
@@ -516,6 +533,11 @@ export class TensorLevelProver {
     this.valueIds.set(v, id);
     return id;
   }
+  /**
+   * (rank, tensor) as one number: rank * tensorKey + tensor. tensorKey is the largest program's
+   * tensor count, so keys stay small integers (Maps of doubles allocate on every lookup).
+   */
+  private readonly tensorKey: number;
   /** Collective instances derived once for every stage that assumes none of their claims. */
   private readonly across = new Map<number, { shared: Shared | string; assumes: Set<number> }>();
   private readonly world: LogicalWorld;
@@ -530,6 +552,7 @@ export class TensorLevelProver {
   constructor(readonly plan: LoadedPlan) {
     // Producers without per-rank string keys: a local op per (program, tensor), and the
     // collective instance per (rank, output) (L1: 512 ranks x 15k tensors would be 7M strings).
+    this.tensorKey = Math.max(1, ...plan.programs.map((p) => p.tensors.size));
     this.localProd = plan.programs.map((p) => {
       const a = new Int32Array(p.tensors.size).fill(-1);
       const sites = new Set(p.collectiveSites);
@@ -538,7 +561,7 @@ export class TensorLevelProver {
     });
     plan.collectives.forEach((c, ci) => c.group.forEach((r, i) => {
       const o = c.outputs[i] as number;
-      if (o >= 0) this.collProd.set(r * TENSOR_KEY + o, ci);
+      if (o >= 0) this.collProd.set(r * this.tensorKey + o, ci);
     }));
     this.world = new LogicalWorld(plan);
     this.scaleKind = registry.id('scale');
@@ -639,7 +662,7 @@ export class TensorLevelProver {
   /** The derive function of one stage (or of one isolated collective derivation: `ctx.seen`). */
   private deriver(stage: Stage, ctx: Ctx): (r: number, t: number, depth: number) => Derived {
     const derive = (r: number, t: number, depth: number): Derived => {
-      const key = r * TENSOR_KEY + t;
+      const key = r * this.tensorKey + t;
       const hit = ctx.memo.get(key);
       if (hit !== undefined) return hit;
       if (depth > MAX_DEPTH) return 'the stage is deeper than the tensor-level walk goes';
@@ -656,7 +679,7 @@ export class TensorLevelProver {
     const pi = plan.rankProgram[r] as number;
     const p = plan.programs[pi] as Program;
     const lop = (this.localProd[pi] as Int32Array)[t] as number;
-    const inst = lop >= 0 ? -1 : this.collProd.get(r * TENSOR_KEY + t);
+    const inst = lop >= 0 ? -1 : this.collProd.get(r * this.tensorKey + t);
     const pr: Producer | undefined = lop >= 0 ? { op: lop, inst: -1 } : inst === undefined ? undefined : { op: -1, inst };
     const spec = p.lineage[t];
     if (spec !== undefined && pr !== undefined) {
@@ -665,7 +688,7 @@ export class TensorLevelProver {
     }
     if (spec !== undefined && (spec.logical !== stage.logical || pr === undefined)) {
       // A stage input: its claim is assumed (the stage that produces it proves it).
-      const ck = r * TENSOR_KEY + t;
+      const ck = r * this.tensorKey + t;
       const hit = this.claimCache.get(ck);
       if (hit !== undefined) return hit;
       const nf = this.claimNF(r, t);
@@ -728,7 +751,7 @@ export class TensorLevelProver {
 
   private readonly nfCache = new Map<number, LineageNF>();
   private nfOf(r: number, t: number): LineageNF {
-    const key = r * TENSOR_KEY + t;
+    const key = r * this.tensorKey + t;
     const hit = this.nfCache.get(key);
     if (hit !== undefined) return hit;
     // evalLineage through the stage builder's conventions (plans/loader view shapes).
@@ -913,7 +936,9 @@ export class TensorLevelProver {
     let osig = sigs.get(op);
     if (osig === undefined) {
       const sh = (x: number): string => (view.shapes[x] ?? []).join(',');
-      osig = `${attrsKey(view.attrs[op])}|${[...p.ops.opInputs(op)].map(sh).join(';')}|${[...p.ops.opOutputs(op)].map(sh).join(';')}`;
+      const text = `${attrsKey(view.attrs[op])}|${[...p.ops.opInputs(op)].map(sh).join(';')}|${[...p.ops.opOutputs(op)].map(sh).join(';')}`;
+      osig = this.sigIds.get(text);
+      if (osig === undefined) this.sigIds.set(text, (osig = this.sigIds.size));
       sigs.set(op, osig);
     }
     const mkey = `${plan.rankProgram[r] as number}|${op}|${t}|${osig}|${vals.map((v) => this.valueId(v)).join(',')}`;

@@ -231,3 +231,35 @@ describe('tensor-level collectives', () => {
     assert.equal(verifyPlan(ok).verdict, 'verified');
   });
 });
+
+describe('tensor-level replicas of one addend', () => {
+  // MoE with experts over dp and tp 2: each rank sums the squares of its tp shards; a gradient
+  // replicated over dp counts 1/dp on each replica, and the clipping norm is all-reduced over
+  // dp and tp. dp replicas of one tp addend add their factors (1/2 + 1/2: the addend once).
+  const cfg = { family: 'moe', layers: 1, hidden: 8, heads: 2, kvHeads: 2, seq: 2, vocab: 8, batch: 4, ffn: 4, experts: 2, topk: 1, shared: 1, expertFfn: 2 } as const;
+  const json = (): Record<string, unknown> => generatePlan({ model: cfg, par: { dp: 2, tp: 2, micro: 1, ep: true }, optimizer: OPT }) as Record<string, unknown>;
+  const clipStages = (plan: LoadedPlan): { all: string[]; proved: Set<string> } => {
+    const stages = decompose(plan, logicalOrder(plan));
+    const { proved } = proveTensorLevel(plan, stages);
+    const name = (i: number): string => plan.logical.tensors.name((stages[i] as (typeof stages)[number]).logical);
+    return { all: stages.map((_, i) => name(i)).filter((n) => /^clip(\.[0-9]+)?$/.test(n)), proved: new Set([...proved.keys()].map(name)) };
+  };
+  it('the clipped gradients of a norm summed over dp and tp replicas are proved; without the 1/dp they are not', () => {
+    const ok = clipStages(loadPlanObject('moe-ep-tp.json', json()));
+    assert.ok(ok.all.length >= 10, `clip stages: ${ok.all.length}`);
+    for (const n of ok.all) assert.ok(ok.proved.has(n), `'${n}' not proved at tensor level`);
+    // The twin: replicated gradients counted once per dp replica (the 1/2 dropped) double count.
+    const bad = json();
+    const prog = ((bad['parallel'] as { programs: { ops: { id: string; op: string; attrs?: Record<string, unknown> }[] }[] }).programs[0]);
+    let changed = 0;
+    for (const o of prog?.ops ?? []) {
+      if (o.op === 'scale' && o.id.includes('clip_tp') && o.attrs?.['factor'] === '1/2') {
+        o.attrs['factor'] = '1/1';
+        changed++;
+      }
+    }
+    assert.ok(changed > 0, 'no 1/dp scaling found to drop');
+    const b = clipStages(loadPlanObject('moe-ep-tp-double.json', bad));
+    for (const n of b.all) assert.ok(!b.proved.has(n), `'${n}' proved at tensor level with replicas counted twice`);
+  });
+});
