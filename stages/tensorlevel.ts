@@ -274,8 +274,11 @@ interface Seen {
   readonly recomputes: Set<number>;
 }
 interface Ctx {
+  /** Values this stage derived from a claim with a producer (stage-dependent: see `pure`). */
   readonly memo: Map<number, Derived>;
   readonly coll: Map<number, Shared | string>;
+  /** Collective instances in `coll` whose derivation reached a claim with a producer. */
+  readonly collImpure?: Set<number>;
   readonly seen?: Seen;
 }
 
@@ -575,7 +578,7 @@ export class TensorLevelProver {
 
   prove(stage: Stage): StageResult | { why: string } {
     const t0 = performance.now();
-    const derive = this.deriver(stage, { memo: new Map(), coll: new Map() });
+    const derive = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set() });
     const memo = { size: 0 };
     const lshape = this.plan.logical.shapes[stage.logical] ?? [];
     // Partial obligations: by region and decomposition, the derived parts must partition the value.
@@ -659,15 +662,38 @@ export class TensorLevelProver {
     return `${s}${this.world.name(r.logical)}[${r.ranges.map(([a, b]) => `${a}:${b}`).join(',')}]${p}`;
   }
 
+  /**
+   * Values derived in every stage alike: a derivation that reached no claimed tensor with a
+   * producer depends on no stage (the stage decides only whether such a claim is assumed or
+   * recomputed: deriveOne), so one derivation serves all. With lineage only at the boundary,
+   * every output's stage walks the whole graph: derived once, not once per output.
+   */
+  private readonly pure = new Map<number, Derived>();
+  /** Counts derivations that reached a claim with a producer (or a depth limit): `pure` is a snapshot test. */
+  private impure = 0;
+
   /** The derive function of one stage (or of one isolated collective derivation: `ctx.seen`). */
   private deriver(stage: Stage, ctx: Ctx): (r: number, t: number, depth: number) => Derived {
     const derive = (r: number, t: number, depth: number): Derived => {
       const key = r * this.tensorKey + t;
+      const ph = this.pure.get(key);
+      if (ph !== undefined) return ph;
       const hit = ctx.memo.get(key);
-      if (hit !== undefined) return hit;
-      if (depth > MAX_DEPTH) return 'the stage is deeper than the tensor-level walk goes';
+      if (hit !== undefined) {
+        this.impure++;
+        return hit;
+      }
+      if (depth > MAX_DEPTH) {
+        this.impure++;
+        return 'the stage is deeper than the tensor-level walk goes';
+      }
+      const before = this.impure;
       const d = this.deriveOne(stage, r, t, depth, derive, ctx);
-      ctx.memo.set(key, d);
+      if (this.impure !== before) ctx.memo.set(key, d);
+      else {
+        if (this.pure.size > 16_000_000) this.pure.clear();
+        this.pure.set(key, d);
+      }
       return d;
     };
     return derive;
@@ -683,6 +709,7 @@ export class TensorLevelProver {
     const pr: Producer | undefined = lop >= 0 ? { op: lop, inst: -1 } : inst === undefined ? undefined : { op: -1, inst };
     const spec = p.lineage[t];
     if (spec !== undefined && pr !== undefined) {
+      this.impure++;
       if (spec.logical === stage.logical) ctx.seen?.recomputes.add(spec.logical);
       else ctx.seen?.assumes.add(spec.logical);
     }
@@ -705,18 +732,21 @@ export class TensorLevelProver {
     // One derivation per collective instance and stage: every member's output reads the same
     // inputs (an all-reduce over 512 ranks is combined once, not once per member).
     let shared = coll.get(pr.inst);
+    if (shared !== undefined && ctx.collImpure?.has(pr.inst) === true) this.impure++;
     // Across stages: an instance derived without recomputing any claim holds in every stage
     // whose own tensor is none of the claims it assumed (every clipped gradient reads one
     // global norm: derived once, not once per parameter).
     const across = this.across.get(pr.inst);
     if (shared === undefined && across !== undefined && !across.assumes.has(stage.logical)) {
       shared = across.shared;
+      if (across.assumes.size > 0) this.impure++;
       for (const a of across.assumes) ctx.seen?.assumes.add(a);
     }
     if (shared === undefined) {
       // Derived in isolation (its own memo), recording the claims it assumes and recomputes.
       const seen = { assumes: new Set<number>(), recomputes: new Set<number>() };
-      const sub = this.deriver(stage, { memo: new Map(), coll: new Map(), seen });
+      const sub = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set(), seen });
+      const before = this.impure;
       const ins: (Value | undefined)[] = [];
       let failed: string | undefined;
       for (let i = 0; i < c.group.length && failed === undefined; i++) {
@@ -731,6 +761,7 @@ export class TensorLevelProver {
       }
       shared = failed ?? { ins, memo: new Map() };
       coll.set(pr.inst, shared);
+      if (this.impure !== before) ctx.collImpure?.add(pr.inst);
       if (seen.recomputes.size === 0) this.across.set(pr.inst, { shared, assumes: seen.assumes });
       for (const a of seen.assumes) ctx.seen?.assumes.add(a);
       for (const a of seen.recomputes) ctx.seen?.recomputes.add(a);

@@ -78,6 +78,12 @@ describe('tensor-level proofs agree with the exact normal form', () => {
       const plan = loadPlanObject('bug.json', raw);
       const c = compare(plan);
       assertSubset(bug.id, c);
+      // Order does not matter: values shared across stages (stages/tensorlevel.ts, `pure`)
+      // never carry a claim one stage assumes into the stage that must prove it.
+      const again = loadPlanObject('bug-reversed.json', raw);
+      const st = decompose(again, logicalOrder(again));
+      const rev = new Set([...proveTensorLevel(again, [...st].reverse()).proved.keys()].map((i) => again.logical.tensors.name((st[i] as (typeof st)[number]).logical)));
+      assert.deepEqual([...rev].sort(), [...c.tensor].sort(), `${bug.id}: stages proved in reverse order differ`);
       const bad = [...c.element].filter(([, s]) => s !== 'proved').map(([t]) => t);
       assert.ok(bad.length > 0, `${bug.id}: the exact normal form finds no failing stage`);
       for (const t of bad) assert.ok(!c.tensor.has(t), `${bug.id}: '${t}' is proved at tensor level`);
