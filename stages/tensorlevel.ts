@@ -27,9 +27,13 @@ import { attrScalar, numel, type AttrValue, type Attrs, type DecompExpr, type Di
 import type { LoadedPlan } from '../plans/loader.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
+import { programBox } from '../lineage/symbolic.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { result, type Producer, type Stage, type StageResult } from './prove.js';
 import { canonJson } from './canon.js';
+import { iadd, iaxes, icmp, iconst, ieval, ikey, imul, iscale, isub, isubst, Sym, type Int } from './sym.js';
+
+type Range = readonly [Int, Int];
 
 /** An exact positive or negative rational, num/den in lowest terms (den > 0). */
 interface Frac {
@@ -72,7 +76,7 @@ function parseFrac(v: number | string): Frac | undefined {
  */
 interface Comp {
   readonly kind: 'idx' | 'range';
-  readonly cover: readonly number[];
+  readonly cover: readonly Int[];
   readonly total: number;
 }
 interface Part {
@@ -85,8 +89,8 @@ const isMaxPart = (r: Relation): boolean => r.part?.max === true;
 
 export interface Relation {
   readonly logical: number;
-  /** [start, end) per dim of the logical tensor. */
-  readonly ranges: readonly (readonly [number, number])[];
+  /** [start, end) per dim of the logical tensor (affine in the coordinates per template: stages/sym.ts). */
+  readonly ranges: readonly Range[];
   /** parallel = scale x logical region (or, with `part`, one addend of that). */
   readonly scale: Frac;
   readonly part?: Part;
@@ -202,28 +206,47 @@ export function claimRelation(nf: LineageNF): Relation | string {
 const attrsKey = (a: Attrs | undefined): string => canonJson((a ?? {}) as AttrValue);
 
 /** Unions two covers of one decomposition; undefined when they overlap. */
-function unionCover(kind: Comp['kind'], a: readonly number[], b: readonly number[]): number[] | undefined {
+function unionCover(kind: Comp['kind'], a: readonly Int[], b: readonly Int[]): Int[] | undefined {
+  // Per template the bounds may be affine in the coordinates: they are ordered only when their
+  // differences are constants (the same coefficients), which is what icmp decides.
+  const order = (x: Int, y: Int): number => icmp(x, y) ?? Number.NaN;
   if (kind === 'idx') {
-    const s = new Set(a);
+    const s = new Set<Int>(a);
     for (const x of b) {
       if (s.has(x)) return undefined;
       s.add(x);
     }
-    return [...s].sort((x, y) => x - y);
+    const out = [...s];
+    for (let i = 1; i < out.length; i++) if (Number.isNaN(order(out[0] as Int, out[i] as Int))) return undefined;
+    return out.sort(order);
   }
-  const pairs: [number, number][] = [];
-  for (let i = 0; i < a.length; i += 2) pairs.push([a[i] as number, a[i + 1] as number]);
-  for (let i = 0; i < b.length; i += 2) pairs.push([b[i] as number, b[i + 1] as number]);
-  pairs.sort((x, y) => x[0] - y[0]);
-  const out: number[] = [];
+  const pairs: [Int, Int][] = [];
+  for (let i = 0; i < a.length; i += 2) pairs.push([a[i] as Int, a[i + 1] as Int]);
+  for (let i = 0; i < b.length; i += 2) pairs.push([b[i] as Int, b[i + 1] as Int]);
+  const first = pairs[0];
+  if (first !== undefined && pairs.some(([s, e]) => Number.isNaN(order(first[0], s)) || Number.isNaN(order(first[0], e)))) return undefined;
+  pairs.sort((x, y) => order(x[0], y[0]));
+  const out: Int[] = [];
   for (const [s, e] of pairs) {
     const last = out.length - 1;
-    if (last > 0 && s < (out[last] as number)) return undefined;
+    if (last > 0 && (icmp(s, out[last] as Int) as number) < 0) return undefined;
     if (last > 0 && s === out[last]) out[last] = e;
     else out.push(s, e);
   }
   return out;
 }
+
+/** Member `me` of g's chunk of [s, e): [s + me w, s + (me + 1) w) with w = (e - s) / g a constant. */
+function chunkOf([s, e]: Range, g: number, me: Int): Range | undefined {
+  const n = iconst(isub(e, s));
+  if (n === undefined || !Number.isInteger(n / g)) return undefined;
+  const w = n / g;
+  const a = imul(me, w);
+  if (a === undefined) return undefined;
+  const lo = iadd(s, a);
+  return [lo, iadd(lo, w)];
+}
+
 function compAll(p: Comp): boolean {
   return p.kind === 'idx' ? p.cover.length === p.total && p.cover.every((x, i) => x === i) : p.cover.length === 2 && p.cover[0] === 0 && p.cover[1] === p.total;
 }
@@ -238,7 +261,7 @@ function unionParts(ps: readonly Part[]): Part | undefined {
   const comps: Comp[] = [];
   for (let i = 0; i < first.comps.length; i++) {
     const c0 = first.comps[i] as Comp;
-    const all: number[] = [];
+    const all: Int[] = [];
     for (const p of ps) {
       const c = p.comps[i];
       if (p.key !== first.key || p.comps.length !== first.comps.length || c === undefined || c.kind !== c0.kind || c.total !== c0.total) return undefined;
@@ -267,6 +290,11 @@ function unionPart(a: Part, b: Part): Part | undefined {
 }
 
 const MAX_DEPTH = 4000;
+/** Coordinates a rank-dependent region map is checked at (TensorLevelProver.lifted). */
+const MAX_LIFT_POINTS = 4096;
+
+/** What a derivation reads of its stage: which logical tensor it proves. */
+type StageRef = Pick<Stage, 'logical'>;
 
 /** Where a derivation records what it assumed and recomputed (for reuse across stages). */
 interface Seen {
@@ -541,6 +569,8 @@ export class TensorLevelProver {
    * tensor count, so keys stay small integers (Maps of doubles allocate on every lookup).
    */
   private readonly tensorKey: number;
+  /** Collective call sites per template as keys: -1 - (program * opKey + op). */
+  private readonly opKey: number;
   /** Collective instances derived once for every stage that assumes none of their claims. */
   private readonly across = new Map<number, { shared: Shared | string; assumes: Set<number> }>();
   private readonly world: LogicalWorld;
@@ -552,17 +582,33 @@ export class TensorLevelProver {
   private readonly subKind: number;
   private readonly whereKind: number;
   private readonly expandKind: number;
-  constructor(readonly plan: LoadedPlan) {
+  /** Per program, per template (stages/template.ts plans): its base rank, coordinates and box. */
+  private readonly tmpl: readonly (TemplateFrame | string)[] | undefined;
+  /** Per program: the collective call site writing each tensor, or -1 (per template only). */
+  private readonly siteProd: Int32Array[] = [];
+  constructor(
+    readonly plan: LoadedPlan,
+    opts: { readonly perTemplate?: boolean } = {},
+  ) {
+    if (opts.perTemplate === true) {
+      this.tmpl = plan.programs.map((p) => templateFrame(plan, p));
+      this.siteProd = plan.programs.map((p) => {
+        const a = new Int32Array(p.tensors.size).fill(-1);
+        for (const op of p.collectiveSites) for (const t of p.ops.opOutputs(op)) a[t] = op;
+        return a;
+      });
+    }
     // Producers without per-rank string keys: a local op per (program, tensor), and the
     // collective instance per (rank, output) (L1: 512 ranks x 15k tensors would be 7M strings).
     this.tensorKey = Math.max(1, ...plan.programs.map((p) => p.tensors.size));
+    this.opKey = Math.max(1, ...plan.programs.map((p) => p.ops.size));
     this.localProd = plan.programs.map((p) => {
       const a = new Int32Array(p.tensors.size).fill(-1);
       const sites = new Set(p.collectiveSites);
       for (let op = 0; op < p.ops.size; op++) if (!sites.has(op)) for (const t of p.ops.opOutputs(op)) a[t] = op;
       return a;
     });
-    plan.collectives.forEach((c, ci) => c.group.forEach((r, i) => {
+    if (opts.perTemplate !== true) plan.collectives.forEach((c, ci) => c.group.forEach((r, i) => {
       const o = c.outputs[i] as number;
       if (o >= 0) this.collProd.set(r * this.tensorKey + o, ci);
     }));
@@ -627,6 +673,78 @@ export class TensorLevelProver {
     return result(stage, 'proved', undefined, [], { logicalOps: 0, parallelOps: memo.size }, 0, t0);
   }
 
+  /**
+   * A stage decomposed per template (stages/template.ts): each part (program, tensor) is
+   * derived once at the program's base rank, with rank-dependent quantities affine in the
+   * coordinates, and must equal its claim as affine functions, hence at every rank. Addend
+   * claims are checked per coordinate of the axes their index and the derived addends depend
+   * on: the derived addends of each claimed region must partition its value, as prove() checks
+   * rank by rank.
+   */
+  proveTemplate(stage: TemplateStageRef): { proved: true } | { why: string } {
+    const tmpl = this.tmpl;
+    if (tmpl === undefined) return { why: 'not a per-template prover' };
+    const derive = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set() });
+    const groups = new Map<string, { n: number; byIdx: Map<number, Relation> }>();
+    for (const part of stage.parts) {
+      const prog = this.plan.programs[part.program] as Program;
+      const frame = tmpl[part.program];
+      if (frame === undefined || typeof frame === 'string') return { why: frame ?? 'no template' };
+      if (part.ranks !== prog.ranks.length) return { why: `per template: ${part.ranks} of the ${prog.ranks.length} ranks of '${prog.name}' hold '${prog.tensors.name(part.tensor)}'` };
+      this.frame = frame;
+      const r0 = frame.r0;
+      const name = `'${prog.name}' '${prog.tensors.name(part.tensor)}'`;
+      const claim = this.canonical(this.templateClaim(r0, part.tensor));
+      if (typeof claim === 'string') return { why: `${name}: the claim is ${claim}` };
+      const d0 = derive(r0, part.tensor, 0);
+      const d = typeof d0 === 'string' ? d0 : this.materialize(d0);
+      if (typeof d === 'string') return { why: `${name}: ${d}` };
+      if (claim.part === undefined) {
+        if (d.part !== undefined || !sameRel(d, claim)) return { why: `${name}: derived ${this.show(d)}, claimed ${this.show(claim)}` };
+        continue;
+      }
+      if (d.part === undefined || regionKey(d) !== regionKey(claim) || !feq(d.scale, claim.scale)) return { why: `${name}: derived ${this.show(d)}, claimed addend ${this.show(claim)}` };
+      const idx0 = (claim.part.comps[0] as Comp).cover[0] as Int;
+      const n = (claim.part.comps[0] as Comp).total;
+      const axes = [...new Set([...iaxes(idx0), ...d.part.comps.flatMap((c) => c.cover.flatMap(iaxes)), ...claim.ranges.flatMap(([a, b]) => [...iaxes(a), ...iaxes(b)])])].sort((a, b) => a - b);
+      const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
+      if (points > MAX_LIFT_POINTS) return { why: `${name}: addends over ${points} coordinates` };
+      const x = [...frame.x0];
+      const walk = (j: number): string | undefined => {
+        if (j === axes.length) {
+          const at = (c: Relation): Relation => substValue(c, axes, x, frame.x0) as Relation;
+          const cl = at(claim);
+          const dx = at(d);
+          const idx = iconst(((cl.part as Part).comps[0] as Comp).cover[0] as Int);
+          if (idx === undefined) return 'an addend index that depends on the coordinates';
+          const gk = `${(claim.part as Part).key}@${regionKey(cl)}`;
+          let g = groups.get(gk);
+          if (g === undefined) groups.set(gk, (g = { n, byIdx: new Map() }));
+          const prev = g.byIdx.get(idx);
+          if (prev !== undefined && !sameRel(prev, dx)) return `replicas of addend ${idx} derive different values`;
+          g.byIdx.set(idx, dx);
+          return undefined;
+        }
+        const a = axes[j] as number;
+        for (const c of frame.sets[a] as Int32Array) {
+          x[a] = c;
+          const bad = walk(j + 1);
+          if (bad !== undefined) return bad;
+        }
+        x[a] = frame.x0[a] as number;
+        return undefined;
+      };
+      const bad = walk(0);
+      if (bad !== undefined) return { why: `${name}: ${bad}` };
+    }
+    for (const [gk, g] of groups) {
+      if (g.byIdx.size !== g.n) return { why: `addends ${gk}: ${g.byIdx.size} of ${g.n} are computed in this stage` };
+      const u = unionParts([...g.byIdx.values()].map((r) => r.part as Part));
+      if (u === undefined || !coversAll(u)) return { why: `the claimed addends ${gk} do not add up to the whole value` };
+    }
+    return { proved: true };
+  }
+
   /** A sum as one relation: complete terms of one region are the region of their tensor sum. */
   private materialize(v: Value): Relation | string {
     if (!isSum(v)) return v;
@@ -673,7 +791,7 @@ export class TensorLevelProver {
   private impure = 0;
 
   /** The derive function of one stage (or of one isolated collective derivation: `ctx.seen`). */
-  private deriver(stage: Stage, ctx: Ctx): (r: number, t: number, depth: number) => Derived {
+  private deriver(stage: StageRef, ctx: Ctx): (r: number, t: number, depth: number) => Derived {
     const derive = (r: number, t: number, depth: number): Derived => {
       const key = r * this.tensorKey + t;
       const ph = this.pure.get(key);
@@ -699,7 +817,8 @@ export class TensorLevelProver {
     return derive;
   }
 
-  private deriveOne(stage: Stage, r: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived, ctx: Ctx): Derived {
+  private deriveOne(stage: StageRef, r: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived, ctx: Ctx): Derived {
+    if (this.tmpl !== undefined) return this.deriveOneTemplate(stage, r, t, depth, derive, ctx);
     const coll = ctx.coll;
     const plan = this.plan;
     const pi = plan.rankProgram[r] as number;
@@ -773,6 +892,178 @@ export class TensorLevelProver {
     return this.deriveCollective(registry.get(c.kind).name, c.attrs, shared, me, c.group.length, plan.view(r).shapes[t] ?? [], src);
   }
 
+  /**
+   * deriveOne per template: r is the program's base rank and every rank-dependent quantity is
+   * affine in the coordinates (stages/sym.ts). Claims are fitted over the coordinates they
+   * depend on and checked at each; a collective whose group lies inside the program reads its
+   * members' inputs as the base's input with the group's coordinates substituted.
+   */
+  private deriveOneTemplate(stage: StageRef, r: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived, ctx: Ctx): Derived {
+    const plan = this.plan;
+    const pi = plan.rankProgram[r] as number;
+    const p = plan.programs[pi] as Program;
+    const lop = (this.localProd[pi] as Int32Array)[t] as number;
+    const site = lop >= 0 ? -1 : ((this.siteProd[pi] as Int32Array)[t] as number);
+    const produced = lop >= 0 || site >= 0;
+    const spec = p.lineage[t];
+    if (spec !== undefined && produced) {
+      this.impure++;
+      if (spec.logical === stage.logical) ctx.seen?.recomputes.add(spec.logical);
+      else ctx.seen?.assumes.add(spec.logical);
+    }
+    if (spec !== undefined && (spec.logical !== stage.logical || !produced)) {
+      const ck = r * this.tensorKey + t;
+      const hit = this.claimCache.get(ck);
+      if (hit !== undefined) return hit;
+      const rel = this.canonical(this.templateClaim(r, t));
+      this.claimCache.set(ck, rel);
+      return rel;
+    }
+    if (!produced) return `'${p.tensors.name(t)}' has no producer and no lineage`;
+    if (lop >= 0) {
+      const a = p.attrSpecs[lop];
+      if (a !== undefined && a.exprs.length > 0) return `per template: op '${p.ops.ids.name(lop)}' has attributes that depend on the coordinates`;
+      return this.deriveOp(r, lop, t, depth, derive);
+    }
+    const frame = this.tmpl?.[pi];
+    if (frame === undefined || typeof frame === 'string') return frame ?? 'no template';
+    const g = p.groups[site];
+    if (g === undefined || g.kind !== 'axes') return `per template: collective '${p.ops.ids.name(site)}' has no group along mesh axes (peers and rank lists are derived rank by rank)`;
+    const attrSpec = p.attrSpecs[site];
+    if (attrSpec !== undefined && attrSpec.exprs.length > 0) return `per template: collective '${p.ops.ids.name(site)}' has attributes that depend on the coordinates`;
+    const axes = [...g.axes].sort((a, b) => a - b);
+    const mesh = plan.mesh;
+    for (const a of axes) if (!frame.full[a]) return `per template: the group of '${p.ops.ids.name(site)}' along ${mesh.axes[a] ?? a} leaves the program's ranks`;
+    const x = p.ops.opInputs(site)[0];
+    if (x === undefined) return 'a collective with no input';
+    const key = -1 - (pi * this.opKey + site);
+    let shared = ctx.coll.get(key);
+    if (shared !== undefined && ctx.collImpure?.has(key) === true) this.impure++;
+    if (shared === undefined) {
+      const before = this.impure;
+      const d = derive(r, x, depth + 1);
+      if (typeof d === 'string') shared = d;
+      else {
+        // Members in coordinate order (plans/mesh.ts groupAlong): the last group axis fastest.
+        const n = axes.reduce((q, a) => q * (mesh.sizes[a] as number), 1);
+        if (n > MAX_LIFT_POINTS) shared = `per template: a group of ${n} members`;
+        else {
+          const ins: Value[] = [];
+          const at = [...frame.x0];
+          for (let i = 0; i < n; i++) {
+            let rem = i;
+            for (let j = axes.length - 1; j >= 0; j--) {
+              const a = axes[j] as number;
+              const sz = mesh.sizes[a] as number;
+              at[a] = rem % sz;
+              rem = Math.floor(rem / sz);
+            }
+            ins.push(substValue(d, axes, at, frame.x0));
+          }
+          shared = { ins, memo: new Map() };
+        }
+      }
+      ctx.coll.set(key, shared);
+      if (this.impure !== before) ctx.collImpure?.add(key);
+    }
+    if (typeof shared === 'string') return shared;
+    // This rank's place in its group, affine in the group's coordinates.
+    let stride = 1;
+    let pos = 0;
+    const k = Array<number>(mesh.axes.length).fill(0);
+    for (let j = axes.length - 1; j >= 0; j--) {
+      const a = axes[j] as number;
+      pos += (frame.x0[a] as number) * stride;
+      k[a] = stride;
+      stride *= mesh.sizes[a] as number;
+    }
+    const kind = registry.get(p.ops.kind[site] as number).name;
+    if (kind === 'broadcast') return 'per template: a broadcast (its source is a rank, not a place in the group)';
+    return this.deriveCollective(kind, plan.view(r).attrs[site] ?? {}, shared, Sym.of(pos, k), shared.ins.length, plan.view(r).shapes[t] ?? [], -1);
+  }
+
+  /**
+   * A claim per template: its normal form at every coordinate of the axes its spec reads (the
+   * loader's `axes`), fitted as affine functions at the base and one step per axis and checked
+   * at every point; constant parts (factor, addend count, reduction) must not vary.
+   */
+  private templateClaim(r: number, t: number): Relation | string {
+    const plan = this.plan;
+    const pi = plan.rankProgram[r] as number;
+    const p = plan.programs[pi] as Program;
+    const frame = this.tmpl?.[pi];
+    if (frame === undefined || typeof frame === 'string') return frame ?? 'no template';
+    const spec = p.lineage[t];
+    if (spec === undefined) return 'no lineage';
+    if (spec.axes.includes(-1)) return 'a claim that reads the rank number';
+    const axes = spec.axes.filter((a) => (frame.sets[a]?.length ?? 0) > 1).sort((a, b) => a - b);
+    const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
+    if (points > MAX_LIFT_POINTS) return `a claim over ${points} coordinates (at most ${MAX_LIFT_POINTS})`;
+    const mesh = plan.mesh;
+    const nfAt = (x: readonly number[]): LineageNF => evalNF(plan, mesh.rankOf(x), t);
+    // Flattened to numbers: [ranges..., idx], with the constant parts as text.
+    const flat = (nf: LineageNF): { nums: number[]; fixed: string } | string => {
+      const nums: number[] = [];
+      for (const rg of nf.ranges) {
+        if (rg.length !== 2) return 'a striped region (several ranges along one dim)';
+        nums.push(rg[0] as number, rg[1] as number);
+      }
+      const v = nf.value;
+      nums.push(v.n === 1 ? 0 : v.idx);
+      return { nums, fixed: `${nf.logical}|${v.divisor}|${v.n}|${v.reduce}|${groupKey(v)}` };
+    };
+    const x0 = [...frame.x0];
+    const nf0 = nfAt(x0);
+    const b = flat(nf0);
+    if (typeof b === 'string') return b;
+    const coefs = b.nums.map(() => Array<number>(x0.length).fill(0));
+    for (const a of axes) {
+      const next = (frame.sets[a] as Int32Array).find((c) => c > (x0[a] as number));
+      if (next === undefined) continue;
+      const x = [...x0];
+      x[a] = next;
+      const f = flat(nfAt(x));
+      if (typeof f === 'string') return f;
+      if (f.fixed !== b.fixed || f.nums.length !== b.nums.length) return 'a claim whose factor, addends or reduction depend on the coordinates';
+      const step = next - (x0[a] as number);
+      for (let i = 0; i < b.nums.length; i++) {
+        const diff = ((f.nums[i] as number) - (b.nums[i] as number)) / step;
+        if (!Number.isInteger(diff)) return 'a claim that is not affine in the coordinates';
+        (coefs[i] as number[])[a] = diff;
+      }
+    }
+    const sym = b.nums.map((v, i) => Sym.of(v, coefs[i] as number[]));
+    // Checked at every coordinate of its axes (the others stay at the base).
+    const x = [...x0];
+    const walk = (j: number): string | undefined => {
+      if (j === axes.length) {
+        const f = flat(nfAt(x));
+        if (typeof f === 'string') return f;
+        if (f.fixed !== b.fixed || f.nums.some((v, i) => v !== ieval(sym[i] as Int, x, x0))) return 'a claim that is not affine in the coordinates';
+        return undefined;
+      }
+      const a = axes[j] as number;
+      for (const c of frame.sets[a] as Int32Array) {
+        x[a] = c;
+        const bad = walk(j + 1);
+        if (bad !== undefined) return bad;
+      }
+      x[a] = x0[a] as number;
+      return undefined;
+    };
+    const bad = walk(0);
+    if (bad !== undefined) return bad;
+    const ranges: Range[] = [];
+    for (let d = 0; d + 1 < sym.length; d += 2) ranges.push([sym[d] as Int, sym[d + 1] as Int]);
+    const v = nf0.value;
+    const scale = frac(v.divisor, 1);
+    if (scale === undefined) return 'a divisor that is not an integer';
+    if (v.n === 1) return { logical: nf0.logical, ranges, scale };
+    if (v.reduce !== 'sum') return `addends combined by ${v.reduce}`;
+    const idx = sym[sym.length - 1] as Int;
+    return { logical: nf0.logical, ranges, scale, part: { key: `claim|${groupKey(v)}|${nf0.logical}|${ranges.map(([a, c]) => `${ikey(a)}:${ikey(c)}`).join(';')}`, comps: [{ kind: 'idx', cover: [idx], total: v.n }] } };
+  }
+
   private claimNF(r: number, t: number): LineageNF | undefined {
     const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
     const spec = p.lineage[t];
@@ -792,7 +1083,7 @@ export class TensorLevelProver {
     return nf;
   }
 
-  private deriveCollective(kind: string, attrs: Attrs, shared: Shared, me: number, g: number, outShape: Shape, src: number): Derived {
+  private deriveCollective(kind: string, attrs: Attrs, shared: Shared, me: Int, g: number, outShape: Shape, src: number): Derived {
     const ins = shared.ins;
     const once = (k: string, f: () => Derived): Derived => {
       const hit = shared.memo.get(k);
@@ -829,10 +1120,9 @@ export class TensorLevelProver {
         const comb = this.materialize(comb0);
         if (typeof comb === 'string') return comb;
         const d = this.normDim(attrs['dim'], comb.ranges.length);
-        const [s, e] = comb.ranges[d] as [number, number];
-        const w = (e - s) / g;
-        if (!Number.isInteger(w)) return 'reduce_scatter of a region not divisible by the group';
-        const ranges = comb.ranges.map((x, i) => (i === d ? ([s + me * w, s + (me + 1) * w] as [number, number]) : x));
+        const chunk = chunkOf(comb.ranges[d] as Range, g, me);
+        if (chunk === undefined) return 'reduce_scatter of a region not divisible by the group';
+        const ranges = comb.ranges.map((x, i) => (i === d ? chunk : x));
         return this.checked({ ...comb, ranges }, outShape);
       }
       case 'all_gather': {
@@ -846,10 +1136,9 @@ export class TensorLevelProver {
         const first = present[0] as Relation;
         const sd = this.normDim(attrs['split_dim'], first.ranges.length);
         const cd = this.normDim(attrs['concat_dim'], first.ranges.length);
-        const [s, e] = first.ranges[sd] as [number, number];
-        const w = (e - s) / g;
-        if (!Number.isInteger(w)) return 'all_to_all of a region not divisible by the group';
-        const ranges = first.ranges.map((x, i) => (i === cd ? (check.ranges[cd] as [number, number]) : i === sd ? ([s + me * w, s + (me + 1) * w] as [number, number]) : x));
+        const chunk = chunkOf(first.ranges[sd] as Range, g, me);
+        if (chunk === undefined) return 'all_to_all of a region not divisible by the group';
+        const ranges = first.ranges.map((x, i) => (i === cd ? (check.ranges[cd] as Range) : i === sd ? chunk : x));
         return this.checked({ logical: first.logical, ranges, scale: first.scale }, outShape);
       }
       default:
@@ -875,14 +1164,14 @@ export class TensorLevelProver {
   /** Whole slices of one value, equal outside dim d and contiguous along it in group order: their concatenation. */
   private concatAlong(present: readonly Relation[], d: number, what: string): Relation | string {
     const first = present[0] as Relation;
-    let end = (first.ranges[d] as [number, number])[0];
+    let end = (first.ranges[d] as Range)[0];
     for (const x of present) {
       if (x.logical !== first.logical || x.part !== undefined || x.bcast !== undefined || !feq(x.scale, first.scale)) return `${what} of inputs that are not slices of one value`;
-      if (x.ranges.some((rg, i) => i !== d && (rg[0] !== (first.ranges[i] as [number, number])[0] || rg[1] !== (first.ranges[i] as [number, number])[1]))) return `${what} of slices that differ outside dim ${d}`;
-      if ((x.ranges[d] as [number, number])[0] !== end) return `${what} of slices that are not contiguous in group order`;
-      end = (x.ranges[d] as [number, number])[1];
+      if (x.ranges.some((rg, i) => i !== d && (rg[0] !== (first.ranges[i] as Range)[0] || rg[1] !== (first.ranges[i] as Range)[1]))) return `${what} of slices that differ outside dim ${d}`;
+      if ((x.ranges[d] as Range)[0] !== end) return `${what} of slices that are not contiguous in group order`;
+      end = (x.ranges[d] as Range)[1];
     }
-    return { logical: first.logical, scale: first.scale, ranges: first.ranges.map((x, i) => (i === d ? ([(first.ranges[d] as [number, number])[0], end] as [number, number]) : x)) };
+    return { logical: first.logical, scale: first.scale, ranges: first.ranges.map((x, i) => (i === d ? ([(first.ranges[d] as Range)[0], end] as Range) : x)) };
   }
 
   /** all_reduce / reduce_scatter of the members' inputs: a partition of addends, or replicas. */
@@ -913,6 +1202,83 @@ export class TensorLevelProver {
   }
 
 
+  /**
+   * A numeric region map (an op record's sliceRegions) on regions that may depend on the
+   * coordinates: evaluated at every coordinate of the axes they depend on (the current
+   * program's box), and accepted only when the results are one affine function of them (fitted
+   * at the base and one step per axis, then checked at every point). Exhaustive over the box,
+   * so the result holds at every rank.
+   */
+  private lifted(regs: readonly (readonly Range[])[], f: (rs: (readonly [number, number])[][]) => (readonly [number, number])[][] | string): Range[][] | string {
+    const axes = [...new Set(regs.flatMap((rg) => rg.flatMap(([a, b]) => [...iaxes(a), ...iaxes(b)])))].sort((x, y) => x - y);
+    const at = (x: ArrayLike<number>, x0: ArrayLike<number>): (readonly [number, number])[][] => regs.map((rg) => rg.map(([a, b]) => [ieval(a, x, x0), ieval(b, x, x0)] as const));
+    if (axes.length === 0) return f(at([], []));
+    const fr = this.frame;
+    if (fr === undefined) return 'a rank-dependent region outside a template';
+    const points = axes.reduce((n, a) => n * (fr.sets[a]?.length ?? 0), 1);
+    if (points > MAX_LIFT_POINTS) return `a rank-dependent region over ${points} coordinates (at most ${MAX_LIFT_POINTS})`;
+    const base = f(at(fr.x0, fr.x0));
+    if (typeof base === 'string') return base;
+    // Coefficients from one step along each axis.
+    const coefs = base.map((rg) => rg.map(() => [Array<number>(fr.x0.length).fill(0), Array<number>(fr.x0.length).fill(0)] as [number[], number[]]));
+    for (const a of axes) {
+      const set = fr.sets[a] as Int32Array;
+      const next = set.find((c) => c > (fr.x0[a] as number));
+      if (next === undefined) continue;
+      const x = [...fr.x0];
+      x[a] = next;
+      const r = f(at(x, fr.x0));
+      if (typeof r === 'string') return r;
+      const step = next - (fr.x0[a] as number);
+      for (let i = 0; i < base.length; i++) {
+        const bi = base[i] as (readonly [number, number])[];
+        const ri = r[i];
+        if (ri === undefined || ri.length !== bi.length) return 'a region map whose shape depends on the rank';
+        for (let d = 0; d < bi.length; d++) {
+          for (const e of [0, 1] as const) {
+            const diff = ((ri[d] as readonly [number, number])[e] - (bi[d] as readonly [number, number])[e]) / step;
+            if (!Number.isInteger(diff)) return 'a region map that is not affine in the coordinates';
+            ((coefs[i] as [number[], number[]][])[d] as [number[], number[]])[e][a] = diff;
+          }
+        }
+      }
+    }
+    const out: Range[][] = base.map((rg, i) => rg.map(([a, b], d) => {
+      const [ka, kb] = (coefs[i] as [number[], number[]][])[d] as [number[], number[]];
+      return [Sym.of(a, ka), Sym.of(b, kb)] as const;
+    }));
+    // Checked at every coordinate of the axes (the others stay at the base).
+    const x = [...fr.x0];
+    const walk = (j: number): string | undefined => {
+      if (j === axes.length) {
+        const r = f(at(x, fr.x0));
+        if (typeof r === 'string') return r;
+        for (let i = 0; i < out.length; i++) {
+          const oi = out[i] as Range[];
+          for (let d = 0; d < oi.length; d++) {
+            const [a, b] = oi[d] as Range;
+            const got = (r[i] ?? [])[d];
+            if (got === undefined || got[0] !== ieval(a, x, fr.x0) || got[1] !== ieval(b, x, fr.x0)) return 'a region map that is not affine in the coordinates';
+          }
+        }
+        return undefined;
+      }
+      const a = axes[j] as number;
+      for (const c of fr.sets[a] as Int32Array) {
+        x[a] = c;
+        const bad = walk(j + 1);
+        if (bad !== undefined) return bad;
+      }
+      x[a] = fr.x0[a] as number;
+      return undefined;
+    };
+    const bad = walk(0);
+    return bad ?? out;
+  }
+
+  /** Per template: the current program's base coordinates and box (stages/sym.ts); undefined per rank. */
+  private frame: { readonly x0: readonly number[]; readonly sets: readonly Int32Array[] } | undefined;
+
   private normDim(v: AttrValue | undefined, rank: number): number {
     const d = typeof v === 'number' ? v : 0;
     return d < 0 ? d + rank : d;
@@ -922,8 +1288,9 @@ export class TensorLevelProver {
   private checked(rel: Relation, shape: Shape): Relation | string {
     if (shape.length !== rel.ranges.length) return `derived ${this.show(rel)} for a tensor of rank ${shape.length}`;
     for (let i = 0; i < shape.length; i++) {
-      const [a, b] = rel.ranges[i] as [number, number];
-      if (b - a !== shape[i] && !(b - a === 1 && rel.bcast?.includes(i) === true)) return `derived ${this.show(rel)} for a tensor of shape [${shape.join(',')}]`;
+      const [a, b] = rel.ranges[i] as Range;
+      const n = iconst(isub(b, a));
+      if (n !== shape[i] && !(n === 1 && rel.bcast?.includes(i) === true)) return `derived ${this.show(rel)} for a tensor of shape [${shape.join(',')}]`;
     }
     return rel;
   }
@@ -1004,22 +1371,71 @@ export class TensorLevelProver {
   }
 
   /** A vocab-range op (OpDef.vocabRange) writing t through unit reshapes: its ids and range. */
-  private vocabOf(r: number, t: number, want: 'outside' | 'local'): { ids: number; s: number; e: number } | undefined {
+  private vocabOf(r: number, t: number, want: 'outside' | 'local'): { ids: number; s: Int; e: Int } | undefined {
     const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
     const op = this.prodOp(r, this.unitBase(r, t));
     if (op < 0 || registry.get(p.ops.kind[op] as number).vocabRange !== want) return undefined;
-    const at = this.plan.view(r).attrs[op] ?? {};
-    const s = at['start'];
-    const e = at['end'];
-    if (typeof s !== 'number' || typeof e !== 'number') return undefined;
+    const s = this.attrInt(r, op, 'start');
+    const e = this.attrInt(r, op, 'end');
+    if (s === undefined || e === undefined) return undefined;
     return { ids: p.ops.opInputs(op)[0] as number, s, e };
+  }
+
+  /**
+   * An integer attribute: per rank its value; per template, an attribute written as an
+   * expression of the coordinates is its affine form (plans/expr.ts), else undefined.
+   */
+  private attrInt(r: number, op: number, key: string): Int | undefined {
+    const pi = this.plan.rankProgram[r] as number;
+    const p = this.plan.programs[pi] as Program;
+    const e = p.attrSpecs[op]?.exprs.find(([keys]) => keys.length === 1 && keys[0] === key);
+    if (this.tmpl === undefined || e === undefined) {
+      const v = (this.plan.view(r).attrs[op] ?? {})[key];
+      return typeof v === 'number' && Number.isSafeInteger(v) ? v : undefined;
+    }
+    const frame = this.tmpl[pi];
+    const aff = e[1].affine;
+    if (frame === undefined || typeof frame === 'string' || aff === undefined) return undefined;
+    const mesh = this.plan.mesh;
+    const k = Array<number>(mesh.axes.length).fill(0);
+    let v = aff.c;
+    for (const [name, c] of aff.k) {
+      const a = mesh.axes.indexOf(name);
+      if (a < 0) return undefined;
+      k[a] = c;
+      v += c * (frame.x0[a] as number);
+    }
+    // Coefficients on axes the program does not vary along fold into the value.
+    for (let a = 0; a < k.length; a++) if ((frame.sets[a]?.length ?? 0) <= 1) k[a] = 0;
+    return Sym.of(v, k);
+  }
+
+  /** Per template, whether op's attributes depend on the coordinates (then its base values stand for no other rank). */
+  private coordAttrs(r: number, op: number): boolean {
+    if (this.tmpl === undefined) return false;
+    const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
+    return (p.attrSpecs[op]?.exprs.length ?? 0) > 0;
+  }
+
+  /** The largest value over the current ranks (the program's box per template). */
+  private maxOver(r: number, a: Int): number | undefined {
+    if (typeof a === 'number') return a;
+    const frame = this.tmpl?.[this.plan.rankProgram[r] as number];
+    if (frame === undefined || typeof frame === 'string') return undefined;
+    let m = a.v;
+    a.k.forEach((c, i) => {
+      const set = frame.sets[i] as Int32Array;
+      const x0 = frame.x0[i] as number;
+      m += Math.max(c * ((set[0] as number) - x0), c * ((set[set.length - 1] as number) - x0));
+    });
+    return m;
   }
 
   /** Whether tensor z is 0 x tensor x (a scale by 0 of it). */
   private zeroOf(r: number, z: number, x: number): boolean {
     const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
     const op = this.prodOp(r, z);
-    if (op < 0 || p.ops.kind[op] !== this.scaleKind || p.ops.opInputs(op)[0] !== x) return false;
+    if (op < 0 || p.ops.kind[op] !== this.scaleKind || p.ops.opInputs(op)[0] !== x || this.coordAttrs(r, op)) return false;
     const f = parseFrac(attrScalar(this.plan.view(r).attrs[op] ?? {}, 'factor'));
     return f !== undefined && f.num === 0;
   }
@@ -1052,7 +1468,7 @@ export class TensorLevelProver {
     const w = this.world;
     const ls = w.shape(rel.logical);
     let shape: number[];
-    let ranges: (readonly [number, number])[];
+    let ranges: Range[];
     if (k > 0) {
       shape = [...ls, ...Array<number>(k).fill(1)];
       ranges = [...rel.ranges, ...Array.from({ length: k }, () => [0, 1] as const)];
@@ -1091,7 +1507,7 @@ export class TensorLevelProver {
         const partner = ins.find((y, j) => {
           const dj = y.ranges.length - fromRight;
           const rg = y.ranges[dj];
-          return j !== i && dj >= 0 && rg !== undefined && y.bcast?.includes(dj) !== true && rg[1] - rg[0] === n && (w.shape(y.logical)[dj] as number) > 1;
+          return j !== i && dj >= 0 && rg !== undefined && y.bcast?.includes(dj) !== true && iconst(isub(rg[1], rg[0])) === n && (w.shape(y.logical)[dj] as number) > 1;
         });
         if (partner === undefined) {
           left.push(d);
@@ -1099,7 +1515,7 @@ export class TensorLevelProver {
         }
         const dj = partner.ranges.length - fromRight;
         shape[d] = w.shape(partner.logical)[dj] as number;
-        ranges[d] = partner.ranges[dj] as [number, number];
+        ranges[d] = partner.ranges[dj] as Range;
       }
       if (left.length === x.bcast.length) return x;
       const q = w.opFor(this.expandKind, { shape }, [x.logical]);
@@ -1158,6 +1574,7 @@ export class TensorLevelProver {
       const lop = this.prodOp(r, lb);
       const lk = lop < 0 ? undefined : registry.get(p.ops.kind[lop] as number).lookup;
       if (lk === undefined) return undefined;
+      if (this.coordAttrs(r, lop)) return 'per template: a lookup whose attributes depend on the coordinates';
       const lins = [...p.ops.opInputs(lop)];
       const idx = lins[lk.index] as number;
       const tab = lins[lk.table] as number;
@@ -1172,13 +1589,13 @@ export class TensorLevelProver {
       if (T.part !== undefined || T.bcast !== undefined) return 'a lookup into an addend or a broadcast of a table';
       const td = lk.dim === 'first' ? 0 : T.ranges.length - 1;
       const V = this.world.shape(T.logical)[td] as number;
-      const tr = T.ranges[td] as [number, number];
+      const tr = T.ranges[td] as Range;
       if (tr[0] !== m.s || tr[1] !== m.e) return `a lookup into rows [${tr[0]}, ${tr[1]}) masked to ids in [${m.s}, ${m.e})`;
       const bad = this.idsBelow(X, V);
       if (bad !== undefined) return bad;
       const idxLog = this.unitLog(X, sh(m.ids), sh(idx));
       if (typeof idxLog === 'string') return idxLog;
-      const whole: Relation = { ...T, ranges: T.ranges.map((x, i) => (i === td ? ([0, V] as [number, number]) : x)) };
+      const whole: Relation = { ...T, ranges: T.ranges.map((x, i) => (i === td ? ([0, V] as Range) : x)) };
       const args: Relation[] = [];
       args[lk.index] = idxLog;
       args[lk.table] = whole;
@@ -1218,8 +1635,9 @@ export class TensorLevelProver {
       const [c, g2, z] = p.ops.opInputs(wop) as unknown as [number, number, number];
       const m = this.vocabOf(r, c, 'outside');
       if (g2 !== g || !this.zeroOf(r, z, g) || m === undefined || m.ids !== loc.ids || m.s !== loc.s || m.e !== loc.e) return undefined;
+      if (this.coordAttrs(r, op)) return 'per template: a scatter whose attributes depend on the coordinates';
       const at = (view.attrs[op] ?? {}) as Attrs;
-      if (at[sc.size] !== loc.e - loc.s) return `a scatter of ${String(at[sc.size])} rows for ids in [${loc.s}, ${loc.e})`;
+      if (at[sc.size] !== iconst(isub(loc.e, loc.s))) return `a scatter of ${String(at[sc.size])} rows for ids in [${loc.s}, ${loc.e})`;
       if (!this.alignedMask(sh(c), sh(g), sh(loc.ids)) || numel(sh(idx)) !== numel(sh(loc.ids)) || numel(sh(G)) !== numel(sh(g))) return 'a vocab mask that does not line up with the scatter';
       const X = this.idsRel(r, loc.ids, depth, derive);
       if (typeof X === 'string') return X;
@@ -1228,7 +1646,9 @@ export class TensorLevelProver {
       if (typeof gr === 'string') return gr;
       const dom = this.world.domain(X.logical);
       if (dom === undefined || dom.length === 0) return `the values of ${this.world.name(X.logical)} are not known`;
-      const V = Math.max(loc.e, (dom[dom.length - 1] as number) + 1);
+      const eMax = this.maxOver(r, loc.e);
+      if (eMax === undefined) return 'a vocab range whose end is not bounded';
+      const V = Math.max(eMax, (dom[dom.length - 1] as number) + 1);
       const bad = this.idsBelow(X, V);
       if (bad !== undefined) return bad;
       const idxLog = this.unitLog(X, sh(loc.ids), sh(idx));
@@ -1245,9 +1665,9 @@ export class TensorLevelProver {
       loc2[sc.index] = sh(idx);
       const S = this.sliced(kind, this.resolveBcast(args, loc2), { ...at, [sc.size]: V }, 0, full, def.name);
       if (typeof S === 'string') return S;
-      const sr = S.ranges[td] as [number, number];
+      const sr = S.ranges[td] as Range;
       if (sr[0] !== 0 || sr[1] !== V) return 'a scatter that is not whole along its rows';
-      return this.checked({ ...S, ranges: S.ranges.map((x, i) => (i === td ? ([loc.s, loc.e] as [number, number]) : x)) }, outShape);
+      return this.checked({ ...S, ranges: S.ranges.map((x, i) => (i === td ? ([loc.s, loc.e] as Range) : x)) }, outShape);
     }
     return undefined;
   }
@@ -1297,7 +1717,7 @@ export class TensorLevelProver {
         let ok = true;
         for (let d = 0; d < xs.length; d++) {
           if (xs[d] === outShape[d]) continue;
-          const rg = x.ranges[d] as [number, number];
+          const rg = x.ranges[d] as Range;
           if (xs[d] !== 1 || ls[d] !== 1 || rg[0] !== 0 || rg[1] !== 1) ok = false;
           bc.add(d);
         }
@@ -1330,7 +1750,7 @@ export class TensorLevelProver {
         // Whole values: the plan's own add, if it has one for these tensors.
         const d = this.sliced(this.addKind, [a, b], attrs, 0, outShape, 'add', false);
         if (typeof d !== 'string') return d;
-      } else if (a.part !== undefined && b.part !== undefined && a.part.key !== b.part.key && feq(a.scale, b.scale) && a.ranges.every((x, i) => x[0] === (b.ranges[i] as [number, number])[0] && x[1] === (b.ranges[i] as [number, number])[1]) && this.world.shape(a.logical).join(',') === this.world.shape(b.logical).join(',')) {
+      } else if (a.part !== undefined && b.part !== undefined && a.part.key !== b.part.key && feq(a.scale, b.scale) && a.ranges.every((x, i) => x[0] === (b.ranges[i] as Range)[0] && x[1] === (b.ranges[i] as Range)[1]) && this.world.shape(a.logical).join(',') === this.world.shape(b.logical).join(',')) {
         // Addends of two values: the sums of their addends add up to the add of the two values.
         const q = this.world.opFor(this.addKind, {}, [a.logical, b.logical]);
         const lout = q === undefined ? undefined : (this.world.ops[q] as OpRef).outputs[0];
@@ -1384,7 +1804,8 @@ export class TensorLevelProver {
         if (ins.length !== 1 || x === undefined || !(def.linearIn?.(1) ?? []).includes(0)) return `'${name}' on a slice needs one input it is linear in`;
         if (isMaxPart(x)) return `'${name}' of a max-addend`;
         if (x.bcast !== undefined) return `'${name}' of a broadcast value`;
-        const regs = def.sliceRegions(o.inputs.map((y) => w.shape(y)), o.outputs.map((y) => w.shape(y)), ins.map((y) => y.ranges), o.attrs, attrs);
+        const slice = def.sliceRegions.bind(def);
+        const regs = this.lifted(ins.map((y) => y.ranges), (rs) => slice(o.inputs.map((y) => w.shape(y)), o.outputs.map((y) => w.shape(y)), rs, o.attrs, attrs));
         if (typeof regs === 'string') return regs;
         const reg = regs[k];
         if (reg === undefined) return `'${name}' has no output ${k}`;
@@ -1448,7 +1869,7 @@ export class TensorLevelProver {
       }
     }
     // Ranges per label, from the inputs; they must agree.
-    const at = new Map<string, [number, number]>();
+    const at = new Map<string, Range>();
     const role = new Map<string, string>();
     for (let i = 0; i < ins.length; i++) {
       const labels = sig.inputs[i];
@@ -1457,7 +1878,7 @@ export class TensorLevelProver {
       if (labels === undefined || labels.length !== x.ranges.length) return 'labels do not match the input rank';
       for (let d = 0; d < labels.length; d++) {
         const l = labels[d] as DimLabel;
-        const rg = x.ranges[d] as [number, number];
+        const rg = x.ranges[d] as Range;
         role.set(l.label, l.role);
         const prev = at.get(l.label);
         if (prev !== undefined && (prev[0] !== rg[0] || prev[1] !== rg[1])) return `inputs sliced differently along '${l.label}'`;
@@ -1471,7 +1892,7 @@ export class TensorLevelProver {
       const a = at.get(g.label);
       const b = at.get(g.of);
       if (a === undefined || b === undefined) return `grouped label '${g.label}' without '${g.of}'`;
-      if (a[0] !== b[0] * g.ratio || a[1] !== b[1] * g.ratio) return `'${g.label}' sliced [${a[0]}, ${a[1]}) but '${g.of}' [${b[0]}, ${b[1]}) (groups of ${g.ratio})`;
+      if (a[0] !== iscale(b[0], g.ratio) || a[1] !== iscale(b[1], g.ratio)) return `'${g.label}' sliced [${a[0]}, ${a[1]}) but '${g.of}' [${b[0]}, ${b[1]}) (groups of ${g.ratio})`;
     }
     // Broadcast dims: a label every input holds only as a broadcast stays one on the output.
     const bcastOf = new Map<string, boolean>();
@@ -1489,7 +1910,7 @@ export class TensorLevelProver {
     const lshape = w.shape(out);
     const labels = sig.outputs[k];
     if (labels === undefined || labels.length !== lshape.length) return 'labels do not match the output rank';
-    const ranges: [number, number][] = labels.map((l, d) => at.get(l.label) ?? [0, lshape[d] as number]);
+    const ranges: Range[] = labels.map((l, d) => at.get(l.label) ?? [0, lshape[d] as number]);
     // Plain sums: a summed label sliced in the inputs and absent from this output.
     const own = new Set(labels.map((l) => l.label));
     let part: Part | undefined;
@@ -1532,6 +1953,40 @@ function trailingUnits(from: Shape, to: Shape): number | undefined {
   const [short, long, sign] = from.length <= to.length ? [from, to, 1] : [to, from, -1];
   for (let i = 0; i < long.length; i++) if (i < short.length ? long[i] !== short[i] : long[i] !== 1) return undefined;
   return sign * (long.length - short.length);
+}
+
+/** A stage decomposed per template, as proveTemplate reads it (stages/template.ts TemplateStage). */
+export interface TemplateStageRef {
+  readonly logical: number;
+  readonly parts: readonly { readonly program: number; readonly tensor: number; readonly ranks: number }[];
+}
+
+/** A program per template: its base rank (lowest coordinates), their values, and the box. */
+interface TemplateFrame {
+  readonly r0: number;
+  readonly x0: readonly number[];
+  readonly sets: readonly Int32Array[];
+  /** Per axis: the program's ranks take every coordinate of it. */
+  readonly full: readonly boolean[];
+}
+
+function templateFrame(plan: LoadedPlan, p: Program): TemplateFrame | string {
+  const box = programBox(p.ranks, plan.mesh);
+  if (!box.isBox) return `per template: the ranks of program '${p.name}' are not a box of mesh coordinates`;
+  if (p.shapeSpecs.some((sh) => sh.some((d) => typeof d !== 'number'))) return `per template: program '${p.name}' has shapes that depend on the coordinates`;
+  const x0 = Array.from(box.lo);
+  return { r0: plan.mesh.rankOf(x0), x0, sets: box.sets, full: box.sets.map((s, a) => s.length === plan.mesh.sizes[a]) };
+}
+
+/** A value at the group member whose coordinates on `axes` are `at`. */
+function substValue(v: Value, axes: readonly number[], at: readonly number[], x0: readonly number[]): Value {
+  const sub = (a: Int): Int => isubst(a, axes, at, x0);
+  const rel = (r: Relation): Relation => ({
+    ...r,
+    ranges: r.ranges.map(([a, b]) => [sub(a), sub(b)] as const),
+    ...(r.part === undefined ? {} : { part: { ...r.part, comps: r.part.comps.map((c) => ({ ...c, cover: c.cover.map(sub) })) } }),
+  });
+  return isSum(v) ? { terms: v.terms.map(rel) } : rel(v);
 }
 
 function evalNF(plan: LoadedPlan, r: number, t: number): LineageNF {

@@ -15,6 +15,7 @@ import { decompose } from '../stages/prove.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { proveTensorLevel } from '../stages/tensorlevel.js';
 import { verifyPlan } from '../stages/verify.js';
+import { verifyPerTemplate } from '../stages/template.js';
 import { mlpPlan, planParams } from './reduce-plans.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 
@@ -66,6 +67,7 @@ describe('tensor-level proofs agree with the exact normal form', () => {
     ];
     let refuted = 0;
     let checked = 0;
+    let templateProved = 0;
     for (const bug of BUGS) {
       if (bug.kind === 'consistency') continue;
       const hit = ctxs.find(([ctx]) => bug.applies(ctx));
@@ -89,10 +91,16 @@ describe('tensor-level proofs agree with the exact normal form', () => {
       for (const t of bad) assert.ok(!c.tensor.has(t), `${bug.id}: '${t}' is proved at tensor level`);
       // With tensor-level proofs on, the verdict is still "not equivalent".
       assert.equal(verifyPlan(plan).verdict, 'not_equivalent', bug.id);
+      // Per template (one derivation per program, coordinates affine): never "verified", and
+      // every stage it proves the exact normal form proves rank by rank.
+      const tpl = verifyPerTemplate(loadPlanObject('bug-template.json', raw));
+      assert.notEqual(tpl.verdict, 'verified', `${bug.id}: verified per template`);
+      for (const st of tpl.stages) if (st.status === 'proved') assert.equal(c.element.get(st.logical), 'proved', `${bug.id}: '${st.logical}' proved per template, ${c.element.get(st.logical) ?? 'nothing'} element by element`);
+      templateProved += tpl.stages.filter((st) => st.decidedBy === 'tensor').length;
       refuted++;
       checked += c.tensor.size;
     }
-    assert.ok(refuted >= 20 && checked > 100, `${refuted} bugs, ${checked} tensor-level stages compared`);
+    assert.ok(refuted >= 20 && checked > 100 && templateProved > 100, `${refuted} bugs, ${checked} tensor-level stages compared, ${templateProved} per template`);
   }).timeout(600_000);
 
   it('on random Megatron MLP plans and their mutants (60 runs): same subset property, same verdicts', () => {
@@ -267,5 +275,19 @@ describe('tensor-level replicas of one addend', () => {
     assert.ok(changed > 0, 'no 1/dp scaling found to drop');
     const b = clipStages(loadPlanObject('moe-ep-tp-double.json', bad));
     for (const n of b.all) assert.ok(!b.proved.has(n), `'${n}' proved at tensor level with replicas counted twice`);
+  });
+});
+
+describe('tensor-level proofs per template', () => {
+  it('llama-tiny and gpt2-tiny verify per template, every stage at tensor level, as they do rank by rank', () => {
+    for (const name of ['llama-tiny', 'gpt2-tiny']) {
+      const p = PRESETS[name];
+      assert.ok(p !== undefined);
+      const raw = generatePlan({ model: p.model, par: p.par, optimizer: OPT });
+      const r = verifyPerTemplate(loadPlanObject(`${name}.json`, raw));
+      assert.equal(r.verdict, 'verified', `${name}: ${r.summary}`);
+      assert.ok(r.stages.every((st) => st.decidedBy === 'tensor'), name);
+      assert.equal(verifyPlan(loadPlanObject(`${name}-ranks.json`, raw)).verdict, 'verified', name);
+    }
   });
 });
