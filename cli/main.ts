@@ -7,8 +7,8 @@ import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
-import { loadPlanText, stageWorkTooLarge, type LoadedPlan } from '../plans/loader.js';
-import { readPlanText, STDIN_NAME } from '../plans/json.js';
+import { DEFAULT_LIMITS, defaultLimits, loadPlanObject, setDefaultLimits, stageWorkTooLarge, type LoadedPlan, type PlanLimits } from '../plans/loader.js';
+import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
 import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
@@ -30,24 +30,28 @@ export const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', im
 
 const verdictCode = { verified: ExitCode.verified, not_equivalent: ExitCode.notEquivalent, unknown: ExitCode.unknown } as const;
 
-interface Out {
+export interface Out {
   log(s: string): void;
   err(s: string): void;
 }
 
 const stdio: Out = { log: (s) => process.stdout.write(s + '\n'), err: (s) => process.stderr.write(s + '\n') };
 
-interface Loaded {
+export interface Loaded {
   plan: LoadedPlan;
+  /** The parsed plan re-serialized without whitespace: what later phases and proof workers read, never the file's raw text. */
   text: string;
 }
 
-function loadWithText(path: string, json: boolean, out: Out): Loaded | number {
+/** Reads, parses and loads a plan (reporting a PlanError on `out`); exported for tests. */
+export function loadWithText(path: string, json: boolean, out: Out): Loaded | number {
   const file = path === '-' ? STDIN_NAME : path;
   try {
-    const text = readPlanText(file);
-    const plan = loadPlanText(file, text);
-    return { plan, text };
+    // Within the limits set from the command line (setDefaultLimits in main).
+    const raw = parsePlanJson(file, readPlanText(file, defaultLimits().bytes));
+    const plan = loadPlanObject(file, raw);
+    // Serialized after the load: the load bounds its nesting, which JSON.stringify recurses on.
+    return { plan, text: JSON.stringify(raw) };
   } catch (e) {
     if (!(e instanceof PlanError)) throw e;
     if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues: e.issues }, null, 2));
@@ -266,6 +270,10 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .option('jobs', { type: 'number', default: Math.min(2, availableParallelism()), describe: 'worker threads proving stages (0: in this thread)' })
     .option('engine', { choices: ['normal', 'z3'] as const, default: 'normal' as const, describe: 'decision procedure: the exact normal form, or Z3 alone as a cross-check' })
     .option('deadline', { type: 'number', default: 60, describe: 'seconds a stage may take before it is stopped and reported unknown' })
+    .option('max-file-mb', { type: 'number', default: DEFAULT_LIMITS.bytes / (1024 * 1024), describe: 'largest plan file (or standard input) read, in MiB' })
+    .option('max-depth', { type: 'number', default: DEFAULT_LIMITS.depth, describe: 'deepest JSON nesting a plan may use' })
+    .option('max-ops', { type: 'number', default: DEFAULT_LIMITS.ops, describe: 'most ops a plan may hold as written (logical, program and collective entries)' })
+    .option('max-claims', { type: 'number', default: DEFAULT_LIMITS.claims, describe: 'most lineage claims a plan may hold as written' })
     .command(
       'verify <plan>',
       'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
@@ -350,32 +358,70 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('zero', { type: 'number', choices: [0, 1, 2, 3], describe: 'ZeRO stage (with dp > 1): sharded optimizer state and step; 3 also shards the parameters' })
           .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })
           .option('list-bugs', { type: 'boolean', default: false })
-          .option('out', { type: 'string', describe: 'output file (default: stdout)' })
+          .option('out', { alias: 'o', type: 'string', describe: 'output file (default: stdout)' })
           .option('boundary-lineage', { type: 'boolean', describe: 'keep lineage only on contract inputs (data, parameters, optimizer state) and outputs, as a user would write it' }),
       (a) => {
         run = () => gen(a, out);
       },
     )
     .demandCommand(1, 'name a command: verify, inspect, infer-lineage, demo or gen')
+    // yargs' own validation, before any handler: numbers it parses as NaN or out of range fail here.
+    .check((a) => engineOptionError(a) ?? limitOptionError(a) ?? true)
     .strict()
     .help()
     .version()
     .exitProcess(false)
-    .fail((msg: string | null, err: Error | undefined) => {
-      if (err !== undefined && !(err instanceof Error && /Unknown argument|Not enough|Missing required/.test(err.message))) throw err;
-      usageError = msg ?? err?.message ?? 'usage error';
+    .fail((msg: string | null, err: Error | string | undefined) => {
+      // yargs' own validation (strict mode, choices) fails with a YError, a .check with its
+      // message string: usage errors. Anything else is a bug and goes on as an internal error.
+      if (err !== undefined && typeof err !== 'string' && !(err instanceof Error && (err.name === 'YError' || /Unknown argument|Not enough|Missing required/.test(err.message)))) throw err;
+      usageError = msg ?? (typeof err === 'string' ? err : err?.message) ?? 'usage error';
     })
     .epilogue('Exit codes: 0 verified, 1 not equivalent, 2 invalid plan, 3 unknown, 4 usage or internal error.');
   const parsed = await parser.parseAsync();
   const jsonOut = parsed.json === true || argv.includes('--json');
-  usageError ??= engineOptionError(parsed);
   if (usageError !== undefined) {
     if (jsonOut) out.log(JSON.stringify({ verdict: 'usage_error', error: usageError }, null, 2));
     else out.err(`planproof: ${usageError}\nRun 'planproof --help' for usage.`);
     return ExitCode.usage;
   }
   if (run === undefined) return argv.includes('--help') || argv.includes('--version') || argv.includes('-h') ? 0 : ExitCode.usage;
-  return await run();
+  // Every load of this run (the plan, reduced and derived plans) and the proof workers use
+  // them; restored after, since main also runs in process (tests, library callers).
+  const before = defaultLimits();
+  setDefaultLimits(limitsFrom(parsed));
+  try {
+    return await run();
+  } finally {
+    setDefaultLimits(before);
+  }
+}
+
+/** The input-size limits of the command line (validated by limitOptionError). */
+function limitsFrom(a: LimitFlags): PlanLimits {
+  const n = (v: unknown, d: number): number => (typeof v === 'number' ? v : d);
+  return { bytes: Math.floor(n(a['max-file-mb'], DEFAULT_LIMITS.bytes / (1024 * 1024)) * 1024 * 1024), depth: n(a['max-depth'], DEFAULT_LIMITS.depth), ops: n(a['max-ops'], DEFAULT_LIMITS.ops), claims: n(a['max-claims'], DEFAULT_LIMITS.claims) };
+}
+
+/** The limit flags as yargs gives them. */
+interface LimitFlags {
+  readonly 'max-file-mb'?: unknown;
+  readonly 'max-depth'?: unknown;
+  readonly 'max-ops'?: unknown;
+  readonly 'max-claims'?: unknown;
+}
+
+/** --max-file-mb, --max-depth, --max-ops, --max-claims: positive, and integers where they count things. */
+export function limitOptionError(a: LimitFlags): string | undefined {
+  const { 'max-file-mb': maxFileMb, 'max-depth': maxDepth, 'max-ops': maxOps, 'max-claims': maxClaims } = a;
+  // V8 strings top out near 512 MiB: a larger limit could not be read anyway.
+  if (typeof maxFileMb !== 'number' || !Number.isFinite(maxFileMb) || maxFileMb <= 0 || maxFileMb > 512) return `--max-file-mb must be a number of MiB in (0, 512], got ${String(maxFileMb)}`;
+  // Walkers of the plan (the schema validator, JSON.stringify) recurse on its nesting.
+  if (typeof maxDepth !== 'number' || !Number.isSafeInteger(maxDepth) || maxDepth < 1 || maxDepth > 1000) return `--max-depth must be an integer from 1 to 1000, got ${String(maxDepth)}`;
+  for (const [flag, v] of [['--max-ops', maxOps], ['--max-claims', maxClaims]] as const) {
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) return `${flag} must be a positive integer, got ${String(v)}`;
+  }
+  return undefined;
 }
 
 /** Numeric options yargs accepts as any number (NaN included): checked before any work. */

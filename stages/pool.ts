@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { Piscina } from 'piscina';
 import type { Stage, StageResult } from './prove.js';
 import type { StageTask } from './worker.js';
+import { defaultLimits } from '../plans/loader.js';
 
 export interface PoolOptions {
   readonly jobs: number;
@@ -50,6 +51,11 @@ export const DEFAULT_WORKER_HEAP_MB = 6144;
 export async function proveInPool(file: string, text: string, stages: readonly Stage[], opts: PoolOptions): Promise<StageResult[]> {
   const jobs = Math.max(1, opts.jobs);
   const key = createHash('sha256').update(text).digest('hex');
+  // The plan goes to workers once, in shared memory: a task carries a reference, not a copy of
+  // the text (a structured clone per task cost gigabytes on a large or padded plan).
+  const shared = new SharedArrayBuffer(Buffer.byteLength(text, 'utf8'));
+  Buffer.from(shared).write(text, 'utf8');
+  const limits = defaultLimits();
   // Recycling: a fresh pool for every batch of jobs x recycleAfter stages.
   const batch = opts.pool !== undefined ? Math.max(1, stages.length) : jobs * Math.max(1, opts.recycleAfter ?? DEFAULT_RECYCLE_AFTER);
   const results: StageResult[] = [];
@@ -65,7 +71,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       // subset may be sent.
       const runOne = async (stage: Stage): Promise<StageResult> => {
         const t0 = performance.now();
-        const task: StageTask = { key, file, text, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}), ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
+        const task: StageTask = { key, file, plan: shared, limits, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}), ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
         let result: StageResult;
         try {
           result = (await pool.run(task, { signal: AbortSignal.timeout(opts.deadlineMs) })) as StageResult;
