@@ -11,7 +11,7 @@ import { DEFAULT_LIMITS, defaultLimits, loadPlanObject, setDefaultLimits, stageW
 import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
-import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
+import { verifyPlanInPool, type TimeLimit, type VerifyReport } from '../stages/verify.js';
 import { formatReport } from '../stages/report.js';
 import { verifyPerTemplate } from '../stages/template.js';
 import { formatReductionReport, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
@@ -73,6 +73,8 @@ export interface EngineOptions {
   seed: number;
   jobs: number;
   deadline: number;
+  /** The whole run's time limit in seconds (--time-limit). */
+  timeLimit?: number;
   /** Tensor-level proofs first (default; --no-tensor-level turns them off). */
   tensorLevel?: boolean;
 }
@@ -98,20 +100,29 @@ function progress(): ((done: number, total: number) => void) | undefined {
   };
 }
 
-async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[]): Promise<VerifyReport> {
+/** The run's time limit, counted from now. */
+function timeLimitFrom(eng: EngineOptions): TimeLimit | undefined {
+  return eng.timeLimit === undefined ? undefined : { endAt: performance.now() + eng.timeLimit * 1000, seconds: eng.timeLimit };
+}
+
+async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[], limit: TimeLimit | undefined = timeLimitFrom(eng)): Promise<VerifyReport> {
   const onStage = progress();
   // Proof cache hook (stages/cache.ts): on unless --no-cache.
   const cache = cacheDir === undefined ? undefined : new ProofCache(cacheDir);
   // Per-stage fallback (stages/stage-reduce.ts): stages too large in the whole plan are extracted and reduced on their own.
   const fallback = fallbackLog === undefined ? undefined : perStageFallback(JSON.parse(l.text) as RawPlan, eng.seed, fallbackLog);
-  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }) });
+  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(limit === undefined ? {} : { timeLimit: limit }), ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }) });
   await shutdownZ3();
   return report;
 }
 
 async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false): Promise<number> {
+  // The time limit counts from here: loading is part of the run.
+  const limit = timeLimitFrom(eng);
+  const tLoad = performance.now();
   const l = loadWithText(file, json, out);
   if (typeof l === 'number') return l;
+  const loadMs = Math.round(performance.now() - tLoad);
   // Past the per-rank stage bound every path below (reduction, inference, per-stage
   // extraction, the pool) would build per-rank stages: the stages are decomposed per template
   // instead, each "unknown" with its reason (stages/template.ts), never a heap exhaustion.
@@ -134,7 +145,14 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   }
   // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
   const fbLog: FallbackInfo[] = [];
-  const report = await verifyReduced(l.plan, l.text, red, (plan, text) => runVerify({ plan, text }, eng, red.cacheDir, red.reduce ? fbLog : undefined));
+  // Phases: loading and the shape reduction here, the rest from the proof (VerifyReport.phases).
+  const tReduce = performance.now();
+  let reduceMs = 0;
+  const proved = await verifyReduced(l.plan, l.text, red, (plan, text) => {
+    reduceMs = Math.round(performance.now() - tReduce);
+    return runVerify({ plan, text }, eng, red.cacheDir, red.reduce ? fbLog : undefined, limit);
+  });
+  const report = { ...proved, phases: { load: loadMs, reduction: reduceMs, ...proved.phases } };
   out.log(json ? JSON.stringify({ ...report, perStageFallback: fbLog }, null, 2) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(fbLog)}`);
   return verdictCode[report.verdict];
 }
@@ -270,6 +288,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .option('jobs', { type: 'number', default: Math.min(2, availableParallelism()), describe: 'worker threads proving stages (0: in this thread)' })
     .option('engine', { choices: ['normal', 'z3'] as const, default: 'normal' as const, describe: 'decision procedure: the exact normal form, or Z3 alone as a cross-check' })
     .option('deadline', { type: 'number', default: 60, describe: 'seconds a stage may take before it is stopped and reported unknown' })
+    .option('time-limit', { type: 'number', default: 1800, describe: 'seconds the whole verify run may take: stages not decided by then are reported unknown' })
     .option('max-file-mb', { type: 'number', default: DEFAULT_LIMITS.bytes / (1024 * 1024), describe: 'largest plan file (or standard input) read, in MiB' })
     .option('max-depth', { type: 'number', default: DEFAULT_LIMITS.depth, describe: 'deepest JSON nesting a plan may use' })
     .option('max-ops', { type: 'number', default: DEFAULT_LIMITS.ops, describe: 'most ops a plan may hold as written (logical, program and collective entries)' })
@@ -288,7 +307,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' }),
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage);
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage);
       },
     )
     .command(
@@ -321,7 +340,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       'verify the embedded example plan (a two-layer MLP training iteration under tensor parallelism)',
       (y) => y,
       (a) => {
-        run = () => demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, out);
+        run = () => demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit }, out);
       },
     )
     .command(
@@ -425,11 +444,12 @@ export function limitOptionError(a: LimitFlags): string | undefined {
 }
 
 /** Numeric options yargs accepts as any number (NaN included): checked before any work. */
-export function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown }): string | undefined {
-  const { seed, jobs, deadline } = a;
+export function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown; timeLimit?: unknown }): string | undefined {
+  const { seed, jobs, deadline, timeLimit } = a;
   if (typeof seed !== 'number' || !Number.isSafeInteger(seed)) return `--seed must be an integer, got ${String(seed)}`;
   if (typeof jobs !== 'number' || !Number.isSafeInteger(jobs) || jobs < 0 || jobs > 256) return `--jobs must be an integer from 0 to 256, got ${String(jobs)}`;
   if (typeof deadline !== 'number' || !Number.isFinite(deadline) || deadline <= 0 || deadline > 86400) return `--deadline must be a number of seconds in (0, 86400], got ${String(deadline)}`;
+  if (timeLimit !== undefined && (typeof timeLimit !== 'number' || !Number.isFinite(timeLimit) || timeLimit <= 0 || timeLimit > 7 * 86400)) return `--time-limit must be a number of seconds in (0, 604800], got ${String(timeLimit)}`;
   return undefined;
 }
 

@@ -21,6 +21,7 @@ import { analyzeReduction, prefixPlan, reducePlan, ReductionError, type ReducedC
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
 import { assembleReport, WITNESS_RETRIES, type VerifyReport } from './verify.js';
+import { timeLeft, type TimeLimit } from './pool.js';
 
 export interface StageReductionInfo {
   /** 1-based stage number in the full plan. */
@@ -356,8 +357,8 @@ export interface FallbackInfo {
  * after the first refuted one are not tried: the verdict is settled and the first failing
  * stage is the likely root cause.
  */
-export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[] = [], budgetMs = FALLBACK_BUDGET_MS): (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport) => { results: StageResult[]; numeric: NumericReport } {
-  return (plan, results, numeric) => {
+export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[] = [], budgetMs = FALLBACK_BUDGET_MS): (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, limit?: TimeLimit) => { results: StageResult[]; numeric: NumericReport } {
+  return (plan, results, numeric, limit) => {
     const start = performance.now();
     const out = [...results];
     const mismatches = [...numeric.mismatches];
@@ -377,6 +378,10 @@ export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[]
       // Many open stages (every clipped gradient reads the global norm) must not take hours.
       if (performance.now() - start > budgetMs) {
         out[i] = { ...r, reason: `${r.reason ?? ''} (not tried per stage: the fallback's ${Math.round(budgetMs / 1000)} s were spent on earlier stages)` };
+        continue;
+      }
+      if (limit !== undefined && timeLeft(limit) <= 0) {
+        out[i] = { ...r, reason: `${r.reason ?? ''} (not tried per stage: the run's time limit of ${limit.seconds} s (--time-limit) was reached)` };
         continue;
       }
       const t0 = performance.now();

@@ -181,6 +181,22 @@ describe('cli', () => {
     const skipped = j.stages.filter((s) => /not sent to Z3: the plan is already refuted/.test(s.reason ?? ''));
     assert.ok(skipped.length > 0 && skipped.every((s) => s.status === 'unknown' && s.index > 1));
   }).timeout(60_000);
+  it('verify says where the time went: phase timings in --json and a time line in the text (issue 13, defect 3)', async () => {
+    const r = await runCli(['verify', `${EXAMPLES}mlp-dp2.json`, '--json', '--no-cache']);
+    assert.equal(r.code, 0);
+    const j = JSON.parse(r.stdout) as { ms: number; phases: Record<string, number>; timeLimit: { seconds: number; reached: boolean } };
+    for (const k of ['load', 'reduction', 'decompose', 'numeric', 'tensorLevel', 'stages', 'witnessSearch', 'z3Fallback', 'perStageFallback']) assert.ok(Number.isInteger(j.phases[k]), `phase ${k}: ${JSON.stringify(j.phases)}`);
+    const inProof = Object.entries(j.phases).filter(([k]) => k !== 'load' && k !== 'reduction').reduce((n, [, ms]) => n + ms, 0);
+    assert.ok(Math.abs(inProof - j.ms) <= 20, `phases ${inProof} ms against ${j.ms} ms in all`);
+    assert.deepEqual(j.timeLimit, { seconds: 1800, reached: false });
+    const t = await runCli(['verify', `${EXAMPLES}mlp-dp2.json`, '--no-cache']);
+    assert.match(t.stdout, /\ntime {8}(load|stages|numeric|reduction|\w+) \d+\.\d\d s|\ntime {8}every phase under 10 ms/);
+    for (const bad of ['0', 'abc', '-5']) {
+      const u = await runCli(['verify', `${EXAMPLES}mlp-dp2.json`, '--time-limit', bad, '--json']);
+      assert.equal(u.code, 4);
+      assert.match((JSON.parse(u.stdout) as { error: string }).error, /--time-limit must be a number of seconds/);
+    }
+  });
   it('the installed bin runs as a process with the documented exit codes', () => {
     const bin = `${ROOT}dist/cli/main.js`;
     const ok = spawnSync(process.execPath, [bin, 'verify', `${EXAMPLES}mlp-dp2.json`], { encoding: 'utf8' });

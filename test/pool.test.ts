@@ -70,6 +70,22 @@ describe('worker pool with deadlines', () => {
     assert.match(r.summary, /1 of 11 stage\(s\) undecided/);
   });
 
+  it("the run's time limit bounds the whole run: a stuck stage is stopped at it and later stages are not started (issue 13, defect 3)", async () => {
+    // Before: only the per-stage deadline (60 s here) bounded a stage, and nothing bounded the
+    // run: a tiny refuted plan spent 85 s in Z3 after its stages were done.
+    const t0 = performance.now();
+    const r = await verifyPlanInPool(plan, text, { jobs: 1, deadlineMs: 60_000, timeLimit: { endAt: performance.now() + 3000, seconds: 3 }, fault: { stage: 3, kind: 'hang' }, tensorLevel: false, dedup: false });
+    const s = (performance.now() - t0) / 1000;
+    assert.ok(s < 20, `the run took ${s.toFixed(1)} s`);
+    assert.equal(r.verdict, 'unknown');
+    assert.deepEqual(r.timeLimit, { seconds: 3, reached: true });
+    assert.match(r.stages[3]?.reason ?? '', /the run's time limit of 3 s \(--time-limit\) was reached; the worker was stopped/);
+    const later = r.stages.slice(4);
+    assert.ok(later.length > 0 && later.every((x) => x.status === 'unknown' && /not attempted: the run's time limit of 3 s/.test(x.reason ?? '')));
+    assert.ok(r.stages.slice(0, 3).every((x) => x.status === 'proved'), 'stages before the limit are proved as usual');
+    assert.ok(r.phases !== undefined && (r.phases['stages'] ?? 0) >= 2500, JSON.stringify(r.phases));
+  }).timeout(30_000);
+
   it('a worker killed mid-proof makes its stage unknown and the run completes', async () => {
     const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000, fault: { stage: 5, kind: 'crash' }, tensorLevel: false });
     assert.equal(r.verdict, 'unknown');
