@@ -134,7 +134,7 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   }
   // Inferred boundaries (issue 18): with --infer, or when the file holds claims marked inferred.
   if (eng.engine === 'normal' && infer !== false && (infer === true || l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) {
-    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true }, out);
+    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }) }, out);
     return verdictCode[r.verdict];
   }
   // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.
