@@ -357,7 +357,10 @@ export interface FallbackInfo {
  * after the first refuted one are not tried: the verdict is settled and the first failing
  * stage is the likely root cause.
  */
-export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[] = [], budgetMs = FALLBACK_BUDGET_MS): (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, limit?: TimeLimit) => { results: StageResult[]; numeric: NumericReport } {
+export function perStageFallback(rawPlan: RawPlan | (() => RawPlan), seed: number, log: FallbackInfo[] = [], budgetMs = FALLBACK_BUDGET_MS): (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, limit?: TimeLimit) => { results: StageResult[]; numeric: NumericReport } {
+  // A thunk is called only when a stage is tried: most runs need no second parse of the plan.
+  let parsed: RawPlan | undefined = typeof rawPlan === 'function' ? undefined : rawPlan;
+  const rawOf = (): RawPlan => (parsed ??= (rawPlan as () => RawPlan)());
   return (plan, results, numeric, limit) => {
     const start = performance.now();
     const out = [...results];
@@ -389,6 +392,7 @@ export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[]
       let res: StageResult;
       let found: NumericReport['mismatches'];
       let info: StageReductionInfo;
+      const raw = rawOf();
       const comp = proveByComponents(plan, raw, r.stage, seed, true, memo);
       if (comp !== undefined) {
         res = comp.result;
