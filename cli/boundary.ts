@@ -6,7 +6,7 @@ import { writeFileSync } from 'node:fs';
 import { ExitCode } from '../plans/errors.js';
 import { loadPlanText } from '../plans/loader.js';
 import { inferClaims, withClaims } from '../stages/infer.js';
-import { verifyBoundary, type BoundaryReport } from '../stages/boundary.js';
+import { TIME_LIMIT_MS, verifyBoundary, type BoundaryReport } from '../stages/boundary.js';
 import { formatReport } from '../stages/report.js';
 import { shutdownZ3 } from '../stages/z3.js';
 
@@ -36,9 +36,11 @@ export function inferLineage(file: string, text: string, outFile: string | undef
   return ExitCode.verified;
 }
 
-export async function verifyInferred(file: string, text: string, opts: { seed: number; jobs: number; deadline: number; verbose: boolean; json: boolean; infer: boolean }, out: Out): Promise<BoundaryReport> {
+export async function verifyInferred(file: string, text: string, opts: { seed: number; jobs: number; deadline: number; verbose: boolean; json: boolean; infer: boolean; timeLimit?: number }, out: Out): Promise<BoundaryReport> {
   const raw = JSON.parse(text) as Record<string, unknown>;
-  const r = await verifyBoundary(file, raw, { seed: opts.seed, jobs: opts.jobs, deadlineMs: opts.deadline * 1000, infer: opts.infer });
+  // The rounds keep their own limit; a shorter --time-limit lowers it.
+  const limitMs = Math.min(TIME_LIMIT_MS, (opts.timeLimit ?? Infinity) * 1000);
+  const r = await verifyBoundary(file, raw, { seed: opts.seed, jobs: opts.jobs, deadlineMs: opts.deadline * 1000, infer: opts.infer, timeLimitMs: limitMs });
   await shutdownZ3();
   out.log(opts.json ? JSON.stringify(r, null, 2) : formatBoundary(r, opts.verbose));
   return r;

@@ -7,11 +7,11 @@ import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
-import { loadPlanText, stageWorkTooLarge, type LoadedPlan } from '../plans/loader.js';
-import { readPlanText, STDIN_NAME } from '../plans/json.js';
+import { DEFAULT_LIMITS, defaultLimits, loadPlanObject, setDefaultLimits, stageWorkTooLarge, type LoadedPlan, type PlanLimits } from '../plans/loader.js';
+import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
-import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
+import { verifyPlanInPool, type TimeLimit, type VerifyReport } from '../stages/verify.js';
 import { formatReport } from '../stages/report.js';
 import { verifyPerTemplate } from '../stages/template.js';
 import { formatReductionReport, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
@@ -30,24 +30,28 @@ export const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', im
 
 const verdictCode = { verified: ExitCode.verified, not_equivalent: ExitCode.notEquivalent, unknown: ExitCode.unknown } as const;
 
-interface Out {
+export interface Out {
   log(s: string): void;
   err(s: string): void;
 }
 
 const stdio: Out = { log: (s) => process.stdout.write(s + '\n'), err: (s) => process.stderr.write(s + '\n') };
 
-interface Loaded {
+export interface Loaded {
   plan: LoadedPlan;
+  /** The parsed plan re-serialized without whitespace: what later phases and proof workers read, never the file's raw text. */
   text: string;
 }
 
-function loadWithText(path: string, json: boolean, out: Out): Loaded | number {
+/** Reads, parses and loads a plan (reporting a PlanError on `out`); exported for tests. */
+export function loadWithText(path: string, json: boolean, out: Out): Loaded | number {
   const file = path === '-' ? STDIN_NAME : path;
   try {
-    const text = readPlanText(file);
-    const plan = loadPlanText(file, text);
-    return { plan, text };
+    // Within the limits set from the command line (setDefaultLimits in main).
+    const raw = parsePlanJson(file, readPlanText(file, defaultLimits().bytes));
+    const plan = loadPlanObject(file, raw);
+    // Serialized after the load: the load bounds its nesting, which JSON.stringify recurses on.
+    return { plan, text: JSON.stringify(raw) };
   } catch (e) {
     if (!(e instanceof PlanError)) throw e;
     if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues: e.issues }, null, 2));
@@ -69,6 +73,8 @@ export interface EngineOptions {
   seed: number;
   jobs: number;
   deadline: number;
+  /** The whole run's time limit in seconds (--time-limit). */
+  timeLimit?: number;
   /** Tensor-level proofs first (default; --no-tensor-level turns them off). */
   tensorLevel?: boolean;
 }
@@ -94,20 +100,29 @@ function progress(): ((done: number, total: number) => void) | undefined {
   };
 }
 
-async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[]): Promise<VerifyReport> {
+/** The run's time limit, counted from now. */
+function timeLimitFrom(eng: EngineOptions): TimeLimit | undefined {
+  return eng.timeLimit === undefined ? undefined : { endAt: performance.now() + eng.timeLimit * 1000, seconds: eng.timeLimit };
+}
+
+async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[], limit: TimeLimit | undefined = timeLimitFrom(eng)): Promise<VerifyReport> {
   const onStage = progress();
   // Proof cache hook (stages/cache.ts): on unless --no-cache.
   const cache = cacheDir === undefined ? undefined : new ProofCache(cacheDir);
   // Per-stage fallback (stages/stage-reduce.ts): stages too large in the whole plan are extracted and reduced on their own.
-  const fallback = fallbackLog === undefined ? undefined : perStageFallback(JSON.parse(l.text) as RawPlan, eng.seed, fallbackLog);
-  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }) });
+  const fallback = fallbackLog === undefined ? undefined : perStageFallback(() => JSON.parse(l.text) as RawPlan, eng.seed, fallbackLog);
+  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(limit === undefined ? {} : { timeLimit: limit }), ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }) });
   await shutdownZ3();
   return report;
 }
 
 async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false): Promise<number> {
+  // The time limit counts from here: loading is part of the run.
+  const limit = timeLimitFrom(eng);
+  const tLoad = performance.now();
   const l = loadWithText(file, json, out);
   if (typeof l === 'number') return l;
+  const loadMs = Math.round(performance.now() - tLoad);
   // Past the per-rank stage bound every path below (reduction, inference, per-stage
   // extraction, the pool) would build per-rank stages: the stages are decomposed per template
   // instead, each "unknown" with its reason (stages/template.ts), never a heap exhaustion.
@@ -119,7 +134,7 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   }
   // Inferred boundaries (issue 18): with --infer, or when the file holds claims marked inferred.
   if (eng.engine === 'normal' && infer !== false && (infer === true || l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) {
-    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true }, out);
+    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }) }, out);
     return verdictCode[r.verdict];
   }
   // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.
@@ -130,7 +145,14 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   }
   // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
   const fbLog: FallbackInfo[] = [];
-  const report = await verifyReduced(l.plan, l.text, red, (plan, text) => runVerify({ plan, text }, eng, red.cacheDir, red.reduce ? fbLog : undefined));
+  // Phases: loading and the shape reduction here, the rest from the proof (VerifyReport.phases).
+  const tReduce = performance.now();
+  let reduceMs = 0;
+  const proved = await verifyReduced(l.plan, l.text, red, (plan, text) => {
+    reduceMs = Math.round(performance.now() - tReduce);
+    return runVerify({ plan, text }, eng, red.cacheDir, red.reduce ? fbLog : undefined, limit);
+  });
+  const report = { ...proved, phases: { load: loadMs, reduction: reduceMs, ...proved.phases } };
   out.log(json ? JSON.stringify({ ...report, perStageFallback: fbLog }, null, 2) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(fbLog)}`);
   return verdictCode[report.verdict];
 }
@@ -266,6 +288,11 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .option('jobs', { type: 'number', default: Math.min(2, availableParallelism()), describe: 'worker threads proving stages (0: in this thread)' })
     .option('engine', { choices: ['normal', 'z3'] as const, default: 'normal' as const, describe: 'decision procedure: the exact normal form, or Z3 alone as a cross-check' })
     .option('deadline', { type: 'number', default: 60, describe: 'seconds a stage may take before it is stopped and reported unknown' })
+    .option('time-limit', { type: 'number', default: 1800, describe: 'seconds the whole verify run may take: stages not decided by then are reported unknown' })
+    .option('max-file-mb', { type: 'number', default: DEFAULT_LIMITS.bytes / (1024 * 1024), describe: 'largest plan file (or standard input) read, in MiB' })
+    .option('max-depth', { type: 'number', default: DEFAULT_LIMITS.depth, describe: 'deepest JSON nesting a plan may use' })
+    .option('max-ops', { type: 'number', default: DEFAULT_LIMITS.ops, describe: 'most ops a plan may hold as written (logical, program and collective entries)' })
+    .option('max-claims', { type: 'number', default: DEFAULT_LIMITS.claims, describe: 'most lineage claims a plan may hold as written' })
     .command(
       'verify <plan>',
       'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
@@ -280,7 +307,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' }),
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage);
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage);
       },
     )
     .command(
@@ -313,7 +340,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       'verify the embedded example plan (a two-layer MLP training iteration under tensor parallelism)',
       (y) => y,
       (a) => {
-        run = () => demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline }, out);
+        run = () => demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit }, out);
       },
     )
     .command(
@@ -350,40 +377,79 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('zero', { type: 'number', choices: [0, 1, 2, 3], describe: 'ZeRO stage (with dp > 1): sharded optimizer state and step; 3 also shards the parameters' })
           .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })
           .option('list-bugs', { type: 'boolean', default: false })
-          .option('out', { type: 'string', describe: 'output file (default: stdout)' })
+          .option('out', { alias: 'o', type: 'string', describe: 'output file (default: stdout)' })
           .option('boundary-lineage', { type: 'boolean', describe: 'keep lineage only on contract inputs (data, parameters, optimizer state) and outputs, as a user would write it' }),
       (a) => {
         run = () => gen(a, out);
       },
     )
     .demandCommand(1, 'name a command: verify, inspect, infer-lineage, demo or gen')
+    // yargs' own validation, before any handler: numbers it parses as NaN or out of range fail here.
+    .check((a) => engineOptionError(a) ?? limitOptionError(a) ?? true)
     .strict()
     .help()
     .version()
     .exitProcess(false)
-    .fail((msg: string | null, err: Error | undefined) => {
-      if (err !== undefined && !(err instanceof Error && /Unknown argument|Not enough|Missing required/.test(err.message))) throw err;
-      usageError = msg ?? err?.message ?? 'usage error';
+    .fail((msg: string | null, err: Error | string | undefined) => {
+      // yargs' own validation (strict mode, choices) fails with a YError, a .check with its
+      // message string: usage errors. Anything else is a bug and goes on as an internal error.
+      if (err !== undefined && typeof err !== 'string' && !(err instanceof Error && (err.name === 'YError' || /Unknown argument|Not enough|Missing required/.test(err.message)))) throw err;
+      usageError = msg ?? (typeof err === 'string' ? err : err?.message) ?? 'usage error';
     })
     .epilogue('Exit codes: 0 verified, 1 not equivalent, 2 invalid plan, 3 unknown, 4 usage or internal error.');
   const parsed = await parser.parseAsync();
   const jsonOut = parsed.json === true || argv.includes('--json');
-  usageError ??= engineOptionError(parsed);
   if (usageError !== undefined) {
     if (jsonOut) out.log(JSON.stringify({ verdict: 'usage_error', error: usageError }, null, 2));
     else out.err(`planproof: ${usageError}\nRun 'planproof --help' for usage.`);
     return ExitCode.usage;
   }
   if (run === undefined) return argv.includes('--help') || argv.includes('--version') || argv.includes('-h') ? 0 : ExitCode.usage;
-  return await run();
+  // Every load of this run (the plan, reduced and derived plans) and the proof workers use
+  // them; restored after, since main also runs in process (tests, library callers).
+  const before = defaultLimits();
+  setDefaultLimits(limitsFrom(parsed));
+  try {
+    return await run();
+  } finally {
+    setDefaultLimits(before);
+  }
+}
+
+/** The input-size limits of the command line (validated by limitOptionError). */
+function limitsFrom(a: LimitFlags): PlanLimits {
+  const n = (v: unknown, d: number): number => (typeof v === 'number' ? v : d);
+  return { bytes: Math.floor(n(a['max-file-mb'], DEFAULT_LIMITS.bytes / (1024 * 1024)) * 1024 * 1024), depth: n(a['max-depth'], DEFAULT_LIMITS.depth), ops: n(a['max-ops'], DEFAULT_LIMITS.ops), claims: n(a['max-claims'], DEFAULT_LIMITS.claims) };
+}
+
+/** The limit flags as yargs gives them. */
+interface LimitFlags {
+  readonly 'max-file-mb'?: unknown;
+  readonly 'max-depth'?: unknown;
+  readonly 'max-ops'?: unknown;
+  readonly 'max-claims'?: unknown;
+}
+
+/** --max-file-mb, --max-depth, --max-ops, --max-claims: positive, and integers where they count things. */
+export function limitOptionError(a: LimitFlags): string | undefined {
+  const { 'max-file-mb': maxFileMb, 'max-depth': maxDepth, 'max-ops': maxOps, 'max-claims': maxClaims } = a;
+  // V8 strings top out near 512 MiB: a larger limit could not be read anyway.
+  if (typeof maxFileMb !== 'number' || !Number.isFinite(maxFileMb) || maxFileMb <= 0 || maxFileMb > 512) return `--max-file-mb must be a number of MiB in (0, 512], got ${String(maxFileMb)}`;
+  // Walkers of the plan (the schema validator, JSON.stringify) recurse on its nesting.
+  if (typeof maxDepth !== 'number' || !Number.isSafeInteger(maxDepth) || maxDepth < 1 || maxDepth > 1000) return `--max-depth must be an integer from 1 to 1000, got ${String(maxDepth)}`;
+  for (const [flag, v] of [['--max-ops', maxOps], ['--max-claims', maxClaims]] as const) {
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) return `${flag} must be a positive integer, got ${String(v)}`;
+  }
+  return undefined;
 }
 
 /** Numeric options yargs accepts as any number (NaN included): checked before any work. */
-export function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown }): string | undefined {
-  const { seed, jobs, deadline } = a;
+export function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown; timeLimit?: unknown }): string | undefined {
+  const { seed, jobs, deadline, timeLimit } = a;
   if (typeof seed !== 'number' || !Number.isSafeInteger(seed)) return `--seed must be an integer, got ${String(seed)}`;
   if (typeof jobs !== 'number' || !Number.isSafeInteger(jobs) || jobs < 0 || jobs > 256) return `--jobs must be an integer from 0 to 256, got ${String(jobs)}`;
   if (typeof deadline !== 'number' || !Number.isFinite(deadline) || deadline <= 0 || deadline > 86400) return `--deadline must be a number of seconds in (0, 86400], got ${String(deadline)}`;
+  if (timeLimit !== undefined && (typeof timeLimit !== 'number' || !Number.isFinite(timeLimit) || timeLimit <= 0 || timeLimit > 7 * 86400)) return `--time-limit must be a number of seconds in (0, 604800], got ${String(timeLimit)}`;
   return undefined;
 }
 

@@ -8,9 +8,17 @@ export const MAX_PLAN_BYTES = 256 * 1024 * 1024;
 /** The name `-` reads the plan from standard input (errors name it `<stdin>`). */
 export const STDIN_NAME = '<stdin>';
 
-/** Reads a plan; a UTF-8 byte order mark (as some editors write) is dropped, not an error. */
-export function readPlanText(file: string): string {
-  return stripBom(file === '-' || file === STDIN_NAME ? readStdin() : readPlanFile(file));
+/**
+ * Reads a plan; a UTF-8 byte order mark (as some editors write) is dropped, not an error.
+ * `maxBytes` defaults to MAX_PLAN_BYTES (the CLI's --max-file-mb sets it).
+ */
+export function readPlanText(file: string, maxBytes = MAX_PLAN_BYTES): string {
+  return stripBom(file === '-' || file === STDIN_NAME ? readStdin(maxBytes) : readPlanFile(file, maxBytes));
+}
+
+/** How a byte limit reads in a message: MiB when whole, bytes otherwise. */
+function bytesText(n: number): string {
+  return n % (1024 * 1024) === 0 ? `${n / (1024 * 1024)} MiB` : `${n} bytes`;
 }
 
 function stripBom(text: string): string {
@@ -18,7 +26,7 @@ function stripBom(text: string): string {
 }
 
 /** Standard input in chunks, refused as soon as it passes the size limit (never buffered whole). */
-function readStdin(): string {
+function readStdin(maxBytes: number): string {
   const chunks: Buffer[] = [];
   let total = 0;
   const buf = Buffer.alloc(1 << 20);
@@ -34,13 +42,13 @@ function readStdin(): string {
     }
     if (n === 0) break;
     total += n;
-    if (total > MAX_PLAN_BYTES) throw new PlanError(STDIN_NAME, [{ path: '', message: `plan on standard input exceeds the limit of ${MAX_PLAN_BYTES} bytes` }]);
+    if (total > maxBytes) throw new PlanError(STDIN_NAME, [{ path: '', message: `plan on standard input exceeds the limit of ${bytesText(maxBytes)} (--max-file-mb raises it)` }]);
     chunks.push(Buffer.from(buf.subarray(0, n)));
   }
   return Buffer.concat(chunks).toString('utf8');
 }
 
-function readPlanFile(file: string): string {
+function readPlanFile(file: string, maxBytes: number): string {
   let size: number;
   try {
     const st = statSync(file);
@@ -51,9 +59,9 @@ function readPlanFile(file: string): string {
     const code = (e as NodeJS.ErrnoException).code ?? 'unreadable';
     throw new PlanError(file, [{ path: '', message: `cannot read plan file (${code})` }]);
   }
-  if (size > MAX_PLAN_BYTES) {
+  if (size > maxBytes) {
     throw new PlanError(file, [
-      { path: '', message: `plan file is ${size} bytes; the limit is ${MAX_PLAN_BYTES} bytes (use SPMD templates to keep plans compact)` },
+      { path: '', message: `plan file is ${size} bytes; the limit is ${bytesText(maxBytes)} (--max-file-mb raises it; SPMD templates keep plans compact)` },
     ]);
   }
   return readFileSync(file, 'utf8');
@@ -81,21 +89,21 @@ export function parsePlanJson(file: string, text: string): unknown {
   }
 }
 
-/** Deepest nesting a plan may use; real plans need under 10 levels. */
+/** Deepest nesting a plan may use by default (--max-depth); real plans need under 10 levels. */
 export const MAX_DEPTH = 64;
 
 /**
- * Finds a value nested deeper than MAX_DEPTH, iteratively (recursive validators and walkers
+ * Finds a value nested deeper than `maxDepth`, iteratively (recursive validators and walkers
  * would overflow the stack on hostile input). Returns its JSON path, or undefined.
  */
-export function findTooDeep(root: unknown): string | undefined {
+export function findTooDeep(root: unknown, maxDepth = MAX_DEPTH): string | undefined {
   // Depth-only scan first (no allocation per node); paths are built only for the error.
   const stack: [unknown, number][] = [[root, 0]];
   let found = false;
   while (stack.length > 0 && !found) {
     const [v, depth] = stack.pop() as [unknown, number];
     if (v === null || typeof v !== 'object') continue;
-    if (depth >= MAX_DEPTH) found = true;
+    if (depth >= maxDepth) found = true;
     else for (const x of Array.isArray(v) ? v : Object.values(v)) if (x !== null && typeof x === 'object') stack.push([x, depth + 1]);
   }
   if (!found) return undefined;
@@ -103,7 +111,7 @@ export function findTooDeep(root: unknown): string | undefined {
   while (withPath.length > 0) {
     const [v, depth, path] = withPath.pop() as [unknown, number, string];
     if (v === null || typeof v !== 'object') continue;
-    if (depth >= MAX_DEPTH) return path;
+    if (depth >= maxDepth) return path;
     if (Array.isArray(v)) v.forEach((x, i) => withPath.push([x, depth + 1, `${path}[${i}]`]));
     else for (const [k, x] of Object.entries(v)) withPath.push([x, depth + 1, /^[A-Za-z_][A-Za-z0-9_]*$/.test(k) ? `${path}.${k}` : `${path}[${JSON.stringify(k)}]`]);
   }

@@ -6,7 +6,7 @@
  * can (symcoll.ts, lineage/symbolic.ts), per rank elsewhere; `stats` says which ran.
  */
 import { IssueSink, PlanError, type PlanIssue } from './errors.js';
-import { findTooDeep, MAX_DEPTH, parsePlanJson, readPlanText } from './json.js';
+import { findTooDeep, MAX_DEPTH, MAX_PLAN_BYTES, parsePlanJson, readPlanText } from './json.js';
 import { validateSchema } from './schema.js';
 import { Mesh } from './mesh.js';
 import { buildLogical } from './logical.js';
@@ -25,17 +25,39 @@ import { checkLineageSymbolic, programBox, type Box, type LineageStats } from '.
 
 /**
  * Limits on the plan as written. Loading costs grow with the text (programs, their ops and
- * lineage), not with the ranks that run it, so these are what bounds a load; the file's bytes
- * are bounded in json.ts. Library callers may raise them (LoadOptions.limits); the CLI uses
- * the defaults, so that its proof workers, which load the same text, accept what it accepted.
+ * lineage), not with the ranks that run it, so these are what bounds a load; plan files are
+ * untrusted, and without them a padded or bloated file costs gigabytes before any check
+ * fails. Each has a CLI flag that raises it (--max-file-mb, --max-depth, --max-ops,
+ * --max-claims); library callers pass LoadOptions.limits, or set the process default with
+ * setDefaultLimits (the CLI does, and its proof workers receive the same limits).
  */
 export interface PlanLimits {
+  /** Bytes of plan text read (file or standard input). */
+  readonly bytes: number;
+  /** JSON nesting depth. */
+  readonly depth: number;
   /** Ops as written: logical ops, ops of every program, multi-rank collectives. */
   readonly ops: number;
   /** Lineage claims as written: tensors with lineage, over every program. */
   readonly claims: number;
 }
-export const DEFAULT_LIMITS: PlanLimits = { ops: 4_000_000, claims: 4_000_000 };
+/**
+ * The largest generated preset (L2: 80 layers, pp4 dp16 tp8, 32 micro-batches) has about
+ * 290,000 ops as written and a 190 MiB indented file; the defaults leave room above it.
+ */
+export const DEFAULT_LIMITS: PlanLimits = { bytes: MAX_PLAN_BYTES, depth: MAX_DEPTH, ops: 500_000, claims: 500_000 };
+
+let processLimits: PlanLimits = DEFAULT_LIMITS;
+
+/** Sets the limits loads use when they pass none (the CLI's flags; workers get them per task). */
+export function setDefaultLimits(l: Partial<PlanLimits>): void {
+  processLimits = { ...DEFAULT_LIMITS, ...l };
+}
+
+/** The limits loads use when they pass none. */
+export function defaultLimits(): PlanLimits {
+  return processLimits;
+}
 
 export interface LoadOptions {
   /**
@@ -72,7 +94,7 @@ export interface LoadedPlan extends Plan {
 }
 
 export function loadPlan(file: string, opts: LoadOptions = {}): LoadedPlan {
-  const text = readPlanText(file);
+  const text = readPlanText(file, { ...processLimits, ...opts.limits }.bytes);
   return loadPlanText(file, text, opts);
 }
 
@@ -94,20 +116,36 @@ export function checkStructure(file: string, raw: unknown, opts: LoadOptions = {
   return size;
 }
 
+/** Ops and lineage claims as written, on any JSON value (the schema has not run yet): what is not an array counts 0. */
+function sizeAsWritten(raw: unknown): { ops: number; claims: number } {
+  const arr = (v: unknown): unknown[] => (Array.isArray(v) ? v : []);
+  const field = (v: unknown, k: string): unknown => (v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>)[k] : undefined);
+  const logical = field(raw, 'logical');
+  const parallel = field(raw, 'parallel');
+  let ops = arr(field(logical, 'ops')).length + arr(field(parallel, 'collectives')).length;
+  let claims = 0;
+  for (const p of arr(field(parallel, 'programs'))) {
+    ops += arr(field(p, 'ops')).length;
+    for (const t of arr(field(p, 'tensors'))) if (field(t, 'lineage') !== undefined) claims++;
+  }
+  return { ops, claims };
+}
+
 function structure(file: string, raw: unknown, sink: IssueSink, opts: LoadOptions): { plan: RawPlan; mesh: Mesh; size: { ops: number; claims: number } } {
   if (raw !== null && typeof raw === 'object' && 'format' in raw && (raw as { format: unknown }).format !== 'planproof/v1') {
     throw new PlanError(file, [{ path: '$.format', message: `unsupported plan format ${JSON.stringify((raw as { format: unknown }).format)}; this planproof reads "planproof/v1"` }]);
   }
-  const deep = findTooDeep(raw);
-  if (deep !== undefined) throw new PlanError(file, [{ path: deep, message: `nested deeper than ${MAX_DEPTH} levels (limit of the plan format)` }]);
+  const limits = { ...processLimits, ...opts.limits };
+  const deep = findTooDeep(raw, limits.depth);
+  if (deep !== undefined) throw new PlanError(file, [{ path: deep, message: `nested deeper than ${limits.depth} levels (the limit; --max-depth raises it)` }]);
+  // Counted before the schema check: validating a million ops costs more than refusing them.
+  const { ops, claims } = sizeAsWritten(raw);
+  if (ops > limits.ops) sink.add('$.parallel.programs', `the plan has ${ops.toLocaleString('en-US')} ops as written; the limit is ${limits.ops.toLocaleString('en-US')} (--max-ops raises it; loadPlan: limits.ops)`);
+  if (claims > limits.claims) sink.add('$.parallel.programs', `the plan has ${claims.toLocaleString('en-US')} lineage claims as written; the limit is ${limits.claims.toLocaleString('en-US')} (--max-claims raises it; loadPlan: limits.claims)`);
+  sink.throwIfAny();
   validateSchema(raw, sink);
   sink.throwIfAny();
   const plan = raw as RawPlan;
-  const limits = { ...DEFAULT_LIMITS, ...opts.limits };
-  const ops = plan.logical.ops.length + plan.parallel.programs.reduce((n, p) => n + p.ops.length, 0) + (plan.parallel.collectives?.length ?? 0);
-  const claims = plan.parallel.programs.reduce((n, p) => n + (p.tensors ?? []).reduce((k, t) => k + (t.lineage === undefined ? 0 : 1), 0), 0);
-  if (ops > limits.ops) sink.add('$.parallel.programs', `the plan has ${ops.toLocaleString('en-US')} ops as written; the limit is ${limits.ops.toLocaleString('en-US')} (DEFAULT_LIMITS.ops in plans/loader.ts; loadPlan's limits option raises it)`);
-  if (claims > limits.claims) sink.add('$.parallel.programs', `the plan has ${claims.toLocaleString('en-US')} lineage claims as written; the limit is ${limits.claims.toLocaleString('en-US')} (DEFAULT_LIMITS.claims in plans/loader.ts; loadPlan's limits option raises it)`);
   sink.throwIfAny();
   const mesh = buildMesh(plan, sink);
   sink.throwIfAny();

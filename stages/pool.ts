@@ -8,11 +8,34 @@ import { createHash } from 'node:crypto';
 import { Piscina } from 'piscina';
 import type { Stage, StageResult } from './prove.js';
 import type { StageTask } from './worker.js';
+import { defaultLimits } from '../plans/loader.js';
+
+/**
+ * A whole run's time limit (--time-limit): an absolute end on performance.now() and the
+ * seconds it was set from (for messages). Stages not started by then are "unknown"; a stage's
+ * deadline is cut to the time left.
+ */
+export interface TimeLimit {
+  readonly endAt: number;
+  readonly seconds: number;
+}
+
+/** The reason of a stage the run's time limit left unattempted. */
+export function notAttempted(limit: TimeLimit): string {
+  return `not attempted: the run's time limit of ${limit.seconds} s (--time-limit) was reached`;
+}
+
+/** Milliseconds left before the time limit (Infinity without one). */
+export function timeLeft(limit: TimeLimit | undefined): number {
+  return limit === undefined ? Infinity : limit.endAt - performance.now();
+}
 
 export interface PoolOptions {
   readonly jobs: number;
   /** Per-stage deadline in milliseconds. */
   readonly deadlineMs: number;
+  /** The run's time limit: stages are not started past it, and a stage's deadline is cut to what is left. */
+  readonly timeLimit?: TimeLimit;
   readonly engine?: 'normal' | 'z3';
   readonly onStage?: (done: number, total: number) => void;
   readonly fault?: StageTask['fault'];
@@ -50,6 +73,11 @@ export const DEFAULT_WORKER_HEAP_MB = 6144;
 export async function proveInPool(file: string, text: string, stages: readonly Stage[], opts: PoolOptions): Promise<StageResult[]> {
   const jobs = Math.max(1, opts.jobs);
   const key = createHash('sha256').update(text).digest('hex');
+  // The plan goes to workers once, in shared memory: a task carries a reference, not a copy of
+  // the text (a structured clone per task cost gigabytes on a large or padded plan).
+  const shared = new SharedArrayBuffer(Buffer.byteLength(text, 'utf8'));
+  Buffer.from(shared).write(text, 'utf8');
+  const limits = defaultLimits();
   // Recycling: a fresh pool for every batch of jobs x recycleAfter stages.
   const batch = opts.pool !== undefined ? Math.max(1, stages.length) : jobs * Math.max(1, opts.recycleAfter ?? DEFAULT_RECYCLE_AFTER);
   const results: StageResult[] = [];
@@ -65,16 +93,23 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       // subset may be sent.
       const runOne = async (stage: Stage): Promise<StageResult> => {
         const t0 = performance.now();
-        const task: StageTask = { key, file, text, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}), ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
+        const task: StageTask = { key, file, plan: shared, limits, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}), ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
         let result: StageResult;
+        const left = timeLeft(opts.timeLimit);
+        const cut = left < opts.deadlineMs;
         try {
-          result = (await pool.run(task, { signal: AbortSignal.timeout(opts.deadlineMs) })) as StageResult;
+          if (opts.timeLimit !== undefined && left <= 0) throw new Error(notAttempted(opts.timeLimit));
+          result = (await pool.run(task, { signal: AbortSignal.timeout(Math.max(1, Math.floor(Math.min(opts.deadlineMs, left)))) })) as StageResult;
         } catch (e) {
           const err = e as Error;
           const reason =
-            err.name === 'AbortError'
-              ? `deadline of ${(opts.deadlineMs / 1000).toFixed(1)} s exceeded; the worker was stopped`
-              : `the worker proving this stage failed (${err.message}); it was replaced`;
+            opts.timeLimit !== undefined && left <= 0
+              ? notAttempted(opts.timeLimit)
+              : err.name === 'AbortError'
+                ? cut && opts.timeLimit !== undefined
+                  ? `stopped after ${(left / 1000).toFixed(1)} s: the run's time limit of ${opts.timeLimit.seconds} s (--time-limit) was reached; the worker was stopped`
+                  : `deadline of ${(opts.deadlineMs / 1000).toFixed(1)} s exceeded; the worker was stopped`
+                : `the worker proving this stage failed (${err.message}); it was replaced`;
           result = { stage, status: 'unknown', reason, failingRanks: [...new Set(stage.obligations.map((o) => o.rank))], logicalOps: 0, parallelOps: 0, terms: 0, ms: performance.now() - t0 };
         }
         opts.onStage?.(++done, stages.length);

@@ -71,7 +71,15 @@ export function formatReport(r: VerifyReport, verbose = false): string {
   const head = r.verdict === 'verified' ? 'VERIFIED' : r.verdict === 'not_equivalent' ? 'NOT EQUIVALENT' : 'UNKNOWN';
   out.push(`verdict     ${head}: ${r.summary} (${(r.ms / 1000).toFixed(2)} s)`);
   if (r.verdict === 'not_equivalent') out.push(`            witness inputs: the contract inputs drawn uniformly from [-1, 1) with seed ${r.numeric.seed} (planproof verify --seed ${r.numeric.seed} reproduces them)`);
+  if (r.phases !== undefined) out.push(`time        ${formatPhases(r.phases)}`);
+  if (r.timeLimit?.reached === true) out.push(`            the run's time limit of ${r.timeLimit.seconds} s (--time-limit) was reached: stages left undecided are unknown`);
   return out.join('\n');
+}
+
+/** "stages 1.20 s, witnessSearch 0.31 s, ...": phases of 10 ms or more, the largest first. */
+export function formatPhases(p: Readonly<Record<string, number>>): string {
+  const shown = Object.entries(p).filter(([, ms]) => ms >= 10).sort((a, b) => b[1] - a[1]);
+  return shown.length === 0 ? 'every phase under 10 ms' : shown.map(([k, ms]) => `${k} ${(ms / 1000).toFixed(2)} s`).join(', ');
 }
 
 /** Widest a table cell gets; longer labels keep their start and end. */

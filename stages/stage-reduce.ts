@@ -21,6 +21,7 @@ import { analyzeReduction, prefixPlan, reducePlan, ReductionError, type ReducedC
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
 import { assembleReport, WITNESS_RETRIES, type VerifyReport } from './verify.js';
+import { timeLeft, type TimeLimit } from './pool.js';
 
 export interface StageReductionInfo {
   /** 1-based stage number in the full plan. */
@@ -356,8 +357,11 @@ export interface FallbackInfo {
  * after the first refuted one are not tried: the verdict is settled and the first failing
  * stage is the likely root cause.
  */
-export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[] = [], budgetMs = FALLBACK_BUDGET_MS): (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport) => { results: StageResult[]; numeric: NumericReport } {
-  return (plan, results, numeric) => {
+export function perStageFallback(rawPlan: RawPlan | (() => RawPlan), seed: number, log: FallbackInfo[] = [], budgetMs = FALLBACK_BUDGET_MS): (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, limit?: TimeLimit) => { results: StageResult[]; numeric: NumericReport } {
+  // A thunk is called only when a stage is tried: most runs need no second parse of the plan.
+  let parsed: RawPlan | undefined = typeof rawPlan === 'function' ? undefined : rawPlan;
+  const rawOf = (): RawPlan => (parsed ??= (rawPlan as () => RawPlan)());
+  return (plan, results, numeric, limit) => {
     const start = performance.now();
     const out = [...results];
     const mismatches = [...numeric.mismatches];
@@ -379,11 +383,16 @@ export function perStageFallback(raw: RawPlan, seed: number, log: FallbackInfo[]
         out[i] = { ...r, reason: `${r.reason ?? ''} (not tried per stage: the fallback's ${Math.round(budgetMs / 1000)} s were spent on earlier stages)` };
         continue;
       }
+      if (limit !== undefined && timeLeft(limit) <= 0) {
+        out[i] = { ...r, reason: `${r.reason ?? ''} (not tried per stage: the run's time limit of ${limit.seconds} s (--time-limit) was reached)` };
+        continue;
+      }
       const t0 = performance.now();
       const name = nameOf(r);
       let res: StageResult;
       let found: NumericReport['mismatches'];
       let info: StageReductionInfo;
+      const raw = rawOf();
       const comp = proveByComponents(plan, raw, r.stage, seed, true, memo);
       if (comp !== undefined) {
         res = comp.result;

@@ -12,7 +12,9 @@ import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type Mismatch, type NumericReport } from './numeric.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
-import { proveInPool, type PoolOptions } from './pool.js';
+import { notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './pool.js';
+
+export { notAttempted, timeLeft, type TimeLimit } from './pool.js';
 import { Z3Prover } from './z3.js';
 import { proveDistinct, withProofs } from './dedup.js';
 import type { ProofCache } from './cache.js';
@@ -72,6 +74,28 @@ export interface VerifyReport {
   readonly proofs?: { stages: number; distinct: number; run: number; cached: number; tensorLevel?: number };
   /** Set when stages were decomposed per template instead of rank by rank (stages/template.ts). */
   readonly decomposition?: { path: 'template'; entries: number; bound: number; reason: string };
+  /**
+   * Where the time went, in milliseconds per phase, in the order they ran (the CLI adds
+   * `load` and `reduction`): so a slow run says whether stage proofs, the numeric runs, the
+   * witness search or a fallback took it.
+   */
+  readonly phases?: Record<string, number>;
+  /** Set when the run's time limit (--time-limit) stopped work: what was left is "unknown". */
+  readonly timeLimit?: { seconds: number; reached: boolean };
+}
+
+/** Phase timings: lap(name) records the time since the previous lap. */
+function phaseClock(): { lap: (name: string) => void; phases: Record<string, number> } {
+  const phases: Record<string, number> = {};
+  let t = performance.now();
+  return {
+    phases,
+    lap: (name) => {
+      const now = performance.now();
+      phases[name] = Math.round((phases[name] ?? 0) + (now - t));
+      t = now;
+    },
+  };
 }
 
 export interface VerifyOptions {
@@ -131,11 +155,11 @@ export const WITNESS_RETRIES = 4;
  * hides a real difference. The report keeps the seed that witnessed the most, so --seed
  * reproduces it.
  */
-export function witnessSearch(plan: LoadedPlan, results: readonly StageResult[], first: NumericReport, skip?: (rank: number, tensor: number) => boolean): NumericReport {
+export function witnessSearch(plan: LoadedPlan, results: readonly StageResult[], first: NumericReport, skip?: (rank: number, tensor: number) => boolean, limit?: TimeLimit): NumericReport {
   if (!first.evaluated) return first;
   const open = (n: NumericReport): number => results.filter((r) => r.status === 'differs' && !n.failingTensors.includes(plan.logical.tensors.name(r.stage.logical))).length;
   let best = first;
-  for (let k = 1; k <= WITNESS_RETRIES && open(best) > 0; k++) {
+  for (let k = 1; k <= WITNESS_RETRIES && open(best) > 0 && timeLeft(limit) > 0; k++) {
     const n = numericCheck(plan, first.seed + k, skip);
     if (open(n) < open(best) && first.failingTensors.every((t) => n.failingTensors.includes(t))) best = n;
   }
@@ -148,12 +172,13 @@ export function witnessedStages(plan: LoadedPlan, stages: readonly Stage[], n: N
   return new Set(stages.flatMap((s, i) => (failing.has(plan.logical.tensors.name(s.logical)) ? [i] : [])));
 }
 
-function proveInProcess(plan: LoadedPlan, stages: readonly Stage[], onStage: ((done: number, total: number) => void) | undefined, witnessed: ReadonlySet<number>): StageResult[] {
+function proveInProcess(plan: LoadedPlan, stages: readonly Stage[], onStage: ((done: number, total: number) => void) | undefined, witnessed: ReadonlySet<number>, limit?: TimeLimit): StageResult[] {
   const prover = new Prover(plan);
   return stages.map((s, i) => {
     let r: StageResult;
     try {
-      r = prover.prove(s, witnessed.has(s.index));
+      // In this thread a proof cannot be stopped: the limit is checked between stages.
+      r = limit !== undefined && timeLeft(limit) <= 0 ? unattempted(s, limit) : prover.prove(s, witnessed.has(s.index));
     } catch (e) {
       r = engineError(s, e);
     }
@@ -179,6 +204,8 @@ export interface PoolVerifyOptions extends VerifyOptions {
   readonly cache?: ProofCache;
   /** Tensor-level proofs before the element engines (default true; --no-tensor-level). */
   readonly tensorLevel?: boolean;
+  /** The whole run's time limit (--time-limit): see TimeLimit. */
+  readonly timeLimit?: TimeLimit;
   /**
    * Stages still undecided because they are too large are handed to this hook (per-stage
    * extraction and reduction, stages/stage-reduce.ts perStageFallback). Passed in rather than
@@ -188,7 +215,7 @@ export interface PoolVerifyOptions extends VerifyOptions {
 }
 
 /** Second chance for undecided stages: new results (same order) and the numeric evidence with their witnesses added. */
-export type StageFallback = (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport) => { results: StageResult[]; numeric: NumericReport };
+export type StageFallback = (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, limit?: TimeLimit) => { results: StageResult[]; numeric: NumericReport };
 
 /** Results for every stage: the known ones as given, the others proved by `prove`. */
 async function proveRest(stages: readonly Stage[], known: ReadonlyMap<number, StageResult> | undefined, prove: (some: readonly Stage[]) => Promise<StageResult[]>): Promise<StageResult[]> {
@@ -205,11 +232,15 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const engine = opts.engine ?? 'normal';
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
+  const limit = opts.timeLimit;
+  const clock = phaseClock();
   const big = tooLargeToDecompose(plan, seed, t0, opts.maxStageEntries);
   if (big !== undefined) return big;
   const stages = decompose(plan, logicalOrder(plan));
+  clock.lap('decompose');
   const first = numericCheck(plan, seed);
   const witnessed = witnessedStages(plan, stages, first);
+  clock.lap('numeric');
   // Proves any subset of the decomposition (the pool and the workers index stages by Stage.index).
   const proveSome = async (some: readonly Stage[]): Promise<StageResult[]> => {
     if (opts.jobs > 0) {
@@ -217,18 +248,20 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
         jobs: opts.jobs,
         witnessed,
         deadlineMs: opts.deadlineMs,
+        ...(limit === undefined ? {} : { timeLimit: limit }),
         engine,
         ...(opts.recycleAfter === undefined ? {} : { recycleAfter: opts.recycleAfter }),
         ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
         ...(opts.fault === undefined ? {} : { fault: opts.fault }),
       });
     }
-    if (engine === 'normal') return proveInProcess(plan, some, opts.onStage, witnessed);
+    if (engine === 'normal') return proveInProcess(plan, some, opts.onStage, witnessed, limit);
     const prover = new Z3Prover(plan);
     const out: StageResult[] = [];
     for (const [i, s] of some.entries()) {
       try {
-        out.push(await prover.prove(s, opts.deadlineMs));
+        const left = timeLeft(limit);
+        out.push(limit !== undefined && left <= 0 ? unattempted(s, limit) : await prover.prove(s, Math.min(opts.deadlineMs, left)));
       } catch (e) {
         out.push(engineError(s, e));
       }
@@ -240,15 +273,28 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   // shapes. A stage the numeric run shows differing is left to the element engines.
   const tl = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index))) : undefined;
   const known = tl?.proved;
+  clock.lap('tensorLevel');
   // Stage deduplication and the proof cache hook (stages/dedup.ts).
   const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, opts.cache, known);
   let results = distinct?.results ?? (await proveRest(stages, known, proveSome));
-  let numeric = witnessSearch(plan, results, first);
-  if (engine === 'normal') results = await z3Fallback(plan, results, numeric, opts.deadlineMs);
-  if (engine === 'normal' && opts.fallback !== undefined) ({ results, numeric } = opts.fallback(plan, results, numeric));
+  clock.lap('stages');
+  let numeric = witnessSearch(plan, results, first, undefined, limit);
+  clock.lap('witnessSearch');
+  if (engine === 'normal') results = await z3Fallback(plan, results, numeric, opts.deadlineMs, limit);
+  clock.lap('z3Fallback');
+  if (engine === 'normal' && opts.fallback !== undefined) ({ results, numeric } = opts.fallback(plan, results, numeric, limit));
+  clock.lap('perStageFallback');
   const assembled = withTensorReasons(assemble(plan, results, numeric, numeric.seed, t0), tl?.open);
-  const report = distinct === undefined ? assembled : withProofs(assembled, distinct);
+  clock.lap('report');
+  const reached = limit !== undefined && results.some((r) => (r.reason ?? '').includes('(--time-limit)'));
+  const timed = { ...assembled, phases: clock.phases, ...(limit === undefined ? {} : { timeLimit: { seconds: limit.seconds, reached } }) };
+  const report = distinct === undefined ? timed : withProofs(timed, distinct);
   return engine === 'z3' ? { ...report, engine, stages: report.stages.map((s) => (s.status === 'proved' ? { ...s, decidedBy: 'z3' as const } : s)) } : report;
+}
+
+/** A stage the run's time limit left unattempted: "unknown", never a verdict. */
+export function unattempted(s: Stage, limit: TimeLimit): StageResult {
+  return { stage: s, status: 'unknown', reason: notAttempted(limit), failingRanks: [...new Set(s.obligations.map((o) => o.rank))], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
 }
 
 /**
@@ -256,7 +302,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
  * witness, or a division it cannot show nonzero) go to Z3, which knows max/min as If-terms
  * and nonlinear real arithmetic. A Z3 proof is taken; anything else keeps the first answer.
  */
-export async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number): Promise<StageResult[]> {
+export async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
   // The portfolio: also a stage the normal form gave up on (its work budget), within the stage deadline.
   // Past a stage refuted with a witness the verdict is settled and that stage is the likely root
@@ -273,9 +319,15 @@ export async function z3Fallback(plan: LoadedPlan, results: StageResult[], numer
   const prover = new Z3Prover(plan);
   for (const r of open) {
     let z: StageResult;
+    const left = timeLeft(limit);
+    if (limit !== undefined && left <= 0) {
+      const i = results.indexOf(r);
+      out[i] = { ...r, reason: `${r.reason ?? 'undecided'} (not sent to Z3: the run's time limit of ${limit.seconds} s (--time-limit) was reached)` };
+      continue;
+    }
     try {
-      // Within the stage's deadline: what the normal form spent on it is deducted.
-      z = await prover.prove(r.stage, Math.max(1000, deadlineMs - r.ms));
+      // Within the stage's deadline: what the normal form spent on it is deducted; and within the run's time limit.
+      z = await prover.prove(r.stage, Math.min(left, Math.max(1000, deadlineMs - r.ms)));
     } catch {
       continue;
     }

@@ -1,9 +1,10 @@
 /**
- * Piscina worker: proves one stage of a plan. The plan text is sent with each task and
- * loaded once per worker (cached by key), so a replacement worker (after a deadline or a
- * crash) can resume on its own.
+ * Piscina worker: proves one stage of a plan. Each task references the plan, compact JSON
+ * (the caller's parsed plan re-serialized, never the file's raw text) in shared memory; a
+ * worker decodes and loads it once (cached by key), so a replacement worker (after a deadline
+ * or a crash) can resume on its own.
  */
-import { loadPlanText, type LoadedPlan } from '../plans/loader.js';
+import { loadPlanText, type LoadedPlan, type PlanLimits } from '../plans/loader.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { Z3Prover } from './z3.js';
@@ -13,7 +14,10 @@ import { evalLineage } from '../lineage/model.js';
 export interface StageTask {
   readonly key: string;
   readonly file: string;
-  readonly text: string;
+  /** UTF-8 of the compact plan JSON, shared with the caller (not copied per task). */
+  readonly plan: SharedArrayBuffer;
+  /** The caller's load limits: a worker accepts what the caller accepted. */
+  readonly limits: PlanLimits;
   readonly stage: number;
   readonly engine: 'normal' | 'z3';
   readonly deadlineMs: number;
@@ -29,7 +33,7 @@ let cached: { key: string; plan: LoadedPlan; stages: Stage[]; prover: Prover; z3
 
 export default async function proveStage(task: StageTask): Promise<StageResult> {
   if (cached?.key !== task.key) {
-    const plan = loadPlanText(task.file, task.text);
+    const plan = loadPlanText(task.file, Buffer.from(task.plan).toString('utf8'), { limits: task.limits });
     cached = { key: task.key, plan, stages: decompose(plan, logicalOrder(plan)), prover: new Prover(plan) };
   }
   if (task.fault?.stage === task.stage) {

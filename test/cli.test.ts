@@ -62,9 +62,53 @@ describe('cli', () => {
       assert.match(t.stderr, /planproof: .*(Unknown argument|Invalid values|must be)/);
     }
     // gen with an unknown option writes no plan to stdout.
-    const g = await runCli(['gen', '-o', '/tmp/never-written.json']);
+    const g = await runCli(['gen', '--outfile', '/tmp/never-written.json']);
     assert.equal(g.code, 4);
     assert.equal(g.stdout, '');
+  });
+  it('gen -o is --out: the plan goes to the file, nothing to stdout (issue 13, defect 6)', async () => {
+    const { mkdtempSync, readFileSync: read } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const f = `${mkdtempSync(`${tmpdir()}/pp-`)}/g.json`;
+    const g = await runCli(['gen', '--preset', 'mlp-tiny', '-o', f]);
+    assert.equal(g.code, 0, g.stderr);
+    assert.equal(g.stdout, '');
+    assert.equal((JSON.parse(read(f, 'utf8')) as { format: string }).format, 'planproof/v1');
+  });
+  it('input-size limits are exit-2 errors naming the JSON path and the flag that raises them (issue 13, defect 4)', async () => {
+    const { mkdtempSync, writeFileSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const plan = `${EXAMPLES}mlp-dp2.json`;
+    const cases: [string[], RegExp][] = [
+      [['--max-ops', '30'], /\$\.parallel\.programs: the plan has 31 ops as written; the limit is 30 \(--max-ops raises it/],
+      [['--max-claims', '17'], /\$\.parallel\.programs: the plan has 18 lineage claims as written; the limit is 17 \(--max-claims raises it/],
+      [['--max-depth', '4'], /\$\.parallel\.programs\[0\]\.\w+(\[\d+\])?\S*: nested deeper than 4 levels \(the limit; --max-depth raises it\)/],
+      [['--max-file-mb', '0.01'], /plan file is 11860 bytes; the limit is 10485 bytes \(--max-file-mb raises it/],
+    ];
+    for (const [flags, re] of cases) {
+      const r = await runCli(['inspect', plan, ...flags]);
+      assert.equal(r.code, 2, flags.join(' '));
+      assert.match(r.stderr, re);
+      const j = await runCli(['verify', plan, ...flags, '--json']);
+      assert.equal(j.code, 2);
+      assert.equal((JSON.parse(j.stdout) as { verdict: string }).verdict, 'invalid');
+    }
+    // At the limit the plan loads; limits are per run (the next run has the defaults again).
+    assert.equal((await runCli(['inspect', plan, '--max-ops', '31', '--max-claims', '18', '--max-depth', '8'])).code, 0);
+    assert.equal((await runCli(['inspect', plan])).code, 0);
+    // A small plan padded past the file limit is refused before it is parsed; the flag raises it.
+    const padded = `${mkdtempSync(`${tmpdir()}/pp-`)}/padded.json`;
+    writeFileSync(padded, `{${' '.repeat(2 << 20)}${readFileSync(plan, 'utf8').slice(1)}`);
+    const big = await runCli(['inspect', padded, '--max-file-mb', '1']);
+    assert.equal(big.code, 2);
+    assert.match(big.stderr, /the limit is 1 MiB \(--max-file-mb raises it/);
+    assert.equal((await runCli(['inspect', padded, '--max-file-mb', '3'])).code, 0);
+    // Bad limit values are usage errors, refused before any work.
+    for (const bad of [['--max-ops', '0'], ['--max-claims', '1.5'], ['--max-depth', '100000'], ['--max-file-mb', 'abc']]) {
+      const u = await runCli(['verify', plan, ...bad, '--json']);
+      assert.equal(u.code, 4, bad.join(' '));
+      assert.equal((JSON.parse(u.stdout) as { verdict: string }).verdict, 'usage_error');
+    }
   });
   it('a rational attribute with a zero denominator is an invalid plan naming its JSON path (issue 13, defect 2)', async () => {
     const { readFileSync, writeFileSync, mkdtempSync } = await import('node:fs');
@@ -137,6 +181,22 @@ describe('cli', () => {
     const skipped = j.stages.filter((s) => /not sent to Z3: the plan is already refuted/.test(s.reason ?? ''));
     assert.ok(skipped.length > 0 && skipped.every((s) => s.status === 'unknown' && s.index > 1));
   }).timeout(60_000);
+  it('verify says where the time went: phase timings in --json and a time line in the text (issue 13, defect 3)', async () => {
+    const r = await runCli(['verify', `${EXAMPLES}mlp-dp2.json`, '--json', '--no-cache']);
+    assert.equal(r.code, 0);
+    const j = JSON.parse(r.stdout) as { ms: number; phases: Record<string, number>; timeLimit: { seconds: number; reached: boolean } };
+    for (const k of ['load', 'reduction', 'decompose', 'numeric', 'tensorLevel', 'stages', 'witnessSearch', 'z3Fallback', 'perStageFallback']) assert.ok(Number.isInteger(j.phases[k]), `phase ${k}: ${JSON.stringify(j.phases)}`);
+    const inProof = Object.entries(j.phases).filter(([k]) => k !== 'load' && k !== 'reduction').reduce((n, [, ms]) => n + ms, 0);
+    assert.ok(Math.abs(inProof - j.ms) <= 20, `phases ${inProof} ms against ${j.ms} ms in all`);
+    assert.deepEqual(j.timeLimit, { seconds: 1800, reached: false });
+    const t = await runCli(['verify', `${EXAMPLES}mlp-dp2.json`, '--no-cache']);
+    assert.match(t.stdout, /\ntime {8}(load|stages|numeric|reduction|\w+) \d+\.\d\d s|\ntime {8}every phase under 10 ms/);
+    for (const bad of ['0', 'abc', '-5']) {
+      const u = await runCli(['verify', `${EXAMPLES}mlp-dp2.json`, '--time-limit', bad, '--json']);
+      assert.equal(u.code, 4);
+      assert.match((JSON.parse(u.stdout) as { error: string }).error, /--time-limit must be a number of seconds/);
+    }
+  });
   it('the installed bin runs as a process with the documented exit codes', () => {
     const bin = `${ROOT}dist/cli/main.js`;
     const ok = spawnSync(process.execPath, [bin, 'verify', `${EXAMPLES}mlp-dp2.json`], { encoding: 'utf8' });

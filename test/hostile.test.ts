@@ -172,8 +172,20 @@ describe('plans of many ranks', () => {
     assert.equal(small.claims.length, (1 << 10) * 9);
   }).timeout(120_000);
   it('are bounded by their text: ops and claims as written, with the limit named', () => {
-    assert.throws(() => loadPlanObject('wide.json', wideChain(4, 99), { limits: { ops: 150 } }), (e: unknown) => e instanceof PlanError && /has 198 ops as written; the limit is 150 \(DEFAULT_LIMITS\.ops/.test(e.message));
+    assert.throws(() => loadPlanObject('wide.json', wideChain(4, 99), { limits: { ops: 150 } }), (e: unknown) => e instanceof PlanError && /has 198 ops as written; the limit is 150 \(--max-ops raises it/.test(e.message));
     assert.throws(() => loadPlanObject('wide.json', wideChain(4, 99), { limits: { claims: 50 } }), (e: unknown) => e instanceof PlanError && /has 100 lineage claims as written; the limit is 50/.test(e.message));
     assert.equal(loadPlanObject('wide.json', wideChain(4, 99), { limits: { ops: 198, claims: 100 } }).coverage.length, 100);
+  });
+  it('refuse more than 500,000 ops or claims by default, counted before the schema runs (issue 13, defect 4)', () => {
+    // Before: the limits were 4,000,000 and checked after the schema, so a plan of 10^6 dead
+    // ops was loaded and proved (127 s, 7.6 GB) and a malformed huge one validated op by op.
+    const plan = JSON.parse(JSON.stringify(wideChain(2, 3))) as { logical: { ops: unknown[] }; parallel: { programs: { tensors: unknown[] }[] } };
+    plan.logical.ops = Array.from({ length: 500_001 }, () => ({}));
+    assert.throws(() => loadPlanObject('huge.json', plan), (e: unknown) => e instanceof PlanError && e.issues.length === 1 && /has 500,0\d\d ops as written; the limit is 500,000 \(--max-ops raises it/.test(e.message));
+    const claims = JSON.parse(JSON.stringify(wideChain(2, 3))) as { parallel: { programs: { tensors: unknown[] }[] } };
+    const prog = claims.parallel.programs[0];
+    assert.ok(prog !== undefined);
+    prog.tensors = Array.from({ length: 500_001 }, () => ({ lineage: 'x' }));
+    assert.throws(() => loadPlanObject('claims.json', claims), (e: unknown) => e instanceof PlanError && e.issues.length === 1 && /has 500,001 lineage claims as written; the limit is 500,000 \(--max-claims raises it/.test(e.message));
   });
 });

@@ -2,6 +2,11 @@ import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import { loadPlanText } from '../plans/loader.js';
 import { verifyPlan, verifyPlanInPool } from '../stages/verify.js';
+import { proveInPool } from '../stages/pool.js';
+import { decompose } from '../stages/prove.js';
+import { logicalOrder } from '../sdfg/execute.js';
+import { Piscina } from 'piscina';
+import { loadWithText } from '../cli/main.js';
 import { EXAMPLES } from './helpers.js';
 
 const file = `${EXAMPLES}mlp-dp2tp2.json`;
@@ -11,6 +16,34 @@ const plan = loadPlanText(file, text);
 // Deadline, recycling and crash tests need stages in the workers: tensor-level proofs (which take
 // these stages in process first) are off there.
 describe('worker pool with deadlines', () => {
+  it('workers get the parsed plan once, compact and in shared memory, never the raw text per task (issue 13, defect 4)', async () => {
+    // Before: every task carried the file's text, so a plan padded to 200 MB with whitespace
+    // was copied into each task (2.8 GB peak for a 12 KB plan).
+    const { mkdtempSync, writeFileSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const padded = `${mkdtempSync(`${tmpdir()}/pp-`)}/padded.json`;
+    writeFileSync(padded, `{${' '.repeat(1 << 20)}${text.slice(text.indexOf('{') + 1)}`);
+    const l = loadWithText(padded, false, { log: () => undefined, err: () => undefined });
+    assert.ok(typeof l !== 'number');
+    assert.equal(l.text, JSON.stringify(JSON.parse(text)), 'the loaded plan is the parsed plan re-serialized, without the padding');
+    const pool = new Piscina({ filename: new URL('./task-probe.js', import.meta.url).href, maxThreads: 1, minThreads: 1 });
+    try {
+      const stages = decompose(l.plan, logicalOrder(l.plan)).slice(0, 3);
+      const rs = await proveInPool(padded, l.text, stages, { jobs: 1, deadlineMs: 30_000, pool });
+      const seen = rs.map((r) => JSON.parse(r.reason ?? '{}') as { planType: string; hasText: boolean; bytes: number; head: string; limits: { ops: number } });
+      assert.equal(seen.length, 3);
+      for (const t of seen) {
+        assert.equal(t.planType, '[object SharedArrayBuffer]');
+        assert.equal(t.hasText, false);
+        assert.equal(t.bytes, Buffer.byteLength(l.text));
+        assert.equal(t.head, l.text.slice(0, 16));
+        assert.equal(t.limits.ops, 500_000);
+      }
+    } finally {
+      await pool.destroy();
+    }
+  });
+
   it('proves the same verdicts in worker threads as in process', async () => {
     const inPool = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000 });
     const local = verifyPlan(plan);
@@ -36,6 +69,22 @@ describe('worker pool with deadlines', () => {
     assert.ok(r.stages.filter((s, i) => i !== 3).every((s) => s.status === 'proved'));
     assert.match(r.summary, /1 of 11 stage\(s\) undecided/);
   });
+
+  it("the run's time limit bounds the whole run: a stuck stage is stopped at it and later stages are not started (issue 13, defect 3)", async () => {
+    // Before: only the per-stage deadline (60 s here) bounded a stage, and nothing bounded the
+    // run: a tiny refuted plan spent 85 s in Z3 after its stages were done.
+    const t0 = performance.now();
+    const r = await verifyPlanInPool(plan, text, { jobs: 1, deadlineMs: 60_000, timeLimit: { endAt: performance.now() + 3000, seconds: 3 }, fault: { stage: 3, kind: 'hang' }, tensorLevel: false, dedup: false });
+    const s = (performance.now() - t0) / 1000;
+    assert.ok(s < 20, `the run took ${s.toFixed(1)} s`);
+    assert.equal(r.verdict, 'unknown');
+    assert.deepEqual(r.timeLimit, { seconds: 3, reached: true });
+    assert.match(r.stages[3]?.reason ?? '', /the run's time limit of 3 s \(--time-limit\) was reached; the worker was stopped/);
+    const later = r.stages.slice(4);
+    assert.ok(later.length > 0 && later.every((x) => x.status === 'unknown' && /not attempted: the run's time limit of 3 s/.test(x.reason ?? '')));
+    assert.ok(r.stages.slice(0, 3).every((x) => x.status === 'proved'), 'stages before the limit are proved as usual');
+    assert.ok(r.phases !== undefined && (r.phases['stages'] ?? 0) >= 2500, JSON.stringify(r.phases));
+  }).timeout(30_000);
 
   it('a worker killed mid-proof makes its stage unknown and the run completes', async () => {
     const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000, fault: { stage: 5, kind: 'crash' }, tensorLevel: false });
