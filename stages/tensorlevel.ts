@@ -927,42 +927,19 @@ export class TensorLevelProver {
     }
     const frame = this.tmpl?.[pi];
     if (frame === undefined || typeof frame === 'string') return frame ?? 'no template';
-    const g = p.groups[site];
-    if (g === undefined || g.kind !== 'axes') return `per template: collective '${p.ops.ids.name(site)}' has no group along mesh axes (peers and rank lists are derived rank by rank)`;
     const attrSpec = p.attrSpecs[site];
     if (attrSpec !== undefined && attrSpec.exprs.length > 0) return `per template: collective '${p.ops.ids.name(site)}' has attributes that depend on the coordinates`;
+    const g = p.groups[site];
+    if (g === undefined) return this.p2pTemplate(r, pi, site, depth, derive);
+    if (g.kind !== 'axes') return `per template: collective '${p.ops.ids.name(site)}' has a group given by ranks (derived rank by rank)`;
     const axes = [...g.axes].sort((a, b) => a - b);
     const mesh = plan.mesh;
-    for (const a of axes) if (!frame.full[a]) return `per template: the group of '${p.ops.ids.name(site)}' along ${mesh.axes[a] ?? a} leaves the program's ranks`;
-    const x = p.ops.opInputs(site)[0];
-    if (x === undefined) return 'a collective with no input';
     const key = -1 - (pi * this.opKey + site);
     let shared = ctx.coll.get(key);
     if (shared !== undefined && ctx.collImpure?.has(key) === true) this.impure++;
     if (shared === undefined) {
       const before = this.impure;
-      const d = derive(r, x, depth + 1);
-      if (typeof d === 'string') shared = d;
-      else {
-        // Members in coordinate order (plans/mesh.ts groupAlong): the last group axis fastest.
-        const n = axes.reduce((q, a) => q * (mesh.sizes[a] as number), 1);
-        if (n > MAX_LIFT_POINTS) shared = `per template: a group of ${n} members`;
-        else {
-          const ins: Value[] = [];
-          const at = [...frame.x0];
-          for (let i = 0; i < n; i++) {
-            let rem = i;
-            for (let j = axes.length - 1; j >= 0; j--) {
-              const a = axes[j] as number;
-              const sz = mesh.sizes[a] as number;
-              at[a] = rem % sz;
-              rem = Math.floor(rem / sz);
-            }
-            ins.push(substValue(d, axes, at, frame.x0));
-          }
-          shared = { ins, memo: new Map() };
-        }
-      }
+      shared = this.groupInputs(r, pi, site, g.axes, axes, depth, derive);
       ctx.coll.set(key, shared);
       if (this.impure !== before) ctx.collImpure?.add(key);
     }
@@ -983,6 +960,110 @@ export class TensorLevelProver {
   }
 
   /**
+   * The members' inputs of a group call per template, in coordinate order (plans/mesh.ts
+   * groupAlong: the last group axis fastest). A member in this program is the base's input with
+   * the group's coordinates substituted; a member in another program (a group along an axis
+   * the program does not vary, as pipeline stages) runs the call that the loader's matching
+   * pairs with this one: the same position among its calls on the same group axes. The other
+   * axes' coordinates must be the same sets in both programs, so affine values carry over.
+   */
+  private groupInputs(r: number, pi: number, site: number, written: readonly number[], axes: readonly number[], depth: number, derive: (r: number, t: number, depth: number) => Derived): Shared | string {
+    const plan = this.plan;
+    const mesh = plan.mesh;
+    const p = plan.programs[pi] as Program;
+    const frame = this.tmpl?.[pi] as TemplateFrame;
+    const n = axes.reduce((q, a) => q * (mesh.sizes[a] as number), 1);
+    if (n > MAX_LIFT_POINTS) return `per template: a group of ${n} members`;
+    const k = this.sitesOn(pi, written).indexOf(site);
+    const ins: Value[] = [];
+    const at = [...frame.x0];
+    for (let i = 0; i < n; i++) {
+      let rem = i;
+      for (let j = axes.length - 1; j >= 0; j--) {
+        const a = axes[j] as number;
+        const sz = mesh.sizes[a] as number;
+        at[a] = rem % sz;
+        rem = Math.floor(rem / sz);
+      }
+      const qi = plan.rankProgram[mesh.rankOf(at)] as number;
+      const qf = this.tmpl?.[qi];
+      if (qf === undefined || typeof qf === 'string') return qf ?? 'no template';
+      if (!sameSetsOutside(frame, qf, axes)) return `per template: the group of '${p.ops.ids.name(site)}' reaches program '${(plan.programs[qi] as Program).name}', whose ranks differ outside the group`;
+      const q = plan.programs[qi] as Program;
+      let qs = site;
+      if (qi !== pi) {
+        qs = this.sitesOn(qi, written)[k] ?? -1;
+        if (qs < 0 || q.ops.kind[qs] !== p.ops.kind[site] || attrsKey(plan.view(qf.r0).attrs[qs]) !== attrsKey(plan.view(r).attrs[site]) || (q.attrSpecs[qs]?.exprs.length ?? 0) > 0) return `per template: no matching call of '${p.ops.ids.name(site)}' in program '${q.name}'`;
+      }
+      const x = q.ops.opInputs(qs)[0];
+      if (x === undefined) return 'a collective with no input';
+      const d = derive(qf.r0, x, depth + 1);
+      if (typeof d === 'string') return d;
+      ins.push(substValue(d, axes, at, qf.x0));
+    }
+    return { ins, memo: new Map() };
+  }
+
+  /** Per program: its call sites on groups along these axes (as written), in program order. */
+  private sitesOn(pi: number, axes: readonly number[]): number[] {
+    const key = `${pi}|${axes.join('.')}`;
+    let hit = this.siteLists.get(key);
+    if (hit === undefined) {
+      const p = this.plan.programs[pi] as Program;
+      // A program with rank-list groups may share queues with axis groups (plans/collectives.ts): not matched here.
+      const ranked = [...p.collectiveSites].some((op) => p.groups[op]?.kind === 'ranks');
+      hit = ranked ? [] : [...p.collectiveSites].filter((op) => { const g = p.groups[op]; return g?.kind === 'axes' && g.axes.join('.') === axes.join('.'); });
+      this.siteLists.set(key, hit);
+    }
+    return hit;
+  }
+  private readonly siteLists = new Map<string, number[]>();
+
+  /**
+   * A receive per template from a peer given by a shift along axes the program does not vary
+   * (pipeline stages): every rank of the box receives from the same program, at the same
+   * coordinates elsewhere. The send it pairs with is the same position among the sender's sends
+   * to this rank as this receive among its receives from the sender (plans/collectives.ts).
+   */
+  private p2pTemplate(r: number, pi: number, site: number, depth: number, derive: (r: number, t: number, depth: number) => Derived): Derived {
+    const plan = this.plan;
+    const mesh = plan.mesh;
+    const p = plan.programs[pi] as Program;
+    const frame = this.tmpl?.[pi] as TemplateFrame;
+    const name = registry.get(p.ops.kind[site] as number).name;
+    const peerOf = (q: Program, op: number, x0: readonly number[]): number | undefined => {
+      const spec = q.peers[op];
+      if (spec === undefined || spec.kind !== 'shift') return undefined;
+      const c = [...x0];
+      for (const [a, d] of spec.shift) {
+        const v = (c[a] as number) + d;
+        if (v < 0 || v >= (mesh.sizes[a] as number)) return undefined;
+        c[a] = v;
+      }
+      return mesh.rankOf(c);
+    };
+    if (name !== 'recv') return `per template: '${name}' between ranks is derived rank by rank`;
+    const spec = p.peers[site];
+    if (spec === undefined || spec.kind !== 'shift') return `per template: '${p.ops.ids.name(site)}' has a peer given by a rank`;
+    if (spec.shift.some(([a]) => (frame.sets[a]?.length ?? 0) !== 1)) return `per template: '${p.ops.ids.name(site)}' shifts along an axis the program varies`;
+    const peer = peerOf(p, site, frame.x0);
+    if (peer === undefined) return `per template: '${p.ops.ids.name(site)}' has no peer`;
+    const qi = plan.rankProgram[peer] as number;
+    const qf = this.tmpl?.[qi];
+    if (qf === undefined || typeof qf === 'string') return qf ?? 'no template';
+    const shifted = spec.shift.map(([a]) => a);
+    if (!sameSetsOutside(frame, qf, shifted) || qf.r0 !== peer) return `per template: '${p.ops.ids.name(site)}' receives from program '${(plan.programs[qi] as Program).name}', whose ranks differ`;
+    const q = plan.programs[qi] as Program;
+    const mine = [...p.collectiveSites].filter((op) => registry.get(p.ops.kind[op] as number).name === 'recv' && peerOf(p, op, frame.x0) === peer);
+    const theirs = [...q.collectiveSites].filter((op) => registry.get(q.ops.kind[op] as number).name === 'send' && peerOf(q, op, qf.x0) === frame.r0);
+    const sendOp = theirs[mine.indexOf(site)];
+    if (sendOp === undefined) return `per template: no send pairs with '${p.ops.ids.name(site)}'`;
+    const x = q.ops.opInputs(sendOp)[0];
+    if (x === undefined) return 'a send with no input';
+    return derive(qf.r0, x, depth + 1);
+  }
+
+  /**
    * A claim per template: its normal form at every coordinate of the axes its spec reads (the
    * loader's `axes`), fitted as affine functions at the base and one step per axis and checked
    * at every point; constant parts (factor, addend count, reduction) must not vary.
@@ -996,11 +1077,19 @@ export class TensorLevelProver {
     const spec = p.lineage[t];
     if (spec === undefined) return 'no lineage';
     if (spec.axes.includes(-1)) return 'a claim that reads the rank number';
-    const axes = spec.axes.filter((a) => (frame.sets[a]?.length ?? 0) > 1).sort((a, b) => a - b);
+    // An index map of numbers and affine expressions (plans/expr.ts: built from literals, axes,
+    // + - and constant products, never out of range) is affine by construction: fitted along
+    // every axis the program varies, it is exact, and the walk below would only repeat it.
+    // Placements (torch.chunk sizes) and other expressions are walked over the axes they read.
+    const affineSpec = spec.kind === 'index' && [...(spec.dims ?? []).flatMap((d) => d ?? []), spec.idx].every((x) => typeof x === 'number' || x.affine !== undefined);
+    const axes = (affineSpec ? frame.sets.map((_, a) => a) : [...spec.axes]).filter((a) => (frame.sets[a]?.length ?? 0) > 1).sort((a, b) => a - b);
     const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
-    if (points > MAX_LIFT_POINTS) return `a claim over ${points} coordinates (at most ${MAX_LIFT_POINTS})`;
+    if (!affineSpec && points > MAX_LIFT_POINTS) return `a claim over ${points} coordinates (at most ${MAX_LIFT_POINTS})`;
     const mesh = plan.mesh;
-    const nfAt = (x: readonly number[]): LineageNF => evalNF(plan, mesh.rankOf(x), t);
+    // Shapes do not depend on the coordinates (templateFrame): the base view's, never a view per rank.
+    const lshape = plan.logical.shapes[spec.logical] ?? [];
+    const local = plan.view(r).shapes[t] ?? [];
+    const nfAt = (x: readonly number[]): LineageNF => evalLineage(spec, mesh, mesh.rankOf(x), lshape, local);
     // Flattened to numbers: [ranges..., idx], with the constant parts as text.
     const flat = (nf: LineageNF): { nums: number[]; fixed: string } | string => {
       const nums: number[] = [];
@@ -1051,7 +1140,7 @@ export class TensorLevelProver {
       x[a] = x0[a] as number;
       return undefined;
     };
-    const bad = walk(0);
+    const bad = affineSpec ? undefined : walk(0);
     if (bad !== undefined) return bad;
     const ranges: Range[] = [];
     for (let d = 0; d + 1 < sym.length; d += 2) ranges.push([sym[d] as Int, sym[d + 1] as Int]);
@@ -1976,6 +2065,15 @@ function templateFrame(plan: LoadedPlan, p: Program): TemplateFrame | string {
   if (p.shapeSpecs.some((sh) => sh.some((d) => typeof d !== 'number'))) return `per template: program '${p.name}' has shapes that depend on the coordinates`;
   const x0 = Array.from(box.lo);
   return { r0: plan.mesh.rankOf(x0), x0, sets: box.sets, full: box.sets.map((s, a) => s.length === plan.mesh.sizes[a]) };
+}
+
+/** Two programs' boxes agree on every axis but `skip` (then affine values mean the same in both). */
+function sameSetsOutside(a: TemplateFrame, b: TemplateFrame, skip: readonly number[]): boolean {
+  return a.sets.every((s, i) => {
+    if (skip.includes(i)) return true;
+    const t = b.sets[i];
+    return t !== undefined && t.length === s.length && s.every((c, j) => c === t[j]);
+  });
 }
 
 /** A value at the group member whose coordinates on `axes` are `at`. */
