@@ -706,7 +706,9 @@ export class TensorLevelProver {
       if (d.part === undefined || regionKey(d) !== regionKey(claim) || !feq(d.scale, claim.scale)) return { why: `${name}: derived ${this.show(d)}, claimed addend ${this.show(claim)}` };
       const idx0 = (claim.part.comps[0] as Comp).cover[0] as Int;
       const n = (claim.part.comps[0] as Comp).total;
-      const axes = [...new Set([...iaxes(idx0), ...d.part.comps.flatMap((c) => c.cover.flatMap(iaxes)), ...claim.ranges.flatMap(([a, b]) => [...iaxes(a), ...iaxes(b)])])].sort((a, b) => a - b);
+      // The axes the index and the addends move with; the region's other axes stay symbolic in
+      // the group key: along them every region sees the same addends (docs/engine.md).
+      const axes = [...new Set([...iaxes(idx0), ...d.part.comps.flatMap((c) => c.cover.flatMap(iaxes))])].sort((a, b) => a - b);
       const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
       if (points > MAX_LIFT_POINTS) return { why: `${name}: addends over ${points} coordinates` };
       const x = [...frame.x0];
@@ -1298,12 +1300,35 @@ export class TensorLevelProver {
    * at the base and one step per axis, then checked at every point). Exhaustive over the box,
    * so the result holds at every rank.
    */
-  private lifted(regs: readonly (readonly Range[])[], f: (rs: (readonly [number, number])[][]) => (readonly [number, number])[][] | string): Range[][] | string {
+  private lifted(regs: readonly (readonly Range[])[], f: (rs: (readonly [number, number])[][]) => (readonly [number, number])[][] | string, memoKey?: string): Range[][] | string {
     const axes = [...new Set(regs.flatMap((rg) => rg.flatMap(([a, b]) => [...iaxes(a), ...iaxes(b)])))].sort((x, y) => x - y);
     const at = (x: ArrayLike<number>, x0: ArrayLike<number>): (readonly [number, number])[][] => regs.map((rg) => rg.map(([a, b]) => [ieval(a, x, x0), ieval(b, x, x0)] as const));
     if (axes.length === 0) return f(at([], []));
     const fr = this.frame;
     if (fr === undefined) return 'a rank-dependent region outside a template';
+    // The same map of the same affine regions over the same box (a reshape repeated in every
+    // layer and micro-batch) is checked once.
+    const key = memoKey === undefined ? undefined : `${memoKey}|${regs.map((rg) => rg.map(([a, b]) => `${ikey(a)}:${ikey(b)}`).join(',')).join(';')}|${fr.x0.join(',')}|${fr.sets.map((s0) => s0.join('.')).join(',')}`;
+    if (key !== undefined) {
+      const hit = this.liftMemo.get(key);
+      if (hit !== undefined) return hit;
+    }
+    const res = this.liftedWalk(regs, f, axes, at, fr);
+    if (key !== undefined) {
+      if (this.liftMemo.size > 200_000) this.liftMemo.clear();
+      this.liftMemo.set(key, res);
+    }
+    return res;
+  }
+  private readonly liftMemo = new Map<string, Range[][] | string>();
+
+  private liftedWalk(
+    regs: readonly (readonly Range[])[],
+    f: (rs: (readonly [number, number])[][]) => (readonly [number, number])[][] | string,
+    axes: readonly number[],
+    at: (x: ArrayLike<number>, x0: ArrayLike<number>) => (readonly [number, number])[][],
+    fr: { readonly x0: readonly number[]; readonly sets: readonly Int32Array[] },
+  ): Range[][] | string {
     const points = axes.reduce((n, a) => n * (fr.sets[a]?.length ?? 0), 1);
     if (points > MAX_LIFT_POINTS) return `a rank-dependent region over ${points} coordinates (at most ${MAX_LIFT_POINTS})`;
     const base = f(at(fr.x0, fr.x0));
@@ -1894,7 +1919,11 @@ export class TensorLevelProver {
         if (isMaxPart(x)) return `'${name}' of a max-addend`;
         if (x.bcast !== undefined) return `'${name}' of a broadcast value`;
         const slice = def.sliceRegions.bind(def);
-        const regs = this.lifted(ins.map((y) => y.ranges), (rs) => slice(o.inputs.map((y) => w.shape(y)), o.outputs.map((y) => w.shape(y)), rs, o.attrs, attrs));
+        const inShapes = o.inputs.map((y) => w.shape(y));
+        const outShapes = o.outputs.map((y) => w.shape(y));
+        // Keyed by everything the map reads: the op kind, shapes and both attribute sets.
+        const memoKey = `${kind}|${JSON.stringify(inShapes)}|${JSON.stringify(outShapes)}|${attrsKey(o.attrs)}|${attrsKey(attrs)}`;
+        const regs = this.lifted(ins.map((y) => y.ranges), (rs) => slice(inShapes, outShapes, rs, o.attrs, attrs), memoKey);
         if (typeof regs === 'string') return regs;
         const reg = regs[k];
         if (reg === undefined) return `'${name}' has no output ${k}`;
