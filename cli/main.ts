@@ -7,14 +7,14 @@ import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
-import { DEFAULT_LIMITS, defaultLimits, loadPlanObject, setDefaultLimits, stageWorkTooLarge, type LoadedPlan, type PlanLimits } from '../plans/loader.js';
+import { DEFAULT_LIMITS, defaultLimits, loadPlanObject, setDefaultLimits, stageEntries, stageWorkTooLarge, type LoadedPlan, type PlanLimits } from '../plans/loader.js';
 import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
 import { verifyPlanInPool, type TimeLimit, type VerifyReport } from '../stages/verify.js';
 import { formatReport } from '../stages/report.js';
-import { verifyPerTemplate } from '../stages/template.js';
-import { formatReductionReport, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
+import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/template.js';
+import { formatReductionReport, REDUCTION_NOT_NEEDED, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
 import { formatFallback, formatPerStage, perStageFallback, verifyPerStage, type FallbackInfo } from '../stages/stage-reduce.js';
 import type { RawPlan } from '../plans/raw.js';
 import { defaultCacheDir, ProofCache } from '../stages/cache.js';
@@ -131,6 +131,22 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
     const notTried = 'not tried: the plan is past the per-rank stage bound; its stages are sized at full shapes';
     out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
     return verdictCode[r.verdict];
+  }
+  // Tensor level per template first (stages/template.ts verifiedPerTemplate) on plans whose
+  // per-rank stages are large (past PER_TEMPLATE_FIRST entries: L1 is 7.7 million): when it
+  // proves every stage the plan is verified at one derivation per program; anything else, and
+  // every smaller plan (rank by rank, with the numeric run as second evidence), goes on below.
+  if (eng.engine === 'normal' && infer !== true && !perStage && red.emitDir === undefined && red.tensorLevel !== false && stageEntries(l.plan) > PER_TEMPLATE_FIRST) {
+    let r: ReturnType<typeof verifiedPerTemplate>;
+    try {
+      r = verifiedPerTemplate(l.plan, { seed: eng.seed });
+    } catch {
+      r = undefined; // the rank-by-rank path below decides, and reports any engine error itself
+    }
+    if (r !== undefined) {
+      out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: REDUCTION_NOT_NEEDED, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction ${REDUCTION_NOT_NEEDED}`);
+      return verdictCode[r.verdict];
+    }
   }
   // Inferred boundaries (issue 18): with --infer, or when the file holds claims marked inferred.
   if (eng.engine === 'normal' && infer !== false && (infer === true || l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) {

@@ -537,7 +537,38 @@ function stageHead(plan: LoadedPlan, s: TemplateStage, i: number): Pick<StageRep
   };
 }
 
+/**
+ * Per-rank stage entries (plans/loader.ts stageEntries) past which `planproof verify` tries
+ * verifiedPerTemplate first: below it the rank-by-rank path costs seconds and brings the
+ * numeric run; above it that path costs minutes (L1, 7.7 million entries: 131 s rank by rank,
+ * 6 s per template).
+ */
+export const PER_TEMPLATE_FIRST = 1_000_000;
+
+/** Thrown inside verifyTemplates when a stage is not proved at tensor level and the caller wants all or nothing. */
+class NotAllProved extends Error {}
+
+/**
+ * The verdict per template when every stage is proved at tensor level per template, else
+ * undefined (at the first stage that is not): a plan under the per-rank bound is tried this way
+ * first, one derivation per program instead of one per rank, and goes rank by rank (with
+ * witnesses, reduction and the element engines) only when this does not prove it.
+ */
+export function verifiedPerTemplate(plan: LoadedPlan, opts: TemplateVerifyOptions = {}): VerifyReport | undefined {
+  try {
+    const r = verifyTemplates(plan, opts, true);
+    return r.verdict === 'verified' ? r : undefined;
+  } catch (e) {
+    if (e instanceof NotAllProved) return undefined;
+    throw e;
+  }
+}
+
 export function verifyPerTemplate(plan: LoadedPlan, opts: TemplateVerifyOptions = {}): VerifyReport {
+  return verifyTemplates(plan, opts, false);
+}
+
+function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNothing: boolean): VerifyReport {
   const t0 = opts.t0 ?? performance.now();
   const seed = opts.seed ?? 1;
   const bound = opts.maxStageEntries ?? MAX_STAGE_ENTRIES;
@@ -566,6 +597,7 @@ export function verifyPerTemplate(plan: LoadedPlan, opts: TemplateVerifyOptions 
         return { ...stageHead(plan, s, i), rankCount: ts.ranksOf(s), status: 'proved' as const, decidedBy: 'tensor' as const, failingRanks: [], logicalOps: 0, parallelOps: 0, ms: performance.now() - t1 };
       }
       tlWhy = r.why;
+      if (allOrNothing) throw new NotAllProved(r.why);
     }
     const size = ts.size(s);
     const n = size.elements.toLocaleString('en-US');
@@ -607,7 +639,10 @@ export function verifyPerTemplate(plan: LoadedPlan, opts: TemplateVerifyOptions 
       ms: performance.now() - t1,
     };
   });
-  const why = `building its stages rank by rank would take ${entries.toLocaleString('en-US')} per-rank tensor and op entries (at most ${bound.toLocaleString('en-US')})`;
+  const why =
+    entries > bound
+      ? `building its stages rank by rank would take ${entries.toLocaleString('en-US')} per-rank tensor and op entries (at most ${bound.toLocaleString('en-US')})`
+      : 'tried per template first: one tensor-level derivation per program, not one per rank';
   const open = reports.filter((r) => r.status !== 'proved');
   const first = open[0];
   const counts = `${proved} proved (${tensor} at tensor level per template; rank by rank from the templates: ${ts.proofsRun} proof(s) run, ${ts.proofsShared} part(s) covered by an equal canonical form), ${tooLarge} too large at full shapes, ${open.length - tooLarge} not proved on this path`;

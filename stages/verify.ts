@@ -110,7 +110,7 @@ export interface VerifyOptions {
 export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyReport {
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
-  const big = tooLargeToDecompose(plan, seed, t0, opts.maxStageEntries);
+  const big = tooLargeToDecompose(plan, seed, t0, opts.maxStageEntries, opts.tensorLevel);
   if (big !== undefined) return big;
   const stages = decompose(plan, logicalOrder(plan));
   const first = numericCheck(plan, seed);
@@ -141,9 +141,9 @@ function withTensorReasons(r: VerifyReport, open: ReadonlyMap<number, string> | 
  * stageWorkTooLarge) the stages are decomposed per template instead (stages/template.ts), each
  * "unknown" with its reason, for library callers as for the CLI, never a heap exhaustion.
  */
-function tooLargeToDecompose(plan: LoadedPlan, seed: number, t0: number, maxEntries = MAX_STAGE_ENTRIES): VerifyReport | undefined {
+function tooLargeToDecompose(plan: LoadedPlan, seed: number, t0: number, maxEntries = MAX_STAGE_ENTRIES, tensorLevel?: boolean): VerifyReport | undefined {
   if (stageWorkTooLarge(plan, maxEntries) === undefined) return undefined;
-  return verifyPerTemplate(plan, { seed, maxStageEntries: maxEntries, t0 });
+  return verifyPerTemplate(plan, { seed, maxStageEntries: maxEntries, t0, ...(tensorLevel === undefined ? {} : { tensorLevel }) });
 }
 
 /** Extra seeds tried when a stage differs in normal form but the first run shows no difference. */
@@ -234,7 +234,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const seed = opts.seed ?? 1;
   const limit = opts.timeLimit;
   const clock = phaseClock();
-  const big = tooLargeToDecompose(plan, seed, t0, opts.maxStageEntries);
+  const big = tooLargeToDecompose(plan, seed, t0, opts.maxStageEntries, opts.tensorLevel);
   if (big !== undefined) return big;
   const stages = decompose(plan, logicalOrder(plan));
   clock.lap('decompose');
