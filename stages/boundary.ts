@@ -21,7 +21,7 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { regionStr, valueStr, type LineageNF } from '../lineage/model.js';
 import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
-import { newPool, proveInPool } from './pool.js';
+import { newPool, proveInPool, TIME_LIMIT_REASON } from './pool.js';
 import type { Piscina } from 'piscina';
 import { proveTensorLevel } from './tensorlevel.js';
 import { certifyWitness, type Iv } from './interval.js';
@@ -144,10 +144,12 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   const inferMs = performance.now() - ti;
   const inferredCount = hints.length;
 
+  const limitMs = opts.timeLimitMs ?? TIME_LIMIT_MS;
   const cache = new Map<string, StageResult>();
   // Logical tensors whose hints are proved one decomposition at a time (after a joint stage failed).
   const split = new Set<number>();
   let weakened = false;
+  let searched = false;
   let timedOut = false;
   let settled = false;
   let dropped = 0;
@@ -209,7 +211,10 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       // So are the user stages before a certified refutation: the verdict is settled, they
       // only confirm that the refuted stage is the first failing one.
       const isHintRound = todo.every(hintStage);
-      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : opts, pool);
+      // The time limit holds inside a round too: no stage starts past it and a running one is
+      // stopped at it (a round of hint stages up to their deadline each ran 80 s past it).
+      const stopAt = t0 + limitMs;
+      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, stopAt, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : { ...opts, stopAt }, pool);
       if (process.env['PLANPROOF_TRACE'] === '1') {
         process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s; hints ${hints.length}\n`);
         fresh.forEach((r) => {
@@ -224,9 +229,9 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       const pending = stages.some((_, i) => !cache.has(keys[i] as string));
       // Past the time limit no round starts: what is left open is "unknown" (below), never
       // taken as proved.
-      if (performance.now() - t0 > (opts.timeLimitMs ?? TIME_LIMIT_MS)) {
+      if (performance.now() - t0 >= limitMs) {
         timedOut = true;
-        results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: verify --infer stopped at its time limit (${Math.round((opts.timeLimitMs ?? TIME_LIMIT_MS) / 1000)} s) with hints still being proved`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
+        results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: verify --infer stopped at its time limit (${Math.round(limitMs / 1000)} s) with hints still being proved`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
         results = results.map((r, i) => ({ ...r, stage: stages[i] as Stage }));
         // A certified witness needs no hint and no stage proof: it still settles a refuted plan.
         const cert = certify(plan, stages, numeric, hinted);
@@ -236,6 +241,13 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
 
       // Hints whose obligations did not prove: next candidate, or dropped. A joint stage of
       // several hinted tensors is first split, so that the failing one names itself.
+      // A user stage that differs in normal form with no witness at this seed: other seeds
+      // are drawn now, before hints are weakened for it (categorical routing can hide a real
+      // difference at one seed; weakening merged stages until Z3 spent minutes on them).
+      if (!searched && !isHintRound && results.some((r) => r.status === 'differs' && !hintStage(r.stage) && !numeric.failingTensors.includes(plan.logical.tensors.name(r.stage.logical)))) {
+        searched = true;
+        numeric = witnessSearch(plan, results, numeric, hinted);
+      }
       const bad = new Set<string>();
       let splitMore = false;
       // Hinted tensors whose stage did not prove in this decomposition. A failing stage that
@@ -321,7 +333,9 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   }
   const hinted = isHint(plan);
   numeric = witnessSearch(plan, results, numeric, hinted);
-  if (opts.portfolio !== false) results = await portfolio(plan, file, JSON.stringify(obj), results, numeric, opts);
+  // Z3 works within the same time limit (a deadline per open stage ran minutes past it: 22
+  // open stages of a refuted MoE plan, 60 s each); past it, nothing is started.
+  if (opts.portfolio !== false && !timedOut) results = await portfolio(plan, file, JSON.stringify(obj), results, numeric, opts, t0 + limitMs);
   const report = assemble(plan, results, numeric, numeric.seed, t0);
   const span = localize(plan, builder, report, results, hinted, numeric.seed);
   return {
@@ -331,7 +345,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   };
 }
 
-async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions, pool: Piscina | undefined): Promise<StageResult[]> {
+async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions & { readonly stopAt: number }, pool: Piscina | undefined): Promise<StageResult[]> {
   if (todo.length === 0) return [];
   // Tensor-level proofs first (stages/tensorlevel.ts), as in verify: whole-tensor relations
   // cost nothing next to the normal form, and a stage they do not prove goes on to it.
@@ -345,11 +359,14 @@ async function proveStages(plan: LoadedPlan, file: string, text: string, todo: r
     }
   }
   if (opts.jobs > 0) {
-    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, engine: 'normal' as Engine, ...(pool === undefined ? {} : { pool }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
+    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, engine: 'normal' as Engine, ...(pool === undefined ? {} : { pool }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   }
   const prover = opts.budget === undefined ? new Prover(plan) : new Prover(plan, opts.budget);
   return todo.map((s, i) => {
     let r: StageResult;
+    // In this thread a stage cannot be stopped, but its work is bounded (the normal form's
+    // budget): the limit is checked before each one.
+    if (performance.now() >= opts.stopAt) return { stage: s, status: 'unknown', reason: TIME_LIMIT_REASON, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
     try {
       r = prover.prove(s, witnessed.has(s.index));
     } catch (e) {
@@ -660,7 +677,7 @@ function groupOf(o: Stage['obligations'][number]): string {
  * in worker threads even when the normal form ran in this one: Z3 (wasm) aborts its process
  * when it runs out of memory, and a worker takes only its stage with it.
  */
-async function portfolio(plan: LoadedPlan, file: string, text: string, results: StageResult[], numeric: NumericReport, opts: BoundaryOptions): Promise<StageResult[]> {
+async function portfolio(plan: LoadedPlan, file: string, text: string, results: StageResult[], numeric: NumericReport, opts: BoundaryOptions, stopAt: number): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
   // As in verify's z3Fallback: past a stage refuted with a witness the verdict is settled and
   // that stage is the likely root cause, so later open stages stay open instead of each
@@ -670,7 +687,10 @@ async function portfolio(plan: LoadedPlan, file: string, text: string, results: 
   const open = results.filter((r, i) => (refuted < 0 || i < refuted) && isOpen(r));
   const out = results.map((r, i) => (refuted >= 0 && i > refuted && isOpen(r) ? { ...r, reason: `${r.reason ?? 'undecided'} (not sent to Z3: the plan is already refuted at an earlier stage)` } : r));
   if (open.length === 0) return out;
-  const z = await proveInPool(file, text, open.map((r) => r.stage), { jobs: Math.max(1, opts.jobs), deadlineMs: opts.deadlineMs, engine: 'z3', custom: true });
+  // Past a witnessed refutation the verdict is settled: Z3 only checks that no earlier stage
+  // fails, so it gets the settled deadline (as the user stages before a certified witness).
+  const deadlineMs = refuted >= 0 ? Math.min(opts.deadlineMs, SETTLED_DEADLINE_MS) : opts.deadlineMs;
+  const z = await proveInPool(file, text, open.map((r) => r.stage), { jobs: Math.max(1, opts.jobs), deadlineMs, engine: 'z3', custom: true, stopAt });
   open.forEach((r, i) => {
     const zr = z[i];
     if (zr?.status === 'proved') out[results.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + zr.ms };

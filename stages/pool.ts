@@ -31,7 +31,16 @@ export interface PoolOptions {
    * calls are few.
    */
   readonly pool?: Piscina;
+  /**
+   * A wall-clock end (performance.now() in this thread) for the whole call: no stage starts
+   * after it, and a running stage's deadline is cut to it. Stages left are "unknown" (not
+   * attempted), so a caller's time limit bounds the call, not only the gaps between calls.
+   */
+  readonly stopAt?: number;
 }
+
+/** The reason of a stage a caller's time limit (PoolOptions.stopAt) left unproved. */
+export const TIME_LIMIT_REASON = 'not attempted: the time limit was reached before this stage started';
 
 /** A worker pool for proveInPool's `pool` option. */
 export function newPool(jobs: number, workerHeapMb = DEFAULT_WORKER_HEAP_MB): Piscina {
@@ -65,15 +74,23 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       // subset may be sent.
       const runOne = async (stage: Stage): Promise<StageResult> => {
         const t0 = performance.now();
-        const task: StageTask = { key, file, text, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}), ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
+        const left = opts.stopAt === undefined ? Infinity : opts.stopAt - t0;
+        if (left <= 0) {
+          opts.onStage?.(++done, stages.length);
+          return { stage, status: 'unknown', reason: TIME_LIMIT_REASON, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
+        }
+        const deadlineMs = Math.max(1, Math.min(opts.deadlineMs, Math.ceil(left)));
+        const task: StageTask = { key, file, text, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}), ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
         let result: StageResult;
         try {
-          result = (await pool.run(task, { signal: AbortSignal.timeout(opts.deadlineMs) })) as StageResult;
+          result = (await pool.run(task, { signal: AbortSignal.timeout(deadlineMs) })) as StageResult;
         } catch (e) {
           const err = e as Error;
           const reason =
             err.name === 'AbortError'
-              ? `deadline of ${(opts.deadlineMs / 1000).toFixed(1)} s exceeded; the worker was stopped`
+              ? deadlineMs < opts.deadlineMs
+                ? `stopped at the time limit after ${(deadlineMs / 1000).toFixed(1)} s (stage deadline ${(opts.deadlineMs / 1000).toFixed(1)} s); the worker was stopped`
+                : `deadline of ${(opts.deadlineMs / 1000).toFixed(1)} s exceeded; the worker was stopped`
               : `the worker proving this stage failed (${err.message}); it was replaced`;
           result = { stage, status: 'unknown', reason, failingRanks: [...new Set(stage.obligations.map((o) => o.rank))], logicalOps: 0, parallelOps: 0, terms: 0, ms: performance.now() - t0 };
         }

@@ -18,6 +18,7 @@ import { stripToBoundary, claimCounts } from '../plans/gen/strip.js';
 import { loadPlanObject } from '../plans/loader.js';
 import { PlanError } from '../plans/errors.js';
 import { verifyBoundary } from '../stages/boundary.js';
+import { TIME_LIMIT_REASON } from '../stages/pool.js';
 import { inferClaims } from '../stages/infer.js';
 import { certifyWitness, intervalAlgebra, Undecided, type Iv } from '../stages/interval.js';
 import { realFunctions, type RealFn } from '../ops/algebra.js';
@@ -328,5 +329,10 @@ describe('boundary lineage: moe-tiny, certified witnesses, short spans, the time
     const r = await verifyBoundary('t.json', stripToBoundary(generatePlan({ model: pr.model, par: pr.par, optimizer: ADAMW })), { jobs: 0, deadlineMs: 60_000, timeLimitMs: 1 });
     assert.equal(r.boundary.timedOut, true);
     assert.equal(r.verdict, 'unknown', r.summary);
+    // The limit holds inside a round: the first round starts no stage past it (a round of
+    // hint stages used to run on to their deadlines, 80 s past the limit).
+    assert.equal(r.boundary.rounds, 1);
+    assert.ok(r.stages.some((s) => s.reason === TIME_LIMIT_REASON), r.summary);
+    assert.ok(r.stages.every((s) => s.status !== 'proved' || s.decidedBy === 'tensor'), 'only tensor-level proofs (no stage budget) before the check');
   }).timeout(120_000);
 });
