@@ -20,7 +20,7 @@ import type { Program } from '../plans/model.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { regionStr, valueStr, type LineageNF } from '../lineage/model.js';
 import { numericCheck, type NumericReport } from './numeric.js';
-import { decompose, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
+import { decompose, producers, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
 import { newPool, proveInPool, TIME_LIMIT_REASON } from './pool.js';
 import type { Piscina } from 'piscina';
 import { proveTensorLevel } from './tensorlevel.js';
@@ -57,8 +57,14 @@ export interface Span {
   readonly from: string[];
   /** The claim that fails. */
   readonly to: string;
-  /** Parallel ops inside the span as "rank:op id", including the producers of the inferred boundaries it starts from. */
+  /**
+   * Parallel ops inside the span as "rank:op id": every op the failing claim (on its failing
+   * ranks) depends on back to the proved boundaries, with the producers of the inferred
+   * boundaries it starts from. Only proved relations bound it (localize).
+   */
   readonly ops: string[];
+  /** Where the numbers say to look first (narrowSpan), a subset of `ops` when narrowed. */
+  readonly suspects?: string[];
   /** Parallel tensors inside the span, as "rank:tensor id". */
   readonly tensors: string[];
   readonly likelyCause?: string;
@@ -412,7 +418,43 @@ function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport,
   const o = r.stage.obligations.find((x) => r.failingRanks.includes(x.rank)) ?? r.stage.obligations[0];
   const to = o === undefined ? first.logical : claimText(plan, `${o.rank}:${o.tensor}`, o.nf, false);
   const narrow = narrowSpan(plan, builder, c, results, r, seed);
-  if (narrow !== undefined) return { stage: first.index, from: narrow.from, to, ops: narrow.ops, tensors: narrow.tensors, likelyCause: narrow.cause + (first.diagnosis === undefined ? '' : `; the values: ${first.diagnosis}`), narrowed: true };
+  if (narrow !== undefined) {
+    // The span proper is bounded by proved relations only. A value that holds at the numeric
+    // inputs is evidence, not a boundary: a wrong value can equal another logical value there
+    // (a reset accumulation is the last micro-batch's gradient), so the first op where values
+    // stop holding can sit downstream of the bug (19 of 46 catalog bugs). The span is the
+    // failing claim's cone on its failing ranks back to the proved boundaries (collectives
+    // pull in their members), plus the producers of the inferred boundaries it starts from;
+    // the narrowed ops are reported as suspects inside it.
+    const failingObl = r.stage.obligations.filter((x) => r.failingRanks.includes(x.rank));
+    const cone = builder.closure({ ...r.stage, obligations: failingObl.length > 0 ? failingObl : r.stage.obligations });
+    const spanOps = new Set(cone.ops);
+    const prod = producers(plan);
+    const progName = (rk: number, op: number): string => (plan.programs[plan.rankProgram[rk] as number] as Program).ops.ids.name(op);
+    for (const key of cone.inputs.keys()) {
+      const [rk, t] = key.split(':').map(Number) as [number, number];
+      if (!hinted(rk, t)) continue;
+      const pr = prod.get(key);
+      if (pr === undefined) continue;
+      if (pr.op >= 0) spanOps.add(`${rk}:${progName(rk, pr.op)}`);
+      else {
+        // A received boundary: the send that fed it (another rank's op) is a suspect too (a
+        // pipeline stage sending the wrong tensor).
+        const c = plan.collectives[pr.inst];
+        c?.group.forEach((m, i) => {
+          const site = c.sites[i] as number;
+          spanOps.add(`${m}:${site >= 0 ? progName(m, site) : c.id}`);
+        });
+      }
+    }
+    for (const x of narrow.ops) spanOps.add(x);
+    const spanTensors = new Set([...cone.seen].map((k) => {
+      const [rk, t] = k.split(':').map(Number) as [number, number];
+      return `${rk}:${(plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t)}`;
+    }));
+    for (const x of narrow.tensors) spanTensors.add(x);
+    return { stage: first.index, from: narrow.from, to, ops: [...spanOps].sort(), suspects: narrow.ops, tensors: [...spanTensors].sort(), likelyCause: narrow.cause + (first.diagnosis === undefined ? '' : `; the values: ${first.diagnosis}`), narrowed: true };
+  }
   const cause = first.diagnosis ?? (partialIn !== undefined ? `the span starts from a partial value (${partialIn}); if a later op uses it as complete, a reduction (all-reduce / reduce-scatter) is missing` : undefined);
   return { stage: first.index, from, to, ops: [...ops].sort(), tensors: [...tensors].sort(), ...(cause === undefined ? {} : { likelyCause: cause }), narrowed: false };
 }
