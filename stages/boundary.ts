@@ -447,6 +447,82 @@ function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport,
         });
       }
     }
+    // An inferred boundary can hold and still be the wrong value: a layer recomputed from the
+    // previous micro-batch's saved input is that micro-batch's activation, and a hint proves
+    // it. An op of the cone that reads boundaries of logical tensors no logical op of its kind
+    // reads together flags its inferred inputs: the ops behind them, back to user claims, join
+    // (up to MAX_SPAN_OPS per flagged input).
+    const lg = plan.logical;
+    const byKind = new Map<number, Set<number>[]>();
+    for (let op = 0; op < lg.ops.size; op++) {
+      const k = lg.ops.kind[op] as number;
+      const l = byKind.get(k) ?? [];
+      l.push(new Set(lg.ops.opInputs(op)));
+      byKind.set(k, l);
+    }
+    const suspectInputs = new Set<string>();
+    for (const key of cone.ops) {
+      const i = key.indexOf(':');
+      const rk = Number(key.slice(0, i));
+      const p = plan.programs[plan.rankProgram[rk] as number] as Program;
+      const op = p.ops.ids.id(key.slice(i + 1));
+      if (op < 0) continue;
+      const twins = byKind.get(p.ops.kind[op] as number);
+      if (twins === undefined) continue;
+      const ins = [...new Set(p.ops.opInputs(op))].flatMap((x) => {
+        const nf = cone.inputs.get(`${rk}:${x}`);
+        return nf === undefined ? [] : [{ k: `${rk}:${x}`, logical: nf.logical, hint: hinted(rk, x) }];
+      });
+      if (!ins.some((x) => x.hint)) continue;
+      // Rows of different micro-batches (or batch shards) read together: the logical graph has
+      // no micro-batches, so the same logical tensor at other rows is the tell.
+      const rows = (x: (typeof ins)[number]): string | undefined => {
+        const nf = cone.inputs.get(x.k) as LineageNF;
+        const r0 = nf.ranges[0];
+        const full = lg.shapes[x.logical]?.[0];
+        return r0 === undefined || full === undefined || (r0.length === 2 && r0[0] === 0 && r0[1] === full) ? undefined : r0.join(',');
+      };
+      const rowSets = new Set(ins.flatMap((x) => {
+        const r = rows(x);
+        return r === undefined ? [] : [r];
+      }));
+      const ls = new Set(ins.map((x) => x.logical));
+      const mixedRows = rowSets.size > 1;
+      if (!mixedRows && (ls.size < 2 || twins.some((t) => [...ls].every((l) => t.has(l))))) continue;
+      for (const x of ins) if (x.hint) suspectInputs.add(x.k);
+    }
+    for (const k0 of suspectInputs) {
+      const queue = [k0];
+      const done = new Set<string>();
+      let added = 0;
+      while (queue.length > 0 && added < MAX_SPAN_OPS) {
+        const k = queue.shift() as string;
+        if (done.has(k)) continue;
+        done.add(k);
+        const [rk, t] = k.split(':').map(Number) as [number, number];
+        // A user claim is where the walk stops: only it says what the value should be.
+        if (k !== k0 && builder.lineage(rk, t) !== undefined && !hinted(rk, t)) continue;
+        const pr = prod.get(k);
+        if (pr === undefined) continue;
+        if (pr.op >= 0) {
+          const name = `${rk}:${progName(rk, pr.op)}`;
+          if (!spanOps.has(name)) added++;
+          spanOps.add(name);
+          for (const x of (plan.programs[plan.rankProgram[rk] as number] as Program).ops.opInputs(pr.op)) queue.push(`${rk}:${x}`);
+          continue;
+        }
+        // A collective (tensor parallelism's f is one): on through this rank's call site.
+        const c = plan.collectives[pr.inst];
+        const i = c?.group.indexOf(rk) ?? -1;
+        if (c === undefined || i < 0) continue;
+        const site = c.sites[i] as number;
+        const name = `${rk}:${site >= 0 ? progName(rk, site) : c.id}`;
+        if (!spanOps.has(name)) added++;
+        spanOps.add(name);
+        const x = c.inputs[i] as number;
+        if (x >= 0) queue.push(`${rk}:${x}`);
+      }
+    }
     for (const x of narrow.ops) spanOps.add(x);
     const spanTensors = new Set([...cone.seen].map((k) => {
       const [rk, t] = k.split(':').map(Number) as [number, number];
