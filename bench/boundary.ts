@@ -118,8 +118,11 @@ function ctxFor(bug: (typeof BUGS)[number]): [BugContext, ModelConfig] {
 }
 
 async function runBugs(): Promise<void> {
-  console.log('| bug | verdict | witness | first failing stage | span ops | span holds the injected op | s |');
-  console.log('|---|---|---|---|--:|---|--:|');
+  console.log('| bug | verdict | witness | first failing stage | span ops | span holds the injected op | suspects | suspects hold it | s |');
+  console.log('|---|---|---|---|--:|---|--:|---|--:|');
+  let refuted = 0;
+  let held = 0;
+  let total = 0;
   for (const bug of BUGS) {
     if (bug.kind === 'consistency') continue;
     if (only.length > 0 && !only.includes(bug.id)) continue;
@@ -131,8 +134,17 @@ async function runBugs(): Promise<void> {
     const first = r.stages.find((s) => s.status === 'not_equivalent');
     const span = r.boundary.span;
     const holds = span !== undefined && (span.ops.some((o) => o.slice(o.indexOf(':') + 1) === where) || span.tensors.some((t) => t.slice(t.indexOf(':') + 1) === where));
-    console.log(`| ${bug.id} | ${r.verdict} | ${(first?.witness ?? []).length > 0 ? 'yes' : 'no'} | ${first?.logical ?? '-'} | ${span?.ops.length ?? '-'} | ${holds ? 'yes' : '**no**'} | ${((performance.now() - t0) / 1000).toFixed(1)} |`);
+    const sus = span?.suspects;
+    const susHolds = sus !== undefined && sus.some((o) => o.slice(o.indexOf(':') + 1) === where);
+    const witness = (first?.witness ?? []).length > 0;
+    total++;
+    if (r.verdict === 'not_equivalent' && witness) refuted++;
+    if (holds) held++;
+    console.log(`| ${bug.id} | ${r.verdict} | ${witness ? 'yes' : 'no'} | ${first?.logical ?? '-'} | ${span?.ops.length ?? '-'} | ${holds ? 'yes' : '**no**'} | ${sus?.length ?? '-'} | ${sus === undefined ? '-' : susHolds ? 'yes' : 'no'} | ${((performance.now() - t0) / 1000).toFixed(1)} |`);
   }
+  console.log(`\n${refuted} of ${total} not equivalent with a witness; the span holds the injected op for ${held} of ${total}.`);
+  // A non-zero exit when the acceptance point fails, so that a script can check it.
+  if (refuted < total || held < total) process.exitCode = 1;
 }
 
 if (set === 'bugs') await runBugs();

@@ -60,6 +60,9 @@ export function formatBoundary(r: BoundaryReport, verbose: boolean): string {
     for (const f of s.from.slice(0, 8)) lines.push(`              from ${f}`);
     if (s.from.length > 8) lines.push(`              ... ${s.from.length - 8} more`);
     lines.push(`              to   ${s.to}`);
+    // The suspects first: the span is every op the failing claim depends on back to proved
+    // boundaries, often hundreds; the numbers say where in it to look.
+    if (s.suspects !== undefined) lines.push(`              look first at (values stop holding at the numeric inputs): ${s.suspects.slice(0, 16).join(', ')}${s.suspects.length > 16 ? `, ... (${s.suspects.length - 16} more)` : ''}`);
     lines.push(`              ops  ${s.ops.slice(0, 16).join(', ')}${s.ops.length > 16 ? `, ... (${s.ops.length - 16} more)` : ''}`);
     if (s.likelyCause !== undefined) lines.push(`            likely cause: ${s.likelyCause}`);
   }

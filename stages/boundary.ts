@@ -20,8 +20,8 @@ import type { Program } from '../plans/model.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { regionStr, valueStr, type LineageNF } from '../lineage/model.js';
 import { numericCheck, type NumericReport } from './numeric.js';
-import { decompose, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
-import { newPool, proveInPool } from './pool.js';
+import { decompose, producers, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
+import { newPool, proveInPool, TIME_LIMIT_REASON } from './pool.js';
 import type { Piscina } from 'piscina';
 import { proveTensorLevel } from './tensorlevel.js';
 import { certifyWitness, type Iv } from './interval.js';
@@ -57,8 +57,14 @@ export interface Span {
   readonly from: string[];
   /** The claim that fails. */
   readonly to: string;
-  /** Parallel ops inside the span as "rank:op id", including the producers of the inferred boundaries it starts from. */
+  /**
+   * Parallel ops inside the span as "rank:op id": every op the failing claim (on its failing
+   * ranks) depends on back to the proved boundaries, with the producers of the inferred
+   * boundaries it starts from. Only proved relations bound it (localize).
+   */
   readonly ops: string[];
+  /** Where the numbers say to look first (narrowSpan), a subset of `ops` when narrowed. */
+  readonly suspects?: string[];
   /** Parallel tensors inside the span, as "rank:tensor id". */
   readonly tensors: string[];
   readonly likelyCause?: string;
@@ -144,10 +150,12 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   const inferMs = performance.now() - ti;
   const inferredCount = hints.length;
 
+  const limitMs = opts.timeLimitMs ?? TIME_LIMIT_MS;
   const cache = new Map<string, StageResult>();
   // Logical tensors whose hints are proved one decomposition at a time (after a joint stage failed).
   const split = new Set<number>();
   let weakened = false;
+  let searched = false;
   let timedOut = false;
   let settled = false;
   let dropped = 0;
@@ -209,7 +217,10 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       // So are the user stages before a certified refutation: the verdict is settled, they
       // only confirm that the refuted stage is the first failing one.
       const isHintRound = todo.every(hintStage);
-      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : opts, pool);
+      // The time limit holds inside a round too: no stage starts past it and a running one is
+      // stopped at it (a round of hint stages up to their deadline each ran 80 s past it).
+      const stopAt = t0 + limitMs;
+      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, stopAt, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : { ...opts, stopAt }, pool);
       if (process.env['PLANPROOF_TRACE'] === '1') {
         process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s; hints ${hints.length}\n`);
         fresh.forEach((r) => {
@@ -224,9 +235,9 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       const pending = stages.some((_, i) => !cache.has(keys[i] as string));
       // Past the time limit no round starts: what is left open is "unknown" (below), never
       // taken as proved.
-      if (performance.now() - t0 > (opts.timeLimitMs ?? TIME_LIMIT_MS)) {
+      if (performance.now() - t0 >= limitMs) {
         timedOut = true;
-        results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: verify --infer stopped at its time limit (${Math.round((opts.timeLimitMs ?? TIME_LIMIT_MS) / 1000)} s) with hints still being proved`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
+        results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: verify --infer stopped at its time limit (${Math.round(limitMs / 1000)} s) with hints still being proved`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
         results = results.map((r, i) => ({ ...r, stage: stages[i] as Stage }));
         // A certified witness needs no hint and no stage proof: it still settles a refuted plan.
         const cert = certify(plan, stages, numeric, hinted);
@@ -236,6 +247,13 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
 
       // Hints whose obligations did not prove: next candidate, or dropped. A joint stage of
       // several hinted tensors is first split, so that the failing one names itself.
+      // A user stage that differs in normal form with no witness at this seed: other seeds
+      // are drawn now, before hints are weakened for it (categorical routing can hide a real
+      // difference at one seed; weakening merged stages until Z3 spent minutes on them).
+      if (!searched && !isHintRound && results.some((r) => r.status === 'differs' && !hintStage(r.stage) && !numeric.failingTensors.includes(plan.logical.tensors.name(r.stage.logical)))) {
+        searched = true;
+        numeric = witnessSearch(plan, results, numeric, hinted);
+      }
       const bad = new Set<string>();
       let splitMore = false;
       // Hinted tensors whose stage did not prove in this decomposition. A failing stage that
@@ -321,7 +339,9 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   }
   const hinted = isHint(plan);
   numeric = witnessSearch(plan, results, numeric, hinted);
-  if (opts.portfolio !== false) results = await portfolio(plan, file, JSON.stringify(obj), results, numeric, opts);
+  // Z3 works within the same time limit (a deadline per open stage ran minutes past it: 22
+  // open stages of a refuted MoE plan, 60 s each); past it, nothing is started.
+  if (opts.portfolio !== false && !timedOut) results = await portfolio(plan, file, JSON.stringify(obj), results, numeric, opts, t0 + limitMs);
   const report = assemble(plan, results, numeric, numeric.seed, t0);
   const span = localize(plan, builder, report, results, hinted, numeric.seed);
   return {
@@ -331,7 +351,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   };
 }
 
-async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions, pool: Piscina | undefined): Promise<StageResult[]> {
+async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions & { readonly stopAt: number }, pool: Piscina | undefined): Promise<StageResult[]> {
   if (todo.length === 0) return [];
   // Tensor-level proofs first (stages/tensorlevel.ts), as in verify: whole-tensor relations
   // cost nothing next to the normal form, and a stage they do not prove goes on to it.
@@ -345,11 +365,14 @@ async function proveStages(plan: LoadedPlan, file: string, text: string, todo: r
     }
   }
   if (opts.jobs > 0) {
-    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, engine: 'normal' as Engine, ...(pool === undefined ? {} : { pool }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
+    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, engine: 'normal' as Engine, ...(pool === undefined ? {} : { pool }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   }
   const prover = opts.budget === undefined ? new Prover(plan) : new Prover(plan, opts.budget);
   return todo.map((s, i) => {
     let r: StageResult;
+    // In this thread a stage cannot be stopped, but its work is bounded (the normal form's
+    // budget): the limit is checked before each one.
+    if (performance.now() >= opts.stopAt) return { stage: s, status: 'unknown', reason: TIME_LIMIT_REASON, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
     try {
       r = prover.prove(s, witnessed.has(s.index));
     } catch (e) {
@@ -395,7 +418,119 @@ function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport,
   const o = r.stage.obligations.find((x) => r.failingRanks.includes(x.rank)) ?? r.stage.obligations[0];
   const to = o === undefined ? first.logical : claimText(plan, `${o.rank}:${o.tensor}`, o.nf, false);
   const narrow = narrowSpan(plan, builder, c, results, r, seed);
-  if (narrow !== undefined) return { stage: first.index, from: narrow.from, to, ops: narrow.ops, tensors: narrow.tensors, likelyCause: narrow.cause + (first.diagnosis === undefined ? '' : `; the values: ${first.diagnosis}`), narrowed: true };
+  if (narrow !== undefined) {
+    // The span proper is bounded by proved relations only. A value that holds at the numeric
+    // inputs is evidence, not a boundary: a wrong value can equal another logical value there
+    // (a reset accumulation is the last micro-batch's gradient), so the first op where values
+    // stop holding can sit downstream of the bug (19 of 46 catalog bugs). The span is the
+    // failing claim's cone on its failing ranks back to the proved boundaries (collectives
+    // pull in their members), plus the producers of the inferred boundaries it starts from;
+    // the narrowed ops are reported as suspects inside it.
+    const failingObl = r.stage.obligations.filter((x) => r.failingRanks.includes(x.rank));
+    const cone = builder.closure({ ...r.stage, obligations: failingObl.length > 0 ? failingObl : r.stage.obligations });
+    const spanOps = new Set(cone.ops);
+    const prod = producers(plan);
+    const progName = (rk: number, op: number): string => (plan.programs[plan.rankProgram[rk] as number] as Program).ops.ids.name(op);
+    for (const key of cone.inputs.keys()) {
+      const [rk, t] = key.split(':').map(Number) as [number, number];
+      if (!hinted(rk, t)) continue;
+      const pr = prod.get(key);
+      if (pr === undefined) continue;
+      if (pr.op >= 0) spanOps.add(`${rk}:${progName(rk, pr.op)}`);
+      else {
+        // A received boundary: the send that fed it (another rank's op) is a suspect too (a
+        // pipeline stage sending the wrong tensor).
+        const c = plan.collectives[pr.inst];
+        c?.group.forEach((m, i) => {
+          const site = c.sites[i] as number;
+          spanOps.add(`${m}:${site >= 0 ? progName(m, site) : c.id}`);
+        });
+      }
+    }
+    // An inferred boundary can hold and still be the wrong value: a layer recomputed from the
+    // previous micro-batch's saved input is that micro-batch's activation, and a hint proves
+    // it. An op of the cone that reads boundaries of logical tensors no logical op of its kind
+    // reads together flags its inferred inputs: the ops behind them, back to user claims, join
+    // (up to MAX_SPAN_OPS per flagged input).
+    const lg = plan.logical;
+    const byKind = new Map<number, Set<number>[]>();
+    for (let op = 0; op < lg.ops.size; op++) {
+      const k = lg.ops.kind[op] as number;
+      const l = byKind.get(k) ?? [];
+      l.push(new Set(lg.ops.opInputs(op)));
+      byKind.set(k, l);
+    }
+    const suspectInputs = new Set<string>();
+    for (const key of cone.ops) {
+      const i = key.indexOf(':');
+      const rk = Number(key.slice(0, i));
+      const p = plan.programs[plan.rankProgram[rk] as number] as Program;
+      const op = p.ops.ids.id(key.slice(i + 1));
+      if (op < 0) continue;
+      const twins = byKind.get(p.ops.kind[op] as number);
+      if (twins === undefined) continue;
+      const ins = [...new Set(p.ops.opInputs(op))].flatMap((x) => {
+        const nf = cone.inputs.get(`${rk}:${x}`);
+        return nf === undefined ? [] : [{ k: `${rk}:${x}`, logical: nf.logical, hint: hinted(rk, x) }];
+      });
+      if (!ins.some((x) => x.hint)) continue;
+      // Rows of different micro-batches (or batch shards) read together: the logical graph has
+      // no micro-batches, so the same logical tensor at other rows is the tell.
+      const rows = (x: (typeof ins)[number]): string | undefined => {
+        const nf = cone.inputs.get(x.k) as LineageNF;
+        const r0 = nf.ranges[0];
+        const full = lg.shapes[x.logical]?.[0];
+        return r0 === undefined || full === undefined || (r0.length === 2 && r0[0] === 0 && r0[1] === full) ? undefined : r0.join(',');
+      };
+      const rowSets = new Set(ins.flatMap((x) => {
+        const r = rows(x);
+        return r === undefined ? [] : [r];
+      }));
+      const ls = new Set(ins.map((x) => x.logical));
+      const mixedRows = rowSets.size > 1;
+      if (!mixedRows && (ls.size < 2 || twins.some((t) => [...ls].every((l) => t.has(l))))) continue;
+      for (const x of ins) if (x.hint) suspectInputs.add(x.k);
+    }
+    for (const k0 of suspectInputs) {
+      const queue = [k0];
+      const done = new Set<string>();
+      let added = 0;
+      while (queue.length > 0 && added < MAX_SPAN_OPS) {
+        const k = queue.shift() as string;
+        if (done.has(k)) continue;
+        done.add(k);
+        const [rk, t] = k.split(':').map(Number) as [number, number];
+        // A user claim is where the walk stops: only it says what the value should be.
+        if (k !== k0 && builder.lineage(rk, t) !== undefined && !hinted(rk, t)) continue;
+        const pr = prod.get(k);
+        if (pr === undefined) continue;
+        if (pr.op >= 0) {
+          const name = `${rk}:${progName(rk, pr.op)}`;
+          if (!spanOps.has(name)) added++;
+          spanOps.add(name);
+          for (const x of (plan.programs[plan.rankProgram[rk] as number] as Program).ops.opInputs(pr.op)) queue.push(`${rk}:${x}`);
+          continue;
+        }
+        // A collective (tensor parallelism's f is one): on through this rank's call site.
+        const c = plan.collectives[pr.inst];
+        const i = c?.group.indexOf(rk) ?? -1;
+        if (c === undefined || i < 0) continue;
+        const site = c.sites[i] as number;
+        const name = `${rk}:${site >= 0 ? progName(rk, site) : c.id}`;
+        if (!spanOps.has(name)) added++;
+        spanOps.add(name);
+        const x = c.inputs[i] as number;
+        if (x >= 0) queue.push(`${rk}:${x}`);
+      }
+    }
+    for (const x of narrow.ops) spanOps.add(x);
+    const spanTensors = new Set([...cone.seen].map((k) => {
+      const [rk, t] = k.split(':').map(Number) as [number, number];
+      return `${rk}:${(plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t)}`;
+    }));
+    for (const x of narrow.tensors) spanTensors.add(x);
+    return { stage: first.index, from: narrow.from, to, ops: [...spanOps].sort(), suspects: narrow.ops, tensors: [...spanTensors].sort(), likelyCause: narrow.cause + (first.diagnosis === undefined ? '' : `; the values: ${first.diagnosis}`), narrowed: true };
+  }
   const cause = first.diagnosis ?? (partialIn !== undefined ? `the span starts from a partial value (${partialIn}); if a later op uses it as complete, a reduction (all-reduce / reduce-scatter) is missing` : undefined);
   return { stage: first.index, from, to, ops: [...ops].sort(), tensors: [...tensors].sort(), ...(cause === undefined ? {} : { likelyCause: cause }), narrowed: false };
 }
@@ -660,7 +795,7 @@ function groupOf(o: Stage['obligations'][number]): string {
  * in worker threads even when the normal form ran in this one: Z3 (wasm) aborts its process
  * when it runs out of memory, and a worker takes only its stage with it.
  */
-async function portfolio(plan: LoadedPlan, file: string, text: string, results: StageResult[], numeric: NumericReport, opts: BoundaryOptions): Promise<StageResult[]> {
+async function portfolio(plan: LoadedPlan, file: string, text: string, results: StageResult[], numeric: NumericReport, opts: BoundaryOptions, stopAt: number): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
   // As in verify's z3Fallback: past a stage refuted with a witness the verdict is settled and
   // that stage is the likely root cause, so later open stages stay open instead of each
@@ -670,7 +805,10 @@ async function portfolio(plan: LoadedPlan, file: string, text: string, results: 
   const open = results.filter((r, i) => (refuted < 0 || i < refuted) && isOpen(r));
   const out = results.map((r, i) => (refuted >= 0 && i > refuted && isOpen(r) ? { ...r, reason: `${r.reason ?? 'undecided'} (not sent to Z3: the plan is already refuted at an earlier stage)` } : r));
   if (open.length === 0) return out;
-  const z = await proveInPool(file, text, open.map((r) => r.stage), { jobs: Math.max(1, opts.jobs), deadlineMs: opts.deadlineMs, engine: 'z3', custom: true });
+  // Past a witnessed refutation the verdict is settled: Z3 only checks that no earlier stage
+  // fails, so it gets the settled deadline (as the user stages before a certified witness).
+  const deadlineMs = refuted >= 0 ? Math.min(opts.deadlineMs, SETTLED_DEADLINE_MS) : opts.deadlineMs;
+  const z = await proveInPool(file, text, open.map((r) => r.stage), { jobs: Math.max(1, opts.jobs), deadlineMs, engine: 'z3', custom: true, stopAt });
   open.forEach((r, i) => {
     const zr = z[i];
     if (zr?.status === 'proved') out[results.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + zr.ms };

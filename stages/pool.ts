@@ -54,7 +54,16 @@ export interface PoolOptions {
    * calls are few.
    */
   readonly pool?: Piscina;
+  /**
+   * A wall-clock end (performance.now() in this thread) for the whole call: no stage starts
+   * after it, and a running stage's deadline is cut to it. Stages left are "unknown" (not
+   * attempted), so a caller's time limit bounds the call, not only the gaps between calls.
+   */
+  readonly stopAt?: number;
 }
+
+/** The reason of a stage a caller's time limit (PoolOptions.stopAt) left unproved. */
+export const TIME_LIMIT_REASON = 'not attempted: the time limit was reached before this stage started';
 
 /** A worker pool for proveInPool's `pool` option. */
 export function newPool(jobs: number, workerHeapMb = DEFAULT_WORKER_HEAP_MB): Piscina {
@@ -93,22 +102,32 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       // subset may be sent.
       const runOne = async (stage: Stage): Promise<StageResult> => {
         const t0 = performance.now();
-        const task: StageTask = { key, file, plan: shared, limits, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs: opts.deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}), ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
-        let result: StageResult;
-        const left = timeLeft(opts.timeLimit);
+        // A caller's stop time (stages/boundary.ts rounds) and the run's time limit (--time-limit) both bound the stage.
+        const stopLeft = opts.stopAt === undefined ? Infinity : opts.stopAt - t0;
+        if (stopLeft <= 0) {
+          opts.onStage?.(++done, stages.length);
+          return { stage, status: 'unknown', reason: TIME_LIMIT_REASON, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
+        }
+        const runLeft = timeLeft(opts.timeLimit);
+        const left = Math.min(runLeft, stopLeft);
         const cut = left < opts.deadlineMs;
+        const deadlineMs = Math.max(1, Math.floor(Math.min(opts.deadlineMs, left)));
+        const task: StageTask = { key, file, plan: shared, limits, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}), ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
+        let result: StageResult;
         try {
-          if (opts.timeLimit !== undefined && left <= 0) throw new Error(notAttempted(opts.timeLimit));
-          result = (await pool.run(task, { signal: AbortSignal.timeout(Math.max(1, Math.floor(Math.min(opts.deadlineMs, left)))) })) as StageResult;
+          if (opts.timeLimit !== undefined && runLeft <= 0) throw new Error(notAttempted(opts.timeLimit));
+          result = (await pool.run(task, { signal: AbortSignal.timeout(deadlineMs) })) as StageResult;
         } catch (e) {
           const err = e as Error;
           const reason =
-            opts.timeLimit !== undefined && left <= 0
+            opts.timeLimit !== undefined && runLeft <= 0
               ? notAttempted(opts.timeLimit)
               : err.name === 'AbortError'
-                ? cut && opts.timeLimit !== undefined
+                ? cut && opts.timeLimit !== undefined && runLeft <= stopLeft
                   ? `stopped after ${(left / 1000).toFixed(1)} s: the run's time limit of ${opts.timeLimit.seconds} s (--time-limit) was reached; the worker was stopped`
-                  : `deadline of ${(opts.deadlineMs / 1000).toFixed(1)} s exceeded; the worker was stopped`
+                  : cut
+                    ? `stopped at the time limit after ${(deadlineMs / 1000).toFixed(1)} s (stage deadline ${(opts.deadlineMs / 1000).toFixed(1)} s); the worker was stopped`
+                    : `deadline of ${(opts.deadlineMs / 1000).toFixed(1)} s exceeded; the worker was stopped`
                 : `the worker proving this stage failed (${err.message}); it was replaced`;
           result = { stage, status: 'unknown', reason, failingRanks: [...new Set(stage.obligations.map((o) => o.rank))], logicalOps: 0, parallelOps: 0, terms: 0, ms: performance.now() - t0 };
         }
