@@ -939,11 +939,25 @@ export class TensorLevelProver {
     const key = -1 - (pi * this.opKey + site);
     let shared = ctx.coll.get(key);
     if (shared !== undefined && ctx.collImpure?.has(key) === true) this.impure++;
+    // Across stages, as rank by rank (deriveOne): a call derived without recomputing any claim
+    // holds in every stage whose own tensor is none of the claims it assumed (the global norm of
+    // clipping, over every program, derived once, not once per parameter).
+    const across = this.across.get(key);
+    if (shared === undefined && across !== undefined && !across.assumes.has(stage.logical)) {
+      shared = across.shared;
+      if (across.assumes.size > 0) this.impure++;
+      for (const a of across.assumes) ctx.seen?.assumes.add(a);
+    }
     if (shared === undefined) {
+      const seen = { assumes: new Set<number>(), recomputes: new Set<number>() };
+      const sub = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set(), seen });
       const before = this.impure;
-      shared = this.groupInputs(r, pi, site, g.axes, axes, depth, derive);
+      shared = this.groupInputs(r, pi, site, g.axes, axes, depth, sub);
       ctx.coll.set(key, shared);
       if (this.impure !== before) ctx.collImpure?.add(key);
+      if (seen.recomputes.size === 0) this.across.set(key, { shared, assumes: seen.assumes });
+      for (const a of seen.assumes) ctx.seen?.assumes.add(a);
+      for (const a of seen.recomputes) ctx.seen?.recomputes.add(a);
     }
     if (typeof shared === 'string') return shared;
     // This rank's place in its group, affine in the group's coordinates.
