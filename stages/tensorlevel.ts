@@ -778,8 +778,23 @@ export class TensorLevelProver {
 
   private show(r: Relation): string {
     const s = r.scale.num === 1 && r.scale.den === 1 ? '' : `${r.scale.num}/${r.scale.den} x `;
-    const p = r.part === undefined ? '' : ` (addends ${r.part.comps.map((c) => `${c.cover.join(',')} of ${c.total}`).join(' + ')})`;
-    return `${s}${this.world.name(r.logical)}[${r.ranges.map(([a, b]) => `${a}:${b}`).join(',')}]${p}`;
+    const f = (a: Int): string => this.showInt(a);
+    const p = r.part === undefined ? '' : ` (addends ${r.part.comps.map((c) => `${c.cover.map(f).join(',')} of ${c.total}`).join(' + ')})`;
+    return `${s}${this.world.name(r.logical)}[${r.ranges.map(([a, b]) => `${f(a)}:${f(b)}`).join(',')}]${p}`;
+  }
+
+  /** A rank-dependent bound in the mesh's words: "16032*tp + 16032" (coordinates from the program's base). */
+  private showInt(a: Int): string {
+    if (typeof a === 'number') return String(a);
+    const x0 = this.frame?.x0;
+    let c = a.v;
+    const terms: string[] = [];
+    a.k.forEach((k, i) => {
+      if (k === 0) return;
+      c -= k * (x0?.[i] ?? 0);
+      terms.push(`${k === 1 ? '' : `${k}*`}${this.plan.mesh.axes[i] ?? `x${i}`}`);
+    });
+    return `(${[...terms, ...(c === 0 ? [] : [String(c)])].join(' + ')})`;
   }
 
   /**
