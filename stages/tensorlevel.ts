@@ -1019,7 +1019,9 @@ export class TensorLevelProver {
       const qi = plan.rankProgram[mesh.rankOf(at)] as number;
       const qf = this.tmpl?.[qi];
       if (qf === undefined || typeof qf === 'string') return qf ?? 'no template';
-      if (!sameSetsOutside(frame, qf, axes)) return `per template: the group of '${p.ops.ids.name(site)}' reaches program '${(plan.programs[qi] as Program).name}', whose ranks differ outside the group`;
+      // Only axes neither program varies may differ (pipeline stages): where either varies, the
+      // two bases agree, so affine values (and region maps checked on this frame) mean the same.
+      if (!sameSetsOutside(frame, qf, axes.filter((a) => (frame.sets[a]?.length ?? 0) === 1 && (qf.sets[a]?.length ?? 0) === 1))) return `per template: the group of '${p.ops.ids.name(site)}' reaches program '${(plan.programs[qi] as Program).name}', whose ranks differ outside the group`;
       const q = plan.programs[qi] as Program;
       let qs = site;
       if (qi !== pi) {
@@ -1083,7 +1085,7 @@ export class TensorLevelProver {
     const qf = this.tmpl?.[qi];
     if (qf === undefined || typeof qf === 'string') return qf ?? 'no template';
     const shifted = spec.shift.map(([a]) => a);
-    if (!sameSetsOutside(frame, qf, shifted) || qf.r0 !== peer) return `per template: '${p.ops.ids.name(site)}' receives from program '${(plan.programs[qi] as Program).name}', whose ranks differ`;
+    if (shifted.some((a) => (qf.sets[a]?.length ?? 0) !== 1) || !sameSetsOutside(frame, qf, shifted) || qf.r0 !== peer) return `per template: '${p.ops.ids.name(site)}' receives from program '${(plan.programs[qi] as Program).name}', whose ranks differ`;
     const q = plan.programs[qi] as Program;
     const mine = [...p.collectiveSites].filter((op) => registry.get(p.ops.kind[op] as number).name === 'recv' && peerOf(p, op, frame.x0) === peer);
     const theirs = [...q.collectiveSites].filter((op) => registry.get(q.ops.kind[op] as number).name === 'send' && peerOf(q, op, qf.x0) === frame.r0);
