@@ -929,6 +929,9 @@ export class TensorLevelProver {
       else ctx.seen?.assumes.add(spec.logical);
     }
     if (spec !== undefined && (spec.logical !== stage.logical || !produced)) {
+      // A hint (lineage marked inferred) is proved where it is produced; on a tensor no op
+      // writes nothing proves it, so it is never assumed.
+      if (!produced && p.inferred?.has(t) === true) return `'${p.tensors.name(t)}' has only an inferred hint and no producer`;
       const ck = r * this.tensorKey + t;
       const hit = this.claimCache.get(ck);
       if (hit !== undefined) return hit;

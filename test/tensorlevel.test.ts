@@ -279,6 +279,22 @@ describe('tensor-level replicas of one addend', () => {
 });
 
 describe('tensor-level proofs per template', () => {
+  it('never assumes a hint: an inferred claim on a tensor no op writes is not an assumption', () => {
+    const p = PRESETS['llama-tiny'];
+    assert.ok(p !== undefined);
+    const raw = generatePlan({ model: p.model, par: p.par, optimizer: OPT }) as { parallel: { programs: { tensors: { id: string; lineage?: Record<string, unknown> }[]; ops: { outputs: string[] }[] }[] } };
+    const prog = raw.parallel.programs[0];
+    assert.ok(prog !== undefined);
+    const written = new Set(prog.ops.flatMap((o) => o.outputs));
+    const input = prog.tensors.find((t) => t.lineage !== undefined && !written.has(t.id));
+    assert.ok(input?.lineage !== undefined);
+    assert.equal(verifyPerTemplate(loadPlanObject('given.json', raw as unknown as Record<string, unknown>)).verdict, 'verified');
+    input.lineage['inferred'] = true;
+    const r = verifyPerTemplate(loadPlanObject('hinted.json', raw as unknown as Record<string, unknown>));
+    assert.notEqual(r.verdict, 'verified');
+    assert.ok(r.stages.some((st) => /has only an inferred hint and no producer/.test(st.reason ?? '')), r.summary);
+  });
+
   it('pipeline plans: receives and groups across stage programs; every pipeline bug is never verified, and what it proves holds element by element', () => {
     let n = 0;
     // Plain, tied-embedding (gpt2) and interleaved pipelines. The tied embedding's gradient is
