@@ -711,9 +711,7 @@ export class TensorLevelProver {
       const axes = [...new Set([...iaxes(idx0), ...d.part.comps.flatMap((c) => c.cover.flatMap(iaxes))])].sort((a, b) => a - b);
       const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
       if (points > MAX_LIFT_POINTS) return { why: `${name}: addends over ${points} coordinates` };
-      const x = [...frame.x0];
-      const walk = (j: number): string | undefined => {
-        if (j === axes.length) {
+      const bad = everyPoint(axes, frame.sets, frame.x0, (x) => {
           const at = (c: Relation): Relation => substValue(c, axes, x, frame.x0) as Relation;
           const cl = at(claim);
           const dx = at(d);
@@ -726,17 +724,7 @@ export class TensorLevelProver {
           if (prev !== undefined && !sameRel(prev, dx)) return `replicas of addend ${idx} derive different values`;
           g.byIdx.set(idx, dx);
           return undefined;
-        }
-        const a = axes[j] as number;
-        for (const c of frame.sets[a] as Int32Array) {
-          x[a] = c;
-          const bad = walk(j + 1);
-          if (bad !== undefined) return bad;
-        }
-        x[a] = frame.x0[a] as number;
-        return undefined;
-      };
-      const bad = walk(0);
+      });
       if (bad !== undefined) return { why: `${name}: ${bad}` };
     }
     for (const [gk, g] of groups) {
@@ -1010,16 +998,10 @@ export class TensorLevelProver {
     if (n > MAX_LIFT_POINTS) return `per template: a group of ${n} members`;
     const k = this.sitesOn(pi, written).indexOf(site);
     const ins: Value[] = [];
-    const at = [...frame.x0];
-    for (let i = 0; i < n; i++) {
-      let rem = i;
-      for (let j = axes.length - 1; j >= 0; j--) {
-        const a = axes[j] as number;
-        const sz = mesh.sizes[a] as number;
-        at[a] = rem % sz;
-        rem = Math.floor(rem / sz);
-      }
-      const qi = plan.rankProgram[mesh.rankOf(at)] as number;
+    // The members of the base rank's group, in the order the loader matches them.
+    for (const m of mesh.groupAlong(frame.r0, axes)) {
+      const at = mesh.coords(m);
+      const qi = plan.rankProgram[m] as number;
       const qf = this.tmpl?.[qi];
       if (qf === undefined || typeof qf === 'string') return qf ?? 'no template';
       // Only axes neither program varies may differ (pipeline stages): where either varies, the
@@ -1159,24 +1141,13 @@ export class TensorLevelProver {
     }
     const sym = b.nums.map((v, i) => Sym.of(v, coefs[i] as number[]));
     // Checked at every coordinate of its axes (the others stay at the base).
-    const x = [...x0];
-    const walk = (j: number): string | undefined => {
-      if (j === axes.length) {
-        const f = flat(nfAt(x));
-        if (typeof f === 'string') return f;
-        if (f.fixed !== b.fixed || f.nums.some((v, i) => v !== ieval(sym[i] as Int, x, x0))) return 'a claim that is not affine in the coordinates';
-        return undefined;
-      }
-      const a = axes[j] as number;
-      for (const c of frame.sets[a] as Int32Array) {
-        x[a] = c;
-        const bad = walk(j + 1);
-        if (bad !== undefined) return bad;
-      }
-      x[a] = x0[a] as number;
-      return undefined;
-    };
-    const bad = affineSpec ? undefined : walk(0);
+    const bad = affineSpec
+      ? undefined
+      : everyPoint(axes, frame.sets, x0, (x) => {
+          const f = flat(nfAt(x));
+          if (typeof f === 'string') return f;
+          return f.fixed !== b.fixed || f.nums.some((v, i) => v !== ieval(sym[i] as Int, x, x0)) ? 'a claim that is not affine in the coordinates' : undefined;
+        });
     if (bad !== undefined) return bad;
     const ranges: Range[] = [];
     for (let d = 0; d + 1 < sym.length; d += 2) ranges.push([sym[d] as Int, sym[d + 1] as Int]);
@@ -1396,31 +1367,19 @@ export class TensorLevelProver {
       return [Sym.of(a, ka), Sym.of(b, kb)] as const;
     }));
     // Checked at every coordinate of the axes (the others stay at the base).
-    const x = [...fr.x0];
-    const walk = (j: number): string | undefined => {
-      if (j === axes.length) {
-        const r = f(at(x, fr.x0));
-        if (typeof r === 'string') return r;
-        for (let i = 0; i < out.length; i++) {
-          const oi = out[i] as Range[];
-          for (let d = 0; d < oi.length; d++) {
-            const [a, b] = oi[d] as Range;
-            const got = (r[i] ?? [])[d];
-            if (got === undefined || got[0] !== ieval(a, x, fr.x0) || got[1] !== ieval(b, x, fr.x0)) return 'a region map that is not affine in the coordinates';
-          }
+    const bad = everyPoint(axes, fr.sets, fr.x0, (x) => {
+      const r = f(at(x, fr.x0));
+      if (typeof r === 'string') return r;
+      for (let i = 0; i < out.length; i++) {
+        const oi = out[i] as Range[];
+        for (let d = 0; d < oi.length; d++) {
+          const [a, b] = oi[d] as Range;
+          const got = (r[i] ?? [])[d];
+          if (got === undefined || got[0] !== ieval(a, x, fr.x0) || got[1] !== ieval(b, x, fr.x0)) return 'a region map that is not affine in the coordinates';
         }
-        return undefined;
       }
-      const a = axes[j] as number;
-      for (const c of fr.sets[a] as Int32Array) {
-        x[a] = c;
-        const bad = walk(j + 1);
-        if (bad !== undefined) return bad;
-      }
-      x[a] = fr.x0[a] as number;
       return undefined;
-    };
-    const bad = walk(0);
+    });
     return bad ?? out;
   }
 
@@ -2128,6 +2087,26 @@ function templateFrame(plan: LoadedPlan, p: Program): TemplateFrame | string {
   if (p.shapeSpecs.some((sh) => sh.some((d) => typeof d !== 'number'))) return `per template: program '${p.name}' has shapes that depend on the coordinates`;
   const x0 = Array.from(box.lo);
   return { r0: plan.mesh.rankOf(x0), x0, sets: box.sets, full: box.sets.map((s, a) => s.length === plan.mesh.sizes[a]) };
+}
+
+/**
+ * Calls `visit` at every coordinate of `axes` (each over its set of the box; the other axes at
+ * the base), stopping at the first reason it returns.
+ */
+function everyPoint(axes: readonly number[], sets: readonly Int32Array[], x0: readonly number[], visit: (x: readonly number[]) => string | undefined): string | undefined {
+  const x = [...x0];
+  const walk = (j: number): string | undefined => {
+    if (j === axes.length) return visit(x);
+    const a = axes[j] as number;
+    for (const c of sets[a] as Int32Array) {
+      x[a] = c;
+      const bad = walk(j + 1);
+      if (bad !== undefined) return bad;
+    }
+    x[a] = x0[a] as number;
+    return undefined;
+  };
+  return walk(0);
 }
 
 /** Two programs' boxes agree on every axis but `skip` (then affine values mean the same in both). */
