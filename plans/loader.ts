@@ -67,6 +67,12 @@ export interface LoadOptions {
    */
   readonly checks?: 'template' | 'rank';
   readonly limits?: Partial<PlanLimits>;
+  /**
+   * The plan is some ranks of another plan (stages/part.ts: one rank's stage part, extracted
+   * for a witness): its claims are evaluated and checked one by one, but need not tile their
+   * logical tensors, and the contract outputs need not be held. Never set for a user's plan.
+   */
+  readonly subset?: boolean;
 }
 
 /** Which path each check took, for `inspect` and the benchmarks. */
@@ -241,7 +247,10 @@ export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {
   };
   let coverage: Coverage[];
   let lstats: LineageStats = { symbolicTensors: 0, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 };
-  if (mode === 'template') {
+  if (opts.subset === true) {
+    claimList = claimsNow(sink);
+    coverage = [];
+  } else if (mode === 'template') {
     const r = checkLineageSymbolic(programs, rankProgram, mesh, logical, contract, view, sink, { symbolic: true });
     sink.throwIfAny();
     coverage = r.coverage ?? [];

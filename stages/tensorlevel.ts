@@ -711,12 +711,12 @@ export class TensorLevelProver {
    * on: the derived addends of each claimed region must partition its value, as prove() checks
    * rank by rank.
    */
-  proveTemplate(stage: TemplateStageRef): { proved: true } | { why: string } {
+  proveTemplate(stage: TemplateStageRef): { proved: true } | { why: string; part?: number } {
     const tmpl = this.tmpl;
     if (tmpl === undefined) return { why: 'not a per-template prover' };
     const derive = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set() });
     const groups = new Map<string, { n: number; byIdx: Map<number, Relation> }>();
-    for (const part of stage.parts) {
+    for (const [pix, part] of stage.parts.entries()) {
       const prog = this.plan.programs[part.program] as Program;
       const frame = tmpl[part.program];
       if (frame === undefined || typeof frame === 'string') return { why: frame ?? 'no template' };
@@ -725,15 +725,15 @@ export class TensorLevelProver {
       const r0 = frame.r0;
       const name = `'${prog.name}' '${prog.tensors.name(part.tensor)}'`;
       const claim = this.canonical(this.templateClaim(r0, part.tensor));
-      if (typeof claim === 'string') return { why: `${name}: the claim is ${claim}` };
+      if (typeof claim === 'string') return { why: `${name}: the claim is ${claim}`, part: pix };
       const d0 = derive(r0, part.tensor, 0);
       const d = typeof d0 === 'string' ? d0 : this.materialize(d0);
-      if (typeof d === 'string') return { why: `${name}: ${d}` };
+      if (typeof d === 'string') return { why: `${name}: ${d}`, part: pix };
       if (claim.part === undefined) {
-        if (d.part !== undefined || !sameRel(d, claim)) return { why: `${name}: derived ${this.show(d)}, claimed ${this.show(claim)}` };
+        if (d.part !== undefined || !sameRel(d, claim)) return { why: `${name}: derived ${this.show(d)}, claimed ${this.show(claim)}`, part: pix };
         continue;
       }
-      if (d.part === undefined || regionKey(d) !== regionKey(claim) || !feq(d.scale, claim.scale)) return { why: `${name}: derived ${this.show(d)}, claimed addend ${this.show(claim)}` };
+      if (d.part === undefined || regionKey(d) !== regionKey(claim) || !feq(d.scale, claim.scale)) return { why: `${name}: derived ${this.show(d)}, claimed addend ${this.show(claim)}`, part: pix };
       const idx0 = (claim.part.comps[0] as Comp).cover[0] as Int;
       const n = (claim.part.comps[0] as Comp).total;
       // The axes the index and the addends move with; the region's other axes stay symbolic in
