@@ -289,7 +289,7 @@ export const provePart: ProvePart = (plan, raw, stage, rank, tensor, seed) => {
     let useRaw = pr;
     let reduced = false;
     try {
-      const red = reducePlan(part, pr);
+      const red = reducePlan(part, pr, true);
       const rs = red === undefined ? undefined : stageOf(red.plan, target);
       if (red !== undefined && rs !== undefined && rs.obligations.length === st.obligations.length) {
         use = red.plan;
