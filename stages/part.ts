@@ -178,6 +178,8 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
       if (x !== undefined) stack.push([peer, x]);
       continue;
     }
+    // Attributes naming ranks (a broadcast's src, send_recv's src and dst) would need renumbering.
+    if (kind === 'broadcast' || kind === 'send_recv') throw new PartError(`'${p.ops.ids.name(op)}' (${kind}) names ranks in its attributes`);
     const g = p.groups[op];
     if (g === undefined || g.kind !== 'axes') throw new PartError(`'${p.ops.ids.name(op)}' (${kind}) has no axis group`);
     const k = onAxes(pi, g.axes).indexOf(op);
