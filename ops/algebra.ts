@@ -29,6 +29,7 @@ export const realFunctions: Readonly<Record<RealFn, (x: number) => number>> = {
   sqrt_2_over_pi: () => Math.sqrt(2 / Math.PI),
 };
 
+/** A scalar domain ops evaluate over: Float64 for numeric runs, exact terms for proofs. */
 export interface Algebra<S> {
   readonly exact: boolean;
   readonly zero: S;

@@ -25,6 +25,7 @@ async function discoverFamilies(): Promise<OpDef[][]> {
 
 const families = await discoverFamilies();
 
+/** Op records by name and by integer id (the id is the index in registration order). */
 export class OpRegistry {
   private readonly byName = new Map<string, number>();
   readonly defs: OpDef[] = [];
@@ -72,4 +73,5 @@ export class OpRegistry {
   }
 }
 
+/** The one registry of every op family. */
 export const registry = new OpRegistry(families.flat());

@@ -43,6 +43,7 @@ export interface CollectiveRule {
   applyGroup<S>(alg: Algebra<S>, inputs: readonly (Dense<S> | undefined)[], attrs: Attrs, group: Int32Array): (Dense<S> | undefined)[];
 }
 
+/** One operator: its record of rules (shape, evaluation over any Algebra, dimension roles, backward). */
 export interface OpDef {
   readonly name: string;
   /** The ops/ file it lives in, e.g. 'elementwise'. */

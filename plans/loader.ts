@@ -59,6 +59,7 @@ export function defaultLimits(): PlanLimits {
   return processLimits;
 }
 
+/** How a load checks (per template or per rank) and within which limits. */
 export interface LoadOptions {
   /**
    * 'template' (default): checks once per template where the coordinate dependence is
@@ -82,6 +83,7 @@ export interface LoadStats {
   readonly ms: Record<string, number>;
 }
 
+/** A plan that passed every load check: the graphs, rank programs, collectives and lineage, checked. */
 export interface LoadedPlan extends Plan {
   /** Every lineage claim, one per (tensor, distinct coordinates): built on first use. */
   readonly claims: Claim[];
@@ -93,11 +95,13 @@ export interface LoadedPlan extends Plan {
   readonly stats: LoadStats;
 }
 
+/** Reads a plan file (within the load limits) and loads it: see loadPlanObject. Throws PlanError on an invalid plan. */
 export function loadPlan(file: string, opts: LoadOptions = {}): LoadedPlan {
   const text = readPlanText(file, { ...processLimits, ...opts.limits }.bytes);
   return loadPlanText(file, text, opts);
 }
 
+/** Loads plan JSON text; `file` names it in error messages. Throws PlanError on an invalid plan. */
 export function loadPlanText(file: string, text: string, opts: LoadOptions = {}): LoadedPlan {
   return loadPlanObject(file, parsePlanJson(file, text), opts);
 }
@@ -152,6 +156,7 @@ function structure(file: string, raw: unknown, sink: IssueSink, opts: LoadOption
   return { plan, mesh, size: { ops, claims } };
 }
 
+/** Loads an already parsed plan (untrusted JSON value). Throws PlanError with every issue of the first failing phase. */
 export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {}): LoadedPlan {
   const mode = opts.checks ?? 'template';
   const ms: Record<string, number> = {};

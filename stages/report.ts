@@ -25,6 +25,7 @@ function witnessLine(m: Mismatch): string {
 
 const mark = { proved: 'proved', not_equivalent: 'NOT EQUIVALENT', unknown: 'unknown' } as const;
 
+/** The report as text: verdict, stages (failing ones always, proved ones when verbose), witness values. */
 export function formatReport(r: VerifyReport, verbose = false): string {
   const out: string[] = [];
   out.push(`plan        ${r.name === '' ? '(unnamed)' : r.name}  (${r.file})`);

@@ -20,6 +20,7 @@ import { proveDistinct, withProofs } from './dedup.js';
 import type { ProofCache } from './cache.js';
 import { proveTensorLevel } from './tensorlevel.js';
 
+/** A plan's or a stage's outcome (see the module comment for the evidence each needs). */
 export type Verdict = 'verified' | 'not_equivalent' | 'unknown';
 
 export interface StageReport {
@@ -58,6 +59,7 @@ export interface StageReport {
   readonly rankClasses?: number;
 }
 
+/** What verifyPlan returns: the verdict, every stage's result, the numeric run and timings. */
 export interface VerifyReport {
   readonly file: string;
   readonly name: string;
@@ -98,6 +100,7 @@ function phaseClock(): { lap: (name: string) => void; phases: Record<string, num
   };
 }
 
+/** Options of verifyPlan (and verifyPlanInPool). */
 export interface VerifyOptions {
   readonly seed?: number;
   /** Tensor-level proofs before the exact normal form (default true). */
@@ -107,6 +110,10 @@ export interface VerifyOptions {
   readonly maxStageEntries?: number;
 }
 
+/**
+ * Proves a loaded plan stage by stage in this thread: "verified" only if every stage is
+ * proved exactly, "not_equivalent" only with a numeric witness, otherwise "unknown" with reasons.
+ */
 export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyReport {
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
@@ -227,7 +234,10 @@ async function proveRest(stages: readonly Stage[], known: ReadonlyMap<number, St
   return out;
 }
 
-/** verifyPlan with stages proved in worker threads under a per-stage deadline. */
+/**
+ * verifyPlan with stages proved in worker threads under a per-stage deadline. `text` is the
+ * plan's JSON (what workers load; e.g. JSON.stringify of the parsed plan).
+ */
 export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: PoolVerifyOptions): Promise<VerifyReport> {
   const engine = opts.engine ?? 'normal';
   const t0 = performance.now();

@@ -139,6 +139,7 @@ function ownProgram(plan: Json, rank: number, nRanks: number): Program {
 }
 
 
+/** Every bug of the catalog; each applies to the generated plans whose `BugContext` has its place. */
 export const BUGS: Bug[] = [
   {
     id: 'dp-grad-allreduce-dropped',
