@@ -17,7 +17,8 @@
  * Reads a plan file, checks it (schema, mesh, shapes, collectives, dataflow, lineage) and
  * returns it loaded; throws {@link PlanError} with every issue found (file and JSON path).
  */
-export { loadPlan, loadPlanText, type LoadedPlan, type LoadOptions, type PlanLimits } from './plans/loader.js';
+export { loadPlan, loadPlanText, type LoadedPlan } from './lineage/load.js';
+export type { LoadOptions, PlanLimits } from './plans/loader.js';
 /** The error an invalid plan raises: `issues` lists each problem with its JSON path. */
 export { PlanError, type PlanIssue } from './plans/errors.js';
 /**
@@ -25,7 +26,8 @@ export { PlanError, type PlanIssue } from './plans/errors.js';
  * worker threads under a per-stage deadline (`verifyPlanInPool`); the report's verdict is
  * "verified" only from an exact proof, "not_equivalent" only with a witness.
  */
-export { verifyPlan, verifyPlanInPool, type VerifyReport, type VerifyOptions, type PoolVerifyOptions, type StageReport, type Verdict } from './stages/verify.js';
+export { verifyPlan, verifyPlanInPool, type VerifyOptions, type PoolVerifyOptions } from './stages/verify.js';
+export type { VerifyReport, StageReport, Verdict } from './stages/report.js';
 /** The report as the CLI prints it: verdict, first failing stage, witness values. */
 export { formatReport } from './stages/report.js';
 /** Generates a plan (JSON, the only thing the verifier reads) from a model and a parallelism; PRESETS holds named ones. */

@@ -4,7 +4,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { ExitCode } from '../plans/errors.js';
-import { loadPlanText } from '../plans/loader.js';
+import { loadPlanText } from '../lineage/load.js';
 import { inferClaims, withClaims } from '../stages/infer.js';
 import { TIME_LIMIT_MS, verifyBoundary, type BoundaryReport } from '../stages/boundary.js';
 import { formatReport } from '../stages/report.js';

@@ -1,6 +1,6 @@
 /** A summary of a loaded plan, for `planproof inspect` (human text or JSON). */
 import { registry } from '../ops/registry.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { Mesh } from '../plans/mesh.js';
 
 export interface PlanSummary {

@@ -4,7 +4,7 @@
  * Functions without a closed form in the term language are named here and become
  * uninterpreted functions symbolically; `realFunctions` gives their real meaning.
  */
-import type { Shape } from './types.js';
+import type { Shape } from './basic.js';
 
 /** Named real functions (uninterpreted in the symbolic domain). */
 export type RealFn = 'tanh' | 'sigmoid' | 'Phi' | 'phi' | 'log' | 'sqrt' | 'rsqrt' | 'sqrt_2_over_pi';

@@ -7,10 +7,9 @@
 
 import type { Algebra, Dense } from './algebra.js';
 import type { BackwardRule, NO_BACKWARD } from './grad.js';
+import type { Attrs, Shape } from './basic.js';
 
-export type Shape = readonly number[];
-export type AttrValue = null | boolean | number | string | AttrValue[] | { [k: string]: AttrValue };
-export type Attrs = Readonly<Record<string, AttrValue>>;
+export type { Shape, AttrValue, Attrs } from './basic.js';
 
 /** Thrown by shape rules; the loader turns it into a located plan error. */
 export class ShapeError extends Error {}

@@ -12,7 +12,7 @@ import type { Mesh } from './mesh.js';
 import type { CollectiveInstance, GroupSpec, PeerSpec, Program, RankView } from './model.js';
 import type { RawCollective, RawIo, RawPlan } from './raw.js';
 import { evalInt, selectRanks } from './programs.js';
-import { rankEnv } from '../lineage/model.js';
+import { rankEnv } from './mesh.js';
 import { ExprError, exprIssue } from './expr.js';
 
 export function canonicalJson(v: AttrValue | Attrs | undefined): string {

@@ -24,8 +24,8 @@ import type { CollectiveInstance, Program, RankView } from './model.js';
 import type { RawPlan } from './raw.js';
 import { checkInstance, type Ctx, makeInstance, multiRankCollectives, perRankCollectives } from './collectives.js';
 import { evalInt, instantiateAttrs, specVars } from './programs.js';
-import { rankEnv } from '../lineage/model.js';
-import type { Box } from '../lineage/symbolic.js';
+import { rankEnv } from './mesh.js';
+import type { Box } from './mesh.js';
 import { ExprError, exprIssue } from './expr.js';
 
 export interface CollectiveKind {

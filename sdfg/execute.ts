@@ -7,7 +7,7 @@
 import type { Algebra, Dense } from '../ops/algebra.js';
 import { registry } from '../ops/registry.js';
 import type { Attrs } from '../ops/types.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import type { LineageNF } from '../lineage/model.js';
 

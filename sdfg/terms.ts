@@ -23,7 +23,7 @@
  * Division records a side condition (the divisor is nonzero); `provablyNonzero` discharges
  * the easy ones syntactically (positive atoms, sums of positive terms).
  */
-import { type Q, Q0, Q1, q, qAdd, qCmp, qDiv, qEq, qFromNumber, qIsInt, qIsOne, qIsZero, qKey, qMin, qMul, qSign, qToNumber } from './rational.js';
+import { type Q, Q0, Q1, q, qAdd, qCmp, qDiv, qEq, qFromNumber, qIsInt, qIsOne, qIsZero, qKey, qMin, qMul, qSign, qToNumber } from '../ops/rational.js';
 
 export type TermId = number;
 export type AtomId = number;

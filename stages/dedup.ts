@@ -6,11 +6,11 @@
  * members are then proved one by one, so every failing stage gets its own residual, ranks
  * and witness.
  */
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { Stage, StageResult } from './prove.js';
 import { groupStages, type StageClass } from './canon.js';
 import type { ProofCache } from './cache.js';
-import type { VerifyReport } from './verify.js';
+import type { VerifyReport } from './report.js';
 
 export interface DistinctProofs {
   /** One result per stage, in decomposition order. */

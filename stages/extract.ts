@@ -15,8 +15,8 @@
  * lineage) and inputs; anything else is an ExtractionError, and the caller proves the stage
  * in place.
  */
-import type { LoadedPlan } from '../plans/loader.js';
-import { loadPlanObject } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import type { Program } from '../plans/model.js';
 import type { RawCollective, RawLogicalTensor, RawOp, RawParallelOp, RawParallelTensor, RawPlan, RawProgram } from '../plans/raw.js';

@@ -18,9 +18,9 @@
 import type { Algebra, Dense, RealFn } from '../ops/algebra.js';
 import { realFunctions } from '../ops/algebra.js';
 import { numel } from '../ops/types.js';
-import { qParse } from '../sdfg/rational.js';
+import { qParse } from '../ops/rational.js';
 import { executeLogical, executeParallel, logicalIndexer, type LogicalValues, type RankValues } from '../sdfg/execute.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 import { mulberry32 } from './numeric.js';

@@ -9,7 +9,7 @@ import type { Dense } from '../ops/algebra.js';
 import { numel } from '../ops/types.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
 import { executeLogical, executeParallel, logicalIndexer, logicalOrder, type LogicalValues, type RankValues } from '../sdfg/execute.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 

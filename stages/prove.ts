@@ -21,7 +21,7 @@ import { type Attrs, numel } from '../ops/types.js';
 import { termAlgebra } from '../sdfg/algebras.js';
 import { logicalIndexer } from '../sdfg/execute.js';
 import { DEFAULT_TERM_BUDGET, TermBudgetError, TermStore, TermUnsupportedError, type TermId } from '../sdfg/terms.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { CollectiveInstance, Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 

@@ -6,10 +6,10 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import { analyzeReduction, formatReduction, keptDims, reducePlan, ReductionError, type ReducedClass, type ReductionAnalysis } from './reduce.js';
-import type { VerifyReport } from './verify.js';
+import type { VerifyReport } from './report.js';
 import { proveTensorLevel } from './tensorlevel.js';
 import { decompose } from './prove.js';
 import { logicalOrder } from '../sdfg/execute.js';

@@ -12,7 +12,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type NumericReport } from './numeric.js';
@@ -20,7 +20,8 @@ import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { analyzeReduction, prefixPlan, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
-import { assembleReport, WITNESS_RETRIES, type VerifyReport } from './verify.js';
+import { assembleReport, WITNESS_RETRIES } from './verify.js';
+import { type VerifyReport } from './report.js';
 import { timeLeft, type TimeLimit } from './pool.js';
 
 export interface StageReductionInfo {

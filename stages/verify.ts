@@ -6,7 +6,8 @@
  *  - unknown: anything else, with the reason (a difference without a witness, an
  *    undischarged side condition, a plan too large to evaluate numerically, ...).
  */
-import { MAX_STAGE_ENTRIES, stageWorkTooLarge, type LoadedPlan } from '../plans/loader.js';
+import { MAX_STAGE_ENTRIES, stageWorkTooLarge } from '../plans/loader.js';
+import { type LoadedPlan } from '../lineage/load.js';
 import { verifyPerTemplate } from './template.js';
 import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
@@ -19,72 +20,7 @@ import { Z3Prover } from './z3.js';
 import { proveDistinct, withProofs } from './dedup.js';
 import type { ProofCache } from './cache.js';
 import { proveTensorLevel } from './tensorlevel.js';
-
-/** A plan's or a stage's outcome (see the module comment for the evidence each needs). */
-export type Verdict = 'verified' | 'not_equivalent' | 'unknown';
-
-export interface StageReport {
-  readonly index: number;
-  readonly logical: string;
-  /** Producing logical op id and kind, or undefined for a contract input. */
-  readonly op?: { id: string; kind: string; loc?: string };
-  readonly ranks: number[];
-  readonly status: 'proved' | 'not_equivalent' | 'unknown';
-  readonly reason?: string;
-  readonly failingRanks: number[];
-  /** Concrete differing values (first few), for not_equivalent stages. */
-  readonly witness?: Mismatch[];
-  /** A diagnosis of the witness, when one fits. */
-  readonly diagnosis?: string;
-  readonly logicalOps: number;
-  readonly parallelOps: number;
-  readonly ms: number;
-  /** Which method proved the stage: the exact normal form, or Z3 where the normal form left it open or gave up. */
-  readonly decidedBy?: 'normal' | 'z3' | 'tensor';
-  /** Stage number (1-based) whose proof covers this one: equal canonical forms (stages/dedup.ts). */
-  readonly coveredBy?: number;
-  /** The covering proof was read from the proof cache. */
-  readonly cached?: boolean;
-  /**
-   * Stages decomposed per template (plans past the per-rank stage bound, stages/template.ts):
-   * `ranks` is then empty; `rankCount` is how many distinct ranks hold obligations, and
-   * `templates` the (program, tensor, ranks) families they come in.
-   */
-  readonly rankCount?: number;
-  readonly templates?: { program: string; tensor: string; ranks: number }[];
-  /** Elements the stage's tensors hold at full shapes (a lower bound when `elementsExact` is false). */
-  readonly elements?: number;
-  readonly elementsExact?: boolean;
-  /** Per-template stages proved rank by rank: classes of ranks with identical parts (each proved, or covered by an equal canonical form). */
-  readonly rankClasses?: number;
-}
-
-/** What verifyPlan returns: the verdict, every stage's result, the numeric run and timings. */
-export interface VerifyReport {
-  readonly file: string;
-  readonly name: string;
-  readonly verdict: Verdict;
-  readonly summary: string;
-  readonly stages: StageReport[];
-  readonly numeric: { evaluated: boolean; seed: number; claimsChecked: number; mismatches: number; reason?: string };
-  /** Semantics approximations used by this plan's ops (none so far). */
-  readonly approximations: string[];
-  readonly ms: number;
-  /** Set when a decision procedure other than the normal form was used. */
-  readonly engine?: Engine;
-  /** Stage deduplication: stages, distinct canonical forms, proofs run, proofs read from the cache. */
-  readonly proofs?: { stages: number; distinct: number; run: number; cached: number; tensorLevel?: number };
-  /** Set when stages were decomposed per template instead of rank by rank (stages/template.ts). */
-  readonly decomposition?: { path: 'template'; entries: number; bound: number; reason: string };
-  /**
-   * Where the time went, in milliseconds per phase, in the order they ran (the CLI adds
-   * `load` and `reduction`): so a slow run says whether stage proofs, the numeric runs, the
-   * witness search or a fallback took it.
-   */
-  readonly phases?: Record<string, number>;
-  /** Set when the run's time limit (--time-limit) stopped work: what was left is "unknown". */
-  readonly timeLimit?: { seconds: number; reached: boolean };
-}
+import type { Engine, StageReport, Verdict, VerifyReport } from './report.js';
 
 /** Phase timings: lap(name) records the time since the previous lap. */
 function phaseClock(): { lap: (name: string) => void; phases: Record<string, number> } {
@@ -194,7 +130,6 @@ function proveInProcess(plan: LoadedPlan, stages: readonly Stage[], onStage: ((d
   });
 }
 
-export type Engine = 'normal' | 'z3';
 
 export interface PoolVerifyOptions extends VerifyOptions {
   /** Worker threads; 0 proves in this thread. */

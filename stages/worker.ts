@@ -4,7 +4,8 @@
  * worker decodes and loads it once (cached by key), so a replacement worker (after a deadline
  * or a crash) can resume on its own.
  */
-import { loadPlanText, type LoadedPlan, type PlanLimits } from '../plans/loader.js';
+import { type PlanLimits } from '../plans/loader.js';
+import { loadPlanText, type LoadedPlan } from '../lineage/load.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { Z3Prover } from './z3.js';

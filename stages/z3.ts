@@ -9,8 +9,8 @@
 import { init, killThreads, type Arith, type Bool, type Context, type FuncDecl } from 'z3-solver';
 import type { Algebra, RealFn } from '../ops/algebra.js';
 import { nonnegFns, positiveFns } from '../ops/algebra.js';
-import { qParse } from '../sdfg/rational.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import { qParse } from '../ops/rational.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import { result, StageBuilder, type Stage, type StageResult } from './prove.js';
 
 type Api = Awaited<ReturnType<typeof init>>;

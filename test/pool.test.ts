@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
-import { loadPlanText } from '../plans/loader.js';
+import { loadPlanText } from '../lineage/load.js';
 import { verifyPlan, verifyPlanInPool } from '../stages/verify.js';
 import { proveInPool } from '../stages/pool.js';
 import { decompose } from '../stages/prove.js';
