@@ -117,6 +117,12 @@ export interface OpDef {
    */
   readonly movesValues?: boolean;
   /**
+   * An output that holds positions along an input's dim (topk's indices: positions along the
+   * scored dim): its values are 0..size-1, so it is categorical like an id tensor. `dim` may be
+   * negative (from the end).
+   */
+  readonly positionsOut?: { readonly output: number; readonly input: number; readonly dim: number };
+  /**
    * The op as an expression over other ops, one per output (clip_grad_norm is every gradient
    * times clip_coef of the summed squares): tensor-level proofs compare a parallel plan that
    * spells the parts with the logical op through it. Checked numerically in

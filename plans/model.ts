@@ -98,6 +98,12 @@ export interface LogicalGraph {
   readonly attrs: Attrs[];
   /** producer[t] = op index, or -1 for iteration inputs. */
   readonly producer: Int32Array;
+  /**
+   * The ops in one topological order, computed once at load (plans/logical.ts): every later
+   * phase (domains, execution, stage decomposition) follows this one. Empty when the load
+   * stopped before it (a cycle or an earlier error).
+   */
+  readonly order: readonly number[];
 }
 
 /** A dimension, attribute or group entry that may depend on mesh coordinates. */
