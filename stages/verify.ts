@@ -138,7 +138,8 @@ export interface PoolVerifyOptions extends VerifyOptions {
   readonly engine?: Engine;
   /** Per-stage deadline (ms). */
   readonly deadlineMs: number;
-  readonly fault?: PoolOptions['fault'];
+  /** A worker module instead of stages/worker.js (tests inject faults with it): see PoolOptions.worker. */
+  readonly worker?: PoolOptions['worker'];
   readonly recycleAfter?: number;
   /** Prove each distinct canonical stage once (default true). */
   readonly dedup?: boolean;
@@ -197,7 +198,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
         engine,
         ...(opts.recycleAfter === undefined ? {} : { recycleAfter: opts.recycleAfter }),
         ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
-        ...(opts.fault === undefined ? {} : { fault: opts.fault }),
+        ...(opts.worker === undefined ? {} : { worker: opts.worker }),
       });
     }
     if (engine === 'normal') return proveInProcess(plan, some, opts.onStage, witnessed, limit);
