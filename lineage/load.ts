@@ -15,7 +15,7 @@ import { checkLineage, collectClaims, type Claim, type Coverage } from './check.
 import { checkLineageSymbolic, type LineageStats } from './symbolic.js';
 
 /** Which path each check took, for `inspect` and the benchmarks. */
-export interface LoadStats {
+interface LoadStats {
   readonly checks: 'template' | 'rank';
   /** Programs whose ranks are a box (product of per-axis coordinate sets). */
   readonly boxPrograms: number;

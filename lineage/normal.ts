@@ -11,7 +11,7 @@ import { regionStr, valueStr } from './model.js';
 import { evalLineage } from './model.js';
 import type { Program } from '../plans/model.js';
 
-export interface NormalForm {
+interface NormalForm {
   mesh: string;
   rankOrder: number[];
   logical: string[];

@@ -98,7 +98,7 @@ export interface Dense<S> {
  * erf with |error| < 1.2e-16 relative near 0 and ~1e-16 absolute elsewhere: series for small
  * |x|, continued fraction for large |x|. Math has no erf.
  */
-export function erf(x: number): number {
+function erf(x: number): number {
   const ax = Math.abs(x);
   if (ax < 2.5) {
     // Maclaurin series: erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1))

@@ -15,7 +15,7 @@ export interface GradBuilder {
   shape(r: GradRef): Shape;
 }
 
-export interface GradContext {
+interface GradContext {
   readonly inputs: readonly GradRef[];
   readonly outputs: readonly GradRef[];
   /** Gradients of the outputs (same order). */

@@ -14,14 +14,14 @@ export type { Shape, AttrValue, Attrs } from './basic.js';
 /** Thrown by shape rules; the loader turns it into a located plan error. */
 export class ShapeError extends Error {}
 
-export interface Arity {
+interface Arity {
   readonly min: number;
   /** Infinity for variadic ops such as concat. */
   readonly max: number;
 }
 
 /** How a collective's members hold inputs and outputs. */
-export type CollectivePattern =
+type CollectivePattern =
   /** Every member has one input and one output (all_reduce, all_gather, reduce_scatter, all_to_all). */
   | 'symmetric'
   /** The source member has one input; every member has one output. */
@@ -29,7 +29,7 @@ export type CollectivePattern =
   /** Two members: the sender's input becomes the receiver's output. */
   | 'p2p';
 
-export interface CollectiveRule {
+interface CollectiveRule {
   readonly pattern: CollectivePattern;
   /** For per-rank spelling of p2p: which side of the pair this op name is. */
   readonly side?: 'send' | 'recv';

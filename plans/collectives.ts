@@ -85,7 +85,7 @@ function guard<T>(ctx: Ctx, rank: number, path: string, f: () => T | undefined):
   }
 }
 
-export function resolvePeer(ctx: Ctx, p: PeerSpec, rank: number, path: string): number | undefined {
+function resolvePeer(ctx: Ctx, p: PeerSpec, rank: number, path: string): number | undefined {
   let peer: number;
   if (p.kind === 'rank') peer = evalInt(p.rank, rankEnv(ctx.mesh, rank));
   else {

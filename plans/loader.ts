@@ -119,7 +119,7 @@ function structure(file: string, raw: unknown, sink: IssueSink, opts: LoadOption
 }
 
 /** What loadStructure checked and built: the plan without its lineage checked. */
-export interface PlanStructure {
+interface PlanStructure {
   readonly file: string;
   readonly plan: RawPlan;
   readonly mesh: Mesh;

@@ -113,7 +113,7 @@ export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGra
 
 const INTEGER_DTYPES = new Set(['int64', 'int32', 'int16', 'int8', 'uint8']);
 /** Symbolic ids cost one indicator per value and element: keep domains proof-sized. */
-export const MAX_DOMAIN = 1 << 20;
+const MAX_DOMAIN = 1 << 20;
 
 /** The ascending value list of an integer tensor (bool: {0, 1}). */
 function domainOf(t: RawLogicalTensor, p: string, sink: IssueSink): readonly number[] | undefined {

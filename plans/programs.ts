@@ -15,7 +15,7 @@ import { rankEnv } from './mesh.js';
 import { type LineageSpec, parsePlacement, LineageError, type Reduce } from './model.js';
 import { MAX_ELEMENTS, checkOpShapes } from './logical.js';
 
-export class ExprCompiler {
+class ExprCompiler {
   readonly vars: Set<string>;
   private readonly bound: (name: string) => readonly [number, number];
   private readonly cache = new Map<string, CompiledExpr>();

@@ -44,7 +44,7 @@ export interface CollectiveStats {
   p2pClasses: number;
 }
 
-export interface CollectiveCheck {
+interface CollectiveCheck {
   /** One record per distinct template instance (for the dataflow quotient graph); real instances for the rest. */
   readonly quotient: CollectiveInstance[];
   readonly kinds: CollectiveKind[];

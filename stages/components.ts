@@ -28,7 +28,7 @@ import { extractLogicalRaw, stageClosure, stageOf, type StageClosure } from './e
 export class ComponentError extends Error {}
 
 /** [start, width] per logical tensor and dim, for dims cut to a window. */
-export type Windows = Map<string, [number, number]>;
+type Windows = Map<string, [number, number]>;
 const wkey = (logical: number, d: number): string => `${logical}:${d}`;
 
 /** Obligations of one rank, as a stage. */

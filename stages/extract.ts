@@ -41,7 +41,7 @@ export interface StageClosure {
 }
 
 /** Producer of each (rank, tensor), as the stage builder sees it (shared with stages/prove.ts). */
-export const producerMap = producers;
+const producerMap = producers;
 
 /** The stage builder's closure walk (StageBuilder.build, step 1), recording what it runs. */
 export function stageClosure(plan: LoadedPlan, stage: Stage, prod: Map<string, Producer> = producerMap(plan)): StageClosure {
@@ -106,7 +106,7 @@ export function stageClosure(plan: LoadedPlan, stage: Stage, prod: Map<string, P
   return { seen, inputs, ops, collectives, logicalOps, logicalInputs };
 }
 
-export interface ExtractedStage {
+interface ExtractedStage {
   readonly raw: RawPlan;
   readonly plan: LoadedPlan;
   /** The stage of the same logical tensor in the extracted plan. */

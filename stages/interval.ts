@@ -183,7 +183,7 @@ export const intervalAlgebra: Algebra<Iv> = {
 };
 
 /** A claim shown false at a concrete input, in exact arithmetic. */
-export interface Certified {
+interface Certified {
   readonly seed: number;
   readonly rank: number;
   readonly tensor: string;
@@ -194,7 +194,7 @@ export interface Certified {
   readonly logical: Iv;
 }
 
-export type CertifyResult = { certified: Certified } | { undecided: string };
+type CertifyResult = { certified: Certified } | { undecided: string };
 
 /**
  * Evaluates both graphs in intervals on the inputs `numericCheck` draws at `seed` (the same

@@ -87,8 +87,8 @@ export function newPool(jobs: number, workerHeapMb = DEFAULT_WORKER_HEAP_MB, wor
   });
 }
 
-export const DEFAULT_RECYCLE_AFTER = 200;
-export const DEFAULT_WORKER_HEAP_MB = 6144;
+const DEFAULT_RECYCLE_AFTER = 200;
+const DEFAULT_WORKER_HEAP_MB = 6144;
 
 export async function proveInPool(file: string, text: string, stages: readonly Stage[], opts: PoolOptions): Promise<StageResult[]> {
   const jobs = Math.max(1, opts.jobs);

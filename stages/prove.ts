@@ -38,7 +38,7 @@ export interface Stage {
   readonly obligations: Obligation[];
 }
 
-export type StageStatus = 'proved' | 'differs' | 'unknown';
+type StageStatus = 'proved' | 'differs' | 'unknown';
 
 export interface StageResult {
   readonly stage: Stage;
@@ -131,7 +131,7 @@ export function producers(plan: LoadedPlan): Map<string, Producer> {
 }
 
 /** One equality the stage must establish. */
-export interface Pair<S> {
+interface Pair<S> {
   readonly par: S;
   readonly log: S;
   readonly rank: number;
@@ -139,7 +139,7 @@ export interface Pair<S> {
   readonly what: string;
 }
 
-export interface StageBuild<S> {
+interface StageBuild<S> {
   readonly pairs: Pair<S>[];
   readonly logicalOps: number;
   readonly parallelOps: number;
@@ -157,7 +157,7 @@ export interface StageBuild<S> {
  */
 export const MAX_STAGE_ELEMENTS = 4_000_000;
 
-export interface SymbolSource<S> {
+interface SymbolSource<S> {
   readonly alg: Algebra<S>;
   /** A fresh input element; `values` makes it categorical (an integer id taking one of them). */
   sym(name: string, values?: readonly number[]): S;

@@ -71,7 +71,7 @@ export interface ReductionAnalysis {
   readonly prefixValues?: number[];
 }
 
-export interface Reduction {
+interface Reduction {
   readonly analysis: ReductionAnalysis;
   /** The reduced plan as an ordinary plan file, loaded and checked. */
   readonly raw: RawPlan;

@@ -14,7 +14,7 @@ import { proveTensorLevel } from './tensorlevel.js';
 import { decompose } from './prove.js';
 import { logicalOrder } from '../sdfg/execute.js';
 
-export interface ReductionReport {
+interface ReductionReport {
   /** True when the proof ran on the reduced plan. */
   readonly ran: boolean;
   /** Why it did not, when it did not. */

@@ -146,7 +146,7 @@ export function formatReport(r: VerifyReport, verbose = false): string {
 }
 
 /** "stages 1.20 s, witnessSearch 0.31 s, ...": phases of 10 ms or more, the largest first. */
-export function formatPhases(p: Readonly<Record<string, number>>): string {
+function formatPhases(p: Readonly<Record<string, number>>): string {
   const shown = Object.entries(p).filter(([, ms]) => ms >= 10).sort((a, b) => b[1] - a[1]);
   return shown.length === 0 ? 'every phase under 10 ms' : shown.map(([k, ms]) => `${k} ${(ms / 1000).toFixed(2)} s`).join(', ');
 }

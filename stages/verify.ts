@@ -158,7 +158,7 @@ export interface PoolVerifyOptions extends VerifyOptions {
 }
 
 /** Second chance for undecided stages: new results (same order) and the numeric evidence with their witnesses added. */
-export type StageFallback = (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, limit?: TimeLimit) => { results: StageResult[]; numeric: NumericReport };
+type StageFallback = (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, limit?: TimeLimit) => { results: StageResult[]; numeric: NumericReport };
 
 /** Results for every stage: the known ones as given, the others proved by `prove`. */
 async function proveRest(stages: readonly Stage[], known: ReadonlyMap<number, StageResult> | undefined, prove: (some: readonly Stage[]) => Promise<StageResult[]>): Promise<StageResult[]> {
@@ -239,7 +239,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
 }
 
 /** A stage the run's time limit left unattempted: "unknown", never a verdict. */
-export function unattempted(s: Stage, limit: TimeLimit): StageResult {
+function unattempted(s: Stage, limit: TimeLimit): StageResult {
   return { stage: s, status: 'unknown', reason: notAttempted(limit), failingRanks: [...new Set(s.obligations.map((o) => o.rank))], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
 }
 
@@ -248,7 +248,7 @@ export function unattempted(s: Stage, limit: TimeLimit): StageResult {
  * witness, or a division it cannot show nonzero) go to Z3, which knows max/min as If-terms
  * and nonlinear real arithmetic. A Z3 proof is taken; anything else keeps the first answer.
  */
-export async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit): Promise<StageResult[]> {
+async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
   // The portfolio: also a stage the normal form gave up on (its work budget), within the stage deadline.
   // Past a stage refuted with a witness the verdict is settled and that stage is the likely root
