@@ -16,6 +16,10 @@ import { verifyPlanInPool, type TimeLimit } from '../stages/verify.js';
 import { type VerifyReport } from '../stages/report.js';
 import { formatReport } from '../stages/report.js';
 import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/template.js';
+import { provePart } from '../stages/part.js';
+
+/** Witness search per template before the rank-by-rank path (plans past PER_TEMPLATE_FIRST entries). */
+const PER_TEMPLATE_WITNESS_MS = 60_000;
 import { formatReductionReport, REDUCTION_NOT_NEEDED, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
 import { formatFallback, formatPerStage, perStageFallback, verifyPerStage, type FallbackInfo } from '../stages/stage-reduce.js';
 import type { RawPlan } from '../plans/raw.js';
@@ -129,7 +133,7 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   // extraction, the pool) would build per-rank stages: the stages are decomposed per template
   // instead, each "unknown" with its reason (stages/template.ts), never a heap exhaustion.
   if (stageWorkTooLarge(l.plan) !== undefined) {
-    const r = verifyPerTemplate(l.plan, { seed: eng.seed });
+    const r = verifyPerTemplate(l.plan, { seed: eng.seed, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart } });
     const notTried = 'not tried: the plan is past the per-rank stage bound; its stages are sized at full shapes';
     out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
     return verdictCode[r.verdict];
@@ -144,6 +148,16 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
       r = verifiedPerTemplate(l.plan, { seed: eng.seed });
     } catch {
       r = undefined; // the rank-by-rank path below decides, and reports any engine error itself
+    }
+    // Not all proved: a witness on one rank's part of an open stage (stages/part.ts) refutes the
+    // plan without building its stages rank by rank; anything else goes on below.
+    if (r === undefined) {
+      try {
+        const w = verifyPerTemplate(l.plan, { seed: eng.seed, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart }, witnessMs: PER_TEMPLATE_WITNESS_MS });
+        if (w.verdict === 'not_equivalent') r = w;
+      } catch {
+        r = undefined;
+      }
     }
     if (r !== undefined) {
       out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: REDUCTION_NOT_NEEDED, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction ${REDUCTION_NOT_NEEDED}`);

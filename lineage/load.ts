@@ -65,7 +65,10 @@ export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {
   };
   let coverage: Coverage[];
   let lstats: LineageStats = { symbolicTensors: 0, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 };
-  if (mode === 'template') {
+  if (opts.subset === true) {
+    claimList = claimsNow(sink);
+    coverage = [];
+  } else if (mode === 'template') {
     const r = checkLineageSymbolic(programs, rankProgram, mesh, logical, contract, view, sink, { symbolic: true });
     sink.throwIfAny();
     coverage = r.coverage ?? [];

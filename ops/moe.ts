@@ -171,6 +171,7 @@ export const ops: OpDef[] = [
     inputs: { min: 2, max: 3 },
     outputs: fixed(1),
     attrSchema: expertsAttr,
+    routing: (at) => (layoutOf(at) === 'packed' ? 'dispatch' : undefined),
     shape: ([x, idx, w], at) => {
       const [N, k, D] = routeShape(x as Shape, idx as Shape, w);
       return [[attrNum(at, 'experts'), N * k, D]];
@@ -216,6 +217,7 @@ export const ops: OpDef[] = [
     inputs: fixed(2),
     outputs: fixed(1),
     attrSchema: attrObject({ layout: layoutSchema }),
+    routing: (at) => (layoutOf(at) === 'packed' ? 'gather' : undefined),
     shape: ([y, idx]) => {
       const ys = y as Shape;
       const is = idx as Shape;
@@ -242,6 +244,7 @@ export const ops: OpDef[] = [
     inputs: { min: 2, max: 3 },
     outputs: fixed(1),
     attrSchema: attrObject({ layout: layoutSchema }),
+    routing: (at) => (layoutOf(at) === 'packed' ? 'combine' : undefined),
     shape: ([y, idx, w]) => {
       const ys = y as Shape;
       const is = idx as Shape;

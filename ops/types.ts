@@ -123,6 +123,16 @@ export interface OpDef {
    */
   readonly positionsOut?: { readonly output: number; readonly input: number; readonly dim: number };
   /**
+   * Token routing (mixture of experts) in the layout whose buffer rows depend on the routing:
+   * 'dispatch' packs input 0's rows (tokens) into per-expert buffers [E, N*k, ...] by the
+   * choices of input 1 ([N, k]), each expert's slots in token order and zero rows after them;
+   * 'gather' ([N, k, ...]) and 'combine' ([N, ...], weighted by input 2) read them back where
+   * dispatch put them. Undefined for other layouts. Tensor-level proofs follow such buffers as
+   * a permutation of token slots (docs/engine.md, "Routed buffers"); checked against the op's
+   * own evaluation in test/tensorlevel.test.ts.
+   */
+  routing?(attrs: Attrs): 'dispatch' | 'gather' | 'combine' | undefined;
+  /**
    * The op as an expression over other ops, one per output (clip_grad_norm is every gradient
    * times clip_coef of the summed squares): tensor-level proofs compare a parallel plan that
    * spells the parts with the logical op through it. Checked numerically in

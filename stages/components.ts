@@ -41,7 +41,7 @@ export function splitsByRank(c: StageClosure): boolean {
   return c.collectives.size === 0;
 }
 
-function rawLineage(full: LoadedPlan, nf: LineageNF, win: Windows): RawLineage {
+export function rawLineage(full: LoadedPlan, nf: LineageNF, win: Windows): RawLineage {
   const index: RawDimIndex[] = nf.ranges.map((b, d) => {
     const o = win.get(wkey(nf.logical, d))?.[0] ?? 0;
     const rs: RawRange[] = [];

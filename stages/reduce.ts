@@ -483,15 +483,17 @@ export function reducedRaw(raw: RawPlan, plan: LoadedPlan, a: ReductionAnalysis)
  * loader's checks. Then every logical shape, every rank's parallel shapes and every lineage
  * claim of the reduced plan are checked to be exactly the full plan's divided by the factors.
  * Returns undefined when nothing shrinks. Throws ReductionError when the check fails.
+ * `subset`: the plan is some ranks of another (stages/part.ts), loaded without the tiling
+ * check, and so is its reduction.
  */
-export function reducePlan(plan: LoadedPlan, raw: RawPlan): Reduction | undefined {
+export function reducePlan(plan: LoadedPlan, raw: RawPlan, subset = false): Reduction | undefined {
   const analysis = analyzeReduction(plan);
   if (!analysis.reduces) return undefined;
   const rr = reducedRaw(raw, plan, analysis);
   const text = JSON.stringify(rr);
   let red: LoadedPlan;
   try {
-    red = loadPlanObject(`${plan.file} (reduced)`, JSON.parse(text));
+    red = loadPlanObject(`${plan.file} (reduced)`, JSON.parse(text), subset ? { subset: true } : {});
   } catch (e) {
     const msg = e instanceof PlanError ? e.issues.slice(0, 3).map((i) => `${i.path}: ${i.message}`).join('; ') : e instanceof Error ? e.message : String(e);
     throw new ReductionError(`the reduced plan does not load: ${msg}`);

@@ -80,7 +80,7 @@ export function prepareStage(full: LoadedPlan, raw: RawPlan, stage: Stage, reduc
 }
 
 /** One stage, proved where prepareStage put it, with a witness from a numeric run there. */
-function proveStage(p: PreparedStage, seed: number): { result: StageResult; numeric: NumericReport } {
+export function proveStage(p: PreparedStage, seed: number): { result: StageResult; numeric: NumericReport } {
   const name = p.plan.logical.tensors.name(p.stage.logical);
   const attempt = (witnessed: boolean): StageResult => {
     try {

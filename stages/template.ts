@@ -37,6 +37,8 @@ import { StageCanonizer } from './canon.js';
 import { DEFAULT_TERM_BUDGET } from '../sdfg/terms.js';
 import { evalLineage } from '../lineage/model.js';
 import { TensorLevelProver } from './tensorlevel.js';
+import type { ProvePart } from './part.js';
+import type { RawPlan } from '../plans/raw.js';
 
 /** Obligations of one (program, tensor): `ranks` of the program's ranks produce it. */
 export interface TemplatePart {
@@ -514,7 +516,21 @@ export interface TemplateVerifyOptions {
   readonly budget?: number;
   /** Tensor-level proofs per template first (default true; stages/tensorlevel.ts proveTemplate). */
   readonly tensorLevel?: boolean;
+  /**
+   * Witnesses: a stage left open is refuted on one rank's part (stages/part.ts provePart, passed
+   * in by the caller so that this module does not depend on the element paths), read from the
+   * plan file (`raw`, parsed only when a stage is open).
+   */
+  readonly witness?: { readonly raw: () => RawPlan; readonly provePart: ProvePart };
+  /** Milliseconds the witness search may take (default WITNESS_BUDGET_MS). */
+  readonly witnessMs?: number;
 }
+
+/** Default time for witnesses per template: parts tried until one refutes or this runs out. */
+export const WITNESS_BUDGET_MS = 120_000;
+/** Open stages (in order) and parts per stage tried for a witness. */
+const WITNESS_STAGES = 16;
+const WITNESS_PARTS = 2;
 
 /**
  * The verdict of a plan past the per-rank stage bound: its stages decomposed per template, each
@@ -581,11 +597,13 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
   let proved = 0;
   let tensor = 0;
   const tl = opts.tensorLevel === false ? undefined : new TensorLevelProver(plan, { perTemplate: true });
+  /** Per stage: the part where tensor level stopped (tried first for a witness). */
+  const failedPart = new Map<number, number>();
   const reports: StageReport[] = stages.map((s, i) => {
     const t1 = performance.now();
     let tlWhy: string | undefined;
     if (tl !== undefined) {
-      let r: { proved: true } | { why: string };
+      let r: { proved: true } | { why: string; part?: number };
       try {
         r = tl.proveTemplate(s);
       } catch (e) {
@@ -598,6 +616,7 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
         return { ...stageHead(plan, s, i), rankCount: ts.ranksOf(s), status: 'proved' as const, decidedBy: 'tensor' as const, failingRanks: [], logicalOps: 0, parallelOps: 0, ms: performance.now() - t1 };
       }
       tlWhy = r.why;
+      if (r.part !== undefined) failedPart.set(i, r.part);
       if (allOrNothing) throw new NotAllProved(r.why);
     }
     const size = ts.size(s);
@@ -644,6 +663,52 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
     entries > bound
       ? `building its stages rank by rank would take ${entries.toLocaleString('en-US')} per-rank tensor and op entries (at most ${bound.toLocaleString('en-US')})`
       : 'tried per template first: one tensor-level derivation per program, not one per rank';
+  // Witnesses: the first open stages, tried on one rank's part each (stages/part.ts); a part that
+  // differs with a witness refutes its stage (and so the plan), anything else leaves it open.
+  let refuted: StageReport | undefined;
+  const wit = opts.witness;
+  if (wit !== undefined && reports.some((r) => r.status !== 'proved')) {
+    const until = performance.now() + (opts.witnessMs ?? WITNESS_BUDGET_MS);
+    let raw: RawPlan | undefined;
+    let tried = 0;
+    for (let i = 0; i < reports.length && refuted === undefined && tried < WITNESS_STAGES && performance.now() < until; i++) {
+      const rep = reports[i] as StageReport;
+      if (rep.status === 'proved') continue;
+      tried++;
+      const s = stages[i] as TemplateStage;
+      raw ??= wit.raw();
+      const notes: string[] = [];
+      const first = failedPart.get(i);
+      const order = first === undefined ? s.parts : [s.parts[first] as TemplatePart, ...s.parts.filter((_, j) => j !== first)];
+      for (const part of order.slice(0, WITNESS_PARTS)) {
+        if (performance.now() >= until) break;
+        const prog = plan.programs[part.program] as Program;
+        const rank = prog.ranks[0] as number;
+        const t1 = performance.now();
+        const r = wit.provePart(plan, raw, { index: i, logical: s.logical, obligations: [] }, rank, part.tensor, seed);
+        if ('why' in r) {
+          notes.push(`rank ${rank}: ${r.why}`);
+          continue;
+        }
+        if (r.result.status === 'differs' && r.witness.length > 0) {
+          const diagnosis = r.diagnosis;
+          refuted = {
+            ...rep,
+            status: 'not_equivalent',
+            reason: `the two sides differ on rank ${rank}'s part (its obligation and the ${r.ranks.length} rank(s) it reads, extracted${r.reduced ? ' and reduced' : ''}: stages/part.ts): ${r.result.reason ?? ''}`,
+            witness: r.witness.slice(0, 4),
+            ...(diagnosis === undefined ? {} : { diagnosis }),
+            failingRanks: r.result.failingRanks,
+            ms: rep.ms + (performance.now() - t1),
+          };
+          reports[i] = refuted;
+          break;
+        }
+        notes.push(`rank ${rank} '${prog.tensors.name(part.tensor)}': the part is ${r.result.status === 'proved' ? 'proved there (no witness on this rank)' : `${r.result.status}${r.witness.length === 0 ? ' without a witness' : ''} (${(r.result.reason ?? '').slice(0, 200)})`}`);
+      }
+      if (refuted === undefined && notes.length > 0 && rep.status === 'unknown') reports[i] = { ...rep, reason: `${rep.reason ?? ''}; witness search per part: ${notes.join('; ')}` };
+    }
+  }
   const open = reports.filter((r) => r.status !== 'proved');
   const first = open[0];
   const counts = `${proved} proved (${tensor} at tensor level per template; rank by rank from the templates: ${ts.proofsRun} proof(s) run, ${ts.proofsShared} part(s) covered by an equal canonical form), ${tooLarge} too large at full shapes, ${open.length - tooLarge} not proved on this path`;
@@ -652,7 +717,9 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
   // contract outputs are held complete: all stages proved is a proof of the plan.
   const verified = reports.length > 0 && first === undefined;
   const summary =
-    reports.length === 0
+    refuted !== undefined
+      ? `stage ${refuted.index} (${refuted.logical}${refuted.op ? `, op '${refuted.op.id}'` : ''}) is the first failing stage found and the likely root cause (refuted on one rank's part; decomposed per template: ${why}); ${open.length - 1} other stage(s) not proved: ${counts}`
+      : reports.length === 0
       ? `no stage: no tensor with lineage is produced (${why}; stages decomposed per template)`
       : first === undefined
         ? `all ${reports.length} stages proved equivalent in exact arithmetic; every contract output is held complete; decomposed per template (${why}): ${counts}`
@@ -660,7 +727,7 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
   return {
     file: plan.file,
     name: plan.name,
-    verdict: verified ? 'verified' : 'unknown',
+    verdict: refuted !== undefined ? 'not_equivalent' : verified ? 'verified' : 'unknown',
     summary,
     stages: reports,
     numeric: { evaluated: false, seed, claimsChecked: 0, mismatches: 0, reason: 'not run: the plan is past the per-rank stage bound (stages decomposed per template)' },

@@ -23,7 +23,7 @@
  * the element engines: this layer only ever says "proved", never "differs".
  */
 import { registry } from '../ops/registry.js';
-import { attrScalar, numel, type AttrValue, type Attrs, type DecompExpr, type DimLabel, type Shape } from '../ops/types.js';
+import { attrScalar, numel, type AttrValue, type Attrs, type DecompExpr, type DimLabel, type OpDef, type Shape } from '../ops/types.js';
 import type { LoadedPlan } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
@@ -109,12 +109,42 @@ export interface Relation {
 interface Sum {
   readonly terms: readonly Relation[];
 }
-type Value = Relation | Sum;
+/**
+ * A routed buffer (mixture of experts, the packed layout: OpDef.routing): the parallel
+ * tensor's rows along `sdim` are the slots of the tokens in `blocks` (row ranges of the logical
+ * routing choices `idx`, [N, k]), one segment of |block| x k rows per block in order, each
+ * packed per expert as dispatch packs them; along `edim` it holds the experts `region[edim]`.
+ * Slot (i, j) of a block, at its place in expert e's segment, holds `factor` x the row of
+ * logical tensor `of` at the place the logical dispatch gives that slot (the logical
+ * buffer is the same permutation of all N tokens' slots); along the other dims, `region`. The
+ * rows after a segment's slots (padding) are zero when `padZero`. `region[sdim]` is the whole
+ * slot dim (the blocks say which rows). docs/engine.md, "Routed buffers".
+ */
+interface Routed {
+  readonly routed: true;
+  /** The logical tensor (canonical id) and its region (field names differ from Relation's: a routed buffer is never read as one). */
+  readonly of: number;
+  readonly region: readonly Range[];
+  readonly edim: number;
+  readonly sdim: number;
+  /** The logical routing choices (canonical id), their number of experts and choices per token. */
+  readonly idx: number;
+  readonly experts: number;
+  readonly k: number;
+  readonly blocks: readonly Range[];
+  readonly factor: Frac;
+  readonly padZero: boolean;
+}
+type Value = Relation | Sum | Routed;
 type Derived = Value | string;
 const isSum = (v: Value): v is Sum => 'terms' in v;
-const termsOf = (v: Value): readonly Relation[] => (isSum(v) ? v.terms : [v]);
+const isRouted = (v: Value): v is Routed => 'routed' in v;
+const termsOf = (v: Relation | Sum): readonly Relation[] => (isSum(v) ? v.terms : [v]);
+/** The slots a routed buffer holds, in order: equal keys mean aligned rows. */
+const slotKey = (v: Routed): string => `${v.idx}|${v.experts}|${v.k}|${v.blocks.map(([a, b]) => `${ikey(a)}:${ikey(b)}`).join(',')}`;
 /** Everything a value says, as text (memo keys). */
 function valueKey(v: Value): string {
+  if (isRouted(v)) return `R${v.of}@${v.region.map(([a, b]) => `${ikey(a)}:${ikey(b)}`).join(',')}|${v.edim},${v.sdim}|${slotKey(v)}*${fkey(v.factor)}${v.padZero ? 'z' : ''}`;
   return termsOf(v)
     .map((r) => `${relKey(r)}#${coverKey(r.part)}`)
     .join('&');
@@ -127,7 +157,7 @@ function termKey(r: Relation): string {
  * Adds relations: terms of one tensor, region and decomposition merge (replicas add their
  * factors; addends of one scale unite their covers); the rest stay separate terms.
  */
-function addTerms(list: readonly Relation[]): Value | string {
+function addTerms(list: readonly Relation[]): Relation | Sum | string {
   if (list.some(isMaxPart)) return 'max-addends added';
   const groups = new Map<string, Relation[]>();
   for (const r of list) {
@@ -681,12 +711,12 @@ export class TensorLevelProver {
    * on: the derived addends of each claimed region must partition its value, as prove() checks
    * rank by rank.
    */
-  proveTemplate(stage: TemplateStageRef): { proved: true } | { why: string } {
+  proveTemplate(stage: TemplateStageRef): { proved: true } | { why: string; part?: number } {
     const tmpl = this.tmpl;
     if (tmpl === undefined) return { why: 'not a per-template prover' };
     const derive = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set() });
     const groups = new Map<string, { n: number; byIdx: Map<number, Relation> }>();
-    for (const part of stage.parts) {
+    for (const [pix, part] of stage.parts.entries()) {
       const prog = this.plan.programs[part.program] as Program;
       const frame = tmpl[part.program];
       if (frame === undefined || typeof frame === 'string') return { why: frame ?? 'no template' };
@@ -695,15 +725,15 @@ export class TensorLevelProver {
       const r0 = frame.r0;
       const name = `'${prog.name}' '${prog.tensors.name(part.tensor)}'`;
       const claim = this.canonical(this.templateClaim(r0, part.tensor));
-      if (typeof claim === 'string') return { why: `${name}: the claim is ${claim}` };
+      if (typeof claim === 'string') return { why: `${name}: the claim is ${claim}`, part: pix };
       const d0 = derive(r0, part.tensor, 0);
       const d = typeof d0 === 'string' ? d0 : this.materialize(d0);
-      if (typeof d === 'string') return { why: `${name}: ${d}` };
+      if (typeof d === 'string') return { why: `${name}: ${d}`, part: pix };
       if (claim.part === undefined) {
-        if (d.part !== undefined || !sameRel(d, claim)) return { why: `${name}: derived ${this.show(d)}, claimed ${this.show(claim)}` };
+        if (d.part !== undefined || !sameRel(d, claim)) return { why: `${name}: derived ${this.show(d)}, claimed ${this.show(claim)}`, part: pix };
         continue;
       }
-      if (d.part === undefined || regionKey(d) !== regionKey(claim) || !feq(d.scale, claim.scale)) return { why: `${name}: derived ${this.show(d)}, claimed addend ${this.show(claim)}` };
+      if (d.part === undefined || regionKey(d) !== regionKey(claim) || !feq(d.scale, claim.scale)) return { why: `${name}: derived ${this.show(d)}, claimed addend ${this.show(claim)}`, part: pix };
       const idx0 = (claim.part.comps[0] as Comp).cover[0] as Int;
       const n = (claim.part.comps[0] as Comp).total;
       // The axes the index and the addends move with; the region's other axes stay symbolic in
@@ -737,6 +767,7 @@ export class TensorLevelProver {
 
   /** A sum as one relation: complete terms of one region are the region of their tensor sum. */
   private materialize(v: Value): Relation | string {
+    if (isRouted(v)) return `a routed MoE buffer (${this.world.name(v.of)}: its rows are a routing-dependent permutation of the tokens' slots) read by an op with no routing rule`;
     if (!isSum(v)) return v;
     const first = v.terms[0] as Relation;
     if (v.terms.some((t) => t.part !== undefined || t.bcast !== undefined || regionKey({ ...t, logical: first.logical }) !== regionKey(first))) return `a sum of ${v.terms.length} values that are not all whole, or not one region`;
@@ -1189,6 +1220,12 @@ export class TensorLevelProver {
       return v;
     };
     const values = ins.filter((x): x is Value => x !== undefined);
+    if (values.some(isRouted)) {
+      if (kind === 'send' || kind === 'recv' || kind === 'send_recv') return me === 1 && ins[0] !== undefined ? ins[0] : 'a point-to-point transfer with no input from its sender';
+      if (kind !== 'all_to_all') return `'${kind}' of a routed MoE buffer`;
+      if (values.length !== g || !values.every(isRouted)) return 'all_to_all of routed and plain buffers';
+      return this.routedA2a(values, attrs, me, g, outShape);
+    }
     const p2p = kind === 'send' || kind === 'recv' || kind === 'send_recv' || kind === 'broadcast' || kind === 'all_reduce' || kind === 'reduce_scatter';
     // Collectives that move regions need each input as one relation.
     const mats = p2p ? [] : values.map((v) => this.materialize(v));
@@ -1271,7 +1308,9 @@ export class TensorLevelProver {
   }
 
   /** all_reduce / reduce_scatter of the members' inputs: a partition of addends, or replicas. */
-  private combine(xs: readonly Value[], red: string, g: number): Derived {
+  private combine(xs0: readonly Value[], red: string, g: number): Derived {
+    if (xs0.some(isRouted)) return `${red} over routed MoE buffers`;
+    const xs = xs0 as readonly (Relation | Sum)[];
     if (red === 'max' && xs.every((x) => !isSum(x) && isMaxPart(x))) {
       // Max-addends of one value over a partition of the maxed range: their max is the value.
       const rs = xs as Relation[];
@@ -1779,6 +1818,202 @@ export class TensorLevelProver {
     return undefined;
   }
 
+  /** The region and slots must be what the parallel tensor holds: its local shape. */
+  private checkedRouted(v: Routed, shape: Shape): Routed | string {
+    const name = this.world.name(v.of);
+    if (shape.length !== v.region.length) return `derived a routed buffer of ${name} for a tensor of rank ${shape.length}`;
+    let slots = 0;
+    for (const [a, b] of v.blocks) {
+      const n = iconst(isub(b, a));
+      if (n === undefined || n <= 0) return `routed buffer of ${name}: a token block whose size depends on the coordinates`;
+      slots += n * v.k;
+    }
+    for (let d = 0; d < shape.length; d++) {
+      const [a, b] = v.region[d] as Range;
+      const n = d === v.sdim ? slots : iconst(isub(b, a));
+      if (n !== shape[d]) return `derived a routed buffer of ${name} (${slots} slots) for a tensor of shape [${shape.join(',')}]`;
+    }
+    return v;
+  }
+
+  /**
+   * Routed buffers (mixture of experts, packed layout; docs/engine.md "Routed buffers"):
+   *  - dispatch of a block of token rows (tokens, routing choices and weights, the same rows,
+   *    every choice) is a routed buffer of the logical dispatch with that one block;
+   *  - an op whose slot label is SIMD ('batch') in every routed input, met by no plain input,
+   *    maps rows to rows: a routed buffer of the logical op (padding stays zero through an
+   *    input it is linear in);
+   *  - an op that sums over the slot label (routed inputs aligned, one zero-padded and linear)
+   *    gives the tokens' addend of the logical op's output (padding rows add nothing);
+   *  - gather and combine of a buffer holding exactly one block, with that block's routing
+   *    choices (and weights), are that block's rows of the logical gather or combine.
+   * Undefined: no routed input and no dispatch (the plain rules apply).
+   */
+  private routedOp(kind: number, def: OpDef, attrs: Attrs, k: number, vals: readonly Value[], outShape: Shape): Derived | undefined {
+    const role = def.routing?.(attrs);
+    const ri = vals.flatMap((v, i) => (isRouted(v) ? [i] : []));
+    if (ri.length === 0 && role !== 'dispatch') return undefined;
+    const w = this.world;
+    const name = def.name;
+    const plain = (v: Value): Relation | string => {
+      const m = this.materialize(v);
+      if (typeof m === 'string') return m;
+      if (m.part !== undefined || m.bcast !== undefined) return `'${name}': an addend or a broadcast value beside a routed buffer`;
+      return m;
+    };
+    // The logical op of this kind on these logical inputs with these attributes, read without factors.
+    const logicalOp = (logicals: readonly number[]): number | string => {
+      const cands = (w.index.get(`${kind}|${logicals.join(',')}`) ?? []).filter((q) => {
+        const o = w.ops[q] as OpRef;
+        return attrsKey(o.attrs) === attrsKey(attrs) && o.factors.every((f) => feq(f, ONE));
+      });
+      return cands[0] ?? `no logical '${name}' reads ${logicals.map((x) => w.name(x)).join(', ')} with these attributes`;
+    };
+    const same = (a: Range, b: Range): boolean => a[0] === b[0] && a[1] === b[1];
+    if (role === 'dispatch') {
+      if (ri.length > 0) return `'${name}' of a routed buffer`;
+      const ins: Relation[] = [];
+      for (const v of vals) {
+        const m = plain(v);
+        if (typeof m === 'string') return m;
+        ins.push(m);
+      }
+      const [x, ix, wt] = ins;
+      if (x === undefined || ix === undefined || x.ranges.length !== 2 || ix.ranges.length !== 2) return `'${name}' of inputs that are not [tokens, features] and [tokens, k]`;
+      const rows = x.ranges[0] as Range;
+      const kk = w.shape(ix.logical)[1] as number;
+      // The routing choices are integers: compared, never scaled.
+      if (!feq(ix.scale, ONE) || !same(ix.ranges[0] as Range, rows) || !same(ix.ranges[1] as Range, [0, kk])) return `'${name}': the routing choices are not every choice of the tokens' rows`;
+      if (wt !== undefined && (wt.ranges.length !== 2 || !wt.ranges.every((rg, d) => same(rg, ix.ranges[d] as Range)))) return `'${name}': the routing weights are not the routing choices' rows`;
+      const q = logicalOp(ins.map((y) => y.logical));
+      if (typeof q === 'string') return q;
+      const [of, f] = w.canon((w.ops[q] as OpRef).outputs[0] as number);
+      const ls = w.shape(of);
+      const scale = fmul(fmul(x.scale, wt?.scale ?? ONE) ?? ONE, f);
+      if (scale === undefined || fmul(x.scale, wt?.scale ?? ONE) === undefined) return 'scale overflow';
+      const v: Routed = { routed: true, of, region: [[0, ls[0] as number], [0, ls[1] as number], x.ranges[1] as Range], edim: 0, sdim: 1, idx: ix.logical, experts: ls[0] as number, k: kk, blocks: [rows], factor: scale, padZero: true };
+      return this.checkedRouted(v, outShape);
+    }
+    const rs = ri.map((i) => vals[i] as Routed);
+    const r0 = rs[0] as Routed;
+    if (rs.some((v) => slotKey(v) !== slotKey(r0))) return `'${name}' of routed buffers of different routings or token blocks`;
+    if (role === 'gather' || role === 'combine') {
+      if (ri.length !== 1 || ri[0] !== 0) return `'${name}' of a routed buffer as its routing`;
+      const [ix, wt] = [vals[1], vals[2]].map((v) => (v === undefined ? undefined : plain(v)));
+      if (typeof ix === 'string') return ix;
+      if (typeof wt === 'string') return wt;
+      if (ix === undefined) return `'${name}' without routing choices`;
+      const block = r0.blocks[0] as Range;
+      if (r0.blocks.length !== 1 || r0.edim !== 0 || r0.sdim !== 1 || r0.region.length !== 3) return `'${name}' of a buffer holding ${r0.blocks.length} token blocks`;
+      if (!same(r0.region[0] as Range, [0, r0.experts])) return `'${name}' of a buffer holding some of the experts`;
+      if (ix.logical !== r0.idx || !feq(ix.scale, ONE) || !same(ix.ranges[0] as Range, block) || !same(ix.ranges[1] as Range, [0, r0.k])) return `'${name}': the routing choices are not the buffer's tokens' choices`;
+      if (wt !== undefined && (wt.ranges.length !== 2 || !wt.ranges.every((rg, d) => same(rg, ix.ranges[d] as Range)))) return `'${name}': the routing weights are not the routing choices' rows`;
+      const q = logicalOp([r0.of, ix.logical, ...(wt === undefined ? [] : [wt.logical])]);
+      if (typeof q === 'string') return q;
+      const [of, f] = w.canon((w.ops[q] as OpRef).outputs[0] as number);
+      const s1 = fmul(r0.factor, wt?.scale ?? ONE);
+      const scale = s1 === undefined ? undefined : fmul(s1, f);
+      if (scale === undefined) return 'scale overflow';
+      const feat = r0.region[2] as Range;
+      return this.checked({ logical: of, ranges: role === 'gather' ? [block, [0, r0.k], feat] : [block, feat], scale }, outShape);
+    }
+    if (role !== undefined) return `'${name}' of a routed buffer`;
+    // Every input as a region of its logical tensor; a routed one with its whole slot dim.
+    const pseudo: Relation[] = [];
+    for (const v of vals) {
+      if (isRouted(v)) {
+        pseudo.push({ logical: v.of, ranges: v.region, scale: v.factor });
+        continue;
+      }
+      const m = plain(v);
+      if (typeof m === 'string') return m;
+      pseudo.push(m);
+    }
+    if (def.sliceRegions !== undefined) return `'${name}' (a layout op that spells sizes) of a routed buffer`;
+    const q = logicalOp(pseudo.map((x) => x.logical));
+    if (typeof q === 'string') return q;
+    const sig = this.sig(q);
+    const o = w.ops[q] as OpRef;
+    const out = o.outputs[k];
+    if (sig === null || out === undefined) return `'${name}' has no dims for its logical op`;
+    const lab = (i: number, d: number): DimLabel | undefined => sig.inputs[i]?.[d];
+    const sl = lab(ri[0] as number, r0.sdim);
+    const el = lab(ri[0] as number, r0.edim);
+    if (sl === undefined || el === undefined) return 'labels do not match the input rank';
+    for (const i of ri) {
+      const v = vals[i] as Routed;
+      if (lab(i, v.sdim)?.label !== sl.label || lab(i, v.edim)?.label !== el.label) return `'${name}': routed inputs whose slot or expert dims carry different labels`;
+    }
+    // A plain input along the slot label would be read in the logical slot order.
+    if (vals.some((v, i) => !isRouted(v) && (sig.inputs[i] ?? []).some((l) => l.label === sl.label))) return `'${name}': a plain input meets the routed slots`;
+    const labels = sig.outputs[k] ?? [];
+    const so = labels.findIndex((l) => l.label === sl.label);
+    const eo = labels.findIndex((l) => l.label === el.label);
+    if (eo < 0 || el.role !== 'batch') return `'${name}': the expert dim is not kept row by row`;
+    const lin = def.linearIn?.(vals.length) ?? [];
+    const d = this.bySig(sig, lin, pseudo, k, out, outShape, q);
+    if (typeof d === 'string') return d;
+    const [of, f] = w.canon(d.logical);
+    const scale = fmul(d.scale, f);
+    if (scale === undefined) return 'scale overflow';
+    if (d.part !== undefined || d.bcast !== undefined) return `'${name}' of a routed buffer gives an addend or a broadcast`;
+    const padZero = ri.some((i) => (vals[i] as Routed).padZero && lin.includes(i));
+    if (so >= 0) {
+      // Row to row: each output slot reads only the same slot of every input (SIMD).
+      if (sl.role !== 'batch') return `'${name}': the slot dim is '${sl.role}', not SIMD`;
+      return this.checkedRouted({ routed: true, of, region: d.ranges, edim: eo, sdim: so, idx: r0.idx, experts: r0.experts, k: r0.k, blocks: r0.blocks, factor: scale, padZero }, outShape);
+    }
+    // Summed over the slots: the held tokens' addend (padding adds zero through a linear input).
+    if (sl.role !== 'contracted' || !sig.sums.has(sl.label)) return `'${name}' reads the routed slots as a whole`;
+    if (!padZero) return `'${name}' sums over routed slots whose padding rows may not be zero`;
+    const cover = unionCover('range', [], r0.blocks.flatMap(([a, b]) => [a, b]));
+    if (cover === undefined) return `'${name}' sums over overlapping token blocks`;
+    const N = w.shape(r0.idx)[0] as number;
+    const whole = cover.length === 2 && cover[0] === 0 && cover[1] === N;
+    const rel: Relation = { logical: of, ranges: d.ranges, scale, ...(whole ? {} : { part: { key: `route|${q}|${k}|${r0.idx}`, comps: [{ kind: 'range' as const, cover, total: N }] } }) };
+    return this.checked(rel, outShape);
+  }
+
+  /**
+   * all_to_all of routed buffers: experts split and slots concatenated (every member sends
+   * each its experts' slots of its own blocks), or slots split and experts concatenated
+   * (members hold the same blocks; member j gets block j back, which needs equal blocks in
+   * arithmetic order so that the j-th chunk of the slots is block j, affine in j).
+   */
+  private routedA2a(values: readonly Value[], attrs: Attrs, me: Int, g: number, outShape: Shape): Derived {
+    const rs = values as readonly Routed[];
+    const f0 = rs[0] as Routed;
+    const sd = this.normDim(attrs['split_dim'], f0.region.length);
+    const cd = this.normDim(attrs['concat_dim'], f0.region.length);
+    const rk = (v: Routed, skip: number): string => `${v.of}|${v.edim},${v.sdim}|${v.idx}|${v.experts}|${v.k}|${fkey(v.factor)}|${v.padZero}|${v.region.map(([a, b], d) => (d === skip ? '' : `${ikey(a)}:${ikey(b)}`)).join(',')}`;
+    if (sd === f0.edim && cd === f0.sdim) {
+      if (rs.some((v) => rk(v, -1) !== rk(f0, -1))) return 'all_to_all of routed buffers of different values or experts';
+      const chunk = chunkOf(f0.region[sd] as Range, g, me);
+      if (chunk === undefined) return 'all_to_all of experts not divisible by the group';
+      return this.checkedRouted({ ...f0, region: f0.region.map((x, d) => (d === sd ? chunk : x)), blocks: rs.flatMap((v) => v.blocks) }, outShape);
+    }
+    if (sd === f0.sdim && cd === f0.edim) {
+      if (rs.some((v) => rk(v, cd) !== rk(f0, cd) || slotKey(v) !== slotKey(f0))) return 'all_to_all of routed buffers of different values or token blocks';
+      let end = (f0.region[cd] as Range)[0];
+      for (const v of rs) {
+        const [a, b] = v.region[cd] as Range;
+        if (a !== end) return 'all_to_all of experts that are not contiguous in group order';
+        end = b;
+      }
+      const bs = f0.blocks;
+      if (bs.length !== g) return `all_to_all splits the slots of ${bs.length} token blocks over ${g} members`;
+      const b0 = bs[0] as Range;
+      const width = iconst(isub(b0[1], b0[0]));
+      const step = g > 1 ? iconst(isub((bs[1] as Range)[0], b0[0])) : 0;
+      if (width === undefined || step === undefined || bs.some(([a, b], j) => a !== iadd(b0[0], j * step) || b !== iadd(a, width))) return 'all_to_all of token blocks that are not equal and evenly spaced';
+      const at = imul(me, step);
+      if (at === undefined) return 'all_to_all: a block place that is not affine';
+      const lo = iadd(b0[0], at);
+      return this.checkedRouted({ ...f0, region: f0.region.map((x, d) => (d === cd ? ([(f0.region[cd] as Range)[0], end] as Range) : x)), blocks: [[lo, iadd(lo, width)]] }, outShape);
+    }
+    return 'all_to_all of a routed buffer along other dims than its experts and slots';
+  }
+
   private deriveOpFrom(r: number, op: number, t: number, vals: readonly Value[]): Derived {
     const plan = this.plan;
     const p = plan.programs[plan.rankProgram[r] as number] as Program;
@@ -1789,10 +2024,13 @@ export class TensorLevelProver {
     const attrs = view.attrs[op] as Attrs;
     const outShape = view.shapes[t] ?? [];
     const def = registry.get(kind);
+    const routed = this.routedOp(kind, def, attrs, k, vals, outShape);
+    if (routed !== undefined) return routed;
+    const vals0 = vals as readonly (Relation | Sum)[];
     // Rules that need no logical counterpart.
     if (kind === this.scaleKind && vals.length === 1) {
       const f = parseFrac(attrScalar(attrs, 'factor'));
-      const x = vals[0] as Value;
+      const x = vals0[0] as Relation | Sum;
       if (f !== undefined && f.num !== 0 && !termsOf(x).some(isMaxPart)) {
         const ts = termsOf(x).map((tm) => ({ ...tm, scale: fmul(tm.scale, f) }));
         if (ts.some((tm) => tm.scale === undefined)) return 'scale overflow';
@@ -1801,11 +2039,11 @@ export class TensorLevelProver {
       }
     }
     if (kind === this.identityKind && vals.length === 1) {
-      const x = vals[0] as Value;
+      const x = vals0[0] as Relation | Sum;
       return isSum(x) ? x : this.checked(x, outShape);
     }
     if (kind === this.addKind && vals.length === 2) {
-      const added = this.add(r, op, vals as [Value, Value], attrs, outShape);
+      const added = this.add(r, op, vals0 as [Relation | Sum, Relation | Sum], attrs, outShape);
       if (added !== undefined) return added;
     }
     const ins: Relation[] = [];
@@ -1846,7 +2084,7 @@ export class TensorLevelProver {
    * the addends of their sum), of whole values (the logical add, when the plan has one); any
    * other add of same-shaped values is a Sum. Undefined: left to the general rule.
    */
-  private add(r: number, op: number, [a, b]: [Value, Value], attrs: Attrs, outShape: Shape): Derived | undefined {
+  private add(r: number, op: number, [a, b]: [Relation | Sum, Relation | Sum], attrs: Attrs, outShape: Shape): Derived | undefined {
     const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
     const view = this.plan.view(r);
     // Element-wise of same-shaped local tensors only (no broadcasting).
@@ -2126,6 +2364,7 @@ function substValue(v: Value, axes: readonly number[], at: readonly number[], x0
     ranges: r.ranges.map(([a, b]) => [sub(a), sub(b)] as const),
     ...(r.part === undefined ? {} : { part: { ...r.part, comps: r.part.comps.map((c) => ({ ...c, cover: c.cover.map(sub) })) } }),
   });
+  if (isRouted(v)) return { ...v, region: v.region.map(([a, b]) => [sub(a), sub(b)] as const), blocks: v.blocks.map(([a, b]) => [sub(a), sub(b)] as const) };
   return isSum(v) ? { terms: v.terms.map(rel) } : rel(v);
 }
 

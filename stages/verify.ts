@@ -315,7 +315,7 @@ export function assemble(plan: LoadedPlan, results: readonly StageResult[], nume
     }
     const witness = numeric.mismatches.filter((m) => m.logical === name);
     if (witness.length > 0) {
-      const diagnosis = diagnose(witness, r.failingRanks, base.ranks, r.reason ?? '');
+      const diagnosis = diagnoseWitness(witness, r.failingRanks, base.ranks, r.reason ?? '');
       reports.push({ ...base, status: 'not_equivalent', reason: `the two sides differ: ${r.reason ?? ''}`, witness: witness.slice(0, 4), ...(diagnosis === undefined ? {} : { diagnosis }) });
     } else {
       const why = numeric.evaluated ? `no numeric witness at seed ${seed}` : `no numeric evaluation (${numeric.reason ?? ''})`;
@@ -358,7 +358,7 @@ export function assemble(plan: LoadedPlan, results: readonly StageResult[], nume
 export const assembleReport = assemble;
 
 /** Names the likely kind of bug from the witness values (design principle 8). */
-function diagnose(w: Mismatch[], failingRanks: number[], ranks: number[], residual: string): string | undefined {
+export function diagnoseWitness(w: readonly Mismatch[], failingRanks: readonly number[], ranks: readonly number[], residual: string): string | undefined {
   if (w.some((m) => m.kind === 'replica')) return 'replicas of one addend disagree across ranks: divergence';
   const ratios = w.filter((m) => Math.abs(m.expected) > 1e-12).map((m) => m.parallel / m.expected);
   if (ratios.length >= 2 && ratios.every((x) => Math.abs(x - (ratios[0] as number)) < 1e-6 * Math.max(1, Math.abs(ratios[0] as number)))) {

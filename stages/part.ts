@@ -1,0 +1,313 @@
+/**
+ * Witnesses for plans proved per template (docs/engine.md, "Witnesses per template").
+ *
+ * Past the per-rank bound (L3: 8,192 ranks) a plan's stages are proved per template at tensor
+ * level, which only ever says "proved". A stage it leaves open is refuted here on one rank:
+ * the closure of that rank's obligation (the ops and collective calls it runs on every rank it
+ * reaches, stopping at claims, as the stage builder's walk does) is written as a plan of its
+ * own, on a mesh of exactly those ranks, each with its program instantiated (concrete shapes,
+ * attributes and claims; groups and peers as rank lists). It is loaded with every check except
+ * tiling (`subset`: a few ranks hold a few regions), reduced by the lane reducer, proved by the
+ * element engine and evaluated numerically. A difference with a witness there is a witness of
+ * the stage: the part's inputs are the stage's inputs at those ranks, free symbols constrained
+ * only by their claims, computed by the same ops, and its obligation is one of the stage's.
+ * A proof of the part proves nothing about the stage's other ranks, so it is never used as one.
+ */
+import type { LoadedPlan } from '../lineage/load.js';
+import { loadPlanObject } from '../lineage/load.js';
+import { PlanError } from '../plans/errors.js';
+import type { Program } from '../plans/model.js';
+import type { RawParallelOp, RawParallelTensor, RawPlan, RawProgram } from '../plans/raw.js';
+import type { AttrValue } from '../ops/types.js';
+import { registry } from '../ops/registry.js';
+import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
+import type { NumericReport } from './numeric.js';
+import type { Stage, StageResult } from './prove.js';
+import { extractLogicalRaw, stageOf, type StageClosure } from './extract.js';
+import { rawLineage } from './components.js';
+import { reducePlan, ReductionError } from './reduce.js';
+import { proveStage } from './stage-reduce.js';
+import { diagnoseWitness } from './verify.js';
+
+/** Most ranks a part may reach (a dp all-reduce over 64 ranks reaches 64). */
+export const MAX_PART_RANKS = 1024;
+/** Most (rank, tensor) entries a part's closure may visit. */
+export const MAX_PART_ENTRIES = 200_000;
+
+export interface PartResult {
+  /** The rank whose obligation was extracted, and every rank its closure reaches. */
+  readonly rank: number;
+  readonly ranks: readonly number[];
+  /** The result on the part (reduced when the reducer could), and its numeric run (ranks as in the full plan). */
+  readonly result: StageResult;
+  readonly witness: NumericReport['mismatches'];
+  readonly reduced: boolean;
+  readonly raw: RawPlan;
+  /** What the witness values look like (stages/verify.ts diagnoses). */
+  readonly diagnosis?: string;
+}
+
+export type ProvePart = (plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: number, tensor: number, seed: number) => PartResult | { why: string };
+
+class PartError extends Error {}
+
+/** The closure walk of one rank's obligation, per template: ops per rank, claims assumed, ranks reached. */
+function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number): { ops: Map<number, Set<number>>; inputs: Map<string, LineageNF>; obligations: Map<string, LineageNF>; groups: Map<string, number[]>; peers: Map<string, number> } {
+  const mesh = plan.mesh;
+  const local = new Map<number, Int32Array>();
+  const producerOp = (pi: number, t: number): number => {
+    let a = local.get(pi);
+    if (a === undefined) {
+      const p = plan.programs[pi] as Program;
+      a = new Int32Array(p.tensors.size).fill(-1);
+      for (let op = 0; op < p.ops.size; op++) for (const x of p.ops.opOutputs(op)) a[x] = op;
+      local.set(pi, a);
+    }
+    return a[t] ?? -1;
+  };
+  const kindOf = (p: Program, op: number): string => registry.get(p.ops.kind[op] as number).name;
+  const isSite = new Map<number, Set<number>>();
+  const sites = (pi: number): Set<number> => {
+    let s = isSite.get(pi);
+    if (s === undefined) isSite.set(pi, (s = new Set((plan.programs[pi] as Program).collectiveSites)));
+    return s;
+  };
+  // Call sites on groups along these axes (as written), in program order: the loader matches the k-th with the k-th.
+  const onAxes = (pi: number, axes: readonly number[]): number[] => {
+    const p = plan.programs[pi] as Program;
+    if ([...p.collectiveSites].some((op) => p.groups[op]?.kind === 'ranks')) throw new PartError(`program '${p.name}' names groups by rank list`);
+    return [...p.collectiveSites].filter((op) => { const g = p.groups[op]; return g?.kind === 'axes' && g.axes.join('.') === axes.join('.'); });
+  };
+  const peerOf = (r: number, op: number): number => {
+    const p = plan.programs[plan.rankProgram[r] as number] as Program;
+    const spec = p.peers[op];
+    if (spec === undefined || spec.kind !== 'shift') throw new PartError(`'${p.ops.ids.name(op)}' has a peer given by a rank expression`);
+    const c = mesh.coords(r);
+    for (const [a, d] of spec.shift) c[a] = (c[a] as number) + d;
+    return mesh.rankOf(c);
+  };
+  const ops = new Map<number, Set<number>>();
+  const add = (r: number, op: number): void => {
+    let s = ops.get(r);
+    if (s === undefined) ops.set(r, (s = new Set()));
+    s.add(op);
+  };
+  const inputs = new Map<string, LineageNF>();
+  const obligations = new Map<string, LineageNF>();
+  const groups = new Map<string, number[]>();
+  const peers = new Map<string, number>();
+  const nf = (r: number, t: number): LineageNF | undefined => {
+    const p = plan.programs[plan.rankProgram[r] as number] as Program;
+    const spec = p.lineage[t];
+    return spec === undefined ? undefined : evalLineage(spec, mesh, r, plan.logical.shapes[spec.logical] ?? [], plan.view(r).shapes[t] ?? []);
+  };
+  const seen = new Set<string>();
+  const stack: [number, number][] = [[rank, tensor]];
+  // Addend obligations are checked as a group (their combination against the logical value):
+  // the holders of a group's other addends join the part. Indexed on first need, by a scan of
+  // the programs' tensors claiming the stage's logical tensor, rank by rank (cheap: claims only).
+  let holders: Map<string, [number, number][]> | undefined;
+  const groupOf = (c: LineageNF): string => `${groupKey(c.value)}|${JSON.stringify(c.ranges)}`;
+  const joinGroup = (c: LineageNF): void => {
+    if (holders === undefined) {
+      holders = new Map();
+      plan.programs.forEach((q, qi) => {
+        for (let u = 0; u < q.tensors.size; u++) {
+          if (q.lineage[u]?.logical !== logical) continue;
+          for (const m of q.ranks) {
+            const x = nf(m, u) as LineageNF;
+            if (x.value.n === 1) continue;
+            const k = groupOf(x);
+            const l = holders?.get(k) ?? [];
+            if (l.length === 0) holders?.set(k, l);
+            l.push([m, u]);
+            if (l.length > MAX_PART_RANKS * 4) throw new PartError(`an addend group of program '${q.name}' has more than ${MAX_PART_RANKS * 4} holders`);
+          }
+        }
+        void qi;
+      });
+    }
+    for (const x of holders.get(groupOf(c)) ?? []) stack.push(x);
+  };
+  const joined = new Set<string>();
+  while (stack.length > 0) {
+    const [r, t] = stack.pop() as [number, number];
+    const key = `${r}:${t}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    if (seen.size > MAX_PART_ENTRIES) throw new PartError(`the part reaches more than ${MAX_PART_ENTRIES} tensors`);
+    const pi = plan.rankProgram[r] as number;
+    const p = plan.programs[pi] as Program;
+    const op = producerOp(pi, t);
+    const claim = nf(r, t);
+    if (claim !== undefined && (claim.logical !== logical || op < 0)) {
+      if (op < 0 && p.inferred?.has(t) === true) throw new PartError(`'${p.tensors.name(t)}' has only an inferred hint and no producer`);
+      inputs.set(key, claim);
+      continue;
+    }
+    if (claim !== undefined) {
+      obligations.set(key, claim);
+      const g = groupOf(claim);
+      if (claim.value.n > 1 && !joined.has(g)) {
+        joined.add(g);
+        joinGroup(claim);
+      }
+    }
+    if (op < 0) throw new PartError(`'${p.tensors.name(t)}' on rank ${r} has no producer and no lineage`);
+    if (!sites(pi).has(op)) {
+      add(r, op);
+      for (const x of p.ops.opInputs(op)) stack.push([r, x]);
+      continue;
+    }
+    const kind = kindOf(p, op);
+    if (kind === 'recv') {
+      const peer = peerOf(r, op);
+      const q = plan.programs[plan.rankProgram[peer] as number] as Program;
+      const mine = [...p.collectiveSites].filter((o) => kindOf(p, o) === 'recv' && peerOf(r, o) === peer);
+      const theirs = [...q.collectiveSites].filter((o) => kindOf(q, o) === 'send' && peerOf(peer, o) === r);
+      const send = theirs[mine.indexOf(op)];
+      if (send === undefined) throw new PartError(`no send pairs with '${p.ops.ids.name(op)}' on rank ${r}`);
+      add(r, op);
+      add(peer, send);
+      peers.set(`${r}:${op}`, peer);
+      peers.set(`${peer}:${send}`, r);
+      const x = q.ops.opInputs(send)[0];
+      if (x !== undefined) stack.push([peer, x]);
+      continue;
+    }
+    const g = p.groups[op];
+    if (g === undefined || g.kind !== 'axes') throw new PartError(`'${p.ops.ids.name(op)}' (${kind}) has no axis group`);
+    const k = onAxes(pi, g.axes).indexOf(op);
+    const members = [...mesh.groupAlong(r, g.axes)];
+    for (let i = 1; i < members.length; i++) if ((members[i] as number) <= (members[i - 1] as number)) throw new PartError(`the group of '${p.ops.ids.name(op)}' is not in rank order`);
+    for (const m of members) {
+      const qi = plan.rankProgram[m] as number;
+      const q = plan.programs[qi] as Program;
+      const qs = qi === pi ? op : (onAxes(qi, g.axes)[k] ?? -1);
+      if (qs < 0 || q.ops.kind[qs] !== p.ops.kind[op]) throw new PartError(`no call matches '${p.ops.ids.name(op)}' on rank ${m}`);
+      add(m, qs);
+      groups.set(`${m}:${qs}`, members);
+      const x = q.ops.opInputs(qs)[0];
+      if (x !== undefined) stack.push([m, x]);
+    }
+  }
+  return { ops, inputs, obligations, groups, peers };
+}
+
+/** The part as a plan file: its ranks renumbered 0..n-1 on a one-axis mesh, programs instantiated. */
+function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typeof closure>): { raw: RawPlan; ranks: number[] } {
+  const ranks = [...c.ops.keys(), ...[...c.inputs.keys()].map((k) => Number(k.split(':')[0]))].filter((r, i, a) => a.indexOf(r) === i).sort((a, b) => a - b);
+  if (ranks.length > MAX_PART_RANKS) throw new PartError(`the part reaches ${ranks.length} ranks (at most ${MAX_PART_RANKS})`);
+  const id = new Map(ranks.map((r, i) => [r, i]));
+  const lg = plan.logical;
+  // Logical side: the ops the stage's value is computed by, from the logical tensors the part's inputs name.
+  const logicalInputs = new Set([...c.inputs.values()].map((nf) => nf.logical));
+  const logicalOps = new Set<number>();
+  const done = new Set<number>(logicalInputs);
+  const lstack = [stage.logical];
+  while (lstack.length > 0) {
+    const x = lstack.pop() as number;
+    if (done.has(x)) continue;
+    done.add(x);
+    const op = lg.producer[x] as number;
+    if (op < 0) {
+      logicalInputs.add(x);
+      continue;
+    }
+    logicalOps.add(op);
+    for (const y of lg.ops.opInputs(op)) lstack.push(y);
+  }
+  const lc = { logicalOps, logicalInputs } as unknown as StageClosure;
+  const lpart = extractLogicalRaw(plan, raw, stage, lc);
+  const rawOps = new Map<number, Map<string, RawParallelOp>>();
+  const programs: RawProgram[] = ranks.map((r) => {
+    const pi = plan.rankProgram[r] as number;
+    const p = plan.programs[pi] as Program;
+    let byId = rawOps.get(pi);
+    if (byId === undefined) rawOps.set(pi, (byId = new Map((raw.parallel.programs[pi]?.ops ?? []).map((o) => [o.id, o]))));
+    const v = plan.view(r);
+    const mine = [...(c.ops.get(r) ?? [])].sort((a, b) => a - b);
+    const used = new Set<number>();
+    const ops: RawParallelOp[] = mine.map((op) => {
+      const ro = byId.get(p.ops.ids.name(op));
+      if (ro === undefined) throw new PartError(`op '${p.ops.ids.name(op)}' not in the plan file`);
+      for (const t of [...p.ops.opInputs(op), ...p.ops.opOutputs(op)]) used.add(t);
+      const out: RawParallelOp = { id: ro.id, op: ro.op, inputs: [...ro.inputs], outputs: [...ro.outputs] };
+      const attrs = v.attrs[op] ?? {};
+      if (Object.keys(attrs).length > 0) out.attrs = structuredClone(attrs) as Record<string, AttrValue>;
+      const members = c.groups.get(`${r}:${op}`);
+      if (members !== undefined) out.group = members.map((m) => id.get(m) as number);
+      const peer = c.peers.get(`${r}:${op}`);
+      if (peer !== undefined) out.peer = id.get(peer) as number;
+      if (ro.microbatch !== undefined) out.microbatch = ro.microbatch;
+      if (ro.loc !== undefined) out.loc = ro.loc;
+      return out;
+    });
+    for (const k of c.inputs.keys()) if (Number(k.split(':')[0]) === r) used.add(Number(k.split(':')[1]));
+    const tensors: RawParallelTensor[] = [...used].sort((a, b) => a - b).map((t) => {
+      const key = `${r}:${t}`;
+      const claim = c.inputs.get(key) ?? c.obligations.get(key);
+      const dtype = p.dtypes[t];
+      return { id: p.tensors.name(t), shape: [...(v.shapes[t] ?? [])], ...(dtype === undefined ? {} : { dtype }), ...(claim === undefined ? {} : { lineage: rawLineage(plan, claim, new Map()) }) };
+    });
+    return { name: `rank ${r}`, ranks: [id.get(r) as number], tensors, ops };
+  });
+  const target = lg.tensors.name(stage.logical);
+  return {
+    ranks,
+    raw: {
+      format: 'planproof/v1',
+      name: `${raw.name ?? plan.name} / stage ${stage.index + 1} (${target}) / part`,
+      description: `Ranks ${ranks.slice(0, 8).join(', ')}${ranks.length > 8 ? ', ...' : ''} of stage ${stage.index + 1}: one rank's obligation and what it reads, instantiated (docs/engine.md, "Witnesses per template").`,
+      mesh: { axes: [{ name: 'part', size: ranks.length }] },
+      logical: { tensors: lpart.tensors, ops: lpart.ops },
+      parallel: { programs },
+      contract: { inputs: lpart.contractInputs, outputs: [target] },
+    },
+  };
+}
+
+/**
+ * The obligation of `tensor` on `rank` (stage `stage` of the logical tensor), extracted with its
+ * closure, reduced and proved with a numeric run; or why it could not be.
+ */
+export const provePart: ProvePart = (plan, raw, stage, rank, tensor, seed) => {
+  try {
+    const c = closure(plan, stage.logical, rank, tensor);
+    const { raw: pr, ranks } = partRaw(plan, raw, stage, c);
+    let part: LoadedPlan;
+    try {
+      part = loadPlanObject(`${plan.file} (stage ${stage.index + 1}, rank ${rank})`, JSON.parse(JSON.stringify(pr)), { subset: true });
+    } catch (e) {
+      if (e instanceof PlanError) return { why: `the part does not load: ${e.issues.slice(0, 2).map((i) => `${i.path}: ${i.message}`).join('; ')}` };
+      throw e;
+    }
+    const target = plan.logical.tensors.name(stage.logical);
+    let st = stageOf(part, target);
+    if (st === undefined || st.obligations.length !== c.obligations.size) return { why: `the part has ${st?.obligations.length ?? 0} obligations of '${target}', its closure ${c.obligations.size}` };
+    let use = part;
+    let useRaw = pr;
+    let reduced = false;
+    try {
+      const red = reducePlan(part, pr, true);
+      const rs = red === undefined ? undefined : stageOf(red.plan, target);
+      if (red !== undefined && rs !== undefined && rs.obligations.length === st.obligations.length) {
+        use = red.plan;
+        useRaw = red.raw;
+        st = rs;
+        reduced = true;
+      }
+    } catch (e) {
+      if (!(e instanceof ReductionError)) throw e;
+    }
+    const { result, numeric } = proveStage({ info: { stage: stage.index + 1, logical: target, mode: reduced ? 'reduced' : 'extracted', reduced: [], kept: [] }, plan: use, stage: st }, seed);
+    // Back to the full plan's ranks.
+    const witness = numeric.mismatches.filter((m) => m.logical === target).map((m) => ({ ...m, rank: ranks[m.rank] ?? m.rank }));
+    const failingRanks = result.failingRanks.map((r) => ranks[r] ?? r);
+    const diagnosis = witness.length === 0 ? undefined : diagnoseWitness(witness, failingRanks, ranks, result.reason ?? '');
+    return { rank, ranks, result: { ...result, failingRanks }, witness, reduced, raw: useRaw, ...(diagnosis === undefined ? {} : { diagnosis }) };
+  } catch (e) {
+    if (e instanceof PartError) return { why: e.message };
+    throw e;
+  }
+};
