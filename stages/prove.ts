@@ -22,8 +22,30 @@ import { termAlgebra } from '../sdfg/algebras.js';
 import { logicalIndexer } from '../sdfg/execute.js';
 import { DEFAULT_TERM_BUDGET, TermBudgetError, TermStore, TermUnsupportedError, type TermId } from '../sdfg/terms.js';
 import type { LoadedPlan } from '../lineage/load.js';
+import type { RawPlan } from '../plans/raw.js';
+import type { NumericReport } from './numeric.js';
 import type { CollectiveInstance, Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
+
+/**
+ * One rank's part of a stage, extracted and proved on its own (stages/part.ts). The hook's types
+ * live here so that stages/template.ts, which is handed the hook, and part.ts, which implements
+ * it, need not import each other (part.ts reaches template.ts through verify.ts).
+ */
+export interface PartResult {
+  /** The rank whose obligation was extracted, and every rank its closure reaches. */
+  readonly rank: number;
+  readonly ranks: readonly number[];
+  /** The result on the part (reduced when the reducer could), and its numeric run (ranks as in the full plan). */
+  readonly result: StageResult;
+  readonly witness: NumericReport['mismatches'];
+  readonly reduced: boolean;
+  readonly raw: RawPlan;
+  /** What the witness values look like (stages/verify.ts diagnoses). */
+  readonly diagnosis?: string;
+}
+
+export type ProvePart = (plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: number, tensor: number, seed: number) => PartResult | { why: string };
 
 export interface Obligation {
   readonly rank: number;

@@ -37,7 +37,7 @@ import { StageCanonizer } from './canon.js';
 import { DEFAULT_TERM_BUDGET } from '../sdfg/terms.js';
 import { evalLineage } from '../lineage/model.js';
 import { TensorLevelProver } from './tensorlevel.js';
-import type { ProvePart } from './part.js';
+import type { ProvePart } from './prove.js';
 import type { RawPlan } from '../plans/raw.js';
 
 /** Obligations of one (program, tensor): `ranks` of the program's ranks produce it. */
