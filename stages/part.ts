@@ -73,7 +73,10 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
   const ops = new Map<number, Set<number>>();
   const add = (r: number, op: number): void => {
     let s = ops.get(r);
-    if (s === undefined) ops.set(r, (s = new Set()));
+    if (s === undefined) {
+      ops.set(r, (s = new Set()));
+      if (ops.size > MAX_PART_RANKS) throw new PartError(`the part reaches more than ${MAX_PART_RANKS} ranks`);
+    }
     s.add(op);
   };
   const inputs = new Map<string, LineageNF>();
@@ -105,7 +108,7 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
             const l = holders?.get(k) ?? [];
             if (l.length === 0) holders?.set(k, l);
             l.push([m, u]);
-            if (l.length > MAX_PART_RANKS * 4) throw new PartError(`an addend group of program '${q.name}' has more than ${MAX_PART_RANKS * 4} holders`);
+            if (l.length > MAX_PART_RANKS) throw new PartError(`an addend group of program '${q.name}' has more than ${MAX_PART_RANKS} holders`);
           }
         }
         void qi;
@@ -159,10 +162,13 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
       if (x !== undefined) stack.push([peer, x]);
       continue;
     }
+    // Attributes naming ranks (a broadcast's src, send_recv's src and dst) would need renumbering.
+    if (kind === 'broadcast' || kind === 'send_recv') throw new PartError(`'${p.ops.ids.name(op)}' (${kind}) names ranks in its attributes`);
     const g = p.groups[op];
     if (g === undefined || g.kind !== 'axes') throw new PartError(`'${p.ops.ids.name(op)}' (${kind}) has no axis group`);
     const k = onAxes(pi, g.axes).indexOf(op);
     const members = [...mesh.groupAlong(r, g.axes)];
+    if (members.length > MAX_PART_RANKS) throw new PartError(`'${p.ops.ids.name(op)}' (${kind}) has a group of ${members.length} ranks (at most ${MAX_PART_RANKS} in a part)`);
     for (let i = 1; i < members.length; i++) if ((members[i] as number) <= (members[i - 1] as number)) throw new PartError(`the group of '${p.ops.ids.name(op)}' is not in rank order`);
     for (const m of members) {
       const qi = plan.rankProgram[m] as number;

@@ -529,7 +529,7 @@ export interface TemplateVerifyOptions {
 /** Default time for witnesses per template: parts tried until one refutes or this runs out. */
 export const WITNESS_BUDGET_MS = 120_000;
 /** Open stages (in order) and parts per stage tried for a witness. */
-const WITNESS_STAGES = 16;
+const WITNESS_STAGES = 64;
 const WITNESS_PARTS = 2;
 
 /**
@@ -679,7 +679,10 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
       raw ??= wit.raw();
       const notes: string[] = [];
       const first = failedPart.get(i);
-      const order = first === undefined ? s.parts : [s.parts[first] as TemplatePart, ...s.parts.filter((_, j) => j !== first)];
+      // Where tensor level stopped first; then programs of few ranks (a rank spelled apart from
+      // its template is where a one-rank divergence lives).
+      const rest = s.parts.filter((_, j) => j !== first).sort((a, b) => a.ranks - b.ranks);
+      const order = first === undefined ? rest : [s.parts[first] as TemplatePart, ...rest];
       for (const part of order.slice(0, WITNESS_PARTS)) {
         if (performance.now() >= until) break;
         const prog = plan.programs[part.program] as Program;

@@ -44,6 +44,9 @@ describe('witnesses per template (one rank\'s part of an open stage)', () => {
     ['norm-eps-several-ranks', 'llama-tiny', llama],
     ['vocab-range-off-by-one', 'gpt2-tiny', gpt2],
     ['attention-scale-all-ranks', 'gpt2-tiny', gpt2],
+    // One rank spelled apart (its own program): parts of few-rank programs are tried early.
+    ['rmsnorm-eps-one-rank', 'llama-tiny', llama],
+    ['adam-eps-one-rank', 'llama-tiny', llama],
   ];
   it('catalog bugs: not equivalent per template, at the stage rank by rank names first, with a witness', () => {
     for (const [bug, preset, ctx] of cases) {
