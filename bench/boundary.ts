@@ -14,7 +14,7 @@ import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import type { Parallelism } from '../plans/gen/net.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
-import { loadPlanObject } from '../plans/loader.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { verifyBoundary } from '../stages/boundary.js';
 import { verifyPlanInPool } from '../stages/verify.js';
 import { shutdownZ3 } from '../stages/z3.js';

@@ -27,7 +27,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parsePlanJson, readPlanText } from '../plans/json.js';
-import { loadPlan } from '../plans/loader.js';
+import { loadPlan } from '../lineage/load.js';
 import { countOps, layersForOps, synthPlan, type Spelling } from './synth.js';
 
 interface Case {

@@ -31,10 +31,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadPlan } from '../plans/loader.js';
+import { loadPlan } from '../lineage/load.js';
 import { numel } from '../ops/types.js';
 import { numericCheck } from '../stages/numeric.js';
-import { verifyPlan, type Verdict, type VerifyReport } from '../stages/verify.js';
+import { verifyPlan } from '../stages/verify.js';
+import { type Verdict, type VerifyReport } from '../stages/report.js';
 import { synthPlan, type SynthOptions } from './synth.js';
 
 type Series = 'stages' | 'ranks' | 'hidden' | 'batch' | 'no-grad-lineage';

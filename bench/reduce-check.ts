@@ -9,9 +9,10 @@
  */
 import fc from 'fast-check';
 import yargs from 'yargs';
-import { loadPlanObject } from '../plans/loader.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { reducePlan } from '../stages/reduce.js';
-import { verifyPlan, type VerifyReport } from '../stages/verify.js';
+import { verifyPlan } from '../stages/verify.js';
+import { type VerifyReport } from '../stages/report.js';
 import { mlpPlan, planParams, reshapeParams, reshapePlan } from '../test/reduce-plans.js';
 import type { RawPlan } from '../plans/raw.js';
 

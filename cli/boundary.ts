@@ -4,7 +4,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { ExitCode } from '../plans/errors.js';
-import { loadPlanText } from '../plans/loader.js';
+import { loadPlanText } from '../lineage/load.js';
 import { inferClaims, withClaims } from '../stages/infer.js';
 import { TIME_LIMIT_MS, verifyBoundary, type BoundaryReport } from '../stages/boundary.js';
 import { formatReport } from '../stages/report.js';
@@ -46,7 +46,7 @@ export async function verifyInferred(file: string, text: string, opts: { seed: n
   return r;
 }
 
-export function formatBoundary(r: BoundaryReport, verbose: boolean): string {
+function formatBoundary(r: BoundaryReport, verbose: boolean): string {
   const b = r.boundary;
   const lines = [formatReport(r, verbose), ''];
   lines.push(`boundaries  ${b.unclaimed} parallel tensors had no lineage; ${b.inferred} hints inferred, ${b.kept} proved and kept as cut points, ${b.replaced} replaced by another candidate, ${b.dropped} dropped (stages merged across them); ${b.rounds} round(s), inference ${(b.inferMs / 1000).toFixed(2)} s${b.skipped === undefined ? '' : `; ${b.skipped}`}`);

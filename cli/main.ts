@@ -7,11 +7,13 @@ import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
-import { DEFAULT_LIMITS, defaultLimits, loadPlanObject, setDefaultLimits, stageEntries, stageWorkTooLarge, type LoadedPlan, type PlanLimits } from '../plans/loader.js';
+import { DEFAULT_LIMITS, defaultLimits, setDefaultLimits, stageEntries, stageWorkTooLarge, type PlanLimits } from '../plans/loader.js';
+import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
-import { verifyPlanInPool, type TimeLimit, type VerifyReport } from '../stages/verify.js';
+import { verifyPlanInPool, type TimeLimit } from '../stages/verify.js';
+import { type VerifyReport } from '../stages/report.js';
 import { formatReport } from '../stages/report.js';
 import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/template.js';
 import { provePart } from '../stages/part.js';
@@ -30,18 +32,18 @@ import { writeFileSync } from 'node:fs';
 import { inferLineage, verifyInferred } from './boundary.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 
-export const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
+const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
 const verdictCode = { verified: ExitCode.verified, not_equivalent: ExitCode.notEquivalent, unknown: ExitCode.unknown } as const;
 
-export interface Out {
+interface Out {
   log(s: string): void;
   err(s: string): void;
 }
 
 const stdio: Out = { log: (s) => process.stdout.write(s + '\n'), err: (s) => process.stderr.write(s + '\n') };
 
-export interface Loaded {
+interface Loaded {
   plan: LoadedPlan;
   /** The parsed plan re-serialized without whitespace: what later phases and proof workers read, never the file's raw text. */
   text: string;
@@ -72,7 +74,7 @@ function load(file: string, json: boolean, out: Out): LoadedPlan | number {
   return typeof l === 'number' ? l : l.plan;
 }
 
-export interface EngineOptions {
+interface EngineOptions {
   engine: 'normal' | 'z3';
   seed: number;
   jobs: number;
@@ -461,7 +463,7 @@ interface LimitFlags {
 }
 
 /** --max-file-mb, --max-depth, --max-ops, --max-claims: positive, and integers where they count things. */
-export function limitOptionError(a: LimitFlags): string | undefined {
+function limitOptionError(a: LimitFlags): string | undefined {
   const { 'max-file-mb': maxFileMb, 'max-depth': maxDepth, 'max-ops': maxOps, 'max-claims': maxClaims } = a;
   // V8 strings top out near 512 MiB: a larger limit could not be read anyway.
   if (typeof maxFileMb !== 'number' || !Number.isFinite(maxFileMb) || maxFileMb <= 0 || maxFileMb > 512) return `--max-file-mb must be a number of MiB in (0, 512], got ${String(maxFileMb)}`;
@@ -474,7 +476,7 @@ export function limitOptionError(a: LimitFlags): string | undefined {
 }
 
 /** Numeric options yargs accepts as any number (NaN included): checked before any work. */
-export function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown; timeLimit?: unknown }): string | undefined {
+function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown; timeLimit?: unknown }): string | undefined {
   const { seed, jobs, deadline, timeLimit } = a;
   if (typeof seed !== 'number' || !Number.isSafeInteger(seed)) return `--seed must be an integer, got ${String(seed)}`;
   if (typeof jobs !== 'number' || !Number.isSafeInteger(jobs) || jobs < 0 || jobs > 256) return `--jobs must be an integer from 0 to 256, got ${String(jobs)}`;

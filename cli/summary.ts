@@ -1,9 +1,8 @@
 /** A summary of a loaded plan, for `planproof inspect` (human text or JSON). */
 import { registry } from '../ops/registry.js';
-import type { LoadedPlan } from '../plans/loader.js';
-import type { Mesh } from '../plans/mesh.js';
+import type { LoadedPlan } from '../lineage/load.js';
 
-export interface PlanSummary {
+interface PlanSummary {
   file: string;
   name: string;
   description: string;
@@ -40,14 +39,6 @@ function checksOf(plan: LoadedPlan): PlanSummary['checks'] {
 
 function countBy(map: Record<string, number>, key: string, n = 1): void {
   map[key] = (map[key] ?? 0) + n;
-}
-
-/** Names the mesh axes along which a group's members differ, e.g. "dp" or "ranks [0, 3]". */
-export function groupLabel(mesh: Mesh, group: Int32Array): string {
-  const varying = mesh.axes.filter((_, a) => new Set([...group].map((r) => mesh.coord(r, a))).size > 1);
-  const size = varying.reduce((p, a) => p * (mesh.sizes[mesh.axisIndex(a)] as number), 1);
-  if (varying.length > 0 && size === group.length) return varying.join('+');
-  return `ranks [${[...group].join(', ')}]`;
 }
 
 export function summarize(plan: LoadedPlan): PlanSummary {

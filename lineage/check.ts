@@ -17,7 +17,8 @@ import type { Mesh } from '../plans/mesh.js';
 import type { Contract, LogicalGraph, Program, RankView } from '../plans/model.js';
 import { specVars } from '../plans/programs.js';
 import { ExprError, exprIssue } from '../plans/expr.js';
-import { evalLineage, groupKey, LineageError, type LineageNF, type LineageSpec, regionStr, valueStr } from './model.js';
+import { evalLineage, groupKey, type LineageNF, regionStr, valueStr } from './model.js';
+import { LineageError, type LineageSpec } from '../plans/model.js';
 
 export interface Claim {
   readonly nf: LineageNF;

@@ -9,11 +9,9 @@
  *            logical = reduce_{i<n}(chunk_i) / divisor. n = 1 means a complete value;
  *            `split` names the decomposition, so that two of the same size stay apart.
  */
-import type { IntSpec } from '../plans/model.js';
-import type { Mesh } from '../plans/mesh.js';
+import { type IntSpec, LineageError, type LineageSpec, type Reduce } from '../plans/model.js';
+import { type Mesh, rankEnv } from '../plans/mesh.js';
 import type { Shape } from '../ops/types.js';
-
-export type Reduce = 'sum' | 'max' | 'min';
 
 export interface ValueMap {
   readonly idx: number;
@@ -36,53 +34,8 @@ export interface LineageNF {
   readonly value: ValueMap;
 }
 
-export type Placement = { readonly k: 'R' } | { readonly k: 'S'; readonly dim: number } | { readonly k: 'P'; readonly reduce: 'sum' | 'avg' | 'max' | 'min' };
-
-export type LineageSpec =
-  | {
-      readonly kind: 'index';
-      readonly logical: number;
-      readonly path: string;
-      /** Per dim: undefined = whole dim, else [s0, e0, s1, e1, ...] specs. Missing `index` = all whole. */
-      readonly dims: readonly (readonly IntSpec[] | undefined)[] | undefined;
-      readonly idx: IntSpec;
-      readonly n: number;
-      readonly reduce: Reduce;
-      readonly divisor: number;
-      readonly split: string;
-      /** Mesh axes the spec depends on; -1 in the list means it uses `rank`. */
-      readonly axes: readonly number[];
-    }
-  | {
-      readonly kind: 'placements';
-      readonly logical: number;
-      readonly path: string;
-      readonly placements: readonly Placement[];
-      readonly axes: readonly number[];
-    };
-
-export class LineageError extends Error {}
-
-export function parsePlacement(s: string): Placement {
-  if (s === 'R') return { k: 'R' };
-  if (s === 'P') return { k: 'P', reduce: 'sum' };
-  const sm = /^S\(([0-9]+)\)$/.exec(s);
-  if (sm) return { k: 'S', dim: Number(sm[1]) };
-  const pm = /^P\((sum|avg|max|min)\)$/.exec(s);
-  if (pm) return { k: 'P', reduce: pm[1] as 'sum' | 'avg' | 'max' | 'min' };
-  throw new LineageError(`unknown placement '${s}'`);
-}
-
-export function placementStr(p: Placement): string {
-  return p.k === 'R' ? 'R' : p.k === 'S' ? `S(${p.dim})` : `P(${p.reduce})`;
-}
-
 function evalSpec(v: IntSpec, env: (n: string) => number): number {
   return typeof v === 'number' ? v : v.eval(env);
-}
-
-export function rankEnv(mesh: Mesh, rank: number): (name: string) => number {
-  return (name) => (name === 'rank' ? rank : mesh.coord(rank, mesh.axisIndex(name)));
 }
 
 /**

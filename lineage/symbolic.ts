@@ -22,53 +22,15 @@
  */
 import type { Shape } from '../ops/types.js';
 import type { IssueSink } from '../plans/errors.js';
-import { iota, type Mesh } from '../plans/mesh.js';
-import type { Contract, IntSpec, LogicalGraph, Program, RankView } from '../plans/model.js';
+import { type Box, type Mesh, programBox } from '../plans/mesh.js';
+import { type Contract, type IntSpec, type LineageSpec, type LogicalGraph, placementStr, type Program, type RankView } from '../plans/model.js';
 import { type Claim, type Coverage, MAX_CELLS, checkContract, checkTiling, claimAxes, claimsOfSpec, lowerBound } from './check.js';
-import { groupKey, type LineageSpec, placementStr, type ValueMap } from './model.js';
+import { groupKey, type ValueMap } from './model.js';
 
 /** An affine function of the mesh coordinates: c + sum k[a] * coord[a]. */
 interface Aff {
   readonly c: number;
   readonly k: number[];
-}
-
-/** The coordinates a program's ranks take on each axis; a box when their product is the rank set. */
-export interface Box {
-  readonly sets: Int32Array[];
-  readonly lo: Int32Array;
-  readonly hi: Int32Array;
-  readonly isBox: boolean;
-  readonly count: number;
-}
-
-export function programBox(ranks: ArrayLike<number>, mesh: Mesh): Box {
-  const n = mesh.axes.length;
-  if (ranks.length === mesh.size && mesh.size > 0) {
-    // Every rank (distinct ranks of the mesh): the whole mesh, no need to look.
-    const sets = mesh.sizes.map((s) => iota(s));
-    return { sets, lo: new Int32Array(n), hi: Int32Array.from(mesh.sizes.map((s) => s - 1)), isBox: true, count: ranks.length };
-  }
-  const seen = mesh.sizes.map((s) => new Uint8Array(s));
-  for (let i = 0; i < ranks.length; i++) {
-    const r = ranks[i] as number;
-    for (let a = 0; a < n; a++) (seen[a] as Uint8Array)[mesh.coord(r, a)] = 1;
-  }
-  const sets = seen.map((u) => {
-    const out: number[] = [];
-    u.forEach((x, c) => {
-      if (x) out.push(c);
-    });
-    return Int32Array.from(out);
-  });
-  const product = sets.reduce((p, s) => p * s.length, 1);
-  return {
-    sets,
-    lo: Int32Array.from(sets.map((s) => s[0] ?? 0)),
-    hi: Int32Array.from(sets.map((s) => s[s.length - 1] ?? 0)),
-    isBox: product === ranks.length && ranks.length > 0,
-    count: ranks.length,
-  };
 }
 
 const identityRanks = new WeakMap<Mesh, boolean>();

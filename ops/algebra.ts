@@ -4,7 +4,7 @@
  * Functions without a closed form in the term language are named here and become
  * uninterpreted functions symbolically; `realFunctions` gives their real meaning.
  */
-import type { Shape } from './types.js';
+import type { Shape } from './basic.js';
 
 /** Named real functions (uninterpreted in the symbolic domain). */
 export type RealFn = 'tanh' | 'sigmoid' | 'Phi' | 'phi' | 'log' | 'sqrt' | 'rsqrt' | 'sqrt_2_over_pi';
@@ -29,6 +29,7 @@ export const realFunctions: Readonly<Record<RealFn, (x: number) => number>> = {
   sqrt_2_over_pi: () => Math.sqrt(2 / Math.PI),
 };
 
+/** A scalar domain ops evaluate over: Float64 for numeric runs, exact terms for proofs. */
 export interface Algebra<S> {
   readonly exact: boolean;
   readonly zero: S;
@@ -97,7 +98,7 @@ export interface Dense<S> {
  * erf with |error| < 1.2e-16 relative near 0 and ~1e-16 absolute elsewhere: series for small
  * |x|, continued fraction for large |x|. Math has no erf.
  */
-export function erf(x: number): number {
+function erf(x: number): number {
   const ax = Math.abs(x);
   if (ax < 2.5) {
     // Maclaurin series: erf(x) = 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1))

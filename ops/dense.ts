@@ -14,7 +14,7 @@ export function strides(shape: Shape): number[] {
 }
 
 /** Calls f(flatIndex, coords) for every element in row-major order. */
-export function forEachIndex(shape: Shape, f: (flat: number, idx: readonly number[]) => void): void {
+function forEachIndex(shape: Shape, f: (flat: number, idx: readonly number[]) => void): void {
   const n = numel(shape);
   const idx = new Array<number>(shape.length).fill(0);
   for (let flat = 0; flat < n; flat++) {

@@ -4,7 +4,7 @@ import { arg, zipWith } from './dense.js';
 import { sameShapeSig } from './dims.js';
 import { type GradRef, one } from './grad.js';
 import { type Attrs, type OpDef, attrObject, attrScalar, fixed, sameShape, scalarSchema, ShapeError, type Shape, shapeStr } from './types.js';
-import { qParse } from '../sdfg/rational.js';
+import { qParse } from './rational.js';
 
 /** 1 / (1 - p) as an exact rational string. */
 function keepScale(p: number | string): string {

@@ -7,14 +7,14 @@ import { type Attrs, type OpDef, attrObject, attrScalar, broadcastShapes, fixed,
 
 type Binary = <S>(alg: Algebra<S>, a: S, b: S) => S;
 
-export function applyBinary<S>(alg: Algebra<S>, a: Dense<S>, b: Dense<S>, f: Binary): Dense<S> {
+function applyBinary<S>(alg: Algebra<S>, a: Dense<S>, b: Dense<S>, f: Binary): Dense<S> {
   const shape = broadcastShapes(a.shape, b.shape);
   const ra = broadcastReader(a, shape.length);
   const rb = broadcastReader(b, shape.length);
   return generate(shape, (idx) => f(alg, ra(idx), rb(idx)));
 }
 
-export function mapDense<S>(x: Dense<S>, f: (v: S) => S): Dense<S> {
+function mapDense<S>(x: Dense<S>, f: (v: S) => S): Dense<S> {
   return { shape: x.shape, data: x.data.map(f) };
 }
 

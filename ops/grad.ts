@@ -4,7 +4,7 @@
  * GradBuilder, so the same rule can build a plan's backward graph (generators) or be
  * evaluated eagerly (tests against finite differences).
  */
-import type { Attrs, Shape } from './types.js';
+import type { Attrs, Shape } from './basic.js';
 
 /** A value in the gradient graph being built. */
 export type GradRef = number;
@@ -15,7 +15,7 @@ export interface GradBuilder {
   shape(r: GradRef): Shape;
 }
 
-export interface GradContext {
+interface GradContext {
   readonly inputs: readonly GradRef[];
   readonly outputs: readonly GradRef[];
   /** Gradients of the outputs (same order). */

@@ -14,7 +14,7 @@ import { type GradRef, NO_BACKWARD, one } from './grad.js';
 import { type Attrs, type OpDef, attrNum, attrObject, fixed, noAttrs, numel, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
 
 /** The row index of `id` in a table of n rows: one-hot weights, or the row itself when known. */
-export function lookup<S>(alg: Algebra<S>, id: S, n: number, what: string): { row: number } | { weights: S[] } | { nan: true } {
+function lookup<S>(alg: Algebra<S>, id: S, n: number, what: string): { row: number } | { weights: S[] } | { nan: true } {
   const k = alg.known(id);
   if (k !== undefined) {
     if (Number.isInteger(k) && k >= 0 && k < n) return { row: k };

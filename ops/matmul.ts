@@ -6,7 +6,7 @@ import { type GradBuilder, type GradRef, one, unbroadcast } from './grad.js';
 import { type DimLabel, type DimSig, type OpDef, broadcastShapes, fixed, noAttrs, ShapeError, type Shape, shapeStr } from './types.js';
 
 /** torch.matmul values: 1-D operands are promoted and the promoted dims dropped again. */
-export function matmulApply<S>(alg: Algebra<S>, a: Dense<S>, b: Dense<S>): Dense<S> {
+function matmulApply<S>(alg: Algebra<S>, a: Dense<S>, b: Dense<S>): Dense<S> {
   const a2: Dense<S> = a.shape.length === 1 ? { shape: [1, a.shape[0] as number], data: a.data } : a;
   const b2: Dense<S> = b.shape.length === 1 ? { shape: [b.shape[0] as number, 1], data: b.data } : b;
   const ra = a2.shape.length;
@@ -32,7 +32,7 @@ export function matmulApply<S>(alg: Algebra<S>, a: Dense<S>, b: Dense<S>): Dense
   return { shape: matmulShape(a.shape, b.shape), data: full.data };
 }
 
-export function matmulShape(a: Shape, b: Shape): Shape {
+function matmulShape(a: Shape, b: Shape): Shape {
   if (a.length === 0 || b.length === 0) throw new ShapeError('matmul operands must have at least one dim');
   const a2 = a.length === 1 ? [1, a[0] as number] : a;
   const b2 = b.length === 1 ? [b[0] as number, 1] : b;

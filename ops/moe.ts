@@ -118,6 +118,7 @@ export const ops: OpDef[] = [
   {
     name: 'topk',
     family: 'moe',
+    positionsOut: { output: 1, input: 0, dim: -1 },
     doc: 'torch.topk(x, k, dim=-1) -> (values [..., k], indices [..., k]), largest first (inputs with ties are outside the golden cases: PyTorch leaves their order unspecified)',
     inputs: fixed(1),
     outputs: fixed(2),

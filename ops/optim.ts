@@ -4,7 +4,7 @@ import { arg } from './dense.js';
 import { dimLabels, sameShapeSig } from './dims.js';
 import { NO_BACKWARD } from './grad.js';
 import { type Attrs, type OpDef, attrNum, attrObject, attrScalar, fixed, sameShape, scalarSchema, ShapeError, type Shape, shapeStr } from './types.js';
-import { qParse } from '../sdfg/rational.js';
+import { qParse } from './rational.js';
 
 export const ops: OpDef[] = [
   {

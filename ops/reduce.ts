@@ -10,7 +10,7 @@ function reduceDimList(shape: Shape, attrs: Attrs): number[] {
 }
 
 /** Applies f to every 1-D fiber of x along dim (softmax-like ops). */
-export function alongDimApply<S>(xs: readonly Dense<S>[], dim: number, f: (fibers: S[][]) => S[]): Dense<S> {
+function alongDimApply<S>(xs: readonly Dense<S>[], dim: number, f: (fibers: S[][]) => S[]): Dense<S> {
   const x = xs[0] as Dense<S>;
   const d = normDim(dim, x.shape.length);
   const st = strides(x.shape);
@@ -28,7 +28,7 @@ export function alongDimApply<S>(xs: readonly Dense<S>[], dim: number, f: (fiber
 }
 
 /** Numerically stable softmax; exact terms normalize the max away, so it is also exact. */
-export function softmaxFiber<S>(alg: Algebra<S>, x: S[]): S[] {
+function softmaxFiber<S>(alg: Algebra<S>, x: S[]): S[] {
   const m = alg.max(x);
   const e = x.map((v) => alg.exp(alg.sub(v, m)));
   const z = alg.sum(e);

@@ -1,30 +1,31 @@
 /**
  * The operator registry. Adding an op family is one new file in ops/ exporting `ops`, plus
- * one line here. Attribute schemas are compiled once, lazily.
+ * its line in `families` below. Attribute schemas are compiled once, lazily.
  */
 import { Ajv, type ValidateFunction } from 'ajv';
 import type { Attrs, OpDef } from './types.js';
-import { readdirSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { ops as activation } from './activation.js';
+import { ops as attention } from './attention.js';
+import { ops as collectives } from './collectives.js';
+import { ops as dropout } from './dropout.js';
+import { ops as elementwise } from './elementwise.js';
+import { ops as indexing } from './indexing.js';
+import { ops as layout } from './layout.js';
+import { ops as loss } from './loss.js';
+import { ops as matmul } from './matmul.js';
+import { ops as moe } from './moe.js';
+import { ops as norm } from './norm.js';
+import { ops as optim } from './optim.js';
+import { ops as position } from './position.js';
+import { ops as reduce } from './reduce.js';
 
 /**
- * Op families are discovered: every module in this folder that exports `ops` is one. Adding
- * a family is one new file (plus its tests). Sorted file order keeps op ids deterministic.
+ * Every op family, listed: an op's integer id is its place in this order (the families in
+ * file-name order, as ids have always been numbered), so ids stay the same from run to run.
  */
-async function discoverFamilies(): Promise<OpDef[][]> {
-  const dir = dirname(fileURLToPath(import.meta.url));
-  const self = fileURLToPath(import.meta.url).split(/[\\/]/).pop();
-  const families: OpDef[][] = [];
-  for (const f of readdirSync(dir).filter((x) => x.endsWith('.js') && x !== self).sort()) {
-    const m = (await import(pathToFileURL(join(dir, f)).href)) as { ops?: unknown };
-    if (Array.isArray(m.ops)) families.push(m.ops as OpDef[]);
-  }
-  return families;
-}
+const families: readonly (readonly OpDef[])[] = [activation, attention, collectives, dropout, elementwise, indexing, layout, loss, matmul, moe, norm, optim, position, reduce];
 
-const families = await discoverFamilies();
-
+/** Op records by name and by integer id (the id is the index in registration order). */
 export class OpRegistry {
   private readonly byName = new Map<string, number>();
   readonly defs: OpDef[] = [];
@@ -72,4 +73,5 @@ export class OpRegistry {
   }
 }
 
+/** The one registry of every op family. */
 export const registry = new OpRegistry(families.flat());

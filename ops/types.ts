@@ -7,22 +7,21 @@
 
 import type { Algebra, Dense } from './algebra.js';
 import type { BackwardRule, NO_BACKWARD } from './grad.js';
+import type { Attrs, Shape } from './basic.js';
 
-export type Shape = readonly number[];
-export type AttrValue = null | boolean | number | string | AttrValue[] | { [k: string]: AttrValue };
-export type Attrs = Readonly<Record<string, AttrValue>>;
+export type { Shape, AttrValue, Attrs } from './basic.js';
 
 /** Thrown by shape rules; the loader turns it into a located plan error. */
 export class ShapeError extends Error {}
 
-export interface Arity {
+interface Arity {
   readonly min: number;
   /** Infinity for variadic ops such as concat. */
   readonly max: number;
 }
 
 /** How a collective's members hold inputs and outputs. */
-export type CollectivePattern =
+type CollectivePattern =
   /** Every member has one input and one output (all_reduce, all_gather, reduce_scatter, all_to_all). */
   | 'symmetric'
   /** The source member has one input; every member has one output. */
@@ -30,7 +29,7 @@ export type CollectivePattern =
   /** Two members: the sender's input becomes the receiver's output. */
   | 'p2p';
 
-export interface CollectiveRule {
+interface CollectiveRule {
   readonly pattern: CollectivePattern;
   /** For per-rank spelling of p2p: which side of the pair this op name is. */
   readonly side?: 'send' | 'recv';
@@ -43,6 +42,7 @@ export interface CollectiveRule {
   applyGroup<S>(alg: Algebra<S>, inputs: readonly (Dense<S> | undefined)[], attrs: Attrs, group: Int32Array): (Dense<S> | undefined)[];
 }
 
+/** One operator: its record of rules (shape, evaluation over any Algebra, dimension roles, backward). */
 export interface OpDef {
   readonly name: string;
   /** The ops/ file it lives in, e.g. 'elementwise'. */
@@ -116,6 +116,12 @@ export interface OpDef {
    * test/reduction-dims.test.ts.
    */
   readonly movesValues?: boolean;
+  /**
+   * An output that holds positions along an input's dim (topk's indices: positions along the
+   * scored dim): its values are 0..size-1, so it is categorical like an id tensor. `dim` may be
+   * negative (from the end).
+   */
+  readonly positionsOut?: { readonly output: number; readonly input: number; readonly dim: number };
   /**
    * Token routing (mixture of experts) in the layout whose buffer rows depend on the routing:
    * 'dispatch' packs input 0's rows (tokens) into per-expert buffers [E, N*k, ...] by the

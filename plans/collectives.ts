@@ -12,7 +12,7 @@ import type { Mesh } from './mesh.js';
 import type { CollectiveInstance, GroupSpec, PeerSpec, Program, RankView } from './model.js';
 import type { RawCollective, RawIo, RawPlan } from './raw.js';
 import { evalInt, selectRanks } from './programs.js';
-import { rankEnv } from '../lineage/model.js';
+import { rankEnv } from './mesh.js';
 import { ExprError, exprIssue } from './expr.js';
 
 export function canonicalJson(v: AttrValue | Attrs | undefined): string {
@@ -85,7 +85,7 @@ function guard<T>(ctx: Ctx, rank: number, path: string, f: () => T | undefined):
   }
 }
 
-export function resolvePeer(ctx: Ctx, p: PeerSpec, rank: number, path: string): number | undefined {
+function resolvePeer(ctx: Ctx, p: PeerSpec, rank: number, path: string): number | undefined {
   let peer: number;
   if (p.kind === 'rank') peer = evalInt(p.rank, rankEnv(ctx.mesh, rank));
   else {

@@ -21,7 +21,7 @@ export interface CompiledExpr {
 }
 
 /** An affine integer function of named variables. */
-export interface Affine {
+interface Affine {
   readonly c: number;
   readonly k: ReadonlyMap<string, number>;
 }

@@ -1,27 +1,25 @@
 /**
- * loadPlan: untrusted JSON -> validated normal form. Phases run in order and each stops the
- * load with every issue it found (PlanError): parse, schema, text limits, mesh, logical graph
- * and contract, rank programs, shapes, collectives, dataflow, lineage. The shape, collective
- * and lineage checks run once per template with the mesh coordinates as symbols where they
- * can (symcoll.ts, lineage/symbolic.ts), per rank elsewhere; `stats` says which ran.
+ * The plan's structure, untrusted JSON -> checked graphs: every phase of loadPlan but the last
+ * (lineage/load.ts adds lineage and is loadPlan). Phases run in order and each stops the load
+ * with every issue it found (PlanError): format, schema, text limits, mesh, logical graph and
+ * contract, rank programs, shapes, collectives, dataflow. The shape and collective checks run
+ * once per template with the mesh coordinates as symbols where they can (symcoll.ts), per
+ * rank elsewhere; the loaded plan's `stats` says which ran.
  */
 import { IssueSink, PlanError, type PlanIssue } from './errors.js';
-import { findTooDeep, MAX_DEPTH, MAX_PLAN_BYTES, parsePlanJson, readPlanText } from './json.js';
+import { findTooDeep, MAX_DEPTH, MAX_PLAN_BYTES } from './json.js';
 import { validateSchema } from './schema.js';
-import { Mesh } from './mesh.js';
+import { Mesh, programBox, rankEnv, type Box } from './mesh.js';
 import { buildLogical } from './logical.js';
 import { buildPrograms, checkOpAt, checkTensorDims, checkView, evalInt, instantiate, instantiateAttrs, specVars } from './programs.js';
 import { buildCollectives } from './collectives.js';
 import { checkCollectivesSymbolic, groupText, type CollectiveKind, type CollectiveStats, type Reps } from './symcoll.js';
 import { checkDataflow } from './dataflow.js';
 import { ExprError, exprIssue } from './expr.js';
-import type { AttrSpec, CollectiveInstance, Plan, Program, RankView } from './model.js';
+import type { AttrSpec, CollectiveInstance, Contract, LogicalGraph, Plan, Program, RankView } from './model.js';
 import type { RawPlan } from './raw.js';
 import type { Shape } from '../ops/types.js';
 import { registry } from '../ops/registry.js';
-import { rankEnv } from '../lineage/model.js';
-import { checkLineage, collectClaims, type Claim, type Coverage } from '../lineage/check.js';
-import { checkLineageSymbolic, programBox, type Box, type LineageStats } from '../lineage/symbolic.js';
 
 /**
  * Limits on the plan as written. Loading costs grow with the text (programs, their ops and
@@ -59,6 +57,7 @@ export function defaultLimits(): PlanLimits {
   return processLimits;
 }
 
+/** How a load checks (per template or per rank) and within which limits. */
 export interface LoadOptions {
   /**
    * 'template' (default): checks once per template where the coordinate dependence is
@@ -73,39 +72,6 @@ export interface LoadOptions {
    * logical tensors, and the contract outputs need not be held. Never set for a user's plan.
    */
   readonly subset?: boolean;
-}
-
-/** Which path each check took, for `inspect` and the benchmarks. */
-export interface LoadStats {
-  readonly checks: 'template' | 'rank';
-  /** Programs whose ranks are a box (product of per-axis coordinate sets). */
-  readonly boxPrograms: number;
-  /** Op and tensor shape checks run (each once per distinct coordinates it depends on). */
-  readonly shapeChecks: number;
-  readonly collectives: CollectiveStats;
-  readonly lineage: LineageStats;
-  /** Milliseconds per phase. */
-  readonly ms: Record<string, number>;
-}
-
-export interface LoadedPlan extends Plan {
-  /** Every lineage claim, one per (tensor, distinct coordinates): built on first use. */
-  readonly claims: Claim[];
-  readonly coverage: Coverage[];
-  /** Collective instances counted by op and group kind (without building them). */
-  readonly collectiveKinds: CollectiveKind[];
-  /** The multi-rank entries of $.parallel.collectives (few: one per entry as written), for per-template stages. */
-  readonly multiRank: CollectiveInstance[];
-  readonly stats: LoadStats;
-}
-
-export function loadPlan(file: string, opts: LoadOptions = {}): LoadedPlan {
-  const text = readPlanText(file, { ...processLimits, ...opts.limits }.bytes);
-  return loadPlanText(file, text, opts);
-}
-
-export function loadPlanText(file: string, text: string, opts: LoadOptions = {}): LoadedPlan {
-  return loadPlanObject(file, parsePlanJson(file, text), opts);
 }
 
 /**
@@ -158,7 +124,40 @@ function structure(file: string, raw: unknown, sink: IssueSink, opts: LoadOption
   return { plan, mesh, size: { ops, claims } };
 }
 
-export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {}): LoadedPlan {
+/** What loadStructure checked and built: the plan without its lineage checked. */
+interface PlanStructure {
+  readonly file: string;
+  readonly plan: RawPlan;
+  readonly mesh: Mesh;
+  readonly logical: LogicalGraph;
+  readonly contract: Contract;
+  readonly programs: Program[];
+  readonly rankProgram: Int32Array;
+  /** A rank's view of its program (shared by ranks with the same coordinates on the axes it uses). */
+  readonly view: (rank: number) => RankView;
+  /** Every collective instance rank by rank, built on first use. */
+  readonly perRank: () => CollectiveInstance[];
+  /** The collective instances the checks built (per template: one per class). */
+  readonly quotient: CollectiveInstance[];
+  readonly kinds: CollectiveKind[];
+  readonly cstats: CollectiveStats;
+  readonly warnings: PlanIssue[];
+  readonly boxes: Box[];
+  readonly shapeChecks: number;
+  readonly mode: 'template' | 'rank';
+  /** Milliseconds per phase so far; `lap(name)` records the next one. */
+  readonly ms: Record<string, number>;
+  readonly lap: (name: string) => void;
+  /** The load's issue sink: later phases add to it. */
+  readonly sink: IssueSink;
+}
+
+/**
+ * Every phase of a load but lineage (lineage/load.ts runs that one and builds the LoadedPlan):
+ * format, schema, text limits, mesh, logical graph and contract, programs, shapes,
+ * collectives, dataflow. Throws PlanError like a load.
+ */
+export function loadStructure(file: string, raw: unknown, opts: LoadOptions = {}): PlanStructure {
   const mode = opts.checks ?? 'template';
   const ms: Record<string, number> = {};
   let t0 = performance.now();
@@ -235,63 +234,7 @@ export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {
   sink.throwIfAny();
   lap('dataflow');
 
-  let claimList: Claim[] | undefined;
-  const claimsNow = (s: IssueSink): Claim[] => {
-    try {
-      return collectClaims(programs, rankProgram, mesh, logical, view, s);
-    } catch (e) {
-      if (!(e instanceof ExprError)) throw e;
-      exprIssue(s, e, '$.parallel', -1);
-      return [];
-    }
-  };
-  let coverage: Coverage[];
-  let lstats: LineageStats = { symbolicTensors: 0, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 };
-  if (opts.subset === true) {
-    claimList = claimsNow(sink);
-    coverage = [];
-  } else if (mode === 'template') {
-    const r = checkLineageSymbolic(programs, rankProgram, mesh, logical, contract, view, sink, { symbolic: true });
-    sink.throwIfAny();
-    coverage = r.coverage ?? [];
-    lstats = r.stats;
-  } else {
-    claimList = claimsNow(sink);
-    sink.throwIfAny();
-    coverage = checkLineage(claimList, programs, logical, contract, sink);
-    lstats = { ...lstats, enumeratedTensors: programs.reduce((n, p) => n + p.lineage.filter((l) => l !== undefined).length, 0), enumeratedClaims: claimList.length };
-  }
-  sink.throwIfAny();
-  lap('lineage');
-
-  return {
-    file,
-    name: plan.name ?? '',
-    description: plan.description ?? '',
-    mesh,
-    logical,
-    programs,
-    rankProgram,
-    get collectives(): CollectiveInstance[] {
-      return perRank();
-    },
-    contract,
-    warnings,
-    view,
-    get claims(): Claim[] {
-      if (claimList === undefined) {
-        const s = new IssueSink(file);
-        claimList = claimsNow(s);
-        if (s.size > 0) throw new Error(`internal inconsistency: the per-template lineage check passed but per-rank claims fail: ${s.issues.map((i) => i.message).join('; ')}`);
-      }
-      return claimList;
-    },
-    coverage,
-    collectiveKinds: kinds,
-    // Instances without a per-rank call site: the plan-level spelling (both modes put them in the list).
-    multiRank: quotient.filter((c) => c.sites.every((x) => x < 0)),
-    stats: { checks: mode, boxPrograms: boxes.filter((b) => b.isBox).length, shapeChecks, collectives: cstats, lineage: lstats, ms },
-  };
+  return { file, plan, mesh, logical, contract, programs, rankProgram, view, perRank, quotient, kinds, cstats, warnings, boxes, shapeChecks, mode, ms, lap, sink };
 }
 
 /**

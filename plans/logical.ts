@@ -2,7 +2,7 @@
 import { registry } from '../ops/registry.js';
 import { type Attrs, ShapeError, type Shape, sameShape, shapeStr, numel } from '../ops/types.js';
 import { jpath, type IssueSink } from './errors.js';
-import { NameTable, OpTableBuilder, type LogicalGraph, type Role, type Contract } from './model.js';
+import { NameTable, type OpTable, OpTableBuilder, type LogicalGraph, type Role, type Contract } from './model.js';
 import type { RawLogicalTensor, RawPlan } from './raw.js';
 import { cycleText, findCycle, toCsr } from './cycles.js';
 
@@ -104,15 +104,16 @@ export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGra
     if (registry.get(kind).collective !== undefined) sink.add(p, 'collectives belong in the parallel graph, not the logical one', `op '${table.ids.name(op)}'`);
   }
 
-  const graph: LogicalGraph = { tensors, shapes, roles, dtypes, domains, ops: table, attrs, producer };
-  if (sink.size === 0) checkLogicalAcyclic(graph, sink);
+  const order = sink.size === 0 ? topologicalOrder(table, producer, tensors.size) : [];
+  const graph: LogicalGraph = { tensors, shapes, roles, dtypes, domains, ops: table, attrs, producer, order };
+  if (sink.size === 0 && order.length < table.size) reportCycle(graph, sink);
   if (sink.size === 0) propagateDomains(graph);
   return { graph, contract: { inputs: Int32Array.from(cin), outputs: Int32Array.from(cout) } };
 }
 
 const INTEGER_DTYPES = new Set(['int64', 'int32', 'int16', 'int8', 'uint8']);
 /** Symbolic ids cost one indicator per value and element: keep domains proof-sized. */
-export const MAX_DOMAIN = 1 << 20;
+const MAX_DOMAIN = 1 << 20;
 
 /** The ascending value list of an integer tensor (bool: {0, 1}). */
 function domainOf(t: RawLogicalTensor, p: string, sink: IssueSink): readonly number[] | undefined {
@@ -178,53 +179,61 @@ function arityStr(min: number, max: number): string {
   return min === max ? `${min}` : max === Infinity ? `at least ${min}` : `${min} to ${max}`;
 }
 
-/** Ops that move integer values without computing on them: their outputs keep the ids' values. */
-const VALUE_PRESERVING = new Set(['reshape', 'transpose', 'permute', 'slice', 'concat', 'split', 'identity', 'expand']);
-
 /**
- * Integer tensors computed from integer inputs by layout ops (labels reshaped for the loss,
- * ids sliced per micro-batch) keep the inputs' values, so they stay categorical when a stage
- * takes them as inputs.
+ * The logical ops in topological order (Kahn's algorithm, ready ops taken in id order, each
+ * consumer once per input it reads); shorter than the op count when the graph has a cycle.
  */
-function propagateDomains(g: LogicalGraph): void {
-  const doms = g.domains as (readonly number[] | undefined)[];
-  const n = g.ops.size;
+function topologicalOrder(ops: OpTable, producer: Int32Array, nTensors: number): number[] {
+  const n = ops.size;
   const indeg = new Int32Array(n);
-  const consumers: number[][] = Array.from({ length: g.tensors.size }, () => []);
+  const consumers: number[][] = Array.from({ length: nTensors }, () => []);
   for (let op = 0; op < n; op++) {
-    for (const t of g.ops.opInputs(op)) {
-      if ((g.producer[t] as number) >= 0) indeg[op] = (indeg[op] as number) + 1;
+    for (const t of ops.opInputs(op)) {
+      if ((producer[t] as number) >= 0) indeg[op] = (indeg[op] as number) + 1;
       (consumers[t] as number[]).push(op);
     }
   }
   const queue: number[] = [];
   for (let op = 0; op < n; op++) if (indeg[op] === 0) queue.push(op);
   for (let i = 0; i < queue.length; i++) {
-    const op = queue[i] as number;
-    const ins = [...g.ops.opInputs(op)];
-    const name = registry.get(g.ops.kind[op] as number).name;
-    if (name === 'topk') {
-      // Its indices are positions along the scored dim.
-      const n = g.shapes[ins[0] as number]?.at(-1) ?? 0;
-      const idx = g.ops.opOutputs(op)[1];
-      if (idx !== undefined) doms[idx] ??= Array.from({ length: n }, (_, v) => v);
-    }
-    if (VALUE_PRESERVING.has(registry.get(g.ops.kind[op] as number).name) && ins.length > 0 && ins.every((t) => doms[t] !== undefined)) {
-      const set = new Set<number>();
-      for (const t of ins) for (const v of doms[t] as readonly number[]) set.add(v);
-      const d = [...set].sort((a, b) => a - b);
-      for (const t of g.ops.opOutputs(op)) doms[t] ??= d;
-    }
-    for (const t of g.ops.opOutputs(op)) {
+    for (const t of ops.opOutputs(queue[i] as number)) {
       for (const c of consumers[t] as number[]) {
         indeg[c] = (indeg[c] as number) - 1;
         if (indeg[c] === 0) queue.push(c);
       }
     }
   }
+  return queue;
 }
 
-function checkLogicalAcyclic(g: LogicalGraph, sink: IssueSink): void {
+/**
+ * Integer tensors computed from integer inputs by ops that move values without computing on
+ * them (OpDef.movesValues: labels reshaped for the loss, ids sliced per micro-batch) keep the
+ * inputs' values, and positions along a dim (OpDef.positionsOut: topk's indices) take that
+ * dim's positions, so they stay categorical when a stage takes them as inputs.
+ */
+function propagateDomains(g: LogicalGraph): void {
+  const doms = g.domains as (readonly number[] | undefined)[];
+  for (const op of g.order) {
+    const ins = [...g.ops.opInputs(op)];
+    const def = registry.get(g.ops.kind[op] as number);
+    const pos = def.positionsOut;
+    if (pos !== undefined) {
+      const n = g.shapes[ins[pos.input] as number]?.at(pos.dim) ?? 0;
+      const idx = g.ops.opOutputs(op)[pos.output];
+      if (idx !== undefined) doms[idx] ??= Array.from({ length: n }, (_, v) => v);
+    }
+    if (def.movesValues === true && ins.length > 0 && ins.every((t) => doms[t] !== undefined)) {
+      const set = new Set<number>();
+      for (const t of ins) for (const v of doms[t] as readonly number[]) set.add(v);
+      const d = [...set].sort((a, b) => a - b);
+      for (const t of g.ops.opOutputs(op)) doms[t] ??= d;
+    }
+  }
+}
+
+/** The cycle's message: one cycle, found by walking the ops Kahn's algorithm could not order. */
+function reportCycle(g: LogicalGraph, sink: IssueSink): void {
   const ops = g.ops;
   const src: number[] = [];
   const dst: number[] = [];

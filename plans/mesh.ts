@@ -64,3 +64,46 @@ export function iota(n: number): Int32Array {
   for (let i = 0; i < n; i++) a[i] = i;
   return a;
 }
+
+/** The environment of a rank's template expressions: `rank` and its coordinate on each named axis. */
+export function rankEnv(mesh: Mesh, rank: number): (name: string) => number {
+  return (name) => (name === 'rank' ? rank : mesh.coord(rank, mesh.axisIndex(name)));
+}
+
+/** The coordinates a program's ranks take on each axis; a box when their product is the rank set. */
+export interface Box {
+  readonly sets: Int32Array[];
+  readonly lo: Int32Array;
+  readonly hi: Int32Array;
+  readonly isBox: boolean;
+  readonly count: number;
+}
+
+export function programBox(ranks: ArrayLike<number>, mesh: Mesh): Box {
+  const n = mesh.axes.length;
+  if (ranks.length === mesh.size && mesh.size > 0) {
+    // Every rank (distinct ranks of the mesh): the whole mesh, no need to look.
+    const sets = mesh.sizes.map((s) => iota(s));
+    return { sets, lo: new Int32Array(n), hi: Int32Array.from(mesh.sizes.map((s) => s - 1)), isBox: true, count: ranks.length };
+  }
+  const seen = mesh.sizes.map((s) => new Uint8Array(s));
+  for (let i = 0; i < ranks.length; i++) {
+    const r = ranks[i] as number;
+    for (let a = 0; a < n; a++) (seen[a] as Uint8Array)[mesh.coord(r, a)] = 1;
+  }
+  const sets = seen.map((u) => {
+    const out: number[] = [];
+    u.forEach((x, c) => {
+      if (x) out.push(c);
+    });
+    return Int32Array.from(out);
+  });
+  const product = sets.reduce((p, s) => p * s.length, 1);
+  return {
+    sets,
+    lo: Int32Array.from(sets.map((s) => s[0] ?? 0)),
+    hi: Int32Array.from(sets.map((s) => s[s.length - 1] ?? 0)),
+    isBox: product === ranks.length && ranks.length > 0,
+    count: ranks.length,
+  };
+}

@@ -7,7 +7,6 @@
 import type { Attrs, Shape } from '../ops/types.js';
 import type { CompiledExpr } from './expr.js';
 import type { Mesh } from './mesh.js';
-import type { LineageSpec } from '../lineage/model.js';
 import type { PlanIssue } from './errors.js';
 
 export type Role = 'input' | 'param' | 'optimizer_state' | 'activation' | 'grad' | 'output';
@@ -99,6 +98,12 @@ export interface LogicalGraph {
   readonly attrs: Attrs[];
   /** producer[t] = op index, or -1 for iteration inputs. */
   readonly producer: Int32Array;
+  /**
+   * The ops in one topological order, computed once at load (plans/logical.ts): every later
+   * phase (domains, execution, stage decomposition) follows this one. Empty when the load
+   * stopped before it (a cycle or an earlier error).
+   */
+  readonly order: readonly number[];
 }
 
 /** A dimension, attribute or group entry that may depend on mesh coordinates. */
@@ -181,4 +186,53 @@ export interface Plan {
   readonly warnings: PlanIssue[];
   /** Concrete view of one rank (cached for coordinate-independent programs). */
   view(rank: number): RankView;
+}
+
+/*
+ * Lineage as a plan writes it: the spec of each parallel tensor (nnScaler-style index/value
+ * maps, or DTensor placements over the mesh) after parsing, template expressions compiled.
+ * lineage/model.ts gives a spec its meaning per rank (evalLineage).
+ */
+
+export type Reduce = 'sum' | 'max' | 'min';
+
+type Placement = { readonly k: 'R' } | { readonly k: 'S'; readonly dim: number } | { readonly k: 'P'; readonly reduce: 'sum' | 'avg' | 'max' | 'min' };
+
+export type LineageSpec =
+  | {
+      readonly kind: 'index';
+      readonly logical: number;
+      readonly path: string;
+      /** Per dim: undefined = whole dim, else [s0, e0, s1, e1, ...] specs. Missing `index` = all whole. */
+      readonly dims: readonly (readonly IntSpec[] | undefined)[] | undefined;
+      readonly idx: IntSpec;
+      readonly n: number;
+      readonly reduce: Reduce;
+      readonly divisor: number;
+      readonly split: string;
+      /** Mesh axes the spec depends on; -1 in the list means it uses `rank`. */
+      readonly axes: readonly number[];
+    }
+  | {
+      readonly kind: 'placements';
+      readonly logical: number;
+      readonly path: string;
+      readonly placements: readonly Placement[];
+      readonly axes: readonly number[];
+    };
+
+export class LineageError extends Error {}
+
+export function parsePlacement(s: string): Placement {
+  if (s === 'R') return { k: 'R' };
+  if (s === 'P') return { k: 'P', reduce: 'sum' };
+  const sm = /^S\(([0-9]+)\)$/.exec(s);
+  if (sm) return { k: 'S', dim: Number(sm[1]) };
+  const pm = /^P\((sum|avg|max|min)\)$/.exec(s);
+  if (pm) return { k: 'P', reduce: pm[1] as 'sum' | 'avg' | 'max' | 'min' };
+  throw new LineageError(`unknown placement '${s}'`);
+}
+
+export function placementStr(p: Placement): string {
+  return p.k === 'R' ? 'R' : p.k === 'S' ? `S(${p.dim})` : `P(${p.reduce})`;
 }

@@ -11,10 +11,11 @@ import { compileExpr, ExprError, type CompiledExpr } from './expr.js';
 import { iota, type Mesh } from './mesh.js';
 import { NameTable, OpTableBuilder, type AttrSpec, type GroupSpec, type IntSpec, type LogicalGraph, type PeerSpec, type Program, type RankView } from './model.js';
 import type { RawGroup, RawInt, RawLineage, RawPeer, RawPlan, RawProgram, RawSelector } from './raw.js';
-import { type LineageSpec, parsePlacement, rankEnv, LineageError, type Reduce } from '../lineage/model.js';
+import { rankEnv } from './mesh.js';
+import { type LineageSpec, parsePlacement, LineageError, type Reduce } from './model.js';
 import { MAX_ELEMENTS, checkOpShapes } from './logical.js';
 
-export class ExprCompiler {
+class ExprCompiler {
   readonly vars: Set<string>;
   private readonly bound: (name: string) => readonly [number, number];
   private readonly cache = new Map<string, CompiledExpr>();

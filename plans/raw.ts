@@ -1,11 +1,11 @@
 /** Types of a plan file as written (after schema validation). See plan-v1.schema.json. */
 import type { AttrValue } from '../ops/types.js';
 
-export type RawExpr = { expr: string };
+type RawExpr = { expr: string };
 export type RawInt = number | RawExpr;
 export type RawRange = [RawInt, RawInt];
 export type RawDimIndex = '*' | RawRange | RawRange[];
-export type RawValue = [RawInt, number] | [RawInt, number, 'sum' | 'avg' | 'max' | 'min'] | { chunk: RawInt; of: number; reduce?: 'sum' | 'max' | 'min'; divisor?: number; split?: string };
+type RawValue = [RawInt, number] | [RawInt, number, 'sum' | 'avg' | 'max' | 'min'] | { chunk: RawInt; of: number; reduce?: 'sum' | 'max' | 'min'; divisor?: number; split?: string };
 export type RawLineage = ({ logical: string; index?: RawDimIndex[]; value?: RawValue } | { logical: string; placements: string[] }) & { inferred?: boolean };
 export type RawSelector = 'all' | number[] | { where: Record<string, number | number[]> };
 export type RawGroup = RawInt[] | { ranks: RawInt[] } | { axes: string[] };

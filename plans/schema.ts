@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
 import type { IssueSink } from './errors.js';
 
-export const SCHEMA_PATH = fileURLToPath(new URL('../../plans/plan-v1.schema.json', import.meta.url));
+const SCHEMA_PATH = fileURLToPath(new URL('../../plans/plan-v1.schema.json', import.meta.url));
 
 let validator: ValidateFunction | undefined;
 
@@ -17,7 +17,7 @@ function getValidator(): ValidateFunction {
   return validator;
 }
 
-export function pointerToPath(ptr: string): string {
+function pointerToPath(ptr: string): string {
   if (ptr === '') return '$';
   return (
     '$' +

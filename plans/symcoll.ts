@@ -24,8 +24,8 @@ import type { CollectiveInstance, Program, RankView } from './model.js';
 import type { RawPlan } from './raw.js';
 import { checkInstance, type Ctx, makeInstance, multiRankCollectives, perRankCollectives } from './collectives.js';
 import { evalInt, instantiateAttrs, specVars } from './programs.js';
-import { rankEnv } from '../lineage/model.js';
-import type { Box } from '../lineage/symbolic.js';
+import { rankEnv } from './mesh.js';
+import type { Box } from './mesh.js';
 import { ExprError, exprIssue } from './expr.js';
 
 export interface CollectiveKind {
@@ -44,7 +44,7 @@ export interface CollectiveStats {
   p2pClasses: number;
 }
 
-export interface CollectiveCheck {
+interface CollectiveCheck {
   /** One record per distinct template instance (for the dataflow quotient graph); real instances for the rest. */
   readonly quotient: CollectiveInstance[];
   readonly kinds: CollectiveKind[];

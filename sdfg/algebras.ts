@@ -1,6 +1,6 @@
 /** The two scalar domains the op rules run on: Float64 numbers and exact terms. */
 import { type Algebra, evalChoice, nonnegFns, positiveFns, type RealFn, realFunctions, topkIndices, topkKey } from '../ops/algebra.js';
-import { qParse } from './rational.js';
+import { qParse } from '../ops/rational.js';
 import type { TermId, TermStore } from './terms.js';
 
 export const floatAlgebra: Algebra<number> = {

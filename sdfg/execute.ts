@@ -7,7 +7,7 @@
 import type { Algebra, Dense } from '../ops/algebra.js';
 import { registry } from '../ops/registry.js';
 import type { Attrs } from '../ops/types.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import type { LineageNF } from '../lineage/model.js';
 
@@ -31,29 +31,9 @@ export function executeLogical<S>(plan: LoadedPlan, alg: Algebra<S>, inputs: Log
   return vals;
 }
 
-/** Logical ops in a topological order (the loader has checked acyclicity). */
-export function logicalOrder(plan: LoadedPlan): number[] {
-  const lg = plan.logical;
-  const n = lg.ops.size;
-  const indeg = new Int32Array(n);
-  const consumers: number[][] = Array.from({ length: lg.tensors.size }, () => []);
-  for (let op = 0; op < n; op++) {
-    for (const t of lg.ops.opInputs(op)) {
-      if ((lg.producer[t] as number) >= 0) indeg[op] = (indeg[op] as number) + 1;
-      (consumers[t] as number[]).push(op);
-    }
-  }
-  const queue: number[] = [];
-  for (let op = 0; op < n; op++) if (indeg[op] === 0) queue.push(op);
-  for (let i = 0; i < queue.length; i++) {
-    for (const t of lg.ops.opOutputs(queue[i] as number)) {
-      for (const c of consumers[t] as number[]) {
-        indeg[c] = (indeg[c] as number) - 1;
-        if (indeg[c] === 0) queue.push(c);
-      }
-    }
-  }
-  return queue;
+/** Logical ops in topological order: the one order the loader computed (LogicalGraph.order). */
+export function logicalOrder(plan: LoadedPlan): readonly number[] {
+  return plan.logical.order;
 }
 
 /** Per rank, the value of each local tensor (undefined until computed). */

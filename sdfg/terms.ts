@@ -23,12 +23,12 @@
  * Division records a side condition (the divisor is nonzero); `provablyNonzero` discharges
  * the easy ones syntactically (positive atoms, sums of positive terms).
  */
-import { type Q, Q0, Q1, q, qAdd, qCmp, qDiv, qEq, qFromNumber, qIsInt, qIsOne, qIsZero, qKey, qMin, qMul, qSign, qToNumber } from './rational.js';
+import { type Q, Q0, Q1, q, qAdd, qCmp, qDiv, qEq, qFromNumber, qIsInt, qIsOne, qIsZero, qKey, qMin, qMul, qSign, qToNumber } from '../ops/rational.js';
 
 export type TermId = number;
-export type AtomId = number;
+type AtomId = number;
 
-export type AtomKind = 'sym' | 'exp' | 'max' | 'min' | 'uf' | 'ind' | 'lsum';
+type AtomKind = 'sym' | 'exp' | 'max' | 'min' | 'uf' | 'ind' | 'lsum';
 
 interface Atom {
   readonly kind: AtomKind;
@@ -72,7 +72,7 @@ interface Group {
 /** The zero monomial: a product of two different classes of one categorical variable. */
 const ZERO_MONO = -1;
 /** Shannon expansions and tests enumerate at most this many joint assignments. */
-export const MAX_ASSIGNMENTS = 4096;
+const MAX_ASSIGNMENTS = 4096;
 
 interface Term {
   readonly c: Q;
@@ -83,7 +83,7 @@ interface Term {
 }
 
 /** Real functions for evaluating UF atoms (witnesses, debugging). */
-export type UfImpl = (name: string, args: number[]) => number;
+type UfImpl = (name: string, args: number[]) => number;
 
 /** Thrown when a stage needs more normal-form work than its budget allows. */
 export class TermBudgetError extends Error {}

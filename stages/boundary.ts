@@ -13,8 +13,8 @@
  * by another candidate (each tried once), so it terminates. docs/engine.md ("Inferred
  * boundaries") gives the soundness argument.
  */
-import type { LoadedPlan } from '../plans/loader.js';
-import { loadPlanObject } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import type { Program } from '../plans/model.js';
 import { logicalOrder } from '../sdfg/execute.js';
@@ -27,7 +27,8 @@ import { proveTensorLevel } from './tensorlevel.js';
 import { certifyWitness, type Iv } from './interval.js';
 import { inferClaims, valueMatcher, withClaims, type InferredClaim } from './infer.js';
 import { registry } from '../ops/registry.js';
-import { assemble, engineError, witnessedStages, witnessSearch, type Engine, type VerifyReport } from './verify.js';
+import { assemble, engineError, witnessedStages, witnessSearch } from './verify.js';
+import { type Engine, type VerifyReport } from './report.js';
 
 type Json = Record<string, unknown>;
 

@@ -14,7 +14,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CANON_VERSION, formHash } from './canon.js';
 
-export const CACHE_FORMAT = 'planproof-proof/1';
+const CACHE_FORMAT = 'planproof-proof/1';
 
 /** `$PLANPROOF_CACHE_DIR`, else `$XDG_CACHE_HOME/planproof`, else `~/.cache/planproof`. */
 export function defaultCacheDir(): string {
@@ -31,7 +31,7 @@ let version: string | undefined;
  * (ops, terms, lineage, stage building and proving, the canonical form). Any change to them
  * makes every earlier entry foreign.
  */
-export function engineVersion(): string {
+function engineVersion(): string {
   if (version !== undefined) return version;
   const root = dirname(dirname(fileURLToPath(import.meta.url)));
   const h = createHash('sha256').update(`canon ${CANON_VERSION}\n`);
@@ -52,7 +52,7 @@ interface Entry {
   decidedBy?: 'z3' | 'tensor';
 }
 
-export interface CacheStats {
+interface CacheStats {
   hits: number;
   misses: number;
   /** Entries present but not trusted (corrupt, truncated, foreign). */

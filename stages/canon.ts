@@ -17,7 +17,7 @@
 import { createHash } from 'node:crypto';
 import { registry } from '../ops/registry.js';
 import type { AttrValue, Attrs } from '../ops/types.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { CollectiveInstance, Program, RankView } from '../plans/model.js';
 import { evalLineage, type LineageNF } from '../lineage/model.js';
 import { numel } from '../ops/types.js';

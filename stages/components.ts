@@ -14,8 +14,8 @@
  * check of the loader, checked to hold the rank's obligations (translated), reduced by the
  * lane reducer, and proved.
  */
-import type { LoadedPlan } from '../plans/loader.js';
-import { loadPlanObject } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import type { Program } from '../plans/model.js';
 import type { RawDimIndex, RawLineage, RawParallelOp, RawParallelTensor, RawPlan, RawRange } from '../plans/raw.js';
@@ -28,7 +28,7 @@ import { extractLogicalRaw, stageClosure, stageOf, type StageClosure } from './e
 export class ComponentError extends Error {}
 
 /** [start, width] per logical tensor and dim, for dims cut to a window. */
-export type Windows = Map<string, [number, number]>;
+type Windows = Map<string, [number, number]>;
 const wkey = (logical: number, d: number): string => `${logical}:${d}`;
 
 /** Obligations of one rank, as a stage. */

@@ -6,13 +6,13 @@
  * members are then proved one by one, so every failing stage gets its own residual, ranks
  * and witness.
  */
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { Stage, StageResult } from './prove.js';
 import { groupStages, type StageClass } from './canon.js';
 import type { ProofCache } from './cache.js';
-import type { VerifyReport } from './verify.js';
+import type { VerifyReport } from './report.js';
 
-export interface DistinctProofs {
+interface DistinctProofs {
   /** One result per stage, in decomposition order. */
   readonly results: StageResult[];
   /** coveredBy[i]: index of the stage whose proof covers stage i (i itself when proved on its own or from the cache). */
@@ -27,7 +27,7 @@ export interface DistinctProofs {
   readonly tensorLevel: number;
 }
 
-export type ProveSome = (stages: readonly Stage[]) => Promise<StageResult[]>;
+type ProveSome = (stages: readonly Stage[]) => Promise<StageResult[]>;
 
 export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], prove: ProveSome, cache?: ProofCache, known?: ReadonlyMap<number, StageResult>): Promise<DistinctProofs> {
   // Stages already decided (tensor-level proofs) are neither grouped nor proved again.

@@ -15,8 +15,8 @@
  * lineage) and inputs; anything else is an ExtractionError, and the caller proves the stage
  * in place.
  */
-import type { LoadedPlan } from '../plans/loader.js';
-import { loadPlanObject } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import type { Program } from '../plans/model.js';
 import type { RawCollective, RawLogicalTensor, RawOp, RawParallelOp, RawParallelTensor, RawPlan, RawProgram } from '../plans/raw.js';
@@ -41,7 +41,7 @@ export interface StageClosure {
 }
 
 /** Producer of each (rank, tensor), as the stage builder sees it (shared with stages/prove.ts). */
-export const producerMap = producers;
+const producerMap = producers;
 
 /** The stage builder's closure walk (StageBuilder.build, step 1), recording what it runs. */
 export function stageClosure(plan: LoadedPlan, stage: Stage, prod: Map<string, Producer> = producerMap(plan)): StageClosure {
@@ -106,7 +106,7 @@ export function stageClosure(plan: LoadedPlan, stage: Stage, prod: Map<string, P
   return { seen, inputs, ops, collectives, logicalOps, logicalInputs };
 }
 
-export interface ExtractedStage {
+interface ExtractedStage {
   readonly raw: RawPlan;
   readonly plan: LoadedPlan;
   /** The stage of the same logical tensor in the extracted plan. */

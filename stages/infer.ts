@@ -20,7 +20,7 @@
  */
 import type { Dense } from '../ops/algebra.js';
 import { numel } from '../ops/types.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import { differs, evaluateBoth } from './numeric.js';
 import { producedSets } from './prove.js';

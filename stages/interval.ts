@@ -18,9 +18,9 @@
 import type { Algebra, Dense, RealFn } from '../ops/algebra.js';
 import { realFunctions } from '../ops/algebra.js';
 import { numel } from '../ops/types.js';
-import { qParse } from '../sdfg/rational.js';
+import { qParse } from '../ops/rational.js';
 import { executeLogical, executeParallel, logicalIndexer, type LogicalValues, type RankValues } from '../sdfg/execute.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 import { mulberry32 } from './numeric.js';
@@ -183,7 +183,7 @@ export const intervalAlgebra: Algebra<Iv> = {
 };
 
 /** A claim shown false at a concrete input, in exact arithmetic. */
-export interface Certified {
+interface Certified {
   readonly seed: number;
   readonly rank: number;
   readonly tensor: string;
@@ -194,7 +194,7 @@ export interface Certified {
   readonly logical: Iv;
 }
 
-export type CertifyResult = { certified: Certified } | { undecided: string };
+type CertifyResult = { certified: Certified } | { undecided: string };
 
 /**
  * Evaluates both graphs in intervals on the inputs `numericCheck` draws at `seed` (the same

@@ -9,14 +9,14 @@ import type { Dense } from '../ops/algebra.js';
 import { numel } from '../ops/types.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
 import { executeLogical, executeParallel, logicalIndexer, logicalOrder, type LogicalValues, type RankValues } from '../sdfg/execute.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 
 /** A difference this far beyond rounding (relative) is a witness. */
-export const WITNESS_TOLERANCE = 1e-6;
+const WITNESS_TOLERANCE = 1e-6;
 /** Plans larger than this (total elements of logical tensors) are not evaluated numerically. */
-export const MAX_NUMERIC_ELEMENTS = 20_000_000;
+const MAX_NUMERIC_ELEMENTS = 20_000_000;
 
 export interface Mismatch {
   readonly logical: string;
@@ -68,7 +68,7 @@ function tooLargeForNumeric(plan: LoadedPlan): string | undefined {
   return total > MAX_NUMERIC_ELEMENTS ? `the logical tensors hold ${total} elements; numeric evaluation is limited to ${MAX_NUMERIC_ELEMENTS}` : undefined;
 }
 
-export interface BothValues {
+interface BothValues {
   readonly logical: LogicalValues<number>;
   readonly parallel: RankValues<number>;
   readonly lineageOf: (r: number, t: number) => LineageNF | undefined;

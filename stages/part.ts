@@ -13,16 +13,15 @@
  * only by their claims, computed by the same ops, and its obligation is one of the stage's.
  * A proof of the part proves nothing about the stage's other ranks, so it is never used as one.
  */
-import type { LoadedPlan } from '../plans/loader.js';
-import { loadPlanObject } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import type { Program } from '../plans/model.js';
 import type { RawParallelOp, RawParallelTensor, RawPlan, RawProgram } from '../plans/raw.js';
 import type { AttrValue } from '../ops/types.js';
 import { registry } from '../ops/registry.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
-import type { NumericReport } from './numeric.js';
-import type { Stage, StageResult } from './prove.js';
+import type { ProvePart, Stage } from './prove.js';
 import { extractLogicalRaw, stageOf, type StageClosure } from './extract.js';
 import { rawLineage } from './components.js';
 import { reducePlan, ReductionError } from './reduce.js';
@@ -33,21 +32,6 @@ import { diagnoseWitness } from './verify.js';
 export const MAX_PART_RANKS = 1024;
 /** Most (rank, tensor) entries a part's closure may visit. */
 export const MAX_PART_ENTRIES = 200_000;
-
-export interface PartResult {
-  /** The rank whose obligation was extracted, and every rank its closure reaches. */
-  readonly rank: number;
-  readonly ranks: readonly number[];
-  /** The result on the part (reduced when the reducer could), and its numeric run (ranks as in the full plan). */
-  readonly result: StageResult;
-  readonly witness: NumericReport['mismatches'];
-  readonly reduced: boolean;
-  readonly raw: RawPlan;
-  /** What the witness values look like (stages/verify.ts diagnoses). */
-  readonly diagnosis?: string;
-}
-
-export type ProvePart = (plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: number, tensor: number, seed: number) => PartResult | { why: string };
 
 class PartError extends Error {}
 

@@ -38,7 +38,11 @@ export interface PoolOptions {
   readonly timeLimit?: TimeLimit;
   readonly engine?: 'normal' | 'z3';
   readonly onStage?: (done: number, total: number) => void;
-  readonly fault?: StageTask['fault'];
+  /**
+   * A worker module to run instead of stages/worker.js, and the workerData it gets (tests
+   * wrap the worker to make a stage hang or crash: test/fault-worker.ts).
+   */
+  readonly worker?: WorkerModule;
   /** Workers are replaced after this many stages each (memory hygiene; Z3 grows). */
   readonly recycleAfter?: number;
   /** Heap limit of a worker (MiB): a stage that exceeds it kills only its worker. */
@@ -65,10 +69,17 @@ export interface PoolOptions {
 /** The reason of a stage a caller's time limit (PoolOptions.stopAt) left unproved. */
 export const TIME_LIMIT_REASON = 'not attempted: the time limit was reached before this stage started';
 
+/** A module exporting a default function with stages/worker.js's signature, and its workerData. */
+export interface WorkerModule {
+  readonly file: URL;
+  readonly data?: unknown;
+}
+
 /** A worker pool for proveInPool's `pool` option. */
-export function newPool(jobs: number, workerHeapMb = DEFAULT_WORKER_HEAP_MB): Piscina {
+export function newPool(jobs: number, workerHeapMb = DEFAULT_WORKER_HEAP_MB, worker?: WorkerModule): Piscina {
   return new Piscina({
-    filename: new URL('./worker.js', import.meta.url).href,
+    filename: (worker?.file ?? new URL('./worker.js', import.meta.url)).href,
+    ...(worker?.data === undefined ? {} : { workerData: worker.data }),
     maxThreads: Math.max(1, jobs),
     minThreads: 1,
     idleTimeout: 1000,
@@ -76,8 +87,8 @@ export function newPool(jobs: number, workerHeapMb = DEFAULT_WORKER_HEAP_MB): Pi
   });
 }
 
-export const DEFAULT_RECYCLE_AFTER = 200;
-export const DEFAULT_WORKER_HEAP_MB = 6144;
+const DEFAULT_RECYCLE_AFTER = 200;
+const DEFAULT_WORKER_HEAP_MB = 6144;
 
 export async function proveInPool(file: string, text: string, stages: readonly Stage[], opts: PoolOptions): Promise<StageResult[]> {
   const jobs = Math.max(1, opts.jobs);
@@ -92,7 +103,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
   const results: StageResult[] = [];
   let done = 0;
   for (let start = 0; start < stages.length; start += batch) {
-    const pool = opts.pool ?? newPool(jobs, opts.workerHeapMb);
+    const pool = opts.pool ?? newPool(jobs, opts.workerHeapMb, opts.worker);
     try {
       // At most `jobs` tasks in flight: a deadline must measure a stage's run, not its wait.
       const slice = stages.slice(start, start + batch);
@@ -112,7 +123,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
         const left = Math.min(runLeft, stopLeft);
         const cut = left < opts.deadlineMs;
         const deadlineMs = Math.max(1, Math.floor(Math.min(opts.deadlineMs, left)));
-        const task: StageTask = { key, file, plan: shared, limits, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}), ...(opts.fault === undefined ? {} : { fault: opts.fault }) };
+        const task: StageTask = { key, file, plan: shared, limits, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}) };
         let result: StageResult;
         try {
           if (opts.timeLimit !== undefined && runLeft <= 0) throw new Error(notAttempted(opts.timeLimit));

@@ -21,9 +21,31 @@ import { type Attrs, numel } from '../ops/types.js';
 import { termAlgebra } from '../sdfg/algebras.js';
 import { logicalIndexer } from '../sdfg/execute.js';
 import { DEFAULT_TERM_BUDGET, TermBudgetError, TermStore, TermUnsupportedError, type TermId } from '../sdfg/terms.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
+import type { RawPlan } from '../plans/raw.js';
+import type { NumericReport } from './numeric.js';
 import type { CollectiveInstance, Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
+
+/**
+ * One rank's part of a stage, extracted and proved on its own (stages/part.ts). The hook's types
+ * live here so that stages/template.ts, which is handed the hook, and part.ts, which implements
+ * it, need not import each other (part.ts reaches template.ts through verify.ts).
+ */
+export interface PartResult {
+  /** The rank whose obligation was extracted, and every rank its closure reaches. */
+  readonly rank: number;
+  readonly ranks: readonly number[];
+  /** The result on the part (reduced when the reducer could), and its numeric run (ranks as in the full plan). */
+  readonly result: StageResult;
+  readonly witness: NumericReport['mismatches'];
+  readonly reduced: boolean;
+  readonly raw: RawPlan;
+  /** What the witness values look like (stages/verify.ts diagnoses). */
+  readonly diagnosis?: string;
+}
+
+export type ProvePart = (plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: number, tensor: number, seed: number) => PartResult | { why: string };
 
 export interface Obligation {
   readonly rank: number;
@@ -38,7 +60,7 @@ export interface Stage {
   readonly obligations: Obligation[];
 }
 
-export type StageStatus = 'proved' | 'differs' | 'unknown';
+type StageStatus = 'proved' | 'differs' | 'unknown';
 
 export interface StageResult {
   readonly stage: Stage;
@@ -131,7 +153,7 @@ export function producers(plan: LoadedPlan): Map<string, Producer> {
 }
 
 /** One equality the stage must establish. */
-export interface Pair<S> {
+interface Pair<S> {
   readonly par: S;
   readonly log: S;
   readonly rank: number;
@@ -139,7 +161,7 @@ export interface Pair<S> {
   readonly what: string;
 }
 
-export interface StageBuild<S> {
+interface StageBuild<S> {
   readonly pairs: Pair<S>[];
   readonly logicalOps: number;
   readonly parallelOps: number;
@@ -157,12 +179,33 @@ export interface StageBuild<S> {
  */
 export const MAX_STAGE_ELEMENTS = 4_000_000;
 
-export interface SymbolSource<S> {
+interface SymbolSource<S> {
   readonly alg: Algebra<S>;
   /** A fresh input element; `values` makes it categorical (an integer id taking one of them). */
   sym(name: string, values?: readonly number[]): S;
   /** Called after the logical side is built, before the parallel side (divisions after it are the parallel side's). */
   parallelStart?(): void;
+}
+
+/** The state one StageBuilder.build shares across its phases. */
+interface BuildContext<S> {
+  readonly stage: Stage;
+  readonly src: SymbolSource<S>;
+  /** `src.alg`, with `require` collecting the ops' requirements into `reqs`. */
+  readonly alg: Algebra<S>;
+  /** A value map's combination of addends: sum / divisor, max or min. */
+  readonly combine: (reduce: string, divisor: number, xs: S[]) => S;
+  readonly reqs: { cond: S; what: string; rank: number }[];
+  /** The op being applied (and its rank), for requirement messages. */
+  readonly here: { what: string; rank: number };
+  logicalOps: number;
+  parallelOps: number;
+}
+
+/** Symbols of the logical tensors a stage's inputs name: per element, and per addend of partial elements. */
+interface InputSymbols<S> {
+  readonly logical: Map<number, S[]>;
+  readonly chunks: Map<string, S>;
 }
 
 /**
@@ -239,20 +282,40 @@ export class StageBuilder {
     return { inputs, seen, ops };
   }
 
+  /**
+   * The stage over `src`'s algebra, in five phases: the parallel closure (`closure`), symbols
+   * for the logical tensors its inputs name (`inputSymbols`), the logical value
+   * (`logicalValue`), the parallel values on demand (`parallelValues`), and the equalities
+   * between them (`equalities`).
+   */
   build<S>(stage: Stage, src: SymbolSource<S>): StageBuild<S> {
-    const plan = this.plan;
-    const lg = plan.logical;
+    const ctx = this.context(stage, src);
+    const { inputs, seen } = this.closure(stage);
+    const tooLarge = this.tooLarge(stage, inputs, seen);
+    if (tooLarge !== undefined) return { pairs: [], logicalOps: 0, parallelOps: 0, tooLarge };
+    const syms = this.inputSymbols(ctx, inputs);
+    if ('unsupported' in syms) return { pairs: [], logicalOps: 0, parallelOps: 0, unsupported: syms.unsupported };
+    const target = this.logicalValue(ctx, syms.logical);
+    src.parallelStart?.();
+    const evalPar = this.parallelValues(ctx, inputs, syms);
+    return this.equalities(ctx, evalPar, target, syms.chunks);
+  }
+
+  /** The algebra a build runs on: `src`'s, with the requirements ops declare collected, and where they were declared. */
+  private context<S>(stage: Stage, src: SymbolSource<S>): BuildContext<S> {
     // Requirements the ops declare (ids within their table) become obligations of the stage.
     const reqs: { cond: S; what: string; rank: number }[] = [];
-    let here = { what: '', rank: stage.obligations[0]?.rank ?? 0 };
+    const here = { what: '', rank: stage.obligations[0]?.rank ?? 0 };
     const alg: Algebra<S> = { ...src.alg, require: (cond, what) => reqs.push({ cond, what: `${here.what}: ${what}`, rank: here.rank }) };
     const combine = (reduce: string, divisor: number, xs: S[]): S =>
       reduce === 'sum' ? alg.mul(alg.sum(xs), alg.constant(`1/${divisor}`)) : reduce === 'max' ? alg.max(xs) : alg.min(xs);
+    return { stage, src, alg, combine, reqs, here, logicalOps: 0, parallelOps: 0 };
+  }
 
-    // 1. Parallel closure.
-    const { inputs, seen } = this.closure(stage);
-
-    // 2. Symbols for the logical tensors the inputs name (substitution).
+  /** Why the stage is too large to build symbolically (its closure, input and own logical tensors), or undefined. */
+  private tooLarge(stage: Stage, inputs: ReadonlyMap<string, LineageNF>, seen: ReadonlySet<string>): string | undefined {
+    const plan = this.plan;
+    const lg = plan.logical;
     const inputLogical = new Set<number>([...inputs.values()].map((nf) => nf.logical));
     let elements = numel(lg.shapes[stage.logical] ?? []);
     for (const L of inputLogical) elements += numel(lg.shapes[L] ?? []);
@@ -260,9 +323,19 @@ export class StageBuilder {
       const [r, t] = key.split(':').map(Number) as [number, number];
       elements += numel(plan.view(r).shapes[t] ?? []);
     }
-    if (elements > MAX_STAGE_ELEMENTS) {
-      return { pairs: [], logicalOps: 0, parallelOps: 0, tooLarge: `its tensors hold ${elements.toLocaleString('en-US')} elements (at most ${MAX_STAGE_ELEMENTS.toLocaleString('en-US')} per stage): shapes this large need shape reduction (docs/engine.md, "Shape reduction" and "Per-stage reduction")` };
-    }
+    if (elements <= MAX_STAGE_ELEMENTS) return undefined;
+    return `its tensors hold ${elements.toLocaleString('en-US')} elements (at most ${MAX_STAGE_ELEMENTS.toLocaleString('en-US')} per stage): shapes this large need shape reduction (docs/engine.md, "Shape reduction" and "Per-stage reduction")`;
+  }
+
+  /**
+   * Symbols for the logical tensors the inputs name (substitution): one per complete element;
+   * for an element held as partial addends, one per addend and the element is their
+   * combination (`chunks`, keyed "logical|group|element|addend").
+   */
+  private inputSymbols<S>(ctx: BuildContext<S>, inputs: ReadonlyMap<string, LineageNF>): InputSymbols<S> | { unsupported: string } {
+    const lg = this.plan.logical;
+    const { src, alg, combine } = ctx;
+    const inputLogical = new Set<number>([...inputs.values()].map((nf) => nf.logical));
     const logicalSyms = new Map<number, S[]>();
     const chunkTerms = new Map<string, S>();
     for (const L of inputLogical) {
@@ -289,7 +362,7 @@ export class StageBuilder {
           vals[e] = src.sym(`${name}[${e}]`, domain);
           continue;
         }
-        if (domain !== undefined) return { pairs: [], logicalOps: 0, parallelOps: 0, unsupported: `integer tensor '${name}' is held as partial addends` };
+        if (domain !== undefined) return { unsupported: `integer tensor '${name}' is held as partial addends` };
         let value: S | undefined;
         for (const [gk, nf] of gs) {
           const v = nf.value;
@@ -298,7 +371,7 @@ export class StageBuilder {
             for (let i = 0; i < v.n; i++) chunks.push(src.sym(`${name}[${e}]#${i}/${v.n}`));
             value = combine(v.reduce, v.divisor, chunks);
           } else {
-            if (v.reduce !== 'sum') return { pairs: [], logicalOps: 0, parallelOps: 0, unsupported: `logical '${name}' is assumed as two partial decompositions, one of them ${v.reduce}` };
+            if (v.reduce !== 'sum') return { unsupported: `logical '${name}' is assumed as two partial decompositions, one of them ${v.reduce}` };
             for (let i = 0; i < v.n - 1; i++) chunks.push(src.sym(`${name}[${e}]#${i}/${v.n}'`));
             chunks.push(alg.sub(alg.mul(value, alg.constant(v.divisor)), alg.sum(chunks)));
           }
@@ -308,11 +381,15 @@ export class StageBuilder {
       }
       logicalSyms.set(L, vals);
     }
+    return { logical: logicalSyms, chunks: chunkTerms };
+  }
 
-    // 3. Logical value of the stage's tensor, from the input logical tensors.
+  /** The logical value of the stage's tensor, from the input logical tensors' symbols. */
+  private logicalValue<S>(ctx: BuildContext<S>, logicalSyms: ReadonlyMap<number, S[]>): Dense<S> {
+    const lg = this.plan.logical;
+    const { src, alg, here } = ctx;
     const lvals = new Map<number, Dense<S>>();
     for (const [L, v] of logicalSyms) lvals.set(L, { shape: lg.shapes[L] ?? [], data: v });
-    let logicalOps = 0;
     const evalLogical = (x: number): Dense<S> => {
       const hit = lvals.get(x);
       if (hit !== undefined) return hit;
@@ -324,34 +401,37 @@ export class StageBuilder {
         lvals.set(x, v);
         return v;
       }
-      logicalOps++;
+      ctx.logicalOps++;
       const ins = [...lg.ops.opInputs(op)].map(evalLogical);
-      here = { what: `logical op '${lg.ops.ids.name(op)}'`, rank: here.rank };
+      here.what = `logical op '${lg.ops.ids.name(op)}'`;
       const outs = registry.get(lg.ops.kind[op] as number).apply(alg, ins, lg.attrs[op] as Attrs);
       lg.ops.opOutputs(op).forEach((t, k) => lvals.set(t, outs[k] as Dense<S>));
       return lvals.get(x) as Dense<S>;
     };
-    const target = evalLogical(stage.logical);
-    src.parallelStart?.();
+    return evalLogical(ctx.stage.logical);
+  }
 
-    // 4. Parallel values: inputs from the symbols, then producers on demand.
+  /** Parallel values: the inputs from the symbols, then each tensor's producer on demand (`evalPar(rank, tensor)`). */
+  private parallelValues<S>(ctx: BuildContext<S>, inputs: ReadonlyMap<string, LineageNF>, syms: InputSymbols<S>): (r: number, t: number) => Dense<S> {
+    const plan = this.plan;
+    const lg = plan.logical;
+    const { alg, here } = ctx;
     const pvals = new Map<string, Dense<S>>();
     for (const [key, nf] of inputs) {
       const [r, t] = key.split(':').map(Number) as [number, number];
       const shape = plan.view(r).shapes[t] ?? [];
       const idx = logicalIndexer(nf, lg.shapes[nf.logical] ?? []);
-      const sym = logicalSyms.get(nf.logical) as S[];
+      const sym = syms.logical.get(nf.logical) as S[];
       const complete = nf.value.n === 1 && nf.value.divisor === 1;
       const gk = groupKey(nf.value);
       pvals.set(key, {
         shape,
         data: Array.from({ length: numel(shape) }, (_, f) => {
           const e = idx(f);
-          return complete ? (sym[e] as S) : (chunkTerms.get(`${nf.logical}|${gk}|${e}|${nf.value.idx}`) as S);
+          return complete ? (sym[e] as S) : (syms.chunks.get(`${nf.logical}|${gk}|${e}|${nf.value.idx}`) as S);
         }),
       });
     }
-    let parallelOps = 0;
     const evalPar = (r: number, t: number): Dense<S> => {
       const key = `${r}:${t}`;
       const hit = pvals.get(key);
@@ -359,10 +439,11 @@ export class StageBuilder {
       const pr = this.prod.get(key);
       if (pr === undefined) throw new Error(`rank ${r} tensor '${this.tensorName(r, t)}' has no producer and no lineage`);
       const p = plan.programs[plan.rankProgram[r] as number] as Program;
-      parallelOps++;
+      ctx.parallelOps++;
       if (pr.op >= 0) {
         const ins = [...p.ops.opInputs(pr.op)].map((x) => evalPar(r, x));
-        here = { what: `rank ${r} op '${p.ops.ids.name(pr.op)}'`, rank: r };
+        here.what = `rank ${r} op '${p.ops.ids.name(pr.op)}'`;
+        here.rank = r;
         const outs = registry.get(p.ops.kind[pr.op] as number).apply(alg, ins, plan.view(r).attrs[pr.op] as Attrs);
         p.ops.opOutputs(pr.op).forEach((x, k) => pvals.set(`${r}:${x}`, outs[k] as Dense<S>));
       } else {
@@ -378,11 +459,18 @@ export class StageBuilder {
       }
       return pvals.get(key) as Dense<S>;
     };
+    return evalPar;
+  }
 
-    // 5. The equalities: complete claims element by element; replicas of one addend with each
-    // other; the combination of each partial group with the logical value.
+  /**
+   * The equalities: complete claims element by element; replicas of one addend with each
+   * other; the combination of each partial group with the logical value; and the
+   * requirements the ops declared.
+   */
+  private equalities<S>(ctx: BuildContext<S>, evalPar: (r: number, t: number) => Dense<S>, target: Dense<S>, chunkTerms: ReadonlyMap<string, S>): StageBuild<S> {
+    const { stage, combine, reqs, alg } = ctx;
     const pairs: Pair<S>[] = [];
-    const lshape = lg.shapes[stage.logical] ?? [];
+    const lshape = this.plan.logical.shapes[stage.logical] ?? [];
     const partial = new Map<string, Map<number, { v: S; rank: number }>>();
     for (const o of stage.obligations) {
       const v = evalPar(o.rank, o.tensor);
@@ -410,14 +498,14 @@ export class StageBuilder {
       for (let i = 0; i < Number(n); i++) {
         const c = m.get(i);
         const v = c?.v ?? chunkTerms.get(`${stage.logical}|${n}|${reduce}|${divisor}|${split}|${e}|${i}`);
-        if (v === undefined) return { pairs: [], logicalOps, parallelOps, unsupported: `element ${e}: addend ${i} of ${n} is computed by no rank in this stage` };
+        if (v === undefined) return { pairs: [], logicalOps: ctx.logicalOps, parallelOps: ctx.parallelOps, unsupported: `element ${e}: addend ${i} of ${n} is computed by no rank in this stage` };
         if (c !== undefined && rank < 0) rank = c.rank;
         chunks.push(v);
       }
       pairs.push({ par: combine(reduce, Number(divisor), chunks), log: target.data[Number(e)] as S, rank, what: `element ${e}: the ${reduce} of ${n} addends${split === '' ? '' : ` of split '${split}'`}` });
     }
     for (const q of reqs) pairs.push({ par: q.cond, log: alg.one, rank: q.rank, what: q.what });
-    return { pairs, logicalOps, parallelOps };
+    return { pairs, logicalOps: ctx.logicalOps, parallelOps: ctx.parallelOps };
   }
 }
 

@@ -23,8 +23,8 @@
  * f; template expressions become `(e)/f`, exact division), loaded with every check of the
  * loader, and compared against the full plan's shapes and lineage before it is used.
  */
-import type { LoadedPlan } from '../plans/loader.js';
-import { loadPlanObject } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
+import { loadPlanObject } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import type { RawDimIndex, RawInt, RawPlan, RawRange } from '../plans/raw.js';
 import { PlanError } from '../plans/errors.js';
@@ -71,7 +71,7 @@ export interface ReductionAnalysis {
   readonly prefixValues?: number[];
 }
 
-export interface Reduction {
+interface Reduction {
   readonly analysis: ReductionAnalysis;
   /** The reduced plan as an ordinary plan file, loaded and checked. */
   readonly raw: RawPlan;

@@ -6,15 +6,15 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import { analyzeReduction, formatReduction, keptDims, reducePlan, ReductionError, type ReducedClass, type ReductionAnalysis } from './reduce.js';
-import type { VerifyReport } from './verify.js';
+import type { VerifyReport } from './report.js';
 import { proveTensorLevel } from './tensorlevel.js';
 import { decompose } from './prove.js';
 import { logicalOrder } from '../sdfg/execute.js';
 
-export interface ReductionReport {
+interface ReductionReport {
   /** True when the proof ran on the reduced plan. */
   readonly ran: boolean;
   /** Why it did not, when it did not. */

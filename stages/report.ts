@@ -1,6 +1,74 @@
 /** The human-readable verification report: for the person who has to fix the bug. */
 import type { Mismatch } from './numeric.js';
-import type { StageReport, VerifyReport } from './verify.js';
+
+/** The decision procedure a run used: the exact normal form, or Z3 alone (a cross-check). */
+export type Engine = 'normal' | 'z3';
+
+/** A plan's or a stage's outcome (stages/verify.ts's module comment says the evidence each needs). */
+export type Verdict = 'verified' | 'not_equivalent' | 'unknown';
+
+export interface StageReport {
+  readonly index: number;
+  readonly logical: string;
+  /** Producing logical op id and kind, or undefined for a contract input. */
+  readonly op?: { id: string; kind: string; loc?: string };
+  readonly ranks: number[];
+  readonly status: 'proved' | 'not_equivalent' | 'unknown';
+  readonly reason?: string;
+  readonly failingRanks: number[];
+  /** Concrete differing values (first few), for not_equivalent stages. */
+  readonly witness?: Mismatch[];
+  /** A diagnosis of the witness, when one fits. */
+  readonly diagnosis?: string;
+  readonly logicalOps: number;
+  readonly parallelOps: number;
+  readonly ms: number;
+  /** Which method proved the stage: the exact normal form, or Z3 where the normal form left it open or gave up. */
+  readonly decidedBy?: 'normal' | 'z3' | 'tensor';
+  /** Stage number (1-based) whose proof covers this one: equal canonical forms (stages/dedup.ts). */
+  readonly coveredBy?: number;
+  /** The covering proof was read from the proof cache. */
+  readonly cached?: boolean;
+  /**
+   * Stages decomposed per template (plans past the per-rank stage bound, stages/template.ts):
+   * `ranks` is then empty; `rankCount` is how many distinct ranks hold obligations, and
+   * `templates` the (program, tensor, ranks) families they come in.
+   */
+  readonly rankCount?: number;
+  readonly templates?: { program: string; tensor: string; ranks: number }[];
+  /** Elements the stage's tensors hold at full shapes (a lower bound when `elementsExact` is false). */
+  readonly elements?: number;
+  readonly elementsExact?: boolean;
+  /** Per-template stages proved rank by rank: classes of ranks with identical parts (each proved, or covered by an equal canonical form). */
+  readonly rankClasses?: number;
+}
+
+/** What verifyPlan returns: the verdict, every stage's result, the numeric run and timings. */
+export interface VerifyReport {
+  readonly file: string;
+  readonly name: string;
+  readonly verdict: Verdict;
+  readonly summary: string;
+  readonly stages: StageReport[];
+  readonly numeric: { evaluated: boolean; seed: number; claimsChecked: number; mismatches: number; reason?: string };
+  /** Semantics approximations used by this plan's ops (none so far). */
+  readonly approximations: string[];
+  readonly ms: number;
+  /** Set when a decision procedure other than the normal form was used. */
+  readonly engine?: Engine;
+  /** Stage deduplication: stages, distinct canonical forms, proofs run, proofs read from the cache. */
+  readonly proofs?: { stages: number; distinct: number; run: number; cached: number; tensorLevel?: number };
+  /** Set when stages were decomposed per template instead of rank by rank (stages/template.ts). */
+  readonly decomposition?: { path: 'template'; entries: number; bound: number; reason: string };
+  /**
+   * Where the time went, in milliseconds per phase, in the order they ran (the CLI adds
+   * `load` and `reduction`): so a slow run says whether stage proofs, the numeric runs, the
+   * witness search or a fallback took it.
+   */
+  readonly phases?: Record<string, number>;
+  /** Set when the run's time limit (--time-limit) stopped work: what was left is "unknown". */
+  readonly timeLimit?: { seconds: number; reached: boolean };
+}
 
 function ranksText(r: readonly number[]): string {
   if (r.length > 2 && r.every((x, i) => i === 0 || x === (r[i - 1] as number) + 1)) return `${r[0]}-${r[r.length - 1]}`;
@@ -25,6 +93,7 @@ function witnessLine(m: Mismatch): string {
 
 const mark = { proved: 'proved', not_equivalent: 'NOT EQUIVALENT', unknown: 'unknown' } as const;
 
+/** The report as text: verdict, stages (failing ones always, proved ones when verbose), witness values. */
 export function formatReport(r: VerifyReport, verbose = false): string {
   const out: string[] = [];
   out.push(`plan        ${r.name === '' ? '(unnamed)' : r.name}  (${r.file})`);
@@ -77,7 +146,7 @@ export function formatReport(r: VerifyReport, verbose = false): string {
 }
 
 /** "stages 1.20 s, witnessSearch 0.31 s, ...": phases of 10 ms or more, the largest first. */
-export function formatPhases(p: Readonly<Record<string, number>>): string {
+function formatPhases(p: Readonly<Record<string, number>>): string {
   const shown = Object.entries(p).filter(([, ms]) => ms >= 10).sort((a, b) => b[1] - a[1]);
   return shown.length === 0 ? 'every phase under 10 ms' : shown.map(([k, ms]) => `${k} ${(ms / 1000).toFixed(2)} s`).join(', ');
 }

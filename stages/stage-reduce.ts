@@ -12,7 +12,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type NumericReport } from './numeric.js';
@@ -20,10 +20,11 @@ import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { analyzeReduction, prefixPlan, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
-import { assembleReport, WITNESS_RETRIES, type VerifyReport } from './verify.js';
+import { assembleReport, WITNESS_RETRIES } from './verify.js';
+import { type VerifyReport } from './report.js';
 import { timeLeft, type TimeLimit } from './pool.js';
 
-export interface StageReductionInfo {
+interface StageReductionInfo {
   /** 1-based stage number in the full plan. */
   readonly stage: number;
   readonly logical: string;
@@ -42,7 +43,7 @@ export interface StageReductionInfo {
   readonly emitted?: string;
 }
 
-export interface PreparedStage {
+interface PreparedStage {
   readonly info: StageReductionInfo;
   /** The plan the stage is proved in, and the stage there. */
   readonly plan: LoadedPlan;
@@ -104,7 +105,7 @@ export function proveStage(p: PreparedStage, seed: number): { result: StageResul
  * Proofs shared across stages: plan texts up to renaming (components.renamedText) whose
  * plan was proved, with the stage that proved it; and batch classes of extracted stages.
  */
-export interface ProofMemo {
+interface ProofMemo {
   readonly proved: Map<string, number>;
   readonly classes: Map<string, { cls: Map<string, number>; size: Map<number, number> }>;
   /**
@@ -115,7 +116,7 @@ export interface ProofMemo {
   readonly tooLarge: Map<string, number>;
 }
 
-export const newMemo = (): ProofMemo => ({ proved: new Map(), classes: new Map(), noSplit: new Set(), tooLarge: new Map() });
+const newMemo = (): ProofMemo => ({ proved: new Map(), classes: new Map(), noSplit: new Set(), tooLarge: new Map() });
 
 /** Batch classes of a stage's extracted plan, cached by its text up to renaming. */
 function stageClasses(full: LoadedPlan, raw: RawPlan, stage: Stage, memo: ProofMemo): ClassInfo {
@@ -229,7 +230,7 @@ export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, 
   }
 }
 
-export interface PerStageOptions {
+interface PerStageOptions {
   readonly seed?: number;
   readonly reduce?: boolean;
   readonly emitDir?: string;
@@ -240,7 +241,7 @@ export interface PerStageOptions {
   readonly onStage?: (done: number, total: number) => void;
 }
 
-export type PerStageReport = VerifyReport & { readonly stageReduction: StageReductionInfo[] };
+type PerStageReport = VerifyReport & { readonly stageReduction: StageReductionInfo[] };
 
 /**
  * Verifies a plan stage by stage, each stage extracted and reduced on its own. Equal
@@ -336,7 +337,7 @@ export function formatPerStage(infos: readonly StageReductionInfo[], verbose: bo
 }
 
 /** Time the per-stage fallback may spend on one plan before it leaves the other stages open. */
-export const FALLBACK_BUDGET_MS = 300_000;
+const FALLBACK_BUDGET_MS = 300_000;
 
 /** What the per-stage fallback did to one stage (for the report and the benchmarks). */
 export interface FallbackInfo {

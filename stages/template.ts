@@ -23,20 +23,21 @@
  * at a time through the ordinary StageBuilder and Prover (proveLocal); otherwise it is
  * "unknown" with what is missing. No numeric run is made here, so the verdict is "unknown".
  */
-import { MAX_STAGE_ENTRIES, stageEntries, viewAxes, type LoadedPlan } from '../plans/loader.js';
+import { MAX_STAGE_ENTRIES, stageEntries, viewAxes } from '../plans/loader.js';
+import { type LoadedPlan } from '../lineage/load.js';
 import { logicalOrder } from '../sdfg/execute.js';
-import type { StageReport, VerifyReport } from './verify.js';
+import type { StageReport, VerifyReport } from './report.js';
 import type { CollectiveInstance, Program } from '../plans/model.js';
 import { registry } from '../ops/registry.js';
 import { numel } from '../ops/types.js';
 import { groupBase } from '../plans/collectives.js';
-import { programBox } from '../lineage/symbolic.js';
+import { programBox } from '../plans/mesh.js';
 import { MAX_STAGE_ELEMENTS, Prover, type Obligation, type Producer, type ProducerLookup, type Stage, type StageResult } from './prove.js';
 import { StageCanonizer } from './canon.js';
 import { DEFAULT_TERM_BUDGET } from '../sdfg/terms.js';
 import { evalLineage } from '../lineage/model.js';
 import { TensorLevelProver } from './tensorlevel.js';
-import type { ProvePart } from './part.js';
+import type { ProvePart } from './prove.js';
 import type { RawPlan } from '../plans/raw.js';
 
 /** Obligations of one (program, tensor): `ranks` of the program's ranks produce it. */

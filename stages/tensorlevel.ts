@@ -24,10 +24,10 @@
  */
 import { registry } from '../ops/registry.js';
 import { attrScalar, numel, type AttrValue, type Attrs, type DecompExpr, type DimLabel, type OpDef, type Shape } from '../ops/types.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
-import { programBox } from '../lineage/symbolic.js';
+import { programBox } from '../plans/mesh.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { result, type Producer, type Stage, type StageResult } from './prove.js';
 import { canonJson } from './canon.js';

@@ -6,7 +6,8 @@
  *  - unknown: anything else, with the reason (a difference without a witness, an
  *    undischarged side condition, a plan too large to evaluate numerically, ...).
  */
-import { MAX_STAGE_ENTRIES, stageWorkTooLarge, type LoadedPlan } from '../plans/loader.js';
+import { MAX_STAGE_ENTRIES, stageWorkTooLarge } from '../plans/loader.js';
+import { type LoadedPlan } from '../lineage/load.js';
 import { verifyPerTemplate } from './template.js';
 import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
@@ -19,70 +20,7 @@ import { Z3Prover } from './z3.js';
 import { proveDistinct, withProofs } from './dedup.js';
 import type { ProofCache } from './cache.js';
 import { proveTensorLevel } from './tensorlevel.js';
-
-export type Verdict = 'verified' | 'not_equivalent' | 'unknown';
-
-export interface StageReport {
-  readonly index: number;
-  readonly logical: string;
-  /** Producing logical op id and kind, or undefined for a contract input. */
-  readonly op?: { id: string; kind: string; loc?: string };
-  readonly ranks: number[];
-  readonly status: 'proved' | 'not_equivalent' | 'unknown';
-  readonly reason?: string;
-  readonly failingRanks: number[];
-  /** Concrete differing values (first few), for not_equivalent stages. */
-  readonly witness?: Mismatch[];
-  /** A diagnosis of the witness, when one fits. */
-  readonly diagnosis?: string;
-  readonly logicalOps: number;
-  readonly parallelOps: number;
-  readonly ms: number;
-  /** Which method proved the stage: the exact normal form, or Z3 where the normal form left it open or gave up. */
-  readonly decidedBy?: 'normal' | 'z3' | 'tensor';
-  /** Stage number (1-based) whose proof covers this one: equal canonical forms (stages/dedup.ts). */
-  readonly coveredBy?: number;
-  /** The covering proof was read from the proof cache. */
-  readonly cached?: boolean;
-  /**
-   * Stages decomposed per template (plans past the per-rank stage bound, stages/template.ts):
-   * `ranks` is then empty; `rankCount` is how many distinct ranks hold obligations, and
-   * `templates` the (program, tensor, ranks) families they come in.
-   */
-  readonly rankCount?: number;
-  readonly templates?: { program: string; tensor: string; ranks: number }[];
-  /** Elements the stage's tensors hold at full shapes (a lower bound when `elementsExact` is false). */
-  readonly elements?: number;
-  readonly elementsExact?: boolean;
-  /** Per-template stages proved rank by rank: classes of ranks with identical parts (each proved, or covered by an equal canonical form). */
-  readonly rankClasses?: number;
-}
-
-export interface VerifyReport {
-  readonly file: string;
-  readonly name: string;
-  readonly verdict: Verdict;
-  readonly summary: string;
-  readonly stages: StageReport[];
-  readonly numeric: { evaluated: boolean; seed: number; claimsChecked: number; mismatches: number; reason?: string };
-  /** Semantics approximations used by this plan's ops (none so far). */
-  readonly approximations: string[];
-  readonly ms: number;
-  /** Set when a decision procedure other than the normal form was used. */
-  readonly engine?: Engine;
-  /** Stage deduplication: stages, distinct canonical forms, proofs run, proofs read from the cache. */
-  readonly proofs?: { stages: number; distinct: number; run: number; cached: number; tensorLevel?: number };
-  /** Set when stages were decomposed per template instead of rank by rank (stages/template.ts). */
-  readonly decomposition?: { path: 'template'; entries: number; bound: number; reason: string };
-  /**
-   * Where the time went, in milliseconds per phase, in the order they ran (the CLI adds
-   * `load` and `reduction`): so a slow run says whether stage proofs, the numeric runs, the
-   * witness search or a fallback took it.
-   */
-  readonly phases?: Record<string, number>;
-  /** Set when the run's time limit (--time-limit) stopped work: what was left is "unknown". */
-  readonly timeLimit?: { seconds: number; reached: boolean };
-}
+import type { Engine, StageReport, Verdict, VerifyReport } from './report.js';
 
 /** Phase timings: lap(name) records the time since the previous lap. */
 function phaseClock(): { lap: (name: string) => void; phases: Record<string, number> } {
@@ -98,6 +36,7 @@ function phaseClock(): { lap: (name: string) => void; phases: Record<string, num
   };
 }
 
+/** Options of verifyPlan (and verifyPlanInPool). */
 export interface VerifyOptions {
   readonly seed?: number;
   /** Tensor-level proofs before the exact normal form (default true). */
@@ -107,6 +46,10 @@ export interface VerifyOptions {
   readonly maxStageEntries?: number;
 }
 
+/**
+ * Proves a loaded plan stage by stage in this thread: "verified" only if every stage is
+ * proved exactly, "not_equivalent" only with a numeric witness, otherwise "unknown" with reasons.
+ */
 export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyReport {
   const t0 = performance.now();
   const seed = opts.seed ?? 1;
@@ -187,7 +130,6 @@ function proveInProcess(plan: LoadedPlan, stages: readonly Stage[], onStage: ((d
   });
 }
 
-export type Engine = 'normal' | 'z3';
 
 export interface PoolVerifyOptions extends VerifyOptions {
   /** Worker threads; 0 proves in this thread. */
@@ -196,7 +138,8 @@ export interface PoolVerifyOptions extends VerifyOptions {
   readonly engine?: Engine;
   /** Per-stage deadline (ms). */
   readonly deadlineMs: number;
-  readonly fault?: PoolOptions['fault'];
+  /** A worker module instead of stages/worker.js (tests inject faults with it): see PoolOptions.worker. */
+  readonly worker?: PoolOptions['worker'];
   readonly recycleAfter?: number;
   /** Prove each distinct canonical stage once (default true). */
   readonly dedup?: boolean;
@@ -215,7 +158,7 @@ export interface PoolVerifyOptions extends VerifyOptions {
 }
 
 /** Second chance for undecided stages: new results (same order) and the numeric evidence with their witnesses added. */
-export type StageFallback = (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, limit?: TimeLimit) => { results: StageResult[]; numeric: NumericReport };
+type StageFallback = (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, limit?: TimeLimit) => { results: StageResult[]; numeric: NumericReport };
 
 /** Results for every stage: the known ones as given, the others proved by `prove`. */
 async function proveRest(stages: readonly Stage[], known: ReadonlyMap<number, StageResult> | undefined, prove: (some: readonly Stage[]) => Promise<StageResult[]>): Promise<StageResult[]> {
@@ -227,7 +170,10 @@ async function proveRest(stages: readonly Stage[], known: ReadonlyMap<number, St
   return out;
 }
 
-/** verifyPlan with stages proved in worker threads under a per-stage deadline. */
+/**
+ * verifyPlan with stages proved in worker threads under a per-stage deadline. `text` is the
+ * plan's JSON (what workers load; e.g. JSON.stringify of the parsed plan).
+ */
 export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: PoolVerifyOptions): Promise<VerifyReport> {
   const engine = opts.engine ?? 'normal';
   const t0 = performance.now();
@@ -252,7 +198,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
         engine,
         ...(opts.recycleAfter === undefined ? {} : { recycleAfter: opts.recycleAfter }),
         ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
-        ...(opts.fault === undefined ? {} : { fault: opts.fault }),
+        ...(opts.worker === undefined ? {} : { worker: opts.worker }),
       });
     }
     if (engine === 'normal') return proveInProcess(plan, some, opts.onStage, witnessed, limit);
@@ -293,7 +239,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
 }
 
 /** A stage the run's time limit left unattempted: "unknown", never a verdict. */
-export function unattempted(s: Stage, limit: TimeLimit): StageResult {
+function unattempted(s: Stage, limit: TimeLimit): StageResult {
   return { stage: s, status: 'unknown', reason: notAttempted(limit), failingRanks: [...new Set(s.obligations.map((o) => o.rank))], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
 }
 
@@ -302,7 +248,7 @@ export function unattempted(s: Stage, limit: TimeLimit): StageResult {
  * witness, or a division it cannot show nonzero) go to Z3, which knows max/min as If-terms
  * and nonlinear real arithmetic. A Z3 proof is taken; anything else keeps the first answer.
  */
-export async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit): Promise<StageResult[]> {
+async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
   // The portfolio: also a stage the normal form gave up on (its work budget), within the stage deadline.
   // Past a stage refuted with a witness the verdict is settled and that stage is the likely root

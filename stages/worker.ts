@@ -4,7 +4,8 @@
  * worker decodes and loads it once (cached by key), so a replacement worker (after a deadline
  * or a crash) can resume on its own.
  */
-import { loadPlanText, type LoadedPlan, type PlanLimits } from '../plans/loader.js';
+import { type PlanLimits } from '../plans/loader.js';
+import { loadPlanText, type LoadedPlan } from '../lineage/load.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { Z3Prover } from './z3.js';
@@ -25,8 +26,6 @@ export interface StageTask {
   readonly witnessed?: boolean;
   /** A stage built by the caller (stages/boundary.ts splits stages per hint): its logical tensor and obligations as [rank, tensor]. */
   readonly custom?: { readonly logical: number; readonly obligations: readonly (readonly [number, number])[] };
-  /** Fault injection for tests of the pool: hang (busy loop) or crash (the worker exits). */
-  readonly fault?: { readonly stage: number; readonly kind: 'hang' | 'crash' };
 }
 
 let cached: { key: string; plan: LoadedPlan; stages: Stage[]; prover: Prover; z3?: Z3Prover } | undefined;
@@ -35,12 +34,6 @@ export default async function proveStage(task: StageTask): Promise<StageResult> 
   if (cached?.key !== task.key) {
     const plan = loadPlanText(task.file, Buffer.from(task.plan).toString('utf8'), { limits: task.limits });
     cached = { key: task.key, plan, stages: decompose(plan, logicalOrder(plan)), prover: new Prover(plan) };
-  }
-  if (task.fault?.stage === task.stage) {
-    if (task.fault.kind === 'crash') process.exit(70);
-    for (;;) {
-      // A stuck proof: only the deadline ends it.
-    }
   }
   const stage = task.custom === undefined ? cached.stages[task.stage] : customStage(cached.plan, task.stage, task.custom);
   if (stage === undefined) throw new Error(`no stage ${task.stage}`);

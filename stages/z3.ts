@@ -9,8 +9,8 @@
 import { init, killThreads, type Arith, type Bool, type Context, type FuncDecl } from 'z3-solver';
 import type { Algebra, RealFn } from '../ops/algebra.js';
 import { nonnegFns, positiveFns } from '../ops/algebra.js';
-import { qParse } from '../sdfg/rational.js';
-import type { LoadedPlan } from '../plans/loader.js';
+import { qParse } from '../ops/rational.js';
+import type { LoadedPlan } from '../lineage/load.js';
 import { result, StageBuilder, type Stage, type StageResult } from './prove.js';
 
 type Api = Awaited<ReturnType<typeof init>>;
@@ -34,7 +34,7 @@ export async function shutdownZ3(): Promise<void> {
 }
 
 /** A value the z3 encoding cannot express (a comparison on a value of unknown range). */
-export class Z3UnsupportedError extends Error {}
+class Z3UnsupportedError extends Error {}
 
 /** Joint values of two integer-valued operands, when small. */
 function combineDomains(a: readonly number[] | undefined, b: readonly number[] | undefined, f: (x: number, y: number) => number): number[] | undefined {
@@ -48,7 +48,7 @@ function combineDomains(a: readonly number[] | undefined, b: readonly number[] |
  * Z3 terms for the stage algebra. Integer-valued terms (ids, masks, counts) carry the finite
  * set of values they can take, so a test becomes an If over that set.
  */
-export function z3Algebra(ctx: Ctx, axioms: Bool<'main'>[]): Algebra<Real> & { categorical(name: string, values: readonly number[]): Real } {
+function z3Algebra(ctx: Ctx, axioms: Bool<'main'>[]): Algebra<Real> & { categorical(name: string, values: readonly number[]): Real } {
   const dom = new Map<number, readonly number[]>();
   const withDom = (e: Real, d: readonly number[] | undefined): Real => {
     if (d !== undefined) dom.set(e.id(), d);

@@ -15,7 +15,7 @@ import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import type { Parallelism } from '../plans/gen/net.js';
 import { stripToBoundary, claimCounts } from '../plans/gen/strip.js';
-import { loadPlanObject } from '../plans/loader.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import { verifyBoundary } from '../stages/boundary.js';
 import { TIME_LIMIT_REASON } from '../stages/pool.js';

@@ -1,7 +1,7 @@
 import { strict as assert } from 'node:assert';
-import { loadPlanObject } from '../plans/loader.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { rejects } from './helpers.js';
-import { normalForm } from '../plans/normal.js';
+import { normalForm } from '../lineage/normal.js';
 
 const logical2 = (ops: object[], tensors: object[]): object => ({ tensors, ops });
 

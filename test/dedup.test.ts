@@ -11,12 +11,13 @@ import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
 import { BUGS } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
-import { loadPlanText, type LoadedPlan } from '../plans/loader.js';
+import { loadPlanText, type LoadedPlan } from '../lineage/load.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { decompose } from '../stages/prove.js';
 import { groupStages, StageCanonizer } from '../stages/canon.js';
 import { ProofCache } from '../stages/cache.js';
-import { verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
+import { verifyPlanInPool } from '../stages/verify.js';
+import { type VerifyReport } from '../stages/report.js';
 import { synthPlan } from '../bench/synth.js';
 import { EXAMPLES } from './helpers.js';
 

@@ -6,7 +6,7 @@ import { strict as assert } from 'node:assert';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { loadPlan } from '../plans/loader.js';
+import { loadPlan } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import { registry } from '../ops/registry.js';
 import { ROOT, runCli } from './helpers.js';

@@ -8,7 +8,7 @@
 import { strict as assert } from 'node:assert';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import { loadPlan, type LoadedPlan } from '../plans/loader.js';
+import { loadPlan, type LoadedPlan } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import { EXAMPLES, runCli } from './helpers.js';
 

@@ -2,7 +2,7 @@
 import { fileURLToPath } from 'node:url';
 import { strict as assert } from 'node:assert';
 import { main } from '../cli/main.js';
-import { loadPlanObject } from '../plans/loader.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import type { Dense } from '../ops/algebra.js';
 import type { GradBuilder, GradRef } from '../ops/grad.js';

@@ -1,7 +1,7 @@
 import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
-import { loadPlanObject, loadPlanText } from '../plans/loader.js';
+import { loadPlanObject, loadPlanText } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import { EXAMPLES, FIXTURES, runCli } from './helpers.js';
 import { mkdtempSync, writeFileSync } from 'node:fs';

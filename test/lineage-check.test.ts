@@ -1,5 +1,5 @@
 import { strict as assert } from 'node:assert';
-import { loadPlanObject } from '../plans/loader.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { rejects } from './helpers.js';
 
 /** A one-op plan: y = identity(x) per rank, with the given lineage on x and y (template or per rank). */

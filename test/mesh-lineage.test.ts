@@ -1,6 +1,7 @@
 import { strict as assert } from 'node:assert';
 import { Mesh } from '../plans/mesh.js';
-import { evalLineage, LineageError, parsePlacement, type LineageSpec } from '../lineage/model.js';
+import { evalLineage } from '../lineage/model.js';
+import { LineageError, parsePlacement, type LineageSpec } from '../plans/model.js';
 
 function placements(ps: string[], axes: number[]): LineageSpec {
   return { kind: 'placements', logical: 0, path: '$', placements: ps.map(parsePlacement), axes };

@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
-import { loadPlan, loadPlanObject } from '../plans/loader.js';
-import { normalForm } from '../plans/normal.js';
+import { loadPlan, loadPlanObject } from '../lineage/load.js';
+import { normalForm } from '../lineage/normal.js';
 import { EXAMPLES, FIXTURES } from './helpers.js';
 
 describe('normal form: different spellings of one plan load identically', () => {

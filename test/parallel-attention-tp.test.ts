@@ -1,6 +1,7 @@
 import { strict as assert } from 'node:assert';
-import { loadPlanObject } from '../plans/loader.js';
-import { verifyPlan, type VerifyReport } from '../stages/verify.js';
+import { loadPlanObject } from '../lineage/load.js';
+import { verifyPlan } from '../stages/verify.js';
+import { type VerifyReport } from '../stages/report.js';
 
 /**
  * Megatron tensor-parallel self-attention over tp=2 with grouped-query heads: x [3 tokens, 4],

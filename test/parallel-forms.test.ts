@@ -1,5 +1,5 @@
 import { strict as assert } from 'node:assert';
-import { loadPlanObject } from '../plans/loader.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { verifyPlan } from '../stages/verify.js';
 
 /**

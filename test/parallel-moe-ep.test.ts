@@ -1,7 +1,8 @@
 import { strict as assert } from 'node:assert';
-import { loadPlanObject } from '../plans/loader.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
-import { verifyPlan, type VerifyReport } from '../stages/verify.js';
+import { verifyPlan } from '../stages/verify.js';
+import { type VerifyReport } from '../stages/report.js';
 
 /**
  * Expert-parallel MoE layers over ep=2 (the all_to_all token exchange of GShard / DeepSpeed-MoE

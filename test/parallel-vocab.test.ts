@@ -1,6 +1,7 @@
 import { strict as assert } from 'node:assert';
-import { loadPlanObject } from '../plans/loader.js';
-import { verifyPlan, verifyPlanInPool, type VerifyReport } from '../stages/verify.js';
+import { loadPlanObject } from '../lineage/load.js';
+import { verifyPlan, verifyPlanInPool } from '../stages/verify.js';
+import { type VerifyReport } from '../stages/report.js';
 
 /**
  * Megatron's vocab-parallel embedding and cross-entropy over tp=2, with token ids and labels

@@ -9,7 +9,7 @@ import { strict as assert } from 'node:assert';
 import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
 import { BUGS, type BugContext } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
-import { loadPlanObject } from '../plans/loader.js';
+import { loadPlanObject } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import { verifyPlan } from '../stages/verify.js';
 import { verifyPerTemplate } from '../stages/template.js';

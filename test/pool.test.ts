@@ -1,13 +1,17 @@
 import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
-import { loadPlanText } from '../plans/loader.js';
+import { loadPlanText } from '../lineage/load.js';
 import { verifyPlan, verifyPlanInPool } from '../stages/verify.js';
-import { proveInPool } from '../stages/pool.js';
+import { proveInPool, type WorkerModule } from '../stages/pool.js';
 import { decompose } from '../stages/prove.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { Piscina } from 'piscina';
 import { loadWithText } from '../cli/main.js';
 import { EXAMPLES } from './helpers.js';
+import type { Fault } from './fault-worker.js';
+
+/** The product's worker with `fault` injected (test/fault-worker.ts). */
+const faulty = (fault: Fault): WorkerModule => ({ file: new URL('./fault-worker.js', import.meta.url), data: fault });
 
 const file = `${EXAMPLES}mlp-dp2tp2.json`;
 const text = readFileSync(file, 'utf8');
@@ -61,7 +65,7 @@ describe('worker pool with deadlines', () => {
   });
 
   it('a stage that exceeds its deadline is unknown, never verified, and the others still finish', async () => {
-    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 1500, fault: { stage: 3, kind: 'hang' }, tensorLevel: false });
+    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 1500, worker: faulty({ stage: 3, kind: 'hang' }), tensorLevel: false });
     assert.equal(r.verdict, 'unknown');
     const stuck = r.stages[3];
     assert.equal(stuck?.status, 'unknown');
@@ -74,7 +78,7 @@ describe('worker pool with deadlines', () => {
     // Before: only the per-stage deadline (60 s here) bounded a stage, and nothing bounded the
     // run: a tiny refuted plan spent 85 s in Z3 after its stages were done.
     const t0 = performance.now();
-    const r = await verifyPlanInPool(plan, text, { jobs: 1, deadlineMs: 60_000, timeLimit: { endAt: performance.now() + 3000, seconds: 3 }, fault: { stage: 3, kind: 'hang' }, tensorLevel: false, dedup: false });
+    const r = await verifyPlanInPool(plan, text, { jobs: 1, deadlineMs: 60_000, timeLimit: { endAt: performance.now() + 3000, seconds: 3 }, worker: faulty({ stage: 3, kind: 'hang' }), tensorLevel: false, dedup: false });
     const s = (performance.now() - t0) / 1000;
     assert.ok(s < 20, `the run took ${s.toFixed(1)} s`);
     assert.equal(r.verdict, 'unknown');
@@ -87,7 +91,7 @@ describe('worker pool with deadlines', () => {
   }).timeout(30_000);
 
   it('a worker killed mid-proof makes its stage unknown and the run completes', async () => {
-    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000, fault: { stage: 5, kind: 'crash' }, tensorLevel: false });
+    const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000, worker: faulty({ stage: 5, kind: 'crash' }), tensorLevel: false });
     assert.equal(r.verdict, 'unknown');
     assert.equal(r.stages[5]?.status, 'unknown');
     assert.match(r.stages[5]?.reason ?? '', /the worker proving this stage failed/);

@@ -5,10 +5,11 @@
  */
 import { strict as assert } from 'node:assert';
 import fc from 'fast-check';
-import { loadPlanObject, type LoadedPlan } from '../plans/loader.js';
+import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import { analyzeReduction, reducePlan, reducedRaw, ReductionError } from '../stages/reduce.js';
-import { verifyPlan, type VerifyReport } from '../stages/verify.js';
+import { verifyPlan } from '../stages/verify.js';
+import { type VerifyReport } from '../stages/report.js';
 import { meanRowsPlan, mlpPlan, planParams, reshapeParams, reshapePlan, type PlanParams } from './reduce-plans.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -8,7 +8,7 @@
  */
 import { strict as assert } from 'node:assert';
 import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
-import { loadPlanObject } from '../plans/loader.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { verifyPlan } from '../stages/verify.js';
 import { verifyPerTemplate } from '../stages/template.js';
 

@@ -7,7 +7,7 @@
 import { strict as assert } from 'node:assert';
 import { readFileSync, readdirSync } from 'node:fs';
 import fc from 'fast-check';
-import { loadPlanObject, type LoadedPlan } from '../plans/loader.js';
+import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { decompose, Prover } from '../stages/prove.js';
@@ -17,7 +17,8 @@ import { assembleReport } from '../stages/verify.js';
 import type { StageResult } from '../stages/prove.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, rankStage, windowsOf } from '../stages/components.js';
 import { analyzeReduction } from '../stages/reduce.js';
-import { verifyPlan, type VerifyReport } from '../stages/verify.js';
+import { verifyPlan } from '../stages/verify.js';
+import { type VerifyReport } from '../stages/report.js';
 import { EXAMPLES, runCli } from './helpers.js';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';

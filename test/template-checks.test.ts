@@ -7,13 +7,13 @@
  */
 import { strict as assert } from 'node:assert';
 import { readdirSync, readFileSync } from 'node:fs';
-import { loadPlanObject, type LoadedPlan } from '../plans/loader.js';
+import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
 import { BUGS, type BugContext } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
-import { normalForm } from '../plans/normal.js';
+import { normalForm } from '../lineage/normal.js';
 import { compileExpr } from '../plans/expr.js';
 import { EXAMPLES, FIXTURES } from './helpers.js';
 

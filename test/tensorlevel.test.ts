@@ -10,7 +10,7 @@ import fc from 'fast-check';
 import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
 import { BUGS, type BugContext } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
-import { loadPlanObject, type LoadedPlan } from '../plans/loader.js';
+import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import { decompose } from '../stages/prove.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { proveTensorLevel } from '../stages/tensorlevel.js';

@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { TermStore, type TermId } from '../sdfg/terms.js';
-import { q, qFromNumber, qToNumber, qParse } from '../sdfg/rational.js';
+import { q, qFromNumber, qToNumber, qParse } from '../ops/rational.js';
 
 const syms = (T: TermStore, prefix: string, n: number): TermId[] => Array.from({ length: n }, (_, i) => T.sym(`${prefix}${i}`));
 

@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
-import { loadPlan, loadPlanObject } from '../plans/loader.js';
+import { loadPlan, loadPlanObject } from '../lineage/load.js';
 import { verifyPlan } from '../stages/verify.js';
 import { decompose, Prover } from '../stages/prove.js';
 import { logicalOrder } from '../sdfg/execute.js';

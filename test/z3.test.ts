@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
-import { loadPlanText } from '../plans/loader.js';
+import { loadPlanText } from '../lineage/load.js';
 import { verifyPlan, verifyPlanInPool } from '../stages/verify.js';
 import { shutdownZ3 } from '../stages/z3.js';
 import { EXAMPLES } from './helpers.js';

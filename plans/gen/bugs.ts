@@ -4,16 +4,13 @@
  * constant; one rank's program diverging), so the verifier only ever sees a plan file, as it
  * would from a real framework. docs/bugs.md gives each entry's source.
  */
+import type { AttrValue } from '../../ops/types.js';
+import type { RawParallelOp } from '../raw.js';
+
 type Json = Record<string, unknown>;
 
-export interface PlanOp {
-  id: string;
-  op: string;
-  inputs: string[];
-  outputs: string[];
-  attrs?: Record<string, unknown>;
-  group?: { axes: string[] } | unknown[];
-}
+/** An op as the plan file writes it: the loader's type (plans/raw.ts). */
+export type PlanOp = RawParallelOp;
 
 interface Program {
   ranks: unknown;
@@ -66,7 +63,7 @@ function find(ops: PlanOp[], pred: (o: PlanOp) => boolean, what: string, last = 
   return o;
 }
 
-const axesOf = (o: PlanOp): string[] => (o.group !== undefined && !Array.isArray(o.group) ? o.group.axes : []);
+const axesOf = (o: PlanOp): string[] => (o.group !== undefined && !Array.isArray(o.group) && 'axes' in o.group ? o.group.axes : []);
 const isAr = (axis: string) => (o: PlanOp): boolean => o.op === 'all_reduce' && axesOf(o).includes(axis);
 
 /** The all-reduce over `axis` that the value `name` was computed from (walking back through local ops). */
@@ -96,7 +93,7 @@ function scaleGradient(prog: Program, step: PlanOp, factor: number, suffix: stri
 }
 
 /** Changes constants of the first `op` in a program (one rank's copy, or the shared one). */
-function changeAttr(prog: Program, op: string, what: string, attrs: Record<string, unknown>): string {
+function changeAttr(prog: Program, op: string, what: string, attrs: Record<string, AttrValue>): string {
   const o = find(prog.ops, (x) => x.op === op, what);
   o.attrs = { ...(o.attrs ?? {}), ...attrs };
   return o.id;
@@ -139,6 +136,7 @@ function ownProgram(plan: Json, rank: number, nRanks: number): Program {
 }
 
 
+/** Every bug of the catalog; each applies to the generated plans whose `BugContext` has its place. */
 export const BUGS: Bug[] = [
   {
     id: 'dp-grad-allreduce-dropped',
@@ -262,7 +260,8 @@ export const BUGS: Bug[] = [
       const ops = program(p).ops.filter((x) => (x.op === 'vocab_mask' || x.op === 'vocab_local_ids') && x.id.includes('vp_emb'));
       if (ops.length === 0) throw new Error('bug injection: no vocab-parallel embedding');
       for (const o of ops) {
-        const shift = (v: unknown): unknown => (typeof v === 'object' && v !== null && 'expr' in v ? { expr: `${String((v as { expr: string }).expr)} + 1` } : v);
+        // Both ops require start and end (ops/indexing.ts rangeAttrs): neither is undefined here.
+        const shift = (v: AttrValue | undefined): AttrValue => (typeof v === 'object' && v !== null && 'expr' in v ? { expr: `${String((v as { expr: string }).expr)} + 1` } : (v as AttrValue));
         o.attrs = { start: shift(o.attrs?.['start']), end: shift(o.attrs?.['end']) };
       }
       return (ops[0] as PlanOp).id;

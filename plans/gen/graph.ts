@@ -10,7 +10,8 @@
  */
 import type { GradBuilder, GradRef } from '../../ops/grad.js';
 import { registry } from '../../ops/registry.js';
-import type { Attrs, AttrValue, Shape } from '../../ops/types.js';
+import type { RawInt, RawParallelOp } from '../raw.js';
+import type { Attrs, Shape } from '../../ops/types.js';
 
 /** Mesh axes a value varies across (sharded or partial); 'mb' is the micro-batch index. */
 export interface Provenance {
@@ -49,15 +50,8 @@ export interface GenTensor {
  */
 export type DimTag = 'rows' | 'tp' | 'dp' | 'cp' | 'cp*tp' | 'slots' | 'xslots' | `rows*cp:${number}` | `rows*tp:${number}`;
 
-export interface GenOp {
-  id: string;
-  op: string;
-  inputs: string[];
-  outputs: string[];
-  attrs?: Attrs;
-  group?: { axes: string[] } | AttrValue[];
-  peer?: { shift: Record<string, number> };
-}
+/** An op as the plan file writes it: the loader's type (plans/raw.ts). */
+export type GenOp = RawParallelOp;
 
 type TapeEntry = { scopes: string[]; gradLogical?: Map<number, string> } & (
   | { kind: 'op'; name: string; inputs: GradRef[]; outputs: GradRef[]; attrs: Attrs }
@@ -195,7 +189,7 @@ export class GenGraph implements GradBuilder {
    * A collective over mesh axes (not on the tape). Provenance: all_reduce and all_gather make
    * the value the same on every member; reduce_scatter and all_to_all keep it varying.
    */
-  collective(name: string, input: GradRef, attrs: Attrs, axes: string[], sizes: Record<string, number>, ranks?: AttrValue[]): GradRef {
+  collective(name: string, input: GradRef, attrs: Attrs, axes: string[], sizes: Record<string, number>, ranks?: RawInt[]): GradRef {
     const id = registry.id(name);
     const rule = registry.get(id).collective;
     if (rule === undefined) throw new Error(`'${name}' is not a collective`);

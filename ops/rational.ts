@@ -26,13 +26,10 @@ export function q(n: bigint, d: bigint = 1n): Q {
 
 export const Q0: Q = { n: 0n, d: 1n };
 export const Q1: Q = { n: 1n, d: 1n };
-export const QM1: Q = { n: -1n, d: 1n };
 
-export const qInt = (k: number | bigint): Q => ({ n: BigInt(k), d: 1n });
+const qInt = (k: number | bigint): Q => ({ n: BigInt(k), d: 1n });
 export const qAdd = (a: Q, b: Q): Q => (a.d === b.d ? q(a.n + b.n, a.d) : q(a.n * b.d + b.n * a.d, a.d * b.d));
-export const qSub = (a: Q, b: Q): Q => qAdd(a, qNeg(b));
 export const qMul = (a: Q, b: Q): Q => q(a.n * b.n, a.d * b.d);
-export const qNeg = (a: Q): Q => ({ n: -a.n, d: a.d });
 export const qIsZero = (a: Q): boolean => a.n === 0n;
 export const qIsOne = (a: Q): boolean => a.n === 1n && a.d === 1n;
 export const qEq = (a: Q, b: Q): boolean => a.n === b.n && a.d === b.d;

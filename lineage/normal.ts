@@ -5,13 +5,13 @@
  * tests and small plans, not for 8192-rank plans.
  */
 import { registry } from '../ops/registry.js';
-import type { LoadedPlan } from './loader.js';
-import { canonicalJson } from './collectives.js';
-import { regionStr, valueStr } from '../lineage/model.js';
-import { evalLineage } from '../lineage/model.js';
-import type { Program } from './model.js';
+import type { LoadedPlan } from './load.js';
+import { canonicalJson } from '../plans/collectives.js';
+import { regionStr, valueStr } from './model.js';
+import { evalLineage } from './model.js';
+import type { Program } from '../plans/model.js';
 
-export interface NormalForm {
+interface NormalForm {
   mesh: string;
   rankOrder: number[];
   logical: string[];

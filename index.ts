@@ -1,0 +1,42 @@
+/**
+ * planproof as a library: the package's public API (`import ... from 'planproof'`).
+ *
+ * A training framework calls it before launch: load its plan, verify it, print or inspect
+ * the report. Everything else in dist/ is internal and may change between versions; these
+ * names are the ones kept stable. README.md ("Use it as a library") has a worked example.
+ *
+ * ```ts
+ * import { loadPlan, verifyPlan, formatReport } from 'planproof';
+ * const report = verifyPlan(loadPlan('plan.json'));
+ * console.log(formatReport(report));
+ * if (report.verdict !== 'verified') process.exitCode = 1;
+ * ```
+ */
+
+/**
+ * Reads a plan file, checks it (schema, mesh, shapes, collectives, dataflow, lineage) and
+ * returns it loaded; throws {@link PlanError} with every issue found (file and JSON path).
+ */
+export { loadPlan, loadPlanText, type LoadedPlan } from './lineage/load.js';
+export type { LoadOptions, PlanLimits } from './plans/loader.js';
+/** The error an invalid plan raises: `issues` lists each problem with its JSON path. */
+export { PlanError, type PlanIssue } from './plans/errors.js';
+/**
+ * Proves a loaded plan equivalent to its logical graph in this thread (`verifyPlan`) or in
+ * worker threads under a per-stage deadline (`verifyPlanInPool`); the report's verdict is
+ * "verified" only from an exact proof, "not_equivalent" only with a witness.
+ */
+export { verifyPlan, verifyPlanInPool, type VerifyOptions, type PoolVerifyOptions } from './stages/verify.js';
+export type { VerifyReport, StageReport, Verdict } from './stages/report.js';
+/** The report as the CLI prints it: verdict, first failing stage, witness values. */
+export { formatReport } from './stages/report.js';
+/** Generates a plan (JSON, the only thing the verifier reads) from a model and a parallelism; PRESETS holds named ones. */
+export { generatePlan, type GenOptions } from './plans/gen/plan.js';
+export { PRESETS, type Preset } from './plans/gen/presets.js';
+/** The catalog of real parallelization bugs, each a mutation of a generated plan (docs/bugs.md). */
+export { BUGS, bugById, type Bug, type BugContext } from './plans/gen/bugs.js';
+/** The operator registry: every op the plan format accepts, one record of rules each. */
+export { registry, type OpRegistry } from './ops/registry.js';
+/** An op's record of rules (shape, eval over any Algebra, dims, backward) and the scalar domain it evaluates over. */
+export type { OpDef } from './ops/types.js';
+export type { Algebra } from './ops/algebra.js';

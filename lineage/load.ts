@@ -1,0 +1,113 @@
+/**
+ * loadPlan: untrusted JSON -> validated normal form. plans/loader.ts runs every phase up to
+ * dataflow (loadStructure); this module adds the last one, lineage (claims, tiling and the
+ * contract, per template with lineage/symbolic.ts or rank by rank with lineage/check.ts), and
+ * builds the LoadedPlan every later layer reads. Each phase stops the load with every issue
+ * it found (PlanError).
+ */
+import { IssueSink } from '../plans/errors.js';
+import { ExprError, exprIssue } from '../plans/expr.js';
+import { parsePlanJson, readPlanText } from '../plans/json.js';
+import { defaultLimits, loadStructure, type LoadOptions } from '../plans/loader.js';
+import type { CollectiveInstance, Plan } from '../plans/model.js';
+import type { CollectiveKind, CollectiveStats } from '../plans/symcoll.js';
+import { checkLineage, collectClaims, type Claim, type Coverage } from './check.js';
+import { checkLineageSymbolic, type LineageStats } from './symbolic.js';
+
+/** Which path each check took, for `inspect` and the benchmarks. */
+interface LoadStats {
+  readonly checks: 'template' | 'rank';
+  /** Programs whose ranks are a box (product of per-axis coordinate sets). */
+  readonly boxPrograms: number;
+  /** Op and tensor shape checks run (each once per distinct coordinates it depends on). */
+  readonly shapeChecks: number;
+  readonly collectives: CollectiveStats;
+  readonly lineage: LineageStats;
+  /** Milliseconds per phase. */
+  readonly ms: Record<string, number>;
+}
+
+/** A plan that passed every load check: the graphs, rank programs, collectives and lineage, checked. */
+export interface LoadedPlan extends Plan {
+  /** Every lineage claim, one per (tensor, distinct coordinates): built on first use. */
+  readonly claims: Claim[];
+  readonly coverage: Coverage[];
+  /** Collective instances counted by op and group kind (without building them). */
+  readonly collectiveKinds: CollectiveKind[];
+  /** The multi-rank entries of $.parallel.collectives (few: one per entry as written), for per-template stages. */
+  readonly multiRank: CollectiveInstance[];
+  readonly stats: LoadStats;
+}
+
+/** Reads a plan file (within the load limits) and loads it: see loadPlanObject. Throws PlanError on an invalid plan. */
+export function loadPlan(file: string, opts: LoadOptions = {}): LoadedPlan {
+  const text = readPlanText(file, { ...defaultLimits(), ...opts.limits }.bytes);
+  return loadPlanText(file, text, opts);
+}
+
+/** Loads plan JSON text; `file` names it in error messages. Throws PlanError on an invalid plan. */
+export function loadPlanText(file: string, text: string, opts: LoadOptions = {}): LoadedPlan {
+  return loadPlanObject(file, parsePlanJson(file, text), opts);
+}
+
+/** Loads an already parsed plan (untrusted JSON value). Throws PlanError with every issue of the first failing phase. */
+export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {}): LoadedPlan {
+  const { plan, mesh, logical, contract, programs, rankProgram, view, perRank, quotient, kinds, cstats, warnings, boxes, shapeChecks, mode, ms, lap, sink } = loadStructure(file, raw, opts);
+  let claimList: Claim[] | undefined;
+  const claimsNow = (s: IssueSink): Claim[] => {
+    try {
+      return collectClaims(programs, rankProgram, mesh, logical, view, s);
+    } catch (e) {
+      if (!(e instanceof ExprError)) throw e;
+      exprIssue(s, e, '$.parallel', -1);
+      return [];
+    }
+  };
+  let coverage: Coverage[];
+  let lstats: LineageStats = { symbolicTensors: 0, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 };
+  if (opts.subset === true) {
+    claimList = claimsNow(sink);
+    coverage = [];
+  } else if (mode === 'template') {
+    const r = checkLineageSymbolic(programs, rankProgram, mesh, logical, contract, view, sink, { symbolic: true });
+    sink.throwIfAny();
+    coverage = r.coverage ?? [];
+    lstats = r.stats;
+  } else {
+    claimList = claimsNow(sink);
+    sink.throwIfAny();
+    coverage = checkLineage(claimList, programs, logical, contract, sink);
+    lstats = { ...lstats, enumeratedTensors: programs.reduce((n, p) => n + p.lineage.filter((l) => l !== undefined).length, 0), enumeratedClaims: claimList.length };
+  }
+  sink.throwIfAny();
+  lap('lineage');
+
+  return {
+    file,
+    name: plan.name ?? '',
+    description: plan.description ?? '',
+    mesh,
+    logical,
+    programs,
+    rankProgram,
+    get collectives(): CollectiveInstance[] {
+      return perRank();
+    },
+    contract,
+    warnings,
+    view,
+    get claims(): Claim[] {
+      if (claimList === undefined) {
+        const s = new IssueSink(file);
+        claimList = claimsNow(s);
+        if (s.size > 0) throw new Error(`internal inconsistency: the per-template lineage check passed but per-rank claims fail: ${s.issues.map((i) => i.message).join('; ')}`);
+      }
+      return claimList;
+    },
+    coverage,
+    collectiveKinds: kinds,
+    // Instances without a per-rank call site: the plan-level spelling (both modes put them in the list).
+    multiRank: quotient.filter((c) => c.sites.every((x) => x < 0)),
+    stats: { checks: mode, boxPrograms: boxes.filter((b) => b.isBox).length, shapeChecks, collectives: cstats, lineage: lstats, ms },
+  };
+}

@@ -1,0 +1,25 @@
+/**
+ * The proof worker with a fault injected, for test/pool.test.ts: the stage named in workerData
+ * hangs (only its deadline ends it) or crashes its worker; every other stage is proved by the
+ * product's worker. Injected through PoolOptions.worker, so the product ships no fault hook.
+ */
+import { workerData } from 'node:worker_threads';
+import proveStage, { type StageTask } from '../stages/worker.js';
+import type { StageResult } from '../stages/prove.js';
+
+export interface Fault {
+  readonly stage: number;
+  readonly kind: 'hang' | 'crash';
+}
+
+const fault = workerData as Fault;
+
+export default async function faultyStage(task: StageTask): Promise<StageResult> {
+  if (task.stage === fault.stage) {
+    if (fault.kind === 'crash') process.exit(70);
+    for (;;) {
+      // A stuck proof: only the deadline ends it.
+    }
+  }
+  return proveStage(task);
+}
