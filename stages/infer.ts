@@ -137,7 +137,8 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
     const t = p.tensors.id(name);
     return t < 0 ? undefined : parallel[r]?.[t];
   };
-  const groupCache = new Map<string, Match[][]>();
+  // Per group of ranks and tensor: the sum over the group, and its matches as is and / size.
+  const groupCache = new Map<string, { sum?: Float64Array; ms: Match[][] }>();
   const scales = [...new Set([...bigAxes.map((a) => mesh.sizes[a] as number), mesh.size])].filter((k) => k > 1);
 
   const claims: InferredClaim[] = [];
@@ -190,22 +191,27 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
           for (const A of axisSets) {
             const c = coords(r);
             const gkey = `${A.join(',')}|${c.map((x, a) => (A.includes(a) ? '*' : x)).join(',')}|${name}`;
-            let ms = groupCache.get(gkey);
-            if (ms === undefined) {
-              ms = [[], []];
+            let g = groupCache.get(gkey);
+            if (g === undefined) {
+              g = { ms: [[], []] };
               const members = [...mesh.groupAlong(r, A)];
               const vals = members.map((m) => valueOf(m, name));
               if (vals.every((x) => x !== undefined && x.shape.length === v.shape.length && x.shape.every((s, d) => s === v.shape[d]))) {
                 const sum = new Float64Array(v.data.length);
                 for (const x of vals) (x as Dense<number>).data.forEach((y, f) => (sum[f] = (sum[f] as number) + y));
-                ms[0] = matchSlices(sum, v.shape);
-                ms[1] = matchSlices(sum.map((y) => y / members.length), v.shape);
+                g = { sum, ms: [matchSlices(sum, v.shape), matchSlices(sum.map((y) => y / members.length), v.shape)] };
               }
-              groupCache.set(gkey, ms);
+              groupCache.set(gkey, g);
             }
             const n = A.reduce((acc, a) => acc * (mesh.sizes[a] as number), 1);
-            for (const m of ms[0] as Match[]) out.push({ L: m.L, kind: 'addend', axes: A, n, divisor: 1, start: m.start, sameOp: sameOp(m.L) });
-            for (const m of ms[1] as Match[]) out.push({ L: m.L, kind: 'addend', axes: A, n, divisor: n, start: m.start, sameOp: sameOp(m.L) });
+            for (const m of g.ms[0] as Match[]) out.push({ L: m.L, kind: 'addend', axes: A, n, divisor: 1, start: m.start, sameOp: sameOp(m.L) });
+            for (const m of g.ms[1] as Match[]) out.push({ L: m.L, kind: 'addend', axes: A, n, divisor: n, start: m.start, sameOp: sameOp(m.L) });
+            // Striped partial values (a row-parallel output inside context parallelism).
+            if (striped && g.sum !== undefined) {
+              const sum = g.sum;
+              for (const st of stripeMatches(matchSlices, sum, v.shape)) out.push({ L: st.L, kind: 'addend', axes: A, n, divisor: 1, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
+              for (const st of stripeMatches(matchSlices, sum.map((y) => y / n), v.shape)) out.push({ L: st.L, kind: 'addend', axes: A, n, divisor: n, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
+            }
           }
         }
         if (out.length === 0 && !striped) {
@@ -262,6 +268,7 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
       const found: { c: Cand; lineage: Json }[] = [];
       for (let pass = 0; pass < 2 && found.length === 0; pass++) {
       if (pass === 1) per = new Map<number, Cand[]>(ranks.map((r) => [r, candsAt(r, true)]));
+      if (process.env['DBG_INFER'] === name) for (const [r, cs] of per) console.error(pi, pass, r, JSON.stringify(cs.map((c) => [c.L, c.kind, c.start, c.stripes, c.axes, c.divisor])));
       for (const c0 of per.get(r0) ?? []) {
         if (found.length > MAX_ALTERNATIVES) break;
         if (pass === 1 && c0.stripes === undefined) continue;
@@ -492,7 +499,7 @@ function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: num
     }
     return false;
   };
-  if (!search(0)) return undefined;
+  if (!search(0)) return fitMultilinear(plan, ranks, starts, shapeAt, S, accept);
   const entry = s0.map((s, d): Entry => {
     const k = ks[d] as number[];
     const e = ke[d] as number[];
@@ -502,6 +509,75 @@ function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: num
     return [affineExpr(plan, base(s, k), terms(k)), affineExpr(plan, base(ends0[d] as number, e), terms(e))];
   });
   return { entry, starts: fitted };
+}
+
+/**
+ * When offsets are not affine in the mesh coordinates: on a program whose ranks form a box
+ * with two consecutive coordinates per varying axis, every function of the coordinates is
+ * multilinear (sequence parallelism inside context parallelism: rank (cp, tp) holds zig-zag
+ * position cp for tp 0 and 3 - cp for tp 1, i.e. cp + 3·tp - 2·cp·tp, at seq 4). The coefficients are
+ * the Möbius transform of the offsets on the box's corners; each rank's offset is one of its
+ * candidates, tried in turn (a few), and the fit must hold on the check draws.
+ */
+function fitMultilinear(plan: LoadedPlan, ranks: readonly number[], starts: (r: number) => number[][], shapeAt: (r: number) => readonly number[], S: readonly number[], accept: (fitted: ReadonlyMap<number, number[][]>) => boolean): { entry: Entry[]; starts: Map<number, number[][]> } | undefined {
+  const mesh = plan.mesh;
+  const axesN = mesh.sizes.length;
+  const coord = (r: number, a: number): number => mesh.coord(r, a);
+  const axes: number[] = [];
+  const lo: number[] = new Array<number>(axesN).fill(0);
+  for (let a = 0; a < axesN; a++) {
+    const vs = [...new Set(ranks.map((r) => coord(r, a)))].sort((x, y) => x - y);
+    if (vs.length === 1) continue;
+    if (vs.length !== 2 || (vs[1] as number) !== (vs[0] as number) + 1) return undefined;
+    axes.push(a);
+    lo[a] = vs[0] as number;
+  }
+  if (axes.length < 2 || axes.length > 4 || ranks.length !== 1 << axes.length) return undefined;
+  const corner = new Map<number, number>();
+  for (const r of ranks) corner.set(axes.reduce((m, a, i) => m | ((coord(r, a) - (lo[a] as number)) << i), 0), r);
+  if (corner.size !== ranks.length) return undefined;
+  const dims = (shapeAt(ranks[0] as number) as number[]).length;
+  const choice = new Map<number, number[]>();
+  let tries = 0;
+  // Möbius transform: coefficient of the monomial over the axes in `mask`.
+  const coeffs = (f: (m: number) => number): number[] => {
+    const k = Array.from({ length: 1 << axes.length }, (_, m) => f(m));
+    for (let i = 0; i < axes.length; i++) for (let m = 0; m < k.length; m++) if (m & (1 << i)) k[m] = (k[m] as number) - (k[m ^ (1 << i)] as number);
+    return k;
+  };
+  const expr = (k: readonly number[]): number | Json => {
+    if (k.every((x, m) => m === 0 || x === 0)) return k[0] as number;
+    let out = String(k[0]);
+    k.forEach((x, m) => {
+      if (m === 0 || x === 0) return;
+      const vars = axes.filter((_, i) => m & (1 << i)).map((a) => ((lo[a] as number) === 0 ? (mesh.axes[a] as string) : `(${mesh.axes[a] as string} - ${lo[a] as number})`));
+      out += `${x < 0 ? ' - ' : ' + '}${Math.abs(x)}*${vars.join('*')}`;
+    });
+    return { expr: out };
+  };
+  const finish = (): { entry: Entry[]; starts: Map<number, number[][]> } | undefined => {
+    const fitted = new Map<number, number[][]>(ranks.map((r) => [r, [choice.get(r) as number[]]]));
+    if (!accept(fitted)) return undefined;
+    const entry = Array.from({ length: dims }, (_, d): Entry => {
+      const ks = coeffs((m) => (choice.get(corner.get(m) as number) as number[])[d] as number);
+      const ke = coeffs((m) => ((choice.get(corner.get(m) as number) as number[])[d] as number) + (shapeAt(corner.get(m) as number)[d] as number));
+      if (ks.every((x) => x === 0) && ke.every((x, m) => (m === 0 ? x === S[d] : x === 0))) return '*';
+      return [expr(ks), expr(ke)];
+    });
+    return { entry, starts: fitted };
+  };
+  const go = (i: number): { entry: Entry[]; starts: Map<number, number[][]> } | undefined => {
+    if (i === ranks.length) return ++tries > MAX_FIT_TRIES ? undefined : finish();
+    const r = ranks[i] as number;
+    for (const st of starts(r).slice(0, MAX_FIT_CHOICES)) {
+      choice.set(r, st);
+      const f = go(i + 1);
+      if (f !== undefined) return f;
+      if (tries > MAX_FIT_TRIES) return undefined;
+    }
+    return undefined;
+  };
+  return go(0);
 }
 
 /**
