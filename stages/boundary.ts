@@ -24,6 +24,7 @@ import { decompose, producers, Prover, StageBuilder, type Stage, type StageResul
 import { newPool, proveInPool, TIME_LIMIT_REASON } from './pool.js';
 import type { Piscina } from 'piscina';
 import { proveTensorLevel } from './tensorlevel.js';
+import { groupStages } from './canon.js';
 import { certifyWitness, type Iv } from './interval.js';
 import { inferClaims, valueMatcher, withClaims, type InferredClaim } from './infer.js';
 import { registry } from '../ops/registry.js';
@@ -47,6 +48,8 @@ export interface BoundaryOptions {
   readonly timeLimitMs?: number;
   /** Tensor-level proofs before the normal form (default true). */
   readonly tensorLevel?: boolean;
+  /** Each distinct stage (canonical form) proved once (default true). */
+  readonly dedup?: boolean;
 }
 
 /** The smallest span of parallel ops that holds the first failure. */
@@ -384,6 +387,30 @@ async function proveStages(plan: LoadedPlan, file: string, text: string, todo: r
       const fresh = await proveStages(plan, file, text, rest, witnessed, { ...opts, tensorLevel: false }, poolOf);
       const byIndex = new Map(rest.map((s, i) => [s.index, fresh[i] as StageResult]));
       return todo.map((s) => tl.proved.get(s.index) ?? (byIndex.get(s.index) as StageResult));
+    }
+  }
+  // Stage deduplication, as in verify (stages/dedup.ts): stages of one canonical form are
+  // proved once (the optimizer and clip stages of each parameter, each rank's copy of a hint).
+  // A representative that is not proved covers nothing: its members are proved one by one.
+  if (opts.dedup !== false && todo.length > 1) {
+    const classes = groupStages(plan, todo);
+    if (classes.length < todo.length) {
+      const sub = { ...opts, tensorLevel: false, dedup: false };
+      const reps = await proveStages(plan, file, text, classes.map((c) => todo[c.rep] as Stage), witnessed, sub, poolOf);
+      const out = new Array<StageResult | undefined>(todo.length);
+      const again: number[] = [];
+      classes.forEach((c, k) => {
+        const r = reps[k] as StageResult;
+        out[c.rep] = r;
+        for (const m of c.members) {
+          if (m === c.rep) continue;
+          if (r.status === 'proved') out[m] = { ...r, stage: todo[m] as Stage, ms: 0 };
+          else again.push(m);
+        }
+      });
+      const more = await proveStages(plan, file, text, again.map((m) => todo[m] as Stage), witnessed, sub, poolOf);
+      again.forEach((m, j) => (out[m] = more[j]));
+      return out as StageResult[];
     }
   }
   if (poolOf !== undefined && opts.jobs > 0) {
