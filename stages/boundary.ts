@@ -24,6 +24,7 @@ import { decompose, producers, Prover, StageBuilder, type Stage, type StageResul
 import { newPool, proveInPool, TIME_LIMIT_REASON } from './pool.js';
 import type { Piscina } from 'piscina';
 import { proveTensorLevel } from './tensorlevel.js';
+import { groupStages } from './canon.js';
 import { certifyWitness, type Iv } from './interval.js';
 import { inferClaims, valueMatcher, withClaims, type InferredClaim } from './infer.js';
 import { registry } from '../ops/registry.js';
@@ -48,6 +49,8 @@ export interface BoundaryOptions {
   readonly timeLimitMs?: number;
   /** Tensor-level proofs before the normal form (default true). */
   readonly tensorLevel?: boolean;
+  /** Each distinct stage (canonical form) proved once (default true). */
+  readonly dedup?: boolean;
 }
 
 /** The smallest span of parallel ops that holds the first failure. */
@@ -167,8 +170,15 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   let builder = new StageBuilder(plan);
   let numeric = numericCheck(plan, seed);
   let obj!: Json;
-  // One pool for every round (workers are costly to start; each reloads a changed plan).
-  const pool = opts.jobs > 0 ? newPool(opts.jobs) : undefined;
+  // One pool for every round (workers are costly to start; each reloads a changed plan),
+  // started only when a stage needs it: tensor level often proves a round by itself. A small
+  // plan's rounds are proved in this thread: starting workers and reloading each round's plan
+  // in each cost seconds, more than its stages (stripped mlp dp2: 3.5 s with workers, 0.4 s
+  // without). In this thread a stage is bounded by the normal form's work budget, not by a
+  // deadline, and the time limit is checked before each stage.
+  let pool: Piscina | undefined;
+  const inThread = opts.jobs === 0 || logicalElements(base) <= SMALL_PLAN_ELEMENTS;
+  const poolOf = inThread ? undefined : (): Piscina => (pool ??= newPool(opts.jobs));
   try {
     for (;;) {
       rounds++;
@@ -221,7 +231,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       // The time limit holds inside a round too: no stage starts past it and a running one is
       // stopped at it (a round of hint stages up to their deadline each ran 80 s past it).
       const stopAt = t0 + limitMs;
-      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, stopAt, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : { ...opts, stopAt }, pool);
+      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, stopAt, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : { ...opts, stopAt }, poolOf);
       if (process.env['PLANPROOF_TRACE'] === '1') {
         process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s; hints ${hints.length}\n`);
         fresh.forEach((r) => {
@@ -269,9 +279,14 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         const own = new Set(s.obligations.map((o) => `${o.rank}:${o.tensor}`));
         return [...builder.closure(s).inputs.keys()].some((k) => failedHint.has(k) && !own.has(k));
       };
+      // Stages of one logical tensor span every rank, so two failing hint stages can assume
+      // each other's hints (ring attention: rank 0's chunk from rank 1's and back). When every
+      // failing hint stage assumes a failed hint, none would be blamed and the loop would end
+      // with them open: then they are all blamed (dropping a hint is always sound).
+      const blameAll = !results.some((r) => r.status !== 'proved' && hintStage(r.stage) && !assumesFailed(r.stage));
       for (const r of results) {
         if (r.status === 'proved') continue;
-        if (hintStage(r.stage) && assumesFailed(r.stage)) continue;
+        if (hintStage(r.stage) && !blameAll && assumesFailed(r.stage)) continue;
         if (!split.has(r.stage.logical) && hintStage(r.stage) && new Set(r.stage.obligations.map((o) => groupOf(o))).size > 1) {
           split.add(r.stage.logical);
           splitMore = true;
@@ -352,7 +367,17 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   };
 }
 
-async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions & { readonly stopAt: number }, pool: Piscina | undefined): Promise<StageResult[]> {
+/** Plans whose logical tensors hold at most this many elements prove their rounds in this thread. */
+export const SMALL_PLAN_ELEMENTS = 50_000;
+
+function logicalElements(plan: LoadedPlan): number {
+  let n = 0;
+  for (const s of plan.logical.shapes) n += (s ?? []).reduce((a, b) => a * b, 1);
+  return n;
+}
+
+/** `poolOf` starts (or returns) the rounds' worker pool; undefined proves in this thread. */
+async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions & { readonly stopAt: number }, poolOf: (() => Piscina) | undefined): Promise<StageResult[]> {
   if (todo.length === 0) return [];
   // Tensor-level proofs first (stages/tensorlevel.ts), as in verify: whole-tensor relations
   // cost nothing next to the normal form, and a stage they do not prove goes on to it.
@@ -360,13 +385,37 @@ async function proveStages(plan: LoadedPlan, file: string, text: string, todo: r
     const tl = proveTensorLevel(plan, todo.filter((s) => !witnessed.has(s.index)));
     if (tl.proved.size > 0) {
       const rest = todo.filter((s) => !tl.proved.has(s.index));
-      const fresh = await proveStages(plan, file, text, rest, witnessed, { ...opts, tensorLevel: false }, pool);
+      const fresh = await proveStages(plan, file, text, rest, witnessed, { ...opts, tensorLevel: false }, poolOf);
       const byIndex = new Map(rest.map((s, i) => [s.index, fresh[i] as StageResult]));
       return todo.map((s) => tl.proved.get(s.index) ?? (byIndex.get(s.index) as StageResult));
     }
   }
-  if (opts.jobs > 0) {
-    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, engine: 'normal' as Engine, ...(pool === undefined ? {} : { pool }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
+  // Stage deduplication, as in verify (stages/dedup.ts): stages of one canonical form are
+  // proved once (the optimizer and clip stages of each parameter, each rank's copy of a hint).
+  // A representative that is not proved covers nothing: its members are proved one by one.
+  if (opts.dedup !== false && todo.length > 1) {
+    const classes = groupStages(plan, todo);
+    if (classes.length < todo.length) {
+      const sub = { ...opts, tensorLevel: false, dedup: false };
+      const reps = await proveStages(plan, file, text, classes.map((c) => todo[c.rep] as Stage), witnessed, sub, poolOf);
+      const out = new Array<StageResult | undefined>(todo.length);
+      const again: number[] = [];
+      classes.forEach((c, k) => {
+        const r = reps[k] as StageResult;
+        out[c.rep] = r;
+        for (const m of c.members) {
+          if (m === c.rep) continue;
+          if (r.status === 'proved') out[m] = { ...r, stage: todo[m] as Stage, ms: 0 };
+          else again.push(m);
+        }
+      });
+      const more = await proveStages(plan, file, text, again.map((m) => todo[m] as Stage), witnessed, sub, poolOf);
+      again.forEach((m, j) => (out[m] = more[j]));
+      return out as StageResult[];
+    }
+  }
+  if (poolOf !== undefined && opts.jobs > 0) {
+    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, engine: 'normal' as Engine, pool: poolOf(), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   }
   const prover = opts.budget === undefined ? new Prover(plan) : new Prover(plan, opts.budget);
   return todo.map((s, i) => {

@@ -33,6 +33,9 @@ export const MAX_INFER_ELEMENTS = 4_000_000;
 const MAX_POSITIONS = 256;
 /** Matches kept per probe. */
 const MAX_MATCHES = 32;
+/** Offsets tried per mesh axis, and fits in all, when a rank's values match several blocks. */
+const MAX_FIT_CHOICES = 8;
+const MAX_FIT_TRIES = 64;
 /** Candidates kept per tensor besides the first. */
 const MAX_ALTERNATIVES = 3;
 /**
@@ -83,6 +86,12 @@ interface Cand {
   readonly start: number[];
   /** Op matching score: 4 when an input holds the same logical tensor (a collective, a copy), 2 when the producers' inputs correspond, +1 when their kinds match. */
   readonly sameOp: number;
+  /**
+   * A striped slice (context parallelism's zig-zag sequence chunks): the tensor is `k` equal
+   * pieces along `dim`, piece j the block of L at `starts[j]` (full start vectors). `start`
+   * is piece 0's.
+   */
+  readonly stripes?: { readonly dim: number; readonly k: number; readonly starts: readonly (readonly number[])[] };
 }
 
 const key = (x: number): string | undefined => (Number.isFinite(x) ? (x === 0 ? '0' : x.toPrecision(9)) : undefined);
@@ -128,7 +137,8 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
     const t = p.tensors.id(name);
     return t < 0 ? undefined : parallel[r]?.[t];
   };
-  const groupCache = new Map<string, Match[][]>();
+  // Per group of ranks and tensor: the sum over the group, and its matches as is and / size.
+  const groupCache = new Map<string, { sum?: Float64Array; ms: Match[][] }>();
   const scales = [...new Set([...bigAxes.map((a) => mesh.sizes[a] as number), mesh.size])].filter((k) => k > 1);
 
   const claims: InferredClaim[] = [];
@@ -169,33 +179,42 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         const related = ins.some((x) => (claimL[x] as number) >= 0 && lins.has(claimL[x] as number)) ? 2 : 0;
         return kind + related;
       };
-      const candsAt = (r: number): Cand[] => {
+      const candsAt = (r: number, striped: boolean): Cand[] => {
         const v = parallel[r]?.[t];
         if (v === undefined || v.data.length === 0) return [];
         const out: Cand[] = matchSlices(v.data, v.shape).map((m) => ({ L: m.L, kind: 'slice', axes: [], n: 1, divisor: 1, start: m.start, sameOp: sameOp(m.L) }));
+        // Asked when no contiguous candidate fits every rank: equal pieces along one dim, each a
+        // block of one logical tensor (zig-zag sequence chunks: rank r holds chunks r and
+        // 2·cp-1-r). Some ranks' pieces can also be one block by coincidence (repeated tokens).
+        if (striped) for (const st of stripeMatches(matchSlices, v.data, v.shape)) out.push({ L: st.L, kind: 'slice', axes: [], n: 1, divisor: 1, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
         {
           for (const A of axisSets) {
             const c = coords(r);
             const gkey = `${A.join(',')}|${c.map((x, a) => (A.includes(a) ? '*' : x)).join(',')}|${name}`;
-            let ms = groupCache.get(gkey);
-            if (ms === undefined) {
-              ms = [[], []];
+            let g = groupCache.get(gkey);
+            if (g === undefined) {
+              g = { ms: [[], []] };
               const members = [...mesh.groupAlong(r, A)];
               const vals = members.map((m) => valueOf(m, name));
               if (vals.every((x) => x !== undefined && x.shape.length === v.shape.length && x.shape.every((s, d) => s === v.shape[d]))) {
                 const sum = new Float64Array(v.data.length);
                 for (const x of vals) (x as Dense<number>).data.forEach((y, f) => (sum[f] = (sum[f] as number) + y));
-                ms[0] = matchSlices(sum, v.shape);
-                ms[1] = matchSlices(sum.map((y) => y / members.length), v.shape);
+                g = { sum, ms: [matchSlices(sum, v.shape), matchSlices(sum.map((y) => y / members.length), v.shape)] };
               }
-              groupCache.set(gkey, ms);
+              groupCache.set(gkey, g);
             }
             const n = A.reduce((acc, a) => acc * (mesh.sizes[a] as number), 1);
-            for (const m of ms[0] as Match[]) out.push({ L: m.L, kind: 'addend', axes: A, n, divisor: 1, start: m.start, sameOp: sameOp(m.L) });
-            for (const m of ms[1] as Match[]) out.push({ L: m.L, kind: 'addend', axes: A, n, divisor: n, start: m.start, sameOp: sameOp(m.L) });
+            for (const m of g.ms[0] as Match[]) out.push({ L: m.L, kind: 'addend', axes: A, n, divisor: 1, start: m.start, sameOp: sameOp(m.L) });
+            for (const m of g.ms[1] as Match[]) out.push({ L: m.L, kind: 'addend', axes: A, n, divisor: n, start: m.start, sameOp: sameOp(m.L) });
+            // Striped partial values (a row-parallel output inside context parallelism).
+            if (striped && g.sum !== undefined) {
+              const sum = g.sum;
+              for (const st of stripeMatches(matchSlices, sum, v.shape)) out.push({ L: st.L, kind: 'addend', axes: A, n, divisor: 1, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
+              for (const st of stripeMatches(matchSlices, sum.map((y) => y / n), v.shape)) out.push({ L: st.L, kind: 'addend', axes: A, n, divisor: n, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
+            }
           }
         }
-        if (out.length === 0) {
+        if (out.length === 0 && !striped) {
           for (const k of scales) for (const m of matchSlices(v.data.map((y) => y / k), v.shape)) out.push({ L: m.L, kind: 'scaled', axes: [], n: 1, divisor: k, start: m.start, sameOp: sameOp(m.L) });
         }
         // Slices before addends before scaled copies; op matches first; among equal values
@@ -212,10 +231,11 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
       // mask, expert indices) matches any block of equal integers: its values do not say which
       // logical tensor it is, and a hint on it is false or too weak to help. It gets none.
       if (ranks.every((r) => (parallel[r]?.[t]?.data ?? []).every((x) => Number.isInteger(x)))) continue;
-      const per = new Map<number, Cand[]>(ranks.map((r) => [r, candsAt(r)]));
+      let per = new Map<number, Cand[]>(ranks.map((r) => [r, candsAt(r, false)]));
       const shapeAt = (r: number): readonly number[] => plan.view(r).shapes[t] ?? [];
       /** The candidate, at the offsets fitted per rank, on another run of both graphs. */
-      const holdsOn = (run: { logical: (Dense<number> | undefined)[]; parallel: (Dense<number> | undefined)[][] }, c: Cand, starts: ReadonlyMap<number, readonly number[]>): boolean => {
+      // `piece`: only that piece of a striped candidate, its start first in `starts`.
+      const holdsOn = (run: { logical: (Dense<number> | undefined)[]; parallel: (Dense<number> | undefined)[][] }, c: Cand, starts: ReadonlyMap<number, readonly (readonly number[])[]>, piece?: number): boolean => {
         const lv = run.logical[c.L];
         if (lv === undefined) return false;
         for (const r of ranks) {
@@ -233,19 +253,36 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
             }
             data = sum;
           }
-          if (!blockEquals(data, v.shape, c.divisor, lv, st)) return false;
+          if (c.stripes === undefined) {
+            if (!blockEquals(data, v.shape, c.divisor, lv, st[0] as readonly number[])) return false;
+            continue;
+          }
+          for (let j = 0; j < c.stripes.k; j++) {
+            if (piece !== undefined && j !== piece) continue;
+            const pc = pieceOf(data, v.shape, c.stripes.dim, c.stripes.k, j);
+            if (!blockEquals(pc.data, pc.shape, c.divisor, lv, st[piece === undefined ? j : 0] as readonly number[])) return false;
+          }
         }
         return true;
       };
       const found: { c: Cand; lineage: Json }[] = [];
+      for (let pass = 0; pass < 2 && found.length === 0; pass++) {
+      if (pass === 1) per = new Map<number, Cand[]>(ranks.map((r) => [r, candsAt(r, true)]));
+      if (process.env['DBG_INFER'] === name) for (const [r, cs] of per) console.error(pi, pass, r, JSON.stringify(cs.map((c) => [c.L, c.kind, c.start, c.stripes, c.axes, c.divisor])));
       for (const c0 of per.get(r0) ?? []) {
         if (found.length > MAX_ALTERNATIVES) break;
-        const same = (c: Cand): boolean => c.L === c0.L && c.kind === c0.kind && c.n === c0.n && c.divisor === c0.divisor && c.axes.join() === c0.axes.join();
+        if (pass === 1 && c0.stripes === undefined) continue;
+        const same = (c: Cand): boolean => c.L === c0.L && c.kind === c0.kind && c.n === c0.n && c.divisor === c0.divisor && c.axes.join() === c0.axes.join() && c.stripes?.dim === c0.stripes?.dim && c.stripes?.k === c0.stripes?.k;
         if (found.some((f) => same(f.c))) continue;
-        const fit = fitTemplate(plan, ranks, (r) => (per.get(r) ?? []).filter(same).map((c) => c.start), shapeAt, lg.shapes[c0.L] ?? []);
+        // This candidate anchors the fit at the first rank (values can match several blocks).
+        const at = (r: number): Cand[] => (r === r0 ? [c0] : (per.get(r) ?? []).filter(same));
+        // The fit must also hold on the other draws (a fit through one coincidence does not).
+        const fit =
+          c0.stripes === undefined
+            ? fitTemplate(plan, ranks, (r) => at(r).map((c) => c.start), shapeAt, lg.shapes[c0.L] ?? [], (f) => checks.every((run) => holdsOn(run, c0, f)))
+            : fitStripes(plan, ranks, c0.stripes, at, shapeAt, lg.shapes[c0.L] ?? [], (j, f) => checks.every((run) => holdsOn(run, c0, f, j)));
         if (fit === undefined) continue;
         const entry = fit.entry;
-        if (!checks.every((run) => holdsOn(run, c0, fit.starts))) continue;
         const lineage: Json = { logical: lg.tensors.name(c0.L), index: entry };
         if (c0.kind !== 'slice') {
           const A = c0.axes;
@@ -259,11 +296,14 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
           // A split of this tensor's own: addends of one split on one element are one
           // decomposition, so two tensors in a shared split would have to be equal addend by
           // addend (the masked and unmasked halves of a vocab-parallel gradient are both
-          // addends of it, but of different decompositions).
-          lineage['value'] = { chunk: affineExpr(plan, 0, terms), of: c0.n, divisor: c0.divisor, ...(A.length > 0 ? { split: `inferred.${A.map((a) => mesh.axes[a]).join('.')}:p${pi}t${t}` } : {}) };
+          // addends of it, but of different decompositions). Named by the tensor, not the
+          // program: a tensor of one name in several programs (one per context-parallel
+          // rank) holds the addends of one decomposition, which the loader needs complete.
+          lineage['value'] = { chunk: affineExpr(plan, 0, terms), of: c0.n, divisor: c0.divisor, ...(A.length > 0 ? { split: `inferred.${A.map((a) => mesh.axes[a]).join('.')}:${splitTag(name)}` } : {}) };
         }
         lineage['inferred'] = true;
         found.push({ c: c0, lineage });
+      }
       }
       const [first, ...rest] = found;
       if (first !== undefined) claimL[t] = first.c.L;
@@ -320,7 +360,7 @@ function sliceMatcher(plan: LoadedPlan, logical: readonly (Dense<number> | undef
       const st = lstrides[L] as number[];
       const start = S.map((_, d) => (Math.floor(e / (st[d] as number)) % (S[d] as number)) - (pc[d] as number));
       if (start.some((s, d) => s < 0 || s + (shape[d] as number) > (S[d] as number))) continue;
-      if (out.some((m) => m.L === L && m.start.every((s, d) => s === m.start[d]))) continue;
+      if (out.some((m) => m.L === L && m.start.every((s, d) => s === start[d]))) continue;
       const lv = (logical[L] as Dense<number>).data;
       let ok = true;
       for (let f = 0; f < n && ok; f++) {
@@ -363,13 +403,20 @@ function accumulationAddends(plan: LoadedPlan, claims: InferredClaim[]): void {
       const e = typeof chunk === 'number' ? String(chunk) : String((chunk as Json)['expr']);
       const of = Number(v?.['of'] ?? 1);
       ins.forEach((t, k) => {
-        const lineage: Json = { logical: yc.lineage['logical'], index: yc.lineage['index'], value: { chunk: { expr: `(${e})*2 + ${k}` }, of: 2 * of, divisor: Number(v?.['divisor'] ?? 1), split: v?.['split'] === undefined ? `inferred.acc:p${pi}t${y}` : `${String(v['split'])}.acc` }, inferred: true };
+        const lineage: Json = { logical: yc.lineage['logical'], index: yc.lineage['index'], value: { chunk: { expr: `(${e})*2 + ${k}` }, of: 2 * of, divisor: Number(v?.['divisor'] ?? 1), split: v?.['split'] === undefined ? `inferred.acc:${splitTag(p.tensors.name(y))}` : `${String(v['split'])}.acc` }, inferred: true };
         const c: InferredClaim = { program: pi, tensor: p.tensors.name(t), logical: yc.logical, kind: 'addend', lineage, alternatives: [] };
         claims.push(c);
         claimOf.set(c.tensor, c);
       });
     }
   });
+}
+
+/** A split name for a tensor name (the schema allows [A-Za-z0-9_.:-], 64 characters): its readable tail and a hash of the whole. */
+function splitTag(name: string): string {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193) >>> 0;
+  return `${name.replace(/[^A-Za-z0-9_.:-]/g, '_').slice(-24)}-${h.toString(16)}`;
 }
 
 function commonSuffix(a: string, b: string): number {
@@ -393,7 +440,9 @@ function affineExpr(plan: LoadedPlan, b: number, terms: readonly (readonly [numb
  * at the program's first rank, derives the coefficient of each axis from a rank that differs on
  * it alone, and checks the prediction against every rank's list.
  */
-function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: number) => number[][], shapeAt: (r: number) => readonly number[], S: readonly number[]): { entry: (string | [number | Json, number | Json])[]; starts: Map<number, number[]> } | undefined {
+type Entry = string | [number | Json, number | Json] | [number | Json, number | Json][];
+
+function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: number) => number[][], shapeAt: (r: number) => readonly number[], S: readonly number[], accept: (fitted: ReadonlyMap<number, number[][]>) => boolean): { entry: Entry[]; starts: Map<number, number[][]> } | undefined {
   const mesh = plan.mesh;
   const axesN = mesh.sizes.length;
   const r0 = ranks[0] as number;
@@ -403,33 +452,55 @@ function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: num
   const coord = (r: number): number[] => [...Array(axesN).keys()].map((a) => mesh.coord(r, a));
   const c0 = coord(r0);
   const ends0 = s0.map((s, d) => s + (shapeAt(r0)[d] as number));
-  const ks = s0.map(() => new Array<number>(axesN).fill(0));
-  const ke = s0.map(() => new Array<number>(axesN).fill(0));
+  // Per axis, the rank that differs from r0 on it alone fixes the axis's coefficients; when
+  // its values match several blocks (repeated tokens), each is tried, up to a few per axis.
+  const probes: { a: number; r1: number; cands: number[][] }[] = [];
   for (let a = 0; a < axesN; a++) {
     const r1 = ranks.find((r) => r !== r0 && coord(r).every((x, b) => (b === a ? x !== c0[a] : x === c0[b])));
     if (r1 === undefined || !inProg.has(r1)) continue;
-    const s1 = starts(r1)[0];
-    if (s1 === undefined) return undefined;
-    const delta = (coord(r1)[a] as number) - (c0[a] as number);
-    for (let d = 0; d < s0.length; d++) {
-      const ds = (s1[d] as number) - (s0[d] as number);
-      const de = (s1[d] as number) + (shapeAt(r1)[d] as number) - (ends0[d] as number);
-      if (ds % delta !== 0 || de % delta !== 0) return undefined;
-      (ks[d] as number[])[a] = ds / delta;
-      (ke[d] as number[])[a] = de / delta;
-    }
+    const cands = starts(r1).slice(0, MAX_FIT_CHOICES);
+    if (cands.length === 0) return undefined;
+    probes.push({ a, r1, cands });
   }
+  const ks = s0.map(() => new Array<number>(axesN).fill(0));
+  const ke = s0.map(() => new Array<number>(axesN).fill(0));
   const predict = (b: number, k: readonly number[], c: readonly number[]): number => b - k.reduce((acc, x, a) => acc + x * (c0[a] as number), 0) + k.reduce((acc, x, a) => acc + x * (c[a] as number), 0);
-  const fitted = new Map<number, number[]>();
-  for (const r of ranks) {
-    const c = coord(r);
-    const want = s0.map((s, d) => predict(s, ks[d] as number[], c));
-    const end = ends0.map((e, d) => predict(e, ke[d] as number[], c));
-    if (end.some((e, d) => e - (want[d] as number) !== (shapeAt(r)[d] as number))) return undefined;
-    if (!starts(r).some((st) => st.every((x, d) => x === want[d]))) return undefined;
-    fitted.set(r, want);
-  }
-  const entry = s0.map((s, d): string | [number | Json, number | Json] => {
+  const fitted = new Map<number, number[][]>();
+  const check = (): boolean => {
+    fitted.clear();
+    for (const r of ranks) {
+      const c = coord(r);
+      const want = s0.map((s, d) => predict(s, ks[d] as number[], c));
+      const end = ends0.map((e, d) => predict(e, ke[d] as number[], c));
+      if (end.some((e, d) => e - (want[d] as number) !== (shapeAt(r)[d] as number))) return false;
+      if (!starts(r).some((st) => st.every((x, d) => x === want[d]))) return false;
+      fitted.set(r, [want]);
+    }
+    return true;
+  };
+  let tries = 0;
+  const search = (i: number): boolean => {
+    if (i === probes.length) return ++tries <= MAX_FIT_TRIES && check() && accept(fitted);
+    const { a, r1, cands } = probes[i] as (typeof probes)[number];
+    const delta = (coord(r1)[a] as number) - (c0[a] as number);
+    for (const s1 of cands) {
+      let ok = true;
+      for (let d = 0; d < s0.length && ok; d++) {
+        const ds = (s1[d] as number) - (s0[d] as number);
+        const de = (s1[d] as number) + (shapeAt(r1)[d] as number) - (ends0[d] as number);
+        if (ds % delta !== 0 || de % delta !== 0) ok = false;
+        else {
+          (ks[d] as number[])[a] = ds / delta;
+          (ke[d] as number[])[a] = de / delta;
+        }
+      }
+      if (ok && search(i + 1)) return true;
+      if (tries > MAX_FIT_TRIES) return false;
+    }
+    return false;
+  };
+  if (!search(0)) return fitMultilinear(plan, ranks, starts, shapeAt, S, accept);
+  const entry = s0.map((s, d): Entry => {
     const k = ks[d] as number[];
     const e = ke[d] as number[];
     if (k.every((x) => x === 0) && e.every((x) => x === 0) && s === 0 && ends0[d] === S[d]) return '*';
@@ -438,6 +509,141 @@ function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: num
     return [affineExpr(plan, base(s, k), terms(k)), affineExpr(plan, base(ends0[d] as number, e), terms(e))];
   });
   return { entry, starts: fitted };
+}
+
+/**
+ * When offsets are not affine in the mesh coordinates: on a program whose ranks form a box
+ * with two consecutive coordinates per varying axis, every function of the coordinates is
+ * multilinear (sequence parallelism inside context parallelism: rank (cp, tp) holds zig-zag
+ * position cp for tp 0 and 3 - cp for tp 1, i.e. cp + 3·tp - 2·cp·tp, at seq 4). The coefficients are
+ * the Möbius transform of the offsets on the box's corners; each rank's offset is one of its
+ * candidates, tried in turn (a few), and the fit must hold on the check draws.
+ */
+function fitMultilinear(plan: LoadedPlan, ranks: readonly number[], starts: (r: number) => number[][], shapeAt: (r: number) => readonly number[], S: readonly number[], accept: (fitted: ReadonlyMap<number, number[][]>) => boolean): { entry: Entry[]; starts: Map<number, number[][]> } | undefined {
+  const mesh = plan.mesh;
+  const axesN = mesh.sizes.length;
+  const coord = (r: number, a: number): number => mesh.coord(r, a);
+  const axes: number[] = [];
+  const lo: number[] = new Array<number>(axesN).fill(0);
+  for (let a = 0; a < axesN; a++) {
+    const vs = [...new Set(ranks.map((r) => coord(r, a)))].sort((x, y) => x - y);
+    if (vs.length === 1) continue;
+    if (vs.length !== 2 || (vs[1] as number) !== (vs[0] as number) + 1) return undefined;
+    axes.push(a);
+    lo[a] = vs[0] as number;
+  }
+  if (axes.length < 2 || axes.length > 4 || ranks.length !== 1 << axes.length) return undefined;
+  const corner = new Map<number, number>();
+  for (const r of ranks) corner.set(axes.reduce((m, a, i) => m | ((coord(r, a) - (lo[a] as number)) << i), 0), r);
+  if (corner.size !== ranks.length) return undefined;
+  const dims = (shapeAt(ranks[0] as number) as number[]).length;
+  const choice = new Map<number, number[]>();
+  let tries = 0;
+  // Möbius transform: coefficient of the monomial over the axes in `mask`.
+  const coeffs = (f: (m: number) => number): number[] => {
+    const k = Array.from({ length: 1 << axes.length }, (_, m) => f(m));
+    for (let i = 0; i < axes.length; i++) for (let m = 0; m < k.length; m++) if (m & (1 << i)) k[m] = (k[m] as number) - (k[m ^ (1 << i)] as number);
+    return k;
+  };
+  const expr = (k: readonly number[]): number | Json => {
+    if (k.every((x, m) => m === 0 || x === 0)) return k[0] as number;
+    let out = String(k[0]);
+    k.forEach((x, m) => {
+      if (m === 0 || x === 0) return;
+      const vars = axes.filter((_, i) => m & (1 << i)).map((a) => ((lo[a] as number) === 0 ? (mesh.axes[a] as string) : `(${mesh.axes[a] as string} - ${lo[a] as number})`));
+      out += `${x < 0 ? ' - ' : ' + '}${Math.abs(x)}*${vars.join('*')}`;
+    });
+    return { expr: out };
+  };
+  const finish = (): { entry: Entry[]; starts: Map<number, number[][]> } | undefined => {
+    const fitted = new Map<number, number[][]>(ranks.map((r) => [r, [choice.get(r) as number[]]]));
+    if (!accept(fitted)) return undefined;
+    const entry = Array.from({ length: dims }, (_, d): Entry => {
+      const ks = coeffs((m) => (choice.get(corner.get(m) as number) as number[])[d] as number);
+      const ke = coeffs((m) => ((choice.get(corner.get(m) as number) as number[])[d] as number) + (shapeAt(corner.get(m) as number)[d] as number));
+      if (ks.every((x) => x === 0) && ke.every((x, m) => (m === 0 ? x === S[d] : x === 0))) return '*';
+      return [expr(ks), expr(ke)];
+    });
+    return { entry, starts: fitted };
+  };
+  const go = (i: number): { entry: Entry[]; starts: Map<number, number[][]> } | undefined => {
+    if (i === ranks.length) return ++tries > MAX_FIT_TRIES ? undefined : finish();
+    const r = ranks[i] as number;
+    for (const st of starts(r).slice(0, MAX_FIT_CHOICES)) {
+      choice.set(r, st);
+      const f = go(i + 1);
+      if (f !== undefined) return f;
+      if (tries > MAX_FIT_TRIES) return undefined;
+    }
+    return undefined;
+  };
+  return go(0);
+}
+
+/**
+ * The SPMD fit of a striped candidate: each piece is fitted on its own (fitTemplate, offsets
+ * affine in the mesh coordinates); the striped dim's entry lists the pieces' ranges in piece
+ * order, which must not overlap (the lineage checker refuses a tensor holding an element twice).
+ */
+function fitStripes(plan: LoadedPlan, ranks: readonly number[], st: NonNullable<Cand['stripes']>, cands: (r: number) => Cand[], shapeAt: (r: number) => readonly number[], S: readonly number[], accept: (piece: number, fitted: ReadonlyMap<number, number[][]>) => boolean): { entry: Entry[]; starts: Map<number, number[][]> } | undefined {
+  const pieceShape = (r: number): number[] => shapeAt(r).map((x, d) => (d === st.dim ? x / st.k : x));
+  const fits: { entry: Entry[]; starts: Map<number, number[][]> }[] = [];
+  for (let j = 0; j < st.k; j++) {
+    const f = fitTemplate(plan, ranks, (r) => cands(r).map((c) => [...((c.stripes?.starts[j] ?? []) as number[])]), pieceShape, S, (fitted) => accept(j, fitted));
+    if (f === undefined) return undefined;
+    fits.push(f);
+  }
+  const starts = new Map<number, number[][]>();
+  for (const r of ranks) {
+    const ps = fits.map((f) => f.starts.get(r)?.[0] as number[]);
+    const span = ps.map((p) => [p[st.dim] as number, (p[st.dim] as number) + (pieceShape(r)[st.dim] as number)]).sort((a, b) => (a[0] as number) - (b[0] as number));
+    for (let i = 1; i < span.length; i++) if ((span[i]?.[0] as number) < (span[i - 1]?.[1] as number)) return undefined;
+    starts.set(r, ps);
+  }
+  const f0 = fits[0] as { entry: Entry[] };
+  const entry = f0.entry.map((e, d): Entry => (d === st.dim ? fits.map((f) => f.entry[d] as [number | Json, number | Json]) : e));
+  // Other dims: every piece must sit at the same offsets (one region is a product of ranges).
+  for (const f of fits) if (f.entry.some((e, d) => d !== st.dim && JSON.stringify(e) !== JSON.stringify(f0.entry[d]))) return undefined;
+  return { entry, starts };
+}
+
+/** Piece j of k equal pieces of `data` (of `shape`) along `dim`. */
+function pieceOf(data: ArrayLike<number>, shape: readonly number[], dim: number, k: number, j: number): { data: Float64Array; shape: number[] } {
+  const ps = shape.map((x, d) => (d === dim ? x / k : x));
+  const inner = shape.slice(dim + 1).reduce((a, b) => a * b, 1);
+  const outer = shape.slice(0, dim).reduce((a, b) => a * b, 1);
+  const len = (ps[dim] as number) * inner;
+  const out = new Float64Array(outer * len);
+  for (let o = 0; o < outer; o++) for (let i = 0; i < len; i++) out[o * len + i] = data[o * (shape[dim] as number) * inner + j * len + i] as number;
+  return { data: out, shape: ps };
+}
+
+/** Striped matches: k equal pieces along one dim (k = 2, or the dim's size up to 4), each a block of the same logical tensor at the same offsets on the other dims. */
+function stripeMatches(matchSlices: (data: ArrayLike<number>, shape: readonly number[]) => Match[], data: ArrayLike<number>, shape: readonly number[]): { L: number; dim: number; k: number; starts: number[][] }[] {
+  const out: { L: number; dim: number; k: number; starts: number[][] }[] = [];
+  shape.forEach((size, dim) => {
+    for (const k of [2, 3, 4]) {
+      if (size < k || size % k !== 0) continue;
+      const per = Array.from({ length: k }, (_, j) => {
+        const pc = pieceOf(data, shape, dim, k, j);
+        return matchSlices(pc.data, pc.shape);
+      });
+      // Every combination of piece matches on one logical tensor at the same offsets on the
+      // other dims (repeated values, such as a repeated token's embedding, match several).
+      const grow = (starts: number[][], L: number): void => {
+        if (out.length >= MAX_MATCHES) return;
+        const j = starts.length;
+        if (j === k) {
+          out.push({ L, dim, k, starts });
+          return;
+        }
+        for (const m of per[j] as Match[]) if (m.L === L && m.start.every((x, d) => d === dim || x === (starts[0] as number[])[d])) grow([...starts, m.start], L);
+      };
+      for (const m0 of per[0] as Match[]) grow([m0.start], m0.L);
+      if (out.length > 0) return;
+    }
+  });
+  return out;
 }
 
 /** Whether `data` (of `shape`) divided by `divisor` equals the block of `lv` starting at `start`. */
