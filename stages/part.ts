@@ -278,6 +278,7 @@ export const provePart: ProvePart = (plan, raw, stage, rank, tensor, seed) => {
     let use = part;
     let useRaw = pr;
     let reduced = false;
+    let notReduced: string | undefined;
     try {
       const red = reducePlan(part, pr, true);
       const rs = red === undefined ? undefined : stageOf(red.plan, target);
@@ -286,16 +287,17 @@ export const provePart: ProvePart = (plan, raw, stage, rank, tensor, seed) => {
         useRaw = red.raw;
         st = rs;
         reduced = true;
-      }
+      } else notReduced = red === undefined ? 'no dim can shrink' : 'the reduced part has other obligations';
     } catch (e) {
       if (!(e instanceof ReductionError)) throw e;
+      notReduced = e.message;
     }
     const { result, numeric } = proveStage({ info: { stage: stage.index + 1, logical: target, mode: reduced ? 'reduced' : 'extracted', reduced: [], kept: [] }, plan: use, stage: st }, seed);
     // Back to the full plan's ranks.
     const witness = numeric.mismatches.filter((m) => m.logical === target).map((m) => ({ ...m, rank: ranks[m.rank] ?? m.rank }));
     const failingRanks = result.failingRanks.map((r) => ranks[r] ?? r);
     const diagnosis = witness.length === 0 ? undefined : diagnoseWitness(witness, failingRanks, ranks, result.reason ?? '');
-    return { rank, ranks, result: { ...result, failingRanks }, witness, reduced, raw: useRaw, ...(diagnosis === undefined ? {} : { diagnosis }) };
+    return { rank, ranks, result: { ...result, failingRanks }, witness, reduced, raw: useRaw, ...(notReduced === undefined ? {} : { notReduced: notReduced.slice(0, 300) }), ...(diagnosis === undefined ? {} : { diagnosis }) };
   } catch (e) {
     if (e instanceof PartError) return { why: e.message };
     throw e;

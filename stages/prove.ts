@@ -40,6 +40,8 @@ export interface PartResult {
   readonly result: StageResult;
   readonly witness: NumericReport['mismatches'];
   readonly reduced: boolean;
+  /** Why the part was not reduced, when it was not. */
+  readonly notReduced?: string;
   readonly raw: RawPlan;
   /** What the witness values look like (stages/verify.ts diagnoses). */
   readonly diagnosis?: string;

@@ -707,7 +707,7 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
           reports[i] = refuted;
           break;
         }
-        notes.push(`rank ${rank} '${prog.tensors.name(part.tensor)}': the part is ${r.result.status === 'proved' ? 'proved there (no witness on this rank)' : `${r.result.status}${r.witness.length === 0 ? ' without a witness' : ''} (${(r.result.reason ?? '').slice(0, 200)})`}`);
+        notes.push(`rank ${rank} '${prog.tensors.name(part.tensor)}': the part is ${r.result.status === 'proved' ? 'proved there (no witness on this rank)' : `${r.result.status}${r.witness.length === 0 ? ' without a witness' : ''} (${(r.result.reason ?? '').slice(0, 200)}${r.notReduced === undefined ? '' : `; not reduced: ${r.notReduced}`})`}`);
       }
       if (refuted === undefined && notes.length > 0 && rep.status === 'unknown') reports[i] = { ...rep, reason: `${rep.reason ?? ''}; witness search per part: ${notes.join('; ')}` };
     }
