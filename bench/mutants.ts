@@ -24,6 +24,9 @@ const a = yargs(hideBin(process.argv))
   .option('fuzz', { type: 'number', default: 2000 })
   .option('set', { choices: ['full', 'small', 'tiny'] as const, default: 'full' as const })
   .option('out', { type: 'string', default: 'bench-mutants-out', describe: 'directory for false passes, false alarms and errors' })
+  .option('verify-deadline', { type: 'number', default: 2, describe: 'verify --deadline of each case (s)' })
+  .option('verify-time-limit', { type: 'number', default: 5, describe: 'verify --time-limit of each case (s)' })
+  .option('case-timeout', { type: 'number', default: 60, describe: 'seconds after which a case is stopped and counted as a timeout' })
   .option('budget-min', { type: 'number', describe: 'stop drawing mutants / correct cases after this many minutes (each)' })
   .strict()
   .parseSync();
@@ -63,8 +66,10 @@ if (a.fuzz > 0) {
   console.log(`Failures: ${fz.failures.length}${fz.failures.length > 0 ? `: ${fz.failures.slice(0, 10).join('; ')}` : ''}`);
 }
 const budgetMs = a['budget-min'] === undefined ? undefined : a['budget-min'] * 60000;
-const mut = await runHarness({ seed: a.seed, mutants: a.mutants, correct: 0, sources, dir, saveDir: a.out, onCase: progress('mutant'), ...(budgetMs === undefined ? {} : { budgetMs }) });
-const cor = await runHarness({ seed: a.seed + 1_000_003, mutants: 0, correct: a.correct, sources, dir, saveDir: a.out, onCase: progress('correct'), ...(budgetMs === undefined ? {} : { budgetMs }) });
+const bounds = { flags: ['--deadline', String(a['verify-deadline']), '--time-limit', String(a['verify-time-limit'])], timeoutMs: a['case-timeout'] * 1000 };
+console.log(`Each case: planproof verify --json --jobs 0 --no-cache ${bounds.flags.join(' ')}, stopped after ${a['case-timeout']} s.`);
+const mut = await runHarness({ seed: a.seed, mutants: a.mutants, correct: 0, sources, dir, saveDir: a.out, ...bounds, onCase: progress('mutant'), ...(budgetMs === undefined ? {} : { budgetMs }) });
+const cor = await runHarness({ seed: a.seed + 1_000_003, mutants: 0, correct: a.correct, sources, dir, saveDir: a.out, ...bounds, onCase: progress('correct'), ...(budgetMs === undefined ? {} : { budgetMs }) });
 
 console.log(`\n## Mutants: ${mut.mutants.length} (${mut.notApplicable} draws had no site for their kind and were redrawn), ${sec(mut.ms)} s\n`);
 console.log(table('mutation kind', tally(mut.mutants, (r) => r.kind)));
