@@ -460,15 +460,18 @@ export function rewrite(p: Json, kind: RewriteKind, rng: Rng, base: LoadedPlan):
     case 'allreduce-rs-ag': {
       const cands: [ProgramJ, number, number][] = [];
       const sizeOf = new Map(base.mesh.axes.map((a, i) => [a, base.mesh.sizes[i] as number]));
-      for (const prog of programs(p))
+      programs(p).forEach((prog, pi) =>
         prog.ops.forEach((o, oi) => {
           if (o.op !== 'all_reduce' || o.group === null || typeof o.group !== 'object' || !Array.isArray((o.group as Json)['axes'])) return;
+          // Every member must run this program (CP ranks have their own): else the others still call all_reduce.
+          if (!allMembersIn(base, pi, oi)) return;
           const g = strs((o.group as Json)['axes']).reduce((acc, a) => acc * (sizeOf.get(a) ?? 1), 1);
           const inT = prog.tensors.find((t) => t.id === strs(o.inputs)[0]);
           const sh = numericShape(inT?.shape);
           if (g < 2 || sh === undefined) return;
           sh.forEach((n, d) => n % g === 0 && cands.push([prog, oi, d]));
-        });
+        }),
+      );
       const c = rng.pick(cands);
       if (c === undefined) return undefined;
       const [prog, oi, d] = c;
