@@ -55,7 +55,8 @@ export function executeParallel<S>(plan: LoadedPlan, alg: Algebra<S>, input: (ra
   });
   const localConsumers = plan.programs.map((p, pi) => {
     const c: number[][] = Array.from({ length: p.tensors.size }, () => []);
-    for (let op = 0; op < p.ops.size; op++) if (!(isSite[pi] as Uint8Array)[op]) for (const t of p.ops.opInputs(op)) (c[t] as number[]).push(op);
+    // Once per distinct input: the queue below subtracts every occurrence of the tensor at once.
+    for (let op = 0; op < p.ops.size; op++) if (!(isSite[pi] as Uint8Array)[op]) for (const t of new Set(p.ops.opInputs(op))) (c[t] as number[]).push(op);
     return c;
   });
   const pending: Int32Array[] = Array.from({ length: nRanks }, (_, r) => {
