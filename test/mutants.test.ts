@@ -12,7 +12,7 @@ import { EXAMPLES } from './helpers.js';
 import { buildSources, classify, runHarness, stopVerifier, tally, truthOf, type Source } from '../bench/mutate/harness.js';
 import { fuzzCaseArb, fuzzSources, runFuzzCase, type FuzzSource } from '../bench/mutate/fuzz.js';
 import { mutate, rewrite, Rng, type Json } from '../bench/mutate/mutations.js';
-import { loadPlanObject } from '../plans/loader.js';
+import { loadPlanObject } from '../lineage/load.js';
 import { generatePlan } from '../plans/gen/plan.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';

@@ -13,7 +13,7 @@ import { generatePlan, type OptimizerConfig } from '../../plans/gen/plan.js';
 import { PRESETS } from '../../plans/gen/presets.js';
 import type { ModelConfig } from '../../plans/gen/models.js';
 import type { Parallelism } from '../../plans/gen/net.js';
-import { loadPlanObject, type LoadedPlan } from '../../plans/loader.js';
+import { loadPlanObject, type LoadedPlan } from '../../lineage/load.js';
 import { groundTruth, type Truth } from './truth.js';
 import { MUTATION_KINDS, REWRITE_KINDS, Rng, mutate, rewrite, type Json, type MutationKind, type RewriteKind } from './mutations.js';
 

@@ -4,8 +4,8 @@
  * computes is for the ground truth (truth.ts) to say, never assumed here (an operand swap of
  * an add is neutral, a moved claim onto an equal tensor too).
  */
-import type { LoadedPlan } from '../../plans/loader.js';
-import { qParse } from '../../sdfg/rational.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import { qParse } from '../../ops/rational.js';
 
 export type Json = Record<string, unknown>;
 type Op = Json & { id: string; op: string; inputs?: unknown; outputs?: unknown; attrs?: Json; group?: unknown; peer?: unknown };

@@ -10,7 +10,7 @@
  * contract output element is covered, and "undetermined" in between (or when evaluation fails).
  */
 import type { Dense } from '../../ops/algebra.js';
-import type { LoadedPlan } from '../../plans/loader.js';
+import type { LoadedPlan } from '../../lineage/load.js';
 import type { Program } from '../../plans/model.js';
 import { groupKey, type LineageNF } from '../../lineage/model.js';
 import { logicalIndexer } from '../../sdfg/execute.js';
