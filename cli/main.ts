@@ -487,13 +487,32 @@ function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unkno
 
 const isEntry = process.argv[1] !== undefined && fileURLToPath(import.meta.url) === (await import('node:fs')).realpathSync(process.argv[1]);
 if (isEntry) {
+  // Exit codes are verdicts (0 verified, 1 not equivalent): a process that ends before main
+  // decided (a fatal error in a native or WebAssembly module, Z3 out of memory, a stray
+  // process.exit) must not read as one. Until main resolves, any exit is an internal fault.
+  let decided = false;
+  process.on('exit', (code) => {
+    if (decided) return;
+    process.stderr.write(`planproof: internal error: the process stopped before a verdict (exit code ${code}); nothing above is a verdict\n`);
+    process.exitCode = ExitCode.usage;
+  });
+  process.on('uncaughtException', (e: unknown) => {
+    process.stderr.write(`planproof: internal error: ${e instanceof Error ? e.message : String(e)}\n`);
+    if (process.env['PLANPROOF_DEBUG'] === '1' && e instanceof Error) process.stderr.write(`${e.stack ?? ''}\n`);
+    decided = true;
+    process.exit(ExitCode.usage);
+  });
   // A closed pipe (planproof gen | head) ends output quietly, not with a stack trace.
   process.stdout.on('error', (e: NodeJS.ErrnoException) => {
-    if (e.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+    if (e.code === 'EPIPE') {
+      decided = true;
+      process.exit(process.exitCode ?? 0);
+    }
     throw e;
   });
   main(hideBin(process.argv))
     .then((code) => {
+      decided = true;
       process.exitCode = code;
     })
     .catch((e: unknown) => {
@@ -501,6 +520,7 @@ if (isEntry) {
       process.stderr.write(`planproof: internal error: ${msg}\n`);
       if (process.env['PLANPROOF_DEBUG'] === '1' && e instanceof Error) process.stderr.write(`${e.stack ?? ''}\n`);
       else process.stderr.write('(this is a bug in planproof, not in your plan; rerun with PLANPROOF_DEBUG=1 for details)\n');
+      decided = true;
       process.exitCode = ExitCode.usage;
     });
 }

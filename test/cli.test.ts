@@ -208,4 +208,19 @@ describe('cli', () => {
     assert.match(missing.stderr, /\/nonexistent\/plan\.json: cannot read plan file \(ENOENT\)/);
     assert.doesNotMatch(missing.stderr, /at .*\.js:\d+/);
   });
+  it('a process that stops before its verdict exits 4, never 0 or 1 (a fatal error in Z3\'s WebAssembly read as "not equivalent": issue 13)', () => {
+    const bin = `${ROOT}dist/cli/main.js`;
+    // Stand-ins for a module that ends the process mid-run, fired when the report is about to
+    // be written (before main has returned its code): an exit with code 0 (would read
+    // "verified") and an uncaught throw (exit 1: would read "not equivalent").
+    for (const [hook, shown] of [
+      ['process.stdout.write = () => process.exit(0);', /stopped before a verdict \(exit code 0\)/],
+      ['process.stdout.write = () => { process.nextTick(() => { throw new Error("simulated abort"); }); return true; };', /internal error: simulated abort/],
+    ] as const) {
+      const r = spawnSync(process.execPath, ['--import', `data:text/javascript,${encodeURIComponent(hook)}`, bin, 'verify', `${EXAMPLES}mlp-dp2.json`], { encoding: 'utf8' });
+      assert.equal(r.status, 4, r.stderr);
+      assert.match(r.stderr, shown);
+      assert.doesNotMatch(r.stderr, /at .*\.js:\d+/);
+    }
+  });
 });
