@@ -52,6 +52,20 @@ export function loadPlanText(file: string, text: string, opts: LoadOptions = {})
 
 /** Loads an already parsed plan (untrusted JSON value). Throws PlanError with every issue of the first failing phase. */
 export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {}): LoadedPlan {
+  return load(file, raw, opts, false);
+}
+
+/**
+ * Loads some ranks of another plan (stages/part.ts: one rank's stage part, extracted for a
+ * witness): every check of loadPlanObject except tiling — claims are evaluated and checked one
+ * by one but need not tile their logical tensors, and the contract outputs need not be held.
+ * Internal: not part of the library API (index.ts), never applied to a user's plan file.
+ */
+export function loadPartObject(file: string, raw: unknown, opts: LoadOptions = {}): LoadedPlan {
+  return load(file, raw, opts, true);
+}
+
+function load(file: string, raw: unknown, opts: LoadOptions, subset: boolean): LoadedPlan {
   const { plan, mesh, logical, contract, programs, rankProgram, view, perRank, quotient, kinds, cstats, warnings, boxes, shapeChecks, mode, ms, lap, sink } = loadStructure(file, raw, opts);
   let claimList: Claim[] | undefined;
   const claimsNow = (s: IssueSink): Claim[] => {
@@ -65,7 +79,7 @@ export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {
   };
   let coverage: Coverage[];
   let lstats: LineageStats = { symbolicTensors: 0, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 };
-  if (opts.subset === true) {
+  if (subset) {
     claimList = claimsNow(sink);
     coverage = [];
   } else if (mode === 'template') {

@@ -66,12 +66,6 @@ export interface LoadOptions {
    */
   readonly checks?: 'template' | 'rank';
   readonly limits?: Partial<PlanLimits>;
-  /**
-   * The plan is some ranks of another plan (stages/part.ts: one rank's stage part, extracted
-   * for a witness): its claims are evaluated and checked one by one, but need not tile their
-   * logical tensors, and the contract outputs need not be held. Never set for a user's plan.
-   */
-  readonly subset?: boolean;
 }
 
 /**

@@ -7,14 +7,14 @@
  * reaches, stopping at claims, as the stage builder's walk does) is written as a plan of its
  * own, on a mesh of exactly those ranks, each with its program instantiated (concrete shapes,
  * attributes and claims; groups and peers as rank lists). It is loaded with every check except
- * tiling (`subset`: a few ranks hold a few regions), reduced by the lane reducer, proved by the
+ * tiling (lineage/load.ts loadPartObject: a few ranks hold a few regions), reduced by the lane reducer, proved by the
  * element engine and evaluated numerically. A difference with a witness there is a witness of
  * the stage: the part's inputs are the stage's inputs at those ranks, free symbols constrained
  * only by their claims, computed by the same ops, and its obligation is one of the stage's.
  * A proof of the part proves nothing about the stage's other ranks, so it is never used as one.
  */
 import type { LoadedPlan } from '../lineage/load.js';
-import { loadPlanObject } from '../lineage/load.js';
+import { loadPartObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import type { Program } from '../plans/model.js';
 import type { RawParallelOp, RawParallelTensor, RawPlan, RawProgram } from '../plans/raw.js';
@@ -267,7 +267,7 @@ export const provePart: ProvePart = (plan, raw, stage, rank, tensor, seed) => {
     const { raw: pr, ranks } = partRaw(plan, raw, stage, c);
     let part: LoadedPlan;
     try {
-      part = loadPlanObject(`${plan.file} (stage ${stage.index + 1}, rank ${rank})`, JSON.parse(JSON.stringify(pr)), { subset: true });
+      part = loadPartObject(`${plan.file} (stage ${stage.index + 1}, rank ${rank})`, JSON.parse(JSON.stringify(pr)));
     } catch (e) {
       if (e instanceof PlanError) return { why: `the part does not load: ${e.issues.slice(0, 2).map((i) => `${i.path}: ${i.message}`).join('; ')}` };
       throw e;

@@ -24,7 +24,7 @@
  * loader, and compared against the full plan's shapes and lineage before it is used.
  */
 import type { LoadedPlan } from '../lineage/load.js';
-import { loadPlanObject } from '../lineage/load.js';
+import { loadPartObject, loadPlanObject } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import type { RawDimIndex, RawInt, RawPlan, RawRange } from '../plans/raw.js';
 import { PlanError } from '../plans/errors.js';
@@ -493,7 +493,7 @@ export function reducePlan(plan: LoadedPlan, raw: RawPlan, subset = false): Redu
   const text = JSON.stringify(rr);
   let red: LoadedPlan;
   try {
-    red = loadPlanObject(`${plan.file} (reduced)`, JSON.parse(text), subset ? { subset: true } : {});
+    red = (subset ? loadPartObject : loadPlanObject)(`${plan.file} (reduced)`, JSON.parse(text));
   } catch (e) {
     const msg = e instanceof PlanError ? e.issues.slice(0, 3).map((i) => `${i.path}: ${i.message}`).join('; ') : e instanceof Error ? e.message : String(e);
     throw new ReductionError(`the reduced plan does not load: ${msg}`);

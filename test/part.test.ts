@@ -9,7 +9,8 @@ import { strict as assert } from 'node:assert';
 import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
 import { BUGS, type BugContext } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
-import { loadPlanObject } from '../lineage/load.js';
+import { loadPartObject, loadPlanObject } from '../lineage/load.js';
+import { PlanError } from '../plans/errors.js';
 import type { RawPlan } from '../plans/raw.js';
 import { verifyPlan } from '../stages/verify.js';
 import { verifyPerTemplate } from '../stages/template.js';
@@ -63,6 +64,24 @@ describe('witnesses per template (one rank\'s part of an open stage)', () => {
       for (const w of st.witness ?? []) assert.ok(w.rank >= 0 && w.rank < 8, `${bug}: witness rank ${w.rank}`);
     }
   }).timeout(600_000);
+
+  it('a part loads only through the internal loader: the public one still requires its claims to tile', () => {
+    const make = (): RawPlan => planOf('llama-tiny', llama, 'dp-grad-allreduce-avg');
+    const plan = loadPlanObject('p.json', make());
+    const r = verifyPerTemplate(plan, {});
+    const i = r.stages.findIndex((s) => s.status !== 'proved');
+    const st = r.stages[i];
+    assert.ok(st !== undefined && st.templates !== undefined);
+    const tpl = st.templates[0];
+    assert.ok(tpl !== undefined);
+    const prog = plan.programs.find((q) => q.name === tpl.program);
+    assert.ok(prog !== undefined);
+    const part = provePart(plan, make(), { index: i, logical: plan.logical.tensors.id(st.logical), obligations: [] }, prog.ranks[0] as number, prog.tensors.id(tpl.tensor), 1);
+    assert.ok(!('why' in part), 'a part is built');
+    assert.ok(loadPartObject('part.json', structuredClone(part.raw)).programs.length > 0);
+    // Even with the old option spelled in, the public loader checks tiling.
+    assert.throws(() => loadPlanObject('part.json', structuredClone(part.raw), { subset: true } as Parameters<typeof loadPlanObject>[2]), (e: unknown) => e instanceof PlanError && /tile|held/.test(e.message + JSON.stringify(e.issues)));
+  }).timeout(120_000);
 
   it('correct plans with stages open per template are never refuted', () => {
     // llama-tiny-sp leaves stages open per template (sequence-parallel norm gradients).
