@@ -85,12 +85,19 @@ export function stageClosure(plan: LoadedPlan, stage: Stage, prod: Map<string, P
       });
     }
   }
-  // Logical side: from the stage's tensor back to the logical tensors its inputs name, or
-  // to contract inputs (the builder's evalLogical).
-  const logicalInputs = new Set<number>([...inputs.values()].map((nf) => nf.logical));
+  return { seen, inputs, ops, collectives, ...logicalClosure(plan, stage.logical, inputs.values()) };
+}
+
+/**
+ * The logical side of a stage: from its tensor back to the logical tensors its inputs' claims
+ * name, or to contract inputs (the builder's evalLogical).
+ */
+export function logicalClosure(plan: LoadedPlan, logical: number, inputs: Iterable<LineageNF>): Pick<StageClosure, 'logicalOps' | 'logicalInputs'> {
+  const lg = plan.logical;
+  const logicalInputs = new Set<number>([...inputs].map((nf) => nf.logical));
   const logicalOps = new Set<number>();
   const done = new Set<number>(logicalInputs);
-  const lstack = [stage.logical];
+  const lstack = [logical];
   while (lstack.length > 0) {
     const x = lstack.pop() as number;
     if (done.has(x)) continue;
@@ -103,7 +110,7 @@ export function stageClosure(plan: LoadedPlan, stage: Stage, prod: Map<string, P
     logicalOps.add(op);
     for (const y of lg.ops.opInputs(op)) lstack.push(y);
   }
-  return { seen, inputs, ops, collectives, logicalOps, logicalInputs };
+  return { logicalOps, logicalInputs };
 }
 
 interface ExtractedStage {
@@ -123,7 +130,7 @@ export function extractStageRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, cl
 }
 
 /** The logical part of an extracted stage: the ops its value is computed by, their tensors, the contract inputs. */
-export function extractLogicalRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, closure: StageClosure): { tensors: RawLogicalTensor[]; ops: RawOp[]; contractInputs: string[]; target: string } {
+export function extractLogicalRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, closure: Pick<StageClosure, 'logicalOps' | 'logicalInputs'>): { tensors: RawLogicalTensor[]; ops: RawOp[]; contractInputs: string[]; target: string } {
   const lg = plan.logical;
   const target = lg.tensors.name(stage.logical);
   // Logical graph: the ops the value is computed by (in file order), their tensors.

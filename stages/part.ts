@@ -22,11 +22,12 @@ import type { AttrValue } from '../ops/types.js';
 import { registry } from '../ops/registry.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 import type { ProvePart, Stage } from './prove.js';
-import { extractLogicalRaw, stageOf, type StageClosure } from './extract.js';
+import { extractLogicalRaw, logicalClosure, stageOf } from './extract.js';
 import { rawLineage } from './components.js';
 import { reducePlan, ReductionError } from './reduce.js';
 import { proveStage } from './stage-reduce.js';
 import { diagnoseWitness } from './verify.js';
+import { axisSites } from './tensorlevel.js';
 
 /** Most ranks a part may reach (a dp all-reduce over 64 ranks reaches 64). */
 export const MAX_PART_RANKS = 1024;
@@ -56,11 +57,12 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
     if (s === undefined) isSite.set(pi, (s = new Set((plan.programs[pi] as Program).collectiveSites)));
     return s;
   };
-  // Call sites on groups along these axes (as written), in program order: the loader matches the k-th with the k-th.
-  const onAxes = (pi: number, axes: readonly number[]): number[] => {
+  // Call sites on groups along these axes, in program order (the loader's matching, as per template).
+  const onAxes = (pi: number, axes: readonly number[]): readonly number[] => {
     const p = plan.programs[pi] as Program;
-    if ([...p.collectiveSites].some((op) => p.groups[op]?.kind === 'ranks')) throw new PartError(`program '${p.name}' names groups by rank list`);
-    return [...p.collectiveSites].filter((op) => { const g = p.groups[op]; return g?.kind === 'axes' && g.axes.join('.') === axes.join('.'); });
+    const s = axisSites(p, axes);
+    if (s === undefined) throw new PartError(`program '${p.name}' names groups by rank list`);
+    return s;
   };
   const peerOf = (r: number, op: number): number => {
     const p = plan.programs[plan.rankProgram[r] as number] as Program;
@@ -191,24 +193,7 @@ function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typ
   const id = new Map(ranks.map((r, i) => [r, i]));
   const lg = plan.logical;
   // Logical side: the ops the stage's value is computed by, from the logical tensors the part's inputs name.
-  const logicalInputs = new Set([...c.inputs.values()].map((nf) => nf.logical));
-  const logicalOps = new Set<number>();
-  const done = new Set<number>(logicalInputs);
-  const lstack = [stage.logical];
-  while (lstack.length > 0) {
-    const x = lstack.pop() as number;
-    if (done.has(x)) continue;
-    done.add(x);
-    const op = lg.producer[x] as number;
-    if (op < 0) {
-      logicalInputs.add(x);
-      continue;
-    }
-    logicalOps.add(op);
-    for (const y of lg.ops.opInputs(op)) lstack.push(y);
-  }
-  const lc = { logicalOps, logicalInputs } as unknown as StageClosure;
-  const lpart = extractLogicalRaw(plan, raw, stage, lc);
+  const lpart = extractLogicalRaw(plan, raw, stage, logicalClosure(plan, stage.logical, c.inputs.values()));
   const rawOps = new Map<number, Map<string, RawParallelOp>>();
   const programs: RawProgram[] = ranks.map((r) => {
     const pi = plan.rankProgram[r] as number;

@@ -855,7 +855,6 @@ export class TensorLevelProver {
 
   private deriveOne(stage: StageRef, r: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived, ctx: Ctx): Derived {
     if (this.tmpl !== undefined) return this.deriveOneTemplate(stage, r, t, depth, derive, ctx);
-    const coll = ctx.coll;
     const plan = this.plan;
     const pi = plan.rankProgram[r] as number;
     const p = plan.programs[pi] as Program;
@@ -886,46 +885,56 @@ export class TensorLevelProver {
     if (c === undefined) return 'missing collective';
     // One derivation per collective instance and stage: every member's output reads the same
     // inputs (an all-reduce over 512 ranks is combined once, not once per member).
-    let shared = coll.get(pr.inst);
-    if (shared !== undefined && ctx.collImpure?.has(pr.inst) === true) this.impure++;
-    // Across stages: an instance derived without recomputing any claim holds in every stage
-    // whose own tensor is none of the claims it assumed (every clipped gradient reads one
-    // global norm: derived once, not once per parameter).
-    const across = this.across.get(pr.inst);
-    if (shared === undefined && across !== undefined && !across.assumes.has(stage.logical)) {
-      shared = across.shared;
-      if (across.assumes.size > 0) this.impure++;
-      for (const a of across.assumes) ctx.seen?.assumes.add(a);
-    }
-    if (shared === undefined) {
-      // Derived in isolation (its own memo), recording the claims it assumes and recomputes.
-      const seen = { assumes: new Set<number>(), recomputes: new Set<number>() };
-      const sub = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set(), seen });
-      const before = this.impure;
+    const shared = this.sharedCall(pr.inst, stage, ctx, (sub) => {
       const ins: (Value | undefined)[] = [];
-      let failed: string | undefined;
-      for (let i = 0; i < c.group.length && failed === undefined; i++) {
+      for (let i = 0; i < c.group.length; i++) {
         const x = c.inputs[i] as number;
         if (x < 0) {
           ins.push(undefined);
           continue;
         }
         const d = sub(c.group[i] as number, x, depth + 1);
-        if (typeof d === 'string') failed = d;
-        else ins.push(d);
+        if (typeof d === 'string') return d;
+        ins.push(d);
       }
-      shared = failed ?? { ins, memo: new Map() };
-      coll.set(pr.inst, shared);
-      if (this.impure !== before) ctx.collImpure?.add(pr.inst);
-      if (seen.recomputes.size === 0) this.across.set(pr.inst, { shared, assumes: seen.assumes });
-      for (const a of seen.assumes) ctx.seen?.assumes.add(a);
-      for (const a of seen.recomputes) ctx.seen?.recomputes.add(a);
-    }
+      return { ins, memo: new Map() };
+    });
     if (typeof shared === 'string') return shared;
     const me = c.group.indexOf(r);
     // A broadcast's value is its source member's input (other members may pass a buffer).
     const src = typeof c.attrs['src'] === 'number' ? c.group.indexOf(c.attrs['src']) : -1;
     return this.deriveCollective(registry.get(c.kind).name, c.attrs, shared, me, c.group.length, plan.view(r).shapes[t] ?? [], src);
+  }
+
+  /**
+   * A collective call's members' inputs, derived once per stage (ctx.coll) and across stages
+   * (`across`): a call derived without recomputing any claim holds in every stage whose own
+   * tensor is none of the claims it assumed (every clipped gradient reads one global norm:
+   * derived once, not once per parameter). Otherwise `derive` runs in isolation (its own memo),
+   * recording the claims it assumes and recomputes. `key`: a collective instance (rank by
+   * rank) or a call site per template (negative).
+   */
+  private sharedCall(key: number, stage: StageRef, ctx: Ctx, derive: (sub: (r: number, t: number, depth: number) => Derived) => Shared | string): Shared | string {
+    let shared = ctx.coll.get(key);
+    if (shared !== undefined && ctx.collImpure?.has(key) === true) this.impure++;
+    const across = this.across.get(key);
+    if (shared === undefined && across !== undefined && !across.assumes.has(stage.logical)) {
+      shared = across.shared;
+      if (across.assumes.size > 0) this.impure++;
+      for (const a of across.assumes) ctx.seen?.assumes.add(a);
+    }
+    if (shared === undefined) {
+      const seen = { assumes: new Set<number>(), recomputes: new Set<number>() };
+      const sub = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set(), seen });
+      const before = this.impure;
+      shared = derive(sub);
+      ctx.coll.set(key, shared);
+      if (this.impure !== before) ctx.collImpure?.add(key);
+      if (seen.recomputes.size === 0) this.across.set(key, { shared, assumes: seen.assumes });
+      for (const a of seen.assumes) ctx.seen?.assumes.add(a);
+      for (const a of seen.recomputes) ctx.seen?.recomputes.add(a);
+    }
+    return shared;
   }
 
   /**
@@ -974,28 +983,7 @@ export class TensorLevelProver {
     const axes = [...g.axes].sort((a, b) => a - b);
     const mesh = plan.mesh;
     const key = -1 - (pi * this.opKey + site);
-    let shared = ctx.coll.get(key);
-    if (shared !== undefined && ctx.collImpure?.has(key) === true) this.impure++;
-    // Across stages, as rank by rank (deriveOne): a call derived without recomputing any claim
-    // holds in every stage whose own tensor is none of the claims it assumed (the global norm of
-    // clipping, over every program, derived once, not once per parameter).
-    const across = this.across.get(key);
-    if (shared === undefined && across !== undefined && !across.assumes.has(stage.logical)) {
-      shared = across.shared;
-      if (across.assumes.size > 0) this.impure++;
-      for (const a of across.assumes) ctx.seen?.assumes.add(a);
-    }
-    if (shared === undefined) {
-      const seen = { assumes: new Set<number>(), recomputes: new Set<number>() };
-      const sub = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set(), seen });
-      const before = this.impure;
-      shared = this.groupInputs(r, pi, site, g.axes, axes, depth, sub);
-      ctx.coll.set(key, shared);
-      if (this.impure !== before) ctx.collImpure?.add(key);
-      if (seen.recomputes.size === 0) this.across.set(key, { shared, assumes: seen.assumes });
-      for (const a of seen.assumes) ctx.seen?.assumes.add(a);
-      for (const a of seen.recomputes) ctx.seen?.recomputes.add(a);
-    }
+    const shared = this.sharedCall(key, stage, ctx, (sub) => this.groupInputs(r, pi, site, g.axes, axes, depth, sub));
     if (typeof shared === 'string') return shared;
     // This rank's place in its group, affine in the group's coordinates.
     let stride = 1;
@@ -1058,10 +1046,7 @@ export class TensorLevelProver {
     const key = `${pi}|${axes.join('.')}`;
     let hit = this.siteLists.get(key);
     if (hit === undefined) {
-      const p = this.plan.programs[pi] as Program;
-      // A program with rank-list groups may share queues with axis groups (plans/collectives.ts): not matched here.
-      const ranked = [...p.collectiveSites].some((op) => p.groups[op]?.kind === 'ranks');
-      hit = ranked ? [] : [...p.collectiveSites].filter((op) => { const g = p.groups[op]; return g?.kind === 'axes' && g.axes.join('.') === axes.join('.'); });
+      hit = [...(axisSites(this.plan.programs[pi] as Program, axes) ?? [])];
       this.siteLists.set(key, hit);
     }
     return hit;
@@ -2295,6 +2280,21 @@ export class TensorLevelProver {
     }
     return -1;
   }
+}
+
+/**
+ * A program's collective call sites on groups along these mesh axes (as written), in program
+ * order: the loader matches the k-th such call of one program with the k-th of another
+ * (plans/symcoll.ts). Undefined when the program also names groups by rank list (those may
+ * share queues with axis groups: plans/collectives.ts), so no match is read from it.
+ */
+export function axisSites(p: Program, axes: readonly number[]): readonly number[] | undefined {
+  if ([...p.collectiveSites].some((op) => p.groups[op]?.kind === 'ranks')) return undefined;
+  const key = axes.join('.');
+  return [...p.collectiveSites].filter((op) => {
+    const g = p.groups[op];
+    return g?.kind === 'axes' && g.axes.join('.') === key;
+  });
 }
 
 /** k > 0: `to` is `from` and k trailing unit dims; k < 0: `from` is `to` and -k of them; else undefined. */
