@@ -31,6 +31,7 @@ import { PRESETS } from '../plans/gen/presets.js';
 import { writeFileSync } from 'node:fs';
 import { inferLineage, verifyInferred } from './boundary.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
+import { runWithHeap, superviseHeap } from './heap.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -510,7 +511,8 @@ if (isEntry) {
     }
     throw e;
   });
-  main(hideBin(process.argv))
+  const heapMb = superviseHeap(hideBin(process.argv));
+  (heapMb === undefined ? main(hideBin(process.argv)) : runWithHeap(heapMb, hideBin(process.argv)))
     .then((code) => {
       decided = true;
       process.exitCode = code;

@@ -22,7 +22,7 @@
  */
 import type { Shape } from '../ops/types.js';
 import type { IssueSink } from '../plans/errors.js';
-import { type Box, type Mesh, programBox } from '../plans/mesh.js';
+import { type Box, type Mesh, programBoxes } from '../plans/mesh.js';
 import { type Contract, type IntSpec, type LineageSpec, type LogicalGraph, placementStr, type Program, type RankView } from '../plans/model.js';
 import { type Claim, type Coverage, MAX_CELLS, checkContract, checkTiling, claimAxes, claimsOfSpec, lowerBound } from './check.js';
 import { groupKey, type ValueMap } from './model.js';
@@ -241,22 +241,25 @@ export function checkLineageSymbolic(
   for (const p of programs) {
     const ranks = p.ranks.every((r) => rankProgram[r] === p.index) ? p.ranks : Int32Array.from([...p.ranks].filter((r) => rankProgram[r] === p.index));
     // A program of one rank (the explicit spelling) keeps the per-rank check: it is one claim.
-    const box = opts.symbolic && ranks.length > 1 ? programBox(ranks, mesh) : undefined;
+    // A program whose ranks are not one box (one rank spelled apart) is a few disjoint boxes,
+    // one family each; past MAX_BOXES its claims are enumerated.
+    const boxes = opts.symbolic && ranks.length > 1 ? programBoxes(ranks, mesh) : undefined;
     p.lineage.forEach((spec, t) => {
       if (spec === undefined) return;
       push(refs, spec.logical, { p, t, spec, ranks });
-      let fam: Family | undefined;
-      if (box?.isBox === true) {
+      const fams: Family[] = [];
+      for (const [bi, box] of (boxes ?? []).entries()) {
         // Generated plans repeat a few hundred lineage patterns over hundreds of thousands of
         // tensors: a family depends only on the pattern, the shapes and the box.
-        const sig = `${p.index}|${(logical.shapes[spec.logical] as Shape).join(',')}|${(p.shapeSpecs[t] ?? []).map(intSig).join(',')}|${specSig(spec)}`;
+        const sig = `${p.index}|${bi}|${(logical.shapes[spec.logical] as Shape).join(',')}|${(p.shapeSpecs[t] ?? []).map(intSig).join(',')}|${specSig(spec)}`;
         let hit = familyCache.get(sig);
-        if (hit === undefined) familyCache.set(sig, (hit = familyOf(p, t, spec, box, ranks.length, mesh, logical) ?? null));
-        if (hit !== null) fam = { ...hit, logical: spec.logical, program: p.index, tensor: t, path: spec.path, holders: ranks.length };
+        if (hit === undefined) familyCache.set(sig, (hit = familyOf(p, t, spec, box, box.count, mesh, logical) ?? null));
+        if (hit === null) break;
+        fams.push({ ...hit, logical: spec.logical, program: p.index, tensor: t, path: spec.path, holders: box.count });
       }
-      if (fam !== undefined) {
+      if (boxes !== undefined && fams.length === boxes.length) {
         stats.symbolicTensors++;
-        push(families, spec.logical, fam);
+        for (const fam of fams) push(families, spec.logical, fam);
         return;
       }
       stats.enumeratedTensors++;

@@ -107,3 +107,47 @@ export function programBox(ranks: ArrayLike<number>, mesh: Mesh): Box {
     count: ranks.length,
   };
 }
+
+/** Most boxes a rank set is split into before its claims are enumerated per rank instead. */
+export const MAX_BOXES = 64;
+
+/**
+ * A rank set as disjoint boxes (each the product of one coordinate set per axis), or undefined
+ * past `max` boxes. A program with one rank spelled apart (ranks 1..511 of a 64 x 8 stage) is
+ * two boxes, so its claims are still checked as families, not rank by rank. Split on the
+ * outermost axis; coordinates whose sub-decompositions are equal share one box.
+ */
+export function programBoxes(ranks: ArrayLike<number>, mesh: Mesh, max = MAX_BOXES): Box[] | undefined {
+  const whole = programBox(ranks, mesh);
+  if (whole.isBox) return [whole];
+  const n = mesh.axes.length;
+  // Boxes over axes a..n-1 as coordinate lists per axis.
+  const split = (rs: number[], a: number): number[][][] | undefined => {
+    if (a === n) return [[]];
+    const byCoord = new Map<number, number[]>();
+    for (const r of rs) {
+      const c = mesh.coord(r, a);
+      let l = byCoord.get(c);
+      if (l === undefined) byCoord.set(c, (l = []));
+      l.push(r);
+    }
+    const groups = new Map<string, { coords: number[]; sub: number[][][] }>();
+    for (const [c, l] of [...byCoord].sort((x, y) => x[0] - y[0])) {
+      const sub = split(l, a + 1);
+      if (sub === undefined) return undefined;
+      const key = JSON.stringify(sub);
+      const g = groups.get(key);
+      if (g === undefined) groups.set(key, { coords: [c], sub });
+      else g.coords.push(c);
+    }
+    const out: number[][][] = [];
+    for (const g of groups.values()) for (const b of g.sub) out.push([g.coords, ...b]);
+    return out.length > max ? undefined : out;
+  };
+  const boxes = split(Array.from(ranks), 0);
+  if (boxes === undefined) return undefined;
+  return boxes.map((sets) => {
+    const count = sets.reduce((p, s) => p * s.length, 1);
+    return { sets: sets.map((s) => Int32Array.from(s)), lo: Int32Array.from(sets.map((s) => s[0] ?? 0)), hi: Int32Array.from(sets.map((s) => s[s.length - 1] ?? 0)), isBox: true, count };
+  });
+}

@@ -27,6 +27,7 @@ import { rawLineage } from './components.js';
 import { reducePlan, ReductionError } from './reduce.js';
 import { proveStage } from './stage-reduce.js';
 import { diagnoseWitness } from './verify.js';
+import { numericCheck } from './numeric.js';
 import { axisSites } from './tensorlevel.js';
 
 /** Most ranks a part may reach (a dp all-reduce over 64 ranks reaches 64). */
@@ -246,7 +247,10 @@ function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typ
  * The obligation of `tensor` on `rank` (stage `stage` of the logical tensor), extracted with its
  * closure, reduced and proved with a numeric run; or why it could not be.
  */
-export const provePart: ProvePart = (plan, raw, stage, rank, tensor, seed) => {
+export const provePart: ProvePart = (plan, raw, stage, rank, tensor, seed) => partProver()(plan, raw, stage, rank, tensor, seed);
+
+/** provePart with the exact engine's term budget set (tests lower it to reach "too large" at small sizes). */
+export const partProver = (opts: { readonly termBudget?: number } = {}): ProvePart => (plan, raw, stage, rank, tensor, seed) => {
   try {
     const c = closure(plan, stage.logical, rank, tensor);
     const { raw: pr, ranks } = partRaw(plan, raw, stage, c);
@@ -277,7 +281,18 @@ export const provePart: ProvePart = (plan, raw, stage, rank, tensor, seed) => {
       if (!(e instanceof ReductionError)) throw e;
       notReduced = e.message;
     }
-    const { result, numeric } = proveStage({ info: { stage: stage.index + 1, logical: target, mode: reduced ? 'reduced' : 'extracted', reduced: [], kept: [] }, plan: use, stage: st }, seed);
+    const proved = proveStage({ info: { stage: stage.index + 1, logical: target, mode: reduced ? 'reduced' : 'extracted', reduced: [], kept: [] }, plan: use, stage: st }, seed, opts.termBudget);
+    let { result, numeric } = proved;
+    // The exact engine gave up on the part: a witness needs no normal form (docs/engine.md,
+    // "Numeric witnesses of large parts"), only the numeric run, on two draws.
+    if (result.status === 'unknown' && /too large/.test(result.reason ?? '')) {
+      const a = numericCheck(use, seed);
+      const b = a.failingTensors.includes(target) ? numericCheck(use, seed + 1) : undefined;
+      if (b !== undefined && b.failingTensors.includes(target)) {
+        numeric = a;
+        result = { ...result, status: 'differs', reason: `numeric witness on two draws (seeds ${seed}, ${seed + 1}); the exact engine gave up: ${(result.reason ?? '').slice(0, 160)}`, failingRanks: [...new Set(a.mismatches.filter((m) => m.logical === target).map((m) => m.rank))].sort((x, y) => x - y) };
+      }
+    }
     // Back to the full plan's ranks.
     const witness = numeric.mismatches.filter((m) => m.logical === target).map((m) => ({ ...m, rank: ranks[m.rank] ?? m.rank }));
     const failingRanks = result.failingRanks.map((r) => ranks[r] ?? r);

@@ -80,11 +80,11 @@ export function prepareStage(full: LoadedPlan, raw: RawPlan, stage: Stage, reduc
 }
 
 /** One stage, proved where prepareStage put it, with a witness from a numeric run there. */
-export function proveStage(p: PreparedStage, seed: number): { result: StageResult; numeric: NumericReport } {
+export function proveStage(p: PreparedStage, seed: number, termBudget?: number): { result: StageResult; numeric: NumericReport } {
   const name = p.plan.logical.tensors.name(p.stage.logical);
   const attempt = (witnessed: boolean): StageResult => {
     try {
-      return new Prover(p.plan).prove(p.stage, witnessed);
+      return new Prover(p.plan, termBudget).prove(p.stage, witnessed);
     } catch (e) {
       return { stage: p.stage, status: 'unknown', reason: `engine error: ${e instanceof Error ? e.message : String(e)}`, failingRanks: p.stage.obligations.map((o) => o.rank), logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
     }

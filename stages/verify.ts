@@ -371,8 +371,13 @@ export function diagnoseWitness(w: readonly Mismatch[], failingRanks: readonly n
   // residual names the addends too, yet the witness shows a uniform scale.
   const addend = /([A-Za-z0-9_.:/@[\]-]+?)\[\d+\]#\d+\/\d+/.exec(residual);
   if (addend !== null) return `the result depends on individual partial addends of '${addend[1] ?? ''}': a reduction (all-reduce / reduce-scatter) of a partial value is missing`;
-  if (failingRanks.length > 0 && failingRanks.length < ranks.length) return `only rank(s) ${failingRanks.join(', ')} of ${ranks.join(', ')} are wrong: the ranks diverge (a replica computed differently, or a wrong slice on one rank)`;
+  if (failingRanks.length > 0 && failingRanks.length < ranks.length) return `only rank(s) ${rankList(failingRanks)} of ${rankList(ranks)} are wrong: the ranks diverge (a replica computed differently, or a wrong slice on one rank)`;
   return undefined;
+}
+
+/** A rank list for a sentence: the first few and how many (a part may reach 512 ranks). */
+function rankList(rs: readonly number[]): string {
+  return rs.length <= 8 ? rs.join(', ') : `${rs.slice(0, 6).join(', ')}, ... (${rs.length} ranks)`;
 }
 
 function fmt(x: number): string {

@@ -1,6 +1,8 @@
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { EXAMPLES, ROOT, runCli } from './helpers.js';
 
 describe('cli', () => {
@@ -208,6 +210,22 @@ describe('cli', () => {
     assert.match(missing.stderr, /\/nonexistent\/plan\.json: cannot read plan file \(ENOENT\)/);
     assert.doesNotMatch(missing.stderr, /at .*\.js:\d+/);
   });
+  it('a large plan runs with a larger heap; running out of it is exit 4 without V8\'s trace (L3 clip-one-rank ended SIGABRT at 4 GB)', () => {
+    const bin = `${ROOT}dist/cli/main.js`;
+    const plan = join(mkdtempSync(join(tmpdir(), 'pp-heap-')), 'l1.json');
+    assert.equal(spawnSync(process.execPath, [bin, 'gen', '--preset', 'L1', '-o', plan], { encoding: 'utf8' }).status, 0);
+    // Supervised (as every plan file from 16 MB on is): the child's output and code pass through.
+    const direct = spawnSync(process.execPath, [bin, 'verify', `${EXAMPLES}mlp-dp2.json`, '--json'], { encoding: 'utf8' });
+    const sup = spawnSync(process.execPath, [bin, 'verify', `${EXAMPLES}mlp-dp2.json`, '--json'], { encoding: 'utf8', env: { ...process.env, PLANPROOF_SUPERVISE_BYTES: '0', PLANPROOF_HEAP_MB: '2048' } });
+    assert.equal(sup.status, direct.status);
+    assert.equal((JSON.parse(sup.stdout) as { verdict: string }).verdict, (JSON.parse(direct.stdout) as { verdict: string }).verdict);
+    // A heap too small for L1: the child dies of V8's out-of-memory abort.
+    const oom = spawnSync(process.execPath, [bin, 'verify', plan, '--json'], { encoding: 'utf8', env: { ...process.env, PLANPROOF_SUPERVISE_BYTES: '0', PLANPROOF_HEAP_MB: '30' } });
+    assert.equal(oom.status, 4, oom.stderr);
+    assert.equal(oom.stdout, '');
+    assert.match(oom.stderr, /internal error: the run stopped out of memory \(its heap is 30 MiB\) before a verdict/);
+    assert.doesNotMatch(oom.stderr, /FATAL ERROR|Last few GCs|Native stack/);
+  }).timeout(120_000);
   it('a process that stops before its verdict exits 4, never 0 or 1 (a fatal error in Z3\'s WebAssembly read as "not equivalent": issue 13)', () => {
     const bin = `${ROOT}dist/cli/main.js`;
     // Stand-ins for a module that ends the process mid-run, fired when the report is about to

@@ -1,5 +1,11 @@
 import { strict as assert } from 'node:assert';
-import { Mesh } from '../plans/mesh.js';
+import fc from 'fast-check';
+import { Mesh, programBoxes } from '../plans/mesh.js';
+import { generatePlan } from '../plans/gen/plan.js';
+import { BUGS } from '../plans/gen/bugs.js';
+import { PRESETS } from '../plans/gen/presets.js';
+import { loadPlanObject } from '../lineage/load.js';
+import type { RawPlan } from '../plans/raw.js';
 import { evalLineage } from '../lineage/model.js';
 import { LineageError, parsePlacement, type LineageSpec } from '../plans/model.js';
 
@@ -55,5 +61,60 @@ describe('DTensor placements expand like torch', () => {
     assert.throws(() => evalLineage(placements(['S(0)', 'R'], [0]), m, 0, [4], [4]), /selects 2 elements but the local tensor has 4/);
     assert.throws(() => evalLineage(placements(['S(2)', 'R'], [0]), m, 0, [4], [2]), /S\(2\) on a rank-1 tensor/);
     assert.throws(() => parsePlacement('Shard(0)'), /unknown placement/);
+  });
+});
+
+describe('rank sets as boxes (plans/mesh.ts programBoxes)', () => {
+  it('split any rank set into disjoint boxes whose union is the set (or refuse past the bound)', () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 1, max: 4 }), { minLength: 1, maxLength: 3 }), fc.array(fc.boolean(), { minLength: 64, maxLength: 64 }), (sizes, keep) => {
+        const mesh = new Mesh(sizes.map((_, i) => `a${i}`), sizes);
+        const ranks = Array.from({ length: mesh.size }, (_, r) => r).filter((r) => keep[r % 64]);
+        const boxes = programBoxes(ranks, mesh, 1000);
+        if (ranks.length === 0) return;
+        assert.ok(boxes !== undefined);
+        const seen = new Map<number, number>();
+        for (const b of boxes) {
+          let n = 0;
+          for (let r = 0; r < mesh.size; r++) {
+            if (b.sets.every((set, a) => set.includes(mesh.coord(r, a)))) {
+              seen.set(r, (seen.get(r) ?? 0) + 1);
+              n++;
+            }
+          }
+          assert.equal(n, b.count, 'a box counts its ranks');
+        }
+        assert.deepEqual([...seen.keys()].sort((x, y) => x - y), ranks, 'the union is the rank set');
+        assert.ok([...seen.values()].every((c) => c === 1), 'the boxes are disjoint');
+      }),
+      { numRuns: 300 },
+    );
+    // One rank spelled apart from a 64 x 8 block: two boxes; scattered ranks past the bound: none.
+    const mesh = new Mesh(['pp', 'dp', 'tp'], [2, 64, 8]);
+    assert.equal(programBoxes(Array.from({ length: 511 }, (_, i) => i + 1), mesh)?.length, 2);
+    const scattered = Array.from({ length: 512 }, (_, i) => i).filter((r) => ((r * 2654435761) >>> 0) % 7 < 3);
+    assert.equal(programBoxes(scattered, mesh, 1000)?.length, 16);
+    assert.equal(programBoxes(scattered, mesh, 8), undefined);
+  });
+  it('a program with one rank spelled apart keeps its claims checked as families, and a gap in them is still found', () => {
+    const preset = PRESETS['llama-tiny'];
+    assert.ok(preset !== undefined);
+    const ctx = { dp: preset.par.dp, tp: preset.par.tp, micro: preset.par.micro ?? 1, family: 'llama' as const };
+    const make = (): Record<string, unknown> => {
+      const raw = generatePlan({ model: preset.model, par: preset.par });
+      BUGS.find((b) => b.id === 'adam-eps-one-rank')?.inject(raw, ctx);
+      return raw;
+    };
+    const plan = loadPlanObject('p.json', make() as unknown as RawPlan);
+    const big = plan.programs.find((p) => p.ranks.length === 3);
+    assert.ok(big !== undefined, 'a program of the other 3 ranks');
+    assert.ok(plan.stats.lineage.symbolicTensors >= big.lineage.filter((x) => x !== undefined).length, `the 3-rank program's claims are families (${JSON.stringify(plan.stats.lineage)})`);
+    // A gap: one claim of the 3-rank program dropped makes its logical tensor untiled.
+    const raw = make() as { parallel: { programs: { ranks: unknown; tensors: { id: string; lineage?: unknown }[] }[] } };
+    const prog = raw.parallel.programs.find((p) => Array.isArray(p.ranks) && p.ranks.length === 3);
+    const victim = prog?.tensors.find((t) => t.lineage !== undefined && /grad/.test(t.id));
+    assert.ok(victim !== undefined);
+    delete victim.lineage;
+    assert.throws(() => loadPlanObject('p.json', raw as unknown as RawPlan), /not (fully )?held|tile|cover|contract|held/);
   });
 });

@@ -14,7 +14,7 @@ import { PlanError } from '../plans/errors.js';
 import type { RawPlan } from '../plans/raw.js';
 import { verifyPlan } from '../stages/verify.js';
 import { verifyPerTemplate } from '../stages/template.js';
-import { provePart } from '../stages/part.js';
+import { partProver, provePart } from '../stages/part.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 
@@ -62,6 +62,23 @@ describe('witnesses per template (one rank\'s part of an open stage)', () => {
       assert.equal(st.logical, first?.logical, `${bug}: the stage refuted`);
       // The witness names a rank of the plan that holds the stage's tensor.
       for (const w of st.witness ?? []) assert.ok(w.rank >= 0 && w.rank < 8, `${bug}: witness rank ${w.rank}`);
+    }
+  }).timeout(600_000);
+
+  it('a part too large for the exact normal form is refuted by its numeric run on two draws, a correct one never', () => {
+    // A term budget of 5 makes these parts "too large" for the normal form at these sizes,
+    // as a 16,032-row vocabulary gradient is at L3's (docs/engine.md, "Numeric witnesses of large parts").
+    const small = (make: () => RawPlan): ReturnType<typeof verifyPerTemplate> => verifyPerTemplate(loadPlanObject('p.json', make()), { witness: { raw: make, provePart: partProver({ termBudget: 5 }) } });
+    for (const bug of ['dp-grad-allreduce-avg', 'tp-forward-allreduce-dropped', 'loss-per-rank-normalization']) {
+      const r = small(() => planOf('llama-tiny', llama, bug));
+      assert.equal(r.verdict, 'not_equivalent', `${bug}: ${r.summary}`);
+      const st = r.stages.find((s) => s.status === 'not_equivalent');
+      assert.ok(st !== undefined && (st.witness?.length ?? 0) > 0, `${bug}: a witness`);
+      assert.match(st.reason ?? '', /numeric witness on two draws.*exact engine gave up/, `${bug}: refuted by the numeric run, the engine having given up`);
+    }
+    for (const [preset, ctx] of [['llama-tiny-sp', { dp: 2, tp: 2, micro: 2, sp: true, family: 'llama' }], ['gpt2-tiny', gpt2]] as [string, BugContext][]) {
+      const r = small(() => planOf(preset, ctx));
+      assert.notEqual(r.verdict, 'not_equivalent', `${preset}: ${r.summary}`);
     }
   }).timeout(600_000);
 

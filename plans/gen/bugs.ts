@@ -121,15 +121,38 @@ function toIdentity(o: PlanOp): string {
   return o.id;
 }
 
+/** The ranks a generated program's selector names ('all', a list, or `where` on the row-major mesh). */
+function ranksOf(plan: Json, sel: unknown): number[] {
+  const axes = ((plan['mesh'] as { axes: { name: string; size: number }[] }).axes);
+  const size = axes.reduce((n, a) => n * a.size, 1);
+  if (sel === 'all' || sel === undefined) return Array.from({ length: size }, (_, r) => r);
+  if (Array.isArray(sel)) return sel as number[];
+  const where = (sel as { where: Record<string, number | number[]> }).where;
+  const out: number[] = [];
+  for (let r = 0; r < size; r++) {
+    let rest = r;
+    const coord = new Map<string, number>();
+    for (let a = axes.length - 1; a >= 0; a--) {
+      const ax = axes[a] as { name: string; size: number };
+      coord.set(ax.name, rest % ax.size);
+      rest = Math.floor(rest / ax.size);
+    }
+    if (Object.entries(where).every(([k, v]) => (Array.isArray(v) ? v : [v]).includes(coord.get(k) ?? -1))) out.push(r);
+  }
+  return out;
+}
+
 /**
- * Splits the SPMD program so that `rank` runs its own copy, and returns that copy (a bug on
- * one rank only).
+ * Spells `rank` apart: the program that runs it loses it, and a copy runs it alone (the other
+ * programs, a pipeline's other stages, keep their ranks). `nRanks` bounds the rank (a check).
  */
 function ownProgram(plan: Json, rank: number, nRanks: number): Program {
+  if (rank >= nRanks) throw new Error(`bug injection: rank ${rank} is outside the plan's ${nRanks} ranks`);
   const progs = (plan['parallel'] as { programs: Program[] }).programs;
-  const base = progs[0] as Program;
+  const base = progs.find((p) => ranksOf(plan, p.ranks).includes(rank));
+  if (base === undefined) throw new Error(`bug injection: no program runs rank ${rank}`);
   const copy = JSON.parse(JSON.stringify(base)) as Program;
-  base.ranks = Array.from({ length: nRanks }, (_, r) => r).filter((r) => r !== rank);
+  base.ranks = ranksOf(plan, base.ranks).filter((r) => r !== rank);
   copy.ranks = [rank];
   progs.push(copy);
   return copy;
@@ -164,11 +187,13 @@ export const BUGS: Bug[] = [
     source: 'TTrace table 1: wrong communication group; Megatron-LM PR #5916 (gradients reduced over the wrong group)',
     kind: 'wrong-communication',
     applies: (c) => c.dp > 1 && c.tp > 1,
-    inject: (p) => {
-      const o = find(program(p).ops, isAr('dp'), 'dp gradient all-reduce', true);
+    // In every program (each pipeline stage has its own gradients): a group changed on one
+    // stage only would leave collectives unmatched across stages, a plan that does not load.
+    inject: (p) => everyProgram(p, (prog) => {
+      const o = find(prog.ops, isAr('dp'), 'dp gradient all-reduce', true);
       o.group = { axes: ['tp'] };
       return o.id;
-    },
+    }),
   },
   {
     id: 'loss-per-rank-normalization',
@@ -206,7 +231,8 @@ export const BUGS: Bug[] = [
     source: 'Megatron-LM PR #5916 (gradient norm leaves out shards); TrainCheck',
     kind: 'missing-communication',
     applies: (c) => c.tp > 1,
-    inject: (p) => toIdentity(find(program(p).ops, (o) => isAr('tp')(o) && o.id.includes('clip_tp'), 'clipping all-reduce')),
+    // Every stage's clipping all-reduce (its group spans the pipeline stages).
+    inject: (p) => everyProgram(p, (prog) => toIdentity(find(prog.ops, (o) => isAr('tp')(o) && o.id.includes('clip_tp'), 'clipping all-reduce'))),
   },
   {
     id: 'clip-one-rank',
