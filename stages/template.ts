@@ -585,6 +585,57 @@ export function verifyPerTemplate(plan: LoadedPlan, opts: TemplateVerifyOptions 
   return verifyTemplates(plan, opts, false);
 }
 
+/**
+ * Where programs disagree: ops whose id appears in several programs with another kind,
+ * attributes or inputs (a rank spelled apart with a changed epsilon, a copy whose clipping was
+ * removed), the programs holding them, and the logical tensors of the claims first reached
+ * downstream of them in each such program (the stages a witness search should try first).
+ */
+export function templateDiff(plan: LoadedPlan, raw: RawPlan): { stages: Set<number>; programs: Set<number> } {
+  const sigs = new Map<string, Set<string>>();
+  const progs = raw.parallel.programs;
+  const sigOf = (o: { op: string; inputs: readonly string[]; attrs?: unknown }): string => `${o.op}|${o.inputs.join(',')}|${JSON.stringify(o.attrs ?? {})}`;
+  if (progs.length > 1) for (const p of progs) for (const o of p.ops) {
+    let set = sigs.get(o.id);
+    if (set === undefined) sigs.set(o.id, (set = new Set()));
+    set.add(sigOf(o));
+  }
+  const stages = new Set<number>();
+  const programs = new Set<number>();
+  plan.programs.forEach((p, pi) => {
+    const rp = progs[pi];
+    if (rp === undefined) return;
+    const starts: number[] = [];
+    for (let op = 0; op < p.ops.size; op++) if ((sigs.get(p.ops.ids.name(op))?.size ?? 1) > 1) starts.push(op);
+    if (starts.length === 0) return;
+    programs.add(pi);
+    // Forward from those ops to the first claims (stage boundaries) in this program.
+    const consumers = new Map<number, number[]>();
+    for (let op = 0; op < p.ops.size; op++) for (const t of p.ops.opInputs(op)) {
+      const l = consumers.get(t);
+      if (l === undefined) consumers.set(t, [op]);
+      else l.push(op);
+    }
+    const seenOp = new Set<number>(starts);
+    const stack = [...starts];
+    while (stack.length > 0 && seenOp.size < 100_000) {
+      const op = stack.pop() as number;
+      for (const t of p.ops.opOutputs(op)) {
+        const spec = p.lineage[t];
+        if (spec !== undefined) {
+          stages.add(spec.logical);
+          continue;
+        }
+        for (const c of consumers.get(t) ?? []) if (!seenOp.has(c)) {
+          seenOp.add(c);
+          stack.push(c);
+        }
+      }
+    }
+  });
+  return { stages, programs };
+}
+
 function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNothing: boolean): VerifyReport {
   const t0 = opts.t0 ?? performance.now();
   const seed = opts.seed ?? 1;
@@ -669,20 +720,31 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
   const wit = opts.witness;
   if (wit !== undefined && reports.some((r) => r.status !== 'proved')) {
     const until = performance.now() + (opts.witnessMs ?? WITNESS_BUDGET_MS);
-    let raw: RawPlan | undefined;
+    const raw: RawPlan = wit.raw();
     let tried = 0;
-    for (let i = 0; i < reports.length && refuted === undefined && tried < WITNESS_STAGES && performance.now() < until; i++) {
+    // Stages reached from an op whose programs disagree on it come first (a rank spelled apart
+    // with another attribute or op), then the rest in order: an ordering only, never a verdict.
+    const { stages: suspects, programs: diverging } = templateDiff(plan, raw);
+    const byLogical = new Map<number, number[]>();
+    stages.forEach((s, i) => {
+      const l = byLogical.get(s.logical);
+      if (l === undefined) byLogical.set(s.logical, [i]);
+      else l.push(i);
+    });
+    const first = [...suspects].flatMap((l) => byLogical.get(l) ?? []).sort((a, b) => a - b);
+    for (const i of new Set([...first, ...reports.keys()])) {
+      if (refuted !== undefined || tried >= WITNESS_STAGES || performance.now() >= until) break;
       const rep = reports[i] as StageReport;
       if (rep.status === 'proved') continue;
       tried++;
       const s = stages[i] as TemplateStage;
-      raw ??= wit.raw();
       const notes: string[] = [];
-      const first = failedPart.get(i);
-      // Where tensor level stopped first; then programs of few ranks (a rank spelled apart from
-      // its template is where a one-rank divergence lives).
-      const rest = s.parts.filter((_, j) => j !== first).sort((a, b) => a.ranks - b.ranks);
-      const order = first === undefined ? rest : [s.parts[first] as TemplatePart, ...rest];
+      const failed = failedPart.get(i);
+      // Where tensor level stopped first; then programs that disagree with another on an op;
+      // then programs of few ranks (a rank spelled apart from its template is where a one-rank
+      // divergence lives).
+      const rest = s.parts.filter((_, j) => j !== failed).sort((a, b) => Number(diverging.has(b.program)) - Number(diverging.has(a.program)) || a.ranks - b.ranks);
+      const order = failed === undefined ? rest : [s.parts[failed] as TemplatePart, ...rest];
       for (const part of order.slice(0, WITNESS_PARTS)) {
         if (performance.now() >= until) break;
         const prog = plan.programs[part.program] as Program;

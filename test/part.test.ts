@@ -13,7 +13,7 @@ import { loadPartObject, loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import type { RawPlan } from '../plans/raw.js';
 import { verifyPlan } from '../stages/verify.js';
-import { verifyPerTemplate } from '../stages/template.js';
+import { templateDiff, verifyPerTemplate } from '../stages/template.js';
 import { partProver, provePart } from '../stages/part.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
@@ -81,6 +81,20 @@ describe('witnesses per template (one rank\'s part of an open stage)', () => {
       assert.notEqual(r.verdict, 'not_equivalent', `${preset}: ${r.summary}`);
     }
   }).timeout(600_000);
+
+  it('the witness search tries first the stages downstream of an op the programs disagree on', () => {
+    for (const [bug, want] of [['rmsnorm-eps-one-rank', /rms_norm/], ['adam-eps-one-rank', /\.new(\.\d+)?$/]] as const) {
+      const raw = planOf('llama-tiny', llama, bug);
+      const plan = loadPlanObject('p.json', structuredClone(raw));
+      const d = templateDiff(plan, raw);
+      const names = [...d.stages].map((l) => plan.logical.tensors.name(l));
+      assert.ok(names.length > 0 && names.every((n) => want.test(n)), `${bug}: ${names.join(', ')}`);
+      assert.equal(d.programs.size, 2, `${bug}: the spelled-apart rank's program and the one it was copied from`);
+    }
+    // One program, or programs that agree: nothing to put first.
+    const ok = planOf('llama-tiny', llama);
+    assert.equal(templateDiff(loadPlanObject('p.json', structuredClone(ok)), ok).stages.size, 0);
+  });
 
   it('a part loads only through the internal loader: the public one still requires its claims to tile', () => {
     const make = (): RawPlan => planOf('llama-tiny', llama, 'dp-grad-allreduce-avg');
