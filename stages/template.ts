@@ -586,27 +586,45 @@ export function verifyPerTemplate(plan: LoadedPlan, opts: TemplateVerifyOptions 
 }
 
 /**
- * Where programs disagree: ops whose id appears in several programs with another kind,
- * attributes or inputs (a rank spelled apart with a changed epsilon, a copy whose clipping was
- * removed), the programs holding them, and the logical tensors of the claims first reached
- * downstream of them in each such program (the stages a witness search should try first).
+ * Where programs disagree: two programs are copies of one template when they share at least 90%
+ * of their op ids (a rank spelled apart from its program; pipeline stages name their layers'
+ * ops apart); an op of such a copy whose id the other lacks, or has with another kind,
+ * attributes or inputs, is where they disagree. Returned: the programs holding such ops, and
+ * the logical tensors of the claims first reached downstream of them in each (the stages a
+ * witness search should try first).
  */
 export function templateDiff(plan: LoadedPlan, raw: RawPlan): { stages: Set<number>; programs: Set<number> } {
-  const sigs = new Map<string, Set<string>>();
   const progs = raw.parallel.programs;
   const sigOf = (o: { op: string; inputs: readonly string[]; attrs?: unknown }): string => `${o.op}|${o.inputs.join(',')}|${JSON.stringify(o.attrs ?? {})}`;
-  if (progs.length > 1) for (const p of progs) for (const o of p.ops) {
-    let set = sigs.get(o.id);
-    if (set === undefined) sigs.set(o.id, (set = new Set()));
-    set.add(sigOf(o));
+  const idSets = progs.map((p) => new Set(p.ops.map((o) => o.id)));
+  const sigCache = new Map<number, Map<string, string>>();
+  const sigsOf = (i: number): Map<string, string> => {
+    let m = sigCache.get(i);
+    if (m === undefined) sigCache.set(i, (m = new Map((progs[i]?.ops ?? []).map((o) => [o.id, sigOf(o)]))));
+    return m;
+  };
+  const odd = progs.map(() => new Set<string>());
+  for (let a = 0; a < idSets.length; a++) for (let b = a + 1; b < idSets.length; b++) {
+    const A = idSets[a] as Set<string>;
+    const B = idSets[b] as Set<string>;
+    if (Math.min(A.size, B.size) < 0.9 * Math.max(A.size, B.size)) continue;
+    // A sample of ids first: pipeline stages share almost none.
+    const ids = [...A.keys()];
+    let hit = 0;
+    for (let k = 0; k < 64; k++) if (B.has(ids[Math.floor((k * ids.length) / 64)] as string)) hit++;
+    if (hit < 48) continue;
+    let shared = 0;
+    for (const id of ids) if (B.has(id)) shared++;
+    if (shared < 0.9 * Math.max(A.size, B.size)) continue;
+    const [SA, SB] = [sigsOf(a), sigsOf(b)];
+    for (const [id, sg] of SA) if (SB.get(id) !== sg) (odd[a] as Set<string>).add(id);
+    for (const [id, sg] of SB) if (SA.get(id) !== sg) (odd[b] as Set<string>).add(id);
   }
   const stages = new Set<number>();
   const programs = new Set<number>();
   plan.programs.forEach((p, pi) => {
-    const rp = progs[pi];
-    if (rp === undefined) return;
     const starts: number[] = [];
-    for (let op = 0; op < p.ops.size; op++) if ((sigs.get(p.ops.ids.name(op))?.size ?? 1) > 1) starts.push(op);
+    for (let op = 0; op < p.ops.size; op++) if (odd[pi]?.has(p.ops.ids.name(op)) === true) starts.push(op);
     if (starts.length === 0) return;
     programs.add(pi);
     // Forward from those ops to the first claims (stage boundaries) in this program.
