@@ -17,6 +17,8 @@ import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 const WITNESS_TOLERANCE = 1e-6;
 /** Plans larger than this (total elements of logical tensors) are not evaluated numerically. */
 const MAX_NUMERIC_ELEMENTS = 20_000_000;
+/** ... and the ranks' tensors, all ranks together (about 0.5 GB of values). */
+const MAX_NUMERIC_PARALLEL_ELEMENTS = 60_000_000;
 
 export interface Mismatch {
   readonly logical: string;
@@ -65,7 +67,15 @@ function tooLargeForNumeric(plan: LoadedPlan): string | undefined {
   const lg = plan.logical;
   let total = 0;
   for (let t = 0; t < lg.tensors.size; t++) total += numel(lg.shapes[t] ?? []);
-  return total > MAX_NUMERIC_ELEMENTS ? `the logical tensors hold ${total} elements; numeric evaluation is limited to ${MAX_NUMERIC_ELEMENTS}` : undefined;
+  if (total > MAX_NUMERIC_ELEMENTS) return `the logical tensors hold ${total} elements; numeric evaluation is limited to ${MAX_NUMERIC_ELEMENTS}`;
+  // Every rank's tensors too: a part of 512 ranks (a dp all-reduce's members) holds 512 copies.
+  let par = 0;
+  for (let r = 0; r < plan.mesh.size; r++) {
+    const shapes = plan.view(r).shapes;
+    for (const sh of shapes) par += numel(sh ?? []);
+    if (par > MAX_NUMERIC_PARALLEL_ELEMENTS) return `the ranks' tensors hold more than ${MAX_NUMERIC_PARALLEL_ELEMENTS} elements; numeric evaluation is limited to that`;
+  }
+  return undefined;
 }
 
 interface BothValues {

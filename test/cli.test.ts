@@ -214,7 +214,7 @@ describe('cli', () => {
     const bin = `${ROOT}dist/cli/main.js`;
     const plan = join(mkdtempSync(join(tmpdir(), 'pp-heap-')), 'l1.json');
     assert.equal(spawnSync(process.execPath, [bin, 'gen', '--preset', 'L1', '-o', plan], { encoding: 'utf8' }).status, 0);
-    // Supervised (as every plan file from 16 MB on is): the child's output and code pass through.
+    // Supervised (as every plan file from 1 MiB on is): the child's output and code pass through.
     const direct = spawnSync(process.execPath, [bin, 'verify', `${EXAMPLES}mlp-dp2.json`, '--json'], { encoding: 'utf8' });
     const sup = spawnSync(process.execPath, [bin, 'verify', `${EXAMPLES}mlp-dp2.json`, '--json'], { encoding: 'utf8', env: { ...process.env, PLANPROOF_SUPERVISE_BYTES: '0', PLANPROOF_HEAP_MB: '2048' } });
     assert.equal(sup.status, direct.status);
