@@ -38,7 +38,7 @@ export const MAX_PART_ENTRIES = 200_000;
 class PartError extends Error {}
 
 /** The closure walk of one rank's obligation, per template: ops per rank, claims assumed, ranks reached. */
-function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number): { ops: Map<number, Set<number>>; inputs: Map<string, LineageNF>; obligations: Map<string, LineageNF>; groups: Map<string, number[]>; peers: Map<string, number> } {
+function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number, maxHolders = MAX_PART_RANKS): { ops: Map<number, Set<number>>; inputs: Map<string, LineageNF>; obligations: Map<string, LineageNF>; groups: Map<string, number[]>; peers: Map<string, number>; cutAddends: number } {
   const mesh = plan.mesh;
   const local = new Map<number, Int32Array>();
   const producerOp = (pi: number, t: number): number => {
@@ -111,13 +111,33 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
             const l = holders?.get(k) ?? [];
             if (l.length === 0) holders?.set(k, l);
             l.push([m, u]);
-            if (l.length > MAX_PART_RANKS) throw new PartError(`an addend group of program '${q.name}' has more than ${MAX_PART_RANKS} holders`);
           }
         }
         void qi;
       });
     }
-    for (const x of holders.get(groupOf(c)) ?? []) stack.push(x);
+    const l = holders.get(groupOf(c)) ?? [];
+    if (l.length > maxHolders) throw new PartError(`an addend group of '${plan.logical.tensors.name(logical)}' has ${l.length} holders (at most ${maxHolders} in a part)`);
+    for (const x of l) stack.push(x);
+  };
+  // The start is a complete value whose stage also holds addends (micro-batch partial
+  // gradients summed into it): when their group is too large to join, the start's own
+  // addends are cut as inputs, assumed as claimed (docs/engine.md, "Witnesses per template").
+  const startNF = nf(rank, tensor);
+  let cutAddends = 0;
+  const bigGroup = (c: LineageNF): boolean => {
+    try {
+      joinGroupCheck(c);
+      return false;
+    } catch (e) {
+      if (e instanceof PartError) return true;
+      throw e;
+    }
+  };
+  const joinGroupCheck = (c: LineageNF): void => {
+    const saved = stack.length;
+    joinGroup(c);
+    stack.length = saved;
   };
   const joined = new Set<string>();
   while (stack.length > 0) {
@@ -130,9 +150,11 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
     const p = plan.programs[pi] as Program;
     const op = producerOp(pi, t);
     const claim = nf(r, t);
-    if (claim !== undefined && (claim.logical !== logical || op < 0)) {
+    const cut = claim !== undefined && claim.logical === logical && op >= 0 && claim.value.n > 1 && key !== `${rank}:${tensor}` && startNF?.value.n === 1 && bigGroup(claim);
+    if (claim !== undefined && (claim.logical !== logical || op < 0 || cut)) {
       if (op < 0 && p.inferred?.has(t) === true) throw new PartError(`'${p.tensors.name(t)}' has only an inferred hint and no producer`);
       inputs.set(key, claim);
+      if (cut) cutAddends++;
       continue;
     }
     if (claim !== undefined) {
@@ -184,7 +206,7 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
       if (x !== undefined) stack.push([m, x]);
     }
   }
-  return { ops, inputs, obligations, groups, peers };
+  return { ops, inputs, obligations, groups, peers, cutAddends };
 }
 
 /** The part as a plan file: its ranks renumbered 0..n-1 on a one-axis mesh, programs instantiated. */
@@ -250,9 +272,9 @@ function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typ
 export const provePart: ProvePart = (plan, raw, stage, rank, tensor, seed) => partProver()(plan, raw, stage, rank, tensor, seed);
 
 /** provePart with the exact engine's term budget set (tests lower it to reach "too large" at small sizes). */
-export const partProver = (opts: { readonly termBudget?: number } = {}): ProvePart => (plan, raw, stage, rank, tensor, seed) => {
+export const partProver = (opts: { readonly termBudget?: number; readonly maxHolders?: number } = {}): ProvePart => (plan, raw, stage, rank, tensor, seed) => {
   try {
-    const c = closure(plan, stage.logical, rank, tensor);
+    const c = closure(plan, stage.logical, rank, tensor, opts.maxHolders);
     const { raw: pr, ranks } = partRaw(plan, raw, stage, c);
     let part: LoadedPlan;
     try {
@@ -296,6 +318,7 @@ export const partProver = (opts: { readonly termBudget?: number } = {}): ProvePa
     // Back to the full plan's ranks.
     const witness = numeric.mismatches.filter((m) => m.logical === target).map((m) => ({ ...m, rank: ranks[m.rank] ?? m.rank }));
     const failingRanks = result.failingRanks.map((r) => ranks[r] ?? r);
+    if (c.cutAddends > 0) result = { ...result, reason: `${result.reason ?? ''}; assumed as claimed: ${c.cutAddends} addend(s) of '${target}' on the part's ranks (their group has more holders than a part takes; they are obligations of this stage too, so the stage fails whether or not they hold)` };
     const diagnosis = witness.length === 0 ? undefined : diagnoseWitness(witness, failingRanks, ranks, result.reason ?? '');
     return { rank, ranks, result: { ...result, failingRanks }, witness, reduced, raw: useRaw, ...(notReduced === undefined ? {} : { notReduced: notReduced.slice(0, 300) }), ...(diagnosis === undefined ? {} : { diagnosis }) };
   } catch (e) {

@@ -96,6 +96,23 @@ describe('witnesses per template (one rank\'s part of an open stage)', () => {
     assert.equal(templateDiff(loadPlanObject('p.json', structuredClone(ok)), ok).stages.size, 0);
   });
 
+  it('a complete value whose addend group is too large to join: its own addends are assumed as claimed, bugs refuted, correct plans never', () => {
+    // At D3 the router gradient's micro-batch addends form a group of 65,536 holders; a limit
+    // of 1 holder makes moe-tiny's (dp 2) groups of 2 too large in the same way.
+    const moe: BugContext = { dp: 2, tp: 1, micro: 1, family: 'moe' };
+    const cutProver = partProver({ maxHolders: 1 });
+    const run = (make: () => RawPlan): ReturnType<typeof verifyPerTemplate> => verifyPerTemplate(loadPlanObject('p.json', make()), { witness: { raw: make, provePart: cutProver } });
+    const bad = run(() => planOf('moe-tiny', moe, 'moe-router-grad-not-synced'));
+    assert.equal(bad.verdict, 'not_equivalent', bad.summary);
+    const st = bad.stages.find((s) => s.status === 'not_equivalent');
+    assert.match(st?.reason ?? '', /assumed as claimed: \d+ addend/);
+    assert.ok((st?.witness?.length ?? 0) > 0);
+    for (const [preset, ctx] of [['moe-tiny', moe], ['llama-tiny', llama]] as [string, BugContext][]) {
+      const ok = run(() => planOf(preset, ctx));
+      assert.notEqual(ok.verdict, 'not_equivalent', `${preset}: ${ok.summary}`);
+    }
+  }).timeout(600_000);
+
   it('a part loads only through the internal loader: the public one still requires its claims to tile', () => {
     const make = (): RawPlan => planOf('llama-tiny', llama, 'dp-grad-allreduce-avg');
     const plan = loadPlanObject('p.json', make());
