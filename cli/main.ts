@@ -31,6 +31,7 @@ import { PRESETS } from '../plans/gen/presets.js';
 import { writeFileSync } from 'node:fs';
 import { inferLineage, verifyInferred } from './boundary.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
+import { junitXml } from './junit.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -122,7 +123,27 @@ async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallb
   return report;
 }
 
-async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false): Promise<number> {
+/** Report files a verify run writes besides its stdout report (--junit, --html). */
+export interface ReportFiles {
+  readonly junit?: string;
+  readonly html?: string;
+}
+
+/**
+ * Writes the report files of a finished run and returns its exit code. A file that cannot be
+ * written is a usage error (exit 4), so CI never reads a missing report as a pass.
+ */
+async function finish(r: VerifyReport, _l: Loaded, files: ReportFiles, out: Out): Promise<number> {
+  try {
+    if (files.junit !== undefined) writeFileSync(files.junit, junitXml(r));
+  } catch (e) {
+    out.err(`planproof: cannot write the report: ${e instanceof Error ? e.message : String(e)}`);
+    return ExitCode.usage;
+  }
+  return verdictCode[r.verdict];
+}
+
+async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false, files: ReportFiles = {}): Promise<number> {
   // The time limit counts from here: loading is part of the run.
   const limit = timeLimitFrom(eng);
   const tLoad = performance.now();
@@ -136,7 +157,7 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
     const r = verifyPerTemplate(l.plan, { seed: eng.seed, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart } });
     const notTried = 'not tried: the plan is past the per-rank stage bound; its stages are sized at full shapes';
     out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
-    return verdictCode[r.verdict];
+    return finish(r, l, files, out);
   }
   // Tensor level per template first (stages/template.ts verifiedPerTemplate) on plans whose
   // per-rank stages are large (past PER_TEMPLATE_FIRST entries: L1 is 7.7 million): when it
@@ -161,19 +182,19 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
     }
     if (r !== undefined) {
       out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: REDUCTION_NOT_NEEDED, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction ${REDUCTION_NOT_NEEDED}`);
-      return verdictCode[r.verdict];
+      return finish(r, l, files, out);
     }
   }
   // Inferred boundaries (issue 18): with --infer, or when the file holds claims marked inferred.
   if (eng.engine === 'normal' && infer !== false && (infer === true || l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) {
     const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }) }, out);
-    return verdictCode[r.verdict];
+    return finish(r, l, files, out);
   }
   // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.
   if (perStage) {
     const r = verifyPerStage(l.plan, JSON.parse(l.text) as RawPlan, { seed: eng.seed, reduce: red.reduce, ...(red.emitDir === undefined ? {} : { emitDir: red.emitDir }) });
     out.log(json ? JSON.stringify(r, null, 2) : `${formatReport(r, verbose)}\n${formatPerStage(r.stageReduction, verbose)}`);
-    return verdictCode[r.verdict];
+    return finish(r, l, files, out);
   }
   // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
   const fbLog: FallbackInfo[] = [];
@@ -186,7 +207,7 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   });
   const report = { ...proved, phases: { load: loadMs, reduction: reduceMs, ...proved.phases } };
   out.log(json ? JSON.stringify({ ...report, perStageFallback: fbLog }, null, 2) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(fbLog)}`);
-  return verdictCode[report.verdict];
+  return finish(report, l, files, out);
 }
 
 async function demo(json: boolean, eng: EngineOptions, out: Out): Promise<number> {
@@ -336,10 +357,12 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('emit-reduced', { type: 'string', describe: 'write the reduced plan (an ordinary plan file) into this directory' })
           .option('cache', { type: 'string', describe: `directory of the proof cache (default ${defaultCacheDir()}; --no-cache: off)` })
           .option('tensor-level', { type: 'boolean', default: true, describe: 'prove stages by relations between whole tensors first (docs/engine.md, "Tensor-level proofs"; --no-tensor-level: element engines only)' })
-          .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' }),
+          .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' })
+          .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file (one testcase per stage; docs/reports.md)' }),
+
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage);
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }) });
       },
     )
     .command(
