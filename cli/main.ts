@@ -32,6 +32,7 @@ import { writeFileSync } from 'node:fs';
 import { inferLineage, verifyInferred } from './boundary.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 import { junitXml } from './junit.js';
+import { explain } from './explain.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -382,6 +383,24 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       },
     )
     .command(
+      'explain <plan> <stage>',
+      "show one stage: its logical and parallel ops side by side, assumed input relations, output relations, and the first differing elements with their terms (exit 2 for a stage that is not there)",
+      (y) =>
+        y
+          .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' })
+          .positional('stage', { type: 'string', demandOption: true, describe: "the stage: its number in the verify report (1-based) or its logical tensor's name" })
+          .option('dot', { type: 'string', describe: "write the stage's graph as Graphviz DOT to this file (--dot alone: to stdout, instead of the table)" }),
+      (a) => {
+        const plan = a.plan;
+        const stage = a.stage;
+        if (typeof plan !== 'string' || stage === undefined) return;
+        run = () => {
+          const l = load(plan, a.json, out);
+          return typeof l === 'number' ? l : explain(l, String(stage), { json: a.json, seed: a.seed, ...(a.dot === undefined ? {} : { dot: a.dot }) }, out);
+        };
+      },
+    )
+    .command(
       'inspect <plan>',
       'load and check a plan, then summarize it: mesh, ranks, ops, collectives, lineage coverage',
       (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' }),
@@ -438,7 +457,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
         run = () => gen(a, out);
       },
     )
-    .demandCommand(1, 'name a command: verify, inspect, infer-lineage, demo or gen')
+    .demandCommand(1, 'name a command: verify, explain, inspect, infer-lineage, demo or gen')
     // yargs' own validation, before any handler: numbers it parses as NaN or out of range fail here.
     .check((a) => engineOptionError(a) ?? limitOptionError(a) ?? true)
     .strict()

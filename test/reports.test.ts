@@ -88,3 +88,62 @@ describe('JUnit XML report (--junit)', function () {
     assert.equal(validate(f).ok, false);
   });
 });
+
+describe('planproof explain PLAN STAGE', function () {
+  this.timeout(300_000);
+  const buggy = `${EXAMPLES}buggy/mlp-dp2-loss-scale-twice.json`;
+
+  it('a failing stage by index: ops side by side, relations, the first differing elements with terms, the witness', async () => {
+    const r = await runCli(['explain', buggy, '13']);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /^stage 13 of 14: g_w1/);
+    // The logical matmul and the parallel matmul + all-reduce on the same line block.
+    assert.match(r.stdout, /matmul {2}fc1_bwd_w {2}g_w1 {4}x_t, d_h {2}\| {2}0 {5}matmul/);
+    assert.match(r.stdout, /all_reduce {2}g_w1_sum {3}g_w1 {7}g_w1_part \(group 0,1\)/);
+    assert.match(r.stdout, /assumed input relations \(4; logical inputs: d_h, x_t\):\n {2}rank 0 'd_h' = d_h\[0:2, 0:4\] complete/);
+    assert.match(r.stdout, /output relations to prove \(4\):[\s\S]*rank 1 'g_w1_part' = g_w1\[0:3, 0:4\] addend 1 of 2/);
+    assert.match(r.stdout, /parallel {11}= 1\/2\*\(1\*d_h\[0\]\*x_t\[0\]/);
+    assert.match(r.stdout, /logical {12}= 1\*\(1\*d_h\[0\]\*x_t\[0\]/);
+    assert.match(r.stdout, /numeric witness[\s\S]*rank 0 'g_w1' holds 0\.0089578857 where logical g_w1\[0, 0\] = 0\.017915771/);
+  });
+
+  it('a stage by its logical tensor name is the same stage; a proved stage shows no differences', async () => {
+    const byName = await runCli(['explain', buggy, 'g_w1']);
+    const byIndex = await runCli(['explain', buggy, '13']);
+    assert.equal(byName.stdout, byIndex.stdout);
+    const ok = await runCli(['explain', buggy, 'h', '--json']);
+    assert.equal(ok.code, 0);
+    const j = JSON.parse(ok.stdout) as { status: string; differences: unknown[]; view: { index: number; logicalOps: { id: string }[] } };
+    assert.equal(j.status, 'proved');
+    assert.deepEqual(j.differences, []);
+    assert.equal(j.view.index, 1);
+    assert.deepEqual(j.view.logicalOps.map((o) => o.id), ['fc1']);
+  });
+
+  it('a stage that is not there: a clear error and exit 2', async () => {
+    for (const [key, re] of [['99', /no stage 99: the plan has 14 stage\(s\), numbered 1 to 14/], ['0', /no stage 0/], ['nonesuch', /no stage named 'nonesuch'/], ['x', /logical tensor 'x' has no stage/]] as const) {
+      const r = await runCli(['explain', buggy, key]);
+      assert.equal(r.code, 2, key);
+      assert.match(r.stderr, re);
+      assert.equal(r.stdout, '');
+    }
+  });
+
+  it('--dot writes a graph Graphviz lays out, the failing tensor highlighted', async () => {
+    const f = join(dir, 'stage.dot');
+    const r = await runCli(['explain', buggy, '13', '--dot', f]);
+    assert.equal(r.code, 0);
+    const dot = readFileSync(f, 'utf8');
+    assert.match(dot, /subgraph cluster_logical/);
+    assert.match(dot, /"cluster_rank_1"/);
+    assert.match(dot, /"C:g_w1_sum" \[label="g_w1_sum\\nall_reduce\\nranks 0,1"/);
+    assert.match(dot, /"L:t:g_w1" \[label="g_w1", shape=ellipse, color="#c62828"/);
+    const { Graphviz } = await import('@hpcc-js/wasm-graphviz');
+    const svg = (await Graphviz.load()).dot(dot);
+    assert.match(svg, /<svg/);
+    assert.match(svg, /g_w1_sum/);
+    // --dot alone: the graph on stdout.
+    const s = await runCli(['explain', buggy, '13', '--dot']);
+    assert.match(s.stdout, /^digraph "stage 13: g_w1" \{/);
+  });
+});
