@@ -32,6 +32,7 @@ import { writeFileSync } from 'node:fs';
 import { inferLineage, verifyInferred } from './boundary.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 import { junitXml } from './junit.js';
+import { htmlReport } from './html.js';
 import { explain } from './explain.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
@@ -134,9 +135,10 @@ export interface ReportFiles {
  * Writes the report files of a finished run and returns its exit code. A file that cannot be
  * written is a usage error (exit 4), so CI never reads a missing report as a pass.
  */
-async function finish(r: VerifyReport, _l: Loaded, files: ReportFiles, out: Out): Promise<number> {
+async function finish(r: VerifyReport, l: Loaded, files: ReportFiles, out: Out): Promise<number> {
   try {
     if (files.junit !== undefined) writeFileSync(files.junit, junitXml(r));
+    if (files.html !== undefined) writeFileSync(files.html, await htmlReport(r, l.plan));
   } catch (e) {
     out.err(`planproof: cannot write the report: ${e instanceof Error ? e.message : String(e)}`);
     return ExitCode.usage;
@@ -359,11 +361,12 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('cache', { type: 'string', describe: `directory of the proof cache (default ${defaultCacheDir()}; --no-cache: off)` })
           .option('tensor-level', { type: 'boolean', default: true, describe: 'prove stages by relations between whole tensors first (docs/engine.md, "Tensor-level proofs"; --no-tensor-level: element engines only)' })
           .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' })
-          .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file (one testcase per stage; docs/reports.md)' }),
+          .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file (one testcase per stage; docs/reports.md)' })
+          .option('html', { type: 'string', describe: 'also write a self-contained HTML report to this file (failing stages drawn; docs/reports.md)' }),
 
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }) });
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) });
       },
     )
     .command(

@@ -1,12 +1,15 @@
 /**
- * Issue 16's report files: JUnit XML validated against a JUnit schema (xmllint, Debian's
- * libxml2-utils, which .ci/run installs).
+ * Issue 16's reports: JUnit XML validated against a JUnit schema (xmllint, Debian's
+ * libxml2-utils), `planproof explain`, and the HTML report in headless Debian chromium
+ * (playwright-core); .ci/run installs both tools when missing.
  */
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { CHROMIUM, launchChromium } from '../bench/browser.js';
 import { junitXml } from '../cli/junit.js';
 import type { VerifyReport } from '../stages/report.js';
 import { EXAMPLES, FIXTURES, runCli } from './helpers.js';
@@ -145,5 +148,67 @@ describe('planproof explain PLAN STAGE', function () {
     // --dot alone: the graph on stdout.
     const s = await runCli(['explain', buggy, '13', '--dot']);
     assert.match(s.stdout, /^digraph "stage 13: g_w1" \{/);
+  });
+});
+
+describe('HTML report (--html) in headless chromium', function () {
+  this.timeout(300_000);
+  let b: Awaited<ReturnType<typeof launchChromium>> | undefined;
+  after(async () => {
+    await b?.close();
+  });
+
+  it('the buggy example: loads without console errors, the failing stage drawn, the table filters and sorts', async () => {
+    const f = join(dir, 'buggy.html');
+    const r = await runCli(['verify', `${EXAMPLES}buggy/mlp-dp2-loss-scale-twice.json`, '--html', f, '--no-cache']);
+    assert.equal(r.code, 1);
+    const html = readFileSync(f, 'utf8');
+    // Self-contained: nothing fetched (no src/href to another resource; links are in-page anchors).
+    assert.doesNotMatch(html, /\b(src|href)="(?!#)/);
+    assert.doesNotMatch(html, /https?:\/\/(?!www\.w3\.org\/)/);
+    assert.ok(existsSync(CHROMIUM), `${CHROMIUM} must be installed (apt-get install chromium; .ci/run does)`);
+    b = await launchChromium();
+    const page = await b.ctx.newPage();
+    const errors: string[] = [];
+    page.on('console', (m) => {
+      if (m.type() === 'error' || m.type() === 'warning') errors.push(m.text());
+    });
+    page.on('pageerror', (e) => errors.push(String(e)));
+    page.on('request', (q) => {
+      if (!q.url().startsWith('file:')) errors.push(`network request: ${q.url()}`);
+    });
+    await page.goto(pathToFileURL(f).href);
+    assert.match((await page.textContent('#verdict')) ?? '', /NOT EQUIVALENT: stage 13 \(g_w1/);
+    // The failing stage's drawing: an SVG with both sides and the collective, the tensor highlighted.
+    const svgText = (await page.textContent('#stage-13 .graph svg')) ?? '';
+    for (const t of ['logical (one device)', 'rank 0', 'rank 1', 'g_w1_sum', 'all_reduce', 'fc1_bwd_w']) assert.ok(svgText.includes(t), t);
+    assert.ok((await page.locator('#stage-13 .graph svg [stroke="#c62828"]').count()) > 0, 'the failing tensor is drawn red');
+    assert.match((await page.textContent('#stage-13 table.witness')) ?? '', /0\.0089578857/);
+    assert.match((await page.textContent('#stage-13 .diagnosis')) ?? '', /0\.5 x logical/);
+    assert.match((await page.textContent('#stage-13 pre.reason')) ?? '', /parallel - logical = -1\/2\*/);
+    const visible = async (): Promise<string[]> => page.locator('#stages tbody tr:visible td:first-child').allTextContents();
+    assert.equal((await visible()).length, 14);
+    // Filter by status: proved off leaves the failing stage.
+    await page.uncheck('input[name=status][value=proved]');
+    assert.deepEqual(await visible(), ['13']);
+    assert.equal(await page.textContent('#shown'), '1');
+    await page.check('input[name=status][value=proved]');
+    await page.fill('#filter-text', 'gelu');
+    assert.deepEqual(await visible(), ['4', '11']);
+    await page.fill('#filter-text', '');
+    // Sort: the # column, descending on the second click.
+    await page.click('#stages th:first-child');
+    await page.click('#stages th:first-child');
+    assert.equal((await visible())[0], '14');
+    assert.deepEqual(errors, []);
+  });
+
+  it('a verified plan: no failing section, nothing drawn', async () => {
+    const f = join(dir, 'ok.html');
+    const r = await runCli(['verify', `${EXAMPLES}mlp-dp2.json`, '--html', f, '--no-cache']);
+    assert.equal(r.code, 0);
+    const html = readFileSync(f, 'utf8');
+    assert.match(html, /<b>VERIFIED<\/b>/);
+    assert.doesNotMatch(html, /<svg/);
   });
 });
