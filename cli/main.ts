@@ -33,6 +33,7 @@ import { inferLineage, verifyInferred } from './boundary.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 import { junitXml } from './junit.js';
 import { htmlReport } from './html.js';
+import { stageBar } from './progress.js';
 import { explain } from './explain.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
@@ -86,6 +87,8 @@ interface EngineOptions {
   timeLimit?: number;
   /** Tensor-level proofs first (default; --no-tensor-level turns them off). */
   tensorLevel?: boolean;
+  /** A progress bar on stderr when it is a terminal (off with --json). */
+  progress?: boolean;
 }
 
 function inspect(file: string, json: boolean, out: Out): number {
@@ -102,25 +105,25 @@ function cacheOption(v: unknown): { cacheDir?: string } {
   return { cacheDir: typeof v === 'string' && v !== '' ? v : defaultCacheDir() };
 }
 
-function progress(): ((done: number, total: number) => void) | undefined {
-  if (!process.stderr.isTTY) return undefined;
-  return (done, total) => {
-    process.stderr.write(`\rproving distinct stage ${done}/${total}${done === total ? '\n' : ''}`);
-  };
-}
-
 /** The run's time limit, counted from now. */
 function timeLimitFrom(eng: EngineOptions): TimeLimit | undefined {
   return eng.timeLimit === undefined ? undefined : { endAt: performance.now() + eng.timeLimit * 1000, seconds: eng.timeLimit };
 }
 
 async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[], limit: TimeLimit | undefined = timeLimitFrom(eng)): Promise<VerifyReport> {
-  const onStage = progress();
+  // The bar (cli/progress.ts) only on a terminal and never with --json.
+  const bar = stageBar(eng.progress === true);
+  const onStage = bar === undefined ? undefined : (done: number, total: number): void => bar.update(done, total);
   // Proof cache hook (stages/cache.ts): on unless --no-cache.
   const cache = cacheDir === undefined ? undefined : new ProofCache(cacheDir);
   // Per-stage fallback (stages/stage-reduce.ts): stages too large in the whole plan are extracted and reduced on their own.
   const fallback = fallbackLog === undefined ? undefined : perStageFallback(() => JSON.parse(l.text) as RawPlan, eng.seed, fallbackLog);
-  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(limit === undefined ? {} : { timeLimit: limit }), ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }) });
+  let report: VerifyReport;
+  try {
+    report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(limit === undefined ? {} : { timeLimit: limit }), ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }) });
+  } finally {
+    bar?.stop();
+  }
   await shutdownZ3();
   return report;
 }
@@ -366,7 +369,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
 
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) });
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) });
       },
     )
     .command(
@@ -417,7 +420,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       'verify the embedded example plan (a two-layer MLP training iteration under tensor parallelism)',
       (y) => y,
       (a) => {
-        run = () => demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit }, out);
+        run = () => demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, progress: !a.json }, out);
       },
     )
     .command(

@@ -41,6 +41,10 @@ export interface VerifyOptions {
   readonly seed?: number;
   /** Tensor-level proofs before the exact normal form (default true). */
   readonly tensorLevel?: boolean;
+  /**
+   * Progress: verifyPlan calls it after each stage proof; verifyPlanInPool in stages decided
+   * (a proof deciding a whole class of equal stages counts them all) out of all stages.
+   */
   readonly onStage?: (done: number, total: number) => void;
   /** Per-rank entries past which stages are decomposed per template (default MAX_STAGE_ENTRIES; lowered by tests). */
   readonly maxStageEntries?: number;
@@ -187,6 +191,15 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const first = numericCheck(plan, seed);
   const witnessed = witnessedStages(plan, stages, first);
   clock.lap('numeric');
+  // Progress in stages decided out of all stages (see VerifyOptions.onStage).
+  let decided = 0;
+  const weights = new Map<number, number>();
+  const advance = (n: number): void => {
+    if (n <= 0 || opts.onStage === undefined) return;
+    decided = Math.min(stages.length, decided + n);
+    opts.onStage(decided, stages.length);
+  };
+  const stageDone = (_d: number, _t: number, s: Stage): void => advance(weights.get(s.index) ?? 1);
   // Proves any subset of the decomposition (the pool and the workers index stages by Stage.index).
   const proveSome = async (some: readonly Stage[]): Promise<StageResult[]> => {
     if (opts.jobs > 0) {
@@ -197,11 +210,11 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
         ...(limit === undefined ? {} : { timeLimit: limit }),
         engine,
         ...(opts.recycleAfter === undefined ? {} : { recycleAfter: opts.recycleAfter }),
-        ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
+        onStage: stageDone,
         ...(opts.worker === undefined ? {} : { worker: opts.worker }),
       });
     }
-    if (engine === 'normal') return proveInProcess(plan, some, opts.onStage, witnessed, limit);
+    if (engine === 'normal') return proveInProcess(plan, some, (d, t) => stageDone(d, t, some[d - 1] as Stage), witnessed, limit);
     const prover = new Z3Prover(plan);
     const out: StageResult[] = [];
     for (const [i, s] of some.entries()) {
@@ -211,7 +224,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
       } catch (e) {
         out.push(engineError(s, e));
       }
-      opts.onStage?.(i + 1, some.length);
+      stageDone(i + 1, some.length, s);
     }
     return out;
   };
@@ -219,9 +232,10 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   // shapes. A stage the numeric run shows differing is left to the element engines.
   const tl = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index))) : undefined;
   const known = tl?.proved;
+  advance(known?.size ?? 0);
   clock.lap('tensorLevel');
   // Stage deduplication and the proof cache hook (stages/dedup.ts).
-  const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, opts.cache, known);
+  const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, opts.cache, known, { weights, decided: advance });
   let results = distinct?.results ?? (await proveRest(stages, known, proveSome));
   clock.lap('stages');
   let numeric = witnessSearch(plan, results, first, undefined, limit);

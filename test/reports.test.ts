@@ -12,7 +12,7 @@ import { pathToFileURL } from 'node:url';
 import { CHROMIUM, launchChromium } from '../bench/browser.js';
 import { junitXml } from '../cli/junit.js';
 import type { VerifyReport } from '../stages/report.js';
-import { EXAMPLES, FIXTURES, runCli } from './helpers.js';
+import { EXAMPLES, FIXTURES, ROOT, runCli } from './helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'planproof-reports-'));
 
@@ -210,5 +210,65 @@ describe('HTML report (--html) in headless chromium', function () {
     const html = readFileSync(f, 'utf8');
     assert.match(html, /<b>VERIFIED<\/b>/);
     assert.doesNotMatch(html, /<svg/);
+  });
+});
+
+describe('progress bar on a terminal (tmux)', function () {
+  this.timeout(300_000);
+  const cli = join(ROOT, 'dist', 'cli', 'main.js');
+  let plan = '';
+  before(async () => {
+    assert.equal(spawnSync('tmux', ['-V']).status, 0, 'tmux must be installed (apt-get install tmux; .ci/run does)');
+    // A generated plan of over 100 stages, proved element by element (no tensor level) on one worker.
+    plan = join(dir, 'mlp4.json');
+    assert.equal((await runCli(['gen', '--preset', 'mlp-tiny', '--layers', '4', '-o', plan])).code, 0);
+  });
+
+  /** Runs `cmd` in a detached tmux pane and returns every distinct screen seen until it prints DONE. */
+  async function watch(name: string, cmd: string): Promise<string[]> {
+    const session = `planproof-${name}-${process.pid}`;
+    const r = spawnSync('tmux', ['new-session', '-d', '-s', session, '-x', '160', '-y', '20', `${cmd}; echo DONE $?; sleep 120`]);
+    assert.equal(r.status, 0, String(r.stderr));
+    const screens: string[] = [];
+    try {
+      const t0 = Date.now();
+      for (;;) {
+        const s = spawnSync('tmux', ['capture-pane', '-p', '-t', session], { encoding: 'utf8' }).stdout;
+        if (screens[screens.length - 1] !== s) screens.push(s);
+        if (/DONE \d+/.test(s)) break;
+        assert.ok(Date.now() - t0 < 240_000, 'the run did not finish');
+        await new Promise((res) => setTimeout(res, 40));
+      }
+    } finally {
+      spawnSync('tmux', ['kill-session', '-t', session]);
+    }
+    return screens;
+  }
+
+  const env = `PLANPROOF_CACHE_DIR=${join(dir, 'cache')}`;
+  const run = `${env} ${process.execPath} ${cli} verify`;
+
+  it('a 100-stage plan on a TTY: the bar moves (stages decided / total, rate, ETA) to the end', async () => {
+    const screens = await watch('tty', `${run} ${plan} --no-cache --no-tensor-level --jobs 1 > ${join(dir, 'tty.out')}`);
+    const seen = screens.flatMap((s) => [...s.matchAll(/proving stages \[[█░]+\] (\d+)\/(\d+) stages \| [0-9.]+ stages\/s \| ETA \S+/g)].map((m) => [Number(m[1]), Number(m[2])] as const));
+    assert.ok(seen.length > 0, `no bar on the terminal:\n${screens.join('\n---\n')}`);
+    const total = seen[0]?.[1] ?? 0;
+    assert.ok(total >= 100, `${total} stages`);
+    const values = [...new Set(seen.map(([v]) => v))];
+    assert.ok(values.some((v) => v > 0 && v < total), `the bar never showed a partial count: ${values.join(', ')}`);
+    assert.ok(values.length >= 2, `the bar did not move: ${values.join(', ')}`);
+    assert.equal(seen[seen.length - 1]?.[0], total);
+    assert.match(screens[screens.length - 1] ?? '', /DONE 0/);
+    assert.match(readFileSync(join(dir, 'tty.out'), 'utf8'), /verdict {5}VERIFIED/);
+  });
+
+  it('no bar with --json on a TTY, nor when stderr is a pipe', async () => {
+    const screens = await watch('json', `${run} ${plan} --no-cache --no-tensor-level --jobs 1 --json > ${join(dir, 'json.out')}`);
+    assert.match(screens[screens.length - 1] ?? '', /DONE 0/);
+    assert.ok(screens.every((s) => !s.includes('proving stages')), screens.join('\n---\n'));
+    const piped = spawnSync(process.execPath, [cli, 'verify', plan, '--no-cache', '--no-tensor-level', '--jobs', '1'], { encoding: 'utf8', env: { ...process.env, PLANPROOF_CACHE_DIR: join(dir, 'cache') } });
+    assert.equal(piped.status, 0);
+    assert.equal(piped.stderr, '');
+    assert.doesNotMatch(piped.stdout, /proving stages|\r/);
   });
 });
