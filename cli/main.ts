@@ -12,7 +12,8 @@ import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
-import { verifyPlanInPool, type TimeLimit } from '../stages/verify.js';
+import { MergeError, verifyPlanInPool, type ShardResult, type TimeLimit } from '../stages/verify.js';
+import type { StageResult } from '../stages/prove.js';
 import { type VerifyReport } from '../stages/report.js';
 import { formatReport } from '../stages/report.js';
 import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/template.js';
@@ -33,6 +34,7 @@ import { inferLineage, verifyInferred } from './boundary.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 import { junitXml } from './junit.js';
 import { htmlReport } from './html.js';
+import { parseShard, partOf, planDigest, readParts } from './shard.js';
 import { stageBar } from './progress.js';
 import { explain } from './explain.js';
 
@@ -110,7 +112,7 @@ function timeLimitFrom(eng: EngineOptions): TimeLimit | undefined {
   return eng.timeLimit === undefined ? undefined : { endAt: performance.now() + eng.timeLimit * 1000, seconds: eng.timeLimit };
 }
 
-async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[], limit: TimeLimit | undefined = timeLimitFrom(eng)): Promise<VerifyReport> {
+async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[], limit: TimeLimit | undefined = timeLimitFrom(eng), sharding: Sharding = {}): Promise<VerifyReport> {
   // The bar (cli/progress.ts) only on a terminal and never with --json.
   const bar = stageBar(eng.progress === true);
   const onStage = bar === undefined ? undefined : (done: number, total: number): void => bar.update(done, total);
@@ -120,12 +122,21 @@ async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallb
   const fallback = fallbackLog === undefined ? undefined : perStageFallback(() => JSON.parse(l.text) as RawPlan, eng.seed, fallbackLog);
   let report: VerifyReport;
   try {
-    report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(limit === undefined ? {} : { timeLimit: limit }), ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }) });
+    report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(limit === undefined ? {} : { timeLimit: limit }), ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }), ...(sharding.shard === undefined ? {} : { shard: sharding.shard }), ...(sharding.proved === undefined ? {} : { proved: sharding.proved }) });
   } finally {
     bar?.stop();
   }
   await shutdownZ3();
   return report;
+}
+
+/** Why a run cannot be sharded (its stages are not proved rank by rank in the pool), or undefined. */
+function notShardable(plan: LoadedPlan, eng: EngineOptions, infer: boolean | undefined, perStage: boolean): string | undefined {
+  if (stageWorkTooLarge(plan) !== undefined) return 'the plan is past the per-rank stage bound and is verified per template';
+  if (eng.engine === 'normal' && infer !== true && !perStage && eng.tensorLevel !== false && stageEntries(plan) > PER_TEMPLATE_FIRST) return 'the plan is large enough to be verified per template first';
+  if (eng.engine === 'normal' && infer !== false && (infer === true || plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) return 'plans with inferred cut points (--infer) are verified in rounds';
+  if (perStage) return '--per-stage proves stage by stage in this thread';
+  return undefined;
 }
 
 /** Report files a verify run writes besides its stdout report (--junit, --html). */
@@ -149,13 +160,39 @@ async function finish(r: VerifyReport, l: Loaded, files: ReportFiles, out: Out):
   return verdictCode[r.verdict];
 }
 
-async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false, files: ReportFiles = {}): Promise<number> {
+/**
+ * A sharded run or a merge (cli/shard.ts): `shard` proves one shard's stages and writes a
+ * part instead of a report; `proved` (with the plan digest the parts were proved on) merges.
+ */
+interface ShardRun {
+  readonly shard?: { index: number; count: number };
+  readonly merge?: { proved: ReadonlyMap<number, ShardResult>; sha256: string };
+}
+
+/** What runVerify hands the pool for a ShardRun. */
+interface Sharding {
+  readonly shard?: { index: number; count: number; record: (r: StageResult) => void };
+  readonly proved?: ReadonlyMap<number, ShardResult>;
+}
+
+async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false, files: ReportFiles = {}, sh: ShardRun = {}): Promise<number> {
   // The time limit counts from here: loading is part of the run.
   const limit = timeLimitFrom(eng);
   const tLoad = performance.now();
   const l = loadWithText(file, json, out);
   if (typeof l === 'number') return l;
   const loadMs = Math.round(performance.now() - tLoad);
+  if (sh.shard !== undefined || sh.merge !== undefined) {
+    const why = notShardable(l.plan, eng, infer, perStage);
+    if (why !== undefined) {
+      out.err(`planproof: --shard: ${why}; verify it without --shard`);
+      return ExitCode.usage;
+    }
+    if (sh.merge !== undefined && planDigest(l.text) !== sh.merge.sha256) {
+      out.err(`planproof: merge: ${file} is not the plan the parts proved (its content changed since)`);
+      return ExitCode.usage;
+    }
+  }
   // Past the per-rank stage bound every path below (reduction, inference, per-stage
   // extraction, the pool) would build per-rank stages: the stages are decomposed per template
   // instead, each "unknown" with its reason (stages/template.ts), never a heap exhaustion.
@@ -207,10 +244,24 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   // Phases: loading and the shape reduction here, the rest from the proof (VerifyReport.phases).
   const tReduce = performance.now();
   let reduceMs = 0;
-  const proved = await verifyReduced(l.plan, l.text, red, (plan, text) => {
-    reduceMs = Math.round(performance.now() - tReduce);
-    return runVerify({ plan, text }, eng, red.cacheDir, red.reduce ? fbLog : undefined, limit);
-  });
+  const recorded: StageResult[] = [];
+  const sharding: Sharding = { ...(sh.shard === undefined ? {} : { shard: { ...sh.shard, record: (x: StageResult) => void recorded.push(x) } }), ...(sh.merge === undefined ? {} : { proved: sh.merge.proved }) };
+  let proved: Awaited<ReturnType<typeof verifyReduced>>;
+  try {
+    proved = await verifyReduced(l.plan, l.text, red, (plan, text) => {
+      reduceMs = Math.round(performance.now() - tReduce);
+      return runVerify({ plan, text }, eng, red.cacheDir, red.reduce ? fbLog : undefined, limit, sharding);
+    });
+  } catch (e) {
+    if (!(e instanceof MergeError)) throw e;
+    out.err(`planproof: merge: ${e.message}`);
+    return ExitCode.usage;
+  }
+  if (sh.shard !== undefined) {
+    // A part, not a report: the merge gives the verdict.
+    out.log(JSON.stringify(partOf(sh.shard, file, l.text, { seed: eng.seed, engine: eng.engine, deadline: eng.deadline, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), tensorLevel: eng.tensorLevel !== false, reduce: red.reduce }, recorded)));
+    return 0;
+  }
   const report = { ...proved, phases: { load: loadMs, reduction: reduceMs, ...proved.phases } };
   out.log(json ? JSON.stringify({ ...report, perStageFallback: fbLog }, null, 2) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(fbLog)}`);
   return finish(report, l, files, out);
@@ -365,11 +416,12 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('tensor-level', { type: 'boolean', default: true, describe: 'prove stages by relations between whole tensors first (docs/engine.md, "Tensor-level proofs"; --no-tensor-level: element engines only)' })
           .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' })
           .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file (one testcase per stage; docs/reports.md)' })
-          .option('html', { type: 'string', describe: 'also write a self-contained HTML report to this file (failing stages drawn; docs/reports.md)' }),
+          .option('html', { type: 'string', describe: 'also write a self-contained HTML report to this file (failing stages drawn; docs/reports.md)' })
+          .option('shard', { type: 'string', describe: 'prove only shard i/n of the stage proofs and write a part file on stdout for planproof merge (CI matrices; no proof cache; exit 0 when written)' }),
 
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) });
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...(a.shard === undefined ? cacheOption(a.cache) : {}) }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard));
       },
     )
     .command(
@@ -385,6 +437,29 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
         run = () => {
           const l = loadWithText(plan, a.json, out);
           return typeof l === 'number' ? l : inferLineage(plan === '-' || plan === STDIN_NAME ? STDIN_NAME : plan, l.text, a.o, a.seed, a.json, out);
+        };
+      },
+    )
+    .command(
+      'merge <parts..>',
+      'merge the part files of a sharded run (verify --shard i/n): the verdict, report and exit code a single run gives',
+      (y) =>
+        y
+          .positional('parts', { type: 'string', array: true, demandOption: true, describe: 'the part files, one per shard' })
+          .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file' })
+          .option('html', { type: 'string', describe: 'also write the HTML report to this file' }),
+      (a) => {
+        const parts = (a.parts ?? []).map(String);
+        run = async () => {
+          const m = readParts(parts);
+          if (typeof m === 'string') {
+            if (a.json) out.log(JSON.stringify({ verdict: 'usage_error', error: m }, null, 2));
+            else out.err(`planproof: merge: ${m}`);
+            return ExitCode.usage;
+          }
+          const o = m.options;
+          const files = { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) };
+          return verify(m.file, a.json, { engine: o.engine, seed: o.seed, jobs: a.jobs, deadline: o.deadline, ...(o.timeLimit === undefined ? {} : { timeLimit: o.timeLimit }), tensorLevel: o.tensorLevel, progress: false }, a.verbose, out, undefined, { reduce: o.reduce, tensorLevel: o.tensorLevel }, false, files, { merge: { proved: m.proved, sha256: m.sha256 } });
         };
       },
     )
@@ -463,9 +538,9 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
         run = () => gen(a, out);
       },
     )
-    .demandCommand(1, 'name a command: verify, explain, inspect, infer-lineage, demo or gen')
+    .demandCommand(1, 'name a command: verify, merge, explain, inspect, infer-lineage, demo or gen')
     // yargs' own validation, before any handler: numbers it parses as NaN or out of range fail here.
-    .check((a) => engineOptionError(a) ?? limitOptionError(a) ?? true)
+    .check((a) => engineOptionError(a) ?? limitOptionError(a) ?? shardOptionError(a) ?? true)
     .strict()
     .help()
     .version()
@@ -521,6 +596,22 @@ function limitOptionError(a: LimitFlags): string | undefined {
     if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) return `${flag} must be a positive integer, got ${String(v)}`;
   }
   return undefined;
+}
+
+/** --shard i/n, checked before any work; a part is not a report, so no report files with it. */
+function shardOptionError(a: { readonly [k: string]: unknown }): string | undefined {
+  if (a['shard'] === undefined) return undefined;
+  const s = parseShard(a['shard']);
+  if (typeof s === 'string') return s;
+  if (a['junit'] !== undefined || a['html'] !== undefined) return '--junit and --html go with planproof merge when a run is sharded: a shard writes a part, not a report';
+  if (a['perStage'] === true || a['infer'] === true) return '--shard does not apply with --per-stage or --infer';
+  return undefined;
+}
+
+/** The shard of a verify command line (validated by shardOptionError). */
+function shardRun(v: string | undefined): ShardRun {
+  const s = v === undefined ? undefined : parseShard(v);
+  return s === undefined || typeof s === 'string' ? {} : { shard: s };
 }
 
 /** Numeric options yargs accepts as any number (NaN included): checked before any work. */

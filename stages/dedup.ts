@@ -30,14 +30,16 @@ interface DistinctProofs {
 type ProveSome = (stages: readonly Stage[]) => Promise<StageResult[]>;
 
 /**
- * Progress in stages rather than proofs: `weights` is filled with how many stages a proof of
- * each stage decides (its class's size for a representative, 0 for a member re-proved after
- * its representative failed: counted already), `decided` hears of stages decided without a
- * proof (the cache).
+ * What proveDistinct tells its caller about the classes. Progress in stages rather than
+ * proofs: `weights` is filled with how many stages a proof of each stage decides (its class's
+ * size for a representative, 0 for a member re-proved after its representative failed:
+ * counted already), `decided` hears of stages decided without a proof (the cache). `repOf`
+ * maps every stage of a class to its representative (sharded runs give a class one owner).
  */
 export interface StageProgress {
   readonly weights: Map<number, number>;
   decided(n: number): void;
+  readonly repOf?: Map<number, number>;
 }
 
 export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], prove: ProveSome, cache?: ProofCache, known?: ReadonlyMap<number, StageResult>, progress?: StageProgress): Promise<DistinctProofs> {
@@ -53,6 +55,7 @@ export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], 
   let cacheHits = 0;
   const todo: StageClass[] = [];
   for (const c of classes) {
+    for (const m of c.members) progress?.repOf?.set(m, c.rep);
     const hit = c.form === '' ? undefined : cache?.lookup(c.hash, c.form);
     if (hit === undefined) {
       progress?.weights.set(c.rep, c.members.length);

@@ -154,12 +154,30 @@ export interface PoolVerifyOptions extends VerifyOptions {
   /** The whole run's time limit (--time-limit): see TimeLimit. */
   readonly timeLimit?: TimeLimit;
   /**
+   * A sharded run (`planproof verify --shard i/n`): only the stages whose class representative
+   * falls to shard `index` (1-based) of `count` are proved, each result handed to `record`;
+   * the others stand in as proved (never reported: a shard writes a part, not a report), and
+   * the phases after the proofs (witness search, Z3, per-stage fallback) are left to the merge.
+   */
+  readonly shard?: { readonly index: number; readonly count: number; readonly record: (r: StageResult) => void };
+  /**
+   * `planproof merge`: the results the shards proved, by stage index, used instead of proving;
+   * everything else runs as in a single run, so the report is the one a single run gives.
+   */
+  readonly proved?: ReadonlyMap<number, ShardResult>;
+  /**
    * Stages still undecided because they are too large are handed to this hook (per-stage
    * extraction and reduction, stages/stage-reduce.ts perStageFallback). Passed in rather than
    * imported: stage-reduce.ts builds its reports with this module.
    */
   readonly fallback?: StageFallback;
 }
+
+/** A stage result as a part file carries it (the stage by its index). */
+export type ShardResult = Omit<StageResult, 'stage'>;
+
+/** A merge asked for a stage no part proved (parts of other runs, or a part missing). */
+export class MergeError extends Error {}
 
 /** Second chance for undecided stages: new results (same order) and the numeric evidence with their witnesses added. */
 type StageFallback = (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, limit?: TimeLimit) => { results: StageResult[]; numeric: NumericReport };
@@ -200,8 +218,28 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
     opts.onStage(decided, stages.length);
   };
   const stageDone = (_d: number, _t: number, s: Stage): void => advance(weights.get(s.index) ?? 1);
-  // Proves any subset of the decomposition (the pool and the workers index stages by Stage.index).
+  const repOf = new Map<number, number>();
+  // Never the proof cache in a shard (its stand-ins for other shards' stages are not proofs)
+  // nor in a merge (the parts proved what a cache hit would skip).
+  const cache = opts.shard === undefined && opts.proved === undefined ? opts.cache : undefined;
+  // Sharded runs and merges (PoolVerifyOptions.shard, .proved) wrap the proofs.
   const proveSome = async (some: readonly Stage[]): Promise<StageResult[]> => {
+    const proved = opts.proved;
+    if (proved !== undefined)
+      return some.map((s) => {
+        const r = proved.get(s.index);
+        if (r === undefined) throw new MergeError(`no part holds the proof of stage ${s.index + 1} (${plan.logical.tensors.name(s.logical)}): the parts come from runs with other options or another plan`);
+        return { ...r, stage: s };
+      });
+    const sh = opts.shard;
+    if (sh === undefined) return proveAny(some);
+    const mine = some.filter((s) => (repOf.get(s.index) ?? s.index) % sh.count === sh.index - 1);
+    const got = new Map((mine.length === 0 ? [] : await proveAny(mine)).map((r) => [r.stage.index, r]));
+    for (const r of got.values()) sh.record(r);
+    return some.map((s) => got.get(s.index) ?? { stage: s, status: 'proved', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
+  };
+  // Proves any subset of the decomposition (the pool and the workers index stages by Stage.index).
+  const proveAny = async (some: readonly Stage[]): Promise<StageResult[]> => {
     if (opts.jobs > 0) {
       return proveInPool(plan.file, text, some, {
         jobs: opts.jobs,
@@ -235,14 +273,16 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   advance(known?.size ?? 0);
   clock.lap('tensorLevel');
   // Stage deduplication and the proof cache hook (stages/dedup.ts).
-  const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, opts.cache, known, { weights, decided: advance });
+  const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, cache, known, { weights, decided: advance, repOf });
   let results = distinct?.results ?? (await proveRest(stages, known, proveSome));
   clock.lap('stages');
-  let numeric = witnessSearch(plan, results, first, undefined, limit);
+  // A shard's report is never shown: the phases after the proofs are the merge's.
+  const sharded = opts.shard !== undefined;
+  let numeric = sharded ? first : witnessSearch(plan, results, first, undefined, limit);
   clock.lap('witnessSearch');
-  if (engine === 'normal') results = await z3Fallback(plan, results, numeric, opts.deadlineMs, limit);
+  if (engine === 'normal' && !sharded) results = await z3Fallback(plan, results, numeric, opts.deadlineMs, limit);
   clock.lap('z3Fallback');
-  if (engine === 'normal' && opts.fallback !== undefined) ({ results, numeric } = opts.fallback(plan, results, numeric, limit));
+  if (engine === 'normal' && !sharded && opts.fallback !== undefined) ({ results, numeric } = opts.fallback(plan, results, numeric, limit));
   clock.lap('perStageFallback');
   const assembled = withTensorReasons(assemble(plan, results, numeric, numeric.seed, t0), tl?.open);
   clock.lap('report');
