@@ -15,6 +15,7 @@ import { ranksText, type StageReport, type VerifyReport } from '../stages/report
 import { planStages, stageView, type StageView } from '../stages/stageview.js';
 import { stageDot } from './dot.js';
 import { stageOp } from './junit.js';
+import { formatIssue, type PlanIssue } from '../plans/errors.js';
 
 /** HTML text or attribute value. */
 export function esc(s: string): string {
@@ -190,6 +191,25 @@ ${rows.join('\n')}
 ${open.length === 0 ? '' : `<h2>Failing and unknown stages</h2>\n${details.join('\n')}`}
 <p class="note">Written by planproof verify --html. Drawings laid out by Graphviz (WebAssembly) when the report was written: boxes are ops, hexagons collectives, ellipses tensors; dashed ellipses are the stage's assumed inputs, bold ones its obligations, red the obligations that fail.</p>
 <script>${SCRIPT}</script>
+</body>
+</html>
+`;
+}
+
+/** An invalid plan as an HTML page: every issue, nothing drawn (the exit code is 2). */
+export function htmlInvalid(file: string, issues: readonly PlanIssue[]): string {
+  return `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>planproof: INVALID ${esc(file)}</title>
+<style>${CSS}</style>
+</head>
+<body>
+<h1>planproof report: ${esc(file)}</h1>
+<div class="verdict unknown" id="verdict"><b>INVALID PLAN</b>: ${issues.length} issue(s); nothing was proved</div>
+<ul>${issues.map((i) => `<li><code>${esc(formatIssue(file, i))}</code></li>`).join('')}</ul>
 </body>
 </html>
 `;

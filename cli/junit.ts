@@ -8,6 +8,7 @@
  * against test/fixtures/junit.xsd.
  */
 import { ranksText, witnessLine, type StageReport, type VerifyReport } from '../stages/report.js';
+import { formatIssue, type PlanIssue } from '../plans/errors.js';
 
 /** XML text or attribute value: the five special characters escaped, characters XML 1.0 forbids dropped. */
 export function xmlEscape(s: string): string {
@@ -89,4 +90,27 @@ export function junitXml(r: VerifyReport): string {
   lines.push('  </testsuite>');
   lines.push('</testsuites>');
   return lines.join('\n') + '\n';
+}
+
+/**
+ * An invalid plan as JUnit: one testcase `load` with an <error> listing every issue, so a CI
+ * step reading the file shows why nothing was proved (the exit code is 2).
+ */
+export function junitInvalid(file: string, issues: readonly PlanIssue[]): string {
+  const a = (k: string, v: string | number): string => ` ${k}="${xmlEscape(String(v))}"`;
+  const first = issues[0];
+  return [
+    '<?xml version="1.0" encoding="UTF-8"?>',
+    `<testsuites${a('name', 'planproof')}${a('tests', 1)}${a('failures', 0)}${a('errors', 1)}>`,
+    `  <testsuite${a('name', file)}${a('tests', 1)}${a('failures', 0)}${a('errors', 1)}${a('skipped', 0)}${a('file', file)}>`,
+    '    <properties>',
+    `      <property${a('name', 'verdict')}${a('value', 'invalid')}/>`,
+    '    </properties>',
+    `    <testcase${a('classname', 'planproof')}${a('name', 'load')}${a('time', '0.000')}>`,
+    `      <error${a('type', 'invalid_plan')}${a('message', first === undefined ? 'invalid plan' : formatIssue(file, first))}>${xmlEscape(issues.map((i) => formatIssue(file, i)).join('\n'))}</error>`,
+    '    </testcase>',
+    '  </testsuite>',
+    '</testsuites>',
+    '',
+  ].join('\n');
 }

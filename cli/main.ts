@@ -32,8 +32,8 @@ import { PRESETS } from '../plans/gen/presets.js';
 import { writeFileSync } from 'node:fs';
 import { inferLineage, verifyInferred } from './boundary.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
-import { junitXml } from './junit.js';
-import { htmlReport } from './html.js';
+import { junitInvalid, junitXml } from './junit.js';
+import { htmlInvalid, htmlReport } from './html.js';
 import { parseShard, partOf, planDigest, readParts } from './shard.js';
 import { stageBar } from './progress.js';
 import { explain } from './explain.js';
@@ -56,7 +56,7 @@ interface Loaded {
 }
 
 /** Reads, parses and loads a plan (reporting a PlanError on `out`); exported for tests. */
-export function loadWithText(path: string, json: boolean, out: Out): Loaded | number {
+export function loadWithText(path: string, json: boolean, out: Out, onInvalid?: (file: string, e: PlanError) => void): Loaded | number {
   const file = path === '-' ? STDIN_NAME : path;
   try {
     // Within the limits set from the command line (setDefaultLimits in main).
@@ -66,6 +66,7 @@ export function loadWithText(path: string, json: boolean, out: Out): Loaded | nu
     return { plan, text: JSON.stringify(raw) };
   } catch (e) {
     if (!(e instanceof PlanError)) throw e;
+    onInvalid?.(file, e);
     if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues: e.issues }, null, 2));
     else {
       out.err(`planproof: invalid plan ${file}`);
@@ -179,7 +180,15 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   // The time limit counts from here: loading is part of the run.
   const limit = timeLimitFrom(eng);
   const tLoad = performance.now();
-  const l = loadWithText(file, json, out);
+  const l = loadWithText(file, json, out, (f, e) => {
+    // The report files still say why nothing was proved.
+    try {
+      if (files.junit !== undefined) writeFileSync(files.junit, junitInvalid(f, e.issues));
+      if (files.html !== undefined) writeFileSync(files.html, htmlInvalid(f, e.issues));
+    } catch (w) {
+      out.err(`planproof: cannot write the report: ${w instanceof Error ? w.message : String(w)}`);
+    }
+  });
   if (typeof l === 'number') return l;
   const loadMs = Math.round(performance.now() - tLoad);
   if (sh.shard !== undefined || sh.merge !== undefined) {

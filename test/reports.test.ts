@@ -83,6 +83,20 @@ describe('JUnit XML report (--junit)', function () {
     assert.match(readFileSync(f, 'utf8'), /tests="2" failures="0" errors="0" skipped="1"[\s\S]*name="plan verdict"[\s\S]*<skipped message="unknown: internal inconsistency"/);
   });
 
+  it('an invalid plan: exit 2, and the JUnit file (valid) and HTML page say why', async () => {
+    const plan = join(dir, 'invalid.json');
+    writeFileSync(plan, JSON.stringify({ format: 'planproof/v1' }));
+    const xmlFile = join(dir, 'invalid.xml');
+    const htmlFile = join(dir, 'invalid.html');
+    const r = await runCli(['verify', plan, '--junit', xmlFile, '--html', htmlFile]);
+    assert.equal(r.code, 2);
+    const v = validate(xmlFile);
+    assert.ok(v.ok, v.msg);
+    const xml = readFileSync(xmlFile, 'utf8');
+    assert.match(xml, /errors="1"[\s\S]*<testcase classname="planproof" name="load"[^>]*>\s*<error type="invalid_plan" message="[^"]*invalid\.json: /);
+    assert.match(readFileSync(htmlFile, 'utf8'), /<b>INVALID PLAN<\/b>/);
+  });
+
   it('the schema check can fail: a testsuite without its counts, or a testcase with two outcomes, is refused', () => {
     const f = join(dir, 'bad.xml');
     writeFileSync(f, '<testsuites><testsuite name="x"><testcase classname="c" name="n"/></testsuite></testsuites>');
