@@ -85,7 +85,7 @@ tr.not_equivalent td{background:#fff5f5}tr.unknown td{background:#fffdf0}
 .controls{margin:.5em 0}.controls label{margin-right:1em}
 pre.reason{white-space:pre-wrap;background:#fafafa;border:1px solid #eee;padding:.5em;font-size:.85em}
 section.stage{border-top:1px solid #ccc;margin-top:1em;padding-top:.3em}
-.graph{overflow:auto;border:1px solid #eee;max-height:900px}.graph svg{max-width:100%;height:auto}
+.graph{overflow:auto;border:1px solid #eee;max-height:900px}
 .note{color:#666;font-style:italic}.meta td:first-child{font-weight:600}
 `;
 
@@ -130,7 +130,7 @@ const SCRIPT = `
  * The report as one HTML document. `plan` is the plan as loaded (full shapes): stages are drawn
  * from its decomposition, matched to the report's stages by logical tensor.
  */
-export async function htmlReport(r: VerifyReport, plan: LoadedPlan): Promise<string> {
+export async function htmlReport(r: VerifyReport & { readonly reduction?: { readonly ran: boolean } }, plan: LoadedPlan): Promise<string> {
   const open = r.stages.filter((s) => s.status !== 'proved');
   let layout: Layout = () => '';
   let views = new Map<string, StageView>();
@@ -160,6 +160,8 @@ export async function htmlReport(r: VerifyReport, plan: LoadedPlan): Promise<str
     ['numeric', r.numeric.evaluated ? `${r.numeric.claimsChecked} claims evaluated at random inputs (seed ${r.numeric.seed}): ${r.numeric.mismatches === 0 ? 'all agree' : `${r.numeric.mismatches} differ`}` : `not evaluated (${r.numeric.reason ?? ''})`],
     ['time', `${(r.ms / 1000).toFixed(2)} s`],
   ];
+  // Witness elements of a reduced proof index the reduced tensors (the text report says so too).
+  if (r.reduction?.ran === true) meta.push(['shape reduction', 'proved at reduced shapes (docs/engine.md, "Shape reduction"): witness elements index the reduced tensors; the drawings show the plan as written']);
   if (r.verdict === 'not_equivalent') meta.push(['witness inputs', `the contract inputs drawn uniformly from [-1, 1) with seed ${r.numeric.seed} (planproof verify --seed ${r.numeric.seed} reproduces them)`]);
   return `<!DOCTYPE html>
 <html lang="en">
