@@ -219,6 +219,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   };
   const stageDone = (_d: number, _t: number, s: Stage): void => advance(weights.get(s.index) ?? 1);
   const repOf = new Map<number, number>();
+  const ownedDone = new Set<number>();
   // Never the proof cache in a shard (its stand-ins for other shards' stages are not proofs)
   // nor in a merge (the parts proved what a cache hit would skip).
   const cache = opts.shard === undefined && opts.proved === undefined ? opts.cache : undefined;
@@ -235,7 +236,10 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
     if (sh === undefined) return proveAny(some);
     const mine = some.filter((s) => (repOf.get(s.index) ?? s.index) % sh.count === sh.index - 1);
     const got = new Map((mine.length === 0 ? [] : await proveAny(mine)).map((r) => [r.stage.index, r]));
-    for (const r of got.values()) sh.record(r);
+    for (const r of got.values()) {
+      sh.record(r);
+      ownedDone.add(r.stage.index);
+    }
     return some.map((s) => got.get(s.index) ?? { stage: s, status: 'proved', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
   };
   // Proves any subset of the decomposition (the pool and the workers index stages by Stage.index).
@@ -276,8 +280,11 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, cache, known, { weights, decided: advance, repOf });
   let results = distinct?.results ?? (await proveRest(stages, known, proveSome));
   clock.lap('stages');
-  // A shard's report is never shown: the phases after the proofs are the merge's.
+  // A shard's report is never shown: the phases after the proofs are the merge's. Its
+  // stand-ins for other shards' stages (and the stages they cover) become "unknown" here, so
+  // a library caller reading a shard's report never sees a proof no one made.
   const sharded = opts.shard !== undefined;
+  if (sharded) results = results.map((r, i) => (known?.has(i) === true || ownedDone.has(i) || ownedDone.has(repOf.get(i) ?? i) ? r : { ...r, status: 'unknown', reason: 'left to another shard (--shard): planproof merge gives the verdict', failingRanks: [] }));
   let numeric = sharded ? first : witnessSearch(plan, results, first, undefined, limit);
   clock.lap('witnessSearch');
   if (engine === 'normal' && !sharded) results = await z3Fallback(plan, results, numeric, opts.deadlineMs, limit);

@@ -9,6 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { verdictSection, type Part } from '../cli/shard.js';
 import { EXAMPLES, runCli } from './helpers.js';
+import { loadPlan } from '../lineage/load.js';
+import { verifyPlanInPool } from '../stages/verify.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'planproof-shard-'));
 
@@ -73,6 +75,18 @@ describe('sharded runs: verify --shard i/n, then merge', function () {
     const single = await runCli(['verify', plan, '--no-cache', '--no-tensor-level', '--json']);
     assert.equal(merged.code, 3);
     assert.notEqual(verdictSection(JSON.parse(merged.stdout)), verdictSection(JSON.parse(single.stdout)));
+  });
+
+  it("a shard's own report (library callers) never claims a proof another shard owes: those stages are unknown", async () => {
+    const file = `${EXAMPLES}mlp-dp2.json`;
+    const plan = loadPlan(file);
+    const recorded: number[] = [];
+    const r = await verifyPlanInPool(plan, readFileSync(file, 'utf8'), { jobs: 1, deadlineMs: 60_000, tensorLevel: false, shard: { index: 1, count: 2, record: (x) => void recorded.push(x.stage.index) } });
+    assert.ok(recorded.length > 0);
+    assert.equal(r.verdict, 'unknown');
+    const left = r.stages.filter((s) => s.status === 'unknown');
+    assert.ok(left.length > 0 && left.every((s) => /left to another shard/.test(s.reason ?? '')));
+    assert.ok(r.stages.some((s) => s.status === 'proved'));
   });
 
   it('--shard is checked before any work, and merge refuses parts that do not belong together', async () => {
