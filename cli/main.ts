@@ -427,7 +427,6 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file (one testcase per stage; docs/reports.md)' })
           .option('html', { type: 'string', describe: 'also write a self-contained HTML report to this file (failing stages drawn; docs/reports.md)' })
           .option('shard', { type: 'string', describe: 'prove only shard i/n of the stage proofs and write a part file on stdout for planproof merge (CI matrices; no proof cache; exit 0 when written)' }),
-
       (a) => {
         const plan = a.plan;
         if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...(a.shard === undefined ? cacheOption(a.cache) : {}) }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard));
