@@ -12,7 +12,8 @@ import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
-import { verifyPlanInPool, type TimeLimit } from '../stages/verify.js';
+import { MergeError, verifyPlanInPool, type ShardResult, type TimeLimit } from '../stages/verify.js';
+import type { StageResult } from '../stages/prove.js';
 import { type VerifyReport } from '../stages/report.js';
 import { formatReport } from '../stages/report.js';
 import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/template.js';
@@ -32,6 +33,11 @@ import { writeFileSync } from 'node:fs';
 import { inferLineage, verifyInferred } from './boundary.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 import { runWithHeap, superviseHeap } from './heap.js';
+import { junitInvalid, junitXml } from './junit.js';
+import { htmlInvalid, htmlReport } from './html.js';
+import { parseShard, partOf, planDigest, readParts } from './shard.js';
+import { stageBar } from './progress.js';
+import { explain } from './explain.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -51,7 +57,7 @@ interface Loaded {
 }
 
 /** Reads, parses and loads a plan (reporting a PlanError on `out`); exported for tests. */
-export function loadWithText(path: string, json: boolean, out: Out): Loaded | number {
+export function loadWithText(path: string, json: boolean, out: Out, onInvalid?: (file: string, e: PlanError) => void): Loaded | number {
   const file = path === '-' ? STDIN_NAME : path;
   try {
     // Within the limits set from the command line (setDefaultLimits in main).
@@ -61,6 +67,7 @@ export function loadWithText(path: string, json: boolean, out: Out): Loaded | nu
     return { plan, text: JSON.stringify(raw) };
   } catch (e) {
     if (!(e instanceof PlanError)) throw e;
+    onInvalid?.(file, e);
     if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues: e.issues }, null, 2));
     else {
       out.err(`planproof: invalid plan ${file}`);
@@ -84,6 +91,8 @@ interface EngineOptions {
   timeLimit?: number;
   /** Tensor-level proofs first (default; --no-tensor-level turns them off). */
   tensorLevel?: boolean;
+  /** A progress bar on stderr when it is a terminal (off with --json). */
+  progress?: boolean;
 }
 
 function inspect(file: string, json: boolean, out: Out): number {
@@ -100,36 +109,100 @@ function cacheOption(v: unknown): { cacheDir?: string } {
   return { cacheDir: typeof v === 'string' && v !== '' ? v : defaultCacheDir() };
 }
 
-function progress(): ((done: number, total: number) => void) | undefined {
-  if (!process.stderr.isTTY) return undefined;
-  return (done, total) => {
-    process.stderr.write(`\rproving distinct stage ${done}/${total}${done === total ? '\n' : ''}`);
-  };
-}
-
 /** The run's time limit, counted from now. */
 function timeLimitFrom(eng: EngineOptions): TimeLimit | undefined {
   return eng.timeLimit === undefined ? undefined : { endAt: performance.now() + eng.timeLimit * 1000, seconds: eng.timeLimit };
 }
 
-async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[], limit: TimeLimit | undefined = timeLimitFrom(eng)): Promise<VerifyReport> {
-  const onStage = progress();
+async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[], limit: TimeLimit | undefined = timeLimitFrom(eng), sharding: Sharding = {}): Promise<VerifyReport> {
+  // The bar (cli/progress.ts) only on a terminal and never with --json.
+  const bar = stageBar(eng.progress === true);
+  const onStage = bar === undefined ? undefined : (done: number, total: number): void => bar.update(done, total);
   // Proof cache hook (stages/cache.ts): on unless --no-cache.
   const cache = cacheDir === undefined ? undefined : new ProofCache(cacheDir);
   // Per-stage fallback (stages/stage-reduce.ts): stages too large in the whole plan are extracted and reduced on their own.
   const fallback = fallbackLog === undefined ? undefined : perStageFallback(() => JSON.parse(l.text) as RawPlan, eng.seed, fallbackLog);
-  const report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(limit === undefined ? {} : { timeLimit: limit }), ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }) });
+  let report: VerifyReport;
+  try {
+    report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(limit === undefined ? {} : { timeLimit: limit }), ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }), ...(sharding.shard === undefined ? {} : { shard: sharding.shard }), ...(sharding.proved === undefined ? {} : { proved: sharding.proved }) });
+  } finally {
+    bar?.stop();
+  }
   await shutdownZ3();
   return report;
 }
 
-async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false): Promise<number> {
+/** Why a run cannot be sharded (its stages are not proved rank by rank in the pool), or undefined. */
+function notShardable(plan: LoadedPlan, eng: EngineOptions, infer: boolean | undefined, perStage: boolean): string | undefined {
+  if (stageWorkTooLarge(plan) !== undefined) return 'the plan is past the per-rank stage bound and is verified per template';
+  if (eng.engine === 'normal' && infer !== true && !perStage && eng.tensorLevel !== false && stageEntries(plan) > PER_TEMPLATE_FIRST) return 'the plan is large enough to be verified per template first';
+  if (eng.engine === 'normal' && infer !== false && (infer === true || plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) return 'plans with inferred cut points (--infer) are verified in rounds';
+  if (perStage) return '--per-stage proves stage by stage in this thread';
+  return undefined;
+}
+
+/** Report files a verify run writes besides its stdout report (--junit, --html). */
+export interface ReportFiles {
+  readonly junit?: string;
+  readonly html?: string;
+}
+
+/**
+ * Writes the report files of a finished run and returns its exit code. A file that cannot be
+ * written is a usage error (exit 4), so CI never reads a missing report as a pass.
+ */
+async function finish(r: VerifyReport, l: Loaded, files: ReportFiles, out: Out): Promise<number> {
+  try {
+    if (files.junit !== undefined) writeFileSync(files.junit, junitXml(r));
+    if (files.html !== undefined) writeFileSync(files.html, await htmlReport(r, l.plan));
+  } catch (e) {
+    out.err(`planproof: cannot write the report: ${e instanceof Error ? e.message : String(e)}`);
+    return ExitCode.usage;
+  }
+  return verdictCode[r.verdict];
+}
+
+/**
+ * A sharded run or a merge (cli/shard.ts): `shard` proves one shard's stages and writes a
+ * part instead of a report; `proved` (with the plan digest the parts were proved on) merges.
+ */
+interface ShardRun {
+  readonly shard?: { index: number; count: number };
+  readonly merge?: { proved: ReadonlyMap<number, ShardResult>; sha256: string };
+}
+
+/** What runVerify hands the pool for a ShardRun. */
+interface Sharding {
+  readonly shard?: { index: number; count: number; record: (r: StageResult) => void };
+  readonly proved?: ReadonlyMap<number, ShardResult>;
+}
+
+async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false, files: ReportFiles = {}, sh: ShardRun = {}): Promise<number> {
   // The time limit counts from here: loading is part of the run.
   const limit = timeLimitFrom(eng);
   const tLoad = performance.now();
-  const l = loadWithText(file, json, out);
+  const l = loadWithText(file, json, out, (f, e) => {
+    // The report files still say why nothing was proved.
+    try {
+      if (files.junit !== undefined) writeFileSync(files.junit, junitInvalid(f, e.issues));
+      if (files.html !== undefined) writeFileSync(files.html, htmlInvalid(f, e.issues));
+    } catch (w) {
+      out.err(`planproof: cannot write the report: ${w instanceof Error ? w.message : String(w)}`);
+    }
+  });
   if (typeof l === 'number') return l;
   const loadMs = Math.round(performance.now() - tLoad);
+  if (sh.shard !== undefined || sh.merge !== undefined) {
+    const why = notShardable(l.plan, eng, infer, perStage);
+    if (why !== undefined) {
+      out.err(`planproof: --shard: ${why}; verify it without --shard`);
+      return ExitCode.usage;
+    }
+    if (sh.merge !== undefined && planDigest(l.text) !== sh.merge.sha256) {
+      out.err(`planproof: merge: ${file} is not the plan the parts proved (its content changed since)`);
+      return ExitCode.usage;
+    }
+  }
   // Past the per-rank stage bound every path below (reduction, inference, per-stage
   // extraction, the pool) would build per-rank stages: the stages are decomposed per template
   // instead, each "unknown" with its reason (stages/template.ts), never a heap exhaustion.
@@ -137,7 +210,7 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
     const r = verifyPerTemplate(l.plan, { seed: eng.seed, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart } });
     const notTried = 'not tried: the plan is past the per-rank stage bound; its stages are sized at full shapes';
     out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
-    return verdictCode[r.verdict];
+    return finish(r, l, files, out);
   }
   // Tensor level per template first (stages/template.ts verifiedPerTemplate) on plans whose
   // per-rank stages are large (past PER_TEMPLATE_FIRST entries: L1 is 7.7 million): when it
@@ -162,32 +235,46 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
     }
     if (r !== undefined) {
       out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: REDUCTION_NOT_NEEDED, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction ${REDUCTION_NOT_NEEDED}`);
-      return verdictCode[r.verdict];
+      return finish(r, l, files, out);
     }
   }
   // Inferred boundaries (issue 18): with --infer, or when the file holds claims marked inferred.
   if (eng.engine === 'normal' && infer !== false && (infer === true || l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) {
     const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }) }, out);
-    return verdictCode[r.verdict];
+    return finish(r, l, files, out);
   }
   // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.
   if (perStage) {
     const r = verifyPerStage(l.plan, JSON.parse(l.text) as RawPlan, { seed: eng.seed, reduce: red.reduce, ...(red.emitDir === undefined ? {} : { emitDir: red.emitDir }) });
     out.log(json ? JSON.stringify(r, null, 2) : `${formatReport(r, verbose)}\n${formatPerStage(r.stageReduction, verbose)}`);
-    return verdictCode[r.verdict];
+    return finish(r, l, files, out);
   }
   // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
   const fbLog: FallbackInfo[] = [];
   // Phases: loading and the shape reduction here, the rest from the proof (VerifyReport.phases).
   const tReduce = performance.now();
   let reduceMs = 0;
-  const proved = await verifyReduced(l.plan, l.text, red, (plan, text) => {
-    reduceMs = Math.round(performance.now() - tReduce);
-    return runVerify({ plan, text }, eng, red.cacheDir, red.reduce ? fbLog : undefined, limit);
-  });
+  const recorded: StageResult[] = [];
+  const sharding: Sharding = { ...(sh.shard === undefined ? {} : { shard: { ...sh.shard, record: (x: StageResult) => void recorded.push(x) } }), ...(sh.merge === undefined ? {} : { proved: sh.merge.proved }) };
+  let proved: Awaited<ReturnType<typeof verifyReduced>>;
+  try {
+    proved = await verifyReduced(l.plan, l.text, red, (plan, text) => {
+      reduceMs = Math.round(performance.now() - tReduce);
+      return runVerify({ plan, text }, eng, red.cacheDir, red.reduce ? fbLog : undefined, limit, sharding);
+    });
+  } catch (e) {
+    if (!(e instanceof MergeError)) throw e;
+    out.err(`planproof: merge: ${e.message}`);
+    return ExitCode.usage;
+  }
+  if (sh.shard !== undefined) {
+    // A part, not a report: the merge gives the verdict.
+    out.log(JSON.stringify(partOf(sh.shard, file, l.text, { seed: eng.seed, engine: eng.engine, deadline: eng.deadline, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), tensorLevel: eng.tensorLevel !== false, reduce: red.reduce }, recorded)));
+    return 0;
+  }
   const report = { ...proved, phases: { load: loadMs, reduction: reduceMs, ...proved.phases } };
   out.log(json ? JSON.stringify({ ...report, perStageFallback: fbLog }, null, 2) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(fbLog)}`);
-  return verdictCode[report.verdict];
+  return finish(report, l, files, out);
 }
 
 async function demo(json: boolean, eng: EngineOptions, out: Out): Promise<number> {
@@ -337,10 +424,13 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('emit-reduced', { type: 'string', describe: 'write the reduced plan (an ordinary plan file) into this directory' })
           .option('cache', { type: 'string', describe: `directory of the proof cache (default ${defaultCacheDir()}; --no-cache: off)` })
           .option('tensor-level', { type: 'boolean', default: true, describe: 'prove stages by relations between whole tensors first (docs/engine.md, "Tensor-level proofs"; --no-tensor-level: element engines only)' })
-          .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' }),
+          .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' })
+          .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file (one testcase per stage; docs/reports.md)' })
+          .option('html', { type: 'string', describe: 'also write a self-contained HTML report to this file (failing stages drawn; docs/reports.md)' })
+          .option('shard', { type: 'string', describe: 'prove only shard i/n of the stage proofs and write a part file on stdout for planproof merge (CI matrices; no proof cache; exit 0 when written)' }),
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cacheOption(a.cache) }, a.perStage);
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...(a.shard === undefined ? cacheOption(a.cache) : {}) }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard));
       },
     )
     .command(
@@ -360,6 +450,47 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       },
     )
     .command(
+      'merge <parts..>',
+      'merge the part files of a sharded run (verify --shard i/n): the verdict, report and exit code a single run gives',
+      (y) =>
+        y
+          .positional('parts', { type: 'string', array: true, demandOption: true, describe: 'the part files, one per shard' })
+          .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file' })
+          .option('html', { type: 'string', describe: 'also write the HTML report to this file' }),
+      (a) => {
+        const parts = (a.parts ?? []).map(String);
+        run = async () => {
+          const m = readParts(parts);
+          if (typeof m === 'string') {
+            if (a.json) out.log(JSON.stringify({ verdict: 'usage_error', error: m }, null, 2));
+            else out.err(`planproof: merge: ${m}`);
+            return ExitCode.usage;
+          }
+          const o = m.options;
+          const files = { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) };
+          return verify(m.file, a.json, { engine: o.engine, seed: o.seed, jobs: a.jobs, deadline: o.deadline, ...(o.timeLimit === undefined ? {} : { timeLimit: o.timeLimit }), tensorLevel: o.tensorLevel, progress: false }, a.verbose, out, undefined, { reduce: o.reduce, tensorLevel: o.tensorLevel }, false, files, { merge: { proved: m.proved, sha256: m.sha256 } });
+        };
+      },
+    )
+    .command(
+      'explain <plan> <stage>',
+      "show one stage: its logical and parallel ops side by side, assumed input relations, output relations, and the first differing elements with their terms (exit 2 for a stage that is not there)",
+      (y) =>
+        y
+          .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' })
+          .positional('stage', { type: 'string', demandOption: true, describe: "the stage: its number in the verify report (1-based) or its logical tensor's name" })
+          .option('dot', { type: 'string', describe: "write the stage's graph as Graphviz DOT to this file (--dot alone: to stdout, instead of the table)" }),
+      (a) => {
+        const plan = a.plan;
+        const stage = a.stage;
+        if (typeof plan !== 'string' || stage === undefined) return;
+        run = () => {
+          const l = load(plan, a.json, out);
+          return typeof l === 'number' ? l : explain(l, String(stage), { json: a.json, seed: a.seed, ...(a.dot === undefined ? {} : { dot: a.dot }) }, out);
+        };
+      },
+    )
+    .command(
       'inspect <plan>',
       'load and check a plan, then summarize it: mesh, ranks, ops, collectives, lineage coverage',
       (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' }),
@@ -373,7 +504,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       'verify the embedded example plan (a two-layer MLP training iteration under tensor parallelism)',
       (y) => y,
       (a) => {
-        run = () => demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit }, out);
+        run = () => demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, progress: !a.json }, out);
       },
     )
     .command(
@@ -416,9 +547,9 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
         run = () => gen(a, out);
       },
     )
-    .demandCommand(1, 'name a command: verify, inspect, infer-lineage, demo or gen')
+    .demandCommand(1, 'name a command: verify, merge, explain, inspect, infer-lineage, demo or gen')
     // yargs' own validation, before any handler: numbers it parses as NaN or out of range fail here.
-    .check((a) => engineOptionError(a) ?? limitOptionError(a) ?? true)
+    .check((a) => engineOptionError(a) ?? limitOptionError(a) ?? shardOptionError(a) ?? true)
     .strict()
     .help()
     .version()
@@ -474,6 +605,22 @@ function limitOptionError(a: LimitFlags): string | undefined {
     if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) return `${flag} must be a positive integer, got ${String(v)}`;
   }
   return undefined;
+}
+
+/** --shard i/n, checked before any work; a part is not a report, so no report files with it. */
+function shardOptionError(a: { readonly [k: string]: unknown }): string | undefined {
+  if (a['shard'] === undefined) return undefined;
+  const s = parseShard(a['shard']);
+  if (typeof s === 'string') return s;
+  if (a['junit'] !== undefined || a['html'] !== undefined) return '--junit and --html go with planproof merge when a run is sharded: a shard writes a part, not a report';
+  if (a['perStage'] === true || a['infer'] === true) return '--shard does not apply with --per-stage or --infer';
+  return undefined;
+}
+
+/** The shard of a verify command line (validated by shardOptionError). */
+function shardRun(v: string | undefined): ShardRun {
+  const s = v === undefined ? undefined : parseShard(v);
+  return s === undefined || typeof s === 'string' ? {} : { shard: s };
 }
 
 /** Numeric options yargs accepts as any number (NaN included): checked before any work. */

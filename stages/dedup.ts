@@ -29,7 +29,20 @@ interface DistinctProofs {
 
 type ProveSome = (stages: readonly Stage[]) => Promise<StageResult[]>;
 
-export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], prove: ProveSome, cache?: ProofCache, known?: ReadonlyMap<number, StageResult>): Promise<DistinctProofs> {
+/**
+ * What proveDistinct tells its caller about the classes. Progress in stages rather than
+ * proofs: `weights` is filled with how many stages a proof of each stage decides (its class's
+ * size for a representative, 0 for a member re-proved after its representative failed:
+ * counted already), `decided` hears of stages decided without a proof (the cache). `repOf`
+ * maps every stage of a class to its representative (sharded runs give a class one owner).
+ */
+export interface StageProgress {
+  readonly weights: Map<number, number>;
+  decided(n: number): void;
+  readonly repOf?: Map<number, number>;
+}
+
+export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], prove: ProveSome, cache?: ProofCache, known?: ReadonlyMap<number, StageResult>, progress?: StageProgress): Promise<DistinctProofs> {
   // Stages already decided (tensor-level proofs) are neither grouped nor proved again.
   const open = known === undefined ? stages : stages.filter((s) => !known.has(s.index));
   // Nothing left (every stage proved at tensor level): no canonical forms to build (on 512
@@ -42,12 +55,15 @@ export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], 
   let cacheHits = 0;
   const todo: StageClass[] = [];
   for (const c of classes) {
+    for (const m of c.members) progress?.repOf?.set(m, c.rep);
     const hit = c.form === '' ? undefined : cache?.lookup(c.hash, c.form);
     if (hit === undefined) {
+      progress?.weights.set(c.rep, c.members.length);
       todo.push(c);
       continue;
     }
     cacheHits++;
+    progress?.decided(c.members.length);
     const s = stages[c.rep] as Stage;
     results[c.rep] = { stage: s, status: 'proved', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0, ...(hit.decidedBy === undefined ? {} : { decidedBy: hit.decidedBy }) };
     fromCache[c.rep] = 1;
@@ -69,7 +85,12 @@ export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], 
         coveredBy[m] = c.rep;
         fromCache[m] = fromCache[c.rep] as number;
       }
-    } else for (const m of c.members) if (m !== c.rep) rest.push(stages[m] as Stage);
+    } else
+      for (const m of c.members) {
+        if (m === c.rep) continue;
+        progress?.weights.set(m, 0);
+        rest.push(stages[m] as Stage);
+      }
   }
   if (rest.length > 0) {
     const more = await prove(rest);

@@ -37,7 +37,8 @@ export interface PoolOptions {
   /** The run's time limit: stages are not started past it, and a stage's deadline is cut to what is left. */
   readonly timeLimit?: TimeLimit;
   readonly engine?: 'normal' | 'z3';
-  readonly onStage?: (done: number, total: number) => void;
+  /** After each stage: proofs done, proofs asked for, and the stage just finished. */
+  readonly onStage?: (done: number, total: number, stage: Stage) => void;
   /**
    * A worker module to run instead of stages/worker.js, and the workerData it gets (tests
    * wrap the worker to make a stage hang or crash: test/fault-worker.ts).
@@ -116,7 +117,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
         // A caller's stop time (stages/boundary.ts rounds) and the run's time limit (--time-limit) both bound the stage.
         const stopLeft = opts.stopAt === undefined ? Infinity : opts.stopAt - t0;
         if (stopLeft <= 0) {
-          opts.onStage?.(++done, stages.length);
+          opts.onStage?.(++done, stages.length, stage);
           return { stage, status: 'unknown', reason: TIME_LIMIT_REASON, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
         }
         const runLeft = timeLeft(opts.timeLimit);
@@ -142,7 +143,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
                 : `the worker proving this stage failed (${err.message}); it was replaced`;
           result = { stage, status: 'unknown', reason, failingRanks: [...new Set(stage.obligations.map((o) => o.rank))], logicalOps: 0, parallelOps: 0, terms: 0, ms: performance.now() - t0 };
         }
-        opts.onStage?.(++done, stages.length);
+        opts.onStage?.(++done, stages.length, stage);
         return result;
       };
       const lane = async (): Promise<void> => {

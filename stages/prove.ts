@@ -574,6 +574,35 @@ export class Prover {
   }
 }
 
+/** One element pair whose normal forms differ, with both sides' terms (planproof explain). */
+export interface ElementDifference {
+  readonly what: string;
+  readonly rank: number;
+  readonly parallel: string;
+  readonly logical: string;
+  readonly difference: string;
+}
+
+/**
+ * The first `max` element pairs of a stage whose eager normal forms differ, each side's term
+ * rendered: what `planproof explain` shows a person next to the witness values. Builds the
+ * stage as the prover does (same builder, every sum expanded); a stage past the term budget
+ * throws TermBudgetError, as proving it would.
+ */
+export function elementDifferences(plan: LoadedPlan, stage: Stage, max = 4, budget = DEFAULT_TERM_BUDGET): ElementDifference[] | { why: string } {
+  const T = new TermStore(budget, false);
+  const b = new StageBuilder(plan).build(stage, { alg: termAlgebra(T), sym: (name, values) => (values === undefined ? T.sym(name) : T.categorical(name, values)) });
+  if (b.tooLarge !== undefined) return { why: `the stage is too large: ${b.tooLarge}` };
+  if (b.unsupported !== undefined) return { why: `unsupported input relation: ${b.unsupported}` };
+  const out: ElementDifference[] = [];
+  for (const p of b.pairs) {
+    if (out.length >= max) break;
+    if (T.equal(p.par, p.log)) continue;
+    out.push({ what: p.what, rank: p.rank, parallel: T.render(p.par, 300), logical: T.render(p.log, 300), difference: T.render(T.sub(p.par, p.log), 300) });
+  }
+  return out;
+}
+
 export function result(stage: Stage, status: StageStatus, reason: string | undefined, failingRanks: number[], b: { logicalOps: number; parallelOps: number }, terms: number, t0: number): StageResult {
   const r: StageResult = { stage, status, failingRanks: [...new Set(failingRanks)].sort((a, c) => a - c), logicalOps: b.logicalOps, parallelOps: b.parallelOps, terms, ms: performance.now() - t0 };
   return reason === undefined ? r : { ...r, reason };

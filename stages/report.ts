@@ -70,7 +70,8 @@ export interface VerifyReport {
   readonly timeLimit?: { seconds: number; reached: boolean };
 }
 
-function ranksText(r: readonly number[]): string {
+/** "0-7" for a run of consecutive ranks, else "0,2,5". */
+export function ranksText(r: readonly number[]): string {
   if (r.length > 2 && r.every((x, i) => i === 0 || x === (r[i - 1] as number) + 1)) return `${r[0]}-${r[r.length - 1]}`;
   return r.join(',');
 }
@@ -79,7 +80,8 @@ function num(x: number): string {
   return Number.isInteger(x) ? String(x) : x.toPrecision(8);
 }
 
-function witnessLine(m: Mismatch): string {
+/** One witness value as a sentence (the text, JUnit and HTML reports share it). */
+export function witnessLine(m: Mismatch): string {
   const at = `${m.logical}[${m.element.join(', ')}]`;
   switch (m.kind) {
     case 'complete':

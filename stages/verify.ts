@@ -41,6 +41,10 @@ export interface VerifyOptions {
   readonly seed?: number;
   /** Tensor-level proofs before the exact normal form (default true). */
   readonly tensorLevel?: boolean;
+  /**
+   * Progress: verifyPlan calls it after each stage proof; verifyPlanInPool in stages decided
+   * (a proof deciding a whole class of equal stages counts them all) out of all stages.
+   */
   readonly onStage?: (done: number, total: number) => void;
   /** Per-rank entries past which stages are decomposed per template (default MAX_STAGE_ENTRIES; lowered by tests). */
   readonly maxStageEntries?: number;
@@ -150,12 +154,30 @@ export interface PoolVerifyOptions extends VerifyOptions {
   /** The whole run's time limit (--time-limit): see TimeLimit. */
   readonly timeLimit?: TimeLimit;
   /**
+   * A sharded run (`planproof verify --shard i/n`): only the stages whose class representative
+   * falls to shard `index` (1-based) of `count` are proved, each result handed to `record`;
+   * the others stand in as proved (never reported: a shard writes a part, not a report), and
+   * the phases after the proofs (witness search, Z3, per-stage fallback) are left to the merge.
+   */
+  readonly shard?: { readonly index: number; readonly count: number; readonly record: (r: StageResult) => void };
+  /**
+   * `planproof merge`: the results the shards proved, by stage index, used instead of proving;
+   * everything else runs as in a single run, so the report is the one a single run gives.
+   */
+  readonly proved?: ReadonlyMap<number, ShardResult>;
+  /**
    * Stages still undecided because they are too large are handed to this hook (per-stage
    * extraction and reduction, stages/stage-reduce.ts perStageFallback). Passed in rather than
    * imported: stage-reduce.ts builds its reports with this module.
    */
   readonly fallback?: StageFallback;
 }
+
+/** A stage result as a part file carries it (the stage by its index). */
+export type ShardResult = Omit<StageResult, 'stage'>;
+
+/** A merge asked for a stage no part proved (parts of other runs, or a part missing). */
+export class MergeError extends Error {}
 
 /** Second chance for undecided stages: new results (same order) and the numeric evidence with their witnesses added. */
 type StageFallback = (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, limit?: TimeLimit) => { results: StageResult[]; numeric: NumericReport };
@@ -187,8 +209,41 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const first = numericCheck(plan, seed);
   const witnessed = witnessedStages(plan, stages, first);
   clock.lap('numeric');
-  // Proves any subset of the decomposition (the pool and the workers index stages by Stage.index).
+  // Progress in stages decided out of all stages (see VerifyOptions.onStage).
+  let decided = 0;
+  const weights = new Map<number, number>();
+  const advance = (n: number): void => {
+    if (n <= 0 || opts.onStage === undefined) return;
+    decided = Math.min(stages.length, decided + n);
+    opts.onStage(decided, stages.length);
+  };
+  const stageDone = (_d: number, _t: number, s: Stage): void => advance(weights.get(s.index) ?? 1);
+  const repOf = new Map<number, number>();
+  const ownedDone = new Set<number>();
+  // Never the proof cache in a shard (its stand-ins for other shards' stages are not proofs)
+  // nor in a merge (the parts proved what a cache hit would skip).
+  const cache = opts.shard === undefined && opts.proved === undefined ? opts.cache : undefined;
+  // Sharded runs and merges (PoolVerifyOptions.shard, .proved) wrap the proofs.
   const proveSome = async (some: readonly Stage[]): Promise<StageResult[]> => {
+    const proved = opts.proved;
+    if (proved !== undefined)
+      return some.map((s) => {
+        const r = proved.get(s.index);
+        if (r === undefined) throw new MergeError(`no part holds the proof of stage ${s.index + 1} (${plan.logical.tensors.name(s.logical)}): the parts come from runs with other options or another plan`);
+        return { ...r, stage: s };
+      });
+    const sh = opts.shard;
+    if (sh === undefined) return proveAny(some);
+    const mine = some.filter((s) => (repOf.get(s.index) ?? s.index) % sh.count === sh.index - 1);
+    const got = new Map((mine.length === 0 ? [] : await proveAny(mine)).map((r) => [r.stage.index, r]));
+    for (const r of got.values()) {
+      sh.record(r);
+      ownedDone.add(r.stage.index);
+    }
+    return some.map((s) => got.get(s.index) ?? { stage: s, status: 'proved', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
+  };
+  // Proves any subset of the decomposition (the pool and the workers index stages by Stage.index).
+  const proveAny = async (some: readonly Stage[]): Promise<StageResult[]> => {
     if (opts.jobs > 0) {
       return proveInPool(plan.file, text, some, {
         jobs: opts.jobs,
@@ -197,11 +252,11 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
         ...(limit === undefined ? {} : { timeLimit: limit }),
         engine,
         ...(opts.recycleAfter === undefined ? {} : { recycleAfter: opts.recycleAfter }),
-        ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }),
+        onStage: stageDone,
         ...(opts.worker === undefined ? {} : { worker: opts.worker }),
       });
     }
-    if (engine === 'normal') return proveInProcess(plan, some, opts.onStage, witnessed, limit);
+    if (engine === 'normal') return proveInProcess(plan, some, (d, t) => stageDone(d, t, some[d - 1] as Stage), witnessed, limit);
     const prover = new Z3Prover(plan);
     const out: StageResult[] = [];
     for (const [i, s] of some.entries()) {
@@ -211,7 +266,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
       } catch (e) {
         out.push(engineError(s, e));
       }
-      opts.onStage?.(i + 1, some.length);
+      stageDone(i + 1, some.length, s);
     }
     return out;
   };
@@ -219,16 +274,22 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   // shapes. A stage the numeric run shows differing is left to the element engines.
   const tl = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index))) : undefined;
   const known = tl?.proved;
+  advance(known?.size ?? 0);
   clock.lap('tensorLevel');
   // Stage deduplication and the proof cache hook (stages/dedup.ts).
-  const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, opts.cache, known);
+  const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, cache, known, { weights, decided: advance, repOf });
   let results = distinct?.results ?? (await proveRest(stages, known, proveSome));
   clock.lap('stages');
-  let numeric = witnessSearch(plan, results, first, undefined, limit);
+  // A shard's report is never shown: the phases after the proofs are the merge's. Its
+  // stand-ins for other shards' stages (and the stages they cover) become "unknown" here, so
+  // a library caller reading a shard's report never sees a proof no one made.
+  const sharded = opts.shard !== undefined;
+  if (sharded) results = results.map((r, i) => (known?.has(i) === true || ownedDone.has(i) || ownedDone.has(repOf.get(i) ?? i) ? r : { ...r, status: 'unknown', reason: 'left to another shard (--shard): planproof merge gives the verdict', failingRanks: [] }));
+  let numeric = sharded ? first : witnessSearch(plan, results, first, undefined, limit);
   clock.lap('witnessSearch');
-  if (engine === 'normal') results = await z3Fallback(plan, results, numeric, opts.deadlineMs, limit);
+  if (engine === 'normal' && !sharded) results = await z3Fallback(plan, results, numeric, opts.deadlineMs, limit);
   clock.lap('z3Fallback');
-  if (engine === 'normal' && opts.fallback !== undefined) ({ results, numeric } = opts.fallback(plan, results, numeric, limit));
+  if (engine === 'normal' && !sharded && opts.fallback !== undefined) ({ results, numeric } = opts.fallback(plan, results, numeric, limit));
   clock.lap('perStageFallback');
   const assembled = withTensorReasons(assemble(plan, results, numeric, numeric.seed, t0), tl?.open);
   clock.lap('report');

@@ -8,7 +8,7 @@ import { strict as assert } from 'node:assert';
 import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { EXAMPLES, ROOT } from './helpers.js';
 
 const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
@@ -37,6 +37,8 @@ describe('package: npm pack, install, import by name', function () {
     const deps: Record<string, string> = {};
     mkdirSync(join(dir, 'node_modules', '@types'), { recursive: true });
     for (const d of Object.keys(pkg.dependencies)) {
+      // A scoped dependency (@scope/name) needs its scope folder first.
+      mkdirSync(dirname(join(dir, 'node_modules', d)), { recursive: true });
       symlinkSync(join(ROOT, 'node_modules', d), join(dir, 'node_modules', d), 'dir');
       deps[d] = (JSON.parse(readFileSync(join(ROOT, 'node_modules', d, 'package.json'), 'utf8')) as { version: string }).version;
     }

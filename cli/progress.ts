@@ -1,0 +1,48 @@
+/**
+ * The progress bar of a verify run on a terminal (cli-progress, on stderr): stages decided out
+ * of all stages, the rate and the ETA. Nothing at all when stderr is not a terminal (CI logs,
+ * pipes) or with --json, so machine-read output never holds a carriage-return bar.
+ */
+import cliProgress from 'cli-progress';
+
+export interface StageBar {
+  update(done: number, total: number): void;
+  stop(): void;
+}
+
+/** A bar when `enabled` and `stream` is a terminal, else undefined. */
+export function stageBar(enabled: boolean, stream: NodeJS.WriteStream = process.stderr): StageBar | undefined {
+  if (!enabled || stream.isTTY !== true) return undefined;
+  const bar = new cliProgress.SingleBar(
+    {
+      stream,
+      format: 'proving stages [{bar}] {value}/{total} stages | {rate} stages/s | ETA {eta_formatted}',
+      barsize: 30,
+      hideCursor: true,
+      clearOnComplete: false,
+      etaBuffer: 50,
+      fps: 10,
+    },
+    cliProgress.Presets.shades_classic,
+  );
+  let started = false;
+  const t0 = performance.now();
+  const rate = (done: number): string => {
+    const s = (performance.now() - t0) / 1000;
+    return s <= 0 ? '0' : (done / s).toFixed(1);
+  };
+  return {
+    update(done, total) {
+      if (!started) {
+        bar.start(total, done, { rate: rate(done) });
+        started = true;
+        return;
+      }
+      if (bar.getTotal() !== total) bar.setTotal(total);
+      bar.update(done, { rate: rate(done) });
+    },
+    stop() {
+      if (started) bar.stop();
+    },
+  };
+}
