@@ -19,6 +19,8 @@ const SUPERVISE_FROM_BYTES = 1024 * 1024;
 /** The child's heap limit: half the memory, at most 12 GiB. */
 const HEAP_MB = Math.min(12 * 1024, Math.floor(totalmem() / (2 * 1024 * 1024)));
 const CHILD_ENV = 'PLANPROOF_HEAP_CHILD';
+/** How V8's out-of-memory report starts. */
+const MARKERS = ['<--- Last few GCs --->', 'FATAL ERROR: '];
 
 /**
  * The heap (MiB) the command should run with in a child, or undefined to run in this process:
@@ -55,7 +57,8 @@ export function runWithHeap(heapMb: number, argv: readonly string[]): Promise<nu
   const script = process.argv[1] as string;
   const child = spawn(process.execPath, [...process.execArgv, `--max-old-space-size=${heapMb}`, script, ...argv], {
     stdio: ['inherit', 'inherit', 'pipe'],
-    env: { ...process.env, [CHILD_ENV]: '1' },
+    // The child's stderr is a pipe to this process: it draws the progress bar when ours is a terminal.
+    env: { ...process.env, [CHILD_ENV]: '1', ...(process.stderr.isTTY ? { PLANPROOF_STDERR_TTY: '1' } : {}) },
   });
   for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => child.kill(sig));
   // V8's out-of-memory report (GC trace, native stack) starts with this line: held back.
@@ -72,12 +75,12 @@ export function runWithHeap(heapMb: number, argv: readonly string[]): Promise<nu
       pending = '';
       return;
     }
-    // Forward whole lines; keep a partial last line (it may be the start of the marker).
-    const nl = pending.lastIndexOf('\n');
-    if (nl >= 0) {
-      process.stderr.write(pending.slice(0, nl + 1));
-      pending = pending.slice(nl + 1);
-    }
+    // Forward everything but a last line that may be the start of the marker (a progress
+    // bar's carriage-return updates pass at once).
+    const tail = pending.slice(pending.lastIndexOf('\n') + 1);
+    const held = MARKERS.some((m) => m.startsWith(tail)) ? tail : '';
+    process.stderr.write(pending.slice(0, pending.length - held.length));
+    pending = held;
   });
   return new Promise((resolve) => {
     child.on('error', (e) => {

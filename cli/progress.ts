@@ -12,10 +12,13 @@ export interface StageBar {
 
 /** A bar when `enabled` and `stream` is a terminal, else undefined. */
 export function stageBar(enabled: boolean, stream: NodeJS.WriteStream = process.stderr): StageBar | undefined {
-  if (!enabled || stream.isTTY !== true) return undefined;
+  // Run under cli/heap.ts's supervisor, stderr is a pipe to a process whose stderr is a terminal.
+  const relayed = stream === process.stderr && process.env['PLANPROOF_STDERR_TTY'] === '1';
+  if (!enabled || (stream.isTTY !== true && !relayed)) return undefined;
   const bar = new cliProgress.SingleBar(
     {
       stream,
+      ...(relayed ? { noTTYOutput: true, notTTYSchedule: 100 } : {}),
       format: 'proving stages [{bar}] {value}/{total} stages | {rate} stages/s | ETA {eta_formatted}',
       barsize: 30,
       hideCursor: true,

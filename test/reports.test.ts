@@ -263,7 +263,15 @@ describe('progress bar on a terminal (tmux)', function () {
   const run = `${env} ${process.execPath} ${cli} verify`;
 
   it('a 100-stage plan on a TTY: the bar moves (stages decided / total, rate, ETA) to the end', async () => {
-    const screens = await watch('tty', `${run} ${plan} --no-cache --no-tensor-level --jobs 1 > ${join(dir, 'tty.out')}`);
+    await barMoves('tty', run);
+  });
+
+  it('the same under the large-plan heap supervisor (cli/heap.ts), whose child writes to a pipe', async () => {
+    await barMoves('sup', `PLANPROOF_SUPERVISE_BYTES=0 ${run}`);
+  });
+
+  async function barMoves(name: string, cmd: string): Promise<void> {
+    const screens = await watch(name, `${cmd} ${plan} --no-cache --no-tensor-level --jobs 1 > ${join(dir, `${name}.out`)}`);
     const seen = screens.flatMap((s) => [...s.matchAll(/proving stages \[[█░]+\] (\d+)\/(\d+) stages \| [0-9.]+ stages\/s \| ETA \S+/g)].map((m) => [Number(m[1]), Number(m[2])] as const));
     assert.ok(seen.length > 0, `no bar on the terminal:\n${screens.join('\n---\n')}`);
     const total = seen[0]?.[1] ?? 0;
@@ -273,8 +281,8 @@ describe('progress bar on a terminal (tmux)', function () {
     assert.ok(values.length >= 2, `the bar did not move: ${values.join(', ')}`);
     assert.equal(seen[seen.length - 1]?.[0], total);
     assert.match(screens[screens.length - 1] ?? '', /DONE 0/);
-    assert.match(readFileSync(join(dir, 'tty.out'), 'utf8'), /verdict {5}VERIFIED/);
-  });
+    assert.match(readFileSync(join(dir, `${name}.out`), 'utf8'), /verdict {5}VERIFIED/);
+  }
 
   it('no bar with --json on a TTY, nor when stderr is a pipe', async () => {
     const screens = await watch('json', `${run} ${plan} --no-cache --no-tensor-level --jobs 1 --json > ${join(dir, 'json.out')}`);
