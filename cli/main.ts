@@ -31,6 +31,7 @@ import { PRESETS } from '../plans/gen/presets.js';
 import { writeFileSync } from 'node:fs';
 import { inferLineage, verifyInferred } from './boundary.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
+import { importCommand } from './import.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -368,6 +369,21 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       },
     )
     .command(
+      'import-graphs',
+      'write a plan from exported ATen graphs (torch 2.x GraphModule prints): the single-device graph, one per rank, and a relations file for inputs and outputs (docs/import.md)',
+      (y) =>
+        y
+          .option('dir', { type: 'string', describe: 'directory holding logical.py, rank0.py, rank1.py, ... and relations.json' })
+          .option('logical', { type: 'string', describe: 'the single-device graph' })
+          .option('rank', { type: 'string', array: true, describe: 'RANK=FILE, one per rank' })
+          .option('relations', { type: 'string', describe: 'boundary relations (JSON, format planproof-relations/v1)' })
+          .option('name', { type: 'string', describe: 'plan name' })
+          .option('out', { alias: 'o', type: 'string', describe: 'output plan file (default: stdout)' }),
+      (a) => {
+        run = () => importCommand({ ...(a.dir === undefined ? {} : { dir: a.dir }), ...(a.logical === undefined ? {} : { logical: a.logical }), ...(a.rank === undefined ? {} : { rank: a.rank.map(String) }), ...(a.relations === undefined ? {} : { relations: a.relations }), ...(a.out === undefined ? {} : { out: a.out }), ...(a.name === undefined ? {} : { name: a.name }), json: a.json }, out);
+      },
+    )
+    .command(
       'demo',
       'verify the embedded example plan (a two-layer MLP training iteration under tensor parallelism)',
       (y) => y,
@@ -415,7 +431,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
         run = () => gen(a, out);
       },
     )
-    .demandCommand(1, 'name a command: verify, inspect, infer-lineage, demo or gen')
+    .demandCommand(1, 'name a command: verify, inspect, infer-lineage, import-graphs, demo or gen')
     // yargs' own validation, before any handler: numbers it parses as NaN or out of range fail here.
     .check((a) => engineOptionError(a) ?? limitOptionError(a) ?? true)
     .strict()
