@@ -382,6 +382,10 @@ function filled(l: Lowerer, n: FxNode, value: number, shape: readonly number[]):
   return l.bind(n, l.one('expand', [c], { shape: [...shape] }, l.out(n), n.type?.dtype ?? 'float32'));
 }
 
+function uninitialized(l: Lowerer, n: FxNode, shape: readonly number[]): OpaqueVal {
+  return { kind: 'opaque', what: 'uninitialized memory', data: { shape: JSON.stringify(shape), dtype: n.type?.dtype ?? 'float32' } };
+}
+
 function likeShape(l: Lowerer, n: FxNode): Shape {
   return l.tensor(n.args[0], 'self').shape;
 }
@@ -426,7 +430,9 @@ const RULES: Record<string, Rule> = {
     return l.bind(n, src.shape.length === dst.shape.length && src.shape.every((d, i) => d === dst.shape[i]) ? src : l.one('expand', [src], { shape: [...dst.shape] }, l.out(n)));
   },
   'aten.copy_': (l, n) => {
-    const dst = l.tensor(n.args[0], 'self');
+    const d = l.val(n.args[0], 'self');
+    // Uninitialized memory (new_empty_strided, as autograd allocates .grad) written whole by copy_.
+    const dst = d.kind === 'opaque' && d.what === 'uninitialized memory' ? { kind: 'tensor' as const, id: '', shape: JSON.parse(String(d.data['shape'])) as number[], dtype: String(d.data['dtype']) } : l.tensor(n.args[0], 'self');
     const src = l.tensor(n.args[1], 'src');
     const v = src.shape.length === dst.shape.length && src.shape.every((d, i) => d === dst.shape[i]) ? src : l.one('expand', [src], { shape: [...dst.shape] });
     l.write(n.args[0], v);
@@ -649,6 +655,12 @@ const RULES: Record<string, Rule> = {
     const scale = l.num(n.args[2], 'scale');
     return l.bind(n, l.one('scale', [l.one('mul', [g, mask], {}, undefined, g.dtype)], { factor: scale }, l.out(n)));
   },
+
+  // ---- uninitialized memory: only a whole-tensor copy_ may write it, nothing may read it
+  'aten.new_empty_strided': (l, n) => l.bind(n, uninitialized(l, n, l.ints(n.args[1], 'size'))),
+  'aten.new_empty': (l, n) => l.bind(n, uninitialized(l, n, l.ints(n.args[1], 'size'))),
+  'aten.empty_like': (l, n) => l.bind(n, uninitialized(l, n, likeShape(l, n))),
+  'aten.empty': (l, n) => l.bind(n, uninitialized(l, n, l.ints(n.args[0], 'size'))),
 
   // ---- constants
   'aten.ones_like': (l, n) => filled(l, n, 1, likeShape(l, n)),
