@@ -290,7 +290,7 @@ function binary(op: 'add' | 'sub' | 'mul' | 'div', inPlace: boolean): Rule {
     // x * c and x / c with a Python scalar are a scale: no constant input needed.
     const bArg = n.args[1];
     let r: TensorVal;
-    if ((op === 'mul' || op === 'div') && bArg?.kind === 'num') r = l.one('scale', [a], { factor: op === 'mul' ? bArg.value : 1 / bArg.value }, inPlace ? undefined : l.out(n));
+    if ((op === 'mul' || op === 'div') && bArg?.kind === 'num') r = scaleBy(l, a, op, bArg.value, inPlace ? undefined : l.out(n));
     else r = l.one(op, [a, b], {}, inPlace ? undefined : l.out(n), a.dtype);
     if (inPlace) {
       l.write(n.args[0], r);
@@ -298,6 +298,18 @@ function binary(op: 'add' | 'sub' | 'mul' | 'div', inPlace: boolean): Rule {
     }
     return l.bind(n, r);
   };
+}
+
+/**
+ * x * c or x / c for a Python scalar c, exactly: a multiplication is a scale by c's value; a
+ * division by an integer is a scale by the exact rational 1/c; by another value, a division by
+ * that value (1 / c rounded to a double would not be the same real number).
+ */
+function scaleBy(l: Lowerer, x: TensorVal, op: 'mul' | 'div', c: number, out: string | undefined): TensorVal {
+  if (op === 'mul') return l.one('scale', [x], { factor: c }, out);
+  if (c === 0) l.fail('division by the constant 0');
+  if (Number.isInteger(c) && Math.abs(c) < 2 ** 31) return l.one('scale', [x], { factor: c === 1 ? 1 : `${c < 0 ? '-' : ''}1/${Math.abs(c)}` }, out);
+  return l.one('div', [x, l.constant(c)], {}, out, x.dtype);
 }
 
 function unary(op: string): Rule {
@@ -400,7 +412,7 @@ function foreach(op: 'add' | 'sub' | 'mul' | 'div', inPlace: boolean): Rule {
       const t = l.tensor(x, `self[${i}]`);
       const other = b?.kind === 'list' ? b.items[i] : b;
       let r: TensorVal;
-      if (other?.kind === 'num' && (op === 'mul' || op === 'div')) r = l.one('scale', [t], { factor: op === 'mul' ? other.value : 1 / other.value });
+      if (other?.kind === 'num' && (op === 'mul' || op === 'div')) r = scaleBy(l, t, op, other.value, undefined);
       else {
         let o = l.operand(other, `other[${i}]`);
         if (alpha !== undefined && (op === 'add' || op === 'sub') && l.num(alpha, 'alpha') !== 1) o = l.one('scale', [o], { factor: l.num(alpha, 'alpha') });
