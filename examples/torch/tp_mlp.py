@@ -21,14 +21,19 @@ def step(cap):
     W1, W2 = torch.randn(16, 8, generator=g), torch.randn(8, 16, generator=g)
     x = cap.replicate(X.clone(), name="x")
     y = cap.replicate(Y.clone(), name="y")
-    w1 = cap.shard(W1.chunk(ws, 0)[rank].clone().requires_grad_(), 0, "tp", name="w1", role="param")
+    # Megatron marks its sharded weights (ColumnParallelLinear: partition_dim 0,
+    # RowParallelLinear: 1); cap.param reads the marks. cap.shard states the same explicitly.
+    w1 = W1.chunk(ws, 0)[rank].clone().requires_grad_()
+    w1.tensor_model_parallel, w1.partition_dim = True, 0
+    w1 = cap.param(w1, name="w1")
     w2 = cap.shard(W2.chunk(ws, 1)[rank].clone().requires_grad_(), 1, "tp", name="w2", role="param")
+    tp_group = dist.new_group(list(range(ws)))  # Megatron's tensor-parallel group
     opt = torch.optim.SGD([w1, w2], lr=0.1)
     with cap.trace():
         h = F.gelu(F.linear(x, w1))
         out = F.linear(h, w2)
         if not BUG:
-            dist.all_reduce(out)
+            dist.all_reduce(out, group=tp_group)
         loss = F.mse_loss(out, y)
         loss.backward()
         opt.step()

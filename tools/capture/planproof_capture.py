@@ -18,6 +18,7 @@ Written against APIs torch 2.x keeps (torch.utils._python_dispatch.TorchDispatch
 OpOverload names); tested with Debian's python3-torch 1.13.
 """
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -45,8 +46,8 @@ class Capture:
 
     R = "R"
 
-    def __init__(self, world, rank):
-        self.world, self.rank = world, rank
+    def __init__(self, world, rank, enabled=True):
+        self.world, self.rank, self.enabled = world, rank, enabled
         self.names = {}          # id(tensor) -> name
         self.keep = []           # keeps traced tensors alive so ids stay unique
         self.inputs = []         # (name, tensor)
@@ -54,7 +55,6 @@ class Capture:
         self.outputs = []        # (name, tensor name, placements)
         self.lines = []
         self.counts = {}
-        self.groups = {}         # group object id -> (name, ranks)
         self.tracing = False
         self.suspended = 0
         self.ops = 0
@@ -83,7 +83,16 @@ class Capture:
     def partial(self, t, axis, name, role="input", values=None):
         return self._declare(t, name, "P(sum)", role, values)
 
+    def param(self, t, name, role="param"):
+        """A parameter whose placement Megatron's attributes give (set_tensor_model_parallel_attributes):
+        tensor_model_parallel=True with partition_dim=d is S(d) on the mesh axis, otherwise R."""
+        if getattr(t, "tensor_model_parallel", False):
+            return self._declare(t, name, "S(%d)" % int(getattr(t, "partition_dim")), role, None)
+        return self._declare(t, name, "R", role, None)
+
     def output(self, name, t, placement):
+        if not self.enabled:
+            return
         if id(t) not in self.names:
             raise ValueError("output %s is not a traced tensor" % name)
         self.outputs.append((name, self.names[id(t)], placement))
@@ -147,7 +156,7 @@ class Capture:
     def collective(self, kind, t, op, group):
         gname = "world"
         if group is not None and group is not dist.group.WORLD:
-            gname = self.groups[id(group)][0]
+            gname = _GROUPS[id(group)][0]
         reduce = REDUCE.get(op, None) if op is not None else None
         if kind == "all_reduce":
             if reduce is None:
@@ -155,7 +164,8 @@ class Capture:
             self.lines.append("%s: %s = torch.ops._c10d_functional.all_reduce_.default(%s, '%s', '%s')" % (self.fresh("all_reduce"), ann(t), self.names[id(t)], reduce, gname))
 
     def trace(self):
-        return _Mode(self)
+        # An untraced capture (the overhead benchmark's baseline) runs the step as it is.
+        return _Mode(self) if self.enabled else contextlib.nullcontext()
 
     def text(self):
         sig = ", ".join("%s: %s" % (n, ann(t)) for n, t in self.inputs)
@@ -187,11 +197,16 @@ class _Mode(TorchDispatchMode):
         return super().__exit__(*a)
 
 
-def _wrap_collectives(cap):
+_CURRENT = []
+_GROUPS = {}  # id(process group) -> (name, sorted ranks), in creation order (the same on every rank)
+
+
+def _wrap_collectives():
     real_all_reduce = dist.all_reduce
     real_new_group = dist.new_group
 
     def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        cap = _CURRENT[-1]
         size = dist.get_world_size(group) if group is not None else dist.get_world_size()
         if cap.tracing and size > 1:
             cap.collective("all_reduce", tensor, op, group)
@@ -206,44 +221,59 @@ def _wrap_collectives(cap):
         g = real_new_group(ranks, *a, **k)
         rs = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
         if g is not None and g is not dist.GroupMember.NON_GROUP_MEMBER:
-            cap.groups[id(g)] = ("g%d" % len(cap.groups), rs)
+            _GROUPS[id(g)] = ("g%d" % len(_GROUPS), rs)
         return g
 
     dist.all_reduce = all_reduce
     dist.new_group = new_group
 
 
-def _run_one(rank, world, script, outdir, port, args):
+def _run_one(rank, world, script, outdir, port, args, bench):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    cap = Capture(world, rank)
-    _wrap_collectives(cap)
+    _wrap_collectives()
     spec = importlib.util.spec_from_file_location("user_script", script)
     mod = importlib.util.module_from_spec(spec)
     sys.argv = [script] + args
     spec.loader.exec_module(mod)
-    t0 = time.perf_counter()
-    mod.step(cap)
-    ms = (time.perf_counter() - t0) * 1000
+
+    def run(enabled):
+        cap = Capture(world, rank, enabled)
+        _CURRENT.append(cap)
+        dist.barrier()
+        t0 = time.perf_counter()
+        mod.step(cap)
+        ms = (time.perf_counter() - t0) * 1000
+        _CURRENT.pop()
+        return cap, ms
+
+    cap, ms = run(True)
+    timing = {}
+    if bench > 0:
+        # Overhead: the median step time traced and untraced (each run starts from a barrier).
+        plain = sorted(run(False)[1] for _ in range(bench))
+        traced = sorted(run(True)[1] for _ in range(bench))
+        timing = {"plain_ms": plain[bench // 2], "traced_ms": traced[bench // 2]}
     name = "logical.py" if world == 1 else "rank%d.py" % rank
     with open(os.path.join(outdir, name), "w") as f:
         f.write(cap.text())
     meta = {"relations": cap.relations, "outputs": [[n, p] for n, _, p in cap.outputs], "ops": cap.ops, "ms": ms,
-            "groups": {v[0]: v[1] for v in cap.groups.values()}}
+            "groups": {v[0]: v[1] for v in _GROUPS.values()}}
+    meta.update(timing)
     with open(os.path.join(outdir, "meta.%s.json" % ("logical" if world == 1 else rank)), "w") as f:
         json.dump(meta, f)
     dist.destroy_process_group()
 
 
-def _spawn(world, script, outdir, args):
+def _spawn(world, script, outdir, args, bench=0):
     import torch.multiprocessing as mp
     import socket
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    mp.spawn(_run_one, args=(world, script, outdir, port, args), nprocs=world, join=True)
+    mp.spawn(_run_one, args=(world, script, outdir, port, args, bench), nprocs=world, join=True)
 
 
 def main():
@@ -251,6 +281,7 @@ def main():
     ap.add_argument("--nproc", type=int, required=True)
     ap.add_argument("--axis", default="tp")
     ap.add_argument("--out", required=True, help="directory for logical.py, rank*.py, relations.json")
+    ap.add_argument("--bench", type=int, default=0, help="also time the step this many times untraced and traced (capture-stats.json)")
     ap.add_argument("script")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
@@ -258,7 +289,7 @@ def main():
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     _spawn(1, a.script, a.out, a.args)
-    _spawn(a.nproc, a.script, a.out, a.args)
+    _spawn(a.nproc, a.script, a.out, a.args, a.bench)
     metas = [json.load(open(os.path.join(a.out, "meta.%d.json" % r))) for r in range(a.nproc)]
     logical = json.load(open(os.path.join(a.out, "meta.logical.json")))
     rel = {"format": "planproof-relations/v1", "mesh": {"axes": [{"name": a.axis, "size": a.nproc}]},
@@ -272,6 +303,9 @@ def main():
         json.dump(rel, f, indent=1)
     stats = {"seconds": time.perf_counter() - t0, "logical_ops": logical["ops"], "rank_ops": [m["ops"] for m in metas],
              "logical_ms": logical["ms"], "rank_ms": [m["ms"] for m in metas]}
+    if a.bench > 0:
+        stats["plain_ms"] = [m["plain_ms"] for m in metas]
+        stats["traced_ms"] = [m["traced_ms"] for m in metas]
     with open(os.path.join(a.out, "capture-stats.json"), "w") as f:
         json.dump(stats, f)
     print(json.dumps(stats))
