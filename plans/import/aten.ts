@@ -464,6 +464,18 @@ const RULES: Record<string, Rule> = {
   'aten._unsafe_view': (l, n) => reshape(l, n, l.ints(n.args[1], 'size')),
   'aten.reshape': (l, n) => reshape(l, n, l.ints(n.args[1], 'shape')),
   'aten.view_copy': (l, n) => reshape(l, n, l.ints(n.args[1], 'size')),
+  // torch 1.13's reshape of a contiguous tensor: a view with explicit (contiguous) strides.
+  'aten._reshape_alias': (l, n) => {
+    const size = l.ints(n.args[1], 'size');
+    const stride = l.ints(n.args[2], 'stride');
+    // Only row-major strides are a reshape; any other is a strided view this mapping does not model.
+    let acc = 1;
+    for (let i = size.length - 1; i >= 0; i--) {
+      if ((size[i] as number) !== 1 && stride[i] !== acc) l.fail(`_reshape_alias with strides [${stride.join(', ')}] for size [${size.join(', ')}] is not a row-major reshape`);
+      acc *= size[i] as number;
+    }
+    return reshape(l, n, size);
+  },
   'aten.unsqueeze': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
     const r = x.shape.length + 1;

@@ -53,6 +53,7 @@ class Capture:
         self.inputs = []         # (name, tensor)
         self.relations = {}      # name -> relation entry
         self.outputs = []        # (name, tensor name, placements)
+        self.values = {}         # input and output name -> values (float64, flattened)
         self.lines = []
         self.counts = {}
         self.tracing = False
@@ -66,6 +67,7 @@ class Capture:
         self.names[id(t)] = name
         self.keep.append(t)
         self.inputs.append((name, t))
+        self.values[name] = t.detach().double().flatten().tolist()
         rel = {"placements": [placement]}
         if role != "input":
             rel["role"] = role
@@ -96,6 +98,7 @@ class Capture:
         if id(t) not in self.names:
             raise ValueError("output %s is not a traced tensor" % name)
         self.outputs.append((name, self.names[id(t)], placement))
+        self.values[name] = t.detach().double().flatten().tolist()
 
     # ---- naming
     def fresh(self, base):
@@ -228,7 +231,7 @@ def _wrap_collectives():
     dist.new_group = new_group
 
 
-def _run_one(rank, world, script, outdir, port, args, bench):
+def _run_one(rank, world, script, outdir, port, args, bench, values):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -261,19 +264,23 @@ def _run_one(rank, world, script, outdir, port, args, bench):
     meta = {"relations": cap.relations, "outputs": [[n, p] for n, _, p in cap.outputs], "ops": cap.ops, "ms": ms,
             "groups": {v[0]: v[1] for v in _GROUPS.values()}}
     meta.update(timing)
+    if world == 1 and values:
+        # The logical run's input and output values: what the imported logical graph must compute.
+        with open(os.path.join(outdir, "values.json"), "w") as f:
+            json.dump(cap.values, f)
     with open(os.path.join(outdir, "meta.%s.json" % ("logical" if world == 1 else rank)), "w") as f:
         json.dump(meta, f)
     dist.destroy_process_group()
 
 
-def _spawn(world, script, outdir, args, bench=0):
+def _spawn(world, script, outdir, args, bench=0, values=False):
     import torch.multiprocessing as mp
     import socket
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    mp.spawn(_run_one, args=(world, script, outdir, port, args, bench), nprocs=world, join=True)
+    mp.spawn(_run_one, args=(world, script, outdir, port, args, bench, values), nprocs=world, join=True)
 
 
 def main():
@@ -282,13 +289,14 @@ def main():
     ap.add_argument("--axis", default="tp")
     ap.add_argument("--out", required=True, help="directory for logical.py, rank*.py, relations.json")
     ap.add_argument("--bench", type=int, default=0, help="also time the step this many times untraced and traced (capture-stats.json)")
+    ap.add_argument("--values", action="store_true", help="write the logical run's input and output values (values.json)")
     ap.add_argument("script")
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    _spawn(1, a.script, a.out, a.args)
+    _spawn(1, a.script, a.out, a.args, 0, a.values)
     _spawn(a.nproc, a.script, a.out, a.args, a.bench)
     metas = [json.load(open(os.path.join(a.out, "meta.%d.json" % r))) for r in range(a.nproc)]
     logical = json.load(open(os.path.join(a.out, "meta.logical.json")))
