@@ -379,8 +379,8 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       (y) =>
         y
           .option('dir', { type: 'string', describe: 'directory holding logical.py, rank0.py, rank1.py, ... and relations.json' })
-          .option('logical', { type: 'string', describe: 'the single-device graph' })
-          .option('rank', { type: 'string', array: true, describe: 'RANK=FILE, one per rank' })
+          .option('logical', { type: 'string', describe: 'the single-device graph (FILE, or FW,BW: AOTAutograd forward then backward)' })
+          .option('rank', { type: 'string', array: true, describe: 'RANK=FILE (or RANK=FW,BW), one per rank' })
           .option('relations', { type: 'string', describe: 'boundary relations (JSON, format planproof-relations/v1)' })
           .option('name', { type: 'string', describe: 'plan name' })
           .option('out', { alias: 'o', type: 'string', describe: 'output plan file (default: stdout)' }),

@@ -47,6 +47,44 @@ describe('import-graphs (exported ATen graphs)', function () {
     assert.match(v.stdout, /witness: rank [01] 'return.loss' holds/);
   });
 
+  it("AOTAutograd's forward and backward graphs per rank, chained by the saved tensors' names, VERIFY; without the all-reduce NOT EQUIVALENT", async () => {
+    for (const [d, code] of [['tp2-mlp-aot', 0], ['tp2-mlp-aot-no-allreduce', 1]] as const) {
+      const out = join(mkdtempSync(join(tmpdir(), 'pp-import-')), 'plan.json');
+      const imp = await runCli(['import-graphs', '--dir', `${EXAMPLES}torch/exported/${d}`, '-o', out]);
+      assert.equal(imp.code, 0, imp.stderr);
+      assert.match(imp.stderr, /from 6 graphs/);
+      const v = await runCli(['verify', '--infer', '--jobs', '0', out]);
+      assert.equal(v.code, code, v.stdout);
+      if (code === 1) assert.match(v.stdout, /NOT EQUIVALENT: stage \d+ \(loss, op 'return.loss'\)/);
+    }
+    // The same files named on the command line: FW,BW per program.
+    const base = `${EXAMPLES}torch/exported/tp2-mlp-aot`;
+    const r = await runCli(['import-graphs', '--logical', `${base}/logical.0.py,${base}/logical.1.py`, '--rank', `0=${base}/rank0.0.py,${base}/rank0.1.py`, '--rank', `1=${base}/rank1.0.py,${base}/rank1.1.py`, '--relations', `${base}/relations.json`, '-o', join(mkdtempSync(join(tmpdir(), 'pp-import-')), 'p.json')]);
+    assert.equal(r.code, 0, r.stderr);
+  });
+
+  it('an output relation on a None return, or a saved tensor of another shape, is exit 2', async () => {
+    const aot = `${EXAMPLES}torch/exported/tp2-mlp-aot`;
+    const copy = (file: string, edit: (s: string) => string): string => {
+      const d = mkdtempSync(join(tmpdir(), 'pp-import-'));
+      cpSync(aot, d, { recursive: true });
+      writeFileSync(join(d, file), edit(readFileSync(join(d, file), 'utf8')));
+      return d;
+    };
+    const none = copy('relations.json', (s) => {
+      const j = JSON.parse(s) as { outputs: unknown[] };
+      j.outputs[10] = { name: 'grad_y', placements: ['R'] };
+      return JSON.stringify(j);
+    });
+    const r1 = await runCli(['import-graphs', '--dir', none, '-o', join(none, 'p.json')]);
+    assert.equal(r1.code, 2);
+    assert.match(r1.stderr, /output 'grad_y': return value 10 of .*is None/);
+    const shape = copy('rank1.1.py', (s) => s.replace('gelu: "f32[4, 8]"', 'gelu: "f32[4, 9]"'));
+    const r2 = await runCli(['import-graphs', '--dir', shape, '-o', join(shape, 'p.json')]);
+    assert.equal(r2.code, 2);
+    assert.match(r2.stderr, /rank1\.1\.py:2: input 'gelu' is \[4, 9\] but the earlier graph returned it as \[4, 8\]/);
+  });
+
   it('groups without a declaration are the ranks that call collectives on that name', async () => {
     const d = variant('relations.json', (s) => {
       const j = JSON.parse(s) as Record<string, unknown>;

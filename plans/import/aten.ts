@@ -23,6 +23,7 @@ interface OpaqueVal {
   readonly kind: 'opaque';
   readonly what: string;
   readonly data: Readonly<Record<string, string | number>>;
+  readonly tensors?: Readonly<Record<string, TensorVal>>;
 }
 type Val = TensorVal | OpaqueVal | { readonly kind: 'none' } | { readonly kind: 'list'; readonly items: readonly Val[] };
 
@@ -51,7 +52,8 @@ export interface Lowered {
   readonly ops: RawParallelOp[];
   readonly tensors: Map<string, TensorVal>;
   readonly inputs: readonly TensorVal[];
-  readonly outputs: readonly TensorVal[];
+  /** The return values of every graph in order; undefined where a graph returns None. */
+  readonly outputs: readonly (TensorVal | undefined)[];
   readonly extra: readonly ExtraInput[];
   readonly collectives: readonly CollectiveCall[];
   /** ATen ops seen, for statistics. */
@@ -73,8 +75,14 @@ class Lowerer {
   private readonly stale = new Map<string, number>();
   private node: FxNode | undefined;
   private fresh = 0;
+  /** The graph being lowered, and its tensor-name prefix (empty for the first graph of a rank). */
+  g: FxGraph;
+  private prefix = '';
 
-  constructor(readonly g: FxGraph) {}
+  constructor(readonly graphs: readonly FxGraph[]) {
+    if (graphs.length === 0) throw new Error('no graph');
+    this.g = graphs[0] as FxGraph;
+  }
 
   fail(why: string): never {
     throw new ImportError(this.g.file, this.node?.line ?? 0, why);
@@ -120,7 +128,7 @@ class Lowerer {
 
   /** A fresh tensor name derived from the node's (no FX name contains '.'). */
   tmp(): string {
-    return `${this.node?.name ?? 'v'}.${++this.fresh}`;
+    return `${this.prefix}${this.node?.name ?? 'v'}.${++this.fresh}`;
   }
 
   one(op: string, inputs: readonly TensorVal[], attrs: Record<string, AttrValue> = {}, out?: string, dtype?: string): TensorVal {
@@ -206,30 +214,58 @@ class Lowerer {
 
   // ---- the graph
 
+  /**
+   * Lowers the graphs of one program in order (AOTAutograd's forward then backward): an input
+   * of a later graph named like a value an earlier graph returned is that value (AOTAutograd
+   * names the saved tensors after the forward's nodes); any other input is a program input.
+   */
   run(): Lowered {
     const inputs: TensorVal[] = [];
-    for (const p of this.g.inputs) {
-      if (p.type === undefined) throw new ImportError(this.g.file, p.line, `input '${p.name}' has no type annotation (expected e.g. "f32[4, 8]")`);
-      const t = this.addTensor(p.name, p.type.shape, p.type.dtype);
-      this.define(p.name, t);
-      inputs.push(t);
-    }
+    const outputs: (TensorVal | undefined)[] = [];
+    const returned = new Map<string, TensorVal>();
     let aten = 0;
-    for (const n of this.g.nodes) {
-      this.node = n;
-      this.fresh = 0;
-      aten++;
-      const v = this.lower(n);
-      if (v.kind === 'tensor' && n.type !== undefined && (v.shape.length !== n.type.shape.length || v.shape.some((d, i) => d !== n.type?.shape[i]))) {
-        this.fail(`${n.target}: the graph says ${n.name} has shape [${n.type.shape.join(', ')}], the mapped op gives [${v.shape.join(', ')}]`);
+    this.graphs.forEach((g, gi) => {
+      this.g = g;
+      this.prefix = gi === 0 ? '' : `g${gi}:`;
+      this.vals.clear();
+      this.root.clear();
+      this.stale.clear();
+      this.node = undefined;
+      for (const p of g.inputs) {
+        if (p.type === undefined) throw new ImportError(g.file, p.line, `input '${p.name}' has no type annotation (expected e.g. "f32[4, 8]")`);
+        const prev = returned.get(p.name);
+        if (prev !== undefined) {
+          if (prev.shape.length !== p.type.shape.length || prev.shape.some((d, i) => d !== p.type?.shape[i])) throw new ImportError(g.file, p.line, `input '${p.name}' is [${p.type.shape.join(', ')}] but the earlier graph returned it as [${prev.shape.join(', ')}]`);
+          this.define(p.name, prev);
+          continue;
+        }
+        const t = this.addTensor(p.name, p.type.shape, p.type.dtype);
+        this.define(p.name, t);
+        inputs.push(t);
       }
-    }
-    this.node = undefined;
-    const outputs = this.g.outputs.map((o, k) => {
-      this.node = { name: 'return', target: 'return', args: [], kwargs: {}, line: this.g.returnLine };
-      return this.tensor(o, `return value ${k}`);
+      for (const n of g.nodes) {
+        this.node = n;
+        this.fresh = 0;
+        aten++;
+        const v = this.lower(n);
+        if (v.kind === 'tensor' && n.type !== undefined && (v.shape.length !== n.type.shape.length || v.shape.some((d, i) => d !== n.type?.shape[i]))) {
+          this.fail(`${n.target}: the graph says ${n.name} has shape [${n.type.shape.join(', ')}], the mapped op gives [${v.shape.join(', ')}]`);
+        }
+      }
+      this.node = { name: 'return', target: 'return', args: [], kwargs: {}, line: g.returnLine };
+      g.outputs.forEach((o, k) => {
+        // AOTAutograd's backward returns None for inputs that need no gradient.
+        if (o.kind === 'none') {
+          outputs.push(undefined);
+          return;
+        }
+        const t = this.tensor(o, `return value ${k}`);
+        outputs.push(t);
+        if (o.kind === 'name') returned.set(o.name, t);
+      });
     });
-    return { file: this.g.file, ops: this.ops, tensors: this.tensors, inputs, outputs, extra: this.extra, collectives: this.collectives, atenOps: aten };
+    const files = this.graphs.map((g) => g.file).join(', ');
+    return { file: files, ops: this.ops, tensors: this.tensors, inputs, outputs, extra: this.extra, collectives: this.collectives, atenOps: aten };
   }
 
   private lower(n: FxNode): Val {
@@ -253,9 +289,9 @@ class Lowerer {
     this.define(target.name, v);
   }
 
-  /** Output of a node's single result: named after the node when it is a fresh tensor. */
+  /** Output of a node's single result: named after the node (prefixed in the second and later graph of a rank). */
   out(n: FxNode): string {
-    return n.name;
+    return this.prefix + n.name;
   }
 }
 
@@ -519,7 +555,7 @@ const RULES: Record<string, Rule> = {
   'aten.split_with_sizes': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
     const sizes = l.ints(n.args[1], 'split_sizes');
-    const outs = l.emit('split', [x], { dim: l.int(n.args[2], 'dim', 0), sizes }, sizes.map((_, i) => `${n.name}.${i}`), x.dtype);
+    const outs = l.emit('split', [x], { dim: l.int(n.args[2], 'dim', 0), sizes }, sizes.map((_, i) => `${l.out(n)}.${i}`), x.dtype);
     return l.bind(n, { kind: 'list', items: outs });
   },
 
@@ -575,9 +611,7 @@ const RULES: Record<string, Rule> = {
     if (g.kind === 'opaque' && g.what === 'the NLL loss gradient') {
       // log_softmax backward of nll_loss backward is the cross-entropy gradient of the logits.
       if (g.data['logsm'] !== out.id) l.fail('the NLL gradient is not of this log-softmax output');
-      const src = l.tensor({ kind: 'name', name: String(g.data['logits']) }, 'logits');
-      const gl = l.tensor({ kind: 'name', name: String(g.data['grad']) }, 'grad_output');
-      const tgt = l.tensor({ kind: 'name', name: String(g.data['target']) }, 'target');
+      const { logits: src, grad: gl, target: tgt } = g.tensors as Record<'logits' | 'grad' | 'target', TensorVal>;
       return l.bind(n, l.one('cross_entropy_backward', [gl, src, tgt], { reduction: String(g.data['reduction']), ignore_index: Number(g.data['ignore_index']) }, l.out(n), src.dtype));
     }
     if (g.kind !== 'tensor') return l.fail('argument grad_output: expected a tensor');
@@ -594,7 +628,7 @@ const RULES: Record<string, Rule> = {
     if (src === undefined || lp.shape.length !== 2 || (src.dim !== 1 && src.dim !== -1)) return l.fail('nll_loss_forward is supported on the log_softmax over the classes of [N, C] logits (cross-entropy)');
     const reduction = ['none', 'mean', 'sum'][l.int(n.args[3], 'reduction')] ?? l.fail('bad reduction');
     const ii = l.int(n.args[4], 'ignore_index', -100);
-    const loss = l.one('cross_entropy', [src.logits, tgt], { reduction, ignore_index: ii }, `${n.name}.0`, src.logits.dtype);
+    const loss = l.one('cross_entropy', [src.logits, tgt], { reduction, ignore_index: ii }, `${l.out(n)}.0`, src.logits.dtype);
     return l.bind(n, { kind: 'list', items: [loss, { kind: 'opaque', what: 'the NLL total weight', data: {} }] });
   },
   'aten.nll_loss_backward': (l, n) => {
@@ -607,7 +641,7 @@ const RULES: Record<string, Rule> = {
     const reduction = ['none', 'mean', 'sum'][l.int(n.args[4], 'reduction')] ?? l.fail('bad reduction');
     const tw = l.val(n.args[6], 'total_weight');
     if (tw.kind !== 'opaque' || tw.what !== 'the NLL total weight') l.fail('total_weight must come from nll_loss_forward');
-    return l.bind(n, { kind: 'opaque', what: 'the NLL loss gradient', data: { grad: g.id, logits: src.logits.id, target: tgt.id, logsm: lp.id, reduction, ignore_index: l.int(n.args[5], 'ignore_index', -100) } });
+    return l.bind(n, { kind: 'opaque', what: 'the NLL loss gradient', data: { logsm: lp.id, reduction, ignore_index: l.int(n.args[5], 'ignore_index', -100) }, tensors: { grad: g, logits: src.logits, target: tgt } });
   },
   'aten.mse_loss': (l, n) => {
     const reduction = ['none', 'mean', 'sum'][l.int(l.arg(n, 2, 'reduction'), 'reduction', 1)] ?? l.fail('bad reduction');
@@ -628,7 +662,7 @@ const RULES: Record<string, Rule> = {
     const b = l.optTensor(n.args[3], 'bias');
     const eps = l.num(n.args[4], 'eps');
     const ins = [x, ...(w === undefined ? (b === undefined ? [] : l.fail('a bias without a weight is not supported')) : [w]), ...(b === undefined ? [] : [b])];
-    const y = l.one('layer_norm', ins, { eps, normalized_dims: ns.length }, `${n.name}.0`);
+    const y = l.one('layer_norm', ins, { eps, normalized_dims: ns.length }, `${l.out(n)}.0`);
     const stat = (what: string): OpaqueVal => ({ kind: 'opaque', what, data: { x: x.id, eps, k: ns.length } });
     return l.bind(n, { kind: 'list', items: [y, stat('the LayerNorm mean'), stat('the LayerNorm rstd')] });
   },
@@ -645,7 +679,7 @@ const RULES: Record<string, Rule> = {
     const b = l.optTensor(n.args[6], 'bias');
     const mask = n.args[7]?.kind === 'list' ? n.args[7].items.map((v, i) => l.bool(v, `output_mask[${i}]`, true)) : [true, true, true];
     const nOut = w === undefined ? 1 : 3;
-    const outs = l.emit('layer_norm_backward', [g, x, ...(w === undefined ? [] : [w])], { eps: Number(mean.data['eps']), normalized_dims: ns.length }, Array.from({ length: nOut }, (_, i) => `${n.name}.${i}`), g.dtype);
+    const outs = l.emit('layer_norm_backward', [g, x, ...(w === undefined ? [] : [w])], { eps: Number(mean.data['eps']), normalized_dims: ns.length }, Array.from({ length: nOut }, (_, i) => `${l.out(n)}.${i}`), g.dtype);
     const items: Val[] = [0, 1, 2].map((i) => (mask[i] === false || (i === 2 && b === undefined) ? { kind: 'none' } : (outs[i] ?? { kind: 'none' })));
     return l.bind(n, { kind: 'list', items });
   },
@@ -667,10 +701,10 @@ const RULES: Record<string, Rule> = {
     const train = n.args[2] === undefined || n.args[2].kind === 'none' ? true : l.bool(n.args[2], 'train', true);
     if (!train || p === 0) return l.bind(n, { kind: 'list', items: [x, l.constantLike(x, 1)] });
     // The sampled mask is an input of the plan (its relation is stated like any other input's).
-    const maskId = `${n.name}.mask`;
+    const maskId = `${l.out(n)}.mask`;
     const mask = l.addTensor(maskId, x.shape, 'bool');
     l.extra.push({ id: maskId, shape: x.shape, dtype: 'bool', line: n.line });
-    const y = l.one('dropout', [x, mask], { p }, `${n.name}.0`);
+    const y = l.one('dropout', [x, mask], { p }, `${l.out(n)}.0`);
     return l.bind(n, { kind: 'list', items: [y, mask] });
   },
   'aten.native_dropout_backward': (l, n) => {
@@ -712,9 +746,9 @@ const RULES: Record<string, Rule> = {
 /** The logits and dim of each log_softmax output (for the cross-entropy pattern). */
 const logSoftmaxOf = new WeakMap<TensorVal, { logits: TensorVal; dim: number }>();
 
-/** Lowers one parsed graph; ImportError on anything unsupported. */
-export function lowerGraph(g: FxGraph): Lowered {
-  return new Lowerer(g).run();
+/** Lowers the parsed graphs of one program (one graph, or a forward and a backward); ImportError on anything unsupported. */
+export function lowerGraph(g: FxGraph | readonly FxGraph[]): Lowered {
+  return new Lowerer(Array.isArray(g) ? (g as readonly FxGraph[]) : [g as FxGraph]).run();
 }
 
 /** The ATen ops (packet names) that have a rule, for docs and tests. */

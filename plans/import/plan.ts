@@ -17,7 +17,8 @@ export interface Relations {
   format: 'planproof-relations/v1';
   mesh: { axes: { name: string; size: number }[]; ranks?: number[] };
   inputs: Record<string, LineageSpec & { role?: 'input' | 'param' | 'optimizer_state'; values?: { range: [number, number]; also?: number[] } }>;
-  outputs: (LineageSpec & { name: string })[];
+  /** One entry per returned value of the program's graphs in order; null: not an output (AOTAutograd's saved tensors). */
+  outputs: ((LineageSpec & { name: string }) | null)[];
   groups?: Record<string, { ranks: number[] } | { axes: string[] }>;
 }
 
@@ -46,7 +47,7 @@ const RELATIONS_SCHEMA = {
     outputs: {
       type: 'array',
       maxItems: 100000,
-      items: { type: 'object', additionalProperties: false, required: ['name'], properties: { ...lineageProps, name: { type: 'string', pattern: '^[A-Za-z0-9_][A-Za-z0-9_.:/@#\\[\\]-]*$', maxLength: 256 } } },
+      items: { oneOf: [{ type: 'null' }, { type: 'object', additionalProperties: false, required: ['name'], properties: { ...lineageProps, name: { type: 'string', pattern: '^[A-Za-z0-9_][A-Za-z0-9_.:/@#\\[\\]-]*$', maxLength: 256 } } }] },
     },
     groups: {
       type: 'object',
@@ -80,9 +81,10 @@ export interface GraphFile {
 }
 
 export interface ImportInput {
-  readonly logical: GraphFile;
-  /** One graph per rank, rank i at index i. */
-  readonly ranks: readonly GraphFile[];
+  /** The single-device program: one graph, or several run in order (a forward, then its backward). */
+  readonly logical: GraphFile | readonly GraphFile[];
+  /** One program per rank, rank i at index i, in the same form. */
+  readonly ranks: readonly (GraphFile | readonly GraphFile[])[];
   readonly relations: Relations;
   readonly relationsFile: string;
   readonly name?: string;
@@ -108,8 +110,9 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const rf = inp.relationsFile;
   const nRanks = rel.mesh.axes.reduce((a, x) => a * x.size, 1);
   if (nRanks !== inp.ranks.length) throw new ImportError(rf, 0, `the mesh has ${nRanks} ranks but ${inp.ranks.length} rank graph(s) were given`);
-  const logical = lowerGraph(parseFxGraph(inp.logical.name, inp.logical.text));
-  const ranks = inp.ranks.map((f) => lowerGraph(parseFxGraph(f.name, f.text)));
+  const lower = (fs: GraphFile | readonly GraphFile[]): Lowered => lowerGraph((Array.isArray(fs) ? (fs as readonly GraphFile[]) : [fs as GraphFile]).map((f) => parseFxGraph(f.name, f.text)));
+  const logical = lower(inp.logical);
+  const ranks = inp.ranks.map(lower);
 
   // ---- boundary names: every graph input (and dropout mask) needs a relation, and every relation names one.
   const boundary = (g: Lowered): string[] => [...g.inputs.map((t) => t.id), ...g.extra.filter((e) => e.constant === undefined).map((e) => e.id)];
@@ -126,9 +129,15 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   }
   const outNames = new Set<string>();
   for (const o of rel.outputs) {
+    if (o === null) continue;
     if (outNames.has(o.name)) throw new ImportError(rf, 0, `output '${o.name}' is named twice`);
     outNames.add(o.name);
   }
+  if (outNames.size === 0) throw new ImportError(rf, 0, '"outputs" names no output');
+  /** The k-th returned value of a program, which has an output relation: a tensor, not None. */
+  const returnedValue = (g: Lowered, k: number, name: string): TensorVal => g.outputs[k] ?? (() => {
+    throw new ImportError(rf, 0, `output '${name}': return value ${k} of ${g.file} is None`);
+  })();
 
   // ---- the logical graph
   const ltensors: RawLogicalTensor[] = [];
@@ -152,8 +161,9 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   }
   const logicalShapes = new Map(ltensors.map((t) => [t.id, t]));
   rel.outputs.forEach((o, k) => {
+    if (o === null) return;
     if (logicalShapes.has(o.name)) throw new ImportError(rf, 0, `output name '${o.name}' is also a tensor of ${logical.file}: choose another name`);
-    const src = logical.outputs[k] as TensorVal;
+    const src = returnedValue(logical, k, o.name);
     ltensors.push({ id: o.name, shape: [...src.shape], role: 'output', dtype: src.dtype });
     lops.push({ id: `return.${o.name}`, op: 'identity', inputs: [src.id], outputs: [o.name], loc: `${logical.file}: return value ${k}` });
   });
@@ -211,7 +221,8 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
       tensors.push({ id: t.id, shape: [...t.shape], dtype: t.dtype, ...(lineage === undefined ? {} : { lineage }) });
     }
     rel.outputs.forEach((o, k) => {
-      const src = g.outputs[k] as TensorVal;
+      if (o === null) return;
+      const src = returnedValue(g, k, o.name);
       const id = `return.${o.name}`;
       if (g.tensors.has(id)) throw new ImportError(g.file, 0, `tensor name '${id}' is reserved for return values`);
       tensors.push({ id, shape: [...src.shape], dtype: src.dtype, lineage: lineageOf({ ...o, logical: o.logical ?? o.name }, o.name) });
@@ -227,7 +238,7 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
     mesh: rel.mesh,
     logical: { tensors: ltensors, ops: lops },
     parallel: { programs },
-    contract: { inputs: contractIn, outputs: rel.outputs.map((o) => o.name) },
+    contract: { inputs: contractIn, outputs: [...outNames] },
   };
   const atenOps = [logical, ...ranks].reduce((a, g) => a + g.atenOps, 0);
   const planOps = lops.length + programs.reduce((a, p) => a + p.ops.length, 0);
