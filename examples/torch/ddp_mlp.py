@@ -13,6 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 BUG = "--bug" in sys.argv
+BUG_SHARD = "--bug-shard" in sys.argv
 MICRO = 2
 
 
@@ -21,15 +22,17 @@ def step(cap):
     g = torch.Generator().manual_seed(0)
     X, Y = torch.randn(MICRO, 4, 8, generator=g), torch.randn(MICRO, 4, 8, generator=g)
     W1, W2 = torch.randn(16, 8, generator=g), torch.randn(8, 16, generator=g)
-    xs = [cap.shard(X[m].chunk(ws, 0)[rank].clone(), 0, "dp", name="x%d" % m) for m in range(MICRO)]
-    ys = [cap.shard(Y[m].chunk(ws, 0)[rank].clone(), 0, "dp", name="y%d" % m) for m in range(MICRO)]
+    xs = [cap.replicate(X[m].clone(), name="x%d" % m) for m in range(MICRO)]
+    ys = [cap.replicate(Y[m].clone(), name="y%d" % m) for m in range(MICRO)]
+    mine = 0 if BUG_SHARD else rank
     w1 = cap.replicate(W1.clone().requires_grad_(), name="w1", role="param")
     w2 = cap.replicate(W2.clone().requires_grad_(), name="w2", role="param")
     opt = torch.optim.SGD([w1, w2], lr=0.1)
     with cap.trace():
         for m in range(MICRO):
-            out = F.linear(F.gelu(F.linear(xs[m], w1)), w2)
-            loss = F.mse_loss(out, ys[m]) / MICRO
+            x, y = xs[m].chunk(ws, 0)[mine], ys[m].chunk(ws, 0)[mine]
+            out = F.linear(F.gelu(F.linear(x, w1)), w2)
+            loss = F.mse_loss(out, y) / MICRO
             loss.backward()
         for p in (w1, w2):
             dist.all_reduce(p.grad)

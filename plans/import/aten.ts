@@ -552,6 +552,21 @@ const RULES: Record<string, Rule> = {
     if (xs?.kind !== 'list') return l.fail('expected a list of tensors');
     return l.bind(n, l.one('concat', xs.items.map((x, i) => l.tensor(x, `tensors[${i}]`)), { dim: l.int(n.args[1], 'dim', 0) }, l.out(n)));
   },
+  'aten.split': (l, n) => {
+    // split.Tensor(self, split_size, dim): pieces of split_size, the last one smaller (torch.chunk's decomposition).
+    const x = l.tensor(n.args[0], 'self');
+    let d = l.int(l.arg(n, 2, 'dim'), 'dim', 0);
+    if (d < 0) d += x.shape.length;
+    const size = x.shape[d] ?? l.fail(`dim ${d} out of range`);
+    if (n.args[1]?.kind === 'list') l.fail('split with a list of sizes: expected split_with_sizes');
+    const k = l.int(n.args[1], 'split_size');
+    if (k <= 0) l.fail('split_size must be positive');
+    const sizes: number[] = [];
+    for (let at = 0; at < size; at += k) sizes.push(Math.min(k, size - at));
+    if (sizes.length <= 1) return l.bind(n, { kind: 'list', items: [x] });
+    const outs = l.emit('split', [x], { dim: d, sizes }, sizes.map((_, i) => `${l.out(n)}.${i}`), x.dtype);
+    return l.bind(n, { kind: 'list', items: outs });
+  },
   'aten.split_with_sizes': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
     const sizes = l.ints(n.args[1], 'split_sizes');
