@@ -181,6 +181,39 @@ describe('printed-graph reader', () => {
     assert.throws(() => lowerGraph(fx), /g\.py:5: 't' is read after its storage was written in place at line 4/);
   });
 
+  it('an in-place write to a split input makes its pieces unreadable', () => {
+    const fx = parseFxGraph(
+      'g.py',
+      g(
+        [
+          '        split = torch.ops.aten.split.Tensor(x, 1)',
+          '        getitem: "f32[1, 3]" = split[0]',
+          '        mul_: "f32[2, 3]" = torch.ops.aten.mul_.Tensor(x, 2)',
+          '        add: "f32[1, 3]" = torch.ops.aten.add.Tensor(getitem, getitem)',
+          '        return (add,)',
+        ].join('\n'),
+      ),
+    );
+    assert.throws(() => lowerGraph(fx), /g\.py:6: 'getitem' is read after its storage was written in place at line 5/);
+  });
+
+  it('hostile text is a located error, never a crash: deep nesting, long lines, binary, huge shapes', () => {
+    const cases: [string, RegExp][] = [
+      [g(`        a: "f32[2, 3]" = torch.ops.aten.view.default(x, ${'['.repeat(5000)}${']'.repeat(5000)})\n        return (a,)`), /g\.py:3: arguments nested too deeply/],
+      [g(`        a: "f32[2, 3]" = torch.ops.aten.clone.default(x${', 1'.repeat(400_000)})\n        return (a,)`), /g\.py:3: line longer than 1000000 characters/],
+      [`def forward(self, x: "f32[2]"):\n        \u0000\u0001 = torch.ops.aten.clone.default(x)\n`, /g\.py:2: unexpected character/],
+      [g('        return (x,)', 'x: "f32[99999999999, 2]"'), /unsupported size '99999999999'/],
+      [g('        a = os.system("true")\n        return (a,)'), /g\.py:3: unsupported call 'os\.system'/],
+    ];
+    for (const [text, re] of cases) {
+      assert.throws(
+        () => lowerGraph(parseFxGraph('g.py', text)),
+        (e: unknown) => e instanceof ImportError && re.test(e.message),
+        String(re),
+      );
+    }
+  });
+
   it('a shape annotation that disagrees with the mapped op is an error', () => {
     const fx = parseFxGraph('g.py', g('        t: "f32[2, 3]" = torch.ops.aten.t.default(x)\n        return (t,)'));
     assert.throws(() => lowerGraph(fx), /g\.py:3: aten\.t\.default: the graph says t has shape \[2, 3\], the mapped op gives \[3, 2\]/);

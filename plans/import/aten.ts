@@ -491,7 +491,9 @@ const RULES: Record<string, Rule> = {
     const i = l.int(n.args[1], 'index');
     if (v.kind !== 'list') return l.fail('indexing a value that is not a tuple');
     const item = v.items[i] ?? l.fail(`index ${i} out of range`);
-    return l.bind(n, item);
+    // Items share the tuple's storage root: split pieces are views of the split input (and an
+    // in-place write through one item conservatively makes the others unreadable).
+    return l.bind(n, item, (n.args[0] as { name?: string }).name);
   },
   getattr: (l, n) => l.fail(`module attribute 'self.${(n.args[0] as { value?: string }).value ?? '?'}' (a constant tensor) is not supported: pass it as a graph input`),
 
@@ -563,15 +565,15 @@ const RULES: Record<string, Rule> = {
     if (k <= 0) l.fail('split_size must be positive');
     const sizes: number[] = [];
     for (let at = 0; at < size; at += k) sizes.push(Math.min(k, size - at));
-    if (sizes.length <= 1) return l.bind(n, { kind: 'list', items: [x] });
+    if (sizes.length <= 1) return l.bind(n, { kind: 'list', items: [x] }, (n.args[0] as { name?: string }).name);
     const outs = l.emit('split', [x], { dim: d, sizes }, sizes.map((_, i) => `${l.out(n)}.${i}`), x.dtype);
-    return l.bind(n, { kind: 'list', items: outs });
+    return l.bind(n, { kind: 'list', items: outs }, (n.args[0] as { name?: string }).name);
   },
   'aten.split_with_sizes': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
     const sizes = l.ints(n.args[1], 'split_sizes');
     const outs = l.emit('split', [x], { dim: l.int(n.args[2], 'dim', 0), sizes }, sizes.map((_, i) => `${l.out(n)}.${i}`), x.dtype);
-    return l.bind(n, { kind: 'list', items: outs });
+    return l.bind(n, { kind: 'list', items: outs }, (n.args[0] as { name?: string }).name);
   },
 
   // ---- arithmetic
