@@ -214,6 +214,12 @@ describe('printed-graph reader', () => {
     }
   });
 
+  it('a cast from a float to an integer type (a truncation) is refused; int to float is an identity', () => {
+    const cast = (to: string): string => g(`        c: "${to}[2, 3]" = torch.ops.aten._to_copy.default(x, dtype = torch.int64)\n        return (c,)`);
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', cast('i64'))), /g\.py:3: a cast from float32 to int64 truncates/);
+    assert.equal(lowerGraph(parseFxGraph('g.py', g('        c: "f64[2, 3]" = torch.ops.aten._to_copy.default(x, dtype = torch.float64)\n        return (c,)', 'x: "i64[2, 3]"'))).ops.length, 1);
+  });
+
   it('a shape annotation that disagrees with the mapped op is an error', () => {
     const fx = parseFxGraph('g.py', g('        t: "f32[2, 3]" = torch.ops.aten.t.default(x)\n        return (t,)'));
     assert.throws(() => lowerGraph(fx), /g\.py:3: aten\.t\.default: the graph says t has shape \[2, 3\], the mapped op gives \[3, 2\]/);

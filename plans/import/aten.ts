@@ -430,6 +430,13 @@ function filled(l: Lowerer, n: FxNode, value: number, shape: readonly number[]):
   return l.bind(n, l.one('expand', [c], { shape: [...shape] }, l.out(n), n.type?.dtype ?? 'float32'));
 }
 
+const INTEGER = new Set(['int64', 'int32', 'int16', 'int8', 'uint8', 'bool']);
+
+/** A float value stored in an integer (or bool) tensor is truncated: not an exact identity. */
+function refuseTruncation(l: Lowerer, from: string, to: string): void {
+  if (INTEGER.has(to) && !INTEGER.has(from)) l.fail(`a cast from ${from} to ${to} truncates; it is not supported`);
+}
+
 function uninitialized(l: Lowerer, n: FxNode, shape: readonly number[]): OpaqueVal {
   return { kind: 'opaque', what: 'uninitialized memory', data: { shape: JSON.stringify(shape), dtype: n.type?.dtype ?? 'float32' } };
 }
@@ -469,12 +476,17 @@ const RULES: Record<string, Rule> = {
   'aten.lift_fresh_copy': (l, n) => l.bind(n, l.tensor(n.args[0], 'self')),
   'aten._to_copy': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
-    // A dtype cast: the same exact value (docs/engine.md: values are exact reals whatever the dtype).
-    return l.bind(n, x.dtype === (n.type?.dtype ?? x.dtype) ? x : l.one('identity', [x], {}, l.out(n), n.type?.dtype));
+    const to = n.type?.dtype ?? x.dtype;
+    // A cast between floating types, or from integers to floats, keeps the exact value
+    // (docs/engine.md: values are exact reals whatever the dtype); one to an integer type
+    // truncates, which no op here computes.
+    refuseTruncation(l, x.dtype, to);
+    return l.bind(n, x.dtype === to ? x : l.one('identity', [x], {}, l.out(n), to));
   },
   'aten.copy': (l, n) => {
     const dst = l.tensor(n.args[0], 'self');
     const src = l.tensor(n.args[1], 'src');
+    refuseTruncation(l, src.dtype, dst.dtype);
     return l.bind(n, src.shape.length === dst.shape.length && src.shape.every((d, i) => d === dst.shape[i]) ? src : l.one('expand', [src], { shape: [...dst.shape] }, l.out(n)));
   },
   'aten.copy_': (l, n) => {
@@ -482,6 +494,7 @@ const RULES: Record<string, Rule> = {
     // Uninitialized memory (new_empty_strided, as autograd allocates .grad) written whole by copy_.
     const dst = d.kind === 'opaque' && d.what === 'uninitialized memory' ? { kind: 'tensor' as const, id: '', shape: JSON.parse(String(d.data['shape'])) as number[], dtype: String(d.data['dtype']) } : l.tensor(n.args[0], 'self');
     const src = l.tensor(n.args[1], 'src');
+    refuseTruncation(l, src.dtype, dst.dtype);
     const v = src.shape.length === dst.shape.length && src.shape.every((d, i) => d === dst.shape[i]) ? src : l.one('expand', [src], { shape: [...dst.shape] });
     l.write(n.args[0], v);
     return l.bind(n, v);
