@@ -1,7 +1,8 @@
 """Megatron-style tensor-parallel MLP training step (issue 15), for `planproof capture`.
 
 fc1 is column-parallel (w1 split on its output dim), fc2 row-parallel (w2 split on its input
-dim) with an all-reduce of its partial output; the backward runs through autograd and SGD
+dim) with an all-reduce of its partial output, dropout between them (its mask a plan input
+sharded like the activation); the backward runs through autograd and SGD
 updates the shards. `--bug` drops the all-reduce (Megatron's reduce_from_tensor_model_parallel
 region), which planproof must refute.
 """
@@ -12,6 +13,16 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 BUG = "--bug" in sys.argv
+
+
+_GROUP = []
+
+
+def _tp_group(ws):
+    """Megatron's tensor-parallel group, created once per process (as Megatron's initialize does)."""
+    if not _GROUP:
+        _GROUP.append(dist.new_group(list(range(ws))))
+    return _GROUP[0]
 
 
 def step(cap):
@@ -27,10 +38,12 @@ def step(cap):
     w1.tensor_model_parallel, w1.partition_dim = True, 0
     w1 = cap.param(w1, name="w1")
     w2 = cap.shard(W2.chunk(ws, 1)[rank].clone().requires_grad_(), 1, "tp", name="w2", role="param")
-    tp_group = dist.new_group(list(range(ws)))  # Megatron's tensor-parallel group
+    tp_group = _tp_group(ws)
     opt = torch.optim.SGD([w1, w2], lr=0.1)
     with cap.trace():
         h = F.gelu(F.linear(x, w1))
+        cap.mask_placement("S(1)")  # the mask of this rank's columns of h
+        h = F.dropout(h, p=0.1)
         out = F.linear(h, w2)
         if not BUG:
             dist.all_reduce(out, group=tp_group)

@@ -737,6 +737,17 @@ const RULES: Record<string, Rule> = {
     const y = l.one('dropout', [x, mask], { p }, `${l.out(n)}.0`);
     return l.bind(n, { kind: 'list', items: [y, mask] });
   },
+  // torch 1.13's CPU dropout: a buffer filled in place with Bernoulli samples, then scaled and
+  // multiplied in. The samples are a plan input (`<node>.mask`, values 0 and 1), as above.
+  'aten.bernoulli_': (l, n) => {
+    const d = l.val(n.args[0], 'self');
+    const shape = d.kind === 'tensor' ? d.shape : d.kind === 'opaque' && d.what === 'uninitialized memory' ? (JSON.parse(String(d.data['shape'])) as number[]) : l.fail('bernoulli_ on something that is not a tensor');
+    const maskId = `${l.out(n)}.mask`;
+    const mask = l.addTensor(maskId, shape, 'bool');
+    l.extra.push({ id: maskId, shape, dtype: 'bool', line: n.line });
+    l.write(n.args[0], mask);
+    return l.bind(n, mask);
+  },
   'aten.native_dropout_backward': (l, n) => {
     const g = l.tensor(n.args[0], 'grad_output');
     const mask = l.tensor(n.args[1], 'mask');

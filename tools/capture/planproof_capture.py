@@ -54,6 +54,7 @@ class Capture:
         self.relations = {}      # name -> relation entry
         self.outputs = []        # (name, tensor name, placements)
         self.values = {}         # input and output name -> values (float64, flattened)
+        self.masks = []          # placements of the next dropout masks, in order
         self.lines = []
         self.counts = {}
         self.tracing = False
@@ -91,6 +92,11 @@ class Capture:
         if getattr(t, "tensor_model_parallel", False):
             return self._declare(t, name, "S(%d)" % int(getattr(t, "partition_dim")), role, None)
         return self._declare(t, name, "R", role, None)
+
+    def mask_placement(self, placement):
+        """The placement of the next dropout's mask (a plan input, `<dropout node>.mask`): the
+        placement of the activation it masks, e.g. "S(1)" after a column-parallel linear."""
+        self.masks.append(placement)
 
     def output(self, name, t, placement):
         if not self.enabled:
@@ -136,6 +142,10 @@ class Capture:
         self.ops += 1
         name = self.fresh(func.__name__.split(".")[0] if hasattr(func, "__name__") else "op")
         call = "torch.ops.%s(%s)" % (str(func), ", ".join([self.fmt(a) for a in args] + ["%s = %s" % (k, self.fmt(v)) for k, v in kwargs.items()]))
+        if str(func) in ("aten.bernoulli_.float", "aten.bernoulli_.Tensor"):
+            # CPU dropout's mask: a plan input (docs/import.md), with its relation and values.
+            self.relations[name + ".mask"] = {"placements": [self.masks.pop(0) if self.masks else "R"]}
+            self.values[name + ".mask"] = out.detach().double().flatten().tolist()
         if isinstance(out, torch.Tensor):
             if func._schema.arguments and func._schema.arguments[0].alias_info is not None and func._schema.arguments[0].alias_info.is_write and isinstance(args[0], torch.Tensor):
                 # In-place: the written tensor keeps its name (the reader rebinds it).
@@ -147,6 +157,10 @@ class Capture:
             self.bind(out, name)
         elif isinstance(out, (tuple, list)):
             self.lines.append("%s = %s" % (name, call))
+            if str(func) == "aten.native_dropout.default" and len(out) == 2:
+                # The sampled mask is a plan input (docs/import.md): its relation and its values.
+                self.relations[name + ".mask"] = {"placements": [self.masks.pop(0) if self.masks else "R"]}
+                self.values[name + ".mask"] = out[1].detach().double().flatten().tolist()
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
                     g = self.fresh("getitem")
