@@ -85,6 +85,20 @@ describe('import-graphs (exported ATen graphs)', function () {
     assert.match(r2.stderr, /rank1\.1\.py:2: input 'gelu' is \[4, 9\] but the earlier graph returned it as \[4, 8\]/);
   });
 
+  it("a torch.export-style print (linear, layer_norm, cross_entropy_loss kept composite) VERIFIES; an averaging all-reduce where a sum is due is NOT EQUIVALENT", async () => {
+    const base = `${EXAMPLES}torch/exported/tp2-export`;
+    for (const [edit, code] of [[(s: string) => s, 0], [(s: string) => s.replace("(linear_1, 'sum', '0')", "(linear_1, 'avg', '0')"), 1]] as const) {
+      const d = mkdtempSync(join(tmpdir(), 'pp-import-'));
+      cpSync(base, d, { recursive: true });
+      for (const f of ['rank0.py', 'rank1.py']) writeFileSync(join(d, f), edit(readFileSync(join(d, f), 'utf8')));
+      const out = join(d, 'plan.json');
+      const imp = await runCli(['import-graphs', '--dir', d, '-o', out]);
+      assert.equal(imp.code, 0, imp.stderr);
+      const v = await runCli(['verify', '--infer', '--jobs', '0', out]);
+      assert.equal(v.code, code, v.stdout);
+    }
+  });
+
   it('groups without a declaration are the ranks that call collectives on that name', async () => {
     const d = variant('relations.json', (s) => {
       const j = JSON.parse(s) as Record<string, unknown>;

@@ -608,6 +608,26 @@ const RULES: Record<string, Rule> = {
   'aten.bmm': (l, n) => l.bind(n, l.one('matmul', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'mat2')], {}, l.out(n))),
   'aten.matmul': (l, n) => l.bind(n, l.one('matmul', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'other')], {}, l.out(n))),
   'aten.addmm': addmm,
+  // torch.export's ATen dialect keeps these composite ops; each has a registry op of the same meaning.
+  'aten.linear': (l, n) => {
+    const b = l.optTensor(l.arg(n, 2, 'bias'), 'bias');
+    return l.bind(n, l.one('linear', [l.tensor(n.args[0], 'input'), l.tensor(n.args[1], 'weight'), ...(b === undefined ? [] : [b])], {}, l.out(n)));
+  },
+  'aten.layer_norm': (l, n) => {
+    const x = l.tensor(n.args[0], 'input');
+    const w = l.optTensor(l.arg(n, 2, 'weight'), 'weight');
+    const b = l.optTensor(l.arg(n, 3, 'bias'), 'bias');
+    if (b !== undefined && w === undefined) l.fail('a bias without a weight is not supported');
+    return l.bind(n, l.one('layer_norm', [x, ...(w === undefined ? [] : [w]), ...(b === undefined ? [] : [b])], { eps: l.num(l.arg(n, 4, 'eps'), 'eps', 1e-5), normalized_dims: l.ints(n.args[1], 'normalized_shape').length }, l.out(n)));
+  },
+  'aten.softmax': (l, n) => l.bind(n, l.one('softmax', [l.tensor(n.args[0], 'self')], { dim: l.int(n.args[1], 'dim') }, l.out(n))),
+  'aten.log_softmax': (l, n) => l.bind(n, l.one('log_softmax', [l.tensor(n.args[0], 'self')], { dim: l.int(n.args[1], 'dim') }, l.out(n))),
+  'aten.cross_entropy_loss': (l, n) => {
+    if (l.optTensor(l.arg(n, 2, 'weight'), 'weight') !== undefined) l.fail('cross_entropy with class weights is not supported');
+    if (l.num(l.arg(n, 5, 'label_smoothing'), 'label_smoothing', 0) !== 0) l.fail('cross_entropy with label smoothing is not supported');
+    const reduction = ['none', 'mean', 'sum'][l.int(l.arg(n, 3, 'reduction'), 'reduction', 1)] ?? l.fail('bad reduction');
+    return l.bind(n, l.one('cross_entropy', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'target')], { reduction, ignore_index: l.int(l.arg(n, 4, 'ignore_index'), 'ignore_index', -100) }, l.out(n)));
+  },
   'aten.baddbmm': addmm,
   'aten.sum': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
