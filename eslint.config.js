@@ -22,6 +22,8 @@ export const layerZones = [
     message: `${l}/ is below ${[...layers.slice(i + 1), ...(l === 'cli' ? [] : ['plans/gen'])].join(', ')}: imports go ops <- plans <- lineage <- sdfg <- stages <- cli (docs/architecture.md)`,
   })),
   { target: './plans/gen', from: ['./plans', ...layers.slice(2).map((x) => `./${x}`), './index.ts'], except: ['./gen', './raw.ts'], message: 'plans/gen uses ops and plans/raw.ts only (docs/architecture.md)' },
+  // plans/import (exported ATen graphs to a plan) is part of the plans layer: ops and plans only.
+  { target: './plans/import', from: [...layers.slice(2).map((x) => `./${x}`), './plans/gen', './index.ts'], message: 'plans/import is in the plans layer: it uses ops and plans only (docs/architecture.md)' },
   { target: product, from: ['./test', './bench'], message: 'the product never imports tests or benchmarks' },
 ];
 

@@ -38,6 +38,8 @@ import { htmlInvalid, htmlReport } from './html.js';
 import { parseShard, partOf, planDigest, readParts } from './shard.js';
 import { stageBar } from './progress.js';
 import { explain } from './explain.js';
+import { importCommand } from './import.js';
+import { captureCommand } from './capture.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -398,6 +400,10 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
   // report a CI step could read as a verdict.
   let run: (() => Promise<number> | number) | undefined;
   let usageError: string | undefined;
+  // `capture ... -- script.py args`: what follows '--' is the user's command line, untouched.
+  const dd = argv[0] === 'capture' ? argv.indexOf('--') : -1;
+  const script = dd >= 0 ? argv.slice(dd + 1) : [];
+  if (dd >= 0) argv = argv.slice(0, dd);
   // yargs reads a lone '-' as an empty option name; it means standard input here.
   const parser = yargs(argv.map((x) => (x === '-' ? STDIN_NAME : x)))
     .scriptName('planproof')
@@ -500,6 +506,35 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       },
     )
     .command(
+      'import-graphs',
+      'write a plan from exported ATen graphs (torch 2.x GraphModule prints): the single-device graph, one per rank, and a relations file for inputs and outputs (docs/import.md)',
+      (y) =>
+        y
+          .option('dir', { type: 'string', describe: 'directory holding logical.py, rank0.py, rank1.py, ... and relations.json' })
+          .option('logical', { type: 'string', describe: 'the single-device graph (FILE, or FW,BW: AOTAutograd forward then backward)' })
+          .option('rank', { type: 'string', array: true, describe: 'RANK=FILE (or RANK=FW,BW), one per rank' })
+          .option('relations', { type: 'string', describe: 'boundary relations (JSON, format planproof-relations/v1)' })
+          .option('name', { type: 'string', describe: 'plan name' })
+          .option('out', { alias: 'o', type: 'string', describe: 'output plan file (default: stdout)' }),
+      (a) => {
+        run = () => importCommand({ ...(a.dir === undefined ? {} : { dir: a.dir }), ...(a.logical === undefined ? {} : { logical: a.logical }), ...(a.rank === undefined ? {} : { rank: a.rank.map(String) }), ...(a.relations === undefined ? {} : { relations: a.relations }), ...(a.out === undefined ? {} : { out: a.out }), ...(a.name === undefined ? {} : { name: a.name }), json: a.json }, out);
+      },
+    )
+    .command(
+      'capture',
+      "run a torch.distributed training step on 1 and N CPU processes (gloo), trace it at the ATen level and write a plan: planproof capture --nproc 2 --out plan.json -- script.py [args] (docs/capture.md)",
+      (y) =>
+        y
+          .option('nproc', { type: 'number', demandOption: true, describe: 'processes of the parallel run' })
+          .option('out', { alias: 'o', type: 'string', describe: 'output plan file (default: stdout)' })
+          .option('axis', { type: 'string', default: 'tp', describe: 'name of the mesh axis (a 1-D mesh of nproc ranks)' })
+          .option('python', { type: 'string', default: '/usr/bin/python3', describe: 'the Python with PyTorch (Debian python3-torch)' })
+          .option('keep', { type: 'string', describe: 'keep the captured graphs and relations in this directory' }),
+      (a) => {
+        run = () => captureCommand({ nproc: a.nproc, axis: a.axis, python: a.python, script, json: a.json, ...(a.out === undefined ? {} : { out: a.out }), ...(a.keep === undefined ? {} : { keep: a.keep }) }, out);
+      },
+    )
+    .command(
       'demo',
       'verify the embedded example plan (a two-layer MLP training iteration under tensor parallelism)',
       (y) => y,
@@ -547,7 +582,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
         run = () => gen(a, out);
       },
     )
-    .demandCommand(1, 'name a command: verify, merge, explain, inspect, infer-lineage, demo or gen')
+    .demandCommand(1, 'name a command: verify, merge, explain, inspect, infer-lineage, import-graphs, capture, demo or gen')
     // yargs' own validation, before any handler: numbers it parses as NaN or out of range fail here.
     .check((a) => engineOptionError(a) ?? limitOptionError(a) ?? shardOptionError(a) ?? true)
     .strict()

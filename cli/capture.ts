@@ -1,0 +1,66 @@
+/**
+ * `planproof capture --nproc N --out plan.json -- script.py [args]`: runs the user's script
+ * under tools/capture/planproof_capture.py (once with world size 1, once on N gloo processes),
+ * then imports the graphs it wrote (cli/import.ts). docs/capture.md.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { ExitCode } from '../plans/errors.js';
+import { importCommand } from './import.js';
+
+interface Out {
+  log(s: string): void;
+  err(s: string): void;
+}
+
+export const CAPTURE_TOOL = fileURLToPath(new URL('../../tools/capture/planproof_capture.py', import.meta.url));
+
+export interface CaptureArgs {
+  nproc: number;
+  out?: string;
+  axis: string;
+  python: string;
+  keep?: string;
+  script: string[];
+  json: boolean;
+}
+
+/** Runs the capture; exit 0 with the plan written, 2 when the graphs do not import, 4 when the script or Python fails. */
+export function captureCommand(a: CaptureArgs, out: Out): number {
+  if (a.script.length === 0) {
+    out.err("planproof: name the script after '--': planproof capture --nproc 2 --out plan.json -- script.py");
+    return ExitCode.usage;
+  }
+  if (!Number.isSafeInteger(a.nproc) || a.nproc < 1 || a.nproc > 64) {
+    out.err(`planproof: --nproc must be an integer from 1 to 64, got ${a.nproc}`);
+    return ExitCode.usage;
+  }
+  if (!/^[A-Za-z_][A-Za-z0-9_]{0,31}$/.test(a.axis)) {
+    out.err(`planproof: --axis must be a mesh axis name, got '${a.axis}'`);
+    return ExitCode.usage;
+  }
+  const dir = a.keep ?? mkdtempSync(join(tmpdir(), 'planproof-capture-'));
+  try {
+    const r = spawnSync(a.python, [CAPTURE_TOOL, '--nproc', String(a.nproc), '--axis', a.axis, '--out', dir, ...a.script], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, timeout: 600_000 });
+    if (r.error !== undefined) {
+      out.err(`planproof: capture could not run ${a.python}: ${r.error.message}`);
+      return ExitCode.usage;
+    }
+    if (r.status !== 0) {
+      const tail = (r.stderr ?? '').trim().split('\n').slice(-15).join('\n');
+      out.err(`planproof: capture failed: ${a.python} exited ${r.status ?? r.signal ?? '?'}${/No module named 'torch'/.test(tail) ? ' (PyTorch is not installed for this Python: apt-get install python3-torch, or pass --python)' : ''}\n${tail}`);
+      return ExitCode.usage;
+    }
+    if (!existsSync(join(dir, 'relations.json'))) {
+      out.err('planproof: capture wrote no relations.json');
+      return ExitCode.usage;
+    }
+    out.err(`planproof: captured ${a.script.join(' ')} on 1 and ${a.nproc} process(es): ${(r.stdout ?? '').trim()}`);
+    return importCommand({ dir, ...(a.out === undefined ? {} : { out: a.out }), name: `capture of ${a.script.join(' ')}`.slice(0, 200), json: a.json }, out);
+  } finally {
+    if (a.keep === undefined) rmSync(dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,105 @@
+/**
+ * `planproof import-graphs`: a plan from exported ATen graphs (one single-device graph, one per
+ * rank, a relations file), checked by the loader before it is written. docs/import.md.
+ */
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
+import { parsePlanJson, readPlanText } from '../plans/json.js';
+import { loadPlanObject } from '../lineage/load.js';
+import { ImportError, FX_LIMITS } from '../plans/import/fxtext.js';
+import { checkRelations, importGraphs, type GraphFile } from '../plans/import/plan.js';
+
+interface Out {
+  log(s: string): void;
+  err(s: string): void;
+}
+
+export interface ImportArgs {
+  dir?: string;
+  logical?: string;
+  rank?: string[];
+  relations?: string;
+  out?: string;
+  name?: string;
+  json: boolean;
+}
+
+/** A program's graph files: `a.py` or `fw.py,bw.py` (run in order). */
+const split = (v: string): string[] => v.split(',').filter((x) => x !== '');
+
+/** The directory convention: `NAME.py`, or `NAME.0.py`, `NAME.1.py`, ... (a forward, then its backward). */
+function inDir(dir: string, name: string): string[] | undefined {
+  if (existsSync(join(dir, `${name}.py`))) return [join(dir, `${name}.py`)];
+  const files: string[] = [];
+  for (let k = 0; existsSync(join(dir, `${name}.${k}.py`)); k++) files.push(join(dir, `${name}.${k}.py`));
+  return files.length > 0 ? files : undefined;
+}
+
+/** `--rank 0=r0.py` values (or the directory convention) to files by rank; a usage error string otherwise. */
+function rankFiles(a: ImportArgs): string[][] | string {
+  const byRank = new Map<number, string[]>();
+  for (const s of a.rank ?? []) {
+    const eq = s.indexOf('=');
+    const r = Number(s.slice(0, eq));
+    if (eq < 1 || !Number.isSafeInteger(r) || r < 0 || r > 1 << 20) return `--rank expects RANK=FILE[,FILE...] (e.g. --rank 0=rank0.py), got '${s}'`;
+    if (byRank.has(r)) return `--rank ${r} is given twice`;
+    const files = split(s.slice(eq + 1));
+    if (files.length === 0) return `--rank ${r}: no file`;
+    byRank.set(r, files);
+  }
+  if (byRank.size === 0 && a.dir !== undefined) {
+    for (let r = 0; ; r++) {
+      const f = inDir(a.dir, `rank${r}`);
+      if (f === undefined) break;
+      byRank.set(r, f);
+    }
+  }
+  if (byRank.size === 0) return 'name the rank graphs: --rank 0=FILE --rank 1=FILE ... (or --dir with rank0.py, rank1.py, ...)';
+  const files: string[][] = [];
+  for (let r = 0; r < byRank.size; r++) {
+    const f = byRank.get(r);
+    if (f === undefined) return `--rank: ranks must be 0..${byRank.size - 1}; rank ${r} is missing`;
+    files.push(f);
+  }
+  return files;
+}
+
+export function importCommand(a: ImportArgs, out: Out): number {
+  const logicalFile = a.logical !== undefined ? split(a.logical) : a.dir === undefined ? undefined : inDir(a.dir, 'logical');
+  const relFile = a.relations ?? (a.dir === undefined ? undefined : join(a.dir, 'relations.json'));
+  const ranks = rankFiles(a);
+  if (logicalFile === undefined || logicalFile.length === 0 || relFile === undefined || typeof ranks === 'string') {
+    out.err(`planproof: ${typeof ranks === 'string' ? ranks : 'name the single-device graph (--logical FILE) and the relations (--relations FILE), or give --dir'}\nRun 'planproof import-graphs --help' for usage.`);
+    return ExitCode.usage;
+  }
+  const fail = (msg: string, issues?: readonly string[]): number => {
+    if (a.json) out.log(JSON.stringify({ verdict: 'invalid', error: msg, ...(issues === undefined ? {} : { issues }) }, null, 2));
+    else {
+      out.err(`planproof: import failed: ${msg}`);
+      for (const i of issues ?? []) out.err(`  ${i}`);
+    }
+    return ExitCode.invalidPlan;
+  };
+  try {
+    const read = (f: string): GraphFile => ({ name: f, text: readPlanText(f, FX_LIMITS.bytes) });
+    const relations = checkRelations(relFile, parsePlanJson(relFile, readPlanText(relFile, FX_LIMITS.bytes)));
+    const t0 = performance.now();
+    const { plan, stats } = importGraphs({ logical: logicalFile.map(read), ranks: ranks.map((fs) => fs.map(read)), relations, relationsFile: relFile, ...(a.name === undefined ? {} : { name: a.name }) });
+    const outName = a.out ?? '(stdout)';
+    // The loader checks what the importer wrote (shapes, lineage, tiling, collective matching)
+    // before anything is written: a plan that does not load is never left behind.
+    loadPlanObject(outName, JSON.parse(JSON.stringify(plan)));
+    const body = JSON.stringify(plan, null, 1) + '\n';
+    if (a.out === undefined) out.log(body);
+    else writeFileSync(a.out, body);
+    const summary = { out: outName, ranks: ranks.length, atenOps: stats.atenOps, planOps: stats.planOps, collectives: stats.collectives, bytes: Buffer.byteLength(body), ms: Math.round(performance.now() - t0) };
+    if (a.json) out.err(JSON.stringify(summary));
+    else out.err(`planproof: imported ${stats.atenOps} ATen ops from ${logicalFile.length + ranks.reduce((n, fs) => n + fs.length, 0)} graphs into ${stats.planOps} plan ops (${stats.collectives} collective calls); wrote ${outName}. Lineage is on the boundary only: verify with --infer.`);
+    return 0;
+  } catch (e) {
+    if (e instanceof ImportError) return fail(e.message);
+    if (e instanceof PlanError) return fail(e.file === (a.out ?? '(stdout)') ? 'the imported plan does not load' : `cannot read ${e.file}`, e.issues.map((i) => formatIssue(e.file, i)));
+    throw e;
+  }
+}

@@ -1,0 +1,337 @@
+"""Live capture of a torch.distributed training step for planproof (issue 15, docs/capture.md).
+
+A user script defines ``step(cap)``; the driver (``python3 planproof_capture.py --nproc N
+--out DIR script.py``) runs it once with world size 1 (the logical graph) and once on N gloo
+processes on CPU (one graph per rank). Each run is traced at the ATen level with a
+TorchDispatchMode (forward, autograd backward, optimizer step); torch.distributed collectives
+are wrapped so that their group, reduce op and order are recorded. Every graph is written in
+the text torch 2.x prints for a GraphModule, so ``planproof import-graphs`` reads it, with the
+relations file built from the placements the script declared::
+
+    x = cap.replicate(torch.randn(4, 8), name="x")
+    w1 = cap.shard(W1.chunk(ws, 0)[rank], 0, "tp", name="w1", role="param")
+    with cap.trace():
+        ...
+    cap.output("loss", loss, cap.R)
+
+Written against APIs torch 2.x keeps (torch.utils._python_dispatch.TorchDispatchMode,
+OpOverload names); tested with Debian's python3-torch 1.13.
+"""
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+DT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+      torch.int64: "i64", torch.int32: "i32", torch.bool: "b8", torch.uint8: "u8", torch.int8: "i8"}
+REDUCE = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min"}
+if hasattr(dist.ReduceOp, "AVG"):
+    REDUCE[dist.ReduceOp.AVG] = "avg"
+
+
+def ann(t):
+    return '"%s[%s]"' % (DT.get(t.dtype, "f32"), ", ".join(str(d) for d in t.shape))
+
+
+class Capture:
+    """One run's trace: tensors named by identity, lines in the printed-graph format."""
+
+    R = "R"
+
+    def __init__(self, world, rank, enabled=True):
+        self.world, self.rank, self.enabled = world, rank, enabled
+        self.names = {}          # id(tensor) -> name
+        self.keep = []           # keeps traced tensors alive so ids stay unique
+        self.inputs = []         # (name, tensor)
+        self.relations = {}      # name -> relation entry
+        self.outputs = []        # (name, tensor name, placements)
+        self.values = {}         # input and output name -> values (float64, flattened)
+        self.masks = []          # placements of the next dropout masks, in order
+        self.lines = []
+        self.counts = {}
+        self.tracing = False
+        self.suspended = 0
+        self.ops = 0
+
+    # ---- placements (DTensor vocabulary), declared on inputs and parameters
+    def _declare(self, t, name, placement, role, values):
+        if id(t) in self.names:
+            raise ValueError("tensor %s declared twice" % name)
+        self.names[id(t)] = name
+        self.keep.append(t)
+        self.inputs.append((name, t))
+        self.values[name] = t.detach().double().flatten().tolist()
+        rel = {"placements": [placement]}
+        if role != "input":
+            rel["role"] = role
+        if values is not None:
+            rel["values"] = {"range": list(values)}
+        self.relations[name] = rel
+        return t
+
+    def shard(self, t, dim, axis, name, role="input", values=None):
+        return self._declare(t, name, "S(%d)" % dim, role, values)
+
+    def replicate(self, t, name, role="input", values=None):
+        return self._declare(t, name, "R", role, values)
+
+    def partial(self, t, axis, name, role="input", values=None):
+        return self._declare(t, name, "P(sum)", role, values)
+
+    def param(self, t, name, role="param"):
+        """A parameter whose placement Megatron's attributes give (set_tensor_model_parallel_attributes):
+        tensor_model_parallel=True with partition_dim=d is S(d) on the mesh axis, otherwise R."""
+        if getattr(t, "tensor_model_parallel", False):
+            return self._declare(t, name, "S(%d)" % int(getattr(t, "partition_dim")), role, None)
+        return self._declare(t, name, "R", role, None)
+
+    def mask_placement(self, placement):
+        """The placement of the next dropout's mask (a plan input, `<dropout node>.mask`): the
+        placement of the activation it masks, e.g. "S(1)" after a column-parallel linear."""
+        self.masks.append(placement)
+
+    def output(self, name, t, placement):
+        if not self.enabled:
+            return
+        if id(t) not in self.names:
+            raise ValueError("output %s is not a traced tensor" % name)
+        self.outputs.append((name, self.names[id(t)], placement))
+        self.values[name] = t.detach().double().flatten().tolist()
+
+    # ---- naming
+    def fresh(self, base):
+        k = self.counts.get(base, 0)
+        self.counts[base] = k + 1
+        return base if k == 0 else "%s_%d" % (base, k)
+
+    def bind(self, t, name):
+        self.names[id(t)] = name
+        self.keep.append(t)
+
+    def fmt(self, a):
+        if isinstance(a, torch.Tensor):
+            n = self.names.get(id(a))
+            if n is None:
+                raise RuntimeError("a tensor created outside the trace and not declared (shape %s) is used: declare it with cap.replicate/shard" % list(a.shape))
+            return n
+        if isinstance(a, (list, tuple)):
+            return "[" + ", ".join(self.fmt(x) for x in a) + "]"
+        if isinstance(a, bool) or a is None:
+            return repr(a)
+        if isinstance(a, (int, float)):
+            return repr(a)
+        if isinstance(a, str):
+            return repr(a)
+        if isinstance(a, torch.dtype):
+            return str(a)
+        if isinstance(a, torch.device):
+            return "device(type='%s')" % a.type
+        if isinstance(a, torch.memory_format) or isinstance(a, torch.layout):
+            return str(a)
+        raise RuntimeError("cannot print argument %r" % (a,))
+
+    def record(self, func, args, kwargs, out):
+        self.ops += 1
+        name = self.fresh(func.__name__.split(".")[0] if hasattr(func, "__name__") else "op")
+        call = "torch.ops.%s(%s)" % (str(func), ", ".join([self.fmt(a) for a in args] + ["%s = %s" % (k, self.fmt(v)) for k, v in kwargs.items()]))
+        if str(func) in ("aten.bernoulli_.float", "aten.bernoulli_.Tensor"):
+            # CPU dropout's mask: a plan input (docs/import.md), with its relation and values.
+            self.relations[name + ".mask"] = {"placements": [self.masks.pop(0) if self.masks else "R"]}
+            self.values[name + ".mask"] = out.detach().double().flatten().tolist()
+        if isinstance(out, torch.Tensor):
+            if func._schema.arguments and func._schema.arguments[0].alias_info is not None and func._schema.arguments[0].alias_info.is_write and isinstance(args[0], torch.Tensor):
+                # In-place: the written tensor keeps its name (the reader rebinds it).
+                self.lines.append("%s: %s = %s" % (name, ann(out), call))
+                if out is not args[0]:
+                    self.bind(out, name)
+                return
+            self.lines.append("%s: %s = %s" % (name, ann(out), call))
+            self.bind(out, name)
+        elif isinstance(out, (tuple, list)):
+            self.lines.append("%s = %s" % (name, call))
+            if str(func) == "aten.native_dropout.default" and len(out) == 2:
+                # The sampled mask is a plan input (docs/import.md): its relation and its values.
+                self.relations[name + ".mask"] = {"placements": [self.masks.pop(0) if self.masks else "R"]}
+                self.values[name + ".mask"] = out[1].detach().double().flatten().tolist()
+            for i, o in enumerate(out):
+                if isinstance(o, torch.Tensor):
+                    g = self.fresh("getitem")
+                    self.lines.append("%s: %s = %s[%d]" % (g, ann(o), name, i))
+                    self.bind(o, g)
+        elif out is None:
+            self.lines.append("%s = %s" % (name, call))
+
+    # ---- collectives
+    def collective(self, kind, t, op, group):
+        gname = "world"
+        if group is not None and group is not dist.group.WORLD:
+            gname = _GROUPS[id(group)][0]
+        reduce = REDUCE.get(op, None) if op is not None else None
+        if kind == "all_reduce":
+            if reduce is None:
+                raise RuntimeError("reduce op %s is not supported" % op)
+            self.lines.append("%s: %s = torch.ops._c10d_functional.all_reduce_.default(%s, '%s', '%s')" % (self.fresh("all_reduce"), ann(t), self.names[id(t)], reduce, gname))
+
+    def trace(self):
+        # An untraced capture (the overhead benchmark's baseline) runs the step as it is.
+        return _Mode(self) if self.enabled else contextlib.nullcontext()
+
+    def text(self):
+        sig = ", ".join("%s: %s" % (n, ann(t)) for n, t in self.inputs)
+        body = ["class train_step(torch.nn.Module):", "    def forward(self, %s):" % sig]
+        body += ["        " + l for l in self.lines]
+        body.append("        return (%s,)" % ", ".join(n for _, n, _ in self.outputs))
+        return "\n".join(body) + "\n"
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, cap):
+        super().__init__()
+        self.cap = cap
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        # Profiler markers (Optimizer.step's record_function) are not computation.
+        if self.cap.suspended == 0 and not str(func).startswith("profiler."):
+            self.cap.record(func, args, kwargs, out)
+        return out
+
+    def __enter__(self):
+        self.cap.tracing = True
+        return super().__enter__()
+
+    def __exit__(self, *a):
+        self.cap.tracing = False
+        return super().__exit__(*a)
+
+
+_CURRENT = []
+_GROUPS = {}  # id(process group) -> (name, sorted ranks), in creation order (the same on every rank)
+
+
+def _wrap_collectives():
+    real_all_reduce = dist.all_reduce
+    real_new_group = dist.new_group
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        cap = _CURRENT[-1]
+        size = dist.get_world_size(group) if group is not None else dist.get_world_size()
+        if cap.tracing and size > 1:
+            cap.collective("all_reduce", tensor, op, group)
+        # The real call is not recorded: its internals are not the program's ops.
+        cap.suspended += 1
+        try:
+            return real_all_reduce(tensor, op=op, group=group, async_op=async_op)
+        finally:
+            cap.suspended -= 1
+
+    def new_group(ranks=None, *a, **k):
+        g = real_new_group(ranks, *a, **k)
+        rs = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
+        if g is not None and g is not dist.GroupMember.NON_GROUP_MEMBER:
+            _GROUPS[id(g)] = ("g%d" % len(_GROUPS), rs)
+        return g
+
+    dist.all_reduce = all_reduce
+    dist.new_group = new_group
+
+
+def _run_one(rank, world, script, outdir, port, args, bench, values):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    _wrap_collectives()
+    spec = importlib.util.spec_from_file_location("user_script", script)
+    mod = importlib.util.module_from_spec(spec)
+    sys.argv = [script] + args
+    spec.loader.exec_module(mod)
+
+    def run(enabled):
+        cap = Capture(world, rank, enabled)
+        _CURRENT.append(cap)
+        dist.barrier()
+        t0 = time.perf_counter()
+        mod.step(cap)
+        ms = (time.perf_counter() - t0) * 1000
+        _CURRENT.pop()
+        return cap, ms
+
+    cap, ms = run(True)
+    timing = {}
+    if bench > 0:
+        # Overhead: the median step time traced and untraced (each run starts from a barrier).
+        plain = sorted(run(False)[1] for _ in range(bench))
+        traced = sorted(run(True)[1] for _ in range(bench))
+        timing = {"plain_ms": plain[bench // 2], "traced_ms": traced[bench // 2]}
+    name = "logical.py" if world == 1 else "rank%d.py" % rank
+    with open(os.path.join(outdir, name), "w") as f:
+        f.write(cap.text())
+    meta = {"relations": cap.relations, "outputs": [[n, p] for n, _, p in cap.outputs], "ops": cap.ops, "ms": ms,
+            "groups": {v[0]: v[1] for v in _GROUPS.values()}}
+    meta.update(timing)
+    if world == 1 and values:
+        # The logical run's input and output values: what the imported logical graph must compute.
+        with open(os.path.join(outdir, "values.json"), "w") as f:
+            json.dump(cap.values, f)
+    with open(os.path.join(outdir, "meta.%s.json" % ("logical" if world == 1 else rank)), "w") as f:
+        json.dump(meta, f)
+    dist.destroy_process_group()
+
+
+def _spawn(world, script, outdir, args, bench=0, values=False):
+    import torch.multiprocessing as mp
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    mp.spawn(_run_one, args=(world, script, outdir, port, args, bench, values), nprocs=world, join=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nproc", type=int, required=True)
+    ap.add_argument("--axis", default="tp")
+    ap.add_argument("--out", required=True, help="directory for logical.py, rank*.py, relations.json")
+    ap.add_argument("--bench", type=int, default=0, help="also time the step this many times untraced and traced (capture-stats.json)")
+    ap.add_argument("--values", action="store_true", help="write the logical run's input and output values (values.json)")
+    ap.add_argument("script")
+    ap.add_argument("args", nargs=argparse.REMAINDER)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    _spawn(1, a.script, a.out, a.args, 0, a.values)
+    _spawn(a.nproc, a.script, a.out, a.args, a.bench)
+    metas = [json.load(open(os.path.join(a.out, "meta.%d.json" % r))) for r in range(a.nproc)]
+    logical = json.load(open(os.path.join(a.out, "meta.logical.json")))
+    rel = {"format": "planproof-relations/v1", "mesh": {"axes": [{"name": a.axis, "size": a.nproc}]},
+           "inputs": metas[0]["relations"],
+           "outputs": [{"name": n, "placements": [p]} for n, p in metas[0]["outputs"]]}
+    groups = {"world": list(range(a.nproc))}
+    for m in metas:
+        groups.update(m["groups"])
+    rel["groups"] = {k: {"ranks": v} for k, v in groups.items()}
+    with open(os.path.join(a.out, "relations.json"), "w") as f:
+        json.dump(rel, f, indent=1)
+    stats = {"seconds": time.perf_counter() - t0, "logical_ops": logical["ops"], "rank_ops": [m["ops"] for m in metas],
+             "logical_ms": logical["ms"], "rank_ms": [m["ms"] for m in metas]}
+    if a.bench > 0:
+        stats["plain_ms"] = [m["plain_ms"] for m in metas]
+        stats["traced_ms"] = [m["traced_ms"] for m in metas]
+    with open(os.path.join(a.out, "capture-stats.json"), "w") as f:
+        json.dump(stats, f)
+    print(json.dumps(stats))
+
+
+if __name__ == "__main__":
+    main()

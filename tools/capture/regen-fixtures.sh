@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Regenerates the committed capture fixtures (test/fixtures/capture/) with Debian's
+# python3-torch: each example, correct and with its bug flags, captured on 2 gloo processes,
+# with the logical run's input and output values (values.json: the numeric check of the
+# ATen mapping). The fixtures let npm test import and verify real captures without Python
+# (test/capture.test.ts).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=test/fixtures/capture
+py=${PYTHON:-/usr/bin/python3}
+while read -r name script axis flag; do
+  rm -rf "${out:?}/$name"
+  "$py" tools/capture/planproof_capture.py --nproc 2 --axis "$axis" --values --out "$out/$name" "examples/torch/$script" ${flag:+"$flag"}
+  rm -f "$out/$name"/meta.*.json "$out/$name"/capture-stats.json
+done <<'LIST'
+tp_mlp tp_mlp.py tp
+tp_mlp-bug tp_mlp.py tp --bug
+ddp_mlp ddp_mlp.py dp
+ddp_mlp-bug ddp_mlp.py dp --bug
+ddp_mlp-bug-shard ddp_mlp.py dp --bug-shard
+ops_mix ops_mix.py dp
+ops_mix-bug ops_mix.py dp --bug
+LIST
+rm -rf tools/capture/__pycache__
