@@ -25,7 +25,7 @@ import type { ProvePart, Stage } from './prove.js';
 import { extractLogicalRaw, logicalClosure, stageOf } from './extract.js';
 import { rawLineage } from './components.js';
 import { reducePlan, ReductionError } from './reduce.js';
-import { proveStage } from './stage-reduce.js';
+import { prefixWitness, proveStage } from './stage-reduce.js';
 import { diagnoseWitness } from './verify.js';
 import { numericCheck } from './numeric.js';
 import { axisSites } from './tensorlevel.js';
@@ -313,6 +313,15 @@ export const partProver = (opts: { readonly termBudget?: number; readonly maxHol
       if (b !== undefined && b.failingTensors.includes(target)) {
         numeric = a;
         result = { ...result, status: 'differs', reason: `numeric witness on two draws (seeds ${seed}, ${seed + 1}); the exact engine gave up: ${(result.reason ?? '').slice(0, 160)}`, failingRanks: [...new Set(a.mismatches.filter((m) => m.logical === target).map((m) => m.rank))].sort((x, y) => x - y) };
+      }
+    }
+    // Still open and large: a prefix cut of its value-indexed axes (a vocabulary), for a
+    // witness only, as per stage (docs/engine.md, "Prefix cuts for witnesses").
+    if (!(result.status === 'differs' && numeric.mismatches.some((m) => m.logical === target)) && /too large|differs/.test(`${result.status} ${result.reason ?? ''}`)) {
+      const pre = prefixWitness(use, useRaw, target, seed);
+      if (pre !== undefined && pre.result.status === 'differs' && pre.found.length > 0) {
+        result = { ...pre.result, stage: result.stage, reason: `cut to a prefix for a witness (${pre.cut.join(', ')}, its ids restricted to it); witness values at the cut part's shapes: ${pre.result.reason ?? ''}` };
+        numeric = { ...numeric, mismatches: pre.found };
       }
     }
     // Back to the full plan's ranks.
