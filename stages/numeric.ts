@@ -57,9 +57,13 @@ export function mulberry32(seed: number): () => number {
   };
 }
 
-export function differs(a: number, b: number): boolean {
-  if (Number.isNaN(a) !== Number.isNaN(b)) return true;
-  return Math.abs(a - b) > WITNESS_TOLERANCE * Math.max(1, Math.abs(a), Math.abs(b));
+/**
+ * `tol` above the default (log draws) also ignores a NaN on one side only: over twelve decades
+ * a value near zero may round to either sign before a square root.
+ */
+export function differs(a: number, b: number, tol = WITNESS_TOLERANCE): boolean {
+  if (Number.isNaN(a) !== Number.isNaN(b)) return tol === WITNESS_TOLERANCE;
+  return Math.abs(a - b) > tol * Math.max(1, Math.abs(a), Math.abs(b));
 }
 
 /** Total elements of the plan's logical tensors, or a reason when past MAX_NUMERIC_ELEMENTS. */
@@ -78,6 +82,9 @@ function tooLargeForNumeric(plan: LoadedPlan): string | undefined {
   return undefined;
 }
 
+/** How float contract inputs are drawn: uniform on (-1, 1), or log-uniform magnitudes with a random sign. */
+export type InputDraw = 'uniform' | 'log';
+
 interface BothValues {
   readonly logical: LogicalValues<number>;
   readonly parallel: RankValues<number>;
@@ -86,10 +93,13 @@ interface BothValues {
 }
 
 /** Both graphs in Float64 on random contract inputs (partial inputs split into random addends). */
-export function evaluateBoth(plan: LoadedPlan, seed = 1): BothValues {
+export function evaluateBoth(plan: LoadedPlan, seed = 1, draw: InputDraw = 'uniform'): BothValues {
   const lg = plan.logical;
   const rnd = mulberry32(seed);
-  const uniform = (): number => rnd() * 2 - 1;
+  // 'log': magnitudes spread over twelve decades (a random sign, 10^-12 .. 1), so that some
+  // elements meet a constant of their own size: an epsilon changed from 1e-8 to 1e-3 moves an
+  // Adam update only where the second moment is tiny (design principle 1: a small search).
+  const uniform = draw === 'log' ? (): number => (rnd() < 0.5 ? -1 : 1) * 10 ** (-12 * rnd()) : (): number => rnd() * 2 - 1;
   const inputs: LogicalValues<number> = new Array(lg.tensors.size);
   for (const t of plan.contract.inputs) {
     const shape = lg.shapes[t] ?? [];
@@ -148,11 +158,14 @@ export function evaluateBoth(plan: LoadedPlan, seed = 1): BothValues {
  * `skip(rank, tensor)`: claims left out of the comparison (inferred hints: a hint that does not
  * hold is dropped, never a witness).
  */
-export function numericCheck(plan: LoadedPlan, seed = 1, skip?: (rank: number, tensor: number) => boolean): NumericReport {
+export function numericCheck(plan: LoadedPlan, seed = 1, skip?: (rank: number, tensor: number) => boolean, draw: InputDraw = 'uniform'): NumericReport {
   const tooLarge = tooLargeForNumeric(plan);
   if (tooLarge !== undefined) return { evaluated: false, reason: tooLarge, seed, claimsChecked: 0, mismatches: [], failingTensors: [] };
   const lg = plan.logical;
-  const { logical, parallel, lineageOf } = evaluateBoth(plan, seed);
+  const { logical, parallel, lineageOf } = evaluateBoth(plan, seed, draw);
+  // Magnitudes over twelve decades make cancellation likelier: a log draw's witness must be a
+  // hundred times further beyond rounding.
+  const tol = draw === 'log' ? 100 * WITNESS_TOLERANCE : WITNESS_TOLERANCE;
 
   // Topological position of each logical tensor.
   const order = new Int32Array(lg.tensors.size).fill(-1);
@@ -193,7 +206,7 @@ export function numericCheck(plan: LoadedPlan, seed = 1, skip?: (rank: number, t
       if (v.n === 1 && v.divisor === 1) {
         val.data.forEach((x, f) => {
           const g = idx(f);
-          if (differs(x, lv.data[g] as number)) note({ logical: name, lt: nf.logical, flat: g, rank: r, tensor: p.tensors.name(t), kind: 'complete', parallel: x, expected: lv.data[g] as number });
+          if (differs(x, lv.data[g] as number, tol)) note({ logical: name, lt: nf.logical, flat: g, rank: r, tensor: p.tensors.name(t), kind: 'complete', parallel: x, expected: lv.data[g] as number });
         });
         continue;
       }
@@ -206,7 +219,7 @@ export function numericCheck(plan: LoadedPlan, seed = 1, skip?: (rank: number, t
         if (byIdx === undefined) (grp as { chunks: Map<number, Map<number, { v: number; rank: number; tensor: string }>> }).chunks.set(g, (byIdx = new Map()));
         const prev = byIdx.get(v.idx);
         if (prev === undefined) byIdx.set(v.idx, { v: x, rank: r, tensor: p.tensors.name(t) });
-        else if (differs(prev.v, x)) note({ logical: name, lt: nf.logical, flat: g, rank: r, tensor: p.tensors.name(t), kind: 'replica', parallel: x, expected: prev.v });
+        else if (differs(prev.v, x, tol)) note({ logical: name, lt: nf.logical, flat: g, rank: r, tensor: p.tensors.name(t), kind: 'replica', parallel: x, expected: prev.v });
       });
     }
   }
@@ -217,7 +230,7 @@ export function numericCheck(plan: LoadedPlan, seed = 1, skip?: (rank: number, t
       if (byIdx.size < v.n) continue;
       const xs = [...byIdx.values()].map((e) => e.v);
       const combined = v.reduce === 'sum' ? xs.reduce((a, b) => a + b, 0) / v.divisor : v.reduce === 'max' ? Math.max(...xs) : Math.min(...xs);
-      if (differs(combined, lv.data[g] as number)) {
+      if (differs(combined, lv.data[g] as number, tol)) {
         const first = [...byIdx.values()][0] as { rank: number; tensor: string };
         note({ logical: lg.tensors.name(nf.logical), lt: nf.logical, flat: g, rank: first.rank, tensor: first.tensor, kind: 'partial', parallel: combined, expected: lv.data[g] as number });
       }

@@ -96,6 +96,9 @@ export function proveStage(p: PreparedStage, seed: number, termBudget?: number):
   // A difference no draw shows yet: a few more seeds, as the whole-plan witness search does
   // (a stage reduced to a few elements has few chances per draw; the seed is in the report).
   for (let k = 1; k <= WITNESS_RETRIES && first.status === 'differs' && numeric.evaluated && !numeric.failingTensors.includes(name); k++) numeric = numericCheck(p.plan, seed + k);
+  // A difference the normal form shows but uniform draws do not (a changed epsilon): draws with
+  // magnitudes over many decades; still only a witness of a difference the engine found.
+  for (let k = 0; k < WITNESS_RETRIES && first.status === 'differs' && numeric.evaluated && !numeric.failingTensors.includes(name); k++) numeric = numericCheck(p.plan, seed + k, undefined, 'log');
   // With a witness, a lazy difference is final (docs/engine.md, "Lazy sums"): prove again so.
   const result = first.status === 'differs' || !numeric.failingTensors.includes(name) ? first : attempt(true);
   return { result, numeric };

@@ -113,6 +113,23 @@ describe('witnesses per template (one rank\'s part of an open stage)', () => {
     }
   }).timeout(600_000);
 
+  it('an epsilon changed on one rank under the real learning rate: refuted with log-uniform draws where uniform ones show nothing', () => {
+    // lr 1e-3 and eps 1e-8 -> 1e-3 move the update by ~lr * 1e-3 on uniform draws, under the
+    // witness tolerance; draws with tiny second moments show it (stages/numeric.ts 'log').
+    const make = (): RawPlan => {
+      const p = PRESETS['llama-tiny'];
+      assert.ok(p !== undefined);
+      const raw = generatePlan({ model: p.model, par: { ...p.par, ...llama, pp: 1 } });
+      BUGS.find((b) => b.id === 'adam-eps-one-rank')?.inject(raw, llama);
+      return raw as unknown as RawPlan;
+    };
+    const r = verifyPlan(loadPlanObject('p.json', make()));
+    assert.equal(r.verdict, 'not_equivalent', r.summary);
+    const st = r.stages.find((s) => s.status === 'not_equivalent');
+    assert.match(st?.logical ?? '', /\.new/);
+    assert.ok((st?.witness?.length ?? 0) > 0, 'a witness');
+  }).timeout(300_000);
+
   it('a part loads only through the internal loader: the public one still requires its claims to tile', () => {
     const make = (): RawPlan => planOf('llama-tiny', llama, 'dp-grad-allreduce-avg');
     const plan = loadPlanObject('p.json', make());
