@@ -98,25 +98,29 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
   // the programs' tensors claiming the stage's logical tensor, rank by rank (cheap: claims only).
   let holders: Map<string, [number, number][]> | undefined;
   const groupOf = (c: LineageNF): string => `${groupKey(c.value)}|${JSON.stringify(c.ranges)}`;
-  const joinGroup = (c: LineageNF): void => {
+  /** The holders of `c`'s addend group: (rank, tensor) pairs. */
+  const groupHolders = (c: LineageNF): [number, number][] => {
     if (holders === undefined) {
-      holders = new Map();
-      plan.programs.forEach((q, qi) => {
+      const index = new Map<string, [number, number][]>();
+      for (const q of plan.programs) {
         for (let u = 0; u < q.tensors.size; u++) {
           if (q.lineage[u]?.logical !== logical) continue;
           for (const m of q.ranks) {
             const x = nf(m, u) as LineageNF;
             if (x.value.n === 1) continue;
             const k = groupOf(x);
-            const l = holders?.get(k) ?? [];
-            if (l.length === 0) holders?.set(k, l);
+            const l = index.get(k) ?? [];
+            if (l.length === 0) index.set(k, l);
             l.push([m, u]);
           }
         }
-        void qi;
-      });
+      }
+      holders = index;
     }
-    const l = holders.get(groupOf(c)) ?? [];
+    return holders.get(groupOf(c)) ?? [];
+  };
+  const joinGroup = (c: LineageNF): void => {
+    const l = groupHolders(c);
     if (l.length > maxHolders) throw new PartError(`an addend group of '${plan.logical.tensors.name(logical)}' has ${l.length} holders (at most ${maxHolders} in a part)`);
     for (const x of l) stack.push(x);
   };
@@ -125,20 +129,7 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
   // addends are cut as inputs, assumed as claimed (docs/engine.md, "Witnesses per template").
   const startNF = nf(rank, tensor);
   let cutAddends = 0;
-  const bigGroup = (c: LineageNF): boolean => {
-    try {
-      joinGroupCheck(c);
-      return false;
-    } catch (e) {
-      if (e instanceof PartError) return true;
-      throw e;
-    }
-  };
-  const joinGroupCheck = (c: LineageNF): void => {
-    const saved = stack.length;
-    joinGroup(c);
-    stack.length = saved;
-  };
+  const bigGroup = (c: LineageNF): boolean => groupHolders(c).length > maxHolders;
   const joined = new Set<string>();
   while (stack.length > 0) {
     const [r, t] = stack.pop() as [number, number];

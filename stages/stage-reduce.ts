@@ -20,7 +20,7 @@ import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { analyzeReduction, prefixPlan, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
-import { assembleReport, WITNESS_RETRIES } from './verify.js';
+import { assembleReport, retryDraws } from './verify.js';
 import { type VerifyReport } from './report.js';
 import { timeLeft, type TimeLimit } from './pool.js';
 
@@ -95,10 +95,11 @@ export function proveStage(p: PreparedStage, seed: number, termBudget?: number):
   let numeric = numericCheck(p.plan, seed);
   // A difference no draw shows yet: a few more seeds, as the whole-plan witness search does
   // (a stage reduced to a few elements has few chances per draw; the seed is in the report).
-  for (let k = 1; k <= WITNESS_RETRIES && first.status === 'differs' && numeric.evaluated && !numeric.failingTensors.includes(name); k++) numeric = numericCheck(p.plan, seed + k);
-  // A difference the normal form shows but uniform draws do not (a changed epsilon): draws with
-  // magnitudes over many decades; still only a witness of a difference the engine found.
-  for (let k = 0; k < WITNESS_RETRIES && first.status === 'differs' && numeric.evaluated && !numeric.failingTensors.includes(name); k++) numeric = numericCheck(p.plan, seed + k, undefined, 'log');
+  // (Log draws among them: only ever for a difference the engine found.)
+  for (const d of retryDraws(seed)) {
+    if (first.status !== 'differs' || !numeric.evaluated || numeric.failingTensors.includes(name)) break;
+    numeric = numericCheck(p.plan, d.seed, undefined, d.draw);
+  }
   // With a witness, a lazy difference is final (docs/engine.md, "Lazy sums"): prove again so.
   const result = first.status === 'differs' || !numeric.failingTensors.includes(name) ? first : attempt(true);
   return { result, numeric };

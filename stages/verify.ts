@@ -11,7 +11,7 @@ import { type LoadedPlan } from '../lineage/load.js';
 import { verifyPerTemplate } from './template.js';
 import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
-import { numericCheck, type Mismatch, type NumericReport } from './numeric.js';
+import { numericCheck, type InputDraw, type Mismatch, type NumericReport } from './numeric.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './pool.js';
 
@@ -97,6 +97,17 @@ function tooLargeToDecompose(plan: LoadedPlan, seed: number, t0: number, maxEntr
 export const WITNESS_RETRIES = 4;
 
 /**
+ * The draws a witness search tries after the first (seed `seed`, uniform): more uniform seeds,
+ * then magnitudes over many decades (stages/numeric.ts 'log': a changed epsilon shows only where
+ * a value is as small as it). Deterministic in the seed, so --seed reproduces a witness.
+ */
+export function retryDraws(seed: number): { seed: number; draw: InputDraw }[] {
+  const uniform = Array.from({ length: WITNESS_RETRIES }, (_, k) => ({ seed: seed + k + 1, draw: 'uniform' as const }));
+  const log = Array.from({ length: WITNESS_RETRIES }, (_, k) => ({ seed: seed + k, draw: 'log' as const }));
+  return [...uniform, ...log];
+}
+
+/**
  * A normal-form difference with no witness at the first seed: draw again (a few seeds) before
  * calling the stage open. Random ids or routings can coincide (both ranks route alike), which
  * hides a real difference. The report keeps the seed that witnessed the most, so --seed
@@ -106,14 +117,9 @@ export function witnessSearch(plan: LoadedPlan, results: readonly StageResult[],
   if (!first.evaluated) return first;
   const open = (n: NumericReport): number => results.filter((r) => r.status === 'differs' && !n.failingTensors.includes(plan.logical.tensors.name(r.stage.logical))).length;
   let best = first;
-  for (let k = 1; k <= WITNESS_RETRIES && open(best) > 0 && timeLeft(limit) > 0; k++) {
-    const n = numericCheck(plan, first.seed + k, skip);
-    if (open(n) < open(best) && first.failingTensors.every((t) => n.failingTensors.includes(t))) best = n;
-  }
-  // Then magnitudes over many decades (stages/numeric.ts 'log'): a changed epsilon shows only
-  // where a value is as small as it. The search is deterministic in --seed, which reproduces it.
-  for (let k = 0; k < WITNESS_RETRIES && open(best) > 0 && timeLeft(limit) > 0; k++) {
-    const n = numericCheck(plan, first.seed + k, skip, 'log');
+  for (const d of retryDraws(first.seed)) {
+    if (open(best) === 0 || timeLeft(limit) <= 0) break;
+    const n = numericCheck(plan, d.seed, skip, d.draw);
     if (open(n) < open(best) && best.failingTensors.every((t) => n.failingTensors.includes(t))) best = n;
   }
   return best;
