@@ -121,7 +121,7 @@ function toIdentity(o: PlanOp): string {
   return o.id;
 }
 
-/** The ranks a generated program's selector names ('all', a list, or `where` on the row-major mesh). */
+/** The ranks a generated program's selector names ('all', a list, or `where` on the row-major mesh); plans/gen reads only ops/, so not plans/programs.ts selectRanks. */
 function ranksOf(plan: Json, sel: unknown): number[] {
   const axes = ((plan['mesh'] as { axes: { name: string; size: number }[] }).axes);
   const size = axes.reduce((n, a) => n * a.size, 1);
