@@ -88,12 +88,41 @@ type UfImpl = (name: string, args: number[]) => number;
 /** Thrown when a stage needs more normal-form work than its budget allows. */
 export class TermBudgetError extends Error {}
 
+/**
+ * Thrown when a store passes its stop time (`TermStore.stopAt`): an in-thread proof cannot be
+ * stopped from outside, so the store checks the clock as it works.
+ */
+export class TermStopError extends Error {}
+
 /** Thrown when a term needs a rule the normal form does not have (reported as "unknown"). */
 export class TermUnsupportedError extends Error {}
 
 /** Default budget: monomial products per store (one store per stage). */
 export const DEFAULT_TERM_BUDGET = 1_000_000;
 
+
+/** Units of work between two looks at the clock (TermStore.stopAt). */
+const STOP_CHECK = 4096;
+
+/** Characters all nested renderings of one `render` call may write together. */
+const RENDER_WORK = 100_000;
+
+/** Text of one rendering, which stops taking pieces once past its cap or the shared allowance. */
+class RenderOut {
+  text = '';
+  constructor(
+    private readonly cap: number,
+    readonly work: { left: number },
+  ) {}
+  get full(): boolean {
+    return this.text.length > this.cap || this.work.left <= 0;
+  }
+  add(x: string): void {
+    if (this.full) return;
+    this.text += x;
+    this.work.left -= x.length;
+  }
+}
 
 export class TermStore {
   /** Monomial products performed so far (the normal form's unit of work). */
@@ -122,6 +151,13 @@ export class TermStore {
 
   /** Lazy sums created so far (see `lazy`). */
   lazySums = 0;
+
+  /**
+   * A performance.now() time past which work throws TermStopError (in-thread proofs under a
+   * deadline or time limit); checked every STOP_CHECK units of work, so the clock costs nothing.
+   */
+  stopAt = Infinity;
+  private nextStopCheck = STOP_CHECK;
 
   /**
    * `lazy`: a sum over different denominators becomes an opaque sum atom over its
@@ -281,6 +317,10 @@ export class TermStore {
   private charge(n: number): void {
     this.work += n;
     if (this.work > this.budget) throw new TermBudgetError(`more than ${this.budget} monomial products`);
+    if (this.work >= this.nextStopCheck) {
+      this.nextStopCheck = this.work + STOP_CHECK;
+      if (performance.now() > this.stopAt) throw new TermStopError(`stopped after ${this.work} monomial products`);
+    }
   }
 
   private polyMulInto(acc: Map<number, Q>, p: Poly, c: Q, mono: number): void {
@@ -959,55 +999,110 @@ export class TermStore {
     return v;
   }
 
-  /** A readable rendering (for residuals in reports); long sums are elided. */
+  /**
+   * A readable rendering (for residuals in reports): the first `budget` characters of the
+   * term's text, then "...". The text is written left to right and generation stops past the
+   * cap, and all nested renderings share one work allowance: a term whose full text is huge
+   * (deeply shared sums of sums) costs its cap, not its full size (an in-thread proof spent
+   * minutes rendering a residual it then cut to 300 characters).
+   */
   render(t: TermId, budget = 400): string {
+    return this.renderCapped(t, budget, { left: RENDER_WORK });
+  }
+
+  private renderCapped(t: TermId, cap: number, work: { left: number }): string {
+    const out = new RenderOut(cap, work);
     const T = this.terms[t] as Term;
-    const parts: string[] = [];
     const c = T.c;
-    const m = this.renderMono(T.mono);
-    if (!qIsOne(c) || m === '') parts.push(qEq(c, q(-1n)) && m !== '' ? '-' : qKey(c));
-    if (m !== '') parts.push(m);
+    const hasMono = (this.monos[T.mono] as Mono).atoms.length > 0;
+    let first = true;
+    const sep = (): void => {
+      if (!first) out.add('*');
+      first = false;
+    };
+    if (!qIsOne(c) || !hasMono) {
+      // A bare minus sign joins its monomial without '*': "-x*y", not "-*x*y".
+      if (qEq(c, q(-1n)) && hasMono) out.add('-');
+      else {
+        sep();
+        out.add(qKey(c));
+      }
+    }
+    if (hasMono) {
+      sep();
+      this.monoInto(out, T.mono);
+    }
     T.fids.forEach((f, i) => {
+      if (out.full) return;
       const P = this.polys[f] as Poly;
-      const body = P.monos.map((mm, j) => `${qKey(P.coefs[j] as Q)}${this.renderMono(mm) === '' ? '' : '*' + this.renderMono(mm)}`).join(' + ');
+      sep();
+      out.add('(');
+      for (let j = 0; j < P.monos.length && !out.full; j++) {
+        if (j > 0) out.add(' + ');
+        out.add(qKey(P.coefs[j] as Q));
+        const mm = P.monos[j] as number;
+        if ((this.monos[mm] as Mono).atoms.length > 0) {
+          out.add('*');
+          this.monoInto(out, mm);
+        }
+      }
+      out.add(')');
       const k = T.fexp[i] as number;
-      parts.push(`(${body})${k === 1 ? '' : `^${k}`}`);
+      if (k !== 1) out.add(`^${k}`);
     });
-    const s = parts.join('*').replace(/^-\*/, '-');
-    return s.length > budget ? `${s.slice(0, budget)}...` : s;
+    const s = out.text;
+    return s.length > cap ? `${s.slice(0, cap)}...` : s;
   }
 
-  private renderMono(m: number): string {
+  private monoInto(out: RenderOut, m: number): void {
     const M = this.monos[m] as Mono;
-    return M.atoms
-      .map((a, i) => {
-        const p = M.pows[i] as Q;
-        const base = this.renderAtom(a);
-        return qIsOne(p) ? base : `${base}^${qKey(p)}`;
-      })
-      .join('*');
+    for (let i = 0; i < M.atoms.length && !out.full; i++) {
+      if (i > 0) out.add('*');
+      this.atomInto(out, M.atoms[i] as AtomId);
+      const p = M.pows[i] as Q;
+      if (!qIsOne(p)) out.add(`^${qKey(p)}`);
+    }
   }
 
-  private renderAtom(a: AtomId): string {
+  private atomInto(out: RenderOut, a: AtomId): void {
     const A = this.atoms[a] as Atom;
+    const args = (open: string, sepr: string): void => {
+      out.add(open);
+      A.args.forEach((x, i) => {
+        if (out.full) return;
+        if (i > 0) out.add(sepr);
+        out.add(this.renderCapped(x, 60, out.work));
+      });
+      out.add(')');
+    };
     switch (A.kind) {
       case 'sym':
-        return A.name;
+        out.add(A.name);
+        return;
       case 'exp':
-        return `exp(${this.renderMono(A.args[0] as number) || '1'})`;
+        out.add('exp(');
+        if ((this.monos[A.args[0] as number] as Mono).atoms.length === 0) out.add('1');
+        else this.monoInto(out, A.args[0] as number);
+        out.add(')');
+        return;
       case 'max':
       case 'min':
-        return `${A.kind}(${A.args.map((x) => this.render(x, 60)).join(', ')})`;
+        args(`${A.kind}(`, ', ');
+        return;
       case 'uf':
-        return `${A.name}(${A.args.map((x) => this.render(x, 60)).join(', ')})`;
+        args(`${A.name}(`, ', ');
+        return;
       case 'lsum':
-        return `(${A.args.map((x) => this.render(x, 60)).join(' + ')})`;
+        args('(', ' + ');
+        return;
       case 'ind': {
         const G = this.groups[A.args[0] as number] as Group;
-        return `[${G.name}=${G.values[A.args[1] as number]}]`;
+        out.add(`[${G.name}=${G.values[A.args[1] as number]}]`);
+        return;
       }
     }
   }
+
 }
 
 /** Hash-consing: the id of `key` in `index`, appending `make()` to `list` when it is new. */

@@ -20,7 +20,7 @@ import { registry } from '../ops/registry.js';
 import { type Attrs, numel } from '../ops/types.js';
 import { termAlgebra } from '../sdfg/algebras.js';
 import { logicalIndexer } from '../sdfg/execute.js';
-import { DEFAULT_TERM_BUDGET, TermBudgetError, TermStore, TermUnsupportedError, type TermId } from '../sdfg/terms.js';
+import { DEFAULT_TERM_BUDGET, TermBudgetError, TermStopError, TermStore, TermUnsupportedError, type TermId } from '../sdfg/terms.js';
 import type { LoadedPlan } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import type { NumericReport } from './numeric.js';
@@ -522,15 +522,22 @@ export class Prover {
     this.builder = new StageBuilder(plan, prod);
   }
 
+  /** The current proof's stop (see `prove`). */
+  private stopAt = Infinity;
+
   /**
    * `witnessed`: the numeric run already shows this stage's tensor differing, so a lazy
    * difference is final (the witness is the evidence) and the eager retry is skipped.
+   * `stop`: a performance.now() time and the reason to give past it; the normal form checks the
+   * clock as it works, so an in-thread proof (no worker to stop) still ends "unknown" on time.
    */
-  prove(stage: Stage, witnessed = false): StageResult {
+  prove(stage: Stage, witnessed = false, stop?: { readonly at: number; readonly reason: string }): StageResult {
     const t0 = performance.now();
+    this.stopAt = stop?.at ?? Infinity;
     try {
       return this.proveWithin(stage, t0, true, witnessed);
     } catch (e) {
+      if (e instanceof TermStopError) return result(stage, 'unknown', stop?.reason ?? 'stopped', stage.obligations.map((o) => o.rank), { logicalOps: 0, parallelOps: 0 }, 0, t0);
       if (e instanceof TermUnsupportedError) return result(stage, 'unknown', `outside the exact normal form: ${e.message}`, stage.obligations.map((o) => o.rank), { logicalOps: 0, parallelOps: 0 }, 0, t0);
       if (!(e instanceof TermBudgetError)) throw e;
       const ranks = stage.obligations.map((o) => o.rank);
@@ -545,6 +552,7 @@ export class Prover {
    */
   private proveWithin(stage: Stage, t0: number, lazy: boolean, witnessed: boolean): StageResult {
     const T = new TermStore(this.budget, lazy);
+    T.stopAt = this.stopAt;
     let logicalConds = new Set<TermId>();
     const b = this.builder.build(stage, {
       alg: termAlgebra(T),

@@ -13,7 +13,7 @@ import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type InputDraw, type Mismatch, type NumericReport } from './numeric.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
-import { notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './pool.js';
+import { newPool, notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './pool.js';
 
 export { notAttempted, timeLeft, type TimeLimit } from './pool.js';
 import { Z3Prover } from './z3.js';
@@ -131,13 +131,12 @@ export function witnessedStages(plan: LoadedPlan, stages: readonly Stage[], n: N
   return new Set(stages.flatMap((s, i) => (failing.has(plan.logical.tensors.name(s.logical)) ? [i] : [])));
 }
 
-function proveInProcess(plan: LoadedPlan, stages: readonly Stage[], onStage: ((done: number, total: number) => void) | undefined, witnessed: ReadonlySet<number>, limit?: TimeLimit): StageResult[] {
+function proveInProcess(plan: LoadedPlan, stages: readonly Stage[], onStage: ((done: number, total: number) => void) | undefined, witnessed: ReadonlySet<number>, limit?: TimeLimit, deadlineMs?: number): StageResult[] {
   const prover = new Prover(plan);
   return stages.map((s, i) => {
     let r: StageResult;
     try {
-      // In this thread a proof cannot be stopped: the limit is checked between stages.
-      r = limit !== undefined && timeLeft(limit) <= 0 ? unattempted(s, limit) : prover.prove(s, witnessed.has(s.index));
+      r = limit !== undefined && timeLeft(limit) <= 0 ? unattempted(s, limit) : prover.prove(s, witnessed.has(s.index), inThreadStop(limit, deadlineMs));
     } catch (e) {
       r = engineError(s, e);
     }
@@ -146,6 +145,19 @@ function proveInProcess(plan: LoadedPlan, stages: readonly Stage[], onStage: ((d
   });
 }
 
+/**
+ * Where an in-thread proof stops (no worker to terminate: the normal form looks at the clock,
+ * Prover.prove), with the reason the pool gives for the same stop.
+ */
+function inThreadStop(limit: TimeLimit | undefined, deadlineMs: number | undefined): { at: number; reason: string } | undefined {
+  const left = limit === undefined ? Infinity : timeLeft(limit);
+  const dl = deadlineMs ?? Infinity;
+  if (left === Infinity && dl === Infinity) return undefined;
+  const now = performance.now();
+  if (left < dl && limit !== undefined)
+    return { at: now + left, reason: `stopped after ${(left / 1000).toFixed(1)} s: the run's time limit of ${limit.seconds} s (--time-limit) was reached; the proof was stopped` };
+  return { at: now + dl, reason: `deadline of ${(dl / 1000).toFixed(1)} s exceeded; the proof was stopped` };
+}
 
 export interface PoolVerifyOptions extends VerifyOptions {
   /** Worker threads; 0 proves in this thread. */
@@ -268,7 +280,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
         ...(opts.worker === undefined ? {} : { worker: opts.worker }),
       });
     }
-    if (engine === 'normal') return proveInProcess(plan, some, (d, t) => stageDone(d, t, some[d - 1] as Stage), witnessed, limit);
+    if (engine === 'normal') return proveInProcess(plan, some, (d, t) => stageDone(d, t, some[d - 1] as Stage), witnessed, limit, opts.deadlineMs);
     const prover = new Z3Prover(plan);
     const out: StageResult[] = [];
     for (const [i, s] of some.entries()) {
@@ -299,7 +311,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   if (sharded) results = results.map((r, i) => (known?.has(i) === true || ownedDone.has(i) || ownedDone.has(repOf.get(i) ?? i) ? r : { ...r, status: 'unknown', reason: 'left to another shard (--shard): planproof merge gives the verdict', failingRanks: [] }));
   let numeric = sharded ? first : witnessSearch(plan, results, first, undefined, limit);
   clock.lap('witnessSearch');
-  if (engine === 'normal' && !sharded) results = await z3Fallback(plan, results, numeric, opts.deadlineMs, limit);
+  if (engine === 'normal' && !sharded) results = await z3Fallback(plan, text, results, numeric, opts.deadlineMs, limit, opts.worker);
   clock.lap('z3Fallback');
   if (engine === 'normal' && !sharded && opts.fallback !== undefined) ({ results, numeric } = opts.fallback(plan, results, numeric, limit));
   clock.lap('perStageFallback');
@@ -321,7 +333,7 @@ function unattempted(s: Stage, limit: TimeLimit): StageResult {
  * witness, or a division it cannot show nonzero) go to Z3, which knows max/min as If-terms
  * and nonlinear real arithmetic. A Z3 proof is taken; anything else keeps the first answer.
  */
-async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit): Promise<StageResult[]> {
+async function z3Fallback(plan: LoadedPlan, text: string, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit, worker?: PoolOptions['worker']): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
   // The portfolio: also a stage the normal form gave up on (its work budget), within the stage deadline.
   // Past a stage refuted with a witness the verdict is settled and that stage is the likely root
@@ -335,22 +347,25 @@ async function z3Fallback(plan: LoadedPlan, results: StageResult[], numeric: Num
       : r,
   );
   if (open.length === 0) return out;
-  const prover = new Z3Prover(plan);
-  for (const r of open) {
-    let z: StageResult;
-    const left = timeLeft(limit);
-    if (limit !== undefined && left <= 0) {
+  // Z3 runs in a worker thread even when the normal form ran in this one: Z3 (wasm) aborts its
+  // process when it runs out of memory (a mutant's stage took the CLI down with exit 4 and no
+  // report); in a worker it takes only that stage's attempt with it.
+  const pool = newPool(1, undefined, worker);
+  try {
+    for (const r of open) {
       const i = results.indexOf(r);
-      out[i] = { ...r, reason: `${r.reason ?? 'undecided'} (not sent to Z3: the run's time limit of ${limit.seconds} s (--time-limit) was reached)` };
-      continue;
-    }
-    try {
+      const left = timeLeft(limit);
+      if (limit !== undefined && left <= 0) {
+        out[i] = { ...r, reason: `${r.reason ?? 'undecided'} (not sent to Z3: the run's time limit of ${limit.seconds} s (--time-limit) was reached)` };
+        continue;
+      }
       // Within the stage's deadline: what the normal form spent on it is deducted; and within the run's time limit.
-      z = await prover.prove(r.stage, Math.min(left, Math.max(1000, deadlineMs - r.ms)));
-    } catch {
-      continue;
+      const [z] = await proveInPool(plan.file, text, [r.stage], { jobs: 1, pool, engine: 'z3', deadlineMs: Math.max(1000, deadlineMs - r.ms), ...(limit === undefined ? {} : { timeLimit: limit }) });
+      if (z?.status === 'proved') out[i] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + z.ms };
+      else if (z !== undefined && /the worker proving this stage failed/.test(z.reason ?? '')) out[i] = { ...r, reason: `${r.reason ?? 'undecided'} (Z3 did not decide it: ${z.reason ?? ''})` };
     }
-    if (z.status === 'proved') out[results.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + z.ms };
+  } finally {
+    await pool.destroy();
   }
   return out;
 }

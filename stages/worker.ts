@@ -38,11 +38,25 @@ export default async function proveStage(task: StageTask): Promise<StageResult> 
   const stage = task.custom === undefined ? cached.stages[task.stage] : customStage(cached.plan, task.stage, task.custom);
   if (stage === undefined) throw new Error(`no stage ${task.stage}`);
   if (task.engine === 'z3') {
+    quietStderr();
     cached.z3 ??= new Z3Prover(cached.plan);
     return cached.z3.prove(stage, task.deadlineMs);
   }
   return cached.prover.prove(stage, task.witnessed === true);
 }
+
+/**
+ * Z3 (wasm) prints its abort and a wasm stack trace on stderr when it runs out of memory, from
+ * this thread and from its own pthreads (whose output is piped through this thread's stderr).
+ * The user gets the stage's reason instead ("Z3 did not decide it: ..."), never a trace, so a
+ * worker that has run Z3 keeps its stderr to itself (workers print nothing else).
+ */
+function quietStderr(): void {
+  if (quiet) return;
+  quiet = true;
+  process.stderr.write = (() => true) as typeof process.stderr.write;
+}
+let quiet = false;
 
 function customStage(plan: LoadedPlan, index: number, c: NonNullable<StageTask['custom']>): Stage {
   const obligations = c.obligations.map(([rank, tensor]) => {

@@ -19,8 +19,18 @@ type Real = Arith<'main'>;
 
 let api: Promise<Api> | undefined;
 
+/**
+ * Z3's own allocation bound (MB). The wasm build cannot grow past 2 GB and aborts its whole
+ * thread when malloc fails there (with a wasm stack trace written straight to fd 2); under this
+ * bound Z3 stops first and answers "unknown" (max. memory exceeded), a reason like any other.
+ */
+const Z3_MEMORY_MB = 1800;
+
 async function z3(): Promise<{ api: Api; ctx: Ctx }> {
-  api ??= init();
+  api ??= init().then((a) => {
+    a.setParam('memory_max_size', Z3_MEMORY_MB);
+    return a;
+  });
   const a = await api;
   return { api: a, ctx: a.Context('main') };
 }

@@ -8,6 +8,8 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { Piscina } from 'piscina';
 import { loadWithText } from '../cli/main.js';
 import { EXAMPLES } from './helpers.js';
+import { generatePlan } from '../plans/gen/plan.js';
+import { PRESETS } from '../plans/gen/presets.js';
 import type { Fault } from './fault-worker.js';
 
 /** The product's worker with `fault` injected (test/fault-worker.ts). */
@@ -89,6 +91,27 @@ describe('worker pool with deadlines', () => {
     assert.ok(r.stages.slice(0, 3).every((x) => x.status === 'proved'), 'stages before the limit are proved as usual');
     assert.ok(r.phases !== undefined && (r.phases['stages'] ?? 0) >= 2500, JSON.stringify(r.phases));
   }).timeout(30_000);
+
+  it('in this thread (--jobs 0) the stage deadline and the run time limit stop a running proof (issue 13)', async () => {
+    // Before: an in-thread proof could not be stopped (the limit was read between stages), so
+    // `--jobs 0 --time-limit 5` ran a stuck mutant for 14 minutes. Now the normal form looks at
+    // the clock as it works. gpt2-tiny at full shapes has stages of more than 4,096 products.
+    const p = PRESETS['gpt2-tiny'];
+    assert.ok(p !== undefined);
+    const g2text = JSON.stringify(generatePlan({ model: p.model, par: { ...p.par, pp: 1 } }));
+    const g2 = loadPlanText('gpt2-tiny.json', g2text);
+    const base = { jobs: 0, tensorLevel: false, dedup: false } as const;
+    const full = await verifyPlanInPool(g2, g2text, { ...base, deadlineMs: 600_000 });
+    assert.equal(full.verdict, 'verified');
+    const cut = await verifyPlanInPool(g2, g2text, { ...base, deadlineMs: 1 });
+    assert.equal(cut.verdict, 'unknown');
+    const stopped = cut.stages.filter((x) => /deadline of 0\.0 s exceeded; the proof was stopped/.test(x.reason ?? ''));
+    assert.ok(stopped.length > 0, 'some stage outlives a 1 ms deadline and is stopped');
+    assert.ok(cut.stages.every((x) => x.status === 'proved' || stopped.includes(x)), 'a stop is unknown, never a verdict');
+    const limited = await verifyPlanInPool(g2, g2text, { ...base, deadlineMs: 600_000, timeLimit: { endAt: performance.now() + 1, seconds: 0.001 } });
+    assert.equal(limited.verdict, 'unknown');
+    assert.ok(limited.stages.every((x) => x.status === 'unknown' && /time limit/.test(x.reason ?? '')), JSON.stringify(limited.stages.slice(0, 2)));
+  }).timeout(120_000);
 
   it('a worker killed mid-proof makes its stage unknown and the run completes', async () => {
     const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 60_000, worker: faulty({ stage: 5, kind: 'crash' }), tensorLevel: false });

@@ -11,7 +11,7 @@ import { analyzeReduction, reducePlan, reducedRaw, ReductionError } from '../sta
 import { verifyPlan } from '../stages/verify.js';
 import { type VerifyReport } from '../stages/report.js';
 import { meanRowsPlan, mlpPlan, planParams, reshapeParams, reshapePlan, type PlanParams } from './reduce-plans.js';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli } from './helpers.js';
@@ -201,13 +201,18 @@ describe('verify --emit-reduced', function () {
       assert.match(again.stdout, /shape reduction not needed: every stage is proved at tensor level/);
       // the buggy twin is refuted at reduced shapes, with a witness
       writeFileSync(file, JSON.stringify(mlpPlan({ dp: 2, tp: 2, rows: 3, hidden: 2, ffn: 2, out: 2, act: 'tanh', spelling: 'index', bias: true, mutant: 'bias-before-allreduce' })));
-      const bad = await runCli(['verify', file, '--jobs', '0', '--no-cache']);
+      const badHtml = join(dir, 'bad.html');
+      const bad = await runCli(['verify', file, '--jobs', '0', '--no-cache', '--html', badHtml]);
       assert.equal(bad.code, 1, bad.stdout);
+      // The HTML report says that witness elements index the reduced tensors (issue 16).
+      assert.match(readFileSync(badHtml, 'utf8'), /proved at reduced shapes \(docs\/engine\.md, &quot;Shape reduction&quot;\): witness elements index the reduced tensors/);
       assert.match(bad.stdout, /witness: /);
       assert.match(bad.stdout, /proved at reduced shapes: shape reduction: 2 dim class\(es\) reduced/);
       // --no-reduce proves at full shapes and says so
-      const full = await runCli(['verify', file, '--jobs', '0', '--no-cache', '--no-reduce']);
+      const fullHtml = join(dir, 'full.html');
+      const full = await runCli(['verify', file, '--jobs', '0', '--no-cache', '--no-reduce', '--html', fullHtml]);
       assert.equal(full.code, 1);
+      assert.doesNotMatch(readFileSync(fullHtml, 'utf8'), /proved at reduced shapes/);
       assert.match(full.stdout, /proved at full shapes: .*turned off \(--no-reduce\)/);
     } finally {
       rmSync(dir, { recursive: true, force: true });

@@ -1,4 +1,5 @@
 import { strict as assert } from 'node:assert';
+import fc from 'fast-check';
 import { TermStore, type TermId } from '../sdfg/terms.js';
 import { q, qFromNumber, qToNumber, qParse } from '../ops/rational.js';
 
@@ -209,5 +210,44 @@ describe('term memo', () => {
     assert.ok(work > 0);
     assert.equal(build(), first);
     assert.equal(T.work, work);
+  });
+});
+
+describe('rendering terms for reports', () => {
+  // A residual of deeply nested, shared max/sum atoms: the old renderer wrote the whole text
+  // (exponential in the depth) and then cut it to its cap; an in-thread proof of a mutant spent
+  // 14 minutes here (test/fixtures/mutants/hang-zero3-adam-grad-replaced.json).
+  it('costs its cap, not the size of the full text', () => {
+    const T = new TermStore();
+    let t = T.sym('a');
+    for (let i = 0; i < 24; i++) t = T.max([t, T.add(t, T.sym(`b${i}`))]);
+    const t0 = performance.now();
+    const s = T.render(t, 300);
+    assert.ok(performance.now() - t0 < 2000, `rendering took ${performance.now() - t0} ms`);
+    assert.equal(s.length, 303);
+    assert.match(s, /^max\(a, .*\.\.\.$/);
+  });
+
+  it('a capped rendering is the prefix of the uncapped one (random terms)', () => {
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.nat(8), fc.nat(), fc.nat()), { minLength: 1, maxLength: 30 }), fc.integer({ min: 5, max: 200 }), (steps, cap) => {
+        const T = new TermStore();
+        const pool: TermId[] = [T.sym('a'), T.sym('bb'), T.const('-1'), T.const('3/7')];
+        for (const [k, i, j] of steps) {
+          const x = pool[i % pool.length] as TermId;
+          const y = pool[j % pool.length] as TermId;
+          const ops = [() => T.add(x, y), () => T.mul(x, y), () => T.sub(x, y), () => T.exp(x), () => T.max([x, y]), () => T.uf('tanh', [x]), () => T.div(x, T.add(y, T.const(2))), () => T.neg(x), () => T.sum([x, y, T.sym(`d${pool.length}`)])];
+          try {
+            pool.push((ops[k] as () => TermId)());
+          } catch {
+            // A division the store refuses (a zero divisor) is not a term to render.
+          }
+        }
+        const t = pool[pool.length - 1] as TermId;
+        const full = T.render(t, 1e9);
+        assert.equal(T.render(t, cap), full.length > cap ? `${full.slice(0, cap)}...` : full);
+      }),
+      { seed: 16, numRuns: 300 },
+    );
   });
 });

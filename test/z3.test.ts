@@ -74,6 +74,16 @@ describe('layered decision: Z3 decides what the normal form leaves open', functi
     assert.equal(r.verdict, 'verified', r.summary);
     assert.equal(r.stages[0]?.decidedBy, 'z3');
   });
+  it('Z3 runs in a worker: a Z3 that takes its thread down leaves the stage unknown and the run goes on (issue 13)', async () => {
+    // Before: the fallback ran Z3 in this thread, and a Z3 out of memory (wasm abort) ended the
+    // CLI with exit 4 and a wasm stack trace (test/fixtures/mutants/z3-oom-pp2v2-adam-grad-replaced.json,
+    // 150 s, too slow for this suite): here the Z3 worker of stage 0 exits instead.
+    const text = plan('min');
+    const worker = { file: new URL('./fault-worker.js', import.meta.url), data: { stage: 0, kind: 'crash' } };
+    const r = await verifyPlanInPool(loadPlanText('maxmin.json', text), text, { jobs: 0, deadlineMs: 30_000, worker });
+    assert.equal(r.verdict, 'unknown', r.summary);
+    assert.match(r.stages[0]?.reason ?? '', /\(Z3 did not decide it: the worker proving this stage failed .*\); it was replaced\)/);
+  });
   it('its near-miss (max + max) is refuted with a witness, not sent to Z3 as open', async () => {
     const text = plan('max');
     const r = await verifyPlanInPool(loadPlanText('maxmax.json', text), text, { jobs: 0, deadlineMs: 30_000 });
