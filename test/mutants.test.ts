@@ -18,6 +18,7 @@ import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import { evaluateBoth } from '../stages/numeric.js';
 import { OPT } from '../bench/mutate/harness.js';
+import { groundTruth } from '../bench/mutate/truth.js';
 
 const read = (f: string): Json => JSON.parse(readFileSync(join(EXAMPLES, f), 'utf8')) as Json;
 
@@ -117,6 +118,14 @@ describe('mutation harness (issue 13)', function () {
 });
 
 describe('mutation harness findings (issue 13)', () => {
+  it('an overflow on one side is wrong in the ground truth, not a false alarm of the verifier', () => {
+    // Fuzzing set a scale factor to -1e308: the parallel loss overflows to -Infinity on some
+    // seeds, the relative deviation was inf/inf = NaN, and the plan counted as correct, so its
+    // (right) refutation was reported as a false alarm (fixtures: test/fixtures/mutants/).
+    const plan = loadPlanObject('fuzz-scale-overflow.json', JSON.parse(readFileSync(`${EXAMPLES}../test/fixtures/mutants/fuzz-scale-overflow.json`, 'utf8')) as Json);
+    assert.equal(groundTruth(plan).kind, 'wrong');
+  });
+
   it('numeric execution runs an op reading one tensor twice only once all its inputs are there', () => {
     // Found by the harness (input-replace): adam_update(w, g, m, m). Each consumer was listed
     // once per occurrence and every occurrence subtracted each time: the op ran before its
