@@ -511,6 +511,12 @@ export class StageBuilder {
   }
 }
 
+/** Where an in-thread proof stops (a performance.now() time) and the reason it then gives. */
+export interface Stop {
+  readonly at: number;
+  readonly reason: string;
+}
+
 /** The default decision procedure: the exact normal form, with syntactic side conditions. */
 export class Prover {
   private readonly builder: StageBuilder;
@@ -531,7 +537,7 @@ export class Prover {
    * `stop`: a performance.now() time and the reason to give past it; the normal form checks the
    * clock as it works, so an in-thread proof (no worker to stop) still ends "unknown" on time.
    */
-  prove(stage: Stage, witnessed = false, stop?: { readonly at: number; readonly reason: string }): StageResult {
+  prove(stage: Stage, witnessed = false, stop?: Stop): StageResult {
     const t0 = performance.now();
     this.stopAt = stop?.at ?? Infinity;
     try {

@@ -16,7 +16,7 @@ import type { LoadedPlan } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type NumericReport } from './numeric.js';
-import { decompose, Prover, type Stage, type StageResult } from './prove.js';
+import { decompose, Prover, type Stage, type StageResult, type Stop } from './prove.js';
 import { analyzeReduction, prefixPlan, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
@@ -80,11 +80,11 @@ export function prepareStage(full: LoadedPlan, raw: RawPlan, stage: Stage, reduc
 }
 
 /** One stage, proved where prepareStage put it, with a witness from a numeric run there. */
-export function proveStage(p: PreparedStage, seed: number, termBudget?: number): { result: StageResult; numeric: NumericReport } {
+export function proveStage(p: PreparedStage, seed: number, termBudget?: number, stop?: Stop): { result: StageResult; numeric: NumericReport } {
   const name = p.plan.logical.tensors.name(p.stage.logical);
   const attempt = (witnessed: boolean): StageResult => {
     try {
-      return new Prover(p.plan, termBudget).prove(p.stage, witnessed);
+      return new Prover(p.plan, termBudget).prove(p.stage, witnessed, stop);
     } catch (e) {
       return { stage: p.stage, status: 'unknown', reason: `engine error: ${e instanceof Error ? e.message : String(e)}`, failingRanks: p.stage.obligations.map((o) => o.rank), logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
     }
@@ -142,7 +142,7 @@ function stageClasses(full: LoadedPlan, raw: RawPlan, stage: Stage, memo: ProofM
   return { cls: new Map([...hit.cls].map(([k, c]) => { const [i, d] = k.split(':').map(Number) as [number, number]; return [`${pos.get(i) ?? -1}:${d}`, c]; })), size: hit.size };
 }
 
-export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, seed: number, reduce = true, memo: ProofMemo = newMemo()): { result: StageResult; mismatches: NumericReport['mismatches']; claims: number; info: StageReductionInfo; raws: RawPlan[]; coveredBy?: number } | undefined {
+export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, seed: number, reduce = true, memo: ProofMemo = newMemo(), stop?: Stop): { result: StageResult; mismatches: NumericReport['mismatches']; claims: number; info: StageReductionInfo; raws: RawPlan[]; coveredBy?: number } | undefined {
   const closure = stageClosure(full, stage);
   if (!splitsByRank(closure)) return undefined;
   const stageKey = renamedText(extractStageRaw(full, raw, stage, closure));
@@ -201,7 +201,7 @@ export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, 
         }
       }
       raws.push(compRaw);
-      const { result, numeric } = proveStage({ info: { stage: stage.index + 1, logical: name, mode: 'components', reduced: [], kept: [] }, plan, stage: st }, seed);
+      const { result, numeric } = proveStage({ info: { stage: stage.index + 1, logical: name, mode: 'components', reduced: [], kept: [] }, plan, stage: st }, seed, undefined, stop);
       results.push(result);
       if (result.status === 'proved' && key !== undefined) memo.proved.set(key, stage.index);
       claims += numeric.claimsChecked;
@@ -398,20 +398,28 @@ export function perStageFallback(rawPlan: RawPlan | (() => RawPlan), seed: numbe
       let found: NumericReport['mismatches'];
       let info: StageReductionInfo;
       const raw = rawOf();
-      const comp = proveByComponents(plan, raw, r.stage, seed, true, memo);
+      // Proofs here run in this thread: the normal form stops at the fallback's budget or the
+      // run's time limit, whichever comes first (a mutant's attention stage took 27 s past a
+      // 2 s limit).
+      const byLimit = limit === undefined ? Infinity : t0 + timeLeft(limit);
+      const byBudget = start + budgetMs;
+      const stop: Stop = byLimit < byBudget && limit !== undefined
+        ? { at: byLimit, reason: `stopped: the run's time limit of ${limit.seconds} s (--time-limit) was reached` }
+        : { at: byBudget, reason: `stopped: the fallback's ${Math.round(budgetMs / 1000)} s were spent` };
+      const comp = proveByComponents(plan, raw, r.stage, seed, true, memo, stop);
       if (comp !== undefined) {
         res = comp.result;
         found = comp.mismatches;
         info = comp.info;
       } else {
         const p = prepareStage(plan, raw, r.stage);
-        const { result, numeric: n } = proveStage(p, seed);
+        const { result, numeric: n } = proveStage(p, seed, undefined, stop);
         res = result;
         found = n.mismatches.filter((m) => m.logical === name);
         info = p.info;
         // Still too large: a prefix cut of its value-indexed axes (vocab), for a witness only.
         if (res.status === 'unknown' && /too large/.test(res.reason ?? '') && p.raw !== undefined) {
-          const cut = prefixWitness(p.plan, p.raw, name, seed);
+          const cut = prefixWitness(p.plan, p.raw, name, seed, stop);
           if (cut !== undefined) {
             log.push({ stage: i + 1, logical: name, status: cut.result.status, mode: info.mode, reduced: `prefix cut: ${cut.cut.join(', ')}`, ms: performance.now() - t0 });
             if (cut.result.status === 'differs' && cut.found.length > 0) {
@@ -454,7 +462,7 @@ export function formatFallback(log: readonly FallbackInfo[]): string {
 }
 
 /** The stage proved at a prefix cut of its plan (reduce.ts prefixPlan), or undefined when nothing can be cut. Only a difference with a witness may be used. */
-export function prefixWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed: number): { result: StageResult; found: NumericReport['mismatches']; cut: string[] } | undefined {
+export function prefixWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed: number, stop?: Stop): { result: StageResult; found: NumericReport['mismatches']; cut: string[] } | undefined {
   // One id first (every id the same: a sum over positions stays a plain sum, cheap to normalize), then two.
   let last: { result: StageResult; found: NumericReport['mismatches']; cut: string[] } | undefined;
   for (const size of [1, 2]) {
@@ -463,7 +471,7 @@ export function prefixWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed
       if (pre === undefined) return last;
       const s = stageOf(pre.plan, name);
       if (s === undefined) return last;
-      const { result, numeric } = proveStage({ info: { stage: 0, logical: name, mode: 'reduced', reduced: [], kept: [] }, plan: pre.plan, stage: s, raw: pre.raw }, seed);
+      const { result, numeric } = proveStage({ info: { stage: 0, logical: name, mode: 'reduced', reduced: [], kept: [] }, plan: pre.plan, stage: s, raw: pre.raw }, seed, undefined, stop);
       last = { result, found: numeric.mismatches.filter((m) => m.logical === name), cut: pre.cut };
       if (result.status === 'differs' && last.found.length > 0) return last;
     } catch (e) {
