@@ -11,7 +11,7 @@
  * checks every claim, so a wrong derivation shows up as a refuted correct plan.
  */
 import type { GradRef } from '../../ops/grad.js';
-import type { AttrValue } from '../../ops/types.js';
+import type { RawDimIndex, RawLineage, RawLogicalTensor, RawParallelTensor, RawPlan, RawProgram, RawRange } from '../raw.js';
 import { GenGraph, type GenTensor } from './graph.js';
 import { buildModel, Params, type Model, type ModelConfig } from './models.js';
 import { Net, type Parallelism } from './net.js';
@@ -478,9 +478,8 @@ function clip(g: GenGraph, par: Parallelism | undefined, names: string[], params
   });
 }
 
-type Json = Record<string, unknown>;
-/** The plan as JSON (the only thing the verifier sees). */
-export function generatePlan(o: GenOptions): Json {
+/** The plan as JSON (the only thing the verifier sees), in the loader's own type (plans/raw.ts). */
+export function generatePlan(o: GenOptions): RawPlan {
   const opt = o.optimizer ?? ADAMW;
   const par = o.par;
   const pp = par.pp ?? 1;
@@ -501,30 +500,27 @@ export function generatePlan(o: GenOptions): Json {
   const logicalByName = new Map(L.g.tensors.filter((t) => t.dropped !== true).map((t) => [t.name, t]));
   for (const P of stages) pruneDead(P.g, new Set(P.g.tensors.filter((t) => t.noLineage !== true && logicalByName.has(t.logical ?? t.name.replace(/^mb[0-9]+\//, ''))).map((t) => t.name)));
   const produced = new Set(L.g.ops.flatMap((op) => op.outputs));
-  const tensorJson = (t: GenTensor, extra: Json): Json => ({
+  // Key order is the file's: id, shape, dtype, then the side's own fields.
+  const dtypeOf = (t: GenTensor): { dtype?: string } => (t.dtype === undefined ? {} : { dtype: t.dtype });
+  const logicalTensors = L.g.tensors.filter((t) => t.dropped !== true).map((t): RawLogicalTensor => ({
     id: t.name,
     shape: [...t.shape],
-    ...(t.dtype === undefined ? {} : { dtype: t.dtype }),
-    ...extra,
-  });
-  const logicalTensors = L.g.tensors.filter((t) => t.dropped !== true).map((t) =>
-    tensorJson(t, {
-      role: L.outputs.includes(t.name) ? 'output' : produced.has(t.name) ? (t.name.startsWith('grad/') ? 'grad' : 'activation') : (t.role ?? 'input'),
-      ...(t.values === undefined ? {} : { values: { range: t.values } }),
-    }),
-  );
+    ...dtypeOf(t),
+    role: L.outputs.includes(t.name) ? 'output' : produced.has(t.name) ? (t.name.startsWith('grad/') ? 'grad' : 'activation') : (t.role ?? 'input'),
+    ...(t.values === undefined ? {} : { values: { range: t.values } }),
+  }));
   const slotLayout = new Map<string, string>();
-  const program = (P: Built, i: number): Json => {
+  const program = (P: Built, i: number): RawProgram => {
     const { k, r } = where[i] as { k: number; r: number };
     const sel: Record<string, number> = { ...(pp > 1 ? { pp: k } : {}), ...(ring ? { cp: r } : {}) };
     const name = [...(pp > 1 ? [`stage${k}`] : []), ...(ring ? [`cp${r}`] : [])].join('-');
     return {
     ...(Object.keys(sel).length > 0 ? { name, ranks: { where: sel } } : { ranks: 'all' }),
-    tensors: P.g.tensors.filter((t) => t.dropped !== true).map((t) => {
+    tensors: P.g.tensors.filter((t) => t.dropped !== true).map((t): RawParallelTensor => {
       const l = logicalByName.get(t.logical ?? t.name.replace(/^mb[0-9]+\//, ''));
       const lin = t.noLineage === true ? undefined : lineage(t, l, par);
       if (typeof lin === 'string') slotLayout.set((l as GenTensor).name, lin);
-      return tensorJson(t, lin === undefined || typeof lin === 'string' ? {} : { lineage: lin });
+      return { id: t.name, shape: [...t.shape], ...dtypeOf(t), ...(lin === undefined || typeof lin === 'string' ? {} : { lineage: lin }) };
     }),
     ops: P.g.ops.map((op) => ({ id: op.id, op: op.op, inputs: op.inputs, outputs: op.outputs, ...(op.attrs === undefined ? {} : { attrs: op.attrs }), ...(op.group === undefined ? {} : { group: op.group }), ...(op.peer === undefined ? {} : { peer: op.peer }) })),
     };
@@ -538,9 +534,8 @@ export function generatePlan(o: GenOptions): Json {
   // Logical op outputs that no parallel tensor claims, each with the reason (plans carry
   // lineage for every logical op output where a layout can state it).
   const held = new Set<string>();
-  for (const pr of programs) for (const t of (pr['tensors'] as Json[])) {
-    const lin = t['lineage'] as Json | undefined;
-    if (lin !== undefined) held.add(lin['logical'] as string);
+  for (const pr of programs) for (const t of pr.tensors ?? []) {
+    if (t.lineage !== undefined) held.add(t.lineage.logical);
   }
   const unclaimed = L.g.ops.flatMap((op) => op.outputs).filter((n) => !held.has(n) && logicalByName.get(n)?.dropped !== true).map((n) => ({
     logical: n,
@@ -580,7 +575,7 @@ const SLOT_LAYOUT =
   "MoE expert buffer laid out by a subset of the tokens (packed layout: slot positions count that subset's routing choices; token layout after an expert-parallel exchange under micro-batches, SP or CP: the ranks' rows interleave in the logical order), so no index map states it";
 
 /** The lineage claim of a parallel tensor from its provenance and the two shapes. */
-function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json | string | undefined {
+function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): RawLineage | string | undefined {
   if (l === undefined) return undefined;
   const ps = t.shape;
   const ls = l.shape;
@@ -594,7 +589,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
   const oneMb = micro > 1 && mbs.length === 1 ? (mbs[0] as number) : undefined;
   const dpVaries = t.prov.varies.has('dp') && par.dp > 1;
   const tpVaries = t.prov.varies.has('tp') && par.tp > 1;
-  const index: (string | AttrValue)[] = ps.map(() => '*');
+  const index: RawDimIndex[] = ps.map(() => '*');
   const partial: { coord: string; size: number }[] = [];
   const claimed = new Set<number>();
   // Rows of the batch: dp shard, then micro-batch, in dim 0.
@@ -619,7 +614,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
     const c = k / 2;
     if (Number.isInteger(Bl) && k % 2 === 0 && (ls[md] as number) === Bl * rowFactor * S) {
       const base = dpVaries ? `${oneMb !== undefined ? micro * Bl : Bl}*dp + ${(oneMb ?? 0) * Bl}` : `${(oneMb ?? 0) * Bl}`;
-      const ranges: AttrValue[] = [];
+      const ranges: RawRange[] = [];
       for (let b = 0; b < Bl; b++) {
         const row = `(${base} + ${b})*${S}`;
         ranges.push([expr(`${row} + ${c}*cp`), expr(`${row} + ${c}*cp + ${c}`)], [expr(`${row} + ${S - c} - ${c}*cp`), expr(`${row} + ${S} - ${c}*cp`)]);
@@ -645,7 +640,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
       claimed.add(mt + 1);
     } else {
       if (!Number.isInteger(Bl) || (ls[mt] as number) !== Bl * rowFactor * S) return undefined;
-      const ranges: AttrValue[] = [];
+      const ranges: RawRange[] = [];
       for (let b = 0; b < Bl; b++) {
         const row = `(${base} + ${b})*${S}`;
         ranges.push([expr(`${row} + ${k}*tp`), expr(`${row} + ${k}*tp + ${k}`)]);
@@ -723,8 +718,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
     } else partial.push({ coord: 'tp', size: par.tp });
   }
   for (let i = 0; i < ps.length; i++) if (!claimed.has(i) && ps[i] !== ls[i]) return undefined;
-  const out: Json = { logical: l.name };
-  if (index.some((x) => x !== '*')) out['index'] = index;
+  const out: RawLineage = { logical: l.name, ...(index.some((x) => x !== '*') ? { index } : {}) };
   if (partial.length > 0) {
     let idx = '0';
     let n = 1;
@@ -735,7 +729,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
     // A micro-batch's addend is one of micro x dp (x cp x tp) parts of the whole batch's
     // contribution: a decomposition of its own, named, since the accumulated gradient's
     // decomposition (dp x tp under SP, say) can have the same count.
-    out['value'] = oneMbAddend ? { chunk: expr(idx), of: n, split: 'microbatch' } : [expr(idx), n];
+    return { ...out, value: oneMbAddend ? { chunk: expr(idx), of: n, split: 'microbatch' } : [expr(idx), n] };
   }
   return out;
 }
