@@ -428,7 +428,7 @@ function reshapeTags(x: GenTensor, out: Shape): (DimTag | undefined)[] {
   return tags;
 }
 
-export function merge(ps: readonly Provenance[]): Provenance {
+function merge(ps: readonly Provenance[]): Provenance {
   const varies = new Set<string>();
   const mbs = new Set<number>();
   let batch = false;

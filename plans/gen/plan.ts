@@ -61,7 +61,7 @@ interface StageInfo {
 }
 
 /** Layers [from, to) of pipeline stage k (layers split evenly, the remainder to the first stages). */
-export function stageLayers(layers: number, stages: number, k: number): [number, number] {
+function stageLayers(layers: number, stages: number, k: number): [number, number] {
   const base = Math.floor(layers / stages);
   const extra = layers % stages;
   const from = k * base + Math.min(k, extra);
