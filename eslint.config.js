@@ -10,7 +10,7 @@ import { createTypeScriptImportResolver } from 'eslint-import-resolver-typescrip
  * generators and the bug catalog) sits beside plans and uses ops and the plan file's types
  * (plans/raw.ts, which the loader reads) only; nothing in the product imports the generators
  * but the CLI, nor the tests or benchmarks.
- * test/lint.test.ts shows each rule failing on a backward import.
+ * test/layers.test.ts shows each rule failing on a backward import.
  */
 const layers = ['ops', 'plans', 'lineage', 'sdfg', 'stages', 'cli'];
 const product = [...layers.map((l) => `./${l}`), './index.ts'];

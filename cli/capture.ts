@@ -16,7 +16,7 @@ interface Out {
   err(s: string): void;
 }
 
-export const CAPTURE_TOOL = fileURLToPath(new URL('../../tools/capture/planproof_capture.py', import.meta.url));
+const CAPTURE_TOOL = fileURLToPath(new URL('../../tools/capture/planproof_capture.py', import.meta.url));
 
 export interface CaptureArgs {
   nproc: number;

@@ -7,7 +7,7 @@
 import type { StageView } from '../stages/stageview.js';
 
 /** A DOT double-quoted string. */
-export function dotString(s: string): string {
+function dotString(s: string): string {
   return `"${s.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n')}"`;
 }
 

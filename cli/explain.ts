@@ -41,7 +41,7 @@ function sideBySide(left: readonly string[], right: readonly string[]): string[]
 }
 
 /** The logical and parallel op tables, collectives as one row per member. */
-export function opTables(v: StageView): { logical: string[]; parallel: string[] } {
+function opTables(v: StageView): { logical: string[]; parallel: string[] } {
   const logical = table(
     ['opcode', 'name', 'target', 'args'],
     v.logicalOps.map((o) => [o.kind, o.id, o.outputs.join(', '), o.inputs.join(', ')]),

@@ -18,14 +18,14 @@ import { stageOp } from './junit.js';
 import { formatIssue, type PlanIssue } from '../plans/errors.js';
 
 /** HTML text or attribute value. */
-export function esc(s: string): string {
+function esc(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;').replace(/'/g, '&#39;');
 }
 
 /** Stages drawn at most: past it the report names the others without a drawing. */
-export const MAX_DRAWN = 40;
+const MAX_DRAWN = 40;
 /** A stage with more parallel ops and collective members than this is not drawn (the layout would be unreadable and slow). */
-export const MAX_DRAWN_OPS = 400;
+const MAX_DRAWN_OPS = 400;
 
 const STATUS = { proved: 'proved', not_equivalent: 'not equivalent', unknown: 'unknown' } as const;
 

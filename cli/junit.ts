@@ -11,7 +11,7 @@ import { ranksText, witnessLine, type StageReport, type VerifyReport } from '../
 import { formatIssue, type PlanIssue } from '../plans/errors.js';
 
 /** XML text or attribute value: the five special characters escaped, characters XML 1.0 forbids dropped. */
-export function xmlEscape(s: string): string {
+function xmlEscape(s: string): string {
   return s
     .replace(/[^\t\n\r\u0020-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]/gu, '')
     .replace(/&/g, '&amp;')
@@ -27,13 +27,13 @@ export function stageOp(s: StageReport): string {
 }
 
 /** The stage's tensor and ranks: "#13 g_w1 on ranks 0,1". */
-export function stageName(s: StageReport): string {
+function stageName(s: StageReport): string {
   const ranks = s.rankCount === undefined ? `ranks ${ranksText(s.ranks)}` : `${s.rankCount} rank(s)`;
   return `#${s.index} ${s.logical} on ${ranks}`;
 }
 
 /** What a failing stage's <failure> body says: the same lines as the text report. */
-export function failureLines(s: StageReport): string[] {
+function failureLines(s: StageReport): string[] {
   const out: string[] = [];
   if (s.op?.loc !== undefined) out.push(`source: ${s.op.loc}`);
   if (s.failingRanks.length > 0) out.push(`failing ranks: ${s.failingRanks.join(', ')}`);

@@ -363,7 +363,7 @@ function gen(a: GenArgs, out: Out): number {
       return ExitCode.usage;
     }
   }
-  let plan: Record<string, unknown>;
+  let plan: RawPlan;
   try {
     plan = generatePlan({ model, par, optimizer: ADAMW });
     if (a.inject !== undefined) {
@@ -379,7 +379,7 @@ function gen(a: GenArgs, out: Out): number {
         return ExitCode.usage;
       }
       bug.inject(plan, ctx);
-      plan['name'] = `${String(plan['name'])}+${bug.id}`;
+      plan.name = `${String(plan.name)}+${bug.id}`;
     }
   } catch (e) {
     // Configuration errors (indivisible sizes) are the user's; say so without a stack trace.

@@ -11,7 +11,7 @@ import { Ajv } from 'ajv';
 import type { ShardResult } from '../stages/verify.js';
 import type { StageResult } from '../stages/prove.js';
 
-export const PART_FORMAT = 'planproof-part/v1';
+const PART_FORMAT = 'planproof-part/v1';
 
 /** The options a part was proved under: a merge runs with exactly these. */
 export interface PartOptions {
@@ -23,7 +23,7 @@ export interface PartOptions {
   readonly reduce: boolean;
 }
 
-export interface PartResult extends ShardResult {
+interface PartResult extends ShardResult {
   /** 0-based stage index in the plan's decomposition. */
   readonly index: number;
 }

@@ -109,7 +109,7 @@ export function programBox(ranks: ArrayLike<number>, mesh: Mesh): Box {
 }
 
 /** Most boxes a rank set is split into before its claims are enumerated per rank instead. */
-export const MAX_BOXES = 64;
+const MAX_BOXES = 64;
 
 /**
  * A rank set as disjoint boxes (each the product of one coordinate set per axis), or undefined

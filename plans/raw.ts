@@ -59,7 +59,9 @@ export interface RawCollective {
   microbatch?: number;
   loc?: string;
 }
-export interface RawPlan {
+// A type literal, not an interface: a plan is a plain JSON object, and code that handles any
+// JSON object (Record<string, unknown>) takes it as one.
+export type RawPlan = {
   format: 'planproof/v1';
   name?: string;
   description?: string;
@@ -67,4 +69,6 @@ export interface RawPlan {
   logical: { tensors: RawLogicalTensor[]; ops: RawOp[] };
   parallel: { programs: RawProgram[]; collectives?: RawCollective[] };
   contract: { inputs: string[]; outputs: string[] };
-}
+  /** Extensions the format ignores (the generator's `x-planproof-gen`, say): the schema allows any `x-` key. */
+  [extension: `x-${string}`]: unknown;
+};

@@ -54,7 +54,7 @@ export interface BoundaryOptions {
 }
 
 /** The smallest span of parallel ops that holds the first failure. */
-export interface Span {
+interface Span {
   /** The stage whose obligation fails (a user claim or the contract). */
   readonly stage: number;
   /** The proved boundaries it starts from: "rank r 'tensor' = <logical> <region> (<value>)", inferred ones marked. */
@@ -99,9 +99,9 @@ export interface BoundaryReport extends VerifyReport {
 /** Default time limit of `verify --infer`'s rounds. */
 export const TIME_LIMIT_MS = 120_000;
 /** Deadline of a user stage before a certified refutation (the verdict is settled; it only confirms which stage fails first). */
-export const SETTLED_DEADLINE_MS = 2_000;
+const SETTLED_DEADLINE_MS = 2_000;
 /** Deadline of a hint stage (a hint is meant to cut a short stage). */
-export const HINT_DEADLINE_MS = 10_000;
+const HINT_DEADLINE_MS = 10_000;
 
 interface Hint {
   readonly program: number;
@@ -368,7 +368,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
 }
 
 /** Plans whose logical tensors hold at most this many elements prove their rounds in this thread. */
-export const SMALL_PLAN_ELEMENTS = 50_000;
+const SMALL_PLAN_ELEMENTS = 50_000;
 
 function logicalElements(plan: LoadedPlan): number {
   let n = 0;

@@ -32,7 +32,7 @@ import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
  * live here so that stages/template.ts, which is handed the hook, and part.ts, which implements
  * it, need not import each other (part.ts reaches template.ts through verify.ts).
  */
-export interface PartResult {
+interface PartResult {
   /** The rank whose obligation was extracted, and every rank its closure reaches. */
   readonly rank: number;
   readonly ranks: readonly number[];

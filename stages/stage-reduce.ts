@@ -20,7 +20,7 @@ import { decompose, Prover, type Stage, type StageResult, type Stop } from './pr
 import { analyzeReduction, prefixPlan, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
-import { assembleReport, retryDraws } from './verify.js';
+import { assemble, retryDraws } from './verify.js';
 import { type VerifyReport } from './report.js';
 import { timeLeft, type TimeLimit } from './pool.js';
 
@@ -318,7 +318,7 @@ export function verifyPerStage(plan: LoadedPlan, raw: RawPlan, opts: PerStageOpt
   const proofsRun = coveredBy.filter((c, i) => c === i).length;
   const failingTensors = [...new Set(mismatches.map((m) => m.logical))];
   const numeric: NumericReport = { evaluated: true, seed, claimsChecked: claims, mismatches, failingTensors };
-  const report = assembleReport(plan, results as StageResult[], numeric, seed, t0);
+  const report = assemble(plan, results as StageResult[], numeric, seed, t0);
   const stagesOut = report.stages.map((s, i) => ((coveredBy[i] as number) !== i ? { ...s, coveredBy: (coveredBy[i] as number) + 1 } : s));
   const reducedStages = infos.filter((x) => x?.mode === 'reduced').length;
   const compStages = infos.filter((x) => x?.mode === 'components').length;

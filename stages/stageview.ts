@@ -13,18 +13,18 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { stageClosure } from './extract.js';
 import { decompose, type Stage } from './prove.js';
 
-export interface ViewOp {
+interface ViewOp {
   readonly id: string;
   readonly kind: string;
   readonly inputs: string[];
   readonly outputs: string[];
 }
 
-export interface ViewParallelOp extends ViewOp {
+interface ViewParallelOp extends ViewOp {
   readonly rank: number;
 }
 
-export interface ViewCollective {
+interface ViewCollective {
   readonly id: string;
   readonly kind: string;
   /** Per group member: rank, input and output tensor names ('' when the member has none). */

@@ -48,7 +48,6 @@ export class Sym {
 /** A region bound, an addend index or a group position: a number, or affine in the coordinates. */
 export type Int = number | Sym;
 
-export const isSym = (a: Int): a is Sym => typeof a !== 'number';
 const coef = (a: Int, i: number): number => (typeof a === 'number' ? 0 : (a.k[i] ?? 0));
 const val = (a: Int): number => (typeof a === 'number' ? a : a.v);
 const width = (a: Int, b: Int): number => Math.max(typeof a === 'number' ? 0 : a.k.length, typeof b === 'number' ? 0 : b.k.length);

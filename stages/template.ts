@@ -41,7 +41,7 @@ import type { ProvePart } from './prove.js';
 import type { RawPlan } from '../plans/raw.js';
 
 /** Obligations of one (program, tensor): `ranks` of the program's ranks produce it. */
-export interface TemplatePart {
+interface TemplatePart {
   readonly program: number;
   readonly tensor: number;
   readonly ranks: number;
@@ -80,7 +80,7 @@ interface ProgramIndex {
 }
 
 /** Distinct rank classes proved per stage, at most: past it the stage stays "unknown". */
-export const MAX_RANK_CLASSES = 64;
+const MAX_RANK_CLASSES = 64;
 
 export interface LocalProof {
   readonly status: 'proved' | 'unknown';
@@ -527,7 +527,7 @@ export interface TemplateVerifyOptions {
 }
 
 /** Default time for witnesses per template: parts tried until one refutes or this runs out. */
-export const WITNESS_BUDGET_MS = 120_000;
+const WITNESS_BUDGET_MS = 120_000;
 /** Open stages (in order) and parts per stage tried for a witness. */
 const WITNESS_STAGES = 64;
 const WITNESS_PARTS = 2;

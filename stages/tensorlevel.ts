@@ -217,7 +217,7 @@ function coverKey(p: Part | undefined): string {
 }
 
 /** The relation a lineage claim states, or why it has none here (striped regions, max/min addends). */
-export function claimRelation(nf: LineageNF): Relation | string {
+function claimRelation(nf: LineageNF): Relation | string {
   const ranges: [number, number][] = [];
   for (const r of nf.ranges) {
     if (r.length !== 2) return 'a striped region (several ranges along one dim)';

@@ -15,7 +15,7 @@ import { numericCheck, type InputDraw, type Mismatch, type NumericReport } from 
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { newPool, notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './pool.js';
 
-export { notAttempted, timeLeft, type TimeLimit } from './pool.js';
+export type { TimeLimit } from './pool.js';
 import { Z3Prover } from './z3.js';
 import { proveDistinct, withProofs } from './dedup.js';
 import type { ProofCache } from './cache.js';
@@ -94,7 +94,7 @@ function tooLargeToDecompose(plan: LoadedPlan, seed: number, t0: number, maxEntr
 }
 
 /** Extra seeds tried when a stage differs in normal form but the first run shows no difference. */
-export const WITNESS_RETRIES = 4;
+const WITNESS_RETRIES = 4;
 
 /**
  * The draws a witness search tries after the first (seed `seed`, uniform): more uniform seeds,
@@ -441,9 +441,6 @@ export function assemble(plan: LoadedPlan, results: readonly StageResult[], nume
     ms: performance.now() - t0,
   };
 }
-
-/** assemble, for per-stage verification (stages/stage-reduce.ts). */
-export const assembleReport = assemble;
 
 /** Names the likely kind of bug from the witness values (design principle 8). */
 export function diagnoseWitness(w: readonly Mismatch[], failingRanks: readonly number[], ranks: readonly number[], residual: string): string | undefined {

@@ -14,6 +14,7 @@ import { BUGS } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import type { Parallelism } from '../plans/gen/net.js';
+import type { RawPlan } from '../plans/raw.js';
 import { stripToBoundary, claimCounts } from '../plans/gen/strip.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
@@ -232,7 +233,7 @@ describe('boundary lineage: inference, the portfolio and the CLI', () => {
     const w = await runCli(['infer-lineage', src, '-o', dst]);
     assert.equal(w.code, 0, w.stderr);
     assert.match(w.stderr, /got an inferred claim/);
-    const written = JSON.parse(readFileSync(dst, 'utf8')) as Json;
+    const written = JSON.parse(readFileSync(dst, 'utf8')) as RawPlan;
     const counts = claimCounts(written);
     assert.ok(counts.inferred > 0);
     const ins = await runCli(['inspect', dst, '--json']);

@@ -6,7 +6,7 @@
  * op registry lists every op family.
  */
 import { strict as assert } from 'node:assert';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, normalize } from 'node:path';
 import { ESLint } from 'eslint';
 import ts from 'typescript';
@@ -119,6 +119,29 @@ describe('import layers', function () {
       ['e.ts', ['a.ts']],
     ]);
     assert.deepEqual(cycles(g), [['a.ts', 'b.ts', 'c.ts'], ['d.ts']]);
+  });
+
+  it('docs/architecture.md matches the tree: every file it names exists, every folder has its row, every value index.ts exports is named', async () => {
+    const doc = readFileSync(join(ROOT, 'docs', 'architecture.md'), 'utf8');
+    // Paths from the root, and in each folder's row the file names it gives (in the folder or below).
+    const named = [...doc.matchAll(/`((?:[a-z]+\/)+[a-z0-9_.-]+\.(?:ts|json|md))`/g)].map((m) => m[1] as string);
+    const missing = named.filter((f) => !existsSync(join(ROOT, f)));
+    const under = (d: string): string[] => readdirSync(join(ROOT, d), { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? under(join(d, e.name)) : [e.name]));
+    let inRows = 0;
+    for (const d of PRODUCT) {
+      const row = doc.split('\n').find((l) => l.startsWith(`| \`${d}/\` |`));
+      assert.ok(row !== undefined, `no row for ${d}/`);
+      const files = new Set(under(d));
+      for (const m of row.matchAll(/`([a-z0-9_-]+\.(?:ts|json))`/g)) {
+        inRows++;
+        if (!files.has(m[1] as string)) missing.push(`${d}/ row: ${m[1] as string}`);
+      }
+    }
+    assert.ok(named.length + inRows > 40, `${named.length + inRows} files named`);
+    assert.deepEqual(missing, []);
+    const api = Object.keys(await import('../index.js'));
+    assert.ok(api.length >= 8, api.join(', '));
+    assert.deepEqual(api.filter((n) => !doc.includes(`\`${n}\``)), []);
   });
 
   it('the op registry lists every ops/ file that exports op records, in file-name order', () => {

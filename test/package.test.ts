@@ -82,16 +82,25 @@ describe('package: npm pack, install, import by name', function () {
     assert.equal(out['invalid'], 'PlanError');
   });
 
-  it('type-checks a TypeScript consumer and the README example against the shipped declarations, and rejects a wrong one', () => {
+  // README's "Use it as a library" examples, as written.
+  const section = /## Use it as a library\n([\s\S]*?)\n## /.exec(readFileSync(join(ROOT, 'README.md'), 'utf8'))?.[1] ?? '';
+  const examples = [...section.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1] as string);
+
+  it('runs the README example that generates a plan, injects a catalogued bug and verifies it (not equivalent)', () => {
+    const example = examples.find((e) => e.includes('generatePlan'));
+    assert.ok(example !== undefined, 'README has no generator example');
+    // It is plain JavaScript too (no annotations): run as written.
+    writeFileSync(join(dir, 'readme-gen.mjs'), example);
+    assert.match(ok(run(process.execPath, ['readme-gen.mjs'], dir), 'the README generator example'), /^not_equivalent \(\d+ ops registered\)\n$/);
+  });
+
+  it('type-checks a TypeScript consumer and the README examples against the shipped declarations, and rejects a wrong one', () => {
+    assert.ok(examples.length >= 2 && examples.every((e) => e.includes("from 'planproof'")), `README has ${examples.length} library examples`);
     writeFileSync(
       join(dir, 'tsconfig.json'),
-      JSON.stringify({ compilerOptions: { module: 'NodeNext', moduleResolution: 'NodeNext', target: 'ES2022', strict: true, noEmit: true, skipLibCheck: true, types: ['node'] }, files: ['consumer.ts', 'readme.ts'] }),
+      JSON.stringify({ compilerOptions: { module: 'NodeNext', moduleResolution: 'NodeNext', target: 'ES2022', strict: true, noEmit: true, skipLibCheck: true, types: ['node'] }, files: ['consumer.ts', ...examples.map((_, i) => `readme${i}.ts`)] }),
     );
-    // README's "Use it as a library" example, as written.
-    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
-    const example = /## Use it as a library[\s\S]*?```ts\n([\s\S]*?)```/.exec(readme)?.[1];
-    assert.ok(example !== undefined && example.includes("from 'planproof'"), 'README has no library example');
-    writeFileSync(join(dir, 'readme.ts'), `${example}\nexport {};\n`);
+    examples.forEach((e, i) => writeFileSync(join(dir, `readme${i}.ts`), `${e}\nexport {};\n`));
     const good = [
       "import { loadPlan, verifyPlan, type VerifyReport, type OpDef, type Algebra } from 'planproof';",
       "const r: VerifyReport = verifyPlan(loadPlan('plan.json'));",

@@ -23,7 +23,7 @@ interface RawOp {
 interface RawPlan {
   parallel: { programs: { ops: RawOp[] }[] };
 }
-const plan = (par: typeof PAR | typeof SMALL | typeof FLAT = PAR): RawPlan => generatePlan({ model: MODEL, par, optimizer: OPT }) as unknown as RawPlan;
+const plan = (par: typeof PAR | typeof SMALL | typeof FLAT = PAR): RawPlan => generatePlan({ model: MODEL, par, optimizer: OPT });
 /** The twins without tp (cheaper; the routing is the same). */
 const SMALL = { dp: 4, tp: 1, micro: 2, pp: 2, ep: true } as const;
 

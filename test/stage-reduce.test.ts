@@ -13,7 +13,7 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { decompose, Prover } from '../stages/prove.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure } from '../stages/extract.js';
 import { perStageFallback, prefixWitness, prepareStage, proveByComponents, verifyPerStage, type FallbackInfo } from '../stages/stage-reduce.js';
-import { assembleReport } from '../stages/verify.js';
+import { assemble } from '../stages/verify.js';
 import type { StageResult } from '../stages/prove.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, rankStage, windowsOf } from '../stages/components.js';
 import { analyzeReduction } from '../stages/reduce.js';
@@ -236,7 +236,7 @@ describe('per-stage reduction', function () {
         const open: StageResult[] = stages.map((st) => ({ stage: st, status: 'unknown', reason: 'the stage is too large: (simulated)', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 }));
         const log: FallbackInfo[] = [];
         const fb = perStageFallback(raw, 1, log)(plan, open, { evaluated: false, reason: 'simulated', seed: 1, claimsChecked: 0, mismatches: [], failingTensors: [] });
-        const rep = assembleReport(plan, fb.results, fb.numeric, 1, 0);
+        const rep = assemble(plan, fb.results, fb.numeric, 1, 0);
         assert.equal(rep.verdict, full.verdict, `${JSON.stringify(p)}: full ${full.summary}; fallback ${rep.summary}`);
         assert.equal(first(rep), first(full), JSON.stringify(p));
         if (rep.verdict === 'not_equivalent') {

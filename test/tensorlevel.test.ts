@@ -17,6 +17,7 @@ import { proveTensorLevel } from '../stages/tensorlevel.js';
 import { verifyPlan } from '../stages/verify.js';
 import { verifyPerTemplate } from '../stages/template.js';
 import { mlpPlan, planParams } from './reduce-plans.js';
+import type { RawPlan } from '../plans/raw.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
@@ -123,10 +124,10 @@ describe('tensor-level proofs on plans with lineage only at their boundary', () 
   // The claims a user writes: contract inputs, parameters, optimizer state, outputs. Stages then
   // span whole layers; relations between whole tensors carry through them without inference.
   const MLP_CTX: BugContext = { dp: 2, tp: 2, micro: 2, family: 'mlp' };
-  const mlp = (layers: number): Record<string, unknown> => {
+  const mlp = (layers: number): RawPlan => {
     const p = PRESETS['mlp-tiny'];
     assert.ok(p !== undefined);
-    return generatePlan({ model: { ...p.model, layers }, par: p.par, optimizer: OPT }) as Record<string, unknown>;
+    return generatePlan({ model: { ...p.model, layers }, par: p.par, optimizer: OPT });
   };
   it('a stripped 3-layer MLP (dp2 tp2, 2 micro-batches) verifies, every stage at tensor level', () => {
     const raw = stripToBoundary(mlp(3));
@@ -139,7 +140,7 @@ describe('tensor-level proofs on plans with lineage only at their boundary', () 
     for (const name of ['gpt2-tiny', 'llama-tiny']) {
       const p = PRESETS[name];
       assert.ok(p !== undefined);
-      const raw = stripToBoundary(generatePlan({ model: p.model, par: p.par, optimizer: OPT }) as Record<string, unknown>);
+      const raw = stripToBoundary(generatePlan({ model: p.model, par: p.par, optimizer: OPT }));
       const r = verifyPlan(loadPlanObject(`${name}-boundary.json`, raw));
       assert.equal(r.verdict, 'verified', `${name}: ${r.summary}`);
       assert.ok(r.stages.every((s) => s.decidedBy === 'tensor'), name);
@@ -251,7 +252,7 @@ describe('tensor-level replicas of one addend', () => {
   // replicated over dp counts 1/dp on each replica, and the clipping norm is all-reduced over
   // dp and tp. dp replicas of one tp addend add their factors (1/2 + 1/2: the addend once).
   const cfg = { family: 'moe', layers: 1, hidden: 8, heads: 2, kvHeads: 2, seq: 2, vocab: 8, batch: 4, ffn: 4, experts: 2, topk: 1, shared: 1, expertFfn: 2 } as const;
-  const json = (): Record<string, unknown> => generatePlan({ model: cfg, par: { dp: 2, tp: 2, micro: 1, ep: true }, optimizer: OPT }) as Record<string, unknown>;
+  const json = (): RawPlan => generatePlan({ model: cfg, par: { dp: 2, tp: 2, micro: 1, ep: true }, optimizer: OPT });
   const clipStages = (plan: LoadedPlan): { all: string[]; proved: Set<string> } => {
     const stages = decompose(plan, logicalOrder(plan));
     const { proved } = proveTensorLevel(plan, stages);

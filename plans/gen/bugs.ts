@@ -5,18 +5,10 @@
  * would from a real framework. docs/bugs.md gives each entry's source.
  */
 import type { AttrValue } from '../../ops/types.js';
-import type { RawParallelOp } from '../raw.js';
+import type { RawParallelOp, RawParallelTensor, RawInt, RawPlan, RawProgram, RawSelector } from '../raw.js';
 
-type Json = Record<string, unknown>;
-
-/** An op as the plan file writes it: the loader's type (plans/raw.ts). */
-export type PlanOp = RawParallelOp;
-
-interface Program {
-  ranks: unknown;
-  tensors: Json[];
-  ops: PlanOp[];
-}
+/** A generated program: the generator always writes its tensors. */
+type Program = RawProgram & { tensors: RawParallelTensor[] };
 
 export interface BugContext {
   readonly dp: number;
@@ -43,31 +35,31 @@ export interface Bug {
   /** Whether the generated plan has the place this bug needs. */
   applies(c: BugContext): boolean;
   /** Mutates the plan; returns the op or tensor the bug is in (tests expect it in the first failing stage). */
-  inject(plan: Json, c: BugContext): string;
+  inject(plan: RawPlan, c: BugContext): string;
 }
 
-function programs(plan: Json): Program[] {
-  return (plan['parallel'] as { programs: Program[] }).programs;
+function programs(plan: RawPlan): Program[] {
+  return plan.parallel.programs as Program[];
 }
 
-function program(plan: Json, i = 0): Program {
-  const p = (plan['parallel'] as { programs: Program[] }).programs[i];
+function program(plan: RawPlan, i = 0): Program {
+  const p = programs(plan)[i];
   if (p === undefined) throw new Error('plan has no program');
   return p;
 }
 
-function find(ops: PlanOp[], pred: (o: PlanOp) => boolean, what: string, last = false): PlanOp {
+function find(ops: RawParallelOp[], pred: (o: RawParallelOp) => boolean, what: string, last = false): RawParallelOp {
   const list = ops.filter(pred);
   const o = last ? list[list.length - 1] : list[0];
   if (o === undefined) throw new Error(`bug injection: no ${what} in this plan`);
   return o;
 }
 
-const axesOf = (o: PlanOp): string[] => (o.group !== undefined && !Array.isArray(o.group) && 'axes' in o.group ? o.group.axes : []);
-const isAr = (axis: string) => (o: PlanOp): boolean => o.op === 'all_reduce' && axesOf(o).includes(axis);
+const axesOf = (o: RawParallelOp): string[] => (o.group !== undefined && !Array.isArray(o.group) && 'axes' in o.group ? o.group.axes : []);
+const isAr = (axis: string) => (o: RawParallelOp): boolean => o.op === 'all_reduce' && axesOf(o).includes(axis);
 
 /** The all-reduce over `axis` that the value `name` was computed from (walking back through local ops). */
-function reducerOf(ops: PlanOp[], name: string, axis: string): PlanOp {
+function reducerOf(ops: RawParallelOp[], name: string, axis: string): RawParallelOp {
   const seen = new Set<string>();
   const stack = [name];
   while (stack.length > 0) {
@@ -82,11 +74,18 @@ function reducerOf(ops: PlanOp[], name: string, axis: string): PlanOp {
   throw new Error(`bug injection: no ${axis} all-reduce behind '${name}'`);
 }
 
+/** The shape of tensor `id` as the program declares it. */
+function shapeIn(prog: Program, id: string): RawInt[] {
+  const t = prog.tensors.find((x) => x.id === id);
+  if (t === undefined) throw new Error(`bug injection: no tensor '${id}' in the program`);
+  return t.shape;
+}
+
 /** Puts a `scale` by `factor` between an optimizer step and its gradient; returns the new tensor. */
-function scaleGradient(prog: Program, step: PlanOp, factor: number, suffix: string): string {
+function scaleGradient(prog: Program, step: RawParallelOp, factor: number, suffix: string): string {
   const g = step.inputs[1] as string;
   const id = `${g}.${suffix}`;
-  prog.tensors.push({ id, shape: prog.tensors.find((x) => x['id'] === g)?.['shape'] });
+  prog.tensors.push({ id, shape: shapeIn(prog, g) });
   prog.ops.splice(prog.ops.indexOf(step), 0, { id, op: 'scale', inputs: [g], outputs: [id], attrs: { factor } });
   step.inputs[1] = id;
   return id;
@@ -100,7 +99,7 @@ function changeAttr(prog: Program, op: string, what: string, attrs: Record<strin
 }
 
 /** Swaps the attributes (position offsets) of the first pair of zig-zag chunk ops of `op`. */
-function swapChunkAttrs(p: Json, op: string): string {
+function swapChunkAttrs(p: RawPlan, op: string): string {
   const [a, b] = program(p).ops.filter((x) => x.op === op && /\/cp\//.test(x.id));
   if (a === undefined || b === undefined) throw new Error(`bug injection: no zig-zag ${op} pair`);
   [a.attrs, b.attrs] = [b.attrs, a.attrs];
@@ -108,13 +107,13 @@ function swapChunkAttrs(p: Json, op: string): string {
 }
 
 /** Applies one mutation to every program (per-rank programs share their structure); returns the first place. */
-function everyProgram(plan: Json, f: (prog: Program) => string): string {
+function everyProgram(plan: RawPlan, f: (prog: Program) => string): string {
   const ids = programs(plan).map(f);
   return ids[0] as string;
 }
 
 /** Replaces a collective by a local copy, keeping the dataflow. */
-function toIdentity(o: PlanOp): string {
+function toIdentity(o: RawParallelOp): string {
   o.op = 'identity';
   delete o.attrs;
   delete o.group;
@@ -122,8 +121,8 @@ function toIdentity(o: PlanOp): string {
 }
 
 /** The ranks a generated program's selector names ('all', a list, or `where` on the row-major mesh); plans/gen reads only ops/, so not plans/programs.ts selectRanks. */
-function ranksOf(plan: Json, sel: unknown): number[] {
-  const axes = ((plan['mesh'] as { axes: { name: string; size: number }[] }).axes);
+function ranksOf(plan: RawPlan, sel: RawSelector): number[] {
+  const axes = plan.mesh.axes;
   const size = axes.reduce((n, a) => n * a.size, 1);
   if (sel === 'all' || sel === undefined) return Array.from({ length: size }, (_, r) => r);
   if (Array.isArray(sel)) return sel as number[];
@@ -146,9 +145,9 @@ function ranksOf(plan: Json, sel: unknown): number[] {
  * Spells `rank` apart: the program that runs it loses it, and a copy runs it alone (the other
  * programs, a pipeline's other stages, keep their ranks). `nRanks` bounds the rank (a check).
  */
-function ownProgram(plan: Json, rank: number, nRanks: number): Program {
+function ownProgram(plan: RawPlan, rank: number, nRanks: number): Program {
   if (rank >= nRanks) throw new Error(`bug injection: rank ${rank} is outside the plan's ${nRanks} ranks`);
-  const progs = (plan['parallel'] as { programs: Program[] }).programs;
+  const progs = programs(plan);
   const base = progs.find((p) => ranksOf(plan, p.ranks).includes(rank));
   if (base === undefined) throw new Error(`bug injection: no program runs rank ${rank}`);
   const copy = JSON.parse(JSON.stringify(base)) as Program;
@@ -249,7 +248,7 @@ export const BUGS: Bug[] = [
       // Ranks other than 0 skip clipping: their optimizer reads the unclipped gradient.
       const clipOps = prog.ops.filter((o) => o.op === 'clip_grad_norm' || (o.op === 'mul' && /(^|\/)clip(\.[0-9]+)?$/.test(o.outputs[0] ?? '')));
       if (clipOps.length === 0) throw new Error('bug injection: no clipping in this plan');
-      const first = clipOps[0] as PlanOp;
+      const first = clipOps[0] as RawParallelOp;
       if (first.op === 'clip_grad_norm') {
         first.op = 'identity';
         // identity takes one input: clip each gradient separately as a copy.
@@ -290,7 +289,7 @@ export const BUGS: Bug[] = [
         const shift = (v: AttrValue | undefined): AttrValue => (typeof v === 'object' && v !== null && 'expr' in v ? { expr: `${String((v as { expr: string }).expr)} + 1` } : (v as AttrValue));
         o.attrs = { start: shift(o.attrs?.['start']), end: shift(o.attrs?.['end']) };
       }
-      return (ops[0] as PlanOp).id;
+      return (ops[0] as RawParallelOp).id;
     },
   },
   {
@@ -356,7 +355,7 @@ export const BUGS: Bug[] = [
       const ops = program(p).ops;
       // The reducer of a gradient that is a fan-in sum (the tied embedding's, here).
       const ar = find(ops, (x) => isAr('dp')(x) && ops.some((y) => y.op === 'add' && /\/acc\[/.test(y.id) && y.outputs[0] === x.inputs[0]), 'reducer of a fan-in gradient');
-      const add = ops.find((y) => y.outputs[0] === ar.inputs[0]) as PlanOp;
+      const add = ops.find((y) => y.outputs[0] === ar.inputs[0]) as RawParallelOp;
       const [early, late] = [add.inputs[0] as string, add.inputs[1] as string];
       const partial = add.outputs[0] as string;
       const reduced = ar.outputs[0] as string;
@@ -666,14 +665,14 @@ export const BUGS: Bug[] = [
     applies: (c) => c.recompute === true && c.micro > 1,
     inject: (p) =>
       everyProgram(p, (prog) => {
-        const have = new Set(prog.tensors.map((t) => t['id'] as string));
+        const have = new Set(prog.tensors.map((t) => t.id));
         const rec = prog.ops.filter((x) => /^mb1\/grad\/recompute\//.test(x.id));
         // Saved activations of micro-batch 1 read by its recomputation -> micro-batch 0's.
         const stale = (i: string): string | undefined => (/^mb1\//.test(i) && !/^mb1\/grad\//.test(i) && have.has(i.replace(/^mb1\//, 'mb0/')) ? i.replace(/^mb1\//, 'mb0/') : undefined);
         const hit = rec.filter((x) => x.inputs.some((i) => stale(i) !== undefined));
         if (hit.length === 0) throw new Error('bug injection: no recomputation reading a saved activation');
         for (const x of hit) x.inputs = x.inputs.map((i) => stale(i) ?? i);
-        return (hit[0] as PlanOp).id;
+        return (hit[0] as RawParallelOp).id;
       }),
   },
   {
@@ -739,18 +738,17 @@ export const BUGS: Bug[] = [
       // first key chunk that arrives from rank 1.
       const prog = program(p);
       const ops = prog.ops;
-      const fwd = (x: PlanOp): boolean => /\/cp\//.test(x.id) && !/(^|\/)grad\//.test(x.id);
-      const producer = (t: string): PlanOp | undefined => ops.find((x) => x.outputs.includes(t));
+      const fwd = (x: RawParallelOp): boolean => /\/cp\//.test(x.id) && !/(^|\/)grad\//.test(x.id);
+      const producer = (t: string): RawParallelOp | undefined => ops.find((x) => x.outputs.includes(t));
       const out = find(ops, (x) => fwd(x) && x.op === 'concat' && x.inputs.every((i) => ['attention_partial', 'attention_combine'].includes(producer(i)?.op ?? '')), 'ring attention output');
-      const own = producer(out.inputs[0] as string) as PlanOp;
+      const own = producer(out.inputs[0] as string) as RawParallelOp;
       const recvs = ops.filter((x) => fwd(x) && x.op === 'recv').slice(0, 2).map((r) => r.outputs[0] as string);
       const [sk, sv] = recvs.map((r) => find(ops, (x) => x.op === 'split' && x.inputs[0] === r, 'received block split'));
       if (sk === undefined || sv === undefined) throw new Error('bug injection: no received block');
       const id = `${own.id}.future`;
       const part = [id, `${id}.1`, `${id}.2`];
       const merged = [`${id}.merged`, `${id}.merged.1`, `${id}.merged.2`];
-      const shapeOf = (t: string): unknown => prog.tensors.find((x) => x['id'] === t)?.['shape'];
-      [...part, ...merged].forEach((t, k) => prog.tensors.push({ id: t, shape: shapeOf(own.outputs[k % 3] as string) }));
+      [...part, ...merged].forEach((t, k) => prog.tensors.push({ id: t, shape: shapeIn(prog, own.outputs[k % 3] as string) }));
       ops.splice(ops.indexOf(out), 0, { id, op: 'attention_partial', inputs: [own.inputs[0] as string, sk.outputs[0] as string, sv.outputs[0] as string], outputs: part }, { id: `${id}.merge`, op: 'attention_combine', inputs: [...own.outputs, ...part], outputs: merged });
       out.inputs[0] = merged[0] as string;
       return id;
@@ -768,10 +766,10 @@ export const BUGS: Bug[] = [
       const sends = ops.filter((x) => x.op === 'send' && /\/cp\//.test(x.id) && !/(^|\/)grad\//.test(x.id)).slice(0, 2);
       const recvs = ops.filter((x) => x.op === 'recv' && /\/cp\//.test(x.id) && !/(^|\/)grad\//.test(x.id)).slice(0, 2);
       if (sends.length < 2 || recvs.length < 2) throw new Error('bug injection: no ring hop in this plan');
-      const stale = new Map(recvs.map((r, i) => [r.outputs[0] as string, (sends[i] as PlanOp).inputs[0] as string]));
+      const stale = new Map(recvs.map((r, i) => [r.outputs[0] as string, (sends[i] as RawParallelOp).inputs[0] as string]));
       const users = ops.filter((x) => x.inputs.some((i) => stale.has(i)));
       for (const x of users) x.inputs = x.inputs.map((i) => stale.get(i) ?? i);
-      return (users[0] as PlanOp).id;
+      return (users[0] as RawParallelOp).id;
     },
   },
   {
@@ -783,16 +781,16 @@ export const BUGS: Bug[] = [
     inject: (p) =>
       everyProgram(p, (prog) => {
         const ops = prog.ops;
-        const inRing = (x: PlanOp): boolean => /(^|\/)grad\/l0\/cp\//.test(x.id);
+        const inRing = (x: RawParallelOp): boolean => /(^|\/)grad\/l0\/cp\//.test(x.id);
         const sends = ops.filter((x) => x.op === 'send' && inRing(x)).slice(-2);
         const recvs = ops.filter((x) => x.op === 'recv' && inRing(x)).slice(-2);
         if (sends.length < 2 || recvs.length < 2) throw new Error('bug injection: no backward ring in this plan');
-        const kept = new Map(recvs.map((r, i) => [r.outputs[0] as string, (sends[i] as PlanOp).inputs[0] as string]));
+        const kept = new Map(recvs.map((r, i) => [r.outputs[0] as string, (sends[i] as RawParallelOp).inputs[0] as string]));
         prog.ops = ops.filter((x) => !sends.includes(x) && !recvs.includes(x));
         for (const x of prog.ops) x.inputs = x.inputs.map((i) => kept.get(i) ?? i);
-        prog.tensors = prog.tensors.filter((t) => !kept.has(t['id'] as string));
-        const last = ops.find((x) => x.outputs.includes((sends[0] as PlanOp).inputs[0] as string));
-        return (last as PlanOp).id;
+        prog.tensors = prog.tensors.filter((t) => !kept.has(t.id));
+        const last = ops.find((x) => x.outputs.includes((sends[0] as RawParallelOp).inputs[0] as string));
+        return (last as RawParallelOp).id;
       }),
   },
   {

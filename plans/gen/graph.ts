@@ -50,9 +50,6 @@ export interface GenTensor {
  */
 export type DimTag = 'rows' | 'tp' | 'dp' | 'cp' | 'cp*tp' | 'slots' | 'xslots' | `rows*cp:${number}` | `rows*tp:${number}`;
 
-/** An op as the plan file writes it: the loader's type (plans/raw.ts). */
-export type GenOp = RawParallelOp;
-
 type TapeEntry = { scopes: string[]; gradLogical?: Map<number, string> } & (
   | { kind: 'op'; name: string; inputs: GradRef[]; outputs: GradRef[]; attrs: Attrs }
   | { kind: 'custom'; inputs: GradRef[]; outputs: GradRef[]; backward: (grads: GradRef[]) => (GradRef | undefined)[] }
@@ -60,7 +57,8 @@ type TapeEntry = { scopes: string[]; gradLogical?: Map<number, string> } & (
 
 export class GenGraph implements GradBuilder {
   readonly tensors: GenTensor[] = [];
-  readonly ops: GenOp[] = [];
+  /** The ops as the plan file writes them: the loader's type (plans/raw.ts). */
+  readonly ops: RawParallelOp[] = [];
   private readonly tape: TapeEntry[] = [];
   private readonly counters = new Map<string, number>();
   private scopes: string[] = [];
@@ -430,7 +428,7 @@ function reshapeTags(x: GenTensor, out: Shape): (DimTag | undefined)[] {
   return tags;
 }
 
-export function merge(ps: readonly Provenance[]): Provenance {
+function merge(ps: readonly Provenance[]): Provenance {
   const varies = new Set<string>();
   const mbs = new Set<number>();
   let batch = false;

@@ -97,7 +97,7 @@ function specMap(add: (f: (k: string, shape: number[], shard?: number, axis?: 't
   return m;
 }
 
-export function mlp(c: ModelConfig): Model {
+function mlp(c: ModelConfig): Model {
   const F = ffn(c);
   return {
     layers: c.layers,
@@ -124,7 +124,7 @@ export function mlp(c: ModelConfig): Model {
   };
 }
 
-export function gpt2(c: ModelConfig): Model {
+function gpt2(c: ModelConfig): Model {
   const H = c.hidden;
   const hd = H / c.heads;
   if (!Number.isInteger(hd)) throw new Error(`hidden ${H} is not divisible by heads ${c.heads}`);
@@ -239,7 +239,7 @@ function vocabCrossEntropy(net: Net, logits: GradRef, labels: GradRef, V: number
  * code precomputes them), grouped-query attention, SwiGLU MLP, untied LM head. Under tp the
  * query and key/value heads are split across ranks (kv heads must divide by tp).
  */
-export function llama(c: ModelConfig, moe?: (net: Net, p: Params, l: number, x: GradRef) => GradRef, moeSpecs?: (add: (k: string, shape: number[], shard?: number, axis?: 'tp' | 'dp') => void) => void): Model {
+function llama(c: ModelConfig, moe?: (net: Net, p: Params, l: number, x: GradRef) => GradRef, moeSpecs?: (add: (k: string, shape: number[], shard?: number, axis?: 'tp' | 'dp') => void) => void): Model {
   const H = c.hidden;
   const hd = H / c.heads;
   const kvh = c.kvHeads ?? c.heads;
@@ -319,7 +319,7 @@ export function llama(c: ModelConfig, moe?: (net: Net, p: Params, l: number, x: 
  * to them and back by all-to-all. Experts are not split over tp: every tp rank computes the
  * MoE layer alike (the router and experts see the full hidden states).
  */
-export function moe(c: ModelConfig): Model {
+function moe(c: ModelConfig): Model {
   const H = c.hidden;
   const E = c.experts ?? 4;
   const k = c.topk ?? 1;

@@ -53,8 +53,6 @@ export interface Parallelism {
   readonly schedule?: 'gpipe' | '1f1b';
 }
 
-export const SERIAL: Parallelism = { dp: 1, tp: 1, micro: 1 };
-
 /** A value that depends on the rank's tensor-parallel coordinate: `k * tp + c` (k, c integers). */
 export interface TpAffine {
   readonly k: number;

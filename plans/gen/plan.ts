@@ -11,9 +11,9 @@
  * checks every claim, so a wrong derivation shows up as a refuted correct plan.
  */
 import type { GradRef } from '../../ops/grad.js';
-import type { AttrValue } from '../../ops/types.js';
+import type { RawDimIndex, RawLineage, RawLogicalTensor, RawParallelTensor, RawPlan, RawProgram, RawRange } from '../raw.js';
 import { GenGraph, type GenTensor } from './graph.js';
-import { buildModel, Params, type ModelConfig } from './models.js';
+import { buildModel, Params, type Model, type ModelConfig } from './models.js';
 import { Net, type Parallelism } from './net.js';
 
 export interface OptimizerConfig {
@@ -61,7 +61,7 @@ interface StageInfo {
 }
 
 /** Layers [from, to) of pipeline stage k (layers split evenly, the remainder to the first stages). */
-export function stageLayers(layers: number, stages: number, k: number): [number, number] {
+function stageLayers(layers: number, stages: number, k: number): [number, number] {
   const base = Math.floor(layers / stages);
   const extra = layers % stages;
   const from = k * base + Math.min(k, extra);
@@ -89,54 +89,141 @@ function shapeOfHidden(model: ModelConfig, par: Parallelism, mb: number): GenTen
   return g.t(h);
 }
 
-/** Builds one side: logical (par undefined) or the SPMD program of one pipeline stage. */
-export function build(model: ModelConfig, par: Parallelism | undefined, opt: OptimizerConfig, logicalGrads?: Map<string, string>, stage?: StageInfo): Built {
-  const g = new GenGraph(par === undefined ? 'logical' : 'parallel');
-  const net = new Net(g, par);
-  net.cpRank = stage?.cpRank;
-  const m = buildModel(model);
-  const P = new Params(net, m.specs);
-  const k = stage?.k ?? 0;
-  const nStages = stage?.stages ?? 1;
-  // Virtual stages (interleaved pipeline): this rank holds chunks v*P + k of P*V layer chunks.
-  const V = par?.virtual ?? 1;
-  const chunks = nStages * V;
-  const segments = Array.from({ length: par === undefined ? 1 : V }, (_, v) => {
-    const c = par === undefined ? 0 : v * nStages + k;
-    const [from, to] = par === undefined ? [0, m.layers] : stageLayers(m.layers, chunks, c);
-    return { v, from, to, first: c === 0, last: par === undefined || c === chunks - 1 };
+/**
+ * Builds one side, logical (par undefined) or the SPMD program of one pipeline stage, in
+ * phases: the schedule's forward and backward passes (`Side.forward`, `Side.backward`, in
+ * `Side.schedule` order) on the tape; then, untaped, each parameter's gradient accumulated
+ * over micro-batches and reduced (`Side.gradients`), tied gradients summed between stages
+ * (`Side.tieGradients`), the loss reduced (`Side.reduceLoss`), clipping (`clip`) and the
+ * AdamW step (`Side.optimizerStep`). The order of the phases is the order of the plan's ops.
+ */
+function build(model: ModelConfig, par: Parallelism | undefined, opt: OptimizerConfig, logicalGrads?: Map<string, string>, stage?: StageInfo): Built {
+  const s = new Side(model, par, stage);
+  for (const [kind, mb, v] of s.schedule()) {
+    if (kind === 'F') s.forward(mb, v);
+    else s.backward(mb, v);
+  }
+  return s.g.untaped(() => {
+    const held = s.held();
+    const gradNames = new Map<string, string>();
+    const grads = s.tieGradients(held, s.gradients(held, logicalGrads, gradNames), gradNames);
+    const loss = s.reduceLoss();
+    const order = stage?.order ?? held.names;
+    const clipped = opt.maxNorm === undefined ? grads : clip(s.g, par, held.names, held.params, grads, opt.maxNorm, held.zeroDim, order, s.nStages, s.m.tied);
+    const outputs = loss === undefined ? [] : [s.g.name(loss)];
+    outputs.push(...s.optimizerStep(held, opt, clipped));
+    return { g: s.g, params: held.params, loss, outputs, gradNames, hidden: s.hidden, hiddenGrads: s.hiddenGrads, order: held.names };
   });
-  // Peers of the previous and the next chunk: the neighbouring stage, wrapping around
-  // between the last and the first stage for interleaved chunks.
-  const prevPeer = { shift: { pp: k > 0 ? -1 : nStages - 1 } };
-  const nextPeer = { shift: { pp: k < nStages - 1 ? 1 : -(nStages - 1) } };
-  const micro = par?.micro ?? 1;
-  const sizes = { dp: par?.dp ?? 1, tp: par?.tp ?? 1, pp: nStages, cp: par?.cp ?? 1 };
-  const losses: GradRef[] = [];
-  const perMicro = new Map<string, Map<string, GradRef>>();
-  const hidden: string[] = [];
-  const hiddenRefs: GradRef[] = [];
-  let hiddenGrads: (string | undefined)[] = [];
-  let seed: GradRef | undefined;
-  // Per micro-batch and chunk: the input (received or embedded), the output, the loss.
-  const fwd = new Map<string, { input: GradRef | undefined; output: GradRef; loss: GradRef | undefined }>();
-  const inScope = <T>(mb: number, f: () => T): T => (par === undefined || micro === 1 ? f() : g.scope(`mb${mb}`, f));
-  const forward = (mb: number, v: number): void => {
-    const seg = segments[v] as (typeof segments)[number];
+}
+
+/** A layer chunk of the side: layers [from, to), virtual stage v; whether it embeds and whether it ends in the head. */
+interface Segment {
+  readonly v: number;
+  readonly from: number;
+  readonly to: number;
+  readonly first: boolean;
+  readonly last: boolean;
+}
+
+/** The parameters as the rank holds them once the schedule has declared them all. */
+interface Held {
+  /** By name: the rank's ZeRO-3 blocks, not their gathered copies. */
+  readonly params: Map<string, GradRef>;
+  readonly names: string[];
+  /** Per parameter: the dim ZeRO shards over dp (untouched by tp, divisible by dp), or -1. */
+  readonly zeroDim: number[];
+}
+
+/** One side under construction: the state its phases share (see `build`). */
+class Side {
+  readonly g: GenGraph;
+  readonly m: Model;
+  readonly k: number;
+  readonly nStages: number;
+  private readonly net: Net;
+  private readonly P: Params;
+  private readonly segments: Segment[];
+  /** Peers of the previous and the next chunk: the neighbouring stage, wrapping around between the last and the first stage for interleaved chunks. */
+  private readonly prevPeer: { shift: Record<string, number> };
+  private readonly nextPeer: { shift: Record<string, number> };
+  private readonly micro: number;
+  private readonly sizes: { dp: number; tp: number; pp: number; cp: number };
+  /** ZeRO stage in effect (0 without dp). */
+  private readonly zero: number;
+  private readonly losses: GradRef[] = [];
+  /** Per "micro-batch:chunk": each parameter's gradient contribution. */
+  private readonly perMicro = new Map<string, Map<string, GradRef>>();
+  /** Logical build: names of the hidden states after the embedding (index 0) and each layer, and of their gradients. */
+  readonly hidden: string[] = [];
+  private readonly hiddenRefs: GradRef[] = [];
+  hiddenGrads: (string | undefined)[] = [];
+  private seed: GradRef | undefined;
+  /** Per "micro-batch:chunk": the input (received or embedded), the output, the loss. */
+  private readonly fwd = new Map<string, { input: GradRef | undefined; output: GradRef; loss: GradRef | undefined }>();
+
+  constructor(
+    private readonly model: ModelConfig,
+    private readonly par: Parallelism | undefined,
+    private readonly stage: StageInfo | undefined,
+  ) {
+    this.g = new GenGraph(par === undefined ? 'logical' : 'parallel');
+    this.net = new Net(this.g, par);
+    this.net.cpRank = stage?.cpRank;
+    this.m = buildModel(model);
+    this.P = new Params(this.net, this.m.specs);
+    const k = stage?.k ?? 0;
+    const nStages = stage?.stages ?? 1;
+    this.k = k;
+    this.nStages = nStages;
+    // Virtual stages (interleaved pipeline): this rank holds chunks v*P + k of P*V layer chunks.
+    const V = par?.virtual ?? 1;
+    const chunks = nStages * V;
+    this.segments = Array.from({ length: par === undefined ? 1 : V }, (_, v) => {
+      const c = par === undefined ? 0 : v * nStages + k;
+      const [from, to] = par === undefined ? [0, this.m.layers] : stageLayers(this.m.layers, chunks, c);
+      return { v, from, to, first: c === 0, last: par === undefined || c === chunks - 1 };
+    });
+    this.prevPeer = { shift: { pp: k > 0 ? -1 : nStages - 1 } };
+    this.nextPeer = { shift: { pp: k < nStages - 1 ? 1 : -(nStages - 1) } };
+    this.micro = par?.micro ?? 1;
+    this.sizes = { dp: par?.dp ?? 1, tp: par?.tp ?? 1, pp: nStages, cp: par?.cp ?? 1 };
+    this.zero = par !== undefined && par.dp > 1 ? (par.zero ?? 0) : 0;
+  }
+
+  /** The forward (F) and backward (B) passes as (kind, micro-batch, chunk), in the stage's schedule order. */
+  schedule(): ['F' | 'B', number, number][] {
+    const { segments, micro } = this;
+    return segments.length === 1
+      ? events(micro, this.nStages, this.k, this.stage?.schedule ?? 'gpipe').map(([e, mb]) => [e, mb, 0])
+      : [
+          // Interleaved: each micro-batch through every chunk, then the backwards in reverse.
+          ...Array.from({ length: micro }, (_, mb) => segments.map((sg) => ['F', mb, sg.v] as ['F', number, number])).flat(),
+          ...Array.from({ length: micro }, (_, mb) => [...segments].reverse().map((sg) => ['B', mb, sg.v] as ['B', number, number])).flat(),
+        ];
+  }
+
+  private inScope<T>(mb: number, f: () => T): T {
+    return this.par === undefined || this.micro === 1 ? f() : this.g.scope(`mb${mb}`, f);
+  }
+
+  /** Micro-batch mb through chunk v: embedded or received, the chunk's layers, then the head or a send. */
+  forward(mb: number, v: number): void {
+    const { g, net, m, P, par } = this;
+    const seg = this.segments[v] as Segment;
     net.mb = par === undefined ? -1 : mb;
-    inScope(mb, () => {
+    this.inScope(mb, () => {
       let input: GradRef | undefined;
       let h: GradRef;
       if (seg.first) {
         h = m.embed(net, P);
         if (par === undefined) {
-          hidden.push(g.name(h));
-          hiddenRefs.push(h);
+          this.hidden.push(g.name(h));
+          this.hiddenRefs.push(h);
         }
       } else {
         // The previous chunk's hidden states, laid out as this build's own would be.
-        const like = shapeOfHidden(model, par as Parallelism, mb);
-        input = g.recv(like.shape, prevPeer, like.prov, like.tags, stage?.hidden[seg.from] ?? '');
+        const like = shapeOfHidden(this.model, par as Parallelism, mb);
+        input = g.recv(like.shape, this.prevPeer, like.prov, like.tags, this.stage?.hidden[seg.from] ?? '');
         h = input;
       }
       for (let l = seg.from; l < seg.to; l++) {
@@ -144,36 +231,39 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
         // Full activation recomputation: the layer's forward runs again in the backward.
         h = par?.recompute === true ? g.recompute(() => m.layer(net, P, l, x)) : m.layer(net, P, l, x);
         if (par === undefined) {
-          hidden.push(g.name(h));
-          hiddenRefs.push(h);
+          this.hidden.push(g.name(h));
+          this.hiddenRefs.push(h);
         }
       }
       let loss: GradRef | undefined;
       if (seg.last) {
         loss = m.head(net, P, h);
-        losses.push(loss);
-      } else g.send(h, nextPeer);
-      fwd.set(`${mb}:${v}`, { input, output: h, loss });
+        this.losses.push(loss);
+      } else g.send(h, this.nextPeer);
+      this.fwd.set(`${mb}:${v}`, { input, output: h, loss });
     });
-  };
-  const backward = (mb: number, v: number): void => {
-    const seg = segments[v] as (typeof segments)[number];
+  }
+
+  /** The backward of micro-batch mb through chunk v: from the loss or a received gradient, to the parameters (and a send back). */
+  backward(mb: number, v: number): void {
+    const { g, net, P, par } = this;
+    const seg = this.segments[v] as Segment;
     net.mb = par === undefined ? -1 : mb;
-    inScope(mb, () => {
-      const f = fwd.get(`${mb}:${v}`);
+    this.inScope(mb, () => {
+      const f = this.fwd.get(`${mb}:${v}`);
       if (f === undefined) throw new Error(`micro-batch ${mb}: backward before forward`);
       const declared = P.declared();
       const names = [...declared.keys()];
       // Gradients with respect to the parameters the rank holds (its ZeRO-3 blocks).
       const held = (r: GradRef): GradRef => net.zero3.get(r) ?? r;
-      const wrt = [...names.map((n) => held(declared.get(n) as GradRef)), ...(f.input === undefined ? [] : [f.input]), ...(par === undefined ? hiddenRefs : [])];
+      const wrt = [...names.map((n) => held(declared.get(n) as GradRef)), ...(f.input === undefined ? [] : [f.input]), ...(par === undefined ? this.hiddenRefs : [])];
       let gs: (GradRef | undefined)[];
       if (seg.last) {
-        seed ??= g.leaf('loss_seed', [], { varies: new Set(), mbs: new Set(), batch: false }, { role: 'input' });
-        gs = g.backward(f.loss as GradRef, seed, wrt);
+        this.seed ??= g.leaf('loss_seed', [], { varies: new Set(), mbs: new Set(), batch: false }, { role: 'input' });
+        gs = g.backward(f.loss as GradRef, this.seed, wrt);
       } else {
         const like = g.t(f.output);
-        const gin = g.recv(like.shape, nextPeer, like.prov, like.tags, stage?.hiddenGrads[seg.to] ?? '');
+        const gin = g.recv(like.shape, this.nextPeer, like.prov, like.tags, this.stage?.hiddenGrads[seg.to] ?? '');
         gs = g.backward(f.output, gin, wrt);
       }
       const byName = new Map<string, GradRef>();
@@ -181,35 +271,24 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
         const x = gs[i];
         if (x !== undefined) byName.set(n, x);
       });
-      perMicro.set(`${mb}:${v}`, byName);
+      this.perMicro.set(`${mb}:${v}`, byName);
       if (f.input !== undefined) {
         const gi = gs[names.length];
-        if (gi === undefined) throw new Error(`stage ${k}: no gradient for the received hidden states`);
-        g.send(gi, prevPeer);
+        if (gi === undefined) throw new Error(`stage ${this.k}: no gradient for the received hidden states`);
+        g.send(gi, this.prevPeer);
       }
-      if (par === undefined) hiddenGrads = hiddenRefs.map((_, i) => {
+      if (par === undefined) this.hiddenGrads = this.hiddenRefs.map((_, i) => {
         const x = gs[names.length + (f.input === undefined ? 0 : 1) + i];
         return x === undefined ? undefined : g.name(x);
       });
     });
-  };
-  const order: ['F' | 'B', number, number][] =
-    segments.length === 1
-      ? events(micro, nStages, k, stage?.schedule ?? 'gpipe').map(([e, mb]) => [e, mb, 0])
-      : [
-          // Interleaved: each micro-batch through every chunk, then the backwards in reverse.
-          ...Array.from({ length: micro }, (_, mb) => segments.map((sg) => ['F', mb, sg.v] as ['F', number, number])).flat(),
-          ...Array.from({ length: micro }, (_, mb) => [...segments].reverse().map((sg) => ['B', mb, sg.v] as ['B', number, number])).flat(),
-        ];
-  for (const [kind, mb, v] of order) (kind === 'F' ? forward : backward)(mb, v);
+  }
 
-  // The parameters as the rank holds them (ZeRO-3 blocks, not their gathered copies).
-  const params = new Map([...P.declared()].map(([n, r]) => [n, net.zero3.get(r) ?? r]));
-  const names = [...params.keys()];
-  const gradNames = new Map<string, string>();
-  const zero = par !== undefined && par.dp > 1 ? (par.zero ?? 0) : 0;
-  return g.untaped(() => {
-    // Per parameter: the dim ZeRO shards over dp (untouched by tp, divisible by dp), or -1.
+  /** The parameters the schedule declared, as the rank holds them, and each one's ZeRO dim. */
+  held(): Held {
+    const { g, net, zero, sizes } = this;
+    const params = new Map([...this.P.declared()].map(([n, r]) => [n, net.zero3.get(r) ?? r]));
+    const names = [...params.keys()];
     const zeroDim = names.map((n) => {
       if (zero === 0 || zero === 3) return -1;
       const p = params.get(n) as GradRef;
@@ -218,14 +297,27 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       const tags = g.t(p).tags;
       return g.shape(p).findIndex((s, d) => tags?.[d] === undefined && s % sizes.dp === 0);
     });
-    const rsDp = (x: GradRef, d: number, n: string): GradRef => {
-      const y = g.collective('reduce_scatter', x, { dim: d, reduce: 'sum' }, ['dp'], sizes);
-      const ptags = g.t(params.get(n) as GradRef).tags;
-      if (ptags !== undefined) g.t(y).tags = ptags.map((t, k) => (k === d ? 'dp' : t));
-      return y;
-    };
-    // Gradient accumulation over micro-batches, then the data-parallel reduction.
-    const grads = names.map((n, i) => {
+    return { params, names, zeroDim };
+  }
+
+  /** Reduce-scatters x over dp along dim d; the result is laid out like parameter n's dp shard. */
+  private rsDp(held: Held, x: GradRef, d: number, n: string): GradRef {
+    const { g } = this;
+    const y = g.collective('reduce_scatter', x, { dim: d, reduce: 'sum' }, ['dp'], this.sizes);
+    const ptags = g.t(held.params.get(n) as GradRef).tags;
+    if (ptags !== undefined) g.t(y).tags = ptags.map((t, k) => (k === d ? 'dp' : t));
+    return y;
+  }
+
+  /**
+   * Each parameter's gradient: accumulated over micro-batches, then reduced over every axis
+   * it varies on but the parameter does not. Records in `gradNames` the logical gradient's
+   * name (the logical build names it; the parallel one points at it).
+   */
+  gradients(held: Held, logicalGrads: Map<string, string> | undefined, gradNames: Map<string, string>): GradRef[] {
+    const { g, par, zero, nStages, m, perMicro, sizes } = this;
+    const { params, names, zeroDim } = held;
+    return names.map((n, i) => {
       const keyOrder = (a: string): number[] => a.split(':').map(Number);
       let parts = [...perMicro.keys()]
         .sort((a, b) => (keyOrder(a)[0] as number) - (keyOrder(b)[0] as number) || (keyOrder(a)[1] as number) - (keyOrder(b)[1] as number))
@@ -234,7 +326,7 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       if (parts.length === 0) throw new Error(`parameter '${n}' gets no gradient`);
       const zd = zeroDim[i] as number;
       // ZeRO-2: every micro-batch's gradient is reduce-scattered as it is produced.
-      if (zero === 2 && zd >= 0) parts = parts.map((x) => rsDp(x, zd, n));
+      if (zero === 2 && zd >= 0) parts = parts.map((x) => this.rsDp(held, x, zd, n));
       let acc = parts[0] as GradRef;
       for (const x of parts.slice(1)) acc = g.one('add', [acc, x], {}, g.scopedName(`accum.${n}`));
       // The logical build names each parameter's gradient; the parallel one points at it.
@@ -257,7 +349,7 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
         if (axis === 'dp' && zero === 2 && zd >= 0) continue;
         if (!g.t(acc).prov.varies.has(axis)) continue;
         const keepTags = g.t(acc).tags;
-        acc = axis === 'dp' && zd >= 0 ? rsDp(acc, zd, n) : g.collective('all_reduce', acc, { reduce: 'sum' }, [axis], sizes);
+        acc = axis === 'dp' && zd >= 0 ? this.rsDp(held, acc, zd, n) : g.collective('all_reduce', acc, { reduce: 'sum' }, [axis], sizes);
         g.t(acc).logical = logical;
         if (!(axis === 'dp' && zd >= 0) && keepTags !== undefined) g.t(acc).tags = [...keepTags];
       }
@@ -270,10 +362,17 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       }
       return acc;
     });
-    // Tied parameters (the GPT-2 embedding and LM head) live on the first and the last
-    // pipeline stage; their gradients are summed between the two.
+  }
+
+  /**
+   * Tied parameters (the GPT-2 embedding and LM head) live on the first and the last
+   * pipeline stage; their gradients are summed between the two. Returns `grads` with those
+   * replaced by the sums.
+   */
+  tieGradients(held: Held, grads: GradRef[], gradNames: ReadonlyMap<string, string>): GradRef[] {
+    const { g, nStages, m, sizes } = this;
     if (nStages > 1) {
-      names.forEach((n, i) => {
+      held.names.forEach((n, i) => {
         if (!m.tied.includes(n)) return;
         const x = grads[i] as GradRef;
         const D = sizes.dp;
@@ -288,6 +387,12 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
         grads[i] = y;
       });
     }
+    return grads;
+  }
+
+  /** The loss: accumulated over micro-batches, then all-reduced over cp and dp where it varies; undefined on a stage without the head. */
+  reduceLoss(): GradRef | undefined {
+    const { g, par, losses, micro, sizes } = this;
     let loss = losses[0];
     const lossName = loss === undefined ? undefined : g.name(loss).replace(/^mb[0-9]+\//, '');
     if (loss !== undefined && micro > 1) {
@@ -300,12 +405,16 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       loss = g.collective('all_reduce', loss, { reduce: 'sum' }, [axis], sizes);
       g.t(loss).logical = lossName as string;
     }
-    const order = stage?.order ?? names;
-    const clipped = opt.maxNorm === undefined ? grads : clip(g, par, names, params, grads, opt.maxNorm, zeroDim, order, nStages, m.tied);
-    const outputs = loss === undefined ? [] : [g.name(loss)];
-    names.forEach((n, i) => {
-      const p = params.get(n) as GradRef;
-      const zd = zeroDim[i] as number;
+    return loss;
+  }
+
+  /** The AdamW step of every parameter (ZeRO: on this rank's block, all-gathered after); returns the names of its outputs. */
+  optimizerStep(held: Held, opt: OptimizerConfig, clipped: GradRef[]): string[] {
+    const { g, sizes } = this;
+    const outputs: string[] = [];
+    held.names.forEach((n, i) => {
+      const p = held.params.get(n) as GradRef;
+      const zd = held.zeroDim[i] as number;
       const ptags = g.t(p).tags;
       // ZeRO: this rank's block of the parameter and of its optimizer state.
       let ps = p;
@@ -329,8 +438,8 @@ export function build(model: ModelConfig, par: Parallelism | undefined, opt: Opt
       }
       outputs.push(...outs.map((o) => g.name(o)));
     });
-    return { g, params, loss, outputs, gradNames, hidden, hiddenGrads, order: names };
-  });
+    return outputs;
+  }
 }
 
 /**
@@ -369,9 +478,8 @@ function clip(g: GenGraph, par: Parallelism | undefined, names: string[], params
   });
 }
 
-type Json = Record<string, unknown>;
-/** The plan as JSON (the only thing the verifier sees). */
-export function generatePlan(o: GenOptions): Json {
+/** The plan as JSON (the only thing the verifier sees), in the loader's own type (plans/raw.ts). */
+export function generatePlan(o: GenOptions): RawPlan {
   const opt = o.optimizer ?? ADAMW;
   const par = o.par;
   const pp = par.pp ?? 1;
@@ -392,30 +500,27 @@ export function generatePlan(o: GenOptions): Json {
   const logicalByName = new Map(L.g.tensors.filter((t) => t.dropped !== true).map((t) => [t.name, t]));
   for (const P of stages) pruneDead(P.g, new Set(P.g.tensors.filter((t) => t.noLineage !== true && logicalByName.has(t.logical ?? t.name.replace(/^mb[0-9]+\//, ''))).map((t) => t.name)));
   const produced = new Set(L.g.ops.flatMap((op) => op.outputs));
-  const tensorJson = (t: GenTensor, extra: Json): Json => ({
+  // Key order is the file's: id, shape, dtype, then the side's own fields.
+  const dtypeOf = (t: GenTensor): { dtype?: string } => (t.dtype === undefined ? {} : { dtype: t.dtype });
+  const logicalTensors = L.g.tensors.filter((t) => t.dropped !== true).map((t): RawLogicalTensor => ({
     id: t.name,
     shape: [...t.shape],
-    ...(t.dtype === undefined ? {} : { dtype: t.dtype }),
-    ...extra,
-  });
-  const logicalTensors = L.g.tensors.filter((t) => t.dropped !== true).map((t) =>
-    tensorJson(t, {
-      role: L.outputs.includes(t.name) ? 'output' : produced.has(t.name) ? (t.name.startsWith('grad/') ? 'grad' : 'activation') : (t.role ?? 'input'),
-      ...(t.values === undefined ? {} : { values: { range: t.values } }),
-    }),
-  );
+    ...dtypeOf(t),
+    role: L.outputs.includes(t.name) ? 'output' : produced.has(t.name) ? (t.name.startsWith('grad/') ? 'grad' : 'activation') : (t.role ?? 'input'),
+    ...(t.values === undefined ? {} : { values: { range: t.values } }),
+  }));
   const slotLayout = new Map<string, string>();
-  const program = (P: Built, i: number): Json => {
+  const program = (P: Built, i: number): RawProgram => {
     const { k, r } = where[i] as { k: number; r: number };
     const sel: Record<string, number> = { ...(pp > 1 ? { pp: k } : {}), ...(ring ? { cp: r } : {}) };
     const name = [...(pp > 1 ? [`stage${k}`] : []), ...(ring ? [`cp${r}`] : [])].join('-');
     return {
     ...(Object.keys(sel).length > 0 ? { name, ranks: { where: sel } } : { ranks: 'all' }),
-    tensors: P.g.tensors.filter((t) => t.dropped !== true).map((t) => {
+    tensors: P.g.tensors.filter((t) => t.dropped !== true).map((t): RawParallelTensor => {
       const l = logicalByName.get(t.logical ?? t.name.replace(/^mb[0-9]+\//, ''));
       const lin = t.noLineage === true ? undefined : lineage(t, l, par);
       if (typeof lin === 'string') slotLayout.set((l as GenTensor).name, lin);
-      return tensorJson(t, lin === undefined || typeof lin === 'string' ? {} : { lineage: lin });
+      return { id: t.name, shape: [...t.shape], ...dtypeOf(t), ...(lin === undefined || typeof lin === 'string' ? {} : { lineage: lin }) };
     }),
     ops: P.g.ops.map((op) => ({ id: op.id, op: op.op, inputs: op.inputs, outputs: op.outputs, ...(op.attrs === undefined ? {} : { attrs: op.attrs }), ...(op.group === undefined ? {} : { group: op.group }), ...(op.peer === undefined ? {} : { peer: op.peer }) })),
     };
@@ -429,9 +534,8 @@ export function generatePlan(o: GenOptions): Json {
   // Logical op outputs that no parallel tensor claims, each with the reason (plans carry
   // lineage for every logical op output where a layout can state it).
   const held = new Set<string>();
-  for (const pr of programs) for (const t of (pr['tensors'] as Json[])) {
-    const lin = t['lineage'] as Json | undefined;
-    if (lin !== undefined) held.add(lin['logical'] as string);
+  for (const pr of programs) for (const t of pr.tensors ?? []) {
+    if (t.lineage !== undefined) held.add(t.lineage.logical);
   }
   const unclaimed = L.g.ops.flatMap((op) => op.outputs).filter((n) => !held.has(n) && logicalByName.get(n)?.dropped !== true).map((n) => ({
     logical: n,
@@ -471,7 +575,7 @@ const SLOT_LAYOUT =
   "MoE expert buffer laid out by a subset of the tokens (packed layout: slot positions count that subset's routing choices; token layout after an expert-parallel exchange under micro-batches, SP or CP: the ranks' rows interleave in the logical order), so no index map states it";
 
 /** The lineage claim of a parallel tensor from its provenance and the two shapes. */
-function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json | string | undefined {
+function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): RawLineage | string | undefined {
   if (l === undefined) return undefined;
   const ps = t.shape;
   const ls = l.shape;
@@ -485,7 +589,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
   const oneMb = micro > 1 && mbs.length === 1 ? (mbs[0] as number) : undefined;
   const dpVaries = t.prov.varies.has('dp') && par.dp > 1;
   const tpVaries = t.prov.varies.has('tp') && par.tp > 1;
-  const index: (string | AttrValue)[] = ps.map(() => '*');
+  const index: RawDimIndex[] = ps.map(() => '*');
   const partial: { coord: string; size: number }[] = [];
   const claimed = new Set<number>();
   // Rows of the batch: dp shard, then micro-batch, in dim 0.
@@ -510,7 +614,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
     const c = k / 2;
     if (Number.isInteger(Bl) && k % 2 === 0 && (ls[md] as number) === Bl * rowFactor * S) {
       const base = dpVaries ? `${oneMb !== undefined ? micro * Bl : Bl}*dp + ${(oneMb ?? 0) * Bl}` : `${(oneMb ?? 0) * Bl}`;
-      const ranges: AttrValue[] = [];
+      const ranges: RawRange[] = [];
       for (let b = 0; b < Bl; b++) {
         const row = `(${base} + ${b})*${S}`;
         ranges.push([expr(`${row} + ${c}*cp`), expr(`${row} + ${c}*cp + ${c}`)], [expr(`${row} + ${S - c} - ${c}*cp`), expr(`${row} + ${S} - ${c}*cp`)]);
@@ -536,7 +640,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
       claimed.add(mt + 1);
     } else {
       if (!Number.isInteger(Bl) || (ls[mt] as number) !== Bl * rowFactor * S) return undefined;
-      const ranges: AttrValue[] = [];
+      const ranges: RawRange[] = [];
       for (let b = 0; b < Bl; b++) {
         const row = `(${base} + ${b})*${S}`;
         ranges.push([expr(`${row} + ${k}*tp`), expr(`${row} + ${k}*tp + ${k}`)]);
@@ -614,8 +718,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
     } else partial.push({ coord: 'tp', size: par.tp });
   }
   for (let i = 0; i < ps.length; i++) if (!claimed.has(i) && ps[i] !== ls[i]) return undefined;
-  const out: Json = { logical: l.name };
-  if (index.some((x) => x !== '*')) out['index'] = index;
+  const out: RawLineage = { logical: l.name, ...(index.some((x) => x !== '*') ? { index } : {}) };
   if (partial.length > 0) {
     let idx = '0';
     let n = 1;
@@ -626,7 +729,7 @@ function lineage(t: GenTensor, l: GenTensor | undefined, par: Parallelism): Json
     // A micro-batch's addend is one of micro x dp (x cp x tp) parts of the whole batch's
     // contribution: a decomposition of its own, named, since the accumulated gradient's
     // decomposition (dp x tp under SP, say) can have the same count.
-    out['value'] = oneMbAddend ? { chunk: expr(idx), of: n, split: 'microbatch' } : [expr(idx), n];
+    return { ...out, value: oneMbAddend ? { chunk: expr(idx), of: n, split: 'microbatch' } : [expr(idx), n] };
   }
   return out;
 }

@@ -4,32 +4,27 @@
  * kept; every claim on an intermediate logical tensor is dropped. Issue 18's benchmark and
  * tests start from generated plans stripped this way.
  */
-type Json = Record<string, unknown>;
+import type { RawPlan } from '../raw.js';
 
-export function stripToBoundary(plan: Json): Json {
+export function stripToBoundary(plan: RawPlan): RawPlan {
   const out = structuredClone(plan);
-  const contract = out['contract'] as { inputs?: string[]; outputs?: string[] } | undefined;
-  const keep = new Set([...(contract?.inputs ?? []), ...(contract?.outputs ?? [])]);
-  const progs = (out['parallel'] as { programs?: { tensors?: Json[] }[] } | undefined)?.programs ?? [];
-  for (const p of progs) {
+  const keep = new Set([...out.contract.inputs, ...out.contract.outputs]);
+  for (const p of out.parallel.programs) {
     for (const t of p.tensors ?? []) {
-      const l = t['lineage'] as { logical?: string } | undefined;
-      if (l !== undefined && !keep.has(l.logical ?? '')) delete t['lineage'];
+      if (t.lineage !== undefined && !keep.has(t.lineage.logical)) delete t.lineage;
     }
   }
   return out;
 }
 
 /** Claims per kind: given (no `inferred` mark) and inferred. */
-export function claimCounts(plan: Json): { given: number; inferred: number } {
+export function claimCounts(plan: RawPlan): { given: number; inferred: number } {
   let given = 0;
   let inferred = 0;
-  const progs = (plan['parallel'] as { programs?: { tensors?: Json[] }[] } | undefined)?.programs ?? [];
-  for (const p of progs) {
+  for (const p of plan.parallel.programs) {
     for (const t of p.tensors ?? []) {
-      const l = t['lineage'] as { inferred?: boolean } | undefined;
-      if (l === undefined) continue;
-      if (l.inferred === true) inferred++;
+      if (t.lineage === undefined) continue;
+      if (t.lineage.inferred === true) inferred++;
       else given++;
     }
   }

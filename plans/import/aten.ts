@@ -28,7 +28,7 @@ interface OpaqueVal {
 type Val = TensorVal | OpaqueVal | { readonly kind: 'none' } | { readonly kind: 'list'; readonly items: readonly Val[] };
 
 /** A collective call as found; its group is resolved once every rank is read. */
-export interface CollectiveCall {
+interface CollectiveCall {
   readonly op: RawParallelOp;
   /** The group name the call passes, or `ranks:0,1` for the legacy explicit rank list. */
   readonly group: string;
@@ -38,7 +38,7 @@ export interface CollectiveCall {
 }
 
 /** A tensor the importer adds as an input: a dropout mask, or a constant. */
-export interface ExtraInput {
+interface ExtraInput {
   readonly id: string;
   readonly shape: Shape;
   readonly dtype: string;
@@ -810,9 +810,4 @@ const logSoftmaxOf = new WeakMap<TensorVal, { logits: TensorVal; dim: number }>(
 /** Lowers the parsed graphs of one program (one graph, or a forward and a backward); ImportError on anything unsupported. */
 export function lowerGraph(g: FxGraph | readonly FxGraph[]): Lowered {
   return new Lowerer(Array.isArray(g) ? (g as readonly FxGraph[]) : [g as FxGraph]).run();
-}
-
-/** The ATen ops (packet names) that have a rule, for docs and tests. */
-export function supportedAtenOps(): string[] {
-  return Object.keys(RULES).sort();
 }

@@ -40,7 +40,7 @@ export type FxArg =
   | { readonly kind: 'call'; readonly callee: string; readonly args: readonly FxArg[]; readonly kwargs: Readonly<Record<string, FxArg>> };
 
 /** A tensor type annotation: `"f32[4, 8]"`. */
-export interface FxType {
+interface FxType {
   readonly dtype: string;
   readonly shape: readonly number[];
 }
