@@ -31,9 +31,9 @@ import { numericCheck } from './numeric.js';
 import { axisSites } from './tensorlevel.js';
 
 /** Most ranks a part may reach (a dp all-reduce over 64 ranks reaches 64). */
-export const MAX_PART_RANKS = 1024;
+const MAX_PART_RANKS = 1024;
 /** Most (rank, tensor) entries a part's closure may visit. */
-export const MAX_PART_ENTRIES = 200_000;
+const MAX_PART_ENTRIES = 200_000;
 
 class PartError extends Error {}
 
