@@ -25,6 +25,8 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'ddp_mlp-bug', script: 'ddp_mlp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(w[12]_new, op 'return\.w[12]_new'\)/ },
   { name: 'ddp_mlp-bug-shard', script: 'ddp_mlp.py', args: ['--bug-shard'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(w[12]_new, op 'return\.w[12]_new'\)/ },
   { name: 'ops_mix', script: 'ops_mix.py', args: [], axis: 'dp', code: 0 },
+  { name: 'gather_mlp', script: 'gather_mlp.py', args: [], axis: 'dp', code: 0 },
+  { name: 'gather_mlp-bug', script: 'gather_mlp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
   { name: 'ops_mix-bug', script: 'ops_mix.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/ },
 ];
 

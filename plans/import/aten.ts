@@ -102,7 +102,8 @@ class Lowerer {
   }
 
   /** Emits one planproof op; shapes come from the op's own shape rule. */
-  emit(op: string, inputs: readonly TensorVal[], attrs: Record<string, AttrValue>, outIds: readonly string[], dtype: string): TensorVal[] {
+  /** `groupSize`: a collective's group size, which its output shape may depend on (all_gather multiplies its dim by it). */
+  emit(op: string, inputs: readonly TensorVal[], attrs: Record<string, AttrValue>, outIds: readonly string[], dtype: string, groupSize?: number): TensorVal[] {
     const id = registry.id(op);
     if (id < 0) this.fail(`internal: no planproof op '${op}'`);
     const def = registry.get(id);
@@ -110,10 +111,14 @@ class Lowerer {
     if (why !== undefined) this.fail(`${op}: ${why}`);
     let shapes: Shape[];
     try {
-      shapes = def.shape(
-        inputs.map((t) => t.shape),
-        attrs as Attrs,
-      );
+      const coll = def.collective;
+      shapes =
+        groupSize !== undefined && coll !== undefined && coll.pattern === 'symmetric' && inputs.length === 1
+          ? [coll.outShape((inputs[0] as TensorVal).shape, attrs as Attrs, groupSize)]
+          : def.shape(
+              inputs.map((t) => t.shape),
+              attrs as Attrs,
+            );
     } catch (e) {
       if (e instanceof ShapeError) this.fail(`${op} (from ${this.node?.target ?? '?'}): ${e.message}`);
       throw e;
@@ -368,7 +373,10 @@ function addmm(l: Lowerer, n: FxNode): Val {
 
 /** Group of a functional collective: its name (torch >= 2.3) or the legacy explicit rank list. */
 function collective(l: Lowerer, n: FxNode, op: string, input: TensorVal, attrs: Record<string, AttrValue>, groupArg: FxArg | undefined, sizeArg: FxArg | undefined, legacyRanks: FxArg | undefined): TensorVal {
-  const out = l.one(op, [input], attrs, l.out(n));
+  // The group size shapes all_gather's and reduce_scatter's output (before: taken as 1, so a
+  // gathered tensor's annotated shape never matched).
+  const size = legacyRanks !== undefined ? l.ints(legacyRanks, 'ranks').length : sizeArg !== undefined ? l.int(sizeArg, 'group_size') : undefined;
+  const out = l.emit(op, [input], attrs, [l.out(n)], input.dtype, size)[0] as TensorVal;
   const raw = l.ops[l.ops.length - 1] as RawParallelOp;
   if (legacyRanks !== undefined) {
     const ranks = l.ints(legacyRanks, 'ranks');

@@ -180,6 +180,25 @@ class Capture:
                 raise RuntimeError("reduce op %s is not supported" % op)
             self.lines.append("%s: %s = torch.ops._c10d_functional.all_reduce_.default(%s, '%s', '%s')" % (self.fresh("all_reduce"), ann(t), self.names[id(t)], reduce, gname))
 
+    def gather(self, tensor_list, t, group):
+        """dist.all_gather(list, t): one all_gather_into_tensor along dim 0, each list entry a slice of it."""
+        ws = len(tensor_list)
+        if ws == 1:
+            # World size 1 (the logical run): the entry is the tensor itself.
+            self.bind(tensor_list[0], self.names[id(t)])
+            return
+        gname = "world"
+        if group is not None and group is not dist.group.WORLD:
+            gname = _GROUPS[id(group)][0]
+        n = t.shape[0]
+        name = self.fresh("all_gather")
+        full = '"%s[%s]"' % (DT.get(t.dtype, "f32"), ", ".join(str(d) for d in (n * ws,) + tuple(t.shape[1:])))
+        self.lines.append("%s: %s = torch.ops._c10d_functional.all_gather_into_tensor.default(%s, %d, '%s')" % (name, full, self.names[id(t)], ws, gname))
+        for i, o in enumerate(tensor_list):
+            s = self.fresh("slice")
+            self.lines.append("%s: %s = torch.ops.aten.slice.Tensor(%s, 0, %d, %d)" % (s, ann(o), name, i * n, (i + 1) * n))
+            self.bind(o, s)
+
     def trace(self):
         # An untraced capture (the overhead benchmark's baseline) runs the step as it is.
         return _Mode(self) if self.enabled else contextlib.nullcontext()
@@ -234,6 +253,21 @@ def _wrap_collectives():
         finally:
             cap.suspended -= 1
 
+    real_all_gather = dist.all_gather
+
+    def all_gather(tensor_list, tensor, group=None, async_op=False):
+        cap = _CURRENT[-1]
+        # The real call is not recorded (its copies into the list are not the program's ops);
+        # the list entries are then bound to slices of the gathered tensor.
+        cap.suspended += 1
+        try:
+            r = real_all_gather(tensor_list, tensor, group=group, async_op=async_op)
+        finally:
+            cap.suspended -= 1
+        if cap.tracing:
+            cap.gather(tensor_list, tensor, group)
+        return r
+
     def new_group(ranks=None, *a, **k):
         g = real_new_group(ranks, *a, **k)
         rs = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
@@ -242,6 +276,7 @@ def _wrap_collectives():
         return g
 
     dist.all_reduce = all_reduce
+    dist.all_gather = all_gather
     dist.new_group = new_group
 
 

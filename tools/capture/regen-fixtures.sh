@@ -20,5 +20,7 @@ ddp_mlp-bug ddp_mlp.py dp --bug
 ddp_mlp-bug-shard ddp_mlp.py dp --bug-shard
 ops_mix ops_mix.py dp
 ops_mix-bug ops_mix.py dp --bug
+gather_mlp gather_mlp.py dp
+gather_mlp-bug gather_mlp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
