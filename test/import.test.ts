@@ -24,6 +24,26 @@ function variant(file: string, edit: (s: string) => string): string {
 describe('import-graphs (exported ATen graphs)', function () {
   this.timeout(120_000);
 
+  it('an all-reduce exported as reduce_scatter_tensor + all_gather_into_tensor imports with the group size in the shapes and VERIFIES', async () => {
+    // Before: both collectives were shaped as if the group had one member, so the graph's own
+    // annotations ([2, 8] scattered, [4, 8] gathered) were refused.
+    const d = mkdtempSync(join(tmpdir(), 'pp-import-'));
+    cpSync(TP2, d, { recursive: true });
+    for (const f of ['rank0.py', 'rank1.py']) {
+      const src = readFileSync(join(d, f), 'utf8');
+      const ar = `all_reduce: "f32[4, 8]" = torch.ops._c10d_functional.all_reduce.default(mm_1, 'sum', '0');  mm_1 = None`;
+      assert.ok(src.includes(ar), f);
+      writeFileSync(join(d, f), src.replace(ar, `rs: "f32[2, 8]" = torch.ops._c10d_functional.reduce_scatter_tensor.default(mm_1, 'sum', 2, '0');  mm_1 = None\n        all_reduce: "f32[4, 8]" = torch.ops._c10d_functional.all_gather_into_tensor.default(rs, 2, '0');  rs = None`));
+    }
+    const out = join(d, 'plan.json');
+    const imp = await runCli(['import-graphs', '--dir', d, '-o', out]);
+    assert.equal(imp.code, 0, imp.stderr);
+    const ops = (JSON.parse(readFileSync(out, 'utf8')) as { parallel: { programs: { ops: { op: string }[] }[] } }).parallel.programs.flatMap((p) => p.ops.map((o) => o.op));
+    assert.ok(ops.includes('reduce_scatter') && ops.includes('all_gather') && !ops.includes('all_reduce'));
+    const v = await runCli(['verify', '--infer', '--jobs', '0', out]);
+    assert.equal(v.code, 0, v.stdout);
+  });
+
   it('the hand-exported TP2 MLP (forward + backward + SGD) imports and VERIFIES', async () => {
     const out = join(mkdtempSync(join(tmpdir(), 'pp-import-')), 'plan.json');
     const imp = await runCli(['import-graphs', '--dir', TP2, '-o', out]);
