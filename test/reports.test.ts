@@ -97,6 +97,52 @@ describe('JUnit XML report (--junit)', function () {
     assert.match(readFileSync(htmlFile, 'utf8'), /<b>INVALID PLAN<\/b>/);
   });
 
+  it('a JUnit reader reads it: junitparser (a parser CI report tools build on) sees the suite, the failure, the skips and the error', async () => {
+    // Debian's python3-junitparser (.ci/run installs it): counts and outcomes as a CI system reads them.
+    const read = (file: string): { suites: { name: string; tests: number; failures: number; errors: number; skipped: number; results: [string, string, string][] }[] } => {
+      const py = [
+        'import json, sys',
+        'from junitparser import JUnitXml',
+        'x = JUnitXml.fromfile(sys.argv[1])',
+        'print(json.dumps({"suites": [{"name": s.name, "tests": s.tests, "failures": s.failures, "errors": s.errors, "skipped": s.skipped,',
+        '  "results": [[c.name, type(c.result[0]).__name__, c.result[0].message or ""] for c in s if c.result]} for s in x]}))',
+      ].join('\n');
+      const r = spawnSync('/usr/bin/python3', ['-c', py, file], { encoding: 'utf8' });
+      assert.equal(r.status, 0, `python3-junitparser must be installed (apt-get install python3-junitparser; .ci/run does): ${r.stderr}`);
+      return JSON.parse(r.stdout) as ReturnType<typeof read>;
+    };
+    const buggy = join(dir, 'read-buggy.xml');
+    assert.equal((await runCli(['verify', `${EXAMPLES}buggy/mlp-dp2-loss-scale-twice.json`, '--junit', buggy, '--no-cache'])).code, 1);
+    const b = read(buggy);
+    assert.equal(b.suites.length, 1);
+    assert.deepEqual({ ...b.suites[0], results: undefined }, { name: 'mlp-dp2-loss-scale-twice', tests: 14, failures: 1, errors: 0, skipped: 0, results: undefined });
+    assert.deepEqual(b.suites[0]?.results.map(([n, k]) => [n, k]), [['#13 g_w1 on ranks 0,1', 'Failure']]);
+    assert.match(b.suites[0]?.results[0]?.[2] ?? '', /0\.5 x logical: a scaling bug/);
+    // Unknown stages are skips, an invalid plan an error.
+    const unknown = join(dir, 'read-unknown.xml');
+    writeFileSync(
+      unknown,
+      junitXml({
+        file: 'p.json', name: 'p', verdict: 'unknown', summary: '1 of 2 stage(s) undecided',
+        stages: [
+          { index: 1, logical: 'a', ranks: [0], status: 'proved', failingRanks: [], logicalOps: 1, parallelOps: 1, ms: 1 },
+          { index: 2, logical: 'b', ranks: [0], status: 'unknown', reason: 'too large', failingRanks: [0], logicalOps: 1, parallelOps: 1, ms: 1 },
+        ],
+        numeric: { evaluated: true, seed: 1, claimsChecked: 2, mismatches: 0 }, approximations: [], ms: 2,
+      }),
+    );
+    const u = read(unknown).suites[0];
+    assert.equal(u?.skipped, 1);
+    assert.deepEqual(u?.results, [['#2 b on ranks 0', 'Skipped', 'unknown: too large']]);
+    const plan = join(dir, 'read-invalid.json');
+    writeFileSync(plan, JSON.stringify({ format: 'planproof/v1' }));
+    const inv = join(dir, 'read-invalid.xml');
+    assert.equal((await runCli(['verify', plan, '--junit', inv])).code, 2);
+    const e = read(inv).suites[0];
+    assert.equal(e?.errors, 1);
+    assert.equal(e?.results[0]?.[1], 'Error');
+  });
+
   it('the schema check can fail: a testsuite without its counts, or a testcase with two outcomes, is refused', () => {
     const f = join(dir, 'bad.xml');
     writeFileSync(f, '<testsuites><testsuite name="x"><testcase classname="c" name="n"/></testsuite></testsuites>');
