@@ -27,6 +27,7 @@ import { proveTensorLevel } from './tensorlevel.js';
 import { groupStages } from './canon.js';
 import { certifyWitness, type Iv } from './interval.js';
 import { inferClaims, valueMatcher, withClaims, type InferredClaim } from './infer.js';
+import { structuralClaims } from './infer-struct.js';
 import { registry } from '../ops/registry.js';
 import { assemble, engineError, witnessedStages, witnessSearch } from './verify.js';
 import { type Engine, type VerifyReport } from './report.js';
@@ -150,6 +151,15 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     unclaimed = inf.unclaimed;
     skipped = inf.skipped;
     for (const c of inf.claims) hints.push({ program: c.program, tensor: c.tensor, lineage: c.lineage, alternatives: [...c.alternatives] });
+    // Tensors whose values say nothing (all integers) get candidates derived from the claims
+    // they are computed from: without one, a stage that reads such a tensor reaches back
+    // through everything that computes it (attention's zero q/k gradients at seq 1 pulled the
+    // whole attention backward into every clip stage of moe-tiny).
+    if (inf.integer.length > 0) {
+      // (A hint the loader rejects is dropped, and the rest loaded again.)
+      const hinted = loadHinted(file, withHints(raw, hints), hints) ?? loadHinted(file, withHints(raw, hints), hints);
+      if (hinted !== undefined) for (const c of structuralClaims(hinted, inf.integer)) hints.push({ program: c.program, tensor: c.tensor, lineage: c.lineage, alternatives: [...c.alternatives] });
+    }
   }
   const inferMs = performance.now() - ti;
   const inferredCount = hints.length;
