@@ -2,11 +2,14 @@
  * Issue 18 benchmark: plans stripped to boundary lineage (claims on contract inputs and
  * outputs only) against their full-lineage versions, and the bug catalog on stripped plans.
  *
- *   node dist/bench/boundary.js [--set presets|matrix|bugs|all] [--only a,b] [--jobs 2]
+ *   node dist/bench/boundary.js [--set presets|matrix|bugs|all] [--only a,b] [--jobs 2] [--before DIR]
  *
  * Prints one markdown row per case: verdicts, times (full lineage: the plain verifier;
  * stripped: `verify --infer`, both with the same worker count), the ratio and the hint counts.
  * Bugs: verdict, witness, the first failing stage, whether the span holds the injected op.
+ * `--before DIR`: also runs the stripped plans with another build's verifyBoundary (DIR is its
+ * dist/, say of the commit before a change), row by row in the same process, so that both
+ * columns see the same machine load.
  */
 import { generatePlan, ADAMW, type OptimizerConfig } from '../plans/gen/plan.js';
 import { BUGS, type BugContext } from '../plans/gen/bugs.js';
@@ -28,6 +31,9 @@ const set = arg('set', 'presets');
 const only = arg('only', '').split(',').filter((x) => x !== '');
 const jobs = Number(arg('jobs', '2'));
 const deadlineMs = Number(arg('deadline', '60')) * 1000;
+const beforeDir = arg('before', '');
+type VerifyBoundary = typeof verifyBoundary;
+const before: VerifyBoundary | undefined = beforeDir === '' ? undefined : ((await import(`${beforeDir.replace(/\/$/, '')}/stages/boundary.js`)) as { verifyBoundary: VerifyBoundary }).verifyBoundary;
 
 const MLP = (PRESETS['mlp-tiny'] as { model: ModelConfig }).model;
 const GPT2 = (PRESETS['gpt2-tiny'] as { model: ModelConfig }).model;
@@ -83,16 +89,32 @@ async function verifyFull(plan: Json): Promise<{ verdict: string; ms: number; st
 }
 
 async function runCases(): Promise<void> {
-  console.log('| plan | full lineage | s | stages | boundary only (`verify --infer`) | s | stages | ratio | hints inferred / kept / dropped | same verdict |');
-  console.log('|---|---|--:|--:|---|--:|--:|--:|---|---|');
-  for (const c of cases()) {
+  const bh = before === undefined ? '' : ' before | s | ratio |';
+  console.log(`| plan | full lineage | s | stages |${bh} boundary only (\`verify --infer\`) | s | stages | ratio | hints inferred / kept / dropped | same verdict |`);
+  console.log(`|---|---|--:|--:|${before === undefined ? '' : '---|--:|--:|'}---|--:|--:|--:|---|---|`);
+  const all = cases();
+  // Both builds once, untimed: each compiles its own plan schema validator on its first load.
+  const w = all[0];
+  if (before !== undefined && w !== undefined) {
+    const plan = stripToBoundary(generatePlan({ model: w.model, par: w.par, optimizer: w.opt }));
+    await before('warm.json', plan, { jobs, deadlineMs, infer: true });
+    await verifyBoundary('warm.json', plan, { jobs, deadlineMs, infer: true });
+  }
+  for (const c of all) {
     const full = generatePlan({ model: c.model, par: c.par, optimizer: c.opt });
     const f = await verifyFull(full);
+    let bc = '';
+    if (before !== undefined) {
+      const tb = performance.now();
+      const o = await before('stripped.json', stripToBoundary(full), { jobs, deadlineMs, infer: true });
+      const ms = performance.now() - tb;
+      bc = ` ${o.verdict} | ${(ms / 1000).toFixed(2)} | ${(ms / f.ms).toFixed(2)} |`;
+    }
     const t0 = performance.now();
     const b = await verifyBoundary('stripped.json', stripToBoundary(full), { jobs, deadlineMs, infer: true });
     const ms = performance.now() - t0;
     const bd = b.boundary;
-    console.log(`| ${c.name} | ${f.verdict} | ${(f.ms / 1000).toFixed(1)} | ${f.stages} | ${b.verdict} | ${(ms / 1000).toFixed(1)} | ${b.stages.length} | ${(ms / f.ms).toFixed(2)} | ${bd.inferred} / ${bd.kept} / ${bd.dropped} | ${f.verdict === b.verdict ? 'yes' : '**no**'} |`);
+    console.log(`| ${c.name} | ${f.verdict} | ${(f.ms / 1000).toFixed(2)} | ${f.stages} |${bc} ${b.verdict} | ${(ms / 1000).toFixed(2)} | ${b.stages.length} | ${(ms / f.ms).toFixed(2)} | ${bd.inferred} / ${bd.kept} / ${bd.dropped} | ${f.verdict === b.verdict ? 'yes' : '**no**'} |`);
   }
 }
 

@@ -27,6 +27,7 @@ import { proveTensorLevel } from './tensorlevel.js';
 import { groupStages } from './canon.js';
 import { certifyWitness, type Iv } from './interval.js';
 import { inferClaims, valueMatcher, withClaims, type InferredClaim } from './infer.js';
+import { structuralClaims } from './infer-struct.js';
 import { registry } from '../ops/registry.js';
 import { assemble, engineError, witnessedStages, witnessSearch } from './verify.js';
 import { type Engine, type VerifyReport } from './report.js';
@@ -132,6 +133,9 @@ function withHints(plan: Json, hints: readonly Hint[]): Json {
   return withClaims(out, claims);
 }
 
+/** Which hints, with which relations: equal keys load the same plan. */
+const hintsKey = (hints: readonly Hint[]): string => hints.map((h) => `${h.program}|${h.tensor}|${JSON.stringify(h.lineage)}`).join('\n');
+
 const isHint = (plan: LoadedPlan) => (r: number, t: number): boolean => (plan.programs[plan.rankProgram[r] as number] as Program).inferred?.has(t) === true;
 
 /** Verifies a plan object, inferring cut points where it has no lineage. */
@@ -144,12 +148,29 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   const base = loadPlanObject(file, withHints(raw, []));
   let unclaimed = 0;
   let skipped: string | undefined;
+  // The last plan loaded with hints, and which hints: a round whose hints did not change (a
+  // split, the user round after the hint rounds) reuses it instead of loading it again.
+  let preloaded: { key: string; plan: LoadedPlan; obj: Json } | undefined;
   const ti = performance.now();
   if (opts.infer !== false) {
     const inf = inferClaims(base, seed);
     unclaimed = inf.unclaimed;
     skipped = inf.skipped;
     for (const c of inf.claims) hints.push({ program: c.program, tensor: c.tensor, lineage: c.lineage, alternatives: [...c.alternatives] });
+    // Tensors whose values say nothing (all integers) get candidates derived from the claims
+    // they are computed from: without one, a stage that reads such a tensor reaches back
+    // through everything that computes it (attention's zero q/k gradients at seq 1 pulled the
+    // whole attention backward into every clip stage of moe-tiny).
+    if (inf.integer.length > 0) {
+      // (A hint the loader rejects is dropped, and the rest loaded again.)
+      let o = withHints(raw, hints);
+      let hinted = loadHinted(file, o, hints);
+      if (hinted === undefined) hinted = loadHinted(file, (o = withHints(raw, hints)), hints);
+      const more = hinted === undefined ? [] : structuralClaims(hinted, inf.integer);
+      for (const c of more) hints.push({ program: c.program, tensor: c.tensor, lineage: c.lineage, alternatives: [...c.alternatives] });
+      // Nothing derived: the first round reuses this load.
+      if (hinted !== undefined && more.length === 0) preloaded = { key: hintsKey(hints), plan: hinted, obj: o };
+    }
   }
   const inferMs = performance.now() - ti;
   const inferredCount = hints.length;
@@ -168,7 +189,9 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   let plan = base;
   let results!: StageResult[];
   let builder = new StageBuilder(plan);
-  let numeric = numericCheck(plan, seed);
+  // Computed in the first round, on the plan with its hints (it never compares hints).
+  let numeric!: NumericReport;
+  let numericDone = false;
   let obj!: Json;
   // One pool for every round (workers are costly to start; each reloads a changed plan),
   // started only when a stage needs it: tensor level often proves a round by itself. A small
@@ -182,19 +205,30 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   try {
     for (;;) {
       rounds++;
-      obj = withHints(raw, hints);
-      const held = hints.length;
-      const loaded = loadHinted(file, obj, hints);
-      if (loaded === undefined) {
-        dropped += held - hints.length;
-        continue;
+      const key = hintsKey(hints);
+      if (preloaded?.key !== key) {
+        obj = withHints(raw, hints);
+        const held = hints.length;
+        const loaded = loadHinted(file, obj, hints);
+        if (loaded === undefined) {
+          dropped += held - hints.length;
+          continue;
+        }
+        plan = loaded;
+        builder = new StageBuilder(plan);
+        preloaded = { key, plan, obj };
+      } else if (plan !== preloaded.plan) {
+        plan = preloaded.plan;
+        obj = preloaded.obj;
+        builder = new StageBuilder(plan);
       }
-      plan = loaded;
-      builder = new StageBuilder(plan);
       const hinted = isHint(plan);
       const stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split);
       // The numeric run never compares hints: a hint that does not hold is dropped, not a witness.
-      if (rounds === 1) numeric = numericCheck(plan, seed, hinted);
+      if (!numericDone) {
+        numeric = numericCheck(plan, seed, hinted);
+        numericDone = true;
+      }
       const witnessed = witnessedStages(plan, stages, numeric);
       // A stage is unchanged when its obligations and the boundaries it starts from are.
       const keys = stages.map((s) => {

@@ -43,7 +43,9 @@ const MAX_ALTERNATIVES = 3;
  * token's capacity slot in an MoE dispatch buffer depends on how the other tokens route, so a
  * local buffer equals a block of the logical one on some inputs only. Such a hint fails its
  * proof, and every stage built on it fails with it, round after round; a second draw removes
- * it for the price of a forward run.
+ * it for the price of a forward run. Not only routing: with one check draw instead of four,
+ * stripped llama-tiny-sp kept a micro-batch's RMSNorm hint that held on both draws (token ids
+ * drawn from a small vocabulary repeat) and ended "unknown" at the time limit.
  */
 export const CHECK_SEEDS = 4;
 /** Past this many logical elements, one extra seed only. */
@@ -69,6 +71,8 @@ export interface InferResult {
   readonly unclaimed: number;
   /** Set when the plan is not fingerprinted at all. */
   readonly skipped?: string;
+  /** Tensors left without a candidate because their values are all integers (stages/infer-struct.ts derives theirs). */
+  readonly integer: readonly { readonly program: number; readonly tensor: string }[];
 }
 
 interface Match {
@@ -111,10 +115,10 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
     if (r0 === undefined) continue;
     for (let t = 0; t < p.tensors.size; t++) if (p.lineage[t] === undefined && (produced[r0] as Uint8Array)[t] === 1) unclaimed++;
   }
-  if (unclaimed === 0) return { claims: [], unclaimed };
+  if (unclaimed === 0) return { claims: [], unclaimed, integer: [] };
   let total = 0;
   for (let t = 0; t < lg.tensors.size; t++) total += numel(lg.shapes[t] ?? []);
-  if (total > MAX_INFER_ELEMENTS) return { claims: [], unclaimed, skipped: `the logical tensors hold ${total} elements; fingerprinting is limited to ${MAX_INFER_ELEMENTS}` };
+  if (total > MAX_INFER_ELEMENTS) return { claims: [], unclaimed, integer: [], skipped: `the logical tensors hold ${total} elements; fingerprinting is limited to ${MAX_INFER_ELEMENTS}` };
   const { logical, parallel } = evaluateBoth(plan, seed);
   const nCheck = total < CHECK_SEEDS_FULL_BELOW ? CHECK_SEEDS : 1;
   const checks = Array.from({ length: nCheck }, (_, i) => evaluateBoth(plan, seed + 7919 * (i + 1)));
@@ -124,6 +128,11 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
   logicalOrder(plan).forEach((op, i) => {
     for (const x of lg.ops.opOutputs(op)) topo[x] = i;
   });
+
+  // (logical tensor, op kind) pairs where an op of that kind reads the tensor.
+  const reads = new Set<string>();
+  for (let op = 0; op < lg.ops.size; op++) for (const x of lg.ops.opInputs(op)) reads.add(`${x}|${lg.ops.kind[op] as number}`);
+  const readBy = (L: number, kind: number): boolean => reads.has(`${L}|${kind}`);
 
   const mesh = plan.mesh;
   const axesN = mesh.sizes.length;
@@ -142,6 +151,7 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
   const scales = [...new Set([...bigAxes.map((a) => mesh.sizes[a] as number), mesh.size])].filter((k) => k > 1);
 
   const claims: InferredClaim[] = [];
+  const integer: { program: number; tensor: string }[] = [];
   plan.programs.forEach((p, pi) => {
     const ranks = [...p.ranks];
     const r0 = ranks[0];
@@ -175,7 +185,10 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         // Only an op with one distinct input (a collective, a copy, a reshape) keeps it: a
         // product whose other factor is 1 on these inputs (a clip coefficient below its
         // threshold) equals its input here, but is another logical tensor.
-        if (new Set(ins).size === 1 && ins.some((x) => claimL[x] === L)) return 4 + kind;
+        // Unless a logical op of this kind reads L: then the op computes something from L that
+        // only equals it on these shapes (a transpose across a dim of size 1), and the logical
+        // tensor it computes keeps the structure its consumers are matched by.
+        if (new Set(ins).size === 1 && ins.some((x) => claimL[x] === L)) return readBy(L, prodKind[t] as number) ? kind : 4 + kind;
         const related = ins.some((x) => (claimL[x] as number) >= 0 && lins.has(claimL[x] as number)) ? 2 : 0;
         return kind + related;
       };
@@ -229,8 +242,12 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
       };
       // A tensor whose values are all integers on these random inputs (a zero gradient, a
       // mask, expert indices) matches any block of equal integers: its values do not say which
-      // logical tensor it is, and a hint on it is false or too weak to help. It gets none.
-      if (ranks.every((r) => (parallel[r]?.[t]?.data ?? []).every((x) => Number.isInteger(x)))) continue;
+      // logical tensor it is, and a hint on it is false or too weak to help. It gets none here;
+      // stages/infer-struct.ts derives one from its producers' claims instead.
+      if (ranks.every((r) => (parallel[r]?.[t]?.data ?? []).every((x) => Number.isInteger(x)))) {
+        integer.push({ program: pi, tensor: name });
+        continue;
+      }
       let per = new Map<number, Cand[]>(ranks.map((r) => [r, candsAt(r, false)]));
       const shapeAt = (r: number): readonly number[] => plan.view(r).shapes[t] ?? [];
       /** The candidate, at the offsets fitted per rank, on another run of both graphs. */
@@ -311,7 +328,7 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
     }
   });
   accumulationAddends(plan, claims);
-  return { claims, unclaimed };
+  return { claims, unclaimed, integer };
 }
 
 /** Contiguous blocks of logical tensors equal to a value (`data` of shape `shape`), through an index of the logical values. */
@@ -413,7 +430,7 @@ function accumulationAddends(plan: LoadedPlan, claims: InferredClaim[]): void {
 }
 
 /** A split name for a tensor name (the schema allows [A-Za-z0-9_.:-], 64 characters): its readable tail and a hash of the whole. */
-function splitTag(name: string): string {
+export function splitTag(name: string): string {
   let h = 0x811c9dc5;
   for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 0x01000193) >>> 0;
   return `${name.replace(/[^A-Za-z0-9_.:-]/g, '_').slice(-24)}-${h.toString(16)}`;
@@ -440,9 +457,9 @@ function affineExpr(plan: LoadedPlan, b: number, terms: readonly (readonly [numb
  * at the program's first rank, derives the coefficient of each axis from a rank that differs on
  * it alone, and checks the prediction against every rank's list.
  */
-type Entry = string | [number | Json, number | Json] | [number | Json, number | Json][];
+export type Entry = string | [number | Json, number | Json] | [number | Json, number | Json][];
 
-function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: number) => number[][], shapeAt: (r: number) => readonly number[], S: readonly number[], accept: (fitted: ReadonlyMap<number, number[][]>) => boolean): { entry: Entry[]; starts: Map<number, number[][]> } | undefined {
+export function fitTemplate(plan: LoadedPlan, ranks: readonly number[], starts: (r: number) => number[][], shapeAt: (r: number) => readonly number[], S: readonly number[], accept: (fitted: ReadonlyMap<number, number[][]>) => boolean): { entry: Entry[]; starts: Map<number, number[][]> } | undefined {
   const mesh = plan.mesh;
   const axesN = mesh.sizes.length;
   const r0 = ranks[0] as number;

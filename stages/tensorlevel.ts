@@ -566,6 +566,16 @@ class LogicalWorld {
   }
 }
 
+/** A relation derived from claims (TensorLevelProver.deriveFromClaims), in a rank's numbers. */
+export interface DerivedClaim {
+  /** Logical tensors equal to the derived value: parallel = num/den x the region of each. */
+  readonly logicals: readonly { readonly logical: number; readonly num: number; readonly den: number }[];
+  /** [start, end) per logical dim. */
+  readonly ranges: readonly (readonly [number, number])[];
+  /** One addend: `cover` lists addend indices ('idx') or a [start, end) of a summed dim ('range') out of `total`. */
+  readonly part?: { readonly kind: 'idx' | 'range'; readonly cover: readonly number[]; readonly total: number };
+}
+
 /**
  * Derives relations and checks obligations; one per plan (its indexes are shared by stages).
  */
@@ -701,6 +711,54 @@ export class TensorLevelProver {
     }
     void lshape;
     return result(stage, 'proved', undefined, [], { logicalOps: 0, parallelOps: memo.size }, 0, t0);
+  }
+
+  /** The deriver of `deriveFromClaims`, kept across calls (it shares their memo). */
+  private claimsDeriver: ((r: number, t: number, depth: number) => Derived) | undefined;
+  /** Per canonical id, the logical tensors equal to it and their factors (tensor = factor x canonical). */
+  private realOf: Map<number, { logical: number; f: Frac }[]> | undefined;
+
+  /**
+   * The relation of tensor t on rank r derived from the plan's claims, every claim a boundary
+   * (no stage: nothing is recomputed), restated on the logical tensors equal to it; or why
+   * there is none. Cut-point inference's structural candidates (stages/infer-struct.ts): a
+   * hint derived this way is still proved as a stage before anything assumes it.
+   */
+  deriveFromClaims(r: number, t: number): DerivedClaim | string {
+    if (this.tmpl !== undefined) return 'a per-template prover';
+    this.claimsDeriver ??= this.deriver({ logical: -1 }, { memo: new Map(), coll: new Map(), collImpure: new Set() });
+    const d0 = this.claimsDeriver(r, t, 0);
+    const d = typeof d0 === 'string' ? d0 : this.materialize(d0);
+    if (typeof d === 'string') return d;
+    if (d.bcast !== undefined && d.bcast.length > 0) return 'a broadcast region';
+    if (isMaxPart(d)) return 'a max-addend';
+    const ranges: [number, number][] = [];
+    for (const [a, b] of d.ranges) {
+      if (typeof a !== 'number' || typeof b !== 'number') return 'a rank-dependent range';
+      ranges.push([a, b]);
+    }
+    let part: DerivedClaim['part'];
+    if (d.part !== undefined) {
+      const c = d.part.comps[0];
+      if (d.part.comps.length !== 1 || c === undefined || c.cover.some((x) => typeof x !== 'number')) return 'an addend of several decompositions';
+      part = { kind: c.kind, cover: c.cover as number[], total: c.total };
+    }
+    if (this.realOf === undefined) {
+      this.realOf = new Map();
+      for (let L = 0; L < this.world.nLogical; L++) {
+        const [c, f] = this.world.canon(L);
+        let l = this.realOf.get(c);
+        if (l === undefined) this.realOf.set(c, (l = []));
+        l.push({ logical: L, f });
+      }
+    }
+    // parallel = scale x canonical, and L = f x canonical: parallel = (scale / f) x L.
+    const logicals = (this.realOf.get(d.logical) ?? []).flatMap(({ logical, f }) => {
+      const q = f.num === 0 ? undefined : fdiv(d.scale, f);
+      return q === undefined ? [] : [{ logical, num: q.num, den: q.den }];
+    });
+    if (logicals.length === 0) return 'a value no logical tensor holds';
+    return { logicals, ranges, ...(part === undefined ? {} : { part }) };
   }
 
   /**
