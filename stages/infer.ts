@@ -28,7 +28,7 @@ import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 
 /** Plans whose logical tensors hold more elements than this are not fingerprinted. */
-export const MAX_INFER_ELEMENTS = 4_000_000;
+const MAX_INFER_ELEMENTS = 4_000_000;
 /** Positions kept per value in the index (values shared by more places say little). */
 const MAX_POSITIONS = 256;
 /** Matches kept per probe. */
@@ -47,7 +47,7 @@ const MAX_ALTERNATIVES = 3;
  * stripped llama-tiny-sp kept a micro-batch's RMSNorm hint that held on both draws (token ids
  * drawn from a small vocabulary repeat) and ended "unknown" at the time limit.
  */
-export const CHECK_SEEDS = 4;
+const CHECK_SEEDS = 4;
 /** Past this many logical elements, one extra seed only. */
 const CHECK_SEEDS_FULL_BELOW = 200_000;
 
