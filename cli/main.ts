@@ -31,6 +31,7 @@ import { BUGS, bugById } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import { writeFileSync } from 'node:fs';
 import { inferLineage, verifyInferred } from './boundary.js';
+import { wantsInference } from '../stages/boundary.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 import { runWithHeap, superviseHeap } from './heap.js';
 import { junitInvalid, junitXml } from './junit.js';
@@ -240,9 +241,12 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
       return finish(r, l, files, out);
     }
   }
-  // Inferred boundaries (issue 18): with --infer, or when the file holds claims marked inferred.
-  if (eng.engine === 'normal' && infer !== false && (infer === true || l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) {
-    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }) }, out);
+  // Inferred boundaries (issue 18): with --infer, when the file holds claims marked inferred,
+  // or, without --no-infer, when lineage is missing inside a stage tensor-level proofs leave
+  // open (wantsInference: a plan with lineage only at its boundary).
+  const auto = infer === undefined && eng.engine === 'normal' && !perStage && red.emitDir === undefined && red.tensorLevel !== false && sh.shard === undefined && sh.merge === undefined && wantsInference(l.plan);
+  if (eng.engine === 'normal' && infer !== false && (infer === true || auto || l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) {
+    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true || auto, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }) }, out);
     return finish(r, l, files, out);
   }
   // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.
@@ -425,7 +429,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       (y) =>
         y
           .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' })
-          .option('infer', { type: 'boolean', describe: 'infer stage cut points for parallel tensors without lineage (hints, proved before use; default: only the hints the file marks inferred)' })
+          .option('infer', { type: 'boolean', describe: 'infer stage cut points for parallel tensors without lineage (hints, proved before use; by default when lineage is missing inside a stage tensor-level proofs leave open, and for the hints the file marks inferred; --no-infer turns it off)' })
           .option('reduce', { type: 'boolean', default: true, describe: 'prove at reduced shapes where the soundness conditions hold (--no-reduce: at full shapes)' })
           .option('emit-reduced', { type: 'string', describe: 'write the reduced plan (an ordinary plan file) into this directory' })
           .option('cache', { type: 'string', describe: `directory of the proof cache (default ${defaultCacheDir()}; --no-cache: off)` })

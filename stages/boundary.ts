@@ -26,7 +26,7 @@ import type { Piscina } from 'piscina';
 import { proveTensorLevel } from './tensorlevel.js';
 import { groupStages } from './canon.js';
 import { certifyWitness, type Iv } from './interval.js';
-import { inferClaims, valueMatcher, withClaims, type InferredClaim } from './infer.js';
+import { inferClaims, unclaimedCount, valueMatcher, withClaims, type InferredClaim } from './infer.js';
 import { structuralClaims } from './infer-struct.js';
 import { registry } from '../ops/registry.js';
 import { assemble, engineError, witnessedStages, witnessSearch } from './verify.js';
@@ -52,6 +52,11 @@ export interface BoundaryOptions {
   readonly tensorLevel?: boolean;
   /** Each distinct stage (canonical form) proved once (default true). */
   readonly dedup?: boolean;
+  /**
+   * Round 0 (default true): the plan as written, by tensor-level proofs alone; when they prove
+   * every stage no hint is inferred. Tests of the inference rounds turn it off.
+   */
+  readonly direct?: boolean;
 }
 
 /** The smallest span of parallel ops that holds the first failure. */
@@ -146,6 +151,13 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   // The plan as its author wrote it, without hints: a hint the loader would reject (a partial
   // group left incomplete) is dropped like one that does not prove (loadHinted).
   const base = loadPlanObject(file, withHints(raw, []));
+  // Round 0: tensor-level proofs of the plan as written derive relations through tensors
+  // without lineage. When they prove every stage and the numbers show no difference, the plan
+  // is verified exactly as `verify` proves it without inference, and no hint is needed.
+  if (opts.infer !== false && opts.tensorLevel !== false && opts.direct !== false) {
+    const direct = provedWithoutHints(base, seed, t0);
+    if (direct !== undefined) return { ...direct, ms: performance.now() - t0, boundary: { unclaimed: unclaimedCount(base), inferred: 0, kept: 0, dropped: 0, replaced: 0, rounds: 0, inferMs: 0, skipped: NO_HINTS_NEEDED } };
+  }
   let unclaimed = 0;
   let skipped: string | undefined;
   // The last plan loaded with hints, and which hints: a round whose hints did not change (a
@@ -399,6 +411,53 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     ms: performance.now() - t0,
     boundary: { unclaimed, inferred: inferredCount, kept: hints.length, dropped, replaced, rounds, inferMs, ...(skipped === undefined ? {} : { skipped }), ...(span === undefined ? {} : { span }), ...(timedOut ? { timedOut } : {}) },
   };
+}
+
+/** Why a boundary report has no hints when round 0 proved the plan. */
+export const NO_HINTS_NEEDED = 'no inference needed: tensor-level proofs derive every stage through the tensors without lineage';
+
+/**
+ * The plan as written, proved by tensor-level relations alone (no normal form, no hint): the
+ * report when every stage is proved and the numeric run compares no claim as differing,
+ * otherwise undefined (the rounds decide). The same derivations `verify` runs first on every
+ * plan, so a "verified" here is one `verify` without inference would print too.
+ */
+function provedWithoutHints(plan: LoadedPlan, seed: number, t0: number): VerifyReport | undefined {
+  const stages = decompose(plan, logicalOrder(plan));
+  const tl = proveTensorLevel(plan, stages, true);
+  if (tl.proved.size !== stages.length) return undefined;
+  // Second evidence, as in verify: a difference in the numbers leaves the verdict to the rounds.
+  const numeric = numericCheck(plan, seed);
+  if (numeric.failingTensors.length > 0 || witnessedStages(plan, stages, numeric).size > 0) return undefined;
+  return assemble(plan, stages.map((s) => tl.proved.get(s.index) as StageResult), numeric, numeric.seed, t0);
+}
+
+/**
+ * Parallel ops per rank past which a stage left open by tensor-level proofs is a merged span
+ * (lineage missing inside it) rather than a short stage the normal form proves at once: the
+ * hand-written examples' open stages run 1 to 5 ops per rank, stripped llama-tiny-sp's 369.
+ */
+const AUTO_INFER_OPS_PER_RANK = 32;
+
+/**
+ * Whether `verify` without `--infer` should infer cut points: the plan has parallel tensors
+ * without lineage and tensor-level proofs leave open a stage that runs more than
+ * AUTO_INFER_OPS_PER_RANK ops per rank (the normal form would get the whole merged span).
+ * Sound either way: inference only adds hints, each proved before it is used.
+ */
+export function wantsInference(plan: LoadedPlan): boolean {
+  if (unclaimedCount(plan) === 0) return false;
+  const stages = decompose(plan, logicalOrder(plan));
+  const tl = proveTensorLevel(plan, stages);
+  if (tl.open.size === 0) return false;
+  const builder = new StageBuilder(plan);
+  return stages.some((s) => {
+    if (!tl.open.has(s.index)) return false;
+    const ops = builder.closure(s).ops;
+    const ranks = new Set<string>();
+    for (const o of ops) ranks.add(o.slice(0, o.indexOf(':')));
+    return ops.size > AUTO_INFER_OPS_PER_RANK * Math.max(1, ranks.size);
+  });
 }
 
 /** Plans whose logical tensors hold at most this many elements prove their rounds in this thread. */

@@ -106,8 +106,8 @@ function strides(shape: readonly number[]): number[] {
   return s;
 }
 
-export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
-  const lg = plan.logical;
+/** Parallel tensors some op produces that carry no lineage, counted once per program. */
+export function unclaimedCount(plan: LoadedPlan): number {
   const produced = producedSets(plan);
   let unclaimed = 0;
   for (const p of plan.programs) {
@@ -115,6 +115,13 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
     if (r0 === undefined) continue;
     for (let t = 0; t < p.tensors.size; t++) if (p.lineage[t] === undefined && (produced[r0] as Uint8Array)[t] === 1) unclaimed++;
   }
+  return unclaimed;
+}
+
+export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
+  const lg = plan.logical;
+  const produced = producedSets(plan);
+  const unclaimed = unclaimedCount(plan);
   if (unclaimed === 0) return { claims: [], unclaimed, integer: [] };
   let total = 0;
   for (let t = 0; t < lg.tensors.size; t++) total += numel(lg.shapes[t] ?? []);

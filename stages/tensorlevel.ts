@@ -2439,7 +2439,7 @@ const DONE = new WeakMap<LoadedPlan, Map<string, StageResult | { why: string }>>
  * Tries every stage at tensor level; returns the proved results by stage index, and why the
  * others were left to the element engines (first reason per stage).
  */
-export function proveTensorLevel(plan: LoadedPlan, stages: readonly Stage[]): { proved: Map<number, StageResult>; open: Map<number, string> } {
+export function proveTensorLevel(plan: LoadedPlan, stages: readonly Stage[], stopAtOpen = false): { proved: Map<number, StageResult>; open: Map<number, string> } {
   let prover: TensorLevelProver | undefined;
   // Per plan and stage (decompose numbers a plan's stages the same way every time): a second
   // call, after the shape-reduction pre-pass, derives nothing twice.
@@ -2459,8 +2459,11 @@ export function proveTensorLevel(plan: LoadedPlan, stages: readonly Stage[]): { 
       }
       seen.set(key, r);
     }
-    if ('why' in r) open.set(s.index, r.why);
-    else proved.set(s.index, { ...r, decidedBy: 'tensor' });
+    if ('why' in r) {
+      open.set(s.index, r.why);
+      // A caller that needs every stage proved (round 0 of verify --infer) stops here.
+      if (stopAtOpen) break;
+    } else proved.set(s.index, { ...r, decidedBy: 'tensor' });
   }
   return { proved, open };
 }

@@ -6,7 +6,7 @@
  * correct plan "not equivalent"; infer-lineage writes claims the loader reads back as hints.
  */
 import { strict as assert } from 'node:assert';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ADAMW, generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
@@ -18,7 +18,7 @@ import type { RawPlan } from '../plans/raw.js';
 import { stripToBoundary, claimCounts } from '../plans/gen/strip.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
-import { verifyBoundary } from '../stages/boundary.js';
+import { NO_HINTS_NEEDED, verifyBoundary, wantsInference } from '../stages/boundary.js';
 import { TIME_LIMIT_REASON } from '../stages/pool.js';
 import { inferClaims, withClaims } from '../stages/infer.js';
 import { structuralClaims } from '../stages/infer-struct.js';
@@ -27,12 +27,14 @@ import type { Program } from '../plans/model.js';
 import { certifyWitness, intervalAlgebra, Undecided, type Iv } from '../stages/interval.js';
 import { realFunctions, type RealFn } from '../ops/algebra.js';
 import { verifyPlan } from '../stages/verify.js';
-import { runCli } from './helpers.js';
+import { EXAMPLES, runCli } from './helpers.js';
 
 type Json = Record<string, unknown>;
 const MLP = (PRESETS['mlp-tiny'] as { model: ModelConfig }).model;
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
-const run = (plan: Json, infer = true) => verifyBoundary('t.json', plan, { jobs: 0, deadlineMs: 60_000, infer });
+// The inference rounds themselves (round 0, tensor-level proofs of the plan as written, is
+// tested on its own below: it would verify most of these plans with no hint).
+const run = (plan: Json, infer = true) => verifyBoundary('t.json', plan, { jobs: 0, deadlineMs: 60_000, infer, direct: false });
 
 /** The logical tensors a plan's claims name, on every program. */
 function claimedLogical(plan: Json): Set<string> {
@@ -369,7 +371,7 @@ describe('boundary lineage: moe-tiny, certified witnesses, short spans, the time
 
   it('past the time limit the rounds stop and the plan is never verified', async () => {
     const pr = PRESETS['gpt2-tiny'] as { model: ModelConfig; par: Parallelism };
-    const r = await verifyBoundary('t.json', stripToBoundary(generatePlan({ model: pr.model, par: pr.par, optimizer: ADAMW })), { jobs: 0, deadlineMs: 60_000, timeLimitMs: 1 });
+    const r = await verifyBoundary('t.json', stripToBoundary(generatePlan({ model: pr.model, par: pr.par, optimizer: ADAMW })), { jobs: 0, deadlineMs: 60_000, timeLimitMs: 1, direct: false });
     assert.equal(r.boundary.timedOut, true);
     assert.equal(r.verdict, 'unknown', r.summary);
     // The limit holds inside a round: the first round starts no stage past it (a round of
@@ -424,5 +426,53 @@ describe('boundary lineage: structural candidates for tensors whose values say n
     const r = await run(stripToBoundary(full));
     assert.equal(r.verdict, 'verified', r.summary);
     assert.equal(r.boundary.timedOut, undefined);
+  }).timeout(180_000);
+});
+
+describe('boundary lineage: round 0 and inference by default', () => {
+  // Tensor-level relations derive through tensors without lineage: when they prove every stage
+  // of the plan as written, no hint is inferred and the verdict is the rounds' verdict.
+  for (const preset of ['mlp-tiny', 'gpt2-tiny', 'llama-tiny'] as const) {
+    it(`${preset} stripped: round 0 verifies with no hint, as the rounds do`, async () => {
+      const pr = PRESETS[preset] as { model: ModelConfig; par: Parallelism };
+      const plan = stripToBoundary(generatePlan({ model: pr.model, par: pr.par, optimizer: ADAMW }));
+      const r0 = await verifyBoundary('t.json', plan, { jobs: 0, deadlineMs: 60_000, infer: true });
+      assert.equal(r0.verdict, 'verified', r0.summary);
+      assert.deepEqual([r0.boundary.rounds, r0.boundary.inferred, r0.boundary.skipped], [0, 0, NO_HINTS_NEEDED]);
+      assert.ok(r0.boundary.unclaimed > 0);
+      assert.ok(r0.stages.every((s) => s.status === 'proved' && s.decidedBy === 'tensor'));
+      const rounds = await run(plan);
+      assert.equal(rounds.verdict, 'verified', rounds.summary);
+      assert.ok(rounds.boundary.rounds > 0 && rounds.boundary.inferred > 0);
+    }).timeout(180_000);
+  }
+  it('a bug on a stripped plan is not settled by round 0: the rounds refute it', async () => {
+    const pr = PRESETS['mlp-tiny'] as { model: ModelConfig; par: Parallelism };
+    const bug = BUGS.find((b) => b.id === 'tp-forward-allreduce-dropped') as (typeof BUGS)[number];
+    const plan = generatePlan({ model: pr.model, par: pr.par, optimizer: OPT });
+    bug.inject(plan, { dp: 2, tp: 2, micro: 2, family: 'mlp', sp: false });
+    const r = await verifyBoundary('t.json', stripToBoundary(plan), { jobs: 0, deadlineMs: 60_000, infer: true });
+    assert.equal(r.verdict, 'not_equivalent', r.summary);
+    assert.ok(r.boundary.rounds > 0 && r.boundary.span !== undefined);
+  }).timeout(180_000);
+  it('wantsInference: never on the hand-written examples, on stripped llama-tiny-sp (a merged span of hundreds of ops)', () => {
+    const files = [...readdirSync(EXAMPLES).filter((f) => f.endsWith('.json') && f !== 'manifest.json').map((f) => EXAMPLES + f), ...readdirSync(EXAMPLES + 'buggy').filter((f) => f.endsWith('.json')).map((f) => `${EXAMPLES}buggy/${f}`)];
+    assert.ok(files.length >= 10);
+    for (const f of files) assert.equal(wantsInference(loadPlanObject(f, JSON.parse(readFileSync(f, 'utf8')) as Json)), false, f);
+    const pr = PRESETS['llama-tiny-sp'] as { model: ModelConfig; par: Parallelism };
+    const full = generatePlan({ model: pr.model, par: pr.par, optimizer: ADAMW });
+    assert.equal(wantsInference(loadPlanObject('f.json', full)), false);
+    assert.equal(wantsInference(loadPlanObject('s.json', stripToBoundary(full))), true);
+  }).timeout(60_000);
+  it('verify infers by default when a stage is a merged span (stripped llama-tiny-sp ran minutes in the normal form before)', async () => {
+    const pr = PRESETS['llama-tiny-sp'] as { model: ModelConfig; par: Parallelism };
+    const dir = mkdtempSync(join(tmpdir(), 'pp-bl-'));
+    const f = join(dir, 's.json');
+    writeFileSync(f, JSON.stringify(stripToBoundary(generatePlan({ model: pr.model, par: pr.par, optimizer: ADAMW }))));
+    const v = await runCli(['verify', f, '--json', '--jobs', '0']);
+    assert.equal(v.code, 0, v.stdout);
+    const rep = JSON.parse(v.stdout) as { verdict: string; boundary?: { kept: number } };
+    assert.equal(rep.verdict, 'verified');
+    assert.ok(rep.boundary !== undefined && rep.boundary.kept > 0, 'the report has its boundary section');
   }).timeout(180_000);
 });
