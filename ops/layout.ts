@@ -127,6 +127,7 @@ export const ops: OpDef[] = [
     name: 'slice',
     family: 'layout',
     movesValues: true,
+    narrows: { dim: 'dim', start: 'start', end: 'end' },
     doc: 'a.narrow(dim, start, end - start), i.e. a[..., start:end, ...]',
     inputs: fixed(1),
     outputs: fixed(1),
@@ -216,6 +217,8 @@ export const ops: OpDef[] = [
   {
     name: 'pad',
     family: 'layout',
+    linearIn: () => [0],
+    zeroPads: { dim: 'dim', before: 'before', after: 'after' },
     doc: 'torch.nn.functional.pad with zeros along one dim: `before` zeros, a, `after` zeros (the backward of slice)',
     inputs: fixed(1),
     outputs: fixed(1),

@@ -117,6 +117,19 @@ export interface OpDef {
    */
   readonly movesValues?: boolean;
   /**
+   * Output 0 is input 0 narrowed along attribute `dim` to [`start`, `end`) (slice): the names
+   * of those attributes. A region of a region is a region, so tensor-level proofs carry a
+   * relation through such an op when the logical graph has no op of its kind on that tensor
+   * (Megatron SP slices the position table by sequence chunk; the model adds it whole).
+   */
+  readonly narrows?: { readonly dim: string; readonly start: string; readonly end: string };
+  /**
+   * Output 0 is input 0 with zeros added along attribute `dim`, `before` of them ahead and
+   * `after` behind (pad, the backward of slice): the names of those attributes. A chunk padded
+   * back to its own place is one addend of the whole tensor (the chunks' pads sum to it).
+   */
+  readonly zeroPads?: { readonly dim: string; readonly before: string; readonly after: string };
+  /**
    * An output that holds positions along an input's dim (topk's indices: positions along the
    * scored dim): its values are 0..size-1, so it is categorical like an id tensor. `dim` may be
    * negative (from the end).

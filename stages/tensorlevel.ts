@@ -1474,6 +1474,48 @@ export class TensorLevelProver {
   }
 
   /** The derived region must be what the parallel tensor holds: its local shape. */
+  /**
+   * Input relation x (a plain scaled region: no addend, no broadcast) narrowed along dim to
+   * [start, end) of the local input: the same logical tensor, that sub-region. Undefined when
+   * the attributes are not integers (per template: affine in the coordinates).
+   */
+  private narrowed(r: number, op: number, x: Relation, inShape: Shape, attrs: Attrs, n: NonNullable<OpDef['narrows']>, outShape: Shape): Relation | undefined {
+    if (x.part !== undefined || x.bcast !== undefined || inShape.length !== x.ranges.length) return undefined;
+    const dv = attrs[n.dim];
+    if (typeof dv !== 'number' || !Number.isInteger(dv) || dv < -inShape.length || dv >= inShape.length) return undefined;
+    const d = dv < 0 ? dv + inShape.length : dv;
+    const s = this.attrInt(r, op, n.start);
+    const e = this.attrInt(r, op, n.end);
+    const rg = x.ranges[d];
+    if (s === undefined || e === undefined || rg === undefined) return undefined;
+    const ranges = x.ranges.map((q, i): Range => (i === d ? [iadd(q[0], s), iadd(q[0], e)] : q));
+    const c = this.checked({ ...x, ranges }, outShape);
+    return typeof c === 'string' ? undefined : c;
+  }
+
+  /**
+   * Input relation x (a plain scaled region [a, b) along dim of logical L, no addend, no
+   * broadcast) padded with `before` = a zeros ahead and `after` = |L| - b behind: the chunk at its
+   * own place in a tensor of L's extent, zero elsewhere. That is the addend over [a, b) of the
+   * whole of L along dim (key pad|L|dim): pads of chunks that partition L along dim sum to L.
+   */
+  private padded(r: number, op: number, x: Relation, inShape: Shape, attrs: Attrs, z: NonNullable<OpDef['zeroPads']>, outShape: Shape): Relation | undefined {
+    if (x.part !== undefined || x.bcast !== undefined || inShape.length !== x.ranges.length) return undefined;
+    const dv = attrs[z.dim];
+    if (typeof dv !== 'number' || !Number.isInteger(dv) || dv < -inShape.length || dv >= inShape.length) return undefined;
+    const d = dv < 0 ? dv + inShape.length : dv;
+    const before = this.attrInt(r, op, z.before);
+    const after = this.attrInt(r, op, z.after);
+    const rg = x.ranges[d];
+    const size = this.world.shape(x.logical)[d];
+    if (before === undefined || after === undefined || rg === undefined || size === undefined) return undefined;
+    // The chunk goes back to its own place, and the result spans L's whole extent along dim.
+    if (icmp(before, rg[0]) !== 0 || icmp(iadd(rg[1], after), size) !== 0) return undefined;
+    const ranges = x.ranges.map((q, i): Range => (i === d ? [0, size] : q));
+    const c = this.checked({ ...x, ranges, part: { key: `pad|${x.logical}|${d}`, comps: [{ kind: 'range', cover: [rg[0], rg[1]], total: size }] } }, outShape);
+    return typeof c === 'string' ? undefined : c;
+  }
+
   private checked(rel: Relation, shape: Shape): Relation | string {
     if (shape.length !== rel.ranges.length) return `derived ${this.show(rel)} for a tensor of rank ${shape.length}`;
     for (let i = 0; i < shape.length; i++) {
@@ -2114,6 +2156,17 @@ export class TensorLevelProver {
     }
     const local = [...p.ops.opInputs(op)].map((x) => view.shapes[x] ?? []);
     const d = this.sliced(kind, this.resolveBcast(ins, local), attrs, k, outShape, def.name);
+    // A narrowing op (OpDef.narrows) with no logical counterpart: the narrowed region of the
+    // same logical tensor, rather than a virtual op consumers cannot match.
+    if (def.narrows !== undefined && k === 0 && ins.length === 1 && (typeof d === 'string' || d.logical >= this.world.nLogical)) {
+      const n = this.narrowed(r, op, ins[0] as Relation, local[0] ?? [], attrs, def.narrows, outShape);
+      if (n !== undefined) return n;
+    }
+    // A zero pad (OpDef.zeroPads) with no logical counterpart: one addend of the whole tensor.
+    if (def.zeroPads !== undefined && k === 0 && ins.length === 1 && (typeof d === 'string' || d.logical >= this.world.nLogical)) {
+      const n = this.padded(r, op, ins[0] as Relation, local[0] ?? [], attrs, def.zeroPads, outShape);
+      if (n !== undefined) return n;
+    }
     if (typeof d === 'string' && kind === this.reshapeKind && ins.length === 1 && trailingUnits(local[0] ?? [], outShape) !== undefined) {
       // Trailing unit dims added or dropped: the same reshape of the logical tensor, on any region.
       const u = this.unitLog(ins[0] as Relation, local[0] ?? [], outShape);

@@ -19,6 +19,7 @@ import { verifyPerTemplate } from '../stages/template.js';
 import { mlpPlan, planParams } from './reduce-plans.js';
 import type { RawPlan } from '../plans/raw.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
+import { verifyBoundary } from '../stages/boundary.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 
@@ -165,6 +166,58 @@ describe('tensor-level proofs on plans with lineage only at their boundary', () 
     }
     assert.equal(n, 3);
   }).timeout(300_000);
+});
+
+describe('tensor-level slices and zero pads without a logical counterpart (OpDef.narrows, zeroPads)', () => {
+  // Megatron SP: each rank slices the position table to its sequence chunk (the model adds it
+  // whole) and pads that chunk's gradient back to its place before the tp all-reduce.
+  const p = PRESETS['gpt2-tiny'];
+  assert.ok(p !== undefined);
+  const sp = (): RawPlan => generatePlan({ model: p.model, par: { ...p.par, dp: 1, tp: 2, micro: 1, sp: true }, optimizer: OPT });
+  type Op = { id: string; op: string; attrs?: Record<string, unknown> };
+  const edit = (raw: RawPlan, kind: string, f: (o: Op) => void): number => {
+    let n = 0;
+    for (const prog of (raw as unknown as { parallel: { programs: { ops: Op[] }[] } }).parallel.programs)
+      for (const o of prog.ops)
+        if (o.op === kind) {
+          f(o);
+          n++;
+        }
+    return n;
+  };
+  it('stripped gpt2 tp2 SP: every stage proved at tensor level (before: the first stage, "no logical \'add\' reads embed/emb, slice(wpe)")', () => {
+    const plan = loadPlanObject('sp.json', stripToBoundary(sp()));
+    const stages = decompose(plan, logicalOrder(plan));
+    const { proved, open } = proveTensorLevel(plan, stages);
+    assert.equal(open.size, 0, [...open.values()].slice(0, 2).join('; '));
+    assert.equal(proved.size, stages.length);
+    assert.equal(verifyPlan(plan).verdict, 'verified');
+  }).timeout(300_000);
+  // The chunk at another place: rank 0 reads (or writes back) rank 1's rows and rank 1 rank 0's.
+  // The generator writes chunk offsets as 'K*tp + 0' (K the chunk length).
+  const chunk = (o: Op, key: string): number => Number(/^(\d+)\*tp \+ 0$/.exec(String((o.attrs?.[key] as { expr?: string } | undefined)?.expr))?.[1]);
+  for (const [kind, key, bad] of [
+    ['slice', 'start', (o: Op): void => {
+      const k = chunk(o, 'start');
+      Object.assign(o.attrs ?? {}, { start: { expr: `-${k}*tp + ${k}` }, end: { expr: `-${k}*tp + ${2 * k}` } });
+    }],
+    ['pad', 'before', (o: Op): void => {
+      const k = chunk(o, 'before');
+      Object.assign(o.attrs ?? {}, { before: { expr: `-${k}*tp + ${k}` }, after: { expr: `${k}*tp + 0` } });
+    }],
+  ] as const) {
+    it(`a ${kind} whose '${key}' puts the chunk at another place is not proved, and the plan is not equivalent`, async () => {
+      const raw = stripToBoundary(sp());
+      assert.ok(edit(raw, kind, bad) > 0);
+      const plan = loadPlanObject('bad.json', raw);
+      const stages = decompose(plan, logicalOrder(plan));
+      const { open } = proveTensorLevel(plan, stages);
+      assert.ok(open.size > 0, 'some stage left open');
+      // What a user's verify runs on such a plan (inference: the merged stages are long).
+      const r = await verifyBoundary('bad.json', raw as unknown as Record<string, unknown>, { jobs: 0, deadlineMs: 60_000 });
+      assert.equal(r.verdict, 'not_equivalent', r.summary);
+    }).timeout(300_000);
+  }
 });
 
 describe('tensor-level broadcasts', () => {
