@@ -74,12 +74,12 @@ function parseFrac(v: number | string): Frac | undefined {
  * dim's size. A set of addends is the whole value when, per component, their covers
  * partition 0..total.
  */
-interface Comp {
+export interface Comp {
   readonly kind: 'idx' | 'range';
   readonly cover: readonly Int[];
   readonly total: number;
 }
-interface Part {
+export interface Part {
   readonly key: string;
   readonly comps: readonly Comp[];
   /** Max-addends (amax on a slice): combined by max only, never added, scaled or mapped. */
@@ -280,14 +280,43 @@ function chunkOf([s, e]: Range, g: number, me: Int): Range | undefined {
 function compAll(p: Comp): boolean {
   return p.kind === 'idx' ? p.cover.length === p.total && p.cover.every((x, i) => x === i) : p.cover.length === 2 && p.cover[0] === 0 && p.cover[1] === p.total;
 }
-function coversAll(p: Part): boolean {
+export function coversAll(p: Part): boolean {
   return p.comps.every(compAll);
 }
+/**
+ * A product of two decompositions (a zero pad of one addend's chunk, rule 11: addend index x
+ * chunk of the padded dim) carries PRODUCT in its key, kept by every rule that rebuilds a key
+ * around it. Its addends are rectangles (one cover per component), so two unite only when they
+ * differ in one component: per-component union, right for sums of separate decompositions
+ * (rule 6), would take cells (0, a) and (1, b) for the whole.
+ */
+export const PRODUCT = 'prod|';
+const isProduct = (p: Part): boolean => p.key.includes(PRODUCT);
+/** Products of at most this many addends are united (pairwise, until one rectangle is left). */
+const MAX_PRODUCT_UNION = 64;
+
 /** Many addends of one decomposition together (sorted once: a group of 512 is not 512 merges). */
-function unionParts(ps: readonly Part[]): Part | undefined {
+export function unionParts(ps: readonly Part[]): Part | undefined {
   const first = ps[0];
   if (first === undefined) return undefined;
   if (ps.length <= 2) return ps.length === 1 ? first : unionPart(first, ps[1] as Part);
+  if (isProduct(first)) {
+    if (ps.length > MAX_PRODUCT_UNION) return undefined;
+    const rest = [...ps];
+    // Rectangles merge along one component at a time; what does not end as one is not a union.
+    for (let merged = true; merged && rest.length > 1; ) {
+      merged = false;
+      for (let i = 0; i < rest.length && !merged; i++)
+        for (let j = i + 1; j < rest.length && !merged; j++) {
+          const u = unionPart(rest[i] as Part, rest[j] as Part);
+          if (u === undefined) continue;
+          rest[i] = u;
+          rest.splice(j, 1);
+          merged = true;
+        }
+    }
+    return rest.length === 1 ? rest[0] : undefined;
+  }
   const comps: Comp[] = [];
   for (let i = 0; i < first.comps.length; i++) {
     const c0 = first.comps[i] as Comp;
@@ -308,10 +337,17 @@ function unionParts(ps: readonly Part[]): Part | undefined {
 function unionPart(a: Part, b: Part): Part | undefined {
   if (a.key !== b.key || a.comps.length !== b.comps.length) return undefined;
   const comps: Comp[] = [];
+  // A product's rectangles: equal covers in every component but one.
+  const sameCover = (x: Comp, y: Comp): boolean => x.cover.length === y.cover.length && x.cover.every((v, i) => ikey(v) === ikey(y.cover[i] as Int));
+  if (isProduct(a) && a.comps.filter((x, i) => !sameCover(x, b.comps[i] as Comp)).length !== 1) return undefined;
   for (let i = 0; i < a.comps.length; i++) {
     const x = a.comps[i] as Comp;
     const y = b.comps[i] as Comp;
     if (x.kind !== y.kind || x.total !== y.total) return undefined;
+    if (isProduct(a) && sameCover(x, y)) {
+      comps.push(x);
+      continue;
+    }
     const u = unionCover(x.kind, x.cover, y.cover);
     if (u === undefined) return undefined;
     comps.push({ ...x, cover: u });
@@ -1500,7 +1536,11 @@ export class TensorLevelProver {
    * whole of L along dim (key pad|L|dim): pads of chunks that partition L along dim sum to L.
    */
   private padded(r: number, op: number, x: Relation, inShape: Shape, attrs: Attrs, z: NonNullable<OpDef['zeroPads']>, outShape: Shape): Relation | undefined {
-    if (x.part !== undefined || x.bcast !== undefined || inShape.length !== x.ranges.length) return undefined;
+    if (x.bcast !== undefined || inShape.length !== x.ranges.length) return undefined;
+    // An addend of one decomposition (a micro-batch's or a data-parallel rank's gradient): the
+    // pad is the cell (its addend, this chunk) of the product of that decomposition and the
+    // chunks; a product of products, or of a sum of decompositions, is refused.
+    if (x.part !== undefined && (x.part.max === true || x.part.comps.length !== 1 || isProduct(x.part))) return undefined;
     const dv = attrs[z.dim];
     if (typeof dv !== 'number' || !Number.isInteger(dv) || dv < -inShape.length || dv >= inShape.length) return undefined;
     const d = dv < 0 ? dv + inShape.length : dv;
@@ -1512,7 +1552,9 @@ export class TensorLevelProver {
     // The chunk goes back to its own place, and the result spans L's whole extent along dim.
     if (icmp(before, rg[0]) !== 0 || icmp(iadd(rg[1], after), size) !== 0) return undefined;
     const ranges = x.ranges.map((q, i): Range => (i === d ? [0, size] : q));
-    const c = this.checked({ ...x, ranges, part: { key: `pad|${x.logical}|${d}`, comps: [{ kind: 'range', cover: [rg[0], rg[1]], total: size }] } }, outShape);
+    const chunk: Comp = { kind: 'range', cover: [rg[0], rg[1]], total: size };
+    const part: Part = x.part === undefined ? { key: `pad|${x.logical}|${d}`, comps: [chunk] } : { key: `${PRODUCT}pad|${x.logical}|${d}|${x.part.key}`, comps: [...x.part.comps, chunk] };
+    const c = this.checked({ ...x, ranges, part }, outShape);
     return typeof c === 'string' ? undefined : c;
   }
 
@@ -2198,8 +2240,9 @@ export class TensorLevelProver {
         if (lout !== undefined) {
           const [id, f] = this.world.canon(lout);
           const scale = fmul(a.scale, f);
-          const part: Part = { key: `add|${q}|${a.part.key}|${b.part.key}`, comps: [...a.part.comps, ...b.part.comps] };
-          if (scale !== undefined) return this.checked({ logical: id, ranges: a.ranges, scale, part }, outShape);
+          // (Never of a product: its rectangles and these separate components would mix.)
+          const part: Part | undefined = isProduct(a.part) || isProduct(b.part) ? undefined : { key: `add|${q}|${a.part.key}|${b.part.key}`, comps: [...a.part.comps, ...b.part.comps] };
+          if (scale !== undefined && part !== undefined) return this.checked({ logical: id, ranges: a.ranges, scale, part }, outShape);
         }
       }
     }
@@ -2359,20 +2402,32 @@ export class TensorLevelProver {
     // Plain sums: a summed label sliced in the inputs and absent from this output.
     const own = new Set(labels.map((l) => l.label));
     let part: Part | undefined;
-    let summed: string | undefined;
+    const summed = new Set<string>();
+    const cut: { l: string; comp: Comp; mx: boolean }[] = [];
     for (const [l, rg] of at) {
       const mx = sig.maxes.has(l);
       if (own.has(l) || !(sig.sums.has(l) || mx) || role.get(l) !== 'contracted') continue;
       const total = this.labelSize(sig, ins, l);
       if (rg[0] === 0 && rg[1] === total) continue;
-      if (part !== undefined || inPart !== undefined) return 'sliced along two summed labels, or along one of an addend';
-      part = { key: `${mx ? 'max' : 'sum'}|${q}|${l}|${k}`, comps: [{ kind: 'range', cover: [rg[0], rg[1]], total }], ...(mx ? { max: true as const } : {}) };
-      summed = l;
+      cut.push({ l, comp: { kind: 'range', cover: [rg[0], rg[1]], total }, mx });
+      summed.add(l);
+    }
+    const c0 = cut[0];
+    if (c0 !== undefined && cut.length === 1 && inPart === undefined) {
+      part = { key: `${c0.mx ? 'max' : 'sum'}|${q}|${c0.l}|${k}`, comps: [c0.comp], ...(c0.mx ? { max: true as const } : {}) };
+    } else if (cut.length > 0) {
+      // Two cuts (two summed labels sliced, as SP's sequence chunk of a micro-batch's rows; or one
+      // of an addend, through a linear input): the cell of a product of two decompositions
+      // (PRODUCT). Never of max-addends, of a product, or of a sum of decompositions.
+      const ip = inPart?.part;
+      if (cut.length + (ip === undefined ? 0 : 1) !== 2 || cut.some((c) => c.mx) || (ip !== undefined && (ip.max === true || ip.comps.length !== 1 || isProduct(ip)))) return 'sliced along two summed labels, or along one of an addend';
+      part = { key: `${PRODUCT}sum|${q}|${cut.map((c) => c.l).join(',')}|${k}${ip === undefined ? '' : `|${inPart?.i}|${ip.key}`}`, comps: [...(ip?.comps ?? []), ...cut.map((c) => c.comp)] };
+      inPart = undefined;
     }
     // A label sliced in the inputs that this output lacks and does not sum over: the output reads
     // the whole dim, so a slice is not the logical op on a slice.
     for (const [l, rg] of at) {
-      if (own.has(l) || l === summed) continue;
+      if (own.has(l) || summed.has(l)) continue;
       // A paired label rides on its partner (kv heads with the query heads of their groups).
       if (sig.grouped.some((g) => (g.of === l && own.has(g.label)) || (g.label === l && own.has(g.of)))) continue;
       const total = this.labelSize(sig, ins, l);
