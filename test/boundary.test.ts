@@ -465,8 +465,8 @@ describe('boundary lineage: round 0 and inference by default', () => {
     const files = [...readdirSync(EXAMPLES).filter((f) => f.endsWith('.json') && f !== 'manifest.json').map((f) => EXAMPLES + f), ...readdirSync(EXAMPLES + 'buggy').filter((f) => f.endsWith('.json')).map((f) => `${EXAMPLES}buggy/${f}`)];
     assert.ok(files.length >= 10);
     for (const f of files) assert.equal(wantsInference(loadPlanObject(f, JSON.parse(readFileSync(f, 'utf8')) as Json)), false, f);
-    // (The full-lineage CP plan leaves ring attention's running maxima and sums unclaimed: it
-    // is inferred too. Full llama-tiny claims every tensor tensor level needs.)
+    // (The full-lineage CP plan leaves ring attention's chunk slices, partial attentions and
+    // combines unclaimed: it is inferred too. Full llama-tiny claims every tensor tensor level needs.)
     const lt = PRESETS['llama-tiny'] as { model: ModelConfig; par: Parallelism };
     assert.equal(wantsInference(loadPlanObject('f.json', generatePlan({ model: lt.model, par: lt.par, optimizer: OPT }))), false);
     assert.equal(wantsInference(loadPlanObject('s.json', stripToBoundary(cpPlan()))), true);
