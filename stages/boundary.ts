@@ -150,7 +150,8 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   const hints = fileHints(raw);
   // The plan as its author wrote it, without hints: a hint the loader would reject (a partial
   // group left incomplete) is dropped like one that does not prove (loadHinted).
-  const base = loadPlanObject(file, withHints(raw, []));
+  // (A plan without marked claims is loaded as it is: the copy costs as much as a tiny plan's proof.)
+  const base = loadPlanObject(file, hints.length === 0 ? raw : withHints(raw, []));
   // Round 0: tensor-level proofs of the plan as written derive relations through tensors
   // without lineage. When they prove every stage and the numbers show no difference, the plan
   // is verified exactly as `verify` proves it without inference, and no hint is needed.
