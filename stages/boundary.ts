@@ -21,6 +21,7 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { regionStr, valueStr, type LineageNF } from '../lineage/model.js';
 import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, producers, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
+import { DEFAULT_TERM_BUDGET } from '../sdfg/terms.js';
 import { newPool, proveInPool, TIME_LIMIT_REASON } from './pool.js';
 import type { Piscina } from 'piscina';
 import { proveTensorLevel } from './tensorlevel.js';
@@ -108,6 +109,8 @@ export const TIME_LIMIT_MS = 120_000;
 const SETTLED_DEADLINE_MS = 2_000;
 /** Deadline of a hint stage (a hint is meant to cut a short stage). */
 const HINT_DEADLINE_MS = 10_000;
+/** The normal form's work budget for a hint stage proved in this thread (a tenth of the default). */
+const HINT_TERM_BUDGET = Math.floor(DEFAULT_TERM_BUDGET / 10);
 
 interface Hint {
   readonly program: number;
@@ -278,7 +281,10 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       // The time limit holds inside a round too: no stage starts past it and a running one is
       // stopped at it (a round of hint stages up to their deadline each ran 80 s past it).
       const stopAt = t0 + limitMs;
-      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, stopAt, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : { ...opts, stopAt }, poolOf);
+      // In this thread a hint stage is bounded by a tenth of the normal form's budget: a hint is
+      // meant to cut a short stage, and one that needs more is dropped like one past its deadline.
+      const hintBudget = isHintRound && inThread && opts.budget === undefined ? { budget: HINT_TERM_BUDGET } : {};
+      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, ...hintBudget, stopAt, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : { ...opts, stopAt }, poolOf);
       if (process.env['PLANPROOF_TRACE'] === '1') {
         process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s; hints ${hints.length}\n`);
         fresh.forEach((r) => {
