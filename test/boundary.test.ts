@@ -482,3 +482,18 @@ describe('boundary lineage: round 0 and inference by default', () => {
     assert.ok(rep.boundary !== undefined && rep.boundary.kept > 0, 'the report has its boundary section');
   }).timeout(180_000);
 });
+
+describe('boundary lineage: in-thread stops', () => {
+  it('an in-thread stage stops at its deadline, not at the normal form\'s budget (a mutant ran 36 s past --time-limit 2)', async () => {
+    // Found by the 10,000-mutant run: llama dp1 tp2 recompute with clip.2's claim moved to
+    // clip_tp/mul#2. Inference starts (a merged span), and the user stage 'clip' ran to the
+    // 1,000,000-product budget in this thread: 36 s past a 2 s limit (41 s wall, 2.4 GB).
+    const plan = JSON.parse(readFileSync(`${EXAMPLES}../test/fixtures/mutants/timeout-lineage-move-clip.json`, 'utf8')) as Json;
+    const r = await verifyBoundary('clip.json', plan, { jobs: 0, deadlineMs: 1000, timeLimitMs: 2000 });
+    assert.notEqual(r.verdict, 'verified');
+    const clip = r.stages.find((s) => s.logical === 'clip');
+    assert.ok(clip !== undefined && clip.status !== 'proved');
+    if (clip.status === 'unknown') assert.match(clip.reason ?? '', /deadline of 1\.0 s exceeded|time limit/, clip.reason);
+    assert.ok(r.stages.every((s) => !/more than 1000000 monomial products/.test(s.reason ?? '')), 'no stage ran to the budget');
+  }).timeout(120_000);
+});
