@@ -126,6 +126,19 @@ describe('mutation harness findings (issue 13)', () => {
     assert.equal(groundTruth(plan).kind, 'wrong');
   });
 
+  it('a refutation the truth seeds miss is judged at the witness inputs too, not counted as a false alarm', () => {
+    // The 10,000-mutant run (seed 26): vocab_local_ids' end moved one id up on every rank; an
+    // id of 2 then reaches an out-of-range lookup on tp rank 0 (NaN through the mask). The
+    // verifier's seed-1 inputs hold such an id, the truth seeds 7001-7003 (four tokens over a
+    // vocabulary of four) do not: "correct" there, so the right refutation was a false alarm.
+    const plan = JSON.parse(readFileSync(`${EXAMPLES}../test/fixtures/mutants/nan-vocab-local-ids-end.json`, 'utf8')) as Json;
+    const alone = truthOf(plan);
+    assert.ok(alone !== 'unloadable' && alone.kind === 'correct', 'the truth seeds alone miss it (else this checks nothing)');
+    const at = truthOf(plan, 1);
+    assert.ok(at !== 'unloadable' && at.kind === 'wrong', JSON.stringify(at));
+    assert.equal(classify(1, at), 'right');
+  });
+
   it('numeric execution runs an op reading one tensor twice only once all its inputs are there', () => {
     // Found by the harness (input-replace): adam_update(w, g, m, m). Each consumer was listed
     // once per occurrence and every occurrence subtracted each time: the op ran before its

@@ -14,7 +14,7 @@ import { PRESETS } from '../../plans/gen/presets.js';
 import type { ModelConfig } from '../../plans/gen/models.js';
 import type { Parallelism } from '../../plans/gen/net.js';
 import { loadPlanObject, type LoadedPlan } from '../../lineage/load.js';
-import { groundTruth, type Truth } from './truth.js';
+import { groundTruth, TRUTH_SEEDS, type Truth } from './truth.js';
 import { MUTATION_KINDS, REWRITE_KINDS, Rng, mutate, rewrite, type Json, type MutationKind, type RewriteKind } from './mutations.js';
 
 export type Outcome = 'false-pass' | 'false-alarm' | 'unknown' | 'rejected' | 'right' | 'undetermined' | 'error' | 'timeout';
@@ -124,6 +124,8 @@ export interface Verdict {
   readonly stdout: string;
   readonly stderr: string;
   readonly threw?: string;
+  /** The seed of the inputs the report's witness was drawn at (`numeric.seed`), when it names one. */
+  readonly witnessSeed?: number;
 }
 
 /**
@@ -184,20 +186,28 @@ export async function verifyCli(plan: Json, dir: string, flags: readonly string[
   const ms = performance.now() - t0;
   if (r === 'timeout') return { code: -1, verdict: 'timeout', ms, reasons: [], stdout: '', stderr: '' };
   let verdict: string;
+  let witnessSeed: number | undefined;
   const reasons: string[] = [];
   try {
-    const j = JSON.parse(r.stdout) as { verdict?: string; stages?: { status?: string; reason?: string }[] };
+    const j = JSON.parse(r.stdout) as { verdict?: string; stages?: { status?: string; reason?: string }[]; numeric?: { seed?: unknown } };
     verdict = j.verdict ?? 'none';
     for (const s of j.stages ?? []) if (s.status === 'unknown' && s.reason !== undefined) reasons.push(s.reason);
+    if (typeof j.numeric?.seed === 'number' && Number.isSafeInteger(j.numeric.seed)) witnessSeed = j.numeric.seed;
   } catch {
     verdict = 'unparsable';
   }
-  return { code: r.code, verdict, ms, reasons, stdout: r.stdout, stderr: r.stderr, ...(r.threw === undefined ? {} : { threw: r.threw }) };
+  return { code: r.code, verdict, ms, reasons, stdout: r.stdout, stderr: r.stderr, ...(r.threw === undefined ? {} : { threw: r.threw }), ...(witnessSeed === undefined ? {} : { witnessSeed }) };
 }
 
-export function truthOf(plan: Json): Truth | 'unloadable' {
+/**
+ * The ground truth of a plan: both graphs in Float64 on the truth seeds, and on `extraSeed`
+ * too when given (the inputs a "not equivalent" report names: the harness evaluates them
+ * itself, so a refutation the three truth seeds miss, an id that reaches an out-of-range
+ * lookup on one draw of a four-token vocabulary, is not counted as a false alarm).
+ */
+export function truthOf(plan: Json, extraSeed?: number): Truth | 'unloadable' {
   try {
-    return groundTruth(loadPlanObject('truth.json', plan));
+    return groundTruth(loadPlanObject('truth.json', plan), extraSeed === undefined ? TRUTH_SEEDS : [...TRUTH_SEEDS, extraSeed]);
   } catch (e) {
     if (e instanceof PlanError) return 'unloadable';
     return { kind: 'undetermined', why: `load failed: ${e instanceof Error ? e.message : String(e)}`, maxDev: 0 };
@@ -267,7 +277,7 @@ export interface RunOptions {
 async function runOne(kind: string, source: Source, family: string, plan: Json, what: string, opts: RunOptions, saved: { n: number }): Promise<CaseResult> {
   const v = await verifyCli(plan, opts.dir, opts.flags, opts.timeoutMs);
   // Truth only where a verdict needs it (a rejected plan has none to judge).
-  const truth: Truth | 'unloadable' = v.code === 0 || v.code === 1 ? truthOf(plan) : 'unloadable';
+  const truth: Truth | 'unloadable' = v.code === 0 || v.code === 1 ? truthOf(plan, v.code === 1 ? v.witnessSeed : undefined) : 'unloadable';
   const outcome = classify(v.code, truth);
   const r: CaseResult = {
     kind,
