@@ -442,7 +442,8 @@ function provedWithoutHints(plan: LoadedPlan, seed: number, t0: number): VerifyR
 /**
  * Parallel ops per rank past which a stage left open by tensor-level proofs is a merged span
  * (lineage missing inside it) rather than a short stage the normal form proves at once: the
- * hand-written examples' open stages run 1 to 5 ops per rank, stripped llama-tiny-sp's 369.
+ * hand-written examples' open stages run 1 to 5 ops per rank, stripped llama cp2's hundreds
+ * (stripped llama-tiny-sp's 369 before products of decompositions proved it whole).
  */
 const AUTO_INFER_OPS_PER_RANK = 32;
 
