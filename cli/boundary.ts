@@ -36,11 +36,11 @@ export function inferLineage(file: string, text: string, outFile: string | undef
   return ExitCode.verified;
 }
 
-export async function verifyInferred(file: string, text: string, opts: { seed: number; jobs: number; deadline: number; verbose: boolean; json: boolean; infer: boolean; timeLimit?: number }, out: Out): Promise<BoundaryReport> {
+export async function verifyInferred(file: string, text: string, opts: { seed: number; jobs: number; deadline: number; verbose: boolean; json: boolean; infer: boolean; timeLimit?: number; direct?: boolean }, out: Out): Promise<BoundaryReport> {
   const raw = JSON.parse(text) as Record<string, unknown>;
   // The rounds keep their own limit; a shorter --time-limit lowers it.
   const limitMs = Math.min(TIME_LIMIT_MS, (opts.timeLimit ?? Infinity) * 1000);
-  const r = await verifyBoundary(file, raw, { seed: opts.seed, jobs: opts.jobs, deadlineMs: opts.deadline * 1000, infer: opts.infer, timeLimitMs: limitMs });
+  const r = await verifyBoundary(file, raw, { seed: opts.seed, jobs: opts.jobs, deadlineMs: opts.deadline * 1000, infer: opts.infer, timeLimitMs: limitMs, ...(opts.direct === undefined ? {} : { direct: opts.direct }) });
   await shutdownZ3();
   out.log(opts.json ? JSON.stringify(r, null, 2) : formatBoundary(r, opts.verbose));
   return r;

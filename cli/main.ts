@@ -245,8 +245,12 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   // or, without --no-infer, when lineage is missing inside a stage tensor-level proofs leave
   // open (wantsInference: a plan with lineage only at its boundary).
   const auto = infer === undefined && eng.engine === 'normal' && !perStage && red.emitDir === undefined && red.tensorLevel !== false && sh.shard === undefined && sh.merge === undefined && wantsInference(l.plan);
-  if (eng.engine === 'normal' && infer !== false && (infer === true || auto || l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) {
-    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true || auto, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }) }, out);
+  const fileHints = l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0);
+  if (eng.engine === 'normal' && infer !== false && (infer === true || auto || fileHints)) {
+    // wantsInference has just seen tensor level leave a stage of this very plan open: round 0
+    // would repeat that derivation to the same end (with hints in the file, the plan round 0
+    // proves is another one, so it runs).
+    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true || auto, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), ...(auto && !fileHints ? { direct: false } : {}) }, out);
     return finish(r, l, files, out);
   }
   // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.

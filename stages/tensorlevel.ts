@@ -280,6 +280,13 @@ function chunkOf([s, e]: Range, g: number, me: Int): Range | undefined {
 function compAll(p: Comp): boolean {
   return p.kind === 'idx' ? p.cover.length === p.total && p.cover.every((x, i) => x === i) : p.cover.length === 2 && p.cover[0] === 0 && p.cover[1] === p.total;
 }
+/** An integer `dim` attribute of a tensor of rank n, normalized to 0..n-1; undefined when it is not one. */
+function dimAttr(attrs: Attrs, key: string, n: number): number | undefined {
+  const v = attrs[key];
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < -n || v >= n) return undefined;
+  return v < 0 ? v + n : v;
+}
+
 export function coversAll(p: Part): boolean {
   return p.comps.every(compAll);
 }
@@ -1509,7 +1516,6 @@ export class TensorLevelProver {
     return d < 0 ? d + rank : d;
   }
 
-  /** The derived region must be what the parallel tensor holds: its local shape. */
   /**
    * Input relation x (a plain scaled region: no addend, no broadcast) narrowed along dim to
    * [start, end) of the local input: the same logical tensor, that sub-region. Undefined when
@@ -1517,9 +1523,8 @@ export class TensorLevelProver {
    */
   private narrowed(r: number, op: number, x: Relation, inShape: Shape, attrs: Attrs, n: NonNullable<OpDef['narrows']>, outShape: Shape): Relation | undefined {
     if (x.part !== undefined || x.bcast !== undefined || inShape.length !== x.ranges.length) return undefined;
-    const dv = attrs[n.dim];
-    if (typeof dv !== 'number' || !Number.isInteger(dv) || dv < -inShape.length || dv >= inShape.length) return undefined;
-    const d = dv < 0 ? dv + inShape.length : dv;
+    const d = dimAttr(attrs, n.dim, inShape.length);
+    if (d === undefined) return undefined;
     const s = this.attrInt(r, op, n.start);
     const e = this.attrInt(r, op, n.end);
     const rg = x.ranges[d];
@@ -1541,9 +1546,8 @@ export class TensorLevelProver {
     // pad is the cell (its addend, this chunk) of the product of that decomposition and the
     // chunks; a product of products, or of a sum of decompositions, is refused.
     if (x.part !== undefined && (x.part.max === true || x.part.comps.length !== 1 || isProduct(x.part))) return undefined;
-    const dv = attrs[z.dim];
-    if (typeof dv !== 'number' || !Number.isInteger(dv) || dv < -inShape.length || dv >= inShape.length) return undefined;
-    const d = dv < 0 ? dv + inShape.length : dv;
+    const d = dimAttr(attrs, z.dim, inShape.length);
+    if (d === undefined) return undefined;
     const before = this.attrInt(r, op, z.before);
     const after = this.attrInt(r, op, z.after);
     const rg = x.ranges[d];
@@ -1558,6 +1562,7 @@ export class TensorLevelProver {
     return typeof c === 'string' ? undefined : c;
   }
 
+  /** The derived region must be what the parallel tensor holds: its local shape. */
   private checked(rel: Relation, shape: Shape): Relation | string {
     if (shape.length !== rel.ranges.length) return `derived ${this.show(rel)} for a tensor of rank ${shape.length}`;
     for (let i = 0; i < shape.length; i++) {
@@ -2198,15 +2203,12 @@ export class TensorLevelProver {
     }
     const local = [...p.ops.opInputs(op)].map((x) => view.shapes[x] ?? []);
     const d = this.sliced(kind, this.resolveBcast(ins, local), attrs, k, outShape, def.name);
-    // A narrowing op (OpDef.narrows) with no logical counterpart: the narrowed region of the
-    // same logical tensor, rather than a virtual op consumers cannot match.
-    if (def.narrows !== undefined && k === 0 && ins.length === 1 && (typeof d === 'string' || d.logical >= this.world.nLogical)) {
-      const n = this.narrowed(r, op, ins[0] as Relation, local[0] ?? [], attrs, def.narrows, outShape);
-      if (n !== undefined) return n;
-    }
-    // A zero pad (OpDef.zeroPads) with no logical counterpart: one addend of the whole tensor.
-    if (def.zeroPads !== undefined && k === 0 && ins.length === 1 && (typeof d === 'string' || d.logical >= this.world.nLogical)) {
-      const n = this.padded(r, op, ins[0] as Relation, local[0] ?? [], attrs, def.zeroPads, outShape);
+    // A narrowing op (OpDef.narrows) or a zero pad (OpDef.zeroPads) with no logical counterpart:
+    // the narrowed region of the same logical tensor, or one addend of its whole, rather than a
+    // virtual op consumers cannot match.
+    if ((def.narrows !== undefined || def.zeroPads !== undefined) && k === 0 && ins.length === 1 && (typeof d === 'string' || d.logical >= this.world.nLogical)) {
+      const x = ins[0] as Relation;
+      const n = def.narrows !== undefined ? this.narrowed(r, op, x, local[0] ?? [], attrs, def.narrows, outShape) : this.padded(r, op, x, local[0] ?? [], attrs, def.zeroPads as NonNullable<OpDef['zeroPads']>, outShape);
       if (n !== undefined) return n;
     }
     if (typeof d === 'string' && kind === this.reshapeKind && ins.length === 1 && trailingUnits(local[0] ?? [], outShape) !== undefined) {

@@ -170,6 +170,16 @@ describe('tensor-level proofs on plans with lineage only at their boundary', () 
   }).timeout(300_000);
 });
 
+/** Every stage of the plan proved at tensor level, and the plan verified. */
+function assertProvedWhole(raw: RawPlan): void {
+  const plan = loadPlanObject('whole.json', raw);
+  const stages = decompose(plan, logicalOrder(plan));
+  const { proved, open } = proveTensorLevel(plan, stages);
+  assert.equal(open.size, 0, [...open.values()].slice(0, 2).join('; '));
+  assert.equal(proved.size, stages.length);
+  assert.equal(verifyPlan(plan).verdict, 'verified');
+}
+
 describe('tensor-level slices and zero pads without a logical counterpart (OpDef.narrows, zeroPads)', () => {
   // Megatron SP: each rank slices the position table to its sequence chunk (the model adds it
   // whole) and pads that chunk's gradient back to its place before the tp all-reduce.
@@ -188,12 +198,7 @@ describe('tensor-level slices and zero pads without a logical counterpart (OpDef
     return n;
   };
   it('stripped gpt2 tp2 SP: every stage proved at tensor level (before: the first stage, "no logical \'add\' reads embed/emb, slice(wpe)")', () => {
-    const plan = loadPlanObject('sp.json', stripToBoundary(sp()));
-    const stages = decompose(plan, logicalOrder(plan));
-    const { proved, open } = proveTensorLevel(plan, stages);
-    assert.equal(open.size, 0, [...open.values()].slice(0, 2).join('; '));
-    assert.equal(proved.size, stages.length);
-    assert.equal(verifyPlan(plan).verdict, 'verified');
+    assertProvedWhole(stripToBoundary(sp()));
   }).timeout(300_000);
   // The chunk at another place: rank 0 reads (or writes back) rank 1's rows and rank 1 rank 0's.
   // The generator writes chunk offsets as 'K*tp + 0' (K the chunk length).
@@ -248,12 +253,7 @@ describe('tensor-level products of two decompositions (a micro-batch addend cut 
     ['llama-tiny-sp', () => sp('llama-tiny-sp', {})],
   ] as const) {
     it(`stripped ${what}: every stage proved at tensor level, verified (before: products refused, the rounds inferred 280 hints)`, () => {
-      const plan = loadPlanObject('s.json', stripToBoundary(raw()));
-      const stages = decompose(plan, logicalOrder(plan));
-      const { proved, open } = proveTensorLevel(plan, stages);
-      assert.equal(open.size, 0, [...open.values()].slice(0, 2).join('; '));
-      assert.equal(proved.size, stages.length);
-      assert.equal(verifyPlan(plan).verdict, 'verified');
+      assertProvedWhole(stripToBoundary(raw()));
     }).timeout(300_000);
   }
   for (const bugId of ['sp-norm-grad-not-reduced', 'accumulation-reset', 'dp-grad-allreduce-dropped']) {
