@@ -6,7 +6,7 @@ import { writeFileSync } from 'node:fs';
 import { ExitCode } from '../plans/errors.js';
 import { loadPlanText } from '../lineage/load.js';
 import { inferClaims, withClaims } from '../stages/infer.js';
-import { TIME_LIMIT_MS, verifyBoundary, type BoundaryReport } from '../stages/boundary.js';
+import { loadableClaims, TIME_LIMIT_MS, verifyBoundary, type BoundaryReport } from '../stages/boundary.js';
 import { formatReport } from '../stages/report.js';
 import { shutdownZ3 } from '../stages/z3.js';
 
@@ -19,8 +19,10 @@ interface Out {
 export function inferLineage(file: string, text: string, outFile: string | undefined, seed: number, json: boolean, out: Out): number {
   const plan = loadPlanText(file, text);
   const t0 = performance.now();
-  const r = inferClaims(plan, seed);
+  const inferred = inferClaims(plan, seed);
   const raw = JSON.parse(text) as Record<string, unknown>;
+  // Only claims that load together: the written file must load in every command.
+  const r = { ...inferred, claims: loadableClaims(file, raw, inferred.claims) };
   const written = withClaims(raw, r.claims);
   const body = JSON.stringify(written, null, 1) + '\n';
   if (outFile === undefined) out.log(body);

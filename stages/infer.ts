@@ -199,6 +199,9 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         const related = ins.some((x) => (claimL[x] as number) >= 0 && lins.has(claimL[x] as number)) ? 2 : 0;
         return kind + related;
       };
+      // The latest logical tensor (in logical order) that the producer's inputs are claimed for.
+      let inputsTopo = -1;
+      if ((prodOp[t] as number) >= 0) for (const x of p.ops.opInputs(prodOp[t] as number)) if ((claimL[x] as number) >= 0) inputsTopo = Math.max(inputsTopo, topo[claimL[x] as number] as number);
       const candsAt = (r: number, striped: boolean): Cand[] => {
         const v = parallel[r]?.[t];
         if (v === undefined || v.data.length === 0) return [];
@@ -240,7 +243,12 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         // Slices before addends before scaled copies; op matches first; among equal values
         // (a clip factor of 1, a copy), the logical tensor earliest in topological order; the
         // others stay as alternatives, tried when the first does not prove.
-        const rankOf = (c: Cand): number => (c.kind === 'slice' ? 0 : c.kind === 'addend' ? 1 : 2) * 8 + (7 - c.sameOp);
+        // A candidate computed before a logical tensor the producer's inputs are claimed for
+        // goes after those that are not: its stage computes the logical tensor without that
+        // input, so it proves only by coincidence of these shapes (a ring-attention block over
+        // one key equals that key's value, claimed for v before it is transposed, while its
+        // inputs are claimed for the transposed v: every such hint failed, one round each).
+        const rankOf = (c: Cand): number => (c.kind === 'slice' ? 0 : c.kind === 'addend' ? 1 : 2) * 16 + ((topo[c.L] as number) < inputsTopo ? 8 : 0) + (7 - c.sameOp);
         // Last, between logical tensors that are equal (a duplicated reshape, say), the name:
         // the logical side is computed from the tensor the stage names, so the one the
         // parallel plan mirrors keeps the stage short.
