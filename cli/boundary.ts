@@ -52,6 +52,7 @@ function formatBoundary(r: BoundaryReport, verbose: boolean): string {
   const b = r.boundary;
   const lines = [formatReport(r, verbose), ''];
   lines.push(`boundaries  ${b.unclaimed} parallel tensors had no lineage; ${b.inferred} hints inferred, ${b.kept} proved and kept as cut points, ${b.replaced} replaced by another candidate, ${b.dropped} dropped (stages merged across them); ${b.rounds} round(s), inference ${(b.inferMs / 1000).toFixed(2)} s${b.skipped === undefined ? '' : `; ${b.skipped}`}`);
+  if (b.asWritten !== undefined) lines.push(`            ${b.asWritten} stage(s) the hints left open were proved on the plan as written, without hints`);
   const byZ3 = r.stages.filter((s) => s.decidedBy === 'z3').length;
   const byNf = r.stages.filter((s) => s.decidedBy === 'normal').length;
   const byTl = r.stages.filter((s) => s.decidedBy === 'tensor').length;

@@ -18,7 +18,7 @@ import type { RawPlan } from '../plans/raw.js';
 import { stripToBoundary, claimCounts } from '../plans/gen/strip.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
-import { NO_HINTS_NEEDED, verifyBoundary, wantsInference } from '../stages/boundary.js';
+import { loadableClaims, NO_HINTS_NEEDED, verifyBoundary, wantsInference } from '../stages/boundary.js';
 import { TIME_LIMIT_REASON } from '../stages/pool.js';
 import { inferClaims, withClaims } from '../stages/infer.js';
 import { structuralClaims } from '../stages/infer-struct.js';
@@ -31,6 +31,7 @@ import { EXAMPLES, runCli } from './helpers.js';
 
 type Json = Record<string, unknown>;
 const MLP = (PRESETS['mlp-tiny'] as { model: ModelConfig }).model;
+const GPT2 = (PRESETS['gpt2-tiny'] as { model: ModelConfig }).model;
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 // The inference rounds themselves (round 0, tensor-level proofs of the plan as written, is
 // tested on its own below: it would verify most of these plans with no hint).
@@ -496,4 +497,76 @@ describe('boundary lineage: in-thread stops', () => {
     if (clip.status === 'unknown') assert.match(clip.reason ?? '', /deadline of 1\.0 s exceeded|time limit/, clip.reason);
     assert.ok(r.stages.every((s) => !/more than 1000000 monomial products/.test(s.reason ?? '')), 'no stage ran to the budget');
   }).timeout(120_000);
+});
+
+describe('boundary lineage: hints never cost a proof the plan has without them', () => {
+  const T = (id: string, role: string): Json => ({ id, shape: [2, 2], role, dtype: 'float32' });
+  const op = (id: string, o: string, inputs: string[], outputs: string[], attrs?: Json): Json => ({ id, op: o, inputs, outputs, ...(attrs === undefined ? {} : { attrs }) });
+  /**
+   * y = 4x + x computed twice in the logical graph (u2 = (x + x) + (x + x) feeds z, v2 = 2·2·x
+   * feeds y); the parallel program computes y from its own x + x chain, whose two tensors carry
+   * hints naming u1 and u2. Both hints hold and prove, but y's stage then starts from u2's
+   * symbols, which say nothing about v2: "unknown" at the last stop, after the rounds had
+   * dropped one hint (the weakening round) and still started from the other.
+   */
+  function aliasPlan(bug: boolean): Json {
+    return {
+      format: 'planproof/v1',
+      name: 'alias',
+      mesh: { axes: [{ name: 'dp', size: 2 }] },
+      logical: {
+        tensors: [T('x', 'input'), ...['u1', 'u2', 'v1', 'v2', 'y', 'z'].map((t) => T(t, 'activation'))],
+        ops: [op('a1', 'add', ['x', 'x'], ['u1']), op('a2', 'add', ['u1', 'u1'], ['u2']), op('b1', 'scale', ['x'], ['v1'], { factor: 2 }), op('b2', 'scale', ['v1'], ['v2'], { factor: 2 }), op('fy', 'add', ['v2', 'x'], ['y']), op('fz', 'add', ['u2', 'x'], ['z'])],
+      },
+      parallel: {
+        programs: [
+          {
+            name: 'all',
+            ranks: 'all',
+            tensors: [
+              { id: 'x', shape: [2, 2], lineage: { logical: 'x', placements: ['R'] } },
+              { id: 'p1', shape: [2, 2], lineage: { logical: 'u1', placements: ['R'], inferred: true } },
+              { id: 'p2', shape: [2, 2], lineage: { logical: 'u2', placements: ['R'], inferred: true } },
+              { id: 'q', shape: [2, 2], lineage: { logical: 'y', placements: ['R'] } },
+              { id: 'r1', shape: [2, 2] },
+              { id: 'r2', shape: [2, 2] },
+              { id: 's', shape: [2, 2], lineage: { logical: 'z', placements: ['R'] } },
+            ],
+            // The twin's bug: y takes x twice.
+            ops: [op('p1', 'add', ['x', 'x'], ['p1']), op('p2', 'add', ['p1', 'p1'], ['p2']), op('q', 'add', ['p2', bug ? 'p1' : 'x'], ['q']), op('r1', 'add', ['x', 'x'], ['r1']), op('r2', 'add', ['r1', 'r1'], ['r2']), op('s', 'add', ['r2', 'x'], ['s'])],
+          },
+        ],
+      },
+      contract: { inputs: ['x'], outputs: ['y', 'z'] },
+    };
+  }
+  it('a stage its hints leave open is proved on the plan as written; the buggy twin is refuted', async () => {
+    const r = await run(aliasPlan(false), false);
+    assert.equal(r.verdict, 'verified', r.summary);
+    assert.equal(r.boundary.asWritten, 1);
+    // Without hints the plan verifies as written; with them, the rounds alone cannot.
+    const t = await verifyBoundary('alias.json', aliasPlan(false), { jobs: 0, deadlineMs: 60_000, infer: false, direct: false, asWritten: false });
+    assert.equal(t.verdict, 'unknown', t.summary);
+    const b = await run(aliasPlan(true), false);
+    assert.equal(b.verdict, 'not_equivalent', b.summary);
+    assert.equal(b.stages.find((s) => s.status === 'not_equivalent')?.logical, 'y');
+  }).timeout(60_000);
+  it('the full-lineage gpt2 dp2 tp2 sp z1 cp2 plan verifies with inference (it ended "unknown" after 65 s)', async () => {
+    const full = generatePlan({ model: { ...GPT2, seq: 4, batch: 2 }, par: { dp: 2, tp: 2, micro: 1, sp: true, zero: 1, cp: 2, cpComm: 'ring' }, optimizer: OPT });
+    const r = await verifyBoundary('gpt2cp.json', full, { jobs: 0, deadlineMs: 60_000, infer: true });
+    assert.equal(r.verdict, 'verified', r.summary);
+    assert.ok((r.boundary.asWritten ?? 0) > 0);
+    // (What the rounds alone give, without Z3's minute: hints inside the ring attention backward
+    // leave its user stages open. Should better hints prove them one day, this half goes.)
+    const t = await verifyBoundary('gpt2cp.json', full, { jobs: 0, deadlineMs: 60_000, infer: true, asWritten: false, portfolio: false });
+    assert.equal(t.verdict, 'unknown', t.summary);
+  }).timeout(120_000);
+  it('infer-lineage writes only claims that load together (a candidate of an incomplete partial group goes)', () => {
+    const stripped = stripToBoundary(generatePlan({ model: { ...GPT2, seq: 4, batch: 2 }, par: { dp: 2, tp: 2, micro: 1, sp: true, zero: 1, cp: 2, cpComm: 'ring' }, optimizer: OPT }));
+    const inf = inferClaims(loadPlanObject('s.json', stripped));
+    assert.throws(() => loadPlanObject('all.json', withClaims(stripped, inf.claims)), PlanError);
+    const kept = loadableClaims('s.json', stripped, inf.claims);
+    assert.ok(kept.length > 0 && kept.length < inf.claims.length, `${kept.length} of ${inf.claims.length}`);
+    loadPlanObject('kept.json', withClaims(stripped, kept));
+  }).timeout(60_000);
 });
