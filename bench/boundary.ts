@@ -7,6 +7,8 @@
  * Prints one markdown row per case: verdicts, times (full lineage: the plain verifier;
  * stripped: `verify --infer`, both with the same worker count), the ratio and the hint counts.
  * Bugs: verdict, witness, the first failing stage, whether the span holds the injected op.
+ * `--cli`: instead, both plans of each case written to files and given to `planproof verify`
+ * (the default path: it infers by itself when a stage is left open), wall time of the process.
  * `--before DIR`: also runs the stripped plans with another build's verifyBoundary (DIR is its
  * dist/, say of the commit before a change), row by row in the same process, so that both
  * columns see the same machine load.
@@ -21,6 +23,11 @@ import { loadPlanObject } from '../lineage/load.js';
 import { verifyBoundary } from '../stages/boundary.js';
 import { verifyPlanInPool } from '../stages/verify.js';
 import { shutdownZ3 } from '../stages/z3.js';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 type Json = Record<string, unknown>;
 const arg = (k: string, d: string): string => {
@@ -32,8 +39,9 @@ const only = arg('only', '').split(',').filter((x) => x !== '');
 const jobs = Number(arg('jobs', '2'));
 const deadlineMs = Number(arg('deadline', '60')) * 1000;
 const beforeDir = arg('before', '');
+const viaCli = process.argv.includes('--cli');
 type VerifyBoundary = typeof verifyBoundary;
-const before: VerifyBoundary | undefined = beforeDir === '' ? undefined : ((await import(`${beforeDir.replace(/\/$/, '')}/stages/boundary.js`)) as { verifyBoundary: VerifyBoundary }).verifyBoundary;
+const before: VerifyBoundary | undefined = beforeDir === '' || viaCli ? undefined : ((await import(`${beforeDir.replace(/\/$/, '')}/stages/boundary.js`)) as { verifyBoundary: VerifyBoundary }).verifyBoundary;
 
 const MLP = (PRESETS['mlp-tiny'] as { model: ModelConfig }).model;
 const GPT2 = (PRESETS['gpt2-tiny'] as { model: ModelConfig }).model;
@@ -88,7 +96,39 @@ async function verifyFull(plan: Json): Promise<{ verdict: string; ms: number; st
   return { verdict: r.verdict, ms: performance.now() - t0, stages: r.stages.length };
 }
 
+/** `planproof verify FILE --json` in a child process: its verdict (from the exit code) and wall time. */
+function cliVerify(file: string, dist?: string): { verdict: string; ms: number } {
+  const t0 = performance.now();
+  const main = dist === undefined ? fileURLToPath(new URL('../cli/main.js', import.meta.url)) : `${dist.replace(/\/$/, '')}/cli/main.js`;
+  const r = spawnSync(process.execPath, [main, 'verify', file, '--json', '--jobs', String(jobs)], { encoding: 'utf8', maxBuffer: 1 << 28 });
+  const ms = performance.now() - t0;
+  const verdict = ({ 0: 'verified', 1: 'not_equivalent', 3: 'unknown' } as Record<number, string>)[r.status ?? -1] ?? `exit ${String(r.status)}`;
+  return { verdict, ms };
+}
+
+async function runCli(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'planproof-boundary-'));
+  const bh = beforeDir === '' ? '' : ' before: full | s | stripped | s |';
+  console.log(`| plan |${bh} full lineage (\`verify\`) | s | boundary only (\`verify\`) | s | ratio | same verdict |`);
+  console.log(`|---|${beforeDir === '' ? '' : '---|--:|---|--:|'}---|--:|---|--:|--:|---|`);
+  for (const c of cases()) {
+    const full = generatePlan({ model: c.model, par: c.par, optimizer: c.opt });
+    writeFileSync(join(dir, 'full.json'), JSON.stringify(full));
+    writeFileSync(join(dir, 'stripped.json'), JSON.stringify(stripToBoundary(full)));
+    let bc = '';
+    if (beforeDir !== '') {
+      const fb = cliVerify(join(dir, 'full.json'), beforeDir);
+      const bb = cliVerify(join(dir, 'stripped.json'), beforeDir);
+      bc = ` ${fb.verdict} | ${(fb.ms / 1000).toFixed(2)} | ${bb.verdict} | ${(bb.ms / 1000).toFixed(2)} |`;
+    }
+    const f = cliVerify(join(dir, 'full.json'));
+    const b = cliVerify(join(dir, 'stripped.json'));
+    console.log(`| ${c.name} |${bc} ${f.verdict} | ${(f.ms / 1000).toFixed(2)} | ${b.verdict} | ${(b.ms / 1000).toFixed(2)} | ${(b.ms / f.ms).toFixed(2)} | ${f.verdict === b.verdict ? 'yes' : '**no**'} |`);
+  }
+}
+
 async function runCases(): Promise<void> {
+  if (viaCli) return runCli();
   const bh = before === undefined ? '' : ' before | s | ratio |';
   console.log(`| plan | full lineage | s | stages |${bh} boundary only (\`verify --infer\`) | s | stages | ratio | hints inferred / kept / dropped | same verdict |`);
   console.log(`|---|---|--:|--:|${before === undefined ? '' : '---|--:|--:|'}---|--:|--:|--:|---|---|`);

@@ -67,6 +67,7 @@ const samples: Sample[] = [
   { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'mean' } },
   { op: 'mse_loss', shapes: [[3, 2], [3, 2]], attrs: { reduction: 'sum' } },
   { op: 'log', shapes: [[3]], positive: [0] },
+  { op: 'sqrt', shapes: [[2, 3]], positive: [0] },
   { op: 'where', shapes: [[2, 1], [2, 3], [3]], noGrad: [0], ints: { 0: [0, 1] } },
   { op: 'embedding', shapes: [[3], [4, 2]], noGrad: [0], ints: { 0: range(4) } },
   { op: 'gather', shapes: [[2, 4], [2, 3]], noGrad: [1], ints: { 1: range(4) } },

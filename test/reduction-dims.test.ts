@@ -47,6 +47,7 @@ const samples: Sample[] = [
   // activation
   { op: 'exp', shapes: [[2, 3]] },
   { op: 'log', shapes: [[3]], positive: [0] },
+  { op: 'sqrt', shapes: [[2, 3]], positive: [0] },
   { op: 'tanh', shapes: [[3]] },
   { op: 'sigmoid', shapes: [[3]] },
   { op: 'silu', shapes: [[2, 2]] },

@@ -511,6 +511,10 @@ for src, shapes in [(0, [(2, 2)] * 2), (2, [(3,)] * 3), (1, [(1, 4)] * 2)]:
 for s in [(2, 3), (1,), (4, 1)]:
     collective('send_recv', {}, [s, s], lambda xs: [None, xs[0]], src=0)
 
+# ---- added after the first generation (appended so that the cases above keep their random draws)
+for s in [(5,), (2, 3), (1,)]:
+    case('sqrt', {}, [s], torch.sqrt, positive=(0,))
+
 os.makedirs(os.path.dirname(OUT), exist_ok=True)
 with open(OUT, 'w') as f:
     json.dump({'generator': 'tools/gen_golden.py', 'torch': torch.__version__, 'python': sys.version.split()[0], 'cases': cases}, f, separators=(',', ':'))
