@@ -27,6 +27,9 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'ops_mix', script: 'ops_mix.py', args: [], axis: 'dp', code: 0 },
   { name: 'gather_mlp', script: 'gather_mlp.py', args: [], axis: 'dp', code: 0 },
   { name: 'gather_mlp-bug', script: 'gather_mlp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  { name: 'adamw_mlp', script: 'adamw_mlp.py', args: [], axis: 'dp', code: 0 },
+  // The first output downstream of w2's un-reduced gradient: AdamW's first moment of w2.
+  { name: 'adamw_mlp-bug', script: 'adamw_mlp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(w2_m_new, op 'return\.w2_m_new'\)/ },
   { name: 'ops_mix-bug', script: 'ops_mix.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/ },
 ];
 
@@ -73,7 +76,7 @@ function logicalOutputs(name: string): { got: Map<string, readonly number[]>; wa
 }
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -357,6 +357,21 @@ function unary(op: string): Rule {
   return (l, n) => l.bind(n, l.one(op, [l.tensor(n.args[0], 'self')], {}, l.out(n)));
 }
 
+/** self + value * (tensor1 op tensor2): addcmul and addcdiv (Adam's second moment and update). */
+function addc(op: 'mul' | 'div', inPlace: boolean): Rule {
+  return (l, n) => {
+    const self = l.tensor(n.args[0], 'self');
+    const t1 = l.tensor(n.args[1], 'tensor1');
+    const t2 = l.tensor(n.args[2], 'tensor2');
+    const value = l.num(n.kwargs['value'] ?? n.args[3], 'value', 1);
+    let p = l.one(op, [t1, t2]);
+    if (value !== 1) p = l.one('scale', [p], { factor: value });
+    const r = l.one('add', [self, p], {}, inPlace ? undefined : l.out(n), self.dtype);
+    if (inPlace) l.write(n.args[0], r);
+    return l.bind(n, r);
+  };
+}
+
 /** matmul of (a, b) plus beta * bias (addmm, baddbmm). */
 function addmm(l: Lowerer, n: FxNode): Val {
   const bias = l.tensor(n.args[0], 'self');
@@ -608,6 +623,11 @@ const RULES: Record<string, Rule> = {
   'aten.div_': binary('div', true),
   'aten.neg': unary('neg'),
   'aten.exp': unary('exp'),
+  'aten.sqrt': unary('sqrt'),
+  'aten.addcmul': addc('mul', false),
+  'aten.addcmul_': addc('mul', true),
+  'aten.addcdiv': addc('div', false),
+  'aten.addcdiv_': addc('div', true),
   'aten.log': unary('log'),
   'aten.tanh': unary('tanh'),
   'aten.sigmoid': unary('sigmoid'),

@@ -22,5 +22,7 @@ ops_mix ops_mix.py dp
 ops_mix-bug ops_mix.py dp --bug
 gather_mlp gather_mlp.py dp
 gather_mlp-bug gather_mlp.py dp --bug
+adamw_mlp adamw_mlp.py dp
+adamw_mlp-bug adamw_mlp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
