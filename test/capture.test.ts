@@ -30,6 +30,10 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'adamw_mlp', script: 'adamw_mlp.py', args: [], axis: 'dp', code: 0 },
   // The first output downstream of w2's un-reduced gradient: AdamW's first moment of w2.
   { name: 'adamw_mlp-bug', script: 'adamw_mlp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(w2_m_new, op 'return\.w2_m_new'\)/ },
+  { name: 'gpt_block_sp', script: 'gpt_block_sp.py', args: [], axis: 'tp', code: 0 },
+  // LayerNorm gradients left partial under SP: the first parameter update the stage order reaches.
+  { name: 'gpt_block_sp-bug', script: 'gpt_block_sp.py', args: ['--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(ln\d_[wb]_new, op 'return\.ln\d_[wb]_new'\)/ },
+  { name: 'gpt_block_sp-bug-ce', script: 'gpt_block_sp.py', args: ['--bug-ce'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
   { name: 'ops_mix-bug', script: 'ops_mix.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/ },
 ];
 
@@ -76,7 +80,7 @@ function logicalOutputs(name: string): { got: Map<string, readonly number[]>; wa
 }
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -254,6 +254,19 @@ describe('printed-graph reader', () => {
     assert.equal(lowerGraph(parseFxGraph('g.py', g('        c: "f64[2, 3]" = torch.ops.aten._to_copy.default(x, dtype = torch.float64)\n        return (c,)', 'x: "i64[2, 3]"'))).ops.length, 1);
   });
 
+  it('_reshape_alias with the strides torch computes for viewing its input (a transposed tensor) is that reshape; other strides are refused', () => {
+    // x [2, 3] transposed is [3, 2] with strides [1, 3]; viewed as [6]: no view exists (refused),
+    // unsqueezed as [3, 1, 2]: strides [1, 2, 3] (accepted, its values the row-major reshape).
+    const alias = (size: string, stride: string): string =>
+      g(['        t: "f32[3, 2]" = torch.ops.aten.t.default(x)', `        r: "f32[${size}]" = torch.ops.aten._reshape_alias.default(t, [${size}], [${stride}])`, '        return (r,)'].join('\n'));
+    const ok = lowerGraph(parseFxGraph('g.py', alias('3, 1, 2', '1, 2, 3')));
+    assert.ok(ok.ops.some((o) => o.op === 'reshape'));
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', alias('6', '1'))), /g\.py:4: _reshape_alias with strides \[1\] for size \[6\] is not a view of its input \(shape \[3, 2\], strides \[1, 3\]\)/);
+    // The same size with the tensor's own strides is the identity; with row-major ones it is not.
+    assert.doesNotThrow(() => lowerGraph(parseFxGraph('g.py', alias('3, 2', '1, 3'))));
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', alias('3, 2', '3, 1'))), /g\.py:4: _reshape_alias with strides \[3, 1\] for size \[3, 2\] is not a view of its input/);
+  });
+
   it('a shape annotation that disagrees with the mapped op is an error', () => {
     const fx = parseFxGraph('g.py', g('        t: "f32[2, 3]" = torch.ops.aten.t.default(x)\n        return (t,)'));
     assert.throws(() => lowerGraph(fx), /g\.py:3: aten\.t\.default: the graph says t has shape \[2, 3\], the mapped op gives \[3, 2\]/);

@@ -277,7 +277,23 @@ class Lowerer {
     const rule = RULES[n.target] ?? RULES[n.target.slice(0, n.target.lastIndexOf('.'))];
     if (rule === undefined) this.fail(`unsupported ATen op '${n.target}' (docs/import.md lists the supported ops)`);
     const v = rule(this, n);
+    if (v.kind === 'tensor') this.strides.set(n.name, stridesOf(this, n, v.shape));
     return v;
+  }
+
+  /**
+   * Memory strides of the tensor an FX name holds, as far as the ops that made it say
+   * (`stridesOf`); undefined when unknown. Only `_reshape_alias` reads them: autograd's
+   * reshape of a transposed tensor is a `_reshape_alias` with the tensor's own strides, the
+   * identity.
+   */
+  readonly strides = new Map<string, readonly number[] | undefined>();
+  stridesAt(a: FxArg | undefined): readonly number[] | undefined {
+    if (a?.kind !== 'name') return undefined;
+    if (this.strides.has(a.name)) return this.strides.get(a.name);
+    // A graph input: contiguous, as the tracer and AOTAutograd pass them.
+    const v = this.vals.get(a.name);
+    return v?.kind === 'tensor' ? rowMajor(v.shape) : undefined;
   }
 
   /** Binds a node's result to its name (views share the storage root of `viewOf`). */
@@ -301,6 +317,115 @@ class Lowerer {
 }
 
 type Rule = (l: Lowerer, n: FxNode) => Val;
+
+const rowMajor = (shape: readonly number[]): number[] => {
+  const st = new Array<number>(shape.length);
+  let acc = 1;
+  for (let i = shape.length - 1; i >= 0; i--) {
+    st[i] = acc;
+    acc *= shape[i] as number;
+  }
+  return st;
+};
+
+/**
+ * The strides of `x` (shape, strides) viewed as `size`, or undefined when no view exists: the
+ * algorithm of ATen's computeStride (TensorUtils.cpp), chunk by chunk of contiguous dims.
+ */
+function viewStrides(shape: readonly number[], strides: readonly number[], size: readonly number[]): number[] | undefined {
+  if (shape.some((d) => d === 0)) return undefined;
+  const out = new Array<number>(size.length).fill(0);
+  let viewD = size.length - 1;
+  let chunkBase = strides[strides.length - 1] ?? 1;
+  let tensorNumel = 1;
+  let viewNumel = 1;
+  for (let d = shape.length - 1; d >= 0; d--) {
+    tensorNumel *= shape[d] as number;
+    if (d === 0 || (shape[d - 1] !== 1 && strides[d - 1] !== tensorNumel * chunkBase)) {
+      while (viewD >= 0 && (viewNumel < tensorNumel || size[viewD] === 1)) {
+        out[viewD] = viewNumel * chunkBase;
+        viewNumel *= size[viewD] as number;
+        viewD--;
+      }
+      if (viewNumel !== tensorNumel) return undefined;
+      if (d > 0) {
+        chunkBase = strides[d - 1] as number;
+        tensorNumel = 1;
+        viewNumel = 1;
+      }
+    }
+  }
+  return viewD === -1 ? out : undefined;
+}
+
+/** Equal strides on every dim of more than one element (a dim of size 1 has any stride). */
+const sameStrides = (shape: readonly number[], a: readonly number[], b: readonly number[]): boolean => shape.every((d, i) => d === 1 || a[i] === b[i]);
+
+/**
+ * The strides of a node's tensor result: a view op's follow from its input's (transpose,
+ * permute, expand, `t`, a reshape of row-major memory, `_reshape_alias`'s own, detach and
+ * alias keep them); any other op writes fresh row-major memory, except the views whose
+ * strides this does not model (slices, splits, squeezes, clones of strided memory): unknown.
+ */
+function stridesOf(l: Lowerer, n: FxNode, shape: readonly number[]): readonly number[] | undefined {
+  const t = n.target.replace(/\.(default|int|Tensor|dim|dims)$/, '');
+  const inp = (): readonly number[] | undefined => l.stridesAt(n.args[0]);
+  const swap = (st: readonly number[] | undefined, a: number, b: number): number[] | undefined => {
+    if (st === undefined) return undefined;
+    const r = [...st];
+    const k = st.length;
+    const i = ((a % k) + k) % k;
+    const j = ((b % k) + k) % k;
+    [r[i], r[j]] = [r[j] as number, r[i] as number];
+    return r;
+  };
+  switch (t) {
+    case 'aten.transpose':
+      return swap(inp(), l.int(n.args[1], 'dim0'), l.int(n.args[2], 'dim1'));
+    case 'aten.t': {
+      const st = inp();
+      return st === undefined || st.length < 2 ? st : swap(st, 0, 1);
+    }
+    case 'aten.permute': {
+      const st = inp();
+      return st === undefined ? undefined : l.ints(n.args[1], 'dims').map((d) => st[((d % st.length) + st.length) % st.length] as number);
+    }
+    case 'aten.expand': {
+      const st = inp();
+      const x = l.val(n.args[0], 'self');
+      if (st === undefined || x.kind !== 'tensor') return undefined;
+      const off = shape.length - x.shape.length;
+      return shape.map((d, i) => (i < off || (x.shape[i - off] === 1 && d !== 1) ? 0 : (st[i - off] as number)));
+    }
+    case 'aten._reshape_alias':
+      return l.ints(n.args[2], 'stride');
+    case 'aten.view':
+    case 'aten._unsafe_view':
+    case 'aten.reshape':
+    case 'aten.view_copy': {
+      const x = l.val(n.args[0], 'self');
+      const st = inp();
+      return x.kind === 'tensor' && st !== undefined && sameStrides(x.shape, st, rowMajor(x.shape)) ? rowMajor(shape) : undefined;
+    }
+    case 'aten.detach':
+    case 'aten.alias':
+      return inp();
+    case 'aten.clone': {
+      const mf = n.kwargs['memory_format'];
+      return mf !== undefined && JSON.stringify(mf).includes('contiguous_format') ? rowMajor(shape) : inp();
+    }
+    case 'aten.slice':
+    case 'aten.split':
+    case 'aten.split_with_sizes':
+    case 'aten.unsqueeze':
+    case 'aten.squeeze':
+    case 'getitem':
+    case 'aten.copy_':
+      return undefined;
+    default:
+      return rowMajor(shape);
+  }
+}
 
 /** Same storage (a view or a no-op): the node's name aliases its input. */
 const view = (l: Lowerer, n: FxNode, t: TensorVal): Val => l.bind(n, t, (n.args[0] as { name?: string }).name);
@@ -494,7 +619,12 @@ function foreach(op: 'add' | 'sub' | 'mul' | 'div', inPlace: boolean): Rule {
 const RULES: Record<string, Rule> = {
   // ---- no-ops: the same value (views share storage; copies in exact arithmetic are identities)
   'aten.alias': (l, n) => view(l, n, l.tensor(n.args[0], 'self')),
-  'aten.detach': (l, n) => view(l, n, l.tensor(n.args[0], 'self')),
+  // (Detaching uninitialized memory keeps it uninitialized: an autograd Function's forward
+  // detaches the buffers it allocates for a list all_gather.)
+  'aten.detach': (l, n) => {
+    const v = l.val(n.args[0], 'self');
+    return v.kind === 'opaque' && v.what === 'uninitialized memory' ? l.bind(n, v) : view(l, n, l.tensor(n.args[0], 'self'));
+  },
   'aten.clone': (l, n) => l.bind(n, l.tensor(n.args[0], 'self')),
   'aten.lift_fresh_copy': (l, n) => l.bind(n, l.tensor(n.args[0], 'self')),
   'aten._to_copy': (l, n) => {
@@ -542,6 +672,16 @@ const RULES: Record<string, Rule> = {
   'aten._reshape_alias': (l, n) => {
     const size = l.ints(n.args[1], 'size');
     const stride = l.ints(n.args[2], 'stride');
+    // The strides torch computes to view the input as `size` (autograd's reshape of a
+    // transposed tensor): then it is that view, whose values are the row-major reshape.
+    const x = l.tensor(n.args[0], 'self');
+    const st = l.stridesAt(n.args[0]);
+    if (st !== undefined) {
+      const viewed = viewStrides(x.shape, st, size);
+      if (viewed !== undefined && sameStrides(size, stride, viewed)) return reshape(l, n, size);
+      l.fail(`_reshape_alias with strides [${stride.join(', ')}] for size [${size.join(', ')}] is not a view of its input (shape [${x.shape.join(', ')}], strides [${st.join(', ')}]): a strided view this mapping does not model`);
+    }
+    // Input strides unknown (a slice, a split piece): a reshape only with row-major strides.
     // Only row-major strides are a reshape; any other is a strided view this mapping does not model.
     let acc = 1;
     for (let i = size.length - 1; i >= 0; i--) {

@@ -24,5 +24,8 @@ gather_mlp gather_mlp.py dp
 gather_mlp-bug gather_mlp.py dp --bug
 adamw_mlp adamw_mlp.py dp
 adamw_mlp-bug adamw_mlp.py dp --bug
+gpt_block_sp gpt_block_sp.py tp
+gpt_block_sp-bug gpt_block_sp.py tp --bug
+gpt_block_sp-bug-ce gpt_block_sp.py tp --bug-ce
 LIST
 rm -rf tools/capture/__pycache__
