@@ -32,7 +32,7 @@ interface Stats {
 
 console.log('| example | ATen ops per rank | step untraced (ms, median) | step traced (ms, median) | overhead per op (µs) | capture wall (s) | plan bytes | bytes per ATen op |');
 console.log('|---|---|---|---|---|---|---|---|');
-for (const [script, axis] of [['tp_mlp.py', 'tp'], ['ddp_mlp.py', 'dp'], ['ops_mix.py', 'dp']] as const) {
+for (const [script, axis] of [['tp_mlp.py', 'tp'], ['ddp_mlp.py', 'dp'], ['ops_mix.py', 'dp'], ['adamw_mlp.py', 'dp'], ['gpt_block_sp.py', 'tp'], ['dtensor_mlp.py', 'tp']] as const) {
   const dir = mkdtempSync(join(tmpdir(), 'pp-bench-cap-'));
   const r = spawnSync(python, [tool, '--nproc', '2', '--axis', axis, '--bench', String(reps), '--out', dir, join(root, 'examples/torch', script)], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`capture of ${script} failed:\n${r.stderr}`);

@@ -34,6 +34,8 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // LayerNorm gradients left partial under SP: the first parameter update the stage order reaches.
   { name: 'gpt_block_sp-bug', script: 'gpt_block_sp.py', args: ['--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(ln\d_[wb]_new, op 'return\.ln\d_[wb]_new'\)/ },
   { name: 'gpt_block_sp-bug-ce', script: 'gpt_block_sp.py', args: ['--bug-ce'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  { name: 'dtensor_mlp', script: 'dtensor_mlp.py', args: [], axis: 'tp', code: 0 },
+  { name: 'dtensor_mlp-bug', script: 'dtensor_mlp.py', args: ['--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
   { name: 'ops_mix-bug', script: 'ops_mix.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/ },
 ];
 
@@ -115,6 +117,26 @@ describe('planproof capture (live, Debian python3-torch)', function () {
       if (c.at !== undefined) assert.match(v.stdout, c.at);
     });
   }
+  it('DTensor placements translate to relations (Shard, Replicate, Partial sum and avg); a 2-D mesh is refused', () => {
+    // DTensor's attribute and class names (torch 1.13 has none; the tracer reads them by duck typing).
+    const code = [
+      'import json, sys',
+      `sys.path.insert(0, ${JSON.stringify(join(EXAMPLES, '../tools/capture'))})`,
+      'import planproof_capture as pc',
+      'class Shard:\n    def __init__(s, d): s.dim = d',
+      'class Replicate: pass',
+      'class Partial:\n    def __init__(s, op="sum"): s.reduce_op = op',
+      'class DT:\n    def __init__(s, p): s.placements = p\n    def to_local(s): return None',
+      'out = [pc.dtensor_placement(DT([p])) for p in (Shard(1), Replicate(), Partial(), Partial("avg"))]',
+      'try:\n    pc.dtensor_placement(DT([Shard(0), Replicate()]))\nexcept ValueError as e:\n    out.append(str(e))',
+      'print(json.dumps(out))',
+    ].join('\n');
+    const r = spawnSync(py, ['-c', code], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    const out = JSON.parse(r.stdout) as string[];
+    assert.deepEqual(out.slice(0, 4), ['S(1)', 'R', 'P(sum)', 'P(avg)']);
+    assert.match(out[4] ?? '', /DTensor on a 2-D mesh: capture supports 1-D meshes/);
+  });
   it('a script error is exit 4 with the Python error, never a plan', async () => {
     const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));
     const script = join(d, 'bad.py');

@@ -37,6 +37,40 @@ if hasattr(dist.ReduceOp, "AVG"):
     REDUCE[dist.ReduceOp.AVG] = "avg"
 
 
+def _is_dtensor(t):
+    return hasattr(t, "placements") and callable(getattr(t, "to_local", None))
+
+
+def _local_of(t):
+    """This rank's shard as a leaf tensor: a parameter is then optimized where it is computed
+    with (DTensor's to_local() of a parameter is a non-leaf view)."""
+    local = t.to_local()
+    if getattr(t, "requires_grad", False) and not (local.is_leaf and local.requires_grad):
+        local = local.detach().clone().requires_grad_()
+    return local
+
+
+def dtensor_placement(t):
+    """planproof's placement of a DTensor on a 1-D mesh (DTensor's own vocabulary: Shard(dim),
+    Replicate(), Partial(reduce_op)); anything else is refused with the reason."""
+    pls = list(t.placements)
+    if len(pls) != 1:
+        raise ValueError("DTensor on a %d-D mesh: capture supports 1-D meshes (one placement), got %r" % (len(pls), pls))
+    p = pls[0]
+    kind = type(p).__name__
+    if kind == "Shard" or hasattr(p, "dim") and callable(getattr(p, "is_shard", None)) and p.is_shard():
+        return "S(%d)" % int(p.dim)
+    if kind == "Replicate":
+        return "R"
+    if kind in ("Partial", "_Partial"):
+        op = str(getattr(p, "reduce_op", "sum")).lower()
+        for k in ("sum", "avg", "max", "min"):
+            if k in op:
+                return "P(%s)" % k
+        raise ValueError("DTensor Partial with reduce op %r is not supported" % (op,))
+    raise ValueError("DTensor placement %r is not supported (Shard, Replicate, Partial)" % (p,))
+
+
 def ann(t):
     return '"%s[%s]"' % (DT.get(t.dtype, "f32"), ", ".join(str(d) for d in t.shape))
 
@@ -88,10 +122,21 @@ class Capture:
 
     def param(self, t, name, role="param"):
         """A parameter whose placement Megatron's attributes give (set_tensor_model_parallel_attributes):
-        tensor_model_parallel=True with partition_dim=d is S(d) on the mesh axis, otherwise R."""
+        tensor_model_parallel=True with partition_dim=d is S(d) on the mesh axis, otherwise R;
+        a DTensor parameter's placements give it (cap.dtensor; its local tensor is returned)."""
+        if _is_dtensor(t):
+            return self.dtensor(t, name, role)
         if getattr(t, "tensor_model_parallel", False):
             return self._declare(t, name, "S(%d)" % int(getattr(t, "partition_dim")), role, None)
         return self._declare(t, name, "R", role, None)
+
+    def dtensor(self, t, name, role="input", values=None):
+        """A DTensor (torch >= 2.0, torch.distributed._tensor / torch.distributed.tensor): its
+        placements on a 1-D mesh give the relation (Shard(d) -> S(d), Replicate() -> R,
+        Partial() -> P(sum)), and its local tensor is what this rank computes with; returns
+        the local tensor. Read by duck typing (`placements`, `to_local()`), as every torch
+        version that has DTensor spells them."""
+        return self._declare(_local_of(t), name, dtensor_placement(t), role, values)
 
     def mask_placement(self, placement):
         """The placement of the next dropout's mask (a plan input, `<dropout node>.mask`): the

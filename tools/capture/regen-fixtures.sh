@@ -27,5 +27,7 @@ adamw_mlp-bug adamw_mlp.py dp --bug
 gpt_block_sp gpt_block_sp.py tp
 gpt_block_sp-bug gpt_block_sp.py tp --bug
 gpt_block_sp-bug-ce gpt_block_sp.py tp --bug-ce
+dtensor_mlp dtensor_mlp.py tp
+dtensor_mlp-bug dtensor_mlp.py tp --bug
 LIST
 rm -rf tools/capture/__pycache__
