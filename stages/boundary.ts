@@ -469,23 +469,29 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
  */
 async function asWritten(base: LoadedPlan, raw: Json, results: StageResult[], builder: StageBuilder, hinted: (r: number, t: number) => boolean, prove: (plan: LoadedPlan, text: string, todo: readonly Stage[]) => Promise<StageResult[]>): Promise<{ results: StageResult[]; stages: number; unproven: number }> {
   const key = (r: number, t: number): string => `${r}:${t}`;
+  // Stages whose proof does not count (open, or assuming a hint that is not established), by
+  // index, and the hints they were to establish. Per stage, not per logical tensor: a proved
+  // hint stage of a tensor that also has an open stage can itself assume an open hint.
   const unproven = new Set<string>();
-  const bad = new Set<number>();
-  const taint = (r: StageResult): void => {
-    bad.add(r.stage.logical);
-    for (const o of r.stage.obligations) if (hinted(o.rank, o.tensor)) unproven.add(key(o.rank, o.tensor));
+  const tainted = new Set<number>();
+  const taint = (i: number): void => {
+    tainted.add(i);
+    for (const o of (results[i] as StageResult).stage.obligations) if (hinted(o.rank, o.tensor)) unproven.add(key(o.rank, o.tensor));
   };
-  for (const r of results) if (r.status !== 'proved') taint(r);
+  results.forEach((r, i) => {
+    if (r.status !== 'proved') taint(i);
+  });
   for (let changed = true; changed; ) {
     changed = false;
-    for (const r of results) {
-      if (r.status !== 'proved' || bad.has(r.stage.logical)) continue;
+    results.forEach((r, i) => {
+      if (tainted.has(i)) return;
       if ([...builder.closure(r.stage).inputs.keys()].some((k) => unproven.has(k))) {
-        taint(r);
+        taint(i);
         changed = true;
       }
-    }
+    });
   }
+  const bad = new Set([...tainted].map((i) => (results[i] as StageResult).stage.logical));
   const written = decompose(base, logicalOrder(base)).filter((s) => bad.has(s.logical));
   const text = JSON.stringify(fileHints(raw).length === 0 ? raw : withHints(raw, []));
   const fresh = await prove(base, text, written);
@@ -498,22 +504,28 @@ async function asWritten(base: LoadedPlan, raw: Json, results: StageResult[], bu
   });
   const out: StageResult[] = [];
   const emitted = new Set<number>();
-  for (const r of results) {
+  results.forEach((r, i) => {
     const L = r.stage.logical;
     if (!bad.has(L)) {
       out.push(r);
-      continue;
+      return;
     }
+    const hintsIn = r.stage.obligations.some((o) => hinted(o.rank, o.tensor));
     const mine = byLogical.get(L);
     if (mine !== undefined && mine.every((x) => x.status === 'proved')) {
       if (!emitted.has(L)) out.push(...mine);
       emitted.add(L);
-      continue;
+      // A hint stage of L that proved from established claims stays: others may assume it.
+      if (!tainted.has(i) && hintsIn) out.push(r);
+      return;
     }
-    // No user claim of L: its hints leave the report (nothing that counts assumes them).
-    if (mine === undefined && r.stage.obligations.every((o) => hinted(o.rank, o.tensor))) continue;
-    out.push(r.status === 'proved' ? { ...r, status: 'unknown', reason: 'assumes a hint whose own stage did not prove' } : r);
-  }
+    // No user claim of L: a tainted hint stage leaves the report (nothing that counts assumes it).
+    if (mine === undefined && !r.stage.obligations.some((o) => !hinted(o.rank, o.tensor))) {
+      if (!tainted.has(i)) out.push(r);
+      return;
+    }
+    out.push(tainted.has(i) && r.status === 'proved' ? { ...r, status: 'unknown', reason: 'assumes a hint whose own stage did not prove' } : r);
+  });
   // Hint tensors no longer counted as cut points (one per program and tensor).
   const names = new Set([...unproven].map((k) => {
     const [r, t] = k.split(':').map(Number) as [number, number];
