@@ -235,6 +235,8 @@ class Lowerer {
       this.vals.clear();
       this.root.clear();
       this.stale.clear();
+      // (FX names repeat across a rank's graphs: a later graph's input is not an earlier node.)
+      this.strides.clear();
       this.node = undefined;
       for (const p of g.inputs) {
         if (p.type === undefined) throw new ImportError(g.file, p.line, `input '${p.name}' has no type annotation (expected e.g. "f32[4, 8]")`);
