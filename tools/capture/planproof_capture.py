@@ -64,6 +64,8 @@ def dtensor_placement(t):
         return "R"
     if kind in ("Partial", "_Partial"):
         op = str(getattr(p, "reduce_op", "sum")).lower()
+        if "premul" in op:  # a scaled sum: not one of planproof's reductions
+            raise ValueError("DTensor Partial with reduce op %r is not supported" % (op,))
         for k in ("sum", "avg", "max", "min"):
             if k in op:
                 return "P(%s)" % k
