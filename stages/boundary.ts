@@ -123,6 +123,9 @@ interface Hint {
   readonly alternatives: Json[];
 }
 
+/** A hint from an inferred claim (its alternatives copied: the rounds consume them). */
+const hintOf = (c: InferredClaim): Hint => ({ program: c.program, tensor: c.tensor, lineage: c.lineage, alternatives: [...c.alternatives] });
+
 /** The hints of a plan object: its claims marked inferred (with no alternatives). */
 function fileHints(plan: Json): Hint[] {
   const out: Hint[] = [];
@@ -158,7 +161,8 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   // The plan as its author wrote it, without hints: a hint the loader would reject (a partial
   // group left incomplete) is dropped like one that does not prove (loadHinted).
   // (A plan without marked claims is loaded as it is: the copy costs as much as a tiny plan's proof.)
-  const base = loadPlanObject(file, hints.length === 0 ? raw : withHints(raw, []));
+  const baseRaw = hints.length === 0 ? raw : withHints(raw, []);
+  const base = loadPlanObject(file, baseRaw);
   // Round 0: tensor-level proofs of the plan as written derive relations through tensors
   // without lineage. When they prove every stage and the numbers show no difference, the plan
   // is verified exactly as `verify` proves it without inference, and no hint is needed.
@@ -176,7 +180,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     const inf = inferClaims(base, seed);
     unclaimed = inf.unclaimed;
     skipped = inf.skipped;
-    for (const c of inf.claims) hints.push({ program: c.program, tensor: c.tensor, lineage: c.lineage, alternatives: [...c.alternatives] });
+    for (const c of inf.claims) hints.push(hintOf(c));
     // Tensors whose values say nothing (all integers) get candidates derived from the claims
     // they are computed from: without one, a stage that reads such a tensor reaches back
     // through everything that computes it (attention's zero q/k gradients at seq 1 pulled the
@@ -187,7 +191,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       let hinted = loadHinted(file, o, hints);
       if (hinted === undefined) hinted = loadHinted(file, (o = withHints(raw, hints)), hints);
       const more = hinted === undefined ? [] : structuralClaims(hinted, inf.integer);
-      for (const c of more) hints.push({ program: c.program, tensor: c.tensor, lineage: c.lineage, alternatives: [...c.alternatives] });
+      for (const c of more) hints.push(hintOf(c));
       // Nothing derived: the first round reuses this load.
       if (hinted !== undefined && more.length === 0) preloaded = { key: hintsKey(hints), plan: hinted, obj: o };
     }
@@ -433,7 +437,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     // its ring attention backward; with this, it verifies in about 4 s.
     // (Not when the plan has no hints at all: its stages are already those as written.)
     if (opts.asWritten !== false && !timedOut && !settled && numeric.failingTensors.length === 0 && plan.programs.some((p) => (p.inferred?.size ?? 0) > 0) && results.some((r) => r.status !== 'proved')) {
-      const w = await asWritten(base, raw, results, builder, isHint(plan), (b, text, todo) => proveStages(b, file, text, todo, new Set(), { ...opts, stopAt: t0 + limitMs }, poolOf));
+      const w = await asWritten(base, baseRaw, results, builder, isHint(plan), (b, text, todo) => proveStages(b, file, text, todo, new Set(), { ...opts, stopAt: t0 + limitMs }, poolOf));
       results = w.results;
       asWrittenStages = w.stages;
       uncounted = w.unproven;
@@ -468,7 +472,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
  * prove, its hinted stages stay, and any tainted one that had proved becomes "unknown" (it
  * assumed what is not established). docs/engine.md, "The plan as written".
  */
-async function asWritten(base: LoadedPlan, raw: Json, results: StageResult[], builder: StageBuilder, hinted: (r: number, t: number) => boolean, prove: (plan: LoadedPlan, text: string, todo: readonly Stage[]) => Promise<StageResult[]>): Promise<{ results: StageResult[]; stages: number; unproven: number }> {
+async function asWritten(base: LoadedPlan, baseRaw: Json, results: StageResult[], builder: StageBuilder, hinted: (r: number, t: number) => boolean, prove: (plan: LoadedPlan, text: string, todo: readonly Stage[]) => Promise<StageResult[]>): Promise<{ results: StageResult[]; stages: number; unproven: number }> {
   const key = (r: number, t: number): string => `${r}:${t}`;
   // Stages whose proof does not count (open, or assuming a hint that is not established), by
   // index, and the hints they were to establish. Per stage, not per logical tensor: a proved
@@ -494,7 +498,7 @@ async function asWritten(base: LoadedPlan, raw: Json, results: StageResult[], bu
   }
   const bad = new Set([...tainted].map((i) => (results[i] as StageResult).stage.logical));
   const written = decompose(base, logicalOrder(base)).filter((s) => bad.has(s.logical));
-  const text = JSON.stringify(fileHints(raw).length === 0 ? raw : withHints(raw, []));
+  const text = JSON.stringify(baseRaw);
   const fresh = await prove(base, text, written);
   const byLogical = new Map<number, StageResult[]>();
   fresh.forEach((r, i) => {
@@ -1092,7 +1096,7 @@ async function portfolio(plan: LoadedPlan, file: string, text: string, results: 
  * only these, so that the file it writes is a plan every command loads.
  */
 export function loadableClaims(file: string, raw: Json, claims: readonly InferredClaim[]): InferredClaim[] {
-  const hints: Hint[] = claims.map((c) => ({ program: c.program, tensor: c.tensor, lineage: c.lineage, alternatives: [...c.alternatives] }));
+  const hints = claims.map(hintOf);
   for (;;) {
     if (loadHinted(file, withHints(raw, hints), hints) !== undefined) break;
   }
