@@ -7,7 +7,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { main } from '../cli/main.js';
+import { main } from '../cli/app.js';
 import { launchChromium } from './browser.js';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));

@@ -8,7 +8,7 @@
 import { mkdtempSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { main } from '../cli/main.js';
+import { main } from '../cli/app.js';
 import { junitXml } from '../cli/junit.js';
 import { htmlReport } from '../cli/html.js';
 import { loadPlan } from '../lineage/load.js';

@@ -7,7 +7,7 @@
  */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { Ajv } from 'ajv';
+import { Ajv, type ValidateFunction } from 'ajv';
 import type { ShardResult } from '../stages/verify.js';
 import type { StageResult } from '../stages/prove.js';
 
@@ -94,7 +94,9 @@ const PART_SCHEMA = {
   additionalProperties: false,
 } as const;
 
-const validatePart = new Ajv({ allErrors: false }).compile<Part>(PART_SCHEMA);
+/** Compiled on first use: every command imports this module, few read part files. */
+let partValidator: ValidateFunction<Part> | undefined;
+const validatePart = (): ValidateFunction<Part> => (partValidator ??= new Ajv({ allErrors: false }).compile<Part>(PART_SCHEMA));
 
 /** What merge proves from: the plan, the options and every stage result, or an error message. */
 export interface Merged {
@@ -116,8 +118,9 @@ export function readParts(files: readonly string[]): Merged | string {
     } catch (e) {
       return `cannot read part ${f}: ${e instanceof Error ? e.message : String(e)}`;
     }
-    if (!validatePart(v)) {
-      const e = validatePart.errors?.[0];
+    const validate = validatePart();
+    if (!validate(v)) {
+      const e = validate.errors?.[0];
       return `${f} is not a planproof part file (${PART_FORMAT}): ${e === undefined ? 'invalid' : `${e.instancePath || '$'} ${e.message ?? ''}`}`;
     }
     parts.push(v);

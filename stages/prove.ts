@@ -81,6 +81,19 @@ export interface StageResult {
 
 /** One stage per logical tensor with produced claims, in topological order of the logical graph. */
 export function decompose(plan: LoadedPlan, order: readonly number[]): Stage[] {
+  // One plan is decomposed by several passes of one run (inference's check, reduction's
+  // pre-pass, the proof): its lineage does not change, so the stages are computed once per
+  // plan and order. Callers get their own array; the stages themselves are never modified.
+  let byOrder = DECOMPOSED.get(plan);
+  if (byOrder === undefined) DECOMPOSED.set(plan, (byOrder = new WeakMap()));
+  let stages = byOrder.get(order);
+  if (stages === undefined) byOrder.set(order, (stages = decomposeOnce(plan, order)));
+  return stages.slice();
+}
+
+const DECOMPOSED = new WeakMap<LoadedPlan, WeakMap<readonly number[], readonly Stage[]>>();
+
+function decomposeOnce(plan: LoadedPlan, order: readonly number[]): Stage[] {
   const byLogical = new Map<number, Obligation[]>();
   const produced = producedSets(plan);
   for (let r = 0; r < plan.mesh.size; r++) {

@@ -233,7 +233,14 @@ function claimRelation(nf: LineageNF): Relation | string {
 }
 
 /** Attributes as canonical text (stages/canon.ts's form, keys sorted). */
-const attrsKey = (a: Attrs | undefined): string => canonJson((a ?? {}) as AttrValue);
+/** Canonical attributes, once per attribute object (the plan's objects are never modified; opFor asks 10^5 times on the demo). */
+const ATTRS_KEY = new WeakMap<object, string>();
+function attrsKey(a: Attrs | undefined): string {
+  if (a === undefined) return '{}';
+  let k = ATTRS_KEY.get(a);
+  if (k === undefined) ATTRS_KEY.set(a, (k = canonJson(a as AttrValue)));
+  return k;
+}
 
 /** Unions two covers of one decomposition; undefined when they overlap. */
 function unionCover(kind: Comp['kind'], a: readonly Int[], b: readonly Int[]): Int[] | undefined {
@@ -509,13 +516,16 @@ class LogicalWorld {
     const key = `${kind}|${attrsKey(attrs)}|${inputs.map((x, i) => `${x}*${fkey(factors[i] as Frac)}`).join(',')}`;
     const hit = this.byKey.get(key);
     if (hit !== undefined) return hit;
+    // An op that has no value (bad attributes, shapes, scaled inputs) stays so: asked again, it
+    // is not re-checked and grows no new virtual tensors.
+    if (this.noOp.has(key)) return undefined;
     const def = registry.get(kind);
     let outShapes: Shape[];
     try {
-      if (registry.checkAttrs(kind, attrs) !== undefined) return undefined;
+      if (registry.checkAttrs(kind, attrs) !== undefined) return this.none(key);
       outShapes = def.shape(inputs.map((x) => this.shape(x)), attrs);
     } catch {
-      return undefined;
+      return this.none(key);
     }
     const outputs = outShapes.map((sh) => {
       this.vShapes.push(sh);
@@ -523,7 +533,7 @@ class LogicalWorld {
       return this.nLogical + this.vShapes.length - 1;
     });
     // A virtual op reads factor x its canonical inputs: only unscaled ones have a shape rule to trust.
-    if (factors.some((f) => !feq(f, ONE))) return undefined;
+    if (factors.some((f) => !feq(f, ONE))) return this.none(key);
     const q = this.register(key, { kind, attrs, inputs, factors, outputs });
     // A single-output op with a decomposition: its output is the decomposition's value (the op
     // stays registered, so the same op on a slice still finds it).
@@ -534,6 +544,12 @@ class LogicalWorld {
       if (id !== undefined) this.vAlias.set(outputs[0] as number, id);
     }
     return q;
+  }
+
+  private readonly noOp = new Set<string>();
+  private none(key: string): undefined {
+    this.noOp.add(key);
+    return undefined;
   }
 
   private build(e: DecompExpr, inputs: readonly number[]): number | undefined {

@@ -1,7 +1,7 @@
 /** Shared test helpers: paths and an in-process CLI runner that captures output. */
 import { fileURLToPath } from 'node:url';
 import { strict as assert } from 'node:assert';
-import { main } from '../cli/main.js';
+import { main } from '../cli/app.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import type { Dense } from '../ops/algebra.js';

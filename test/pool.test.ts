@@ -6,7 +6,7 @@ import { proveInPool, type WorkerModule } from '../stages/pool.js';
 import { decompose } from '../stages/prove.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { Piscina } from 'piscina';
-import { loadWithText } from '../cli/main.js';
+import { loadWithText } from '../cli/app.js';
 import { EXAMPLES } from './helpers.js';
 import { generatePlan } from '../plans/gen/plan.js';
 import { PRESETS } from '../plans/gen/presets.js';

@@ -3,7 +3,7 @@
  * that does not end (a proof in this thread cannot be interrupted) by terminating the worker.
  */
 import { parentPort } from 'node:worker_threads';
-import { main } from '../../cli/main.js';
+import { main } from '../../cli/app.js';
 
 export interface VerifyRequest {
   readonly args: readonly string[];

@@ -1,0 +1,674 @@
+/**
+ * planproof's commands (the executable is cli/main.ts, which imports this only where it runs them). Exit codes: 0 verified, 1 not equivalent, 2 invalid plan,
+ * 3 unknown, 4 usage or internal error. Never prints a stack trace unless PLANPROOF_DEBUG=1.
+ */
+import { fileURLToPath } from 'node:url';
+import yargs from 'yargs';
+import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
+import { DEFAULT_LIMITS, defaultLimits, setDefaultLimits, stageEntries, stageWorkTooLarge, type PlanLimits } from '../plans/loader.js';
+import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
+import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
+import { availableParallelism } from 'node:os';
+import { formatSummary, summarize } from './summary.js';
+import { MergeError, verifyPlanInPool, type ShardResult, type TimeLimit } from '../stages/verify.js';
+import type { StageResult } from '../stages/prove.js';
+import { type VerifyReport } from '../stages/report.js';
+import { formatReport } from '../stages/report.js';
+import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/template.js';
+import { provePart } from '../stages/part.js';
+
+/** Witness search per template before the rank-by-rank path (plans past PER_TEMPLATE_FIRST entries). */
+const PER_TEMPLATE_WITNESS_MS = 60_000;
+import { formatReductionReport, REDUCTION_NOT_NEEDED, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
+import { formatFallback, formatPerStage, perStageFallback, verifyPerStage, type FallbackInfo } from '../stages/stage-reduce.js';
+import type { RawPlan } from '../plans/raw.js';
+import { defaultCacheDir, ProofCache } from '../stages/cache.js';
+import { shutdownZ3 } from '../stages/z3.js';
+import { generatePlan, ADAMW } from '../plans/gen/plan.js';
+import { BUGS, bugById } from '../plans/gen/bugs.js';
+import { PRESETS } from '../plans/gen/presets.js';
+import { writeFileSync } from 'node:fs';
+import { inferLineage, verifyInferred } from './boundary.js';
+import { wantsInference } from '../stages/boundary.js';
+import { stripToBoundary } from '../plans/gen/strip.js';
+import { junitInvalid, junitXml } from './junit.js';
+import { htmlInvalid, htmlReport } from './html.js';
+import { parseShard, partOf, planDigest, readParts } from './shard.js';
+import { stageBar } from './progress.js';
+import { explain } from './explain.js';
+import { importCommand } from './import.js';
+import { captureCommand } from './capture.js';
+
+const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
+
+const verdictCode = { verified: ExitCode.verified, not_equivalent: ExitCode.notEquivalent, unknown: ExitCode.unknown } as const;
+
+interface Out {
+  log(s: string): void;
+  err(s: string): void;
+}
+
+const stdio: Out = { log: (s) => process.stdout.write(s + '\n'), err: (s) => process.stderr.write(s + '\n') };
+
+interface Loaded {
+  plan: LoadedPlan;
+  /** The parsed plan re-serialized without whitespace: what later phases and proof workers read, never the file's raw text. */
+  text: string;
+}
+
+/** Reads, parses and loads a plan (reporting a PlanError on `out`); exported for tests. */
+export function loadWithText(path: string, json: boolean, out: Out, onInvalid?: (file: string, e: PlanError) => void): Loaded | number {
+  const file = path === '-' ? STDIN_NAME : path;
+  try {
+    // Within the limits set from the command line (setDefaultLimits in main).
+    const raw = parsePlanJson(file, readPlanText(file, defaultLimits().bytes));
+    const plan = loadPlanObject(file, raw);
+    // Serialized after the load: the load bounds its nesting, which JSON.stringify recurses on.
+    return { plan, text: JSON.stringify(raw) };
+  } catch (e) {
+    if (!(e instanceof PlanError)) throw e;
+    onInvalid?.(file, e);
+    if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues: e.issues }, null, 2));
+    else {
+      out.err(`planproof: invalid plan ${file}`);
+      for (const i of e.issues) out.err(`  ${formatIssue(file, i)}`);
+    }
+    return ExitCode.invalidPlan;
+  }
+}
+
+function load(file: string, json: boolean, out: Out): LoadedPlan | number {
+  const l = loadWithText(file, json, out);
+  return typeof l === 'number' ? l : l.plan;
+}
+
+interface EngineOptions {
+  engine: 'normal' | 'z3';
+  seed: number;
+  jobs: number;
+  deadline: number;
+  /** The whole run's time limit in seconds (--time-limit). */
+  timeLimit?: number;
+  /** Tensor-level proofs first (default; --no-tensor-level turns them off). */
+  tensorLevel?: boolean;
+  /** A progress bar on stderr when it is a terminal (off with --json). */
+  progress?: boolean;
+}
+
+function inspect(file: string, json: boolean, out: Out): number {
+  const plan = load(file, json, out);
+  if (typeof plan === 'number') return plan;
+  const s = summarize(plan);
+  out.log(json ? JSON.stringify(s, null, 2) : formatSummary(s));
+  return 0;
+}
+
+/** --cache DIR, the default directory, or off with --no-cache (yargs gives false). */
+function cacheOption(v: unknown): { cacheDir?: string } {
+  if (v === false || v === 'false') return {};
+  return { cacheDir: typeof v === 'string' && v !== '' ? v : defaultCacheDir() };
+}
+
+/** The run's time limit, counted from now. */
+function timeLimitFrom(eng: EngineOptions): TimeLimit | undefined {
+  return eng.timeLimit === undefined ? undefined : { endAt: performance.now() + eng.timeLimit * 1000, seconds: eng.timeLimit };
+}
+
+async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[], limit: TimeLimit | undefined = timeLimitFrom(eng), sharding: Sharding = {}): Promise<VerifyReport> {
+  // The bar (cli/progress.ts) only on a terminal and never with --json.
+  const bar = stageBar(eng.progress === true);
+  const onStage = bar === undefined ? undefined : (done: number, total: number): void => bar.update(done, total);
+  // Proof cache hook (stages/cache.ts): on unless --no-cache.
+  const cache = cacheDir === undefined ? undefined : new ProofCache(cacheDir);
+  // Per-stage fallback (stages/stage-reduce.ts): stages too large in the whole plan are extracted and reduced on their own.
+  const fallback = fallbackLog === undefined ? undefined : perStageFallback(() => JSON.parse(l.text) as RawPlan, eng.seed, fallbackLog);
+  let report: VerifyReport;
+  try {
+    report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(limit === undefined ? {} : { timeLimit: limit }), ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }), ...(sharding.shard === undefined ? {} : { shard: sharding.shard }), ...(sharding.proved === undefined ? {} : { proved: sharding.proved }) });
+  } finally {
+    bar?.stop();
+  }
+  await shutdownZ3();
+  return report;
+}
+
+/** Why a run cannot be sharded (its stages are not proved rank by rank in the pool), or undefined. */
+function notShardable(plan: LoadedPlan, eng: EngineOptions, infer: boolean | undefined, perStage: boolean): string | undefined {
+  if (stageWorkTooLarge(plan) !== undefined) return 'the plan is past the per-rank stage bound and is verified per template';
+  if (eng.engine === 'normal' && infer !== true && !perStage && eng.tensorLevel !== false && stageEntries(plan) > PER_TEMPLATE_FIRST) return 'the plan is large enough to be verified per template first';
+  if (eng.engine === 'normal' && infer !== false && (infer === true || plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) return 'plans with inferred cut points (--infer) are verified in rounds';
+  if (perStage) return '--per-stage proves stage by stage in this thread';
+  return undefined;
+}
+
+/** Report files a verify run writes besides its stdout report (--junit, --html). */
+export interface ReportFiles {
+  readonly junit?: string;
+  readonly html?: string;
+}
+
+/**
+ * Writes the report files of a finished run and returns its exit code. A file that cannot be
+ * written is a usage error (exit 4), so CI never reads a missing report as a pass.
+ */
+async function finish(r: VerifyReport, l: Loaded, files: ReportFiles, out: Out): Promise<number> {
+  try {
+    if (files.junit !== undefined) writeFileSync(files.junit, junitXml(r));
+    if (files.html !== undefined) writeFileSync(files.html, await htmlReport(r, l.plan));
+  } catch (e) {
+    out.err(`planproof: cannot write the report: ${e instanceof Error ? e.message : String(e)}`);
+    return ExitCode.usage;
+  }
+  return verdictCode[r.verdict];
+}
+
+/**
+ * A sharded run or a merge (cli/shard.ts): `shard` proves one shard's stages and writes a
+ * part instead of a report; `proved` (with the plan digest the parts were proved on) merges.
+ */
+interface ShardRun {
+  readonly shard?: { index: number; count: number };
+  readonly merge?: { proved: ReadonlyMap<number, ShardResult>; sha256: string };
+}
+
+/** What runVerify hands the pool for a ShardRun. */
+interface Sharding {
+  readonly shard?: { index: number; count: number; record: (r: StageResult) => void };
+  readonly proved?: ReadonlyMap<number, ShardResult>;
+}
+
+async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false, files: ReportFiles = {}, sh: ShardRun = {}): Promise<number> {
+  // The time limit counts from here: loading is part of the run.
+  const limit = timeLimitFrom(eng);
+  const tLoad = performance.now();
+  const l = loadWithText(file, json, out, (f, e) => {
+    // The report files still say why nothing was proved.
+    try {
+      if (files.junit !== undefined) writeFileSync(files.junit, junitInvalid(f, e.issues));
+      if (files.html !== undefined) writeFileSync(files.html, htmlInvalid(f, e.issues));
+    } catch (w) {
+      out.err(`planproof: cannot write the report: ${w instanceof Error ? w.message : String(w)}`);
+    }
+  });
+  if (typeof l === 'number') return l;
+  const loadMs = Math.round(performance.now() - tLoad);
+  if (sh.shard !== undefined || sh.merge !== undefined) {
+    const why = notShardable(l.plan, eng, infer, perStage);
+    if (why !== undefined) {
+      out.err(`planproof: --shard: ${why}; verify it without --shard`);
+      return ExitCode.usage;
+    }
+    if (sh.merge !== undefined && planDigest(l.text) !== sh.merge.sha256) {
+      out.err(`planproof: merge: ${file} is not the plan the parts proved (its content changed since)`);
+      return ExitCode.usage;
+    }
+  }
+  // Past the per-rank stage bound every path below (reduction, inference, per-stage
+  // extraction, the pool) would build per-rank stages: the stages are decomposed per template
+  // instead, each "unknown" with its reason (stages/template.ts), never a heap exhaustion.
+  if (stageWorkTooLarge(l.plan) !== undefined) {
+    const r = verifyPerTemplate(l.plan, { seed: eng.seed, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart } });
+    const notTried = 'not tried: the plan is past the per-rank stage bound; its stages are sized at full shapes';
+    out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
+    return finish(r, l, files, out);
+  }
+  // Tensor level per template first (stages/template.ts verifiedPerTemplate) on plans whose
+  // per-rank stages are large (past PER_TEMPLATE_FIRST entries: L1 is 7.7 million): when it
+  // proves every stage the plan is verified at one derivation per program; anything else, and
+  // every smaller plan (rank by rank, with the numeric run as second evidence), goes on below.
+  if (eng.engine === 'normal' && infer !== true && !perStage && red.emitDir === undefined && red.tensorLevel !== false && stageEntries(l.plan) > PER_TEMPLATE_FIRST) {
+    let r: ReturnType<typeof verifiedPerTemplate>;
+    try {
+      r = verifiedPerTemplate(l.plan, { seed: eng.seed });
+    } catch {
+      r = undefined; // the rank-by-rank path below decides, and reports any engine error itself
+    }
+    // Not all proved: a witness on one rank's part of an open stage (stages/part.ts) refutes the
+    // plan without building its stages rank by rank; anything else goes on below.
+    if (r === undefined) {
+      try {
+        const w = verifyPerTemplate(l.plan, { seed: eng.seed, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart }, witnessMs: PER_TEMPLATE_WITNESS_MS });
+        if (w.verdict === 'not_equivalent') r = w;
+      } catch {
+        r = undefined;
+      }
+    }
+    if (r !== undefined) {
+      out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: REDUCTION_NOT_NEEDED, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction ${REDUCTION_NOT_NEEDED}`);
+      return finish(r, l, files, out);
+    }
+  }
+  // Inferred boundaries (issue 18): with --infer, when the file holds claims marked inferred,
+  // or, without --no-infer, when lineage is missing inside a stage tensor-level proofs leave
+  // open (wantsInference: a plan with lineage only at its boundary).
+  const auto = infer === undefined && eng.engine === 'normal' && !perStage && red.emitDir === undefined && red.tensorLevel !== false && sh.shard === undefined && sh.merge === undefined && wantsInference(l.plan);
+  const fileHints = l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0);
+  if (eng.engine === 'normal' && infer !== false && (infer === true || auto || fileHints)) {
+    // wantsInference has just seen tensor level leave a stage of this very plan open: round 0
+    // would repeat that derivation to the same end (with hints in the file, the plan round 0
+    // proves is another one, so it runs).
+    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true || auto, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), ...(auto && !fileHints ? { direct: false } : {}) }, out);
+    return finish(r, l, files, out);
+  }
+  // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.
+  if (perStage) {
+    const r = verifyPerStage(l.plan, JSON.parse(l.text) as RawPlan, { seed: eng.seed, reduce: red.reduce, ...(red.emitDir === undefined ? {} : { emitDir: red.emitDir }) });
+    out.log(json ? JSON.stringify(r, null, 2) : `${formatReport(r, verbose)}\n${formatPerStage(r.stageReduction, verbose)}`);
+    return finish(r, l, files, out);
+  }
+  // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
+  const fbLog: FallbackInfo[] = [];
+  // Phases: loading and the shape reduction here, the rest from the proof (VerifyReport.phases).
+  const tReduce = performance.now();
+  let reduceMs = 0;
+  const recorded: StageResult[] = [];
+  const sharding: Sharding = { ...(sh.shard === undefined ? {} : { shard: { ...sh.shard, record: (x: StageResult) => void recorded.push(x) } }), ...(sh.merge === undefined ? {} : { proved: sh.merge.proved }) };
+  let proved: Awaited<ReturnType<typeof verifyReduced>>;
+  try {
+    proved = await verifyReduced(l.plan, l.text, red, (plan, text) => {
+      reduceMs = Math.round(performance.now() - tReduce);
+      return runVerify({ plan, text }, eng, red.cacheDir, red.reduce ? fbLog : undefined, limit, sharding);
+    });
+  } catch (e) {
+    if (!(e instanceof MergeError)) throw e;
+    out.err(`planproof: merge: ${e.message}`);
+    return ExitCode.usage;
+  }
+  if (sh.shard !== undefined) {
+    // A part, not a report: the merge gives the verdict.
+    out.log(JSON.stringify(partOf(sh.shard, file, l.text, { seed: eng.seed, engine: eng.engine, deadline: eng.deadline, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), tensorLevel: eng.tensorLevel !== false, reduce: red.reduce }, recorded)));
+    return 0;
+  }
+  const report = { ...proved, phases: { load: loadMs, reduction: reduceMs, ...proved.phases } };
+  out.log(json ? JSON.stringify({ ...report, perStageFallback: fbLog }, null, 2) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(fbLog)}`);
+  return finish(report, l, files, out);
+}
+
+async function demo(json: boolean, eng: EngineOptions, out: Out): Promise<number> {
+  const l = loadWithText(DEMO_PLAN, json, out);
+  if (typeof l === 'number') return l;
+  const report = await runVerify(l, eng);
+  if (json) out.log(JSON.stringify({ demo: true, ...report }, null, 2));
+  else {
+    out.log('planproof demo: the embedded example, a two-layer MLP training iteration (forward, MSE loss,');
+    out.log('backward, SGD step) under Megatron tensor parallelism on 2 ranks, checked and proved.\n');
+    out.log(formatReport(report, true));
+    out.log('\nTry a buggy plan: planproof verify examples/buggy/mlp-dp2-loss-scale-twice.json');
+  }
+  return verdictCode[report.verdict];
+}
+
+interface GenArgs {
+  preset?: string | undefined;
+  model?: 'mlp' | 'gpt2' | 'llama' | 'moe' | undefined;
+  ep?: boolean | undefined;
+  virtual?: number | undefined;
+  experts?: number | undefined;
+  topk?: number | undefined;
+  layers?: number | undefined;
+  hidden?: number | undefined;
+  heads?: number | undefined;
+  kvHeads?: number | undefined;
+  shared?: number | undefined;
+  expertFfn?: number | undefined;
+  moeLayout?: 'packed' | 'token' | undefined;
+  seq?: number | undefined;
+  vocab?: number | undefined;
+  batch?: number | undefined;
+  ffn?: number | undefined;
+  dp?: number | undefined;
+  tp?: number | undefined;
+  micro?: number | undefined;
+  sp?: boolean | undefined;
+  zero?: number | undefined;
+  pp?: number | undefined;
+  cp?: number | undefined;
+  cpComm?: 'ring' | 'allgather' | undefined;
+  recompute?: boolean | undefined;
+  schedule?: '1f1b' | 'gpipe' | undefined;
+  inject?: string | undefined;
+  listBugs?: boolean | undefined;
+  out?: string | undefined;
+  json?: boolean | undefined;
+  boundaryLineage?: boolean | undefined;
+}
+
+function gen(a: GenArgs, out: Out): number {
+  if (a.listBugs === true) {
+    if (a.json === true) out.log(JSON.stringify(BUGS.map((b) => ({ id: b.id, kind: b.kind, title: b.title })), null, 2));
+    else for (const b of BUGS) out.log(`${b.id.padEnd(34)} ${b.kind.padEnd(22)} ${b.title}`);
+    return 0;
+  }
+  const base = PRESETS[a.preset ?? 'gpt2-tiny'];
+  if (base === undefined) {
+    out.err(`planproof: unknown preset '${a.preset ?? ''}' (presets: ${Object.keys(PRESETS).join(', ')})`);
+    return ExitCode.usage;
+  }
+  const pick = (v: number | undefined, d: number): number => v ?? d;
+  const model = {
+    family: a.model ?? base.model.family,
+    layers: pick(a.layers, base.model.layers),
+    hidden: pick(a.hidden, base.model.hidden),
+    heads: pick(a.heads, base.model.heads),
+    seq: pick(a.seq, base.model.seq),
+    vocab: pick(a.vocab, base.model.vocab),
+    batch: pick(a.batch, base.model.batch),
+    ffn: pick(a.ffn, base.model.ffn ?? 4 * base.model.hidden),
+    ...((a.kvHeads ?? base.model.kvHeads) === undefined ? {} : { kvHeads: a.kvHeads ?? base.model.kvHeads }),
+    ...((a.shared ?? base.model.shared) === undefined ? {} : { shared: a.shared ?? base.model.shared }),
+    ...((a.expertFfn ?? base.model.expertFfn) === undefined ? {} : { expertFfn: a.expertFfn ?? base.model.expertFfn }),
+    experts: pick(a.experts, base.model.experts ?? 4),
+    ...((a.moeLayout ?? base.model.moeLayout) === undefined ? {} : { moeLayout: a.moeLayout ?? base.model.moeLayout }),
+    topk: pick(a.topk, base.model.topk ?? 1),
+  };
+  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2 | 3, pp: pick(a.pp, base.par.pp ?? 1), cp: pick(a.cp, base.par.cp ?? 1), cpComm: a.cpComm ?? base.par.cpComm ?? 'ring', recompute: a.recompute ?? base.par.recompute === true, ep: a.ep ?? base.par.ep === true, virtual: pick(a.virtual, base.par.virtual ?? 1), schedule: a.schedule ?? base.par.schedule ?? '1f1b' };
+  for (const [k, v] of Object.entries({ ...model, dp: par.dp, tp: par.tp, micro: par.micro, pp: par.pp })) {
+    if (typeof v === 'number' && (!Number.isInteger(v) || v < 1)) {
+      out.err(`planproof: --${k} must be a positive integer, got ${v}`);
+      return ExitCode.usage;
+    }
+  }
+  let plan: RawPlan;
+  try {
+    plan = generatePlan({ model, par, optimizer: ADAMW });
+    if (a.inject !== undefined) {
+      const bug = bugById(a.inject);
+      if (bug === undefined) {
+        out.err(`planproof: unknown bug '${a.inject}' (run 'planproof gen --list-bugs')`);
+        return ExitCode.usage;
+      }
+      const ctx = { ...par, family: model.family };
+      void ctx.schedule;
+      if (!bug.applies(ctx)) {
+        out.err(`planproof: bug '${bug.id}' needs a plan with ${bug.title.split(':')[0] ?? ''}: not applicable to this configuration`);
+        return ExitCode.usage;
+      }
+      bug.inject(plan, ctx);
+      plan.name = `${String(plan.name)}+${bug.id}`;
+    }
+  } catch (e) {
+    // Configuration errors (indivisible sizes) are the user's; say so without a stack trace.
+    out.err(`planproof: cannot generate this plan: ${e instanceof Error ? e.message : String(e)}`);
+    return ExitCode.usage;
+  }
+  if (a.boundaryLineage === true) plan = stripToBoundary(plan);
+  const text = JSON.stringify(plan, null, 1);
+  if (a.out === undefined) out.log(text);
+  else writeFileSync(a.out, text + '\n');
+  return 0;
+}
+
+/** Runs the CLI on `argv` (without node and script); returns the exit code. */
+export async function main(argv: string[], out: Out = stdio): Promise<number> {
+  // Handlers only record what to run: nothing runs (and nothing reaches stdout) until the
+  // whole command line has been parsed and validated, so a refused command never prints a
+  // report a CI step could read as a verdict.
+  let run: (() => Promise<number> | number) | undefined;
+  let usageError: string | undefined;
+  // `capture ... -- script.py args`: what follows '--' is the user's command line, untouched.
+  const dd = argv[0] === 'capture' ? argv.indexOf('--') : -1;
+  const script = dd >= 0 ? argv.slice(dd + 1) : [];
+  if (dd >= 0) argv = argv.slice(0, dd);
+  // yargs reads a lone '-' as an empty option name; it means standard input here.
+  const parser = yargs(argv.map((x) => (x === '-' ? STDIN_NAME : x)))
+    .scriptName('planproof')
+    .usage('$0 <command> [options]\n\nProves that a distributed training plan computes what the single-device model computes.')
+    .option('json', { type: 'boolean', default: false, describe: 'machine-readable output on stdout' })
+    .option('seed', { type: 'number', default: 1, describe: 'seed of the random inputs used for numeric witnesses' })
+    .option('verbose', { type: 'boolean', default: false, describe: 'list every stage, also proved ones' })
+    .option('jobs', { type: 'number', default: Math.min(2, availableParallelism()), describe: 'worker threads proving stages (0: in this thread)' })
+    .option('engine', { choices: ['normal', 'z3'] as const, default: 'normal' as const, describe: 'decision procedure: the exact normal form, or Z3 alone as a cross-check' })
+    .option('deadline', { type: 'number', default: 60, describe: 'seconds a stage may take before it is stopped and reported unknown' })
+    .option('time-limit', { type: 'number', default: 1800, describe: 'seconds the whole verify run may take: stages not decided by then are reported unknown' })
+    .option('max-file-mb', { type: 'number', default: DEFAULT_LIMITS.bytes / (1024 * 1024), describe: 'largest plan file (or standard input) read, in MiB' })
+    .option('max-depth', { type: 'number', default: DEFAULT_LIMITS.depth, describe: 'deepest JSON nesting a plan may use' })
+    .option('max-ops', { type: 'number', default: DEFAULT_LIMITS.ops, describe: 'most ops a plan may hold as written (logical, program and collective entries)' })
+    .option('max-claims', { type: 'number', default: DEFAULT_LIMITS.claims, describe: 'most lineage claims a plan may hold as written' })
+    .command(
+      'verify <plan>',
+      'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
+      (y) =>
+        y
+          .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' })
+          .option('infer', { type: 'boolean', describe: 'infer stage cut points for parallel tensors without lineage (hints, proved before use; by default when lineage is missing inside a stage tensor-level proofs leave open, and for the hints the file marks inferred; --no-infer turns it off)' })
+          .option('reduce', { type: 'boolean', default: true, describe: 'prove at reduced shapes where the soundness conditions hold (--no-reduce: at full shapes)' })
+          .option('emit-reduced', { type: 'string', describe: 'write the reduced plan (an ordinary plan file) into this directory' })
+          .option('cache', { type: 'string', describe: `directory of the proof cache (default ${defaultCacheDir()}; --no-cache: off)` })
+          .option('tensor-level', { type: 'boolean', default: true, describe: 'prove stages by relations between whole tensors first (docs/engine.md, "Tensor-level proofs"; --no-tensor-level: element engines only)' })
+          .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' })
+          .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file (one testcase per stage; docs/reports.md)' })
+          .option('html', { type: 'string', describe: 'also write a self-contained HTML report to this file (failing stages drawn; docs/reports.md)' })
+          .option('shard', { type: 'string', describe: 'prove only shard i/n of the stage proofs and write a part file on stdout for planproof merge (CI matrices; no proof cache; exit 0 when written)' }),
+      (a) => {
+        const plan = a.plan;
+        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...(a.shard === undefined ? cacheOption(a.cache) : {}) }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard));
+      },
+    )
+    .command(
+      'infer-lineage <plan>',
+      'write the plan with inferred lineage claims added for parallel tensors without one, each marked "inferred": true',
+      (y) =>
+        y
+          .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' })
+          .option('o', { alias: 'output', type: 'string', describe: 'output file (default: stdout)' }),
+      (a) => {
+        const plan = a.plan;
+        if (typeof plan !== 'string') return;
+        run = () => {
+          const l = loadWithText(plan, a.json, out);
+          return typeof l === 'number' ? l : inferLineage(plan === '-' || plan === STDIN_NAME ? STDIN_NAME : plan, l.text, a.o, a.seed, a.json, out);
+        };
+      },
+    )
+    .command(
+      'merge <parts..>',
+      'merge the part files of a sharded run (verify --shard i/n): the verdict, report and exit code a single run gives',
+      (y) =>
+        y
+          .positional('parts', { type: 'string', array: true, demandOption: true, describe: 'the part files, one per shard' })
+          .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file' })
+          .option('html', { type: 'string', describe: 'also write the HTML report to this file' }),
+      (a) => {
+        const parts = (a.parts ?? []).map(String);
+        run = async () => {
+          const m = readParts(parts);
+          if (typeof m === 'string') {
+            if (a.json) out.log(JSON.stringify({ verdict: 'usage_error', error: m }, null, 2));
+            else out.err(`planproof: merge: ${m}`);
+            return ExitCode.usage;
+          }
+          const o = m.options;
+          const files = { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) };
+          return verify(m.file, a.json, { engine: o.engine, seed: o.seed, jobs: a.jobs, deadline: o.deadline, ...(o.timeLimit === undefined ? {} : { timeLimit: o.timeLimit }), tensorLevel: o.tensorLevel, progress: false }, a.verbose, out, undefined, { reduce: o.reduce, tensorLevel: o.tensorLevel }, false, files, { merge: { proved: m.proved, sha256: m.sha256 } });
+        };
+      },
+    )
+    .command(
+      'explain <plan> <stage>',
+      "show one stage: its logical and parallel ops side by side, assumed input relations, output relations, and the first differing elements with their terms (exit 2 for a stage that is not there)",
+      (y) =>
+        y
+          .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' })
+          .positional('stage', { type: 'string', demandOption: true, describe: "the stage: its number in the verify report (1-based) or its logical tensor's name" })
+          .option('dot', { type: 'string', describe: "write the stage's graph as Graphviz DOT to this file (--dot alone: to stdout, instead of the table)" }),
+      (a) => {
+        const plan = a.plan;
+        const stage = a.stage;
+        if (typeof plan !== 'string' || stage === undefined) return;
+        run = () => {
+          const l = load(plan, a.json, out);
+          return typeof l === 'number' ? l : explain(l, String(stage), { json: a.json, seed: a.seed, ...(a.dot === undefined ? {} : { dot: a.dot }) }, out);
+        };
+      },
+    )
+    .command(
+      'inspect <plan>',
+      'load and check a plan, then summarize it: mesh, ranks, ops, collectives, lineage coverage',
+      (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' }),
+      (a) => {
+        const plan = a.plan;
+        if (typeof plan === 'string') run = () => inspect(plan, a.json, out);
+      },
+    )
+    .command(
+      'import-graphs',
+      'write a plan from exported ATen graphs (torch 2.x GraphModule prints): the single-device graph, one per rank, and a relations file for inputs and outputs (docs/import.md)',
+      (y) =>
+        y
+          .option('dir', { type: 'string', describe: 'directory holding logical.py, rank0.py, rank1.py, ... and relations.json' })
+          .option('logical', { type: 'string', describe: 'the single-device graph (FILE, or FW,BW: AOTAutograd forward then backward)' })
+          .option('rank', { type: 'string', array: true, describe: 'RANK=FILE (or RANK=FW,BW), one per rank' })
+          .option('relations', { type: 'string', describe: 'boundary relations (JSON, format planproof-relations/v1)' })
+          .option('name', { type: 'string', describe: 'plan name' })
+          .option('out', { alias: 'o', type: 'string', describe: 'output plan file (default: stdout)' }),
+      (a) => {
+        run = () => importCommand({ ...(a.dir === undefined ? {} : { dir: a.dir }), ...(a.logical === undefined ? {} : { logical: a.logical }), ...(a.rank === undefined ? {} : { rank: a.rank.map(String) }), ...(a.relations === undefined ? {} : { relations: a.relations }), ...(a.out === undefined ? {} : { out: a.out }), ...(a.name === undefined ? {} : { name: a.name }), json: a.json }, out);
+      },
+    )
+    .command(
+      'capture',
+      "run a torch.distributed training step on 1 and N CPU processes (gloo), trace it at the ATen level and write a plan: planproof capture --nproc 2 --out plan.json -- script.py [args] (docs/capture.md)",
+      (y) =>
+        y
+          .option('nproc', { type: 'number', demandOption: true, describe: 'processes of the parallel run' })
+          .option('out', { alias: 'o', type: 'string', describe: 'output plan file (default: stdout)' })
+          .option('axis', { type: 'string', default: 'tp', describe: 'name of the mesh axis (a 1-D mesh of nproc ranks)' })
+          .option('python', { type: 'string', default: '/usr/bin/python3', describe: 'the Python with PyTorch (Debian python3-torch)' })
+          .option('keep', { type: 'string', describe: 'keep the captured graphs and relations in this directory' }),
+      (a) => {
+        run = () => captureCommand({ nproc: a.nproc, axis: a.axis, python: a.python, script, json: a.json, ...(a.out === undefined ? {} : { out: a.out }), ...(a.keep === undefined ? {} : { keep: a.keep }) }, out);
+      },
+    )
+    .command(
+      'demo',
+      'verify the embedded example plan (a two-layer MLP training iteration under tensor parallelism)',
+      (y) => y,
+      (a) => {
+        run = () => demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, progress: !a.json }, out);
+      },
+    )
+    .command(
+      'gen',
+      'write a generated training-iteration plan (logical graph, SPMD program, lineage), optionally with a catalogued bug injected',
+      (y) =>
+        y
+          .option('preset', { type: 'string', describe: `a named configuration: ${Object.keys(PRESETS).join(', ')}` })
+          .option('model', { choices: ['mlp', 'gpt2', 'llama', 'moe'] as const, describe: 'model family (overrides the preset)' })
+          .option('layers', { type: 'number' })
+          .option('hidden', { type: 'number' })
+          .option('heads', { type: 'number' })
+          .option('kv-heads', { type: 'number', describe: 'key/value heads (llama, moe: grouped-query attention)' })
+          .option('seq', { type: 'number' })
+          .option('vocab', { type: 'number' })
+          .option('batch', { type: 'number', describe: 'global batch' })
+          .option('ffn', { type: 'number' })
+          .option('dp', { type: 'number' })
+          .option('tp', { type: 'number' })
+          .option('micro', { type: 'number', describe: 'micro-batches per iteration' })
+          .option('sp', { type: 'boolean', describe: 'Megatron sequence parallelism (with tp > 1)' })
+          .option('pp', { type: 'number', describe: 'pipeline stages' })
+          .option('virtual', { type: 'number', describe: 'interleaved pipeline: layer chunks (virtual stages) per stage' })
+          .option('cp', { type: 'number', describe: 'context parallelism (gpt2, llama, moe): zig-zag sequence chunks' })
+          .option('recompute', { type: 'boolean', describe: 'full activation recomputation: each layer runs again in the backward' })
+          .option('cp-comm', { choices: ['ring', 'allgather'] as const, describe: 'CP attention: ring attention with online softmax (default) or all-gathered keys and values' })
+          .option('ep', { type: 'boolean', describe: 'expert parallelism (moe): experts split across dp' })
+          .option('experts', { type: 'number' })
+          .option('topk', { type: 'number' })
+          .option('shared', { type: 'number', describe: 'shared experts (moe)' })
+          .option('expert-ffn', { type: 'number', describe: 'routed-expert MLP width (moe)' })
+          .option('moe-layout', { choices: ['packed', 'token'] as const, describe: 'MoE expert buffers: slots sorted by expert (packed, default) or each slot at its own row (token)' })
+          .option('schedule', { choices: ['1f1b', 'gpipe'] as const, describe: 'pipeline schedule (default 1f1b)' })
+          .option('zero', { type: 'number', choices: [0, 1, 2, 3], describe: 'ZeRO stage (with dp > 1): sharded optimizer state and step; 3 also shards the parameters' })
+          .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })
+          .option('list-bugs', { type: 'boolean', default: false })
+          .option('out', { alias: 'o', type: 'string', describe: 'output file (default: stdout)' })
+          .option('boundary-lineage', { type: 'boolean', describe: 'keep lineage only on contract inputs (data, parameters, optimizer state) and outputs, as a user would write it' }),
+      (a) => {
+        run = () => gen(a, out);
+      },
+    )
+    .demandCommand(1, 'name a command: verify, merge, explain, inspect, infer-lineage, import-graphs, capture, demo or gen')
+    // yargs' own validation, before any handler: numbers it parses as NaN or out of range fail here.
+    .check((a) => engineOptionError(a) ?? limitOptionError(a) ?? shardOptionError(a) ?? true)
+    .strict()
+    .help()
+    .version()
+    .exitProcess(false)
+    .fail((msg: string | null, err: Error | string | undefined) => {
+      // yargs' own validation (strict mode, choices) fails with a YError, a .check with its
+      // message string: usage errors. Anything else is a bug and goes on as an internal error.
+      if (err !== undefined && typeof err !== 'string' && !(err instanceof Error && (err.name === 'YError' || /Unknown argument|Not enough|Missing required/.test(err.message)))) throw err;
+      usageError = msg ?? (typeof err === 'string' ? err : err?.message) ?? 'usage error';
+    })
+    .epilogue('Exit codes: 0 verified, 1 not equivalent, 2 invalid plan, 3 unknown, 4 usage or internal error.');
+  const parsed = await parser.parseAsync();
+  const jsonOut = parsed.json === true || argv.includes('--json');
+  if (usageError !== undefined) {
+    if (jsonOut) out.log(JSON.stringify({ verdict: 'usage_error', error: usageError }, null, 2));
+    else out.err(`planproof: ${usageError}\nRun 'planproof --help' for usage.`);
+    return ExitCode.usage;
+  }
+  if (run === undefined) return argv.includes('--help') || argv.includes('--version') || argv.includes('-h') ? 0 : ExitCode.usage;
+  // Every load of this run (the plan, reduced and derived plans) and the proof workers use
+  // them; restored after, since main also runs in process (tests, library callers).
+  const before = defaultLimits();
+  setDefaultLimits(limitsFrom(parsed));
+  try {
+    return await run();
+  } finally {
+    setDefaultLimits(before);
+  }
+}
+
+/** The input-size limits of the command line (validated by limitOptionError). */
+function limitsFrom(a: LimitFlags): PlanLimits {
+  const n = (v: unknown, d: number): number => (typeof v === 'number' ? v : d);
+  return { bytes: Math.floor(n(a['max-file-mb'], DEFAULT_LIMITS.bytes / (1024 * 1024)) * 1024 * 1024), depth: n(a['max-depth'], DEFAULT_LIMITS.depth), ops: n(a['max-ops'], DEFAULT_LIMITS.ops), claims: n(a['max-claims'], DEFAULT_LIMITS.claims) };
+}
+
+/** The limit flags as yargs gives them. */
+interface LimitFlags {
+  readonly 'max-file-mb'?: unknown;
+  readonly 'max-depth'?: unknown;
+  readonly 'max-ops'?: unknown;
+  readonly 'max-claims'?: unknown;
+}
+
+/** --max-file-mb, --max-depth, --max-ops, --max-claims: positive, and integers where they count things. */
+function limitOptionError(a: LimitFlags): string | undefined {
+  const { 'max-file-mb': maxFileMb, 'max-depth': maxDepth, 'max-ops': maxOps, 'max-claims': maxClaims } = a;
+  // V8 strings top out near 512 MiB: a larger limit could not be read anyway.
+  if (typeof maxFileMb !== 'number' || !Number.isFinite(maxFileMb) || maxFileMb <= 0 || maxFileMb > 512) return `--max-file-mb must be a number of MiB in (0, 512], got ${String(maxFileMb)}`;
+  // Walkers of the plan (the schema validator, JSON.stringify) recurse on its nesting.
+  if (typeof maxDepth !== 'number' || !Number.isSafeInteger(maxDepth) || maxDepth < 1 || maxDepth > 1000) return `--max-depth must be an integer from 1 to 1000, got ${String(maxDepth)}`;
+  for (const [flag, v] of [['--max-ops', maxOps], ['--max-claims', maxClaims]] as const) {
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) return `${flag} must be a positive integer, got ${String(v)}`;
+  }
+  return undefined;
+}
+
+/** --shard i/n, checked before any work; a part is not a report, so no report files with it. */
+function shardOptionError(a: { readonly [k: string]: unknown }): string | undefined {
+  if (a['shard'] === undefined) return undefined;
+  const s = parseShard(a['shard']);
+  if (typeof s === 'string') return s;
+  if (a['junit'] !== undefined || a['html'] !== undefined) return '--junit and --html go with planproof merge when a run is sharded: a shard writes a part, not a report';
+  if (a['perStage'] === true || a['infer'] === true) return '--shard does not apply with --per-stage or --infer';
+  return undefined;
+}
+
+/** The shard of a verify command line (validated by shardOptionError). */
+function shardRun(v: string | undefined): ShardRun {
+  const s = v === undefined ? undefined : parseShard(v);
+  return s === undefined || typeof s === 'string' ? {} : { shard: s };
+}
+
+/** Numeric options yargs accepts as any number (NaN included): checked before any work. */
+function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown; timeLimit?: unknown }): string | undefined {
+  const { seed, jobs, deadline, timeLimit } = a;
+  if (typeof seed !== 'number' || !Number.isSafeInteger(seed)) return `--seed must be an integer, got ${String(seed)}`;
+  if (typeof jobs !== 'number' || !Number.isSafeInteger(jobs) || jobs < 0 || jobs > 256) return `--jobs must be an integer from 0 to 256, got ${String(jobs)}`;
+  if (typeof deadline !== 'number' || !Number.isFinite(deadline) || deadline <= 0 || deadline > 86400) return `--deadline must be a number of seconds in (0, 86400], got ${String(deadline)}`;
+  if (timeLimit !== undefined && (typeof timeLimit !== 'number' || !Number.isFinite(timeLimit) || timeLimit <= 0 || timeLimit > 7 * 86400)) return `--time-limit must be a number of seconds in (0, 604800], got ${String(timeLimit)}`;
+  return undefined;
+}
