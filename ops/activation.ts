@@ -3,7 +3,7 @@ import type { Algebra, Dense } from './algebra.js';
 import { arg, zipWith } from './dense.js';
 import { sameShapeSig } from './dims.js';
 import { type BackwardRule, type GradRef, NO_BACKWARD, one } from './grad.js';
-import { type Attrs, type OpDef, attrObject, fixed, noAttrs, sameShape, ShapeError, type Shape, shapeStr } from './types.js';
+import { type Attrs, type OpDef, attrObject, fixed, noAttrs, sameShape, ShapeError, type Shape, shapeStr, withZeroTails, ZERO_ALWAYS } from './types.js';
 
 const geluAttrs = attrObject({ approximate: { enum: ['none', 'tanh'] } });
 /** The tanh approximation's cubic coefficient, as PyTorch writes it (0.044715). */
@@ -79,7 +79,7 @@ function bwd(name: string, doc: string, f: Backward, attrSchema: object = noAttr
   };
 }
 
-export const ops: OpDef[] = [
+export const ops: OpDef[] = withZeroTails([
   fwd('exp', 'torch.exp(a)', (alg, x) => alg.exp(x), (b, { outputs: [o], grads: [g] }) => [one(b, 'mul', [g as GradRef, o as GradRef])]),
   // (An optimizer's sqrt of its second moment, AdamW as torch.optim writes it.)
   fwd('sqrt', 'torch.sqrt(a) (a >= 0)', (alg, x) => alg.fn('sqrt', x), (b, { outputs: [o], grads: [g] }) => [one(b, 'div', [g as GradRef, one(b, 'scale', [o as GradRef], { factor: 2 })])]),
@@ -113,4 +113,6 @@ export const ops: OpDef[] = [
     ],
     dims: ([a]) => sameShapeSig(a as Shape, 2, 1),
   },
-];
+],
+// Zero extension (OpDef.zeroTails): f(0) = 0 for these, not for exp, log or sigmoid.
+{ tanh: ZERO_ALWAYS, sqrt: ZERO_ALWAYS, silu: ZERO_ALWAYS, gelu: ZERO_ALWAYS });

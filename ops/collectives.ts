@@ -8,7 +8,7 @@ import type { Algebra, Dense } from './algebra.js';
 import { arg, cat, narrow, zipWith } from './dense.js';
 import { batchDim, dimLabels, fixedDim, resizeOneDim, sameShapeSig } from './dims.js';
 import { NO_BACKWARD } from './grad.js';
-import { type Attrs, type DimSig, type OpDef, attrNum, attrObject, fixed, normDim, ShapeError, type Shape, shapeStr } from './types.js';
+import { type Attrs, type DimSig, type OpDef, attrNum, attrObject, fixed, normDim, ShapeError, type Shape, shapeStr, withZeroTails, ZERO_ALWAYS } from './types.js';
 
 type GroupApply = <S>(alg: Algebra<S>, inputs: readonly (Dense<S> | undefined)[], attrs: Attrs, group: Int32Array) => (Dense<S> | undefined)[];
 
@@ -120,7 +120,7 @@ function scaleDim(s: Shape, d: number, mul: number, div: number, what: string): 
 
 const identityShape = (a: Shape): Shape => a;
 
-export const ops: OpDef[] = [
+export const ops: OpDef[] = withZeroTails([
   collective(
     'all_reduce',
     'dist.all_reduce(x, op) over the group: every member gets the reduction of all inputs',
@@ -226,4 +226,6 @@ export const ops: OpDef[] = [
     dims: ([a]) => sameShapeSig(a as Shape, 1, 1),
     collective: { pattern: 'p2p', outShape: identityShape, applyGroup: p2pApply },
   },
-];
+],
+// Zero extension (OpDef.zeroTails): every member carries the class; sums, max, min and moves of zeros are zero.
+{ all_reduce: ZERO_ALWAYS, all_gather: ZERO_ALWAYS, reduce_scatter: ZERO_ALWAYS, all_to_all: ZERO_ALWAYS, broadcast: ZERO_ALWAYS, send: ZERO_ALWAYS, recv: ZERO_ALWAYS, send_recv: ZERO_ALWAYS });

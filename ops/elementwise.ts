@@ -3,7 +3,7 @@ import type { Algebra, Dense } from './algebra.js';
 import { arg, broadcastReader, generate } from './dense.js';
 import { broadcastSig, sameShapeSig } from './dims.js';
 import { type BackwardRule, type GradRef, one, unbroadcast } from './grad.js';
-import { type Attrs, type OpDef, attrObject, attrScalar, broadcastShapes, fixed, noAttrs, scalarSchema, type Shape } from './types.js';
+import { type Attrs, type OpDef, attrObject, attrScalar, broadcastShapes, fixed, noAttrs, scalarSchema, type Shape, withZeroTails, ZERO_ALWAYS, ZERO_IF_ALL_CARRY } from './types.js';
 
 type Binary = <S>(alg: Algebra<S>, a: S, b: S) => S;
 
@@ -34,7 +34,7 @@ function binary(name: string, doc: string, f: Binary, backward: BackwardRule, li
   };
 }
 
-export const ops: OpDef[] = [
+export const ops: OpDef[] = withZeroTails([
   {
     name: 'where',
     family: 'elementwise',
@@ -118,4 +118,8 @@ export const ops: OpDef[] = [
     backward: (b, { grads: [g], attrs }) => [one(b, 'scale', [g as GradRef], { factor: attrs['factor'] ?? 1 })],
     dims: ([a]) => sameShapeSig(a as Shape, 1, 1),
   },
-];
+],
+// Zero extension (OpDef.zeroTails): products and moves keep zeros; a sum does when no operand is broadcast along the class.
+{ add: ZERO_IF_ALL_CARRY, sub: ZERO_IF_ALL_CARRY, mul: ZERO_ALWAYS, neg: ZERO_ALWAYS, identity: ZERO_ALWAYS, scale: ZERO_ALWAYS,
+  // 0 / b = 0 for b not in the class; 0 / 0 is not.
+  div: (c) => c[0] === true && c[1] !== true });

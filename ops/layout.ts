@@ -3,7 +3,7 @@ import type { Algebra, Dense } from './algebra.js';
 import { arg, at, cat, generate, narrow } from './dense.js';
 import { dimLabels, resizeOneDim, shapeAttrAtLanes } from './dims.js';
 import { type GradRef, one } from './grad.js';
-import { type Attrs, type DimLabel, type DimSig, type OpDef, attrInts, attrNum, attrObject, fixed, normDim, numel, ShapeError, type Shape, shapeStr } from './types.js';
+import { type Attrs, type DimLabel, type DimSig, type OpDef, attrInts, attrNum, attrObject, fixed, normDim, numel, ShapeError, type Shape, shapeStr, withZeroTails, ZERO_ALWAYS } from './types.js';
 
 function permuteApply<S>(x: Dense<S>, dims: readonly number[]): Dense<S> {
   const shape = dims.map((d) => x.shape[d] as number);
@@ -16,7 +16,7 @@ function permuteApply<S>(x: Dense<S>, dims: readonly number[]): Dense<S> {
 
 const intList = { type: 'array', items: { type: 'integer' }, maxItems: 16 };
 
-export const ops: OpDef[] = [
+export const ops: OpDef[] = withZeroTails([
   {
     name: 'transpose',
     family: 'layout',
@@ -252,7 +252,9 @@ export const ops: OpDef[] = [
     },
     dims: ([a], at) => resizeOneDim(a as Shape, attrNum(at, 'dim')),
   },
-];
+],
+// Zero extension (OpDef.zeroTails): dims permuted, values moved; ops with size attributes are not cut.
+{ transpose: ZERO_ALWAYS, permute: ZERO_ALWAYS });
 
 /**
  * Reshape on a slice (tensor-level proofs): dims are grouped where the two shapes' running

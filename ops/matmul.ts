@@ -3,7 +3,7 @@ import type { Algebra, Dense } from './algebra.js';
 import { arg, at, generate } from './dense.js';
 import { batchDim, broadcastLabels, contractedDim, dimLabels } from './dims.js';
 import { type GradBuilder, type GradRef, one, unbroadcast } from './grad.js';
-import { type DimLabel, type DimSig, type OpDef, broadcastShapes, fixed, noAttrs, ShapeError, type Shape, shapeStr } from './types.js';
+import { type DimLabel, type DimSig, type OpDef, broadcastShapes, fixed, noAttrs, ShapeError, type Shape, shapeStr, withZeroTails, ZERO_ALWAYS } from './types.js';
 
 /** torch.matmul values: 1-D operands are promoted and the promoted dims dropped again. */
 function matmulApply<S>(alg: Algebra<S>, a: Dense<S>, b: Dense<S>): Dense<S> {
@@ -59,7 +59,7 @@ function matmulDims(a: Shape, b: Shape): DimSig {
   return { inputs: [a.length === 1 ? [K] : [...la, M, K], b.length === 1 ? [K] : [...lb, K, N]], outputs: [out], sums: ['k'] };
 }
 
-export const ops: OpDef[] = [
+export const ops: OpDef[] = withZeroTails([
   {
     name: 'matmul',
     family: 'matmul',
@@ -120,7 +120,9 @@ export const ops: OpDef[] = [
       return { inputs: [[...lead, I], [O, I], ...(b === undefined ? [] : [[O]])], outputs: [[...lead, O]], ...(b === undefined ? { sums: ['in'] } : {}) };
     },
   },
-];
+],
+// Zero extension (OpDef.zeroTails): a zero row, column or contracted position adds nothing.
+{ matmul: ZERO_ALWAYS });
 
 /** Gradients of torch.matmul for every operand-rank combination. */
 function matmulGrad(b: GradBuilder, a: GradRef, c: GradRef, g: GradRef): GradRef[] {

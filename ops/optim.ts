@@ -3,10 +3,10 @@ import type { Algebra, Dense } from './algebra.js';
 import { arg } from './dense.js';
 import { dimLabels, sameShapeSig } from './dims.js';
 import { NO_BACKWARD } from './grad.js';
-import { type Attrs, type OpDef, attrNum, attrObject, attrScalar, fixed, sameShape, scalarSchema, ShapeError, type Shape, shapeStr } from './types.js';
+import { type Attrs, type OpDef, attrNum, attrObject, attrScalar, fixed, sameShape, scalarSchema, ShapeError, type Shape, shapeStr, withZeroTails, ZERO_ALWAYS } from './types.js';
 import { qParse } from './rational.js';
 
-export const ops: OpDef[] = [
+export const ops: OpDef[] = withZeroTails([
   {
     name: 'sgd_update',
     family: 'optim',
@@ -168,7 +168,9 @@ export const ops: OpDef[] = [
       return { inputs: l, outputs: l };
     },
   },
-];
+],
+// Zero extension (OpDef.zeroTails): clipping scales each gradient by a factor of the sum of squares, which zeros leave alone.
+{ clip_grad_norm: ZERO_ALWAYS });
 
 function clipFactor<S>(alg: Algebra<S>, totalSq: S, at: Attrs): S {
   const eps = alg.constant(attrScalar(at, 'eps', '1/1000000'));

@@ -3,7 +3,7 @@ import type { Algebra, Dense } from './algebra.js';
 import { arg, broadcastReader, generate, reduceDims, strides } from './dense.js';
 import { batchDim, fixedDim, shapeAttrAtLanes } from './dims.js';
 import { type GradRef, NO_BACKWARD, one, unbroadcast } from './grad.js';
-import { type DimLabel, type DimRole, type DimSig, type OpDef, type Attrs, attrInts, attrObject, fixed, normDim, numel, sameShape, ShapeError, type Shape, shapeStr, attrNum } from './types.js';
+import { type DimLabel, type DimRole, type DimSig, type OpDef, type Attrs, attrInts, attrObject, fixed, normDim, numel, sameShape, ShapeError, type Shape, shapeStr, attrNum, withZeroTails, ZERO_ALWAYS } from './types.js';
 
 function reduceDimList(shape: Shape, attrs: Attrs): number[] {
   return (attrInts(attrs, 'dims') ?? shape.map((_, i) => i)).map((d) => normDim(d, shape.length));
@@ -140,7 +140,7 @@ function alongDim(name: string, doc: string, f: <S>(alg: Algebra<S>, x: S[]) => 
   };
 }
 
-export const ops: OpDef[] = [
+export const ops: OpDef[] = withZeroTails([
   {
     name: 'amax',
     family: 'reduce',
@@ -254,4 +254,6 @@ export const ops: OpDef[] = [
     },
     laneAttrs: shapeAttrAtLanes,
   },
-];
+],
+// Zero extension (OpDef.zeroTails): zeros add nothing to a sum; not so for max, mean (it divides by the size) or softmax.
+{ sum: ZERO_ALWAYS });

@@ -72,6 +72,14 @@ export interface OpDef {
    */
   dims(inputs: readonly Shape[], attrs: Attrs): DimSig;
   /**
+   * Zero extension along a dim class (stages/reduce.ts zeroCutPlan; docs/engine.md,
+   * "Zero-extension cuts for witnesses"). Given which inputs carry the class (`carries[i]`:
+   * input i has a dim in it), true when inputs that are zero at some positions of the class
+   * make every output zero at those positions, and every sum the op takes over the class
+   * ignores them. Absent: the op is not known to, and no class it touches is cut.
+   */
+  readonly zeroTails?: (carries: readonly boolean[]) => boolean;
+  /**
    * Lane labels, for shape reduction only (stages/reduce.ts), of an op whose attributes spell
    * sizes (reshape, expand), where `dims` must call those dims fixed. Dims sharing a label
    * here may differ in size: for every f dividing all their sizes, element i of each is in
@@ -311,4 +319,15 @@ export function attrScalar(attrs: Attrs, key: string, dflt?: number | string): n
   if (v === undefined && dflt !== undefined) return dflt;
   if (typeof v !== 'number' && typeof v !== 'string') throw new ShapeError(`attribute '${key}' must be a number or a rational string`);
   return v;
+}
+
+/** zeroTails rules: f(0) = 0 whatever the other inputs are (a product, a move, a sum). */
+export const ZERO_ALWAYS = (): boolean => true;
+/** zeroTails rules: 0 + 0 = 0, but 0 + b is not 0 for an input b broadcast along the class. */
+export const ZERO_IF_ALL_CARRY = (carries: readonly boolean[]): boolean => carries.every(Boolean);
+
+/** Sets the zeroTails rule of the named ops of a family (each op's rule beside its definition). */
+export function withZeroTails(defs: OpDef[], rules: Readonly<Record<string, (carries: readonly boolean[]) => boolean>>): OpDef[] {
+  for (const name of Object.keys(rules)) if (!defs.some((d) => d.name === name)) throw new Error(`zeroTails rule for unknown op '${name}'`);
+  return defs.map((d) => (rules[d.name] === undefined ? d : { ...d, zeroTails: rules[d.name] }));
 }

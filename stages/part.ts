@@ -25,7 +25,7 @@ import type { ProvePart, Stage } from './prove.js';
 import { extractLogicalRaw, logicalClosure, stageOf } from './extract.js';
 import { rawLineage } from './components.js';
 import { reducePlan, ReductionError } from './reduce.js';
-import { prefixWitness, proveStage } from './stage-reduce.js';
+import { prefixWitness, proveStage, zeroCutWitness } from './stage-reduce.js';
 import { diagnoseWitness } from './verify.js';
 import { numericCheck } from './numeric.js';
 import { axisSites } from './tensorlevel.js';
@@ -313,6 +313,15 @@ export const partProver = (opts: { readonly termBudget?: number; readonly maxHol
       if (pre !== undefined && pre.result.status === 'differs' && pre.found.length > 0) {
         result = { ...pre.result, stage: result.stage, reason: `cut to a prefix for a witness (${pre.cut.join(', ')}, its ids restricted to it); witness values at the cut part's shapes: ${pre.result.reason ?? ''}` };
         numeric = { ...numeric, mismatches: pre.found };
+      }
+    }
+    // Still open: a zero-extension cut of its contracted dims (a global norm's every gradient),
+    // for a witness only (docs/engine.md, "Zero-extension cuts for witnesses").
+    if (!(result.status === 'differs' && numeric.mismatches.some((m) => m.logical === target)) && /too large|differs/.test(`${result.status} ${result.reason ?? ''}`)) {
+      const z = zeroCutWitness(use, useRaw, target, seed);
+      if (z !== undefined && z.result.status === 'differs' && z.found.length > 0) {
+        result = { ...z.result, stage: result.stage, reason: `cut for a witness by zero extension (${z.cut.slice(0, 4).join(', ')}${z.cut.length > 4 ? `, ... ${z.cut.length - 4} more` : ''}; the inputs are zero at the positions cut); witness values at the cut part's shapes: ${z.result.reason ?? ''}` };
+        numeric = { ...numeric, mismatches: z.found };
       }
     }
     // Back to the full plan's ranks.

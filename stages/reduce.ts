@@ -69,6 +69,12 @@ export interface ReductionAnalysis {
   readonly logicalPrefix?: boolean[][];
   readonly programPrefix?: boolean[][][];
   readonly prefixValues?: number[];
+  /**
+   * Zero-extension cuts (analyzeReduction with zeroCut; zeroCutPlan): per logical tensor and per
+   * program tensor, per dim, the factor a contracted class is cut by (1: not cut).
+   */
+  readonly zeroLogical?: number[][];
+  readonly zeroProgram?: number[][][];
 }
 
 interface Reduction {
@@ -127,7 +133,7 @@ function viewRanks(p: Program, ranks: readonly number[]): readonly number[] {
  * range), for rank-component windows and prefix cuts; lane labels (OpDef.lanes) join dims that
  * agree by index mod f, not by range, and are for lane reduction only.
  */
-export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: boolean } = {}): ReductionAnalysis {
+export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: boolean; readonly zeroCut?: boolean } = {}): ReductionAnalysis {
   const sigOf = (def: OpDef, shapes: readonly Shape[], attrs: Attrs): DimSig => (opts.lanes !== false && def.lanes !== undefined ? def.lanes(shapes, attrs) : def.dims(shapes, attrs));
   const lg = plan.logical;
   // Node numbering: logical dims first, then each program's tensors' dims.
@@ -152,6 +158,9 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
   // op with OpDef.prefixAttrs indexes by integer values; vIdx marks such axes.
   const block = new Uint8Array(n);
   const vIdx = new Uint8Array(n);
+  // Zero-extension cuts (zeroCutPlan): a node is blocked by an op that does not keep zeros
+  // along it (OpDef.zeroTails), or by being a dim of an integer tensor.
+  const zblock = new Uint8Array(n);
   const valueTensors: [number, number][] = []; // (logical tensor, node of the axis its values index)
   const mark = (node: number, r: DimRole, reason: string): void => {
     if (ROLE_RANK[r] > (role[node] as number)) {
@@ -160,8 +169,9 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
     }
   };
   /** One op application: nodes of its operands' dims, joined by label. */
-  const apply = (sig: DimSig, ins: readonly (readonly number[] | undefined)[], outs: readonly (readonly number[] | undefined)[], what: string, prefixOk = false): Map<string, number> => {
+  const apply = (sig: DimSig, ins: readonly (readonly number[] | undefined)[], outs: readonly (readonly number[] | undefined)[], what: string, prefixOk = false, zero?: OpDef['zeroTails']): Map<string, number> => {
     const byLabel = new Map<string, number>();
+    const nodesOf = new Map<string, number[]>();
     const valueLabels = new Set([...Object.values(sig.inputValues ?? {}), ...Object.values(sig.outputValues ?? {})].map((l) => l.label));
     const constrain = (node: number, label: string): void => {
       if (prefixOk && valueLabels.has(label)) vIdx[node] = 1;
@@ -175,6 +185,11 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
         const seen = byLabel.get(l.label);
         if (seen === undefined) byLabel.set(l.label, node);
         else uf.union(seen, node);
+        if (opts.zeroCut === true) {
+          const ns = nodesOf.get(l.label);
+          if (ns === undefined) nodesOf.set(l.label, [node]);
+          else ns.push(node);
+        }
         if (l.role !== 'batch') {
           mark(node, l.role, `${l.role} in ${what}${l.why === undefined ? '' : `: ${l.why}`}`);
           constrain(node, l.label);
@@ -183,6 +198,12 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
     };
     ins.forEach((nodes, i) => visit(sig.inputs[i], nodes));
     outs.forEach((nodes, i) => visit(sig.outputs[i], nodes));
+    if (opts.zeroCut === true) {
+      for (const [label, nodes] of nodesOf) {
+        const carries = ins.map((_, i) => sig.inputs[i]?.some((l) => l.label === label) === true);
+        if (zero === undefined || !zero(carries)) for (const node of nodes) zblock[node] = 1;
+      }
+    }
     // An integer tensor's values index an axis: never shrink it (the labels say so; enforce it).
     for (const l of [...Object.values(sig.inputValues ?? {}), ...Object.values(sig.outputValues ?? {})]) {
       const node = byLabel.get(l.label);
@@ -198,6 +219,7 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
       for (const node of ns ?? []) {
         mark(node, 'fixed', reason);
         block[node] = 1;
+        zblock[node] = 1;
       }
     }
   };
@@ -213,7 +235,7 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
     try {
       // Ops whose attributes spell sizes give lane labels (OpDef.lanes); reducedRaw rewrites those attributes.
       const sig = sigOf(def, ins.map((t) => lg.shapes[t] as Shape), lg.attrs[op] ?? {});
-      const labels = apply(sig, ins.map(lNodes), outs.map(lNodes), what, def.prefixAttrs !== undefined);
+      const labels = apply(sig, ins.map(lNodes), outs.map(lNodes), what, def.prefixAttrs !== undefined, def.zeroTails);
       // The integer inputs whose values index an axis (their domain is cut with it).
       for (const [k, l] of Object.entries(sig.inputValues ?? {})) {
         const node = labels.get(l.label);
@@ -239,7 +261,7 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
         const inN = ins.map((t) => pNodes(pi, t));
         const outN = outs.map((t) => pNodes(pi, t));
         try {
-          apply(sigOf(def, ins.map((t) => v.shapes[t] as Shape), v.attrs[op] ?? {}), inN, outN, what, def.prefixAttrs !== undefined);
+          apply(sigOf(def, ins.map((t) => v.shapes[t] as Shape), v.attrs[op] ?? {}), inN, outN, what, def.prefixAttrs !== undefined, def.zeroTails);
         } catch (e) {
           fixAll([...inN, ...outN], `${what} has no reduction labels here (${e instanceof Error ? e.message : String(e)})`);
         }
@@ -268,7 +290,7 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
       if (shape === undefined) throw new Error('no member passes an input');
       const sig = def.dims([shape], c.attrs);
       // All inputs share the input labels, all outputs the output labels (members agree in shape).
-      apply({ inputs: ins.map(() => sig.inputs[0] as readonly DimLabel[]), outputs: outs.map(() => sig.outputs[0] as readonly DimLabel[]) }, ins, outs, what);
+      apply({ inputs: ins.map(() => sig.inputs[0] as readonly DimLabel[]), outputs: outs.map(() => sig.outputs[0] as readonly DimLabel[]) }, ins, outs, what, false, def.zeroTails);
     } catch (e) {
       fixAll([...ins, ...outs], `${what} has no reduction labels here (${e instanceof Error ? e.message : String(e)})`);
     }
@@ -316,7 +338,8 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
     p.lineage.forEach((spec, t) => {
       if (spec === undefined) return;
       const pn = pNodes(pi, t);
-      if (!pn.some((node) => cRole[uf.find(node)] === 0)) return;
+      // (Contracted classes too for zero-extension cuts; their lane factor is never used.)
+      if (!pn.some((node) => cRole[uf.find(node)] === 0 || (opts.zeroCut === true && cRole[uf.find(node)] === 1))) return;
       for (const r of ranks) {
         const nf = evalLineage(spec, plan.mesh, r, lg.shapes[spec.logical] ?? [], plan.view(r).shapes[t] ?? []);
         nf.ranges.forEach((bounds, d) => {
@@ -412,7 +435,27 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
   const logicalPrefix = lg.shapes.map((s, t) => s.map((_, d) => isPrefix((lBase[t] as number) + d)));
   const programPrefix = plan.programs.map((p, pi) => p.shapeSpecs.map((s, t) => s.map((_, d) => isPrefix((pBase[pi]?.[t] as number) + d))));
   const prefixValues = [...new Set(valueTensors.filter(([, node]) => isPrefix(node)).map(([t]) => t))];
-  return { classes, logicalFactors, logicalKept, programFactors, reduces: classes.some((c) => c.factor > 1), logicalClass, logicalRole, logicalPrefix, programPrefix, prefixValues };
+  let zero: Pick<ReductionAnalysis, 'zeroLogical' | 'zeroProgram'> = {};
+  if (opts.zeroCut === true) {
+    // Integer tensors: their values may not include 0.
+    for (let t = 0; t < lg.tensors.size; t++) if (lg.domains[t] !== undefined) for (const node of lNodes(t)) zblock[node] = 1;
+    const cZero = new Uint8Array(n);
+    for (let x = 0; x < n; x++) if (zblock[x]) cZero[uf.find(x)] = 1;
+    const zf = (node: number): number => {
+      const r = uf.find(node);
+      const gg = g[r] as number;
+      if (cRole[r] !== 1 || cZero[r] === 1 || !(gg >= 2)) return 1;
+      // Keep the smallest block of at least two positions: f = g / m, m the least divisor >= 2.
+      let m = 2;
+      while (gg % m !== 0) m++;
+      return gg / m;
+    };
+    zero = {
+      zeroLogical: lg.shapes.map((s, t) => s.map((_, d) => zf((lBase[t] as number) + d))),
+      zeroProgram: plan.programs.map((p, pi) => p.shapeSpecs.map((s, t) => s.map((_, d) => zf((pBase[pi]?.[t] as number) + d)))),
+    };
+  }
+  return { classes, logicalFactors, logicalKept, programFactors, reduces: classes.some((c) => c.factor > 1), logicalClass, logicalRole, logicalPrefix, programPrefix, prefixValues, ...zero };
 }
 
 function divInt(x: RawInt, f: number, where: string): RawInt {
@@ -641,4 +684,45 @@ export function prefixPlan(plan: LoadedPlan, raw: RawPlan, size = 2): { raw: Raw
     }
   }
   return { raw: out, plan: cutPlan, cut: [...cut] };
+}
+
+/**
+ * A witness-only cut (docs/engine.md, "Zero-extension cuts for witnesses"): every contracted
+ * class whose ops all keep zeros along it (OpDef.zeroTails) is cut, in every aligned block of
+ * g positions (g: the gcd of its members' sizes and lineage bounds), to the block's first m
+ * (the least divisor of g >= 2): sizes and lineage bounds divided by f = g / m, as reducedRaw
+ * writes them. Position q of the cut plan stands for position (q div m) * g + q mod m of the
+ * full plan. An input of the cut plan, zero at every other position, is an input of the full
+ * plan; on it every tensor of a cut class is zero at those other positions (each op keeps
+ * zeros; a sum over the class adds only zeros from them), so every output of the cut plan is
+ * the full output at the positions it stands for. A difference of the cut plan is therefore a
+ * difference of the full plan. A proof of the cut plan proves nothing and must not be used.
+ * `subset`: the plan is a part (stages/part.ts), loaded without the tiling check.
+ */
+export function zeroCutPlan(plan: LoadedPlan, raw: RawPlan, subset = true): { raw: RawPlan; plan: LoadedPlan; cut: string[] } | undefined {
+  const a = analyzeReduction(plan, { lanes: false, zeroCut: true });
+  const lz = a.zeroLogical ?? [];
+  const pz = a.zeroProgram ?? [];
+  if (!lz.some((ds) => ds.some((f) => f > 1)) && !pz.some((ts) => ts.some((ds) => ds.some((f) => f > 1)))) return undefined;
+  const lg = plan.logical;
+  const cut: string[] = [];
+  lz.forEach((ds, t) => ds.forEach((f, d) => {
+    if (f > 1) cut.push(`'${lg.tensors.name(t)}' dim ${d} ${(lg.shapes[t] as Shape)[d] as number} -> ${((lg.shapes[t] as Shape)[d] as number) / f}`);
+  }));
+  // reducedRaw divides sizes and bounds by these factors; nothing else of the analysis is read.
+  const factors: ReductionAnalysis = { ...a, logicalFactors: lz, programFactors: pz, reduces: true };
+  const out = reducedRaw(raw, plan, factors);
+  out.name = `${raw.name ?? plan.name} (zero-extension cut)`;
+  out.description = `${raw.description ?? ''}${raw.description ? ' ' : ''}[Cut by planproof for a witness only: contracted dims that every op keeps zeros along, cut in each aligned block; see docs/engine.md, "Zero-extension cuts for witnesses".]`;
+  const text = JSON.stringify(out);
+  let cutPlan: LoadedPlan;
+  try {
+    cutPlan = (subset ? loadPartObject : loadPlanObject)(`${plan.file} (zero-extension cut)`, JSON.parse(text));
+  } catch (e) {
+    const msg = e instanceof PlanError ? e.issues.slice(0, 3).map((i) => `${i.path}: ${i.message}`).join('; ') : e instanceof Error ? e.message : String(e);
+    throw new ReductionError(`the zero-extension cut does not load: ${msg}`);
+  }
+  // Every shape and lineage bound is the full one divided by the factors, on every rank.
+  checkReduced(plan, cutPlan, factors);
+  return { raw: out, plan: cutPlan, cut };
 }

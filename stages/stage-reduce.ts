@@ -17,7 +17,7 @@ import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, Prover, type Stage, type StageResult, type Stop } from './prove.js';
-import { analyzeReduction, prefixPlan, reducePlan, ReductionError, type ReducedClass } from './reduce.js';
+import { analyzeReduction, prefixPlan, reducePlan, ReductionError, zeroCutPlan, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
 import { assemble, retryDraws } from './verify.js';
@@ -433,6 +433,20 @@ export function perStageFallback(rawPlan: RawPlan | (() => RawPlan), seed: numbe
             // A proof or an open difference at a prefix cut decides nothing: the stage stays open.
             res = { ...res, reason: `${res.reason ?? ''}; at a prefix cut (${cut.cut.join(', ')}; for witnesses only): ${cut.result.status}${cut.result.reason === undefined ? '' : ` (${cut.result.reason})`}` };
           }
+          // Then a zero-extension cut of its contracted dims (a global norm), for a witness only.
+          const z = zeroCutWitness(p.plan, p.raw, name, seed, stop);
+          if (z !== undefined) {
+            log.push({ stage: i + 1, logical: name, status: z.result.status, mode: info.mode, reduced: `zero-extension cut: ${z.cut.slice(0, 4).join(', ')}`, ms: performance.now() - t0 });
+            if (z.result.status === 'differs' && z.found.length > 0) {
+              const red = info.reduced.map((c) => `${c.dim} ${c.full}->${c.reduced}`).join(', ');
+              out[i] = { ...z.result, stage: r.stage, reason: `per stage (${info.mode}${red === '' ? '' : `: ${red}`}; then cut for a witness by zero extension: ${z.cut.slice(0, 4).join(', ')}${z.cut.length > 4 ? `, ... ${z.cut.length - 4} more` : ''}, the inputs zero at the positions cut); witness values at the cut plan's shapes: ${z.result.reason ?? ''}` };
+              mismatches.push(...z.found);
+              failing.add(name);
+              refuted = true;
+              continue;
+            }
+            res = { ...res, reason: `${res.reason ?? ''}; at a zero-extension cut (for witnesses only): ${z.result.status}` };
+          }
         }
       }
       const reduced = info.reduced.map((c) => `${c.dim} ${c.full}->${c.reduced}`).join(', ');
@@ -480,4 +494,32 @@ export function prefixWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed
     }
   }
   return last;
+}
+
+/**
+ * The stage at a zero-extension cut of its plan (reduce.ts zeroCutPlan: contracted dims that
+ * every op keeps zeros along, such as every gradient under global-norm clipping), or undefined
+ * when nothing can be cut. Only a difference with a witness may be used. The cut plan is proved
+ * by the exact engine, and when that gives up, by the numeric run on two draws.
+ */
+export function zeroCutWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed: number, stop?: Stop): { result: StageResult; found: NumericReport['mismatches']; cut: string[] } | undefined {
+  try {
+    const z = zeroCutPlan(plan, raw);
+    if (z === undefined) return undefined;
+    const s = stageOf(z.plan, name);
+    if (s === undefined) return undefined;
+    let { result, numeric } = proveStage({ info: { stage: 0, logical: name, mode: 'reduced', reduced: [], kept: [] }, plan: z.plan, stage: s, raw: z.raw }, seed, undefined, stop);
+    if (result.status === 'unknown' && /too large/.test(result.reason ?? '')) {
+      const a = numericCheck(z.plan, seed);
+      const b = a.failingTensors.includes(name) ? numericCheck(z.plan, seed + 1) : undefined;
+      if (b !== undefined && b.failingTensors.includes(name)) {
+        numeric = a;
+        result = { ...result, status: 'differs', reason: `numeric witness on two draws (seeds ${seed}, ${seed + 1}); the exact engine gave up: ${(result.reason ?? '').slice(0, 160)}`, failingRanks: [...new Set(a.mismatches.filter((m) => m.logical === name).map((m) => m.rank))].sort((x, y) => x - y) };
+      }
+    }
+    return { result, found: numeric.mismatches.filter((m) => m.logical === name), cut: z.cut };
+  } catch (e) {
+    if (e instanceof ReductionError || e instanceof ExtractionError) return undefined;
+    throw e;
+  }
 }
