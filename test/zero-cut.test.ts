@@ -1,0 +1,133 @@
+/**
+ * Zero-extension cuts for witnesses (stages/reduce.ts zeroCutPlan; docs/engine.md,
+ * "Zero-extension cuts for witnesses"). A contracted dim that every op keeps zeros along is cut
+ * in each aligned block; a difference of the cut plan must be a difference of the full plan.
+ * Checked on global-norm clipping (the bugs this exists for, and their correct twin) and on
+ * random plans and mutants against the verdict at full shapes; dims an op does not keep zeros
+ * along (exp, sigmoid, an add with an operand broadcast along them) are never cut.
+ */
+import { strict as assert } from 'node:assert';
+import fc from 'fast-check';
+import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
+import { BUGS, type BugContext } from '../plans/gen/bugs.js';
+import { PRESETS } from '../plans/gen/presets.js';
+import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
+import type { RawPlan } from '../plans/raw.js';
+import { verifyPlan } from '../stages/verify.js';
+import { stageOf } from '../stages/extract.js';
+import { prepareStage, zeroCutWitness } from '../stages/stage-reduce.js';
+import { zeroCutPlan } from '../stages/reduce.js';
+import { MUTANTS, mlpPlan, type PlanParams } from './reduce-plans.js';
+
+const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
+const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));
+
+function llama(bug?: string): RawPlan {
+  const p = PRESETS['llama-tiny'];
+  assert.ok(p !== undefined);
+  const ctx: BugContext = { dp: 2, tp: 2, micro: 2, family: 'llama', pp: 1 };
+  const raw = generatePlan({ model: p.model, par: { ...p.par, ...ctx }, optimizer: OPT });
+  if (bug !== undefined) {
+    const b = BUGS.find((x) => x.id === bug);
+    assert.ok(b !== undefined, bug);
+    b.inject(raw, ctx);
+  }
+  return raw as unknown as RawPlan;
+}
+
+describe('zero-extension cuts for witnesses', function () {
+  this.timeout(300000);
+
+  it('global-norm clipping: the clip stages of three bugs are refuted at the cut, their correct twin is not', () => {
+    for (const bug of [undefined, 'clip-one-rank', 'clip-local-norm', 'square-exponent-one-rank']) {
+      const raw = llama(bug);
+      const plan = load(raw);
+      const full = verifyPlan(plan);
+      assert.equal(full.verdict, bug === undefined ? 'verified' : 'not_equivalent', `${bug ?? 'correct'}: ${full.summary}`);
+      for (const name of ['clip', 'clip.5']) {
+        const st = stageOf(plan, name);
+        assert.ok(st !== undefined, name);
+        const p = prepareStage(plan, raw, st);
+        assert.ok(p.raw !== undefined);
+        const z = zeroCutWitness(p.plan, p.raw, name, 1);
+        assert.ok(z !== undefined, `${bug ?? 'correct'} ${name}: nothing cut`);
+        // Every gradient's and clipped gradient's contracted dims are cut (8 -> 2 or 4), nothing else.
+        assert.ok(z.cut.length >= 20 && z.cut.every((c) => /^'(grad\/|clip)/.test(c)), z.cut.join('; '));
+        if (bug === undefined) {
+          // The correct plan's cut is the correct plan on inputs zero at the positions cut: proved.
+          assert.equal(z.result.status, 'proved', `${name}: ${z.result.reason ?? ''}`);
+          assert.equal(z.found.length, 0);
+        } else {
+          assert.equal(z.result.status, 'differs', `${bug} ${name}: ${z.result.reason ?? ''}`);
+          assert.ok(z.found.length > 0, `${bug} ${name}: no witness`);
+          // The full plan fails at this stage too (the reference, rank by rank).
+          assert.notEqual(full.stages.find((s) => s.logical === name)?.status, 'proved', `${bug} ${name}`);
+        }
+      }
+    }
+  });
+
+  const params = (act: PlanParams['act'], mutant: PlanParams['mutant'] = 'none', bias = false): PlanParams => ({ dp: 2, tp: 2, rows: 2, hidden: 4, ffn: 4, out: 2, act, spelling: 'index', bias, mutant });
+  const cutDims = (p: PlanParams): string[] => {
+    const raw = mlpPlan(p);
+    return zeroCutPlan(load(raw), raw)?.cut ?? [];
+  };
+
+  it('cuts a contracted dim only where every op keeps zeros along it', () => {
+    // tanh(0) = 0: the ffn dims (h, a, w1 columns, w2 rows) are cut, as is the hidden dim.
+    const tanh = cutDims(params('tanh'));
+    assert.ok(tanh.some((c) => c.startsWith("'x' dim 1")), tanh.join('; '));
+    assert.ok(tanh.some((c) => c.startsWith("'w2' dim 0")), tanh.join('; '));
+    // exp(0) = 1 and sigmoid(0) = 1/2: the ffn dims are kept, the hidden dim is still cut.
+    for (const act of ['exp', 'sigmoid'] as const) {
+      const dims = cutDims(params(act));
+      assert.ok(dims.some((c) => c.startsWith("'x' dim 1")), `${act}: ${dims.join('; ')}`);
+      assert.ok(!dims.some((c) => c.startsWith("'w2' dim 0") || c.startsWith("'h' ")), `${act}: ${dims.join('; ')}`);
+    }
+    // A wrong activation on the ranks keeps the dims too (every op of the class counts, both sides).
+    assert.ok(!cutDims(params('tanh', 'wrong-act')).some((c) => c.startsWith("'w2' dim 0")));
+  });
+
+  it('never refutes a plan that verifies, and every refutation is one at full shapes (100 random plans and mutants)', () => {
+    let cut = 0;
+    let refuted = 0;
+    let verified = 0;
+    const arb: fc.Arbitrary<PlanParams> = fc.record({
+      dp: fc.integer({ min: 1, max: 2 }),
+      tp: fc.integer({ min: 1, max: 2 }),
+      rows: fc.integer({ min: 1, max: 2 }),
+      hidden: fc.constantFrom(2, 4, 6),
+      ffn: fc.constantFrom(2, 4),
+      out: fc.integer({ min: 1, max: 2 }),
+      act: fc.constantFrom('tanh' as const, 'tanh' as const, 'exp' as const, 'sigmoid' as const),
+      spelling: fc.constantFrom('placements' as const, 'index' as const),
+      bias: fc.boolean(),
+      mutant: fc.constantFrom(...MUTANTS),
+    });
+    fc.assert(
+      fc.property(arb, (p) => {
+        const raw = mlpPlan(p);
+        const plan = load(raw);
+        const z = zeroCutPlan(plan, raw);
+        if (z === undefined) return true;
+        cut++;
+        const full = verifyPlan(plan);
+        const atCut = verifyPlan(z.plan);
+        if (full.verdict === 'verified') {
+          verified++;
+          assert.notEqual(atCut.verdict, 'not_equivalent', `${JSON.stringify(p)}: verified at full shapes, refuted at the cut (${atCut.summary})`);
+        }
+        if (atCut.verdict === 'not_equivalent') {
+          refuted++;
+          assert.equal(full.verdict, 'not_equivalent', `${JSON.stringify(p)}: refuted at the cut, ${full.verdict} at full shapes`);
+        }
+        return true;
+      }),
+      { numRuns: 100, seed: 27 },
+    );
+    // Not vacuous: most plans are cut, and both kinds of verdict are compared.
+    assert.ok(cut >= 70, `only ${cut} of 100 plans cut`);
+    assert.ok(verified >= 20, `only ${verified} cut plans verify at full shapes`);
+    assert.ok(refuted >= 20, `only ${refuted} cut plans refuted`);
+  });
+});
