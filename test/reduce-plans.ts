@@ -43,6 +43,24 @@ export const planParams: fc.Arbitrary<PlanParams> = fc.record({
 
 const e = (expr: string): { expr: string } => ({ expr });
 
+/**
+ * MLP plans for zero-extension cuts (test/zero-cut.test.ts, bench/reduce-check.ts --zero-cut):
+ * contracted dims large enough to cut (a block of 4 or 6 keeps 2), tanh (which keeps zeros) as
+ * often as exp and sigmoid together.
+ */
+export const zeroCutParams: fc.Arbitrary<PlanParams> = fc.record({
+  dp: fc.integer({ min: 1, max: 2 }),
+  tp: fc.integer({ min: 1, max: 2 }),
+  rows: fc.integer({ min: 1, max: 2 }),
+  hidden: fc.constantFrom(2, 4, 6),
+  ffn: fc.constantFrom(2, 4),
+  out: fc.integer({ min: 1, max: 2 }),
+  act: fc.constantFrom('tanh' as const, 'tanh' as const, 'exp' as const, 'sigmoid' as const),
+  spelling: fc.constantFrom('placements' as const, 'index' as const),
+  bias: fc.boolean(),
+  mutant: fc.constantFrom(...MUTANTS),
+});
+
 export function mlpPlan(p: PlanParams): RawPlan {
   const B = p.dp * p.rows;
   const F = p.tp * p.ffn;

@@ -17,7 +17,7 @@ import { verifyPlan } from '../stages/verify.js';
 import { stageOf } from '../stages/extract.js';
 import { prepareStage, zeroCutWitness } from '../stages/stage-reduce.js';
 import { zeroCutPlan } from '../stages/reduce.js';
-import { MUTANTS, mlpPlan, type PlanParams } from './reduce-plans.js';
+import { mlpPlan, zeroCutParams, type PlanParams } from './reduce-plans.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));
@@ -92,20 +92,8 @@ describe('zero-extension cuts for witnesses', function () {
     let cut = 0;
     let refuted = 0;
     let verified = 0;
-    const arb: fc.Arbitrary<PlanParams> = fc.record({
-      dp: fc.integer({ min: 1, max: 2 }),
-      tp: fc.integer({ min: 1, max: 2 }),
-      rows: fc.integer({ min: 1, max: 2 }),
-      hidden: fc.constantFrom(2, 4, 6),
-      ffn: fc.constantFrom(2, 4),
-      out: fc.integer({ min: 1, max: 2 }),
-      act: fc.constantFrom('tanh' as const, 'tanh' as const, 'exp' as const, 'sigmoid' as const),
-      spelling: fc.constantFrom('placements' as const, 'index' as const),
-      bias: fc.boolean(),
-      mutant: fc.constantFrom(...MUTANTS),
-    });
     fc.assert(
-      fc.property(arb, (p) => {
+      fc.property(zeroCutParams, (p) => {
         const raw = mlpPlan(p);
         const plan = load(raw);
         const z = zeroCutPlan(plan, raw);
