@@ -114,5 +114,5 @@ export const ops: OpDef[] = withZeroTails([
     dims: ([a]) => sameShapeSig(a as Shape, 2, 1),
   },
 ],
-// Zero extension (OpDef.zeroTails): f(0) = 0 for these, not for exp, log or sigmoid.
-{ tanh: ZERO_ALWAYS, sqrt: ZERO_ALWAYS, silu: ZERO_ALWAYS, gelu: ZERO_ALWAYS });
+// Zero extension (OpDef.zeroTails): f(0) = 0 for these, not for exp, log or sigmoid (swiglu is silu(gate) * up: zero when either is).
+{ tanh: ZERO_ALWAYS, sqrt: ZERO_ALWAYS, silu: ZERO_ALWAYS, gelu: ZERO_ALWAYS, swiglu: ZERO_ALWAYS });

@@ -122,7 +122,9 @@ export const ops: OpDef[] = withZeroTails([
   },
 ],
 // Zero extension (OpDef.zeroTails): a zero row, column or contracted position adds nothing.
-{ matmul: ZERO_ALWAYS });
+{ matmul: ZERO_ALWAYS,
+  // x @ w.T + b: a row of x that is zero gives b, not 0, when there is a bias.
+  linear: (c) => c.length < 3 || !(c[0] === true && c[1] !== true) });
 
 /** Gradients of torch.matmul for every operand-rank combination. */
 function matmulGrad(b: GradBuilder, a: GradRef, c: GradRef, g: GradRef): GradRef[] {

@@ -18,6 +18,34 @@ import { stageOf } from '../stages/extract.js';
 import { prepareStage, zeroCutWitness } from '../stages/stage-reduce.js';
 import { zeroCutPlan } from '../stages/reduce.js';
 import { mlpPlan, zeroCutParams, type PlanParams } from './reduce-plans.js';
+import { readFileSync } from 'node:fs';
+import { registry } from '../ops/registry.js';
+import type { Attrs } from '../ops/types.js';
+import type { Dense } from '../ops/algebra.js';
+import { floatAlgebra } from '../sdfg/algebras.js';
+import { FIXTURES } from './helpers.js';
+
+interface Enc {
+  shape: number[];
+  data: number[];
+}
+/** The golden cases from PyTorch (tools/gen_golden.py): valid shapes and attributes of every op. */
+const golden = JSON.parse(readFileSync(`${FIXTURES}golden/ops.json`, 'utf8')) as { cases: { op: string; attrs: Attrs; inputs?: Enc[]; group?: number[] }[] };
+
+/** Positions of a row-major tensor whose index along dims `ds` is 0 (any of them). */
+function atZero(shape: readonly number[], ds: readonly number[]): boolean[] {
+  const n = shape.reduce((a, b) => a * b, 1);
+  return Array.from({ length: n }, (_, f) => {
+    let rest = f;
+    let hit = false;
+    for (let d = shape.length - 1; d >= 0; d--) {
+      const i = rest % (shape[d] as number);
+      rest = Math.floor(rest / (shape[d] as number));
+      if (i === 0 && ds.includes(d)) hit = true;
+    }
+    return hit;
+  });
+}
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));
@@ -65,6 +93,53 @@ describe('zero-extension cuts for witnesses', function () {
         }
       }
     }
+  });
+
+  it('every zeroTails rule holds on its op\'s golden cases: zeros stay zero, and sums ignore them', () => {
+    let checked = 0;
+    for (const c of golden.cases) {
+      const def = registry.get(registry.id(c.op));
+      if (def.zeroTails === undefined || c.group !== undefined || c.inputs === undefined) continue;
+      const inputs = c.inputs;
+      const sig = def.dims(inputs.map((x) => x.shape), c.attrs);
+      const labels = new Set(sig.inputs.flatMap((ls) => ls.map((l) => l.label)));
+      for (const label of labels) {
+        const dimsIn = sig.inputs.map((ls) => ls.flatMap((l, d) => (l.label === label ? [d] : [])));
+        const carries = dimsIn.map((ds) => ds.length > 0);
+        if (!def.zeroTails(carries)) continue;
+        // Position 0 along the label is zero in every input that carries it.
+        if (inputs.some((x, i) => (dimsIn[i] ?? []).some((d) => (x.shape[d] as number) < 2))) continue;
+        const zeroed: Dense<number>[] = inputs.map((x, i) => {
+          const z = atZero(x.shape, dimsIn[i] ?? []);
+          return { shape: x.shape, data: x.data.map((v, f) => (z[f] === true ? 0 : v)) };
+        });
+        const outs = def.apply(floatAlgebra, zeroed, c.attrs);
+        const what = `${c.op} ${JSON.stringify(c.attrs)} [${inputs.map((x) => x.shape.join('x')).join(', ')}] along '${label}' (carried by ${carries.join(',')})`;
+        let onOutput = false;
+        outs.forEach((o, k) => {
+          const ds = (sig.outputs[k] ?? []).flatMap((l, d) => (l.label === label ? [d] : []));
+          if (ds.length === 0) return;
+          onOutput = true;
+          const z = atZero(o.shape, ds);
+          o.data.forEach((v, f) => assert.ok(z[f] !== true || v === 0, `${what}: output ${k}[${f}] = ${v}, not 0`));
+        });
+        // A label the outputs lack is summed over: the zeros add nothing, so deleting those
+        // positions gives the same outputs.
+        if (!onOutput) {
+          const cutIns: Dense<number>[] = zeroed.map((x, i) => {
+            const z = atZero(x.shape, dimsIn[i] ?? []);
+            return { shape: x.shape.map((n, d) => ((dimsIn[i] ?? []).includes(d) ? n - 1 : n)), data: x.data.filter((_, f) => z[f] !== true) };
+          });
+          const cutOuts = def.apply(floatAlgebra, cutIns, c.attrs);
+          outs.forEach((o, k) => o.data.forEach((v, f) => {
+            const w = (cutOuts[k] as Dense<number>).data[f] as number;
+            assert.ok(Math.abs(v - w) <= 1e-12 * Math.max(1, Math.abs(w)), `${what}: output ${k}[${f}] = ${v} with zeros, ${w} without them`);
+          }));
+        }
+        checked++;
+      }
+    }
+    assert.ok(checked >= 30, `only ${checked} (case, label) pairs checked`);
   });
 
   const params = (act: PlanParams['act'], mutant: PlanParams['mutant'] = 'none', bias = false): PlanParams => ({ dp: 2, tp: 2, rows: 2, hidden: 4, ffn: 4, out: 2, act, spelling: 'index', bias, mutant });
