@@ -92,9 +92,10 @@ export function stageClosure(plan: LoadedPlan, stage: Stage, prod: Map<string, P
  * The logical side of a stage: from its tensor back to the logical tensors its inputs' claims
  * name, or to contract inputs (the builder's evalLogical).
  */
-export function logicalClosure(plan: LoadedPlan, logical: number, inputs: Iterable<LineageNF>): Pick<StageClosure, 'logicalOps' | 'logicalInputs'> {
+export function logicalClosure(plan: LoadedPlan, logical: number, inputs: Iterable<LineageNF>, more: Iterable<number> = []): Pick<StageClosure, 'logicalOps' | 'logicalInputs'> {
   const lg = plan.logical;
-  const logicalInputs = new Set<number>([...inputs].map((nf) => nf.logical));
+  // `more`: further logical inputs of the stage, met by other obligations' closures (stages/part.ts).
+  const logicalInputs = new Set<number>([...[...inputs].map((nf) => nf.logical), ...[...more].filter((t) => t !== logical)]);
   const logicalOps = new Set<number>();
   const done = new Set<number>(logicalInputs);
   const lstack = [logical];

@@ -200,6 +200,94 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
   return { ops, inputs, obligations, groups, peers, cutAddends };
 }
 
+/**
+ * Logical tensors the whole stage starts from, found per template: from every program's
+ * obligations of the stage, on one rank of the program, back through its ops and across its
+ * collectives and receives to the matching calls of the other members (as the closure walk
+ * does rank by rank), up to claims. Each is met by the closure of a real obligation of the
+ * stage, so it is one of the stage's logical inputs (the builder's logical side starts from
+ * every claim its obligations' closures meet): the part's logical side may start from it too,
+ * and computes the same function. Without them, the part of a rank that no longer reaches the
+ * others (one rank skipping the clipping) computes every other gradient on the logical side
+ * from the model's inputs: the whole forward and backward of the model. A walk that cannot
+ * follow a call (rank-list groups, a peer given by a rank expression) stops there: fewer
+ * starts only make the logical side larger.
+ */
+function stageStarts(plan: LoadedPlan, logical: number): Set<number> {
+  const out = new Set<number>();
+  const mesh = plan.mesh;
+  const producers = plan.programs.map((p) => {
+    const a = new Int32Array(p.tensors.size).fill(-1);
+    for (let op = 0; op < p.ops.size; op++) for (const x of p.ops.opOutputs(op)) a[x] = op;
+    return a;
+  });
+  const sites = plan.programs.map((p) => new Set(p.collectiveSites));
+  const seen = plan.programs.map((p) => new Uint8Array(p.tensors.size));
+  const stack: [number, number][] = [];
+  plan.programs.forEach((p, pi) => {
+    for (let t = 0; t < p.tensors.size; t++) if (p.lineage[t]?.logical === logical && (producers[pi]?.[t] as number) >= 0) stack.push([pi, t]);
+  });
+  while (stack.length > 0) {
+    const [pi, t] = stack.pop() as [number, number];
+    const mark = seen[pi] as Uint8Array;
+    if (mark[t]) continue;
+    mark[t] = 1;
+    const p = plan.programs[pi] as Program;
+    const spec = p.lineage[t];
+    const op = producers[pi]?.[t] as number;
+    if (spec !== undefined && (spec.logical !== logical || op < 0)) {
+      out.add(spec.logical);
+      continue;
+    }
+    if (op < 0) continue;
+    if (!(sites[pi] as Set<number>).has(op)) {
+      for (const x of p.ops.opInputs(op)) stack.push([pi, x]);
+      continue;
+    }
+    const r = p.ranks[0];
+    if (r === undefined) continue;
+    const kind = registry.get(p.ops.kind[op] as number).name;
+    if (kind === 'recv') {
+      const spec2 = p.peers[op];
+      if (spec2 === undefined || spec2.kind !== 'shift') continue;
+      const c = mesh.coords(r);
+      for (const [a, d] of spec2.shift) c[a] = (c[a] as number) + d;
+      const peer = mesh.rankOf(c);
+      const qi = plan.rankProgram[peer] as number;
+      const q = plan.programs[qi] as Program;
+      // The send of the peer's program paired with this receive, as the closure walk pairs them.
+      const peerOf = (prog: Program, rank: number, o: number): number | undefined => {
+        const sp = prog.peers[o];
+        if (sp === undefined || sp.kind !== 'shift') return undefined;
+        const cc = mesh.coords(rank);
+        for (const [a, d] of sp.shift) cc[a] = (cc[a] as number) + d;
+        return mesh.rankOf(cc);
+      };
+      const mine = [...p.collectiveSites].filter((o) => registry.get(p.ops.kind[o] as number).name === 'recv' && peerOf(p, r, o) === peer);
+      const theirs = [...q.collectiveSites].filter((o) => registry.get(q.ops.kind[o] as number).name === 'send' && peerOf(q, peer, o) === r);
+      const send = theirs[mine.indexOf(op)];
+      const x = send === undefined ? undefined : q.ops.opInputs(send)[0];
+      if (x !== undefined) stack.push([qi, x]);
+      continue;
+    }
+    const g = p.groups[op];
+    if (g === undefined || g.kind !== 'axes') continue;
+    const mineOnAxes = axisSites(p, g.axes);
+    const k = mineOnAxes?.indexOf(op) ?? -1;
+    if (k < 0) continue;
+    const progs = new Set<number>();
+    for (const m of mesh.groupAlong(r, g.axes)) progs.add(plan.rankProgram[m] as number);
+    for (const qi of progs) {
+      const q = plan.programs[qi] as Program;
+      const qs = qi === pi ? op : axisSites(q, g.axes)?.[k];
+      if (qs === undefined || q.ops.kind[qs] !== p.ops.kind[op]) continue;
+      const x = q.ops.opInputs(qs)[0];
+      if (x !== undefined) stack.push([qi, x]);
+    }
+  }
+  return out;
+}
+
 /** The part as a plan file: its ranks renumbered 0..n-1 on a one-axis mesh, programs instantiated. */
 function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typeof closure>): { raw: RawPlan; ranks: number[] } {
   const ranks = [...c.ops.keys(), ...[...c.inputs.keys()].map((k) => Number(k.split(':')[0]))].filter((r, i, a) => a.indexOf(r) === i).sort((a, b) => a - b);
@@ -207,7 +295,7 @@ function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typ
   const id = new Map(ranks.map((r, i) => [r, i]));
   const lg = plan.logical;
   // Logical side: the ops the stage's value is computed by, from the logical tensors the part's inputs name.
-  const lpart = extractLogicalRaw(plan, raw, stage, logicalClosure(plan, stage.logical, c.inputs.values()));
+  const lpart = extractLogicalRaw(plan, raw, stage, logicalClosure(plan, stage.logical, c.inputs.values(), stageStarts(plan, stage.logical)));
   const rawOps = new Map<number, Map<string, RawParallelOp>>();
   const programs: RawProgram[] = ranks.map((r) => {
     const pi = plan.rankProgram[r] as number;
@@ -319,10 +407,11 @@ export const partProver = (opts: { readonly termBudget?: number; readonly maxHol
     // for a witness only (docs/engine.md, "Zero-extension cuts for witnesses").
     if (!(result.status === 'differs' && numeric.mismatches.some((m) => m.logical === target)) && /too large|differs/.test(`${result.status} ${result.reason ?? ''}`)) {
       const z = zeroCutWitness(use, useRaw, target, seed);
-      if (z !== undefined && z.result.status === 'differs' && z.found.length > 0) {
+      if ('why' in z) result = { ...result, reason: `${result.reason ?? ''}; no zero-extension cut: ${z.why}` };
+      else if (z.result.status === 'differs' && z.found.length > 0) {
         result = { ...z.result, stage: result.stage, reason: `cut for a witness by zero extension (${z.cut.slice(0, 4).join(', ')}${z.cut.length > 4 ? `, ... ${z.cut.length - 4} more` : ''}; the inputs are zero at the positions cut); witness values at the cut part's shapes: ${z.result.reason ?? ''}` };
         numeric = { ...numeric, mismatches: z.found };
-      }
+      } else result = { ...result, reason: `${result.reason ?? ''}; at a zero-extension cut (${z.cut.length} dims; for witnesses only): ${z.result.status}${z.result.reason === undefined ? '' : ` (${z.result.reason.slice(0, 200)})`}` };
     }
     // Back to the full plan's ranks.
     const witness = numeric.mismatches.filter((m) => m.logical === target).map((m) => ({ ...m, rank: ranks[m.rank] ?? m.rank }));

@@ -435,7 +435,8 @@ export function perStageFallback(rawPlan: RawPlan | (() => RawPlan), seed: numbe
           }
           // Then a zero-extension cut of its contracted dims (a global norm), for a witness only.
           const z = zeroCutWitness(p.plan, p.raw, name, seed, stop);
-          if (z !== undefined) {
+          if ('why' in z) res = { ...res, reason: `${res.reason ?? ''}; no zero-extension cut: ${z.why}` };
+          else {
             log.push({ stage: i + 1, logical: name, status: z.result.status, mode: info.mode, reduced: `zero-extension cut: ${z.cut.slice(0, 4).join(', ')}`, ms: performance.now() - t0 });
             if (z.result.status === 'differs' && z.found.length > 0) {
               const red = info.reduced.map((c) => `${c.dim} ${c.full}->${c.reduced}`).join(', ');
@@ -502,12 +503,12 @@ export function prefixWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed
  * when nothing can be cut. Only a difference with a witness may be used. The cut plan is proved
  * by the exact engine, and when that gives up, by the numeric run on two draws.
  */
-export function zeroCutWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed: number, stop?: Stop): { result: StageResult; found: NumericReport['mismatches']; cut: string[] } | undefined {
+export function zeroCutWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed: number, stop?: Stop): { result: StageResult; found: NumericReport['mismatches']; cut: string[] } | { why: string } {
   try {
     const z = zeroCutPlan(plan, raw);
-    if (z === undefined) return undefined;
+    if (z === undefined) return { why: 'no contracted dim that every op keeps zeros along' };
     const s = stageOf(z.plan, name);
-    if (s === undefined) return undefined;
+    if (s === undefined) return { why: `the cut plan has no stage of '${name}'` };
     let { result, numeric } = proveStage({ info: { stage: 0, logical: name, mode: 'reduced', reduced: [], kept: [] }, plan: z.plan, stage: s, raw: z.raw }, seed, undefined, stop);
     if (result.status === 'unknown' && /too large/.test(result.reason ?? '')) {
       const a = numericCheck(z.plan, seed);
@@ -519,7 +520,7 @@ export function zeroCutWitness(plan: LoadedPlan, raw: RawPlan, name: string, see
     }
     return { result, found: numeric.mismatches.filter((m) => m.logical === name), cut: z.cut };
   } catch (e) {
-    if (e instanceof ReductionError || e instanceof ExtractionError) return undefined;
+    if (e instanceof ReductionError || e instanceof ExtractionError) return { why: e.message.slice(0, 300) };
     throw e;
   }
 }

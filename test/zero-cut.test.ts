@@ -17,6 +17,7 @@ import { verifyPlan } from '../stages/verify.js';
 import { stageOf } from '../stages/extract.js';
 import { prepareStage, zeroCutWitness } from '../stages/stage-reduce.js';
 import { zeroCutPlan } from '../stages/reduce.js';
+import { provePart } from '../stages/part.js';
 import { mlpPlan, zeroCutParams, type PlanParams } from './reduce-plans.js';
 import { readFileSync } from 'node:fs';
 import { registry } from '../ops/registry.js';
@@ -78,7 +79,7 @@ describe('zero-extension cuts for witnesses', function () {
         const p = prepareStage(plan, raw, st);
         assert.ok(p.raw !== undefined);
         const z = zeroCutWitness(p.plan, p.raw, name, 1);
-        assert.ok(z !== undefined, `${bug ?? 'correct'} ${name}: nothing cut`);
+        if ('why' in z) assert.fail(`${bug ?? 'correct'} ${name}: nothing cut: ${z.why}`);
         // Every gradient's and clipped gradient's contracted dims are cut (8 -> 2 or 4), nothing else.
         assert.ok(z.cut.length >= 20 && z.cut.every((c) => /^'(grad\/|clip)/.test(c)), z.cut.join('; '));
         if (bug === undefined) {
@@ -92,6 +93,33 @@ describe('zero-extension cuts for witnesses', function () {
           assert.notEqual(full.stages.find((s) => s.logical === name)?.status, 'proved', `${bug} ${name}`);
         }
       }
+    }
+  });
+
+  it('a part whose rank no longer reaches the others starts its logical side from the stage\'s other claims (clip-one-rank under pp)', () => {
+    const pp = (bug?: string): RawPlan => {
+      const p = PRESETS['llama-tiny'];
+      assert.ok(p !== undefined);
+      const ctx: BugContext = { dp: 2, tp: 2, micro: 2, family: 'llama', pp: 2 };
+      const raw = generatePlan({ model: { ...p.model, layers: 2 }, par: { ...p.par, ...ctx }, optimizer: OPT });
+      if (bug !== undefined) BUGS.find((x) => x.id === bug)?.inject(raw, ctx);
+      return raw as unknown as RawPlan;
+    };
+    for (const bug of [undefined, 'clip-one-rank']) {
+      const raw = pp(bug);
+      const plan = load(raw);
+      const st = stageOf(plan, 'clip');
+      assert.ok(st !== undefined);
+      // Rank 1 skips the clipping under the bug: its part no longer reaches the all-reduce.
+      const ob = st.obligations.find((o) => o.rank === 1);
+      assert.ok(ob !== undefined);
+      const r = provePart(plan, raw, st, ob.rank, ob.tensor, 1);
+      assert.ok(!('why' in r), 'why' in r ? r.why : '');
+      // The logical side is the clipping of the claimed gradients, not the model recomputed.
+      const kinds = new Set(r.raw.logical.ops.map((o) => o.op));
+      assert.deepEqual([...kinds], ['clip_grad_norm'], `${bug ?? 'correct'}: ${[...kinds].join(', ')}`);
+      assert.equal(r.result.status, bug === undefined ? 'proved' : 'differs', `${bug ?? 'correct'}: ${r.result.reason ?? ''}`);
+      if (bug !== undefined) assert.ok(r.witness.length > 0);
     }
   });
 
