@@ -183,7 +183,7 @@ export const intervalAlgebra: Algebra<Iv> = {
 };
 
 /** A claim shown false at a concrete input, in exact arithmetic. */
-interface Certified {
+export interface Certified {
   readonly seed: number;
   readonly rank: number;
   readonly tensor: string;
@@ -194,7 +194,7 @@ interface Certified {
   readonly logical: Iv;
 }
 
-type CertifyResult = { certified: Certified } | { undecided: string };
+export type CertifyResult = { certified: Certified } | { undecided: string };
 
 /**
  * Evaluates both graphs in intervals on the inputs `numericCheck` draws at `seed` (the same
@@ -202,7 +202,7 @@ type CertifyResult = { certified: Certified } | { undecided: string };
  * tensor among `tensors` (and among those `claims` accepts) whose parallel interval is disjoint
  * from the logical one.
  */
-export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly number[], claims: (rank: number, tensor: number) => boolean): CertifyResult & { logical?: number } {
+export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly number[], claims: (rank: number, tensor: number) => boolean, zero?: ReadonlySet<number>): CertifyResult & { logical?: number } {
   const lg = plan.logical;
   const rnd = mulberry32(seed);
   const uniform = (): number => rnd() * 2 - 1;
@@ -210,7 +210,8 @@ export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly
   for (const t of plan.contract.inputs) {
     const shape = lg.shapes[t] ?? [];
     const dom = lg.domains[t];
-    const draw = dom === undefined ? uniform : (): number => dom[Math.floor(rnd() * dom.length)] as number;
+    // `zero`: as numericCheck's (the same inputs at the same seed).
+    const draw = dom === undefined ? (zero?.has(t) === true ? (): number => 0 : uniform) : (): number => dom[Math.floor(rnd() * dom.length)] as number;
     inputs[t] = { shape, data: Array.from({ length: numel(shape) }, () => pt(draw())) };
   }
   let lv: LogicalValues<Iv>;

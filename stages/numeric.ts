@@ -92,8 +92,12 @@ interface BothValues {
   readonly rnd: () => number;
 }
 
-/** Both graphs in Float64 on random contract inputs (partial inputs split into random addends). */
-export function evaluateBoth(plan: LoadedPlan, seed = 1, draw: InputDraw = 'uniform'): BothValues {
+/**
+ * Both graphs in Float64 on random contract inputs (partial inputs split into random addends).
+ * `zero`: real contract inputs set to 0 instead (a witness search that looks at one rank's
+ * inputs alone; 0 is a value like any other).
+ */
+export function evaluateBoth(plan: LoadedPlan, seed = 1, draw: InputDraw = 'uniform', zero?: ReadonlySet<number>): BothValues {
   const lg = plan.logical;
   const rnd = mulberry32(seed);
   // 'log': magnitudes spread over twelve decades (a random sign, 10^-12 .. 1), so that some
@@ -105,7 +109,7 @@ export function evaluateBoth(plan: LoadedPlan, seed = 1, draw: InputDraw = 'unif
     const shape = lg.shapes[t] ?? [];
     const dom = lg.domains[t];
     // Integer inputs draw from their declared values (so an ignore index does occur).
-    const draw = dom === undefined ? uniform : (): number => dom[Math.floor(rnd() * dom.length)] as number;
+    const draw = dom === undefined ? (zero?.has(t) === true ? (): number => 0 : uniform) : (): number => dom[Math.floor(rnd() * dom.length)] as number;
     inputs[t] = { shape, data: Array.from({ length: numel(shape) }, draw) };
   }
   const logical = executeLogical(plan, floatAlgebra, inputs);
@@ -158,11 +162,11 @@ export function evaluateBoth(plan: LoadedPlan, seed = 1, draw: InputDraw = 'unif
  * `skip(rank, tensor)`: claims left out of the comparison (inferred hints: a hint that does not
  * hold is dropped, never a witness).
  */
-export function numericCheck(plan: LoadedPlan, seed = 1, skip?: (rank: number, tensor: number) => boolean, draw: InputDraw = 'uniform'): NumericReport {
+export function numericCheck(plan: LoadedPlan, seed = 1, skip?: (rank: number, tensor: number) => boolean, draw: InputDraw = 'uniform', zero?: ReadonlySet<number>): NumericReport {
   const tooLarge = tooLargeForNumeric(plan);
   if (tooLarge !== undefined) return { evaluated: false, reason: tooLarge, seed, claimsChecked: 0, mismatches: [], failingTensors: [] };
   const lg = plan.logical;
-  const { logical, parallel, lineageOf } = evaluateBoth(plan, seed, draw);
+  const { logical, parallel, lineageOf } = evaluateBoth(plan, seed, draw, zero);
   // Magnitudes over twelve decades make cancellation likelier: a log draw's witness must be a
   // hundred times further beyond rounding.
   const tol = draw === 'log' ? 100 * WITNESS_TOLERANCE : WITNESS_TOLERANCE;

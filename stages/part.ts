@@ -406,7 +406,7 @@ export const partProver = (opts: { readonly termBudget?: number; readonly maxHol
     // Still open: a zero-extension cut of its contracted dims (a global norm's every gradient),
     // for a witness only (docs/engine.md, "Zero-extension cuts for witnesses").
     if (!(result.status === 'differs' && numeric.mismatches.some((m) => m.logical === target)) && /too large|differs/.test(`${result.status} ${result.reason ?? ''}`)) {
-      const z = zeroCutWitness(use, useRaw, target, seed);
+      const z = zeroCutWitness(use, useRaw, target, seed, undefined, opts.termBudget);
       if ('why' in z) result = { ...result, reason: `${result.reason ?? ''}; no zero-extension cut: ${z.why}` };
       else if (z.result.status === 'differs' && z.found.length > 0) {
         result = { ...z.result, stage: result.stage, reason: `cut for a witness by zero extension (${z.cut.slice(0, 4).join(', ')}${z.cut.length > 4 ? `, ... ${z.cut.length - 4} more` : ''}; the inputs are zero at the positions cut); witness values at the cut part's shapes: ${z.result.reason ?? ''}` };

@@ -787,7 +787,7 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
           reports[i] = refuted;
           break;
         }
-        notes.push(`rank ${rank} '${prog.tensors.name(part.tensor)}': the part is ${r.result.status === 'proved' ? 'proved there (no witness on this rank)' : `${r.result.status}${r.witness.length === 0 ? ' without a witness' : ''} (${(r.result.reason ?? '').slice(0, 200)}${r.notReduced === undefined ? '' : `; not reduced: ${r.notReduced}`})`}`);
+        notes.push(`rank ${rank} '${prog.tensors.name(part.tensor)}': the part is ${r.result.status === 'proved' ? 'proved there (no witness on this rank)' : `${r.result.status}${r.witness.length === 0 ? ' without a witness' : ''} (${clipMiddle(r.result.reason ?? '', 200, 300)}${r.notReduced === undefined ? '' : `; not reduced: ${r.notReduced}`})`}`);
       }
       if (refuted === undefined && notes.length > 0 && rep.status === 'unknown') reports[i] = { ...rep, reason: `${rep.reason ?? ''}; witness search per part: ${notes.join('; ')}` };
     }
@@ -818,4 +818,9 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
     ms: performance.now() - t0,
     decomposition: { path: 'template', entries, bound, reason: why },
   };
+}
+
+/** A long reason's start and end (the later attempts, cuts for witnesses, are at its end). */
+function clipMiddle(s: string, head: number, tail: number): string {
+  return s.length <= head + tail + 5 ? s : `${s.slice(0, head)} ... ${s.slice(s.length - tail)}`;
 }

@@ -96,6 +96,33 @@ describe('zero-extension cuts for witnesses', function () {
     }
   });
 
+  it('a difference under the witness tolerance is certified by interval arithmetic (clipping to a norm of 1e-8)', () => {
+    // Clipped gradients of norm 1e-8 differ by far less than the tolerance of 1e-6 (absolute
+    // below 1): only intervals, which enclose the exact values, can tell them apart.
+    const tiny: OptimizerConfig = { ...OPT, maxNorm: '1/100000000' };
+    for (const bug of [undefined, 'square-exponent-one-rank', 'clip-local-norm']) {
+      const p = PRESETS['llama-tiny'];
+      assert.ok(p !== undefined);
+      const ctx: BugContext = { dp: 2, tp: 2, micro: 2, family: 'llama', pp: 1 };
+      const raw = generatePlan({ model: p.model, par: { ...p.par, ...ctx }, optimizer: tiny }) as unknown as RawPlan;
+      if (bug !== undefined) BUGS.find((x) => x.id === bug)?.inject(raw as never, ctx);
+      const plan = load(raw);
+      const st = stageOf(plan, 'clip');
+      assert.ok(st !== undefined);
+      const prep = prepareStage(plan, raw, st);
+      assert.ok(prep.raw !== undefined);
+      // A term budget of 10 makes the exact engine give up at the cut, as at L3's size.
+      const z = zeroCutWitness(prep.plan, prep.raw, 'clip', 1, undefined, 10);
+      if ('why' in z) assert.fail(z.why);
+      if (bug === undefined) assert.notEqual(z.result.status, 'differs', z.result.reason);
+      else {
+        assert.equal(z.result.status, 'differs', `${bug}: ${z.result.reason ?? ''}`);
+        assert.match(z.result.reason ?? '', /certified witness \(interval arithmetic/);
+        assert.ok(z.found.length > 0);
+      }
+    }
+  });
+
   it('a part whose rank no longer reaches the others starts its logical side from the stage\'s other claims (clip-one-rank under pp)', () => {
     const pp = (bug?: string): RawPlan => {
       const p = PRESETS['llama-tiny'];
