@@ -25,9 +25,8 @@ import type { ProvePart, Stage } from './prove.js';
 import { extractLogicalRaw, logicalClosure, stageOf } from './extract.js';
 import { rawLineage } from './components.js';
 import { reducePlan, ReductionError } from './reduce.js';
-import { prefixWitness, proveStage, zeroCutWitness } from './stage-reduce.js';
+import { prefixWitness, proveStage, twoDraws, zeroCutWitness } from './stage-reduce.js';
 import { diagnoseWitness } from './verify.js';
-import { numericCheck } from './numeric.js';
 import { axisSites } from './tensorlevel.js';
 
 /** Most ranks a part may reach (a dp all-reduce over 64 ranks reaches 64). */
@@ -387,12 +386,8 @@ export const partProver = (opts: { readonly termBudget?: number; readonly maxHol
     // The exact engine gave up on the part: a witness needs no normal form (docs/engine.md,
     // "Numeric witnesses of large parts"), only the numeric run, on two draws.
     if (result.status === 'unknown' && /too large/.test(result.reason ?? '')) {
-      const a = numericCheck(use, seed);
-      const b = a.failingTensors.includes(target) ? numericCheck(use, seed + 1) : undefined;
-      if (b !== undefined && b.failingTensors.includes(target)) {
-        numeric = a;
-        result = { ...result, status: 'differs', reason: `numeric witness on two draws (seeds ${seed}, ${seed + 1}); the exact engine gave up: ${(result.reason ?? '').slice(0, 160)}`, failingRanks: [...new Set(a.mismatches.filter((m) => m.logical === target).map((m) => m.rank))].sort((x, y) => x - y) };
-      }
+      const two = twoDraws(use, target, seed, result);
+      if (two !== undefined && two.result.status === 'differs') ({ result, numeric } = two);
     }
     // Still open and large: a prefix cut of its value-indexed axes (a vocabulary), for a
     // witness only, as per stage (docs/engine.md, "Prefix cuts for witnesses").

@@ -527,12 +527,11 @@ export function zeroCutWitness(plan: LoadedPlan, raw: RawPlan, name: string, see
       const target = z.plan.logical.tensors.id(name);
       for (const focus of zero.size > 0 ? [undefined, zero] : [undefined]) {
         const how = focus === undefined ? '' : `, drawing only the inputs rank(s) ${[...own].join(', ')} of the cut part hold, the others 0`;
-        const a = numericCheck(z.plan, seed, undefined, 'uniform', focus);
-        if (!a.evaluated) break;
-        const b = a.failingTensors.includes(name) ? numericCheck(z.plan, seed + 1, undefined, 'uniform', focus) : undefined;
-        if (b !== undefined && b.failingTensors.includes(name)) {
-          numeric = a;
-          result = { ...result, status: 'differs', reason: `numeric witness on two draws (seeds ${seed}, ${seed + 1}${how}); the exact engine gave up: ${(result.reason ?? '').slice(0, 160)}`, failingRanks: [...new Set(a.mismatches.filter((m) => m.logical === name).map((m) => m.rank))].sort((x, y) => x - y) };
+        const two = twoDraws(z.plan, name, seed, result, how, focus);
+        if (two === undefined) break;
+        const a = two.numeric;
+        if (two.result.status === 'differs') {
+          ({ result, numeric } = two);
           break;
         }
         // A difference under the witness tolerance (a clipped gradient is small: the clipped
@@ -556,4 +555,20 @@ export function zeroCutWitness(plan: LoadedPlan, raw: RawPlan, name: string, see
     if (e instanceof ReductionError || e instanceof ExtractionError) return { why: e.message.slice(0, 300) };
     throw e;
   }
+}
+
+/**
+ * A numeric witness of a stage the exact engine gave up on (docs/engine.md, "Numeric witnesses
+ * of large parts"): the stage's tensor differs on two draws (seeds s and s+1), so a rounding
+ * artefact at a discontinuity of one draw is no reason to refute. The result is `given` made
+ * "differs", with the first draw's report; `given` when the draws do not both differ;
+ * undefined when the plan is too large to evaluate. `zero`: inputs drawn as 0 (numericCheck).
+ */
+export function twoDraws(plan: LoadedPlan, name: string, seed: number, given: StageResult, how = '', zero?: ReadonlySet<number>): { result: StageResult; numeric: NumericReport } | undefined {
+  const a = numericCheck(plan, seed, undefined, 'uniform', zero);
+  if (!a.evaluated) return undefined;
+  const b = a.failingTensors.includes(name) ? numericCheck(plan, seed + 1, undefined, 'uniform', zero) : undefined;
+  if (b === undefined || !b.failingTensors.includes(name)) return { result: given, numeric: a };
+  const failingRanks = [...new Set(a.mismatches.filter((m) => m.logical === name).map((m) => m.rank))].sort((x, y) => x - y);
+  return { result: { ...given, status: 'differs', reason: `numeric witness on two draws (seeds ${seed}, ${seed + 1}${how}); the exact engine gave up: ${(given.reason ?? '').slice(0, 160)}`, failingRanks }, numeric: a };
 }
