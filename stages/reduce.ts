@@ -441,14 +441,21 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
     for (let t = 0; t < lg.tensors.size; t++) if (lg.domains[t] !== undefined) for (const node of lNodes(t)) zblock[node] = 1;
     const cZero = new Uint8Array(n);
     for (let x = 0; x < n; x++) if (zblock[x]) cZero[uf.find(x)] = 1;
+    const byRoot = new Map<number, number>();
     const zf = (node: number): number => {
       const r = uf.find(node);
       const gg = g[r] as number;
       if (cRole[r] !== 1 || cZero[r] === 1 || !(gg >= 2)) return 1;
-      // Keep the smallest block of at least two positions: f = g / m, m the least divisor >= 2.
-      let m = 2;
-      while (gg % m !== 0) m++;
-      return gg / m;
+      let f = byRoot.get(r);
+      if (f === undefined) {
+        // Keep the smallest block of at least two positions: f = g / m, m the least divisor >= 2
+        // (once per class: g may be a large prime).
+        let m = 2;
+        while (gg % m !== 0 && m * m <= gg) m++;
+        f = gg % m === 0 ? gg / m : 1;
+        byRoot.set(r, f);
+      }
+      return f;
     };
     zero = {
       zeroLogical: lg.shapes.map((s, t) => s.map((_, d) => zf((lBase[t] as number) + d))),
