@@ -500,9 +500,11 @@ export function prefixWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed
 
 /**
  * The stage at a zero-extension cut of its plan (reduce.ts zeroCutPlan: contracted dims that
- * every op keeps zeros along, such as every gradient under global-norm clipping), or undefined
- * when nothing can be cut. Only a difference with a witness may be used. The cut plan is proved
- * by the exact engine, and when that gives up, by the numeric run on two draws.
+ * every op keeps zeros along, such as every gradient under global-norm clipping), or why
+ * nothing was cut. Only a difference with a witness may be used. The cut plan is proved by the
+ * exact engine; when that gives up, the numeric run on two draws (all inputs drawn, then only
+ * the obligations' ranks' inputs) and interval arithmetic on the same draws look for a witness
+ * (docs/engine.md, "Zero-extension cuts for witnesses").
  */
 export function zeroCutWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed: number, stop?: Stop, termBudget?: number): { result: StageResult; found: NumericReport['mismatches']; cut: string[] } | { why: string } {
   try {
