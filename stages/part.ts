@@ -269,6 +269,9 @@ function stageStarts(plan: LoadedPlan, logical: number): Set<number> {
       if (x !== undefined) stack.push([qi, x]);
       continue;
     }
+    // As the closure walk: a broadcast or send_recv names ranks in its attributes, and the
+    // walk does not follow them (following every member would meet claims no obligation reads).
+    if (kind === 'broadcast' || kind === 'send_recv') continue;
     const g = p.groups[op];
     if (g === undefined || g.kind !== 'axes') continue;
     const mineOnAxes = axisSites(p, g.axes);
