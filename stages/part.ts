@@ -36,6 +36,44 @@ const MAX_PART_ENTRIES = 200_000;
 
 class PartError extends Error {}
 
+/** The peer rank of a send or receive on rank r, when the plan gives it as a shift along mesh axes. */
+function shiftPeer(plan: LoadedPlan, r: number, op: number): number | undefined {
+  const spec = (plan.programs[plan.rankProgram[r] as number] as Program).peers[op];
+  if (spec === undefined || spec.kind !== 'shift') return undefined;
+  const c = plan.mesh.coords(r);
+  for (const [a, d] of spec.shift) c[a] = (c[a] as number) + d;
+  return plan.mesh.rankOf(c);
+}
+
+/**
+ * The send paired with receive `op` on rank r: the k-th receive from a peer pairs with the
+ * peer's k-th send to r (the loader's matching). Why not, when there is none or a peer is given
+ * by a rank expression.
+ */
+function pairedSend(plan: LoadedPlan, r: number, op: number): { peer: number; send: number } | string {
+  const p = plan.programs[plan.rankProgram[r] as number] as Program;
+  const kindOf = (prog: Program, o: number): string => registry.get(prog.ops.kind[o] as number).name;
+  const peer = shiftPeer(plan, r, op);
+  if (peer === undefined) return `'${p.ops.ids.name(op)}' has a peer given by a rank expression`;
+  const q = plan.programs[plan.rankProgram[peer] as number] as Program;
+  const mine: number[] = [];
+  for (const o of p.collectiveSites) {
+    if (kindOf(p, o) !== 'recv') continue;
+    const x = shiftPeer(plan, r, o);
+    if (x === undefined) return `'${p.ops.ids.name(o)}' has a peer given by a rank expression`;
+    if (x === peer) mine.push(o);
+  }
+  const theirs: number[] = [];
+  for (const o of q.collectiveSites) {
+    if (kindOf(q, o) !== 'send') continue;
+    const x = shiftPeer(plan, peer, o);
+    if (x === undefined) return `'${q.ops.ids.name(o)}' has a peer given by a rank expression`;
+    if (x === r) theirs.push(o);
+  }
+  const send = theirs[mine.indexOf(op)];
+  return send === undefined ? `no send pairs with '${p.ops.ids.name(op)}' on rank ${r}` : { peer, send };
+}
+
 /** The closure walk of one rank's obligation, per template: ops per rank, claims assumed, ranks reached. */
 function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number, maxHolders = MAX_PART_RANKS): { ops: Map<number, Set<number>>; inputs: Map<string, LineageNF>; obligations: Map<string, LineageNF>; groups: Map<string, number[]>; peers: Map<string, number>; cutAddends: number } {
   const mesh = plan.mesh;
@@ -63,14 +101,6 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
     const s = axisSites(p, axes);
     if (s === undefined) throw new PartError(`program '${p.name}' names groups by rank list`);
     return s;
-  };
-  const peerOf = (r: number, op: number): number => {
-    const p = plan.programs[plan.rankProgram[r] as number] as Program;
-    const spec = p.peers[op];
-    if (spec === undefined || spec.kind !== 'shift') throw new PartError(`'${p.ops.ids.name(op)}' has a peer given by a rank expression`);
-    const c = mesh.coords(r);
-    for (const [a, d] of spec.shift) c[a] = (c[a] as number) + d;
-    return mesh.rankOf(c);
   };
   const ops = new Map<number, Set<number>>();
   const add = (r: number, op: number): void => {
@@ -163,12 +193,10 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
     }
     const kind = kindOf(p, op);
     if (kind === 'recv') {
-      const peer = peerOf(r, op);
+      const pair = pairedSend(plan, r, op);
+      if (typeof pair === 'string') throw new PartError(pair);
+      const { peer, send } = pair;
       const q = plan.programs[plan.rankProgram[peer] as number] as Program;
-      const mine = [...p.collectiveSites].filter((o) => kindOf(p, o) === 'recv' && peerOf(r, o) === peer);
-      const theirs = [...q.collectiveSites].filter((o) => kindOf(q, o) === 'send' && peerOf(peer, o) === r);
-      const send = theirs[mine.indexOf(op)];
-      if (send === undefined) throw new PartError(`no send pairs with '${p.ops.ids.name(op)}' on rank ${r}`);
       add(r, op);
       add(peer, send);
       peers.set(`${r}:${op}`, peer);
@@ -212,7 +240,18 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
  * follow a call (rank-list groups, a peer given by a rank expression) stops there: fewer
  * starts only make the logical side larger.
  */
-function stageStarts(plan: LoadedPlan, logical: number): Set<number> {
+function stageStarts(plan: LoadedPlan, logical: number): ReadonlySet<number> {
+  // Per plan and logical tensor: a stage's parts (two per stage, many stages) share it.
+  let memo = STARTS.get(plan);
+  if (memo === undefined) STARTS.set(plan, (memo = new Map()));
+  let out = memo.get(logical);
+  if (out === undefined) memo.set(logical, (out = stageStartsOnce(plan, logical)));
+  return out;
+}
+
+const STARTS = new WeakMap<LoadedPlan, Map<number, ReadonlySet<number>>>();
+
+function stageStartsOnce(plan: LoadedPlan, logical: number): Set<number> {
   const out = new Set<number>();
   const mesh = plan.mesh;
   const producers = plan.programs.map((p) => {
@@ -247,25 +286,11 @@ function stageStarts(plan: LoadedPlan, logical: number): Set<number> {
     if (r === undefined) continue;
     const kind = registry.get(p.ops.kind[op] as number).name;
     if (kind === 'recv') {
-      const spec2 = p.peers[op];
-      if (spec2 === undefined || spec2.kind !== 'shift') continue;
-      const c = mesh.coords(r);
-      for (const [a, d] of spec2.shift) c[a] = (c[a] as number) + d;
-      const peer = mesh.rankOf(c);
-      const qi = plan.rankProgram[peer] as number;
-      const q = plan.programs[qi] as Program;
-      // The send of the peer's program paired with this receive, as the closure walk pairs them.
-      const peerOf = (prog: Program, rank: number, o: number): number | undefined => {
-        const sp = prog.peers[o];
-        if (sp === undefined || sp.kind !== 'shift') return undefined;
-        const cc = mesh.coords(rank);
-        for (const [a, d] of sp.shift) cc[a] = (cc[a] as number) + d;
-        return mesh.rankOf(cc);
-      };
-      const mine = [...p.collectiveSites].filter((o) => registry.get(p.ops.kind[o] as number).name === 'recv' && peerOf(p, r, o) === peer);
-      const theirs = [...q.collectiveSites].filter((o) => registry.get(q.ops.kind[o] as number).name === 'send' && peerOf(q, peer, o) === r);
-      const send = theirs[mine.indexOf(op)];
-      const x = send === undefined ? undefined : q.ops.opInputs(send)[0];
+      // The paired send, as the closure walk pairs them; a walk that cannot pair stops here.
+      const pair = pairedSend(plan, r, op);
+      if (typeof pair === 'string') continue;
+      const qi = plan.rankProgram[pair.peer] as number;
+      const x = (plan.programs[qi] as Program).ops.opInputs(pair.send)[0];
       if (x !== undefined) stack.push([qi, x]);
       continue;
     }

@@ -5,6 +5,7 @@
  * rule computes what the ATen op computes in exact real arithmetic.
  */
 import { registry } from '../../ops/registry.js';
+import { strides } from '../../ops/dense.js';
 import { ShapeError, type AttrValue, type Attrs, type Shape } from '../../ops/types.js';
 import type { RawParallelOp } from '../raw.js';
 import { ImportError, type FxArg, type FxGraph, type FxNode } from './fxtext.js';
@@ -295,7 +296,7 @@ class Lowerer {
     if (this.strides.has(a.name)) return this.strides.get(a.name);
     // A graph input: contiguous, as the tracer and AOTAutograd pass them.
     const v = this.vals.get(a.name);
-    return v?.kind === 'tensor' ? rowMajor(v.shape) : undefined;
+    return v?.kind === 'tensor' ? strides(v.shape) : undefined;
   }
 
   /** Binds a node's result to its name (views share the storage root of `viewOf`). */
@@ -320,15 +321,6 @@ class Lowerer {
 
 type Rule = (l: Lowerer, n: FxNode) => Val;
 
-const rowMajor = (shape: readonly number[]): number[] => {
-  const st = new Array<number>(shape.length);
-  let acc = 1;
-  for (let i = shape.length - 1; i >= 0; i--) {
-    st[i] = acc;
-    acc *= shape[i] as number;
-  }
-  return st;
-};
 
 /**
  * The strides of `x` (shape, strides) viewed as `size`, or undefined when no view exists: the
@@ -407,14 +399,14 @@ function stridesOf(l: Lowerer, n: FxNode, shape: readonly number[]): readonly nu
     case 'aten.view_copy': {
       const x = l.val(n.args[0], 'self');
       const st = inp();
-      return x.kind === 'tensor' && st !== undefined && sameStrides(x.shape, st, rowMajor(x.shape)) ? rowMajor(shape) : undefined;
+      return x.kind === 'tensor' && st !== undefined && sameStrides(x.shape, st, strides(x.shape)) ? strides(shape) : undefined;
     }
     case 'aten.detach':
     case 'aten.alias':
       return inp();
     case 'aten.clone': {
       const mf = n.kwargs['memory_format'];
-      return mf !== undefined && JSON.stringify(mf).includes('contiguous_format') ? rowMajor(shape) : inp();
+      return mf !== undefined && JSON.stringify(mf).includes('contiguous_format') ? strides(shape) : inp();
     }
     case 'aten.slice':
     case 'aten.split':
@@ -425,7 +417,7 @@ function stridesOf(l: Lowerer, n: FxNode, shape: readonly number[]): readonly nu
     case 'aten.copy_':
       return undefined;
     default:
-      return rowMajor(shape);
+      return strides(shape);
   }
 }
 
