@@ -7,7 +7,8 @@
  */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { Ajv, type ValidateFunction } from 'ajv';
+import type { ValidateFunction } from 'ajv';
+import { ajvClass } from '../ops/registry.js';
 import type { ShardResult } from '../stages/verify.js';
 import type { StageResult } from '../stages/prove.js';
 
@@ -96,7 +97,7 @@ const PART_SCHEMA = {
 
 /** Compiled on first use: every command imports this module, few read part files. */
 let partValidator: ValidateFunction<Part> | undefined;
-const validatePart = (): ValidateFunction<Part> => (partValidator ??= new Ajv({ allErrors: false }).compile<Part>(PART_SCHEMA));
+const validatePart = (): ValidateFunction<Part> => (partValidator ??= new (ajvClass())({ allErrors: false }).compile<Part>(PART_SCHEMA));
 
 /** What merge proves from: the plan, the options and every stage result, or an error message. */
 export interface Merged {

@@ -1,9 +1,18 @@
 /**
  * The operator registry. Adding an op family is one new file in ops/ exporting `ops`, plus
  * its import and its entry in `families` below (test/layers.test.ts fails on a family file
- * left out). Attribute schemas are compiled once, lazily.
+ * left out).
+ *
+ * Attribute schemas are checked by generated standalone code (ops/attr.validate.cjs, written by
+ * `npm run gen:validator`), used only when the digest it carries is the digest of today's
+ * schemas; otherwise they are compiled once, lazily, with ajv, which is then loaded only for
+ * that (loading and compiling it was about 0.1 s of every run).
  */
-import { Ajv, type ValidateFunction } from 'ajv';
+import { createHash } from 'node:crypto';
+import { createRequire } from 'node:module';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import type { Ajv as AjvClass, ValidateFunction } from 'ajv';
 import type { Attrs, OpDef } from './types.js';
 import { ops as activation } from './activation.js';
 import { ops as attention } from './attention.js';
@@ -31,7 +40,9 @@ export class OpRegistry {
   private readonly byName = new Map<string, number>();
   readonly defs: OpDef[] = [];
   private readonly validators: (ValidateFunction | undefined)[] = [];
-  private readonly ajv = new Ajv({ allErrors: false, strict: true });
+  /** The generated validators by op id, [] when stale or absent, undefined until first looked up. */
+  private generated: (ValidateFunction | undefined)[] | undefined;
+  private ajv: AjvClass | undefined;
 
   constructor(defs: Iterable<OpDef>) {
     for (const d of defs) {
@@ -56,7 +67,8 @@ export class OpRegistry {
   checkAttrs(id: number, attrs: Attrs): string | undefined {
     let v = this.validators[id];
     if (v === undefined) {
-      v = this.ajv.compile(this.get(id).attrSchema);
+      this.generated ??= generatedFor(this.defs);
+      v = this.generated[id] ?? (this.ajv ??= newAttrAjv()).compile(this.get(id).attrSchema);
       this.validators[id] = v;
     }
     if (v(attrs)) return undefined;
@@ -72,6 +84,45 @@ export class OpRegistry {
     }
     return `${at} ${e.message ?? 'is invalid'}`;
   }
+}
+
+/** Where the generated attribute validators are (beside this module's source, as the schema is). */
+export const ATTR_VALIDATORS_PATH = fileURLToPath(new URL('../../ops/attr.validate.cjs', import.meta.url));
+
+/** ajv's constructor, loaded on first call (no run that uses only generated validators loads it). */
+export function ajvClass(): typeof AjvClass {
+  return (createRequire(import.meta.url)('ajv') as typeof import('ajv')).Ajv;
+}
+
+/** The one set of options attribute schemas are compiled with (here and in the generated file). */
+export function newAttrAjv(extra: Record<string, unknown> = {}): AjvClass {
+  const Ajv = ajvClass();
+  return new Ajv({ allErrors: false, strict: true, ...extra });
+}
+
+/** What ties the generated file to the schemas: the names and schemas of every op, in id order. */
+export function attrSchemasDigest(defs: readonly OpDef[]): string {
+  return createHash('sha256').update(JSON.stringify(defs.map((d) => [d.name, d.attrSchema]))).digest('hex');
+}
+
+/**
+ * The generated validators (export `a<id>` per op) when the file was made from exactly these
+ * schemas; [] otherwise, and every op is compiled. PLANPROOF_COMPILE_SCHEMA=1 forces compiling.
+ */
+export function generatedFor(defs: readonly OpDef[], path: string = ATTR_VALIDATORS_PATH): (ValidateFunction | undefined)[] {
+  if (process.env['PLANPROOF_COMPILE_SCHEMA'] === '1') return [];
+  let code: string;
+  try {
+    code = readFileSync(path, 'utf8');
+  } catch {
+    return [];
+  }
+  if (!code.includes(`// attr-schemas-sha256: ${attrSchemasDigest(defs)}\n`)) return [];
+  const mod = createRequire(import.meta.url)(path) as Record<string, unknown>;
+  return defs.map((_, i) => {
+    const f = mod[`a${i}`];
+    return typeof f === 'function' ? (f as ValidateFunction) : undefined;
+  });
 }
 
 /** The one registry of every op family. */

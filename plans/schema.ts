@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { Ajv2020, type ErrorObject, type Options, type ValidateFunction } from 'ajv/dist/2020.js';
+import type { Ajv2020, ErrorObject, Options, ValidateFunction } from 'ajv/dist/2020.js';
 import type { IssueSink } from './errors.js';
 
 /** The schema, read from the source tree (it ships with the package). */
@@ -13,6 +13,8 @@ export const STANDALONE_PATH = fileURLToPath(new URL('../../plans/plan-v1.valida
 
 /** The one set of options the plan schema is compiled with (here and in the generated file). */
 export function newPlanAjv(extra: Options = {}): Ajv2020 {
+  // Loaded here only: a run with the generated validator never loads ajv.
+  const { Ajv2020 } = createRequire(import.meta.url)('ajv/dist/2020.js') as typeof import('ajv/dist/2020.js');
   return new Ajv2020({ allErrors: true, strict: true, strictTuples: false, allowUnionTypes: true, ...extra });
 }
 

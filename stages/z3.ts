@@ -6,7 +6,7 @@
  * default engine, weaker on exp identities (an online-softmax rescale needs the normal
  * form), never stronger than the truth.
  */
-import { init, killThreads, type Arith, type Bool, type Context, type FuncDecl } from 'z3-solver';
+import type { init, Arith, Bool, Context, FuncDecl } from 'z3-solver';
 import type { Algebra, RealFn } from '../ops/algebra.js';
 import { nonnegFns, positiveFns } from '../ops/algebra.js';
 import { qParse } from '../ops/rational.js';
@@ -27,7 +27,8 @@ let api: Promise<Api> | undefined;
 const Z3_MEMORY_MB = 1800;
 
 async function z3(): Promise<{ api: Api; ctx: Ctx }> {
-  api ??= init().then((a) => {
+  // Imported on first use: most runs never start Z3, and loading it is start-up time.
+  api ??= import('z3-solver').then((z) => z.init()).then((a) => {
     a.setParam('memory_max_size', Z3_MEMORY_MB);
     return a;
   });
@@ -39,6 +40,7 @@ async function z3(): Promise<{ api: Api; ctx: Ctx }> {
 export async function shutdownZ3(): Promise<void> {
   if (api === undefined) return;
   const a = await api;
+  const { killThreads } = await import('z3-solver');
   await killThreads(a.em);
   api = undefined;
 }

@@ -7,7 +7,10 @@
 import { strict as assert } from 'node:assert';
 import { readFileSync, readdirSync } from 'node:fs';
 import { newPlanAjv, SCHEMA_PATH, STANDALONE_PATH, standaloneFor, validateSchema } from '../plans/schema.js';
-import { standaloneSource } from '../plans/schema-gen.js';
+import { attrValidatorsSource, standaloneSource } from '../plans/schema-gen.js';
+import { ATTR_VALIDATORS_PATH, generatedFor, newAttrAjv, registry } from '../ops/registry.js';
+import type { OpDef } from '../ops/types.js';
+import type { ValidateFunction } from 'ajv';
 import { ADAMW, generatePlan } from '../plans/gen/plan.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import { FIXTURES, ROOT } from './helpers.js';
@@ -66,5 +69,59 @@ describe('generated plan-schema validator', () => {
     // The corpus holds both kinds, or the comparison would say little.
     assert.ok(cases.length - rejected >= 20, `${cases.length - rejected} valid plans`);
     assert.ok(rejected >= 20, `${rejected} rejected plans`);
+  });
+});
+
+/** What a validator says of a value: accepted, or its first error (the registry reads only that). */
+function verdict(v: ValidateFunction, x: unknown): string {
+  return v(x) ? 'ok' : JSON.stringify(v.errors?.[0] ?? null);
+}
+
+describe('generated attribute validators (ops/attr.validate.cjs)', () => {
+  it('the committed file is what schema-gen makes from the op records (run `npm run gen:validator` when this fails)', () => {
+    assert.equal(readFileSync(ATTR_VALIDATORS_PATH, 'utf8'), attrValidatorsSource());
+  });
+
+  it('are used only for the attribute schemas they were made from', () => {
+    const gen = generatedFor(registry.defs);
+    assert.equal(gen.length, registry.defs.length);
+    assert.ok(gen.every((f) => typeof f === 'function'));
+    // One op's schema changed (a new attribute allowed): the whole file is stale, every op compiles.
+    const changed: OpDef[] = registry.defs.map((d, i) => (i === 3 ? { ...d, attrSchema: { ...d.attrSchema, description: 'changed' } } : d));
+    assert.deepEqual(generatedFor(changed), []);
+    // Renamed or reordered ops: ids would point at other validators.
+    assert.deepEqual(generatedFor([...registry.defs].reverse()), []);
+    assert.deepEqual(generatedFor(registry.defs, `${ATTR_VALIDATORS_PATH}.missing`), []);
+  });
+
+  it('say exactly what the compiled schemas say, on the golden cases and on broken attributes', () => {
+    const golden = JSON.parse(readFileSync(`${FIXTURES}golden/ops.json`, 'utf8')) as { cases: { op: string; attrs: Record<string, unknown> }[] };
+    const gen = generatedFor(registry.defs);
+    const ajv = newAttrAjv();
+    let checked = 0;
+    let rejected = 0;
+    const seen = new Set<string>();
+    for (const c of golden.cases) {
+      const id = registry.id(c.op);
+      assert.ok(id >= 0, c.op);
+      const g = gen[id];
+      assert.ok(g !== undefined, c.op);
+      const compiled = ajv.compile(registry.get(id).attrSchema);
+      const samples: unknown[] = [c.attrs, { ...c.attrs, bogus: 1 }];
+      if (!seen.has(c.op)) {
+        seen.add(c.op);
+        samples.push({}, null, 'x');
+        // Every attribute given the wrong type, one at a time.
+        for (const k of Object.keys(c.attrs)) samples.push({ ...c.attrs, [k]: [[true]] }, { ...c.attrs, [k]: 'not/a/number' });
+      }
+      for (const x of samples) {
+        const a = verdict(g, x);
+        assert.equal(a, verdict(compiled, x), `${c.op} ${JSON.stringify(x)}`);
+        checked++;
+        if (a !== 'ok') rejected++;
+      }
+    }
+    assert.ok(seen.size >= 60, `${seen.size} ops`);
+    assert.ok(rejected >= 200 && checked - rejected >= 200, `${checked - rejected} accepted, ${rejected} rejected`);
   });
 });

@@ -5,7 +5,8 @@
  * group they name and by per-rank order (the loader matches per-rank calls that way).
  * Intermediate tensors carry no lineage: `verify --infer` infers cut points (docs/import.md).
  */
-import { Ajv, type ValidateFunction } from 'ajv';
+import type { ValidateFunction } from 'ajv';
+import { ajvClass } from '../../ops/registry.js';
 import type { RawLineage, RawLogicalTensor, RawParallelTensor, RawPlan, RawProgram, RawGroup } from '../raw.js';
 import { lowerGraph, type Lowered, type TensorVal } from './aten.js';
 import { ImportError, parseFxGraph } from './fxtext.js';
@@ -66,7 +67,7 @@ let relationsValidator: ValidateFunction | undefined;
 
 /** Checks a parsed relations file; ImportError naming the JSON path (and tensor) otherwise. */
 export function checkRelations(file: string, r: unknown): Relations {
-  const validateRelations = (relationsValidator ??= new Ajv({ allErrors: false, strict: false }).compile(RELATIONS_SCHEMA));
+  const validateRelations = (relationsValidator ??= new (ajvClass())({ allErrors: false, strict: false }).compile(RELATIONS_SCHEMA));
   if (!validateRelations(r)) {
     const e = validateRelations.errors?.[0];
     const path = (e?.instancePath ?? '').split('/').slice(1);
