@@ -28,7 +28,7 @@ export const layerZones = [
 ];
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', 'plans/*.validate.cjs'] },
+  { ignores: ['dist/**', 'node_modules/**', 'coverage/**', 'plans/*.validate.cjs', 'ops/*.validate.cjs'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -38,6 +38,7 @@ import { stageBar } from './progress.js';
 import { explain } from './explain.js';
 import { importCommand } from './import.js';
 import { captureCommand } from './capture.js';
+import { answerKey, lookupAnswer, storeAnswer, type Answer } from './answers.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -145,6 +146,8 @@ function notShardable(plan: LoadedPlan, eng: EngineOptions, infer: boolean | und
 export interface ReportFiles {
   readonly junit?: string;
   readonly html?: string;
+  /** Called with the finished run's report (the answer cache keeps it). */
+  readonly onReport?: (r: VerifyReport) => void;
 }
 
 /**
@@ -152,6 +155,7 @@ export interface ReportFiles {
  * written is a usage error (exit 4), so CI never reads a missing report as a pass.
  */
 async function finish(r: VerifyReport, l: Loaded, files: ReportFiles, out: Out): Promise<number> {
+  files.onReport?.(r);
   try {
     if (files.junit !== undefined) writeFileSync(files.junit, junitXml(r));
     if (files.html !== undefined) writeFileSync(files.html, await htmlReport(r, l.plan));
@@ -177,7 +181,63 @@ interface Sharding {
   readonly proved?: ReadonlyMap<number, ShardResult>;
 }
 
-async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false, files: ReportFiles = {}, sh: ShardRun = {}): Promise<number> {
+/** The answer cache of a verify run (cli/answers.ts): where, and the options its key holds. */
+interface AnswerMemo {
+  readonly dir: string;
+  readonly options: Record<string, unknown>;
+  /** False with --no-answer-cache: verify again (and keep the new answer). */
+  readonly reuse: boolean;
+}
+
+/** Prints a kept answer as the run that made it printed it, saying where it came from. */
+function replayAnswer(a: Answer, json: boolean, files: ReportFiles, out: Out): number {
+  const from = { at: a.at, seconds: a.seconds, note: 'the answer of an earlier run on the same plan bytes, with the same options and the same build of planproof; --no-cache verifies again' };
+  for (const s of a.stderr) out.err(s);
+  if (json && a.stdout.length === 1) {
+    out.log(JSON.stringify({ ...(JSON.parse(a.stdout[0] as string) as object), answerCache: from }, null, 2));
+  } else {
+    for (const s of a.stdout) out.log(s);
+    out.log(`cache       answer kept from ${a.at} (${a.seconds.toFixed(1)} s then): same plan bytes, options and planproof build; --no-cache verifies again`);
+  }
+  if (files.junit !== undefined) {
+    try {
+      writeFileSync(files.junit, a.junit);
+    } catch (e) {
+      out.err(`planproof: cannot write the report: ${e instanceof Error ? e.message : String(e)}`);
+      return ExitCode.usage;
+    }
+  }
+  return a.code;
+}
+
+/**
+ * `verify` with the answer cache: a kept answer for these plan bytes, options and build is
+ * printed as is; otherwise the plan is verified and a VERIFIED or NOT EQUIVALENT answer kept.
+ */
+async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false, files: ReportFiles = {}, sh: ShardRun = {}, memo?: AnswerMemo): Promise<number> {
+  if (memo === undefined) return verifyFresh(file, json, eng, verbose, out, infer, red, perStage, files, sh);
+  const t0 = performance.now();
+  let key: ReturnType<typeof answerKey> | undefined;
+  try {
+    key = answerKey(readPlanText(file, defaultLimits().bytes), memo.options);
+  } catch {
+    key = undefined; // unreadable or too large: the run below says so
+  }
+  const kept = key === undefined || !memo.reuse ? undefined : lookupAnswer(memo.dir, key);
+  if (kept !== undefined) return replayAnswer(kept, json, files, out);
+  const stdout: string[] = [];
+  const stderr: string[] = [];
+  const rec: Out = { log: (s) => (stdout.push(s), out.log(s)), err: (s) => (stderr.push(s), out.err(s)) };
+  let report: VerifyReport | undefined;
+  const code = await verifyFresh(file, json, eng, verbose, rec, infer, red, perStage, { ...files, onReport: (r) => void (report = r) }, sh);
+  const r = report as VerifyReport | undefined;
+  if (key !== undefined && r !== undefined && r.verdict !== 'unknown' && code === verdictCode[r.verdict]) {
+    storeAnswer(memo.dir, key, { verdict: r.verdict, code: r.verdict === 'verified' ? 0 : 1, stdout, stderr, junit: junitXml(r), at: new Date().toISOString(), seconds: (performance.now() - t0) / 1000 });
+  }
+  return code;
+}
+
+async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false, files: ReportFiles = {}, sh: ShardRun = {}): Promise<number> {
   // The time limit counts from here: loading is part of the run.
   const limit = timeLimitFrom(eng);
   const tLoad = performance.now();
@@ -434,6 +494,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('reduce', { type: 'boolean', default: true, describe: 'prove at reduced shapes where the soundness conditions hold (--no-reduce: at full shapes)' })
           .option('emit-reduced', { type: 'string', describe: 'write the reduced plan (an ordinary plan file) into this directory' })
           .option('cache', { type: 'string', describe: `directory of the proof cache (default ${defaultCacheDir()}; --no-cache: off)` })
+          .option('answer-cache', { type: 'boolean', default: true, describe: 'print the kept answer of an earlier run on the same plan bytes, options and planproof build (in the cache directory; --no-answer-cache verifies again, still with the proof cache)' })
           .option('tensor-level', { type: 'boolean', default: true, describe: 'prove stages by relations between whole tensors first (docs/engine.md, "Tensor-level proofs"; --no-tensor-level: element engines only)' })
           .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' })
           .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file (one testcase per stage; docs/reports.md)' })
@@ -441,7 +502,12 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           .option('shard', { type: 'string', describe: 'prove only shard i/n of the stage proofs and write a part file on stdout for planproof merge (CI matrices; no proof cache; exit 0 when written)' }),
       (a) => {
         const plan = a.plan;
-        if (typeof plan === 'string') run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...(a.shard === undefined ? cacheOption(a.cache) : {}) }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard));
+        if (typeof plan !== 'string') return;
+        const cache = a.shard === undefined ? cacheOption(a.cache) : {};
+        // The answer cache (cli/answers.ts) for runs whose whole output is stdout and the JUnit
+        // file: not with --html (drawn from the loaded plan), --emit-reduced (files) or a shard.
+        const memo = cache.cacheDir !== undefined && a.emitReduced === undefined && a.html === undefined && plan !== STDIN_NAME ? { dir: cache.cacheDir, options: answerOptions(a), reuse: a.answerCache !== false } : undefined;
+        run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cache }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard), memo);
       },
     )
     .command(
@@ -618,6 +684,16 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
   } finally {
     setDefaultLimits(before);
   }
+}
+
+/**
+ * The options an answer is kept under: every option of the command line (so one added later is
+ * in the key by itself), except where the cache and the JUnit file go, which change no answer.
+ */
+function answerOptions(a: Record<string, unknown>): Record<string, unknown> {
+  const o: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(a)) if (!['_', '$0', 'cache', 'junit', 'answer-cache', 'answerCache'].includes(k)) o[k] = v;
+  return o;
 }
 
 /** The input-size limits of the command line (validated by limitOptionError). */

@@ -1,0 +1,162 @@
+/**
+ * The answer cache (docs/engine.md, "Answer cache"): a `verify` run that ends VERIFIED or NOT
+ * EQUIVALENT is kept in the proof cache directory under `answers/`, keyed by the plan's bytes,
+ * the whole command line that reaches the answer (every option but where the cache and the
+ * JUnit file go) and the build of planproof that answered. A later run with the same key
+ * prints the kept answer (and writes its JUnit file) without loading the plan.
+ *
+ * Why this is sound: both answers are facts about the plan (an exact proof; a witness checked
+ * exactly), and a run is a function of the plan bytes, the options and the code. The code is
+ * identified by a digest of every compiled module, the schema and its generated validators,
+ * the z3-solver package and the Node.js version, so any change to any of them misses. An
+ * entry is used only when its format tag, its full key (compared field by field, not by the
+ * file name's hash) and the digest of its answer all check and its exit code is the one its
+ * verdict has; anything else is ignored and the plan is verified again. "unknown" is never
+ * kept: it can depend on time and load, and another run may decide it.
+ *
+ * Per-stage proofs stay in the proof cache (stages/cache.ts): a plan whose bytes changed
+ * misses here and reuses those.
+ */
+import { createHash } from 'node:crypto';
+import { mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ANSWER_FORMAT = 'planproof-answer/1';
+
+/** What an answer is kept under; equal keys, field by field, are the only hits. */
+export interface AnswerKey {
+  /** Digest of the compiled code that answered (buildDigest). */
+  readonly build: string;
+  /** SHA-256 of the plan file's bytes. */
+  readonly plan: string;
+  /** The command line's options, as canonical JSON (sorted keys). */
+  readonly options: string;
+}
+
+/** A kept answer: what the run printed and its exit code. */
+export interface Answer {
+  readonly verdict: 'verified' | 'not_equivalent';
+  readonly code: 0 | 1;
+  readonly stdout: readonly string[];
+  readonly stderr: readonly string[];
+  /** The JUnit XML of the report (written again when --junit asks for it). */
+  readonly junit: string;
+  /** When it was answered (ISO 8601) and in how many seconds. */
+  readonly at: string;
+  readonly seconds: number;
+}
+
+interface Entry {
+  format: string;
+  key: AnswerKey;
+  answer: Answer;
+  /** SHA-256 of JSON.stringify(answer): a changed byte of the answer is a miss. */
+  check: string;
+}
+
+const sha256 = (s: string | Buffer): string => createHash('sha256').update(s).digest('hex');
+
+/** JSON with object keys sorted, so equal option sets give equal text. */
+function canonicalJson(v: unknown): string {
+  if (v === undefined) return 'null';
+  if (v === null || typeof v !== 'object') return JSON.stringify(v);
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
+  const o = v as Record<string, unknown>;
+  return `{${Object.keys(o)
+    .filter((k) => o[k] !== undefined)
+    .sort()
+    .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
+    .join(',')}}`;
+}
+
+let build: string | undefined;
+
+/** Every .js file under a directory, in a stable order (repo-relative names hashed with them). */
+function jsFiles(dir: string, rel = ''): string[] {
+  const out: string[] = [];
+  for (const e of readdirSync(join(dir, rel), { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+    const r = rel === '' ? e.name : `${rel}/${e.name}`;
+    if (e.isDirectory()) {
+      // Tests and benchmarks never run inside `verify`.
+      if (r !== 'test' && r !== 'bench') out.push(...jsFiles(dir, r));
+    } else if (e.name.endsWith('.js') || e.name.endsWith('.cjs')) out.push(r);
+  }
+  return out;
+}
+
+/**
+ * The digest of the code a `verify` answer comes from: every compiled module of planproof
+ * (dist/, tests and benchmarks aside), the plan schema and the generated validators, the
+ * z3-solver version and the Node.js version.
+ */
+export function buildDigest(): string {
+  if (build !== undefined) return build;
+  const dist = dirname(dirname(fileURLToPath(import.meta.url)));
+  const root = dirname(dist);
+  const h = createHash('sha256').update(`${ANSWER_FORMAT}\nnode ${process.version}\n`);
+  for (const f of jsFiles(dist)) h.update(`dist/${f}\n`).update(readFileSync(join(dist, f)));
+  for (const f of ['plans/plan-v1.schema.json', 'plans/plan-v1.validate.cjs', 'ops/attr.validate.cjs']) {
+    try {
+      h.update(`${f}\n`).update(readFileSync(join(root, f)));
+    } catch {
+      h.update('absent\n');
+    }
+  }
+  try {
+    const z3 = createRequire(import.meta.url)('z3-solver/package.json') as { version?: unknown };
+    h.update(`z3-solver ${String(z3.version)}\n`);
+  } catch {
+    h.update('z3-solver absent\n');
+  }
+  build = h.digest('hex');
+  return build;
+}
+
+/** The key of a run on these plan bytes with these options (anything JSON: it is canonicalized). */
+export function answerKey(planBytes: string | Buffer, options: Record<string, unknown>): AnswerKey {
+  return { build: buildDigest(), plan: sha256(planBytes), options: canonicalJson(options) };
+}
+
+/** Where an answer is kept: `<dir>/answers/<h[0..2]>/<h>.json`, h the digest of the key. */
+export function answerPath(dir: string, key: AnswerKey): string {
+  const h = sha256(canonicalJson(key));
+  return join(dir, 'answers', h.slice(0, 2), `${h}.json`);
+}
+
+const isStrings = (v: unknown): v is string[] => Array.isArray(v) && v.every((x) => typeof x === 'string');
+
+/** The answer kept for exactly this key, or undefined (absent, unreadable, or any field off). */
+export function lookupAnswer(dir: string, key: AnswerKey): Answer | undefined {
+  let e: Partial<Entry>;
+  try {
+    e = JSON.parse(readFileSync(answerPath(dir, key), 'utf8')) as Partial<Entry>;
+  } catch {
+    return undefined;
+  }
+  if (e === null || typeof e !== 'object' || e.format !== ANSWER_FORMAT) return undefined;
+  const k = e.key;
+  if (k === undefined || k === null || k.build !== key.build || k.plan !== key.plan || k.options !== key.options) return undefined;
+  const a = e.answer;
+  if (a === undefined || a === null || typeof e.check !== 'string' || sha256(JSON.stringify(a)) !== e.check) return undefined;
+  const codeOk = (a.verdict === 'verified' && a.code === 0) || (a.verdict === 'not_equivalent' && a.code === 1);
+  if (!codeOk || !isStrings(a.stdout) || !isStrings(a.stderr) || typeof a.junit !== 'string' || typeof a.at !== 'string' || typeof a.seconds !== 'number') return undefined;
+  return a;
+}
+
+/** Keeps an answer (best effort: a cache that cannot be written costs time, not correctness). */
+export function storeAnswer(dir: string, key: AnswerKey, answer: Answer): boolean {
+  const entry: Entry = { format: ANSWER_FORMAT, key, answer, check: sha256(JSON.stringify(answer)) };
+  const file = answerPath(dir, key);
+  try {
+    mkdirSync(dirname(file), { recursive: true });
+    // Write then rename: a reader never sees half an entry.
+    const tmp = `${file}.${process.pid}.tmp`;
+    writeFileSync(tmp, JSON.stringify(entry));
+    renameSync(tmp, file);
+    return true;
+  } catch {
+    return false;
+  }
+}
