@@ -57,12 +57,16 @@ interface Loaded {
   text: string;
 }
 
-/** Reads, parses and loads a plan (reporting a PlanError on `out`); exported for tests. */
-export function loadWithText(path: string, json: boolean, out: Out, onInvalid?: (file: string, e: PlanError) => void): Loaded | number {
+/**
+ * Reads, parses and loads a plan (reporting a PlanError on `out`); exported for tests. `read`
+ * is the file's text when the caller has read it already (the answer cache hashes exactly the
+ * text that is verified, even if the file changes meanwhile).
+ */
+export function loadWithText(path: string, json: boolean, out: Out, onInvalid?: (file: string, e: PlanError) => void, read?: string): Loaded | number {
   const file = path === '-' ? STDIN_NAME : path;
   try {
     // Within the limits set from the command line (setDefaultLimits in main).
-    const raw = parsePlanJson(file, readPlanText(file, defaultLimits().bytes));
+    const raw = parsePlanJson(file, read ?? readPlanText(file, defaultLimits().bytes));
     const plan = loadPlanObject(file, raw);
     // Serialized after the load: the load bounds its nesting, which JSON.stringify recurses on.
     return { plan, text: JSON.stringify(raw) };
@@ -193,7 +197,7 @@ interface AnswerMemo {
 function replayAnswer(a: Answer, json: boolean, files: ReportFiles, out: Out): number {
   const from = { at: a.at, seconds: a.seconds, note: 'the answer of an earlier run on the same plan bytes, with the same options and the same build of planproof; --no-cache verifies again' };
   for (const s of a.stderr) out.err(s);
-  if (json && a.stdout.length === 1) {
+  if (json) {
     out.log(JSON.stringify({ ...(JSON.parse(a.stdout[0] as string) as object), answerCache: from }, null, 2));
   } else {
     for (const s of a.stdout) out.log(s);
@@ -217,27 +221,40 @@ function replayAnswer(a: Answer, json: boolean, files: ReportFiles, out: Out): n
 async function verify(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false, files: ReportFiles = {}, sh: ShardRun = {}, memo?: AnswerMemo): Promise<number> {
   if (memo === undefined) return verifyFresh(file, json, eng, verbose, out, infer, red, perStage, files, sh);
   const t0 = performance.now();
-  let key: ReturnType<typeof answerKey> | undefined;
+  let text: string | undefined;
   try {
-    key = answerKey(readPlanText(file, defaultLimits().bytes), memo.options);
+    text = readPlanText(file, defaultLimits().bytes);
   } catch {
-    key = undefined; // unreadable or too large: the run below says so
+    text = undefined; // unreadable or too large: the run below says so
   }
+  const key = text === undefined ? undefined : answerKey(text, memo.options);
   const kept = key === undefined || !memo.reuse ? undefined : lookupAnswer(memo.dir, key);
-  if (kept !== undefined) return replayAnswer(kept, json, files, out);
+  if (kept !== undefined && (!json || isJsonReport(kept.stdout))) return replayAnswer(kept, json, files, out);
   const stdout: string[] = [];
   const stderr: string[] = [];
   const rec: Out = { log: (s) => (stdout.push(s), out.log(s)), err: (s) => (stderr.push(s), out.err(s)) };
   let report: VerifyReport | undefined;
-  const code = await verifyFresh(file, json, eng, verbose, rec, infer, red, perStage, { ...files, onReport: (r) => void (report = r) }, sh);
+  // The text hashed is the text verified.
+  const code = await verifyFresh(file, json, eng, verbose, rec, infer, red, perStage, { ...files, onReport: (r) => void (report = r) }, sh, text);
   const r = report as VerifyReport | undefined;
-  if (key !== undefined && r !== undefined && r.verdict !== 'unknown' && code === verdictCode[r.verdict]) {
+  if (key !== undefined && r !== undefined && r.verdict !== 'unknown' && code === verdictCode[r.verdict] && (!json || isJsonReport(stdout))) {
     storeAnswer(memo.dir, key, { verdict: r.verdict, code: r.verdict === 'verified' ? 0 : 1, stdout, stderr, junit: junitXml(r), at: new Date().toISOString(), seconds: (performance.now() - t0) / 1000 });
   }
   return code;
 }
 
-async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false, files: ReportFiles = {}, sh: ShardRun = {}): Promise<number> {
+/** With --json, stdout must be one JSON object (the report), so a kept one can say where it came from. */
+function isJsonReport(stdout: readonly string[]): boolean {
+  if (stdout.length !== 1) return false;
+  try {
+    const v = JSON.parse(stdout[0] as string) as unknown;
+    return v !== null && typeof v === 'object' && !Array.isArray(v);
+  } catch {
+    return false;
+  }
+}
+
+async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false, files: ReportFiles = {}, sh: ShardRun = {}, read?: string): Promise<number> {
   // The time limit counts from here: loading is part of the run.
   const limit = timeLimitFrom(eng);
   const tLoad = performance.now();
@@ -249,7 +266,7 @@ async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verb
     } catch (w) {
       out.err(`planproof: cannot write the report: ${w instanceof Error ? w.message : String(w)}`);
     }
-  });
+  }, read);
   if (typeof l === 'number') return l;
   const loadMs = Math.round(performance.now() - tLoad);
   if (sh.shard !== undefined || sh.merge !== undefined) {
