@@ -3,8 +3,8 @@
 # CLI's own heap child): per preset, an empty cache, the same plan again (answered from the
 # answer cache), the same plan with --no-answer-cache (the proof cache only), and the plan with
 # one layer's attribute changed on both sides (layer 3's attention rms_norm eps, in every
-# micro-batch). One markdown
-# row per run: verdict line, wall time and peak RSS (GNU time). Issue 12's cache point.
+# micro-batch). One markdown row per run: exit code, whether the answer cache answered, wall
+# time and peak RSS (GNU time). Issue 12's cache point.
 # Usage: bench/warm-runs.sh [PRESET ...]   (default: L1 D3 L3; build first)
 # CLI=path/to/cli/main.js selects another build.
 set -uo pipefail
