@@ -92,9 +92,13 @@ function jsFiles(dir: string, rel = ''): string[] {
  * z3-solver version and the Node.js version.
  */
 export function buildDigest(): string {
-  if (build !== undefined) return build;
   const dist = dirname(dirname(fileURLToPath(import.meta.url)));
-  const root = dirname(dist);
+  build ??= treeDigest(dist, dirname(dist));
+  return build;
+}
+
+/** buildDigest of a build tree: its dist directory and the package root beside it (exported for tests). */
+export function treeDigest(dist: string, root: string): string {
   const h = createHash('sha256').update(`${ANSWER_FORMAT}\nnode ${process.version}\n`);
   for (const f of jsFiles(dist)) h.update(`dist/${f}\n`).update(readFileSync(join(dist, f)));
   for (const f of ['plans/plan-v1.schema.json', 'plans/plan-v1.validate.cjs', 'ops/attr.validate.cjs']) {
@@ -110,8 +114,7 @@ export function buildDigest(): string {
   } catch {
     h.update('z3-solver absent\n');
   }
-  build = h.digest('hex');
-  return build;
+  return h.digest('hex');
 }
 
 /** The key of a run on these plan bytes with these options (anything JSON: it is canonicalized). */

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { answerKey, answerPath, buildDigest, lookupAnswer } from '../cli/answers.js';
+import { answerKey, answerPath, buildDigest, lookupAnswer, treeDigest } from '../cli/answers.js';
 import { EXAMPLES, runCli } from './helpers.js';
 
 const CACHE_LINE = /^cache {7}answer kept from /m;
@@ -144,10 +144,37 @@ describe('answer cache', function () {
     assert.notDeepEqual(answerKey('{"plan":1}', { a: 2 }), key);
     assert.match(buildDigest(), /^[0-9a-f]{64}$/);
   });
+
+  it('the build digest changes with any compiled module, nested or not, the schema or a validator, and not with tests', () => {
+    const root = join(dir, 'pkg');
+    const dist = join(root, 'dist');
+    const files: Record<string, string> = {
+      'dist/cli/app.js': 'a',
+      'dist/stages/deep/x.js': 'b',
+      'dist/index.js': 'c',
+      'dist/test/t.test.js': 'test',
+      'dist/bench/b.js': 'bench',
+      'plans/plan-v1.schema.json': '{}',
+      'plans/plan-v1.validate.cjs': 'v',
+      'ops/attr.validate.cjs': 'w',
+    };
+    for (const [f, t] of Object.entries(files)) writeEntry(join(root, f), t);
+    const base = treeDigest(dist, root);
+    assert.equal(treeDigest(dist, root), base);
+    for (const [f, t] of Object.entries(files)) {
+      writeFileSync(join(root, f), `${t} `);
+      const changed = treeDigest(dist, root) !== base;
+      writeFileSync(join(root, f), t);
+      assert.equal(changed, !f.startsWith('dist/test/') && !f.startsWith('dist/bench/'), f);
+    }
+    // A module added is another build too.
+    writeEntry(join(dist, 'plans/new.js'), 'n');
+    assert.notEqual(treeDigest(dist, root), base);
+  });
 });
 
-/** Writes an answer entry as the cache would. */
+/** Writes a file (an answer entry as the cache would, or text as is), making its directory. */
 function writeEntry(file: string, e: unknown): void {
   mkdirSync(dirname(file), { recursive: true });
-  writeFileSync(file, JSON.stringify(e));
+  writeFileSync(file, typeof e === 'string' ? e : JSON.stringify(e));
 }
