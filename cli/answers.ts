@@ -6,7 +6,7 @@
  * prints the kept answer (and writes its JUnit file) without loading the plan.
  *
  * Why this is sound: both answers are facts about the plan (an exact proof; a witness checked
- * exactly), and a run is a function of the plan bytes, the options and the code. The code is
+ * exactly or certified by interval arithmetic), and a run is a function of the plan bytes, the options and the code. The code is
  * identified by a digest of every compiled module, the schema and its generated validators,
  * the z3-solver package and the Node.js version, so any change to any of them misses. An
  * entry is used only when its format tag, its full key (compared field by field, not by the
