@@ -22,6 +22,8 @@ import { mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import type { AttrValue } from '../ops/types.js';
+import { canonJson } from '../stages/canon.js';
 
 const ANSWER_FORMAT = 'planproof-answer/1';
 
@@ -57,19 +59,6 @@ interface Entry {
 }
 
 const sha256 = (s: string | Buffer): string => createHash('sha256').update(s).digest('hex');
-
-/** JSON with object keys sorted, so equal option sets give equal text. */
-function canonicalJson(v: unknown): string {
-  if (v === undefined) return 'null';
-  if (v === null || typeof v !== 'object') return JSON.stringify(v);
-  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
-  const o = v as Record<string, unknown>;
-  return `{${Object.keys(o)
-    .filter((k) => o[k] !== undefined)
-    .sort()
-    .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
-    .join(',')}}`;
-}
 
 let build: string | undefined;
 
@@ -119,12 +108,12 @@ export function treeDigest(dist: string, root: string): string {
 
 /** The key of a run on these plan bytes with these options (anything JSON: it is canonicalized). */
 export function answerKey(planBytes: string | Buffer, options: Record<string, unknown>): AnswerKey {
-  return { build: buildDigest(), plan: sha256(planBytes), options: canonicalJson(options) };
+  return { build: buildDigest(), plan: sha256(planBytes), options: canonJson(options as AttrValue) };
 }
 
 /** Where an answer is kept: `<dir>/answers/<h[0..2]>/<h>.json`, h the digest of the key. */
 export function answerPath(dir: string, key: AnswerKey): string {
-  const h = sha256(canonicalJson(key));
+  const h = sha256(canonJson({ ...key }));
   return join(dir, 'answers', h.slice(0, 2), `${h}.json`);
 }
 

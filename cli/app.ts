@@ -194,11 +194,11 @@ interface AnswerMemo {
 }
 
 /** Prints a kept answer as the run that made it printed it, saying where it came from. */
-function replayAnswer(a: Answer, json: boolean, files: ReportFiles, out: Out): number {
+function replayAnswer(a: Answer, report: object | undefined, files: ReportFiles, out: Out): number {
   const from = { at: a.at, seconds: a.seconds, note: 'the answer of an earlier run on the same plan bytes, with the same options and the same build of planproof; --no-cache verifies again' };
   for (const s of a.stderr) out.err(s);
-  if (json) {
-    out.log(JSON.stringify({ ...(JSON.parse(a.stdout[0] as string) as object), answerCache: from }, null, 2));
+  if (report !== undefined) {
+    out.log(JSON.stringify({ ...report, answerCache: from }, null, 2));
   } else {
     for (const s of a.stdout) out.log(s);
     out.log(`cache       answer kept from ${a.at} (${a.seconds.toFixed(1)} s then): same plan bytes, options and planproof build; --no-cache verifies again`);
@@ -229,7 +229,11 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   }
   const key = text === undefined ? undefined : answerKey(text, memo.options);
   const kept = key === undefined || !memo.reuse ? undefined : lookupAnswer(memo.dir, key);
-  if (kept !== undefined && (!json || isJsonReport(kept.stdout))) return replayAnswer(kept, json, files, out);
+  if (kept !== undefined) {
+    // With --json, the kept stdout is one JSON report, which says where it came from.
+    const report = json ? jsonReport(kept.stdout) : undefined;
+    if (!json || report !== undefined) return replayAnswer(kept, report, files, out);
+  }
   const stdout: string[] = [];
   const stderr: string[] = [];
   const rec: Out = { log: (s) => (stdout.push(s), out.log(s)), err: (s) => (stderr.push(s), out.err(s)) };
@@ -237,20 +241,20 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   // The text hashed is the text verified.
   const code = await verifyFresh(file, json, eng, verbose, rec, infer, red, perStage, { ...files, onReport: (r) => void (report = r) }, sh, text);
   const r = report as VerifyReport | undefined;
-  if (key !== undefined && r !== undefined && r.verdict !== 'unknown' && code === verdictCode[r.verdict] && (!json || isJsonReport(stdout))) {
+  if (key !== undefined && r !== undefined && r.verdict !== 'unknown' && code === verdictCode[r.verdict] && (!json || jsonReport(stdout) !== undefined)) {
     storeAnswer(memo.dir, key, { verdict: r.verdict, code: r.verdict === 'verified' ? 0 : 1, stdout, stderr, junit: junitXml(r), at: new Date().toISOString(), seconds: (performance.now() - t0) / 1000 });
   }
   return code;
 }
 
 /** With --json, stdout must be one JSON object (the report), so a kept one can say where it came from. */
-function isJsonReport(stdout: readonly string[]): boolean {
-  if (stdout.length !== 1) return false;
+function jsonReport(stdout: readonly string[]): object | undefined {
+  if (stdout.length !== 1) return undefined;
   try {
     const v = JSON.parse(stdout[0] as string) as unknown;
-    return v !== null && typeof v === 'object' && !Array.isArray(v);
+    return v !== null && typeof v === 'object' && !Array.isArray(v) ? v : undefined;
   } catch {
-    return false;
+    return undefined;
   }
 }
 

@@ -25,7 +25,7 @@ import type { ProvePart, Stage } from './prove.js';
 import { extractLogicalRaw, logicalClosure, stageOf } from './extract.js';
 import { rawLineage } from './components.js';
 import { reducePlan, ReductionError } from './reduce.js';
-import { prefixWitness, proveStage, twoDraws, zeroCutWitness } from './stage-reduce.js';
+import { cutList, prefixWitness, proveStage, twoDraws, zeroCutWitness } from './stage-reduce.js';
 import { diagnoseWitness } from './verify.js';
 import { axisSites } from './tensorlevel.js';
 
@@ -56,20 +56,21 @@ function pairedSend(plan: LoadedPlan, r: number, op: number): { peer: number; se
   const peer = shiftPeer(plan, r, op);
   if (peer === undefined) return `'${p.ops.ids.name(op)}' has a peer given by a rank expression`;
   const q = plan.programs[plan.rankProgram[peer] as number] as Program;
-  const mine: number[] = [];
-  for (const o of p.collectiveSites) {
-    if (kindOf(p, o) !== 'recv') continue;
-    const x = shiftPeer(plan, r, o);
-    if (x === undefined) return `'${p.ops.ids.name(o)}' has a peer given by a rank expression`;
-    if (x === peer) mine.push(o);
-  }
-  const theirs: number[] = [];
-  for (const o of q.collectiveSites) {
-    if (kindOf(q, o) !== 'send') continue;
-    const x = shiftPeer(plan, peer, o);
-    if (x === undefined) return `'${q.ops.ids.name(o)}' has a peer given by a rank expression`;
-    if (x === r) theirs.push(o);
-  }
+  // The receives of r from the peer and the peer's sends to r, each in program order.
+  const toward = (prog: Program, at: number, kind: string, other: number): number[] | string => {
+    const out: number[] = [];
+    for (const o of prog.collectiveSites) {
+      if (kindOf(prog, o) !== kind) continue;
+      const x = shiftPeer(plan, at, o);
+      if (x === undefined) return `'${prog.ops.ids.name(o)}' has a peer given by a rank expression`;
+      if (x === other) out.push(o);
+    }
+    return out;
+  };
+  const mine = toward(p, r, 'recv', peer);
+  if (typeof mine === 'string') return mine;
+  const theirs = toward(q, peer, 'send', r);
+  if (typeof theirs === 'string') return theirs;
   const send = theirs[mine.indexOf(op)];
   return send === undefined ? `no send pairs with '${p.ops.ids.name(op)}' on rank ${r}` : { peer, send };
 }
@@ -251,15 +252,26 @@ function stageStarts(plan: LoadedPlan, logical: number): ReadonlySet<number> {
 
 const STARTS = new WeakMap<LoadedPlan, Map<number, ReadonlySet<number>>>();
 
+/** Per program: each tensor's producing op (-1: none), and the collective sites; once per plan. */
+function programIndex(plan: LoadedPlan): { producers: Int32Array[]; sites: Set<number>[] } {
+  let ix = PROGRAM_INDEX.get(plan);
+  if (ix === undefined) {
+    const producers = plan.programs.map((p) => {
+      const a = new Int32Array(p.tensors.size).fill(-1);
+      for (let op = 0; op < p.ops.size; op++) for (const x of p.ops.opOutputs(op)) a[x] = op;
+      return a;
+    });
+    PROGRAM_INDEX.set(plan, (ix = { producers, sites: plan.programs.map((p) => new Set(p.collectiveSites)) }));
+  }
+  return ix;
+}
+
+const PROGRAM_INDEX = new WeakMap<LoadedPlan, { producers: Int32Array[]; sites: Set<number>[] }>();
+
 function stageStartsOnce(plan: LoadedPlan, logical: number): Set<number> {
   const out = new Set<number>();
   const mesh = plan.mesh;
-  const producers = plan.programs.map((p) => {
-    const a = new Int32Array(p.tensors.size).fill(-1);
-    for (let op = 0; op < p.ops.size; op++) for (const x of p.ops.opOutputs(op)) a[x] = op;
-    return a;
-  });
-  const sites = plan.programs.map((p) => new Set(p.collectiveSites));
+  const { producers, sites } = programIndex(plan);
   const seen = plan.programs.map((p) => new Uint8Array(p.tensors.size));
   const stack: [number, number][] = [];
   plan.programs.forEach((p, pi) => {
@@ -432,7 +444,7 @@ export const partProver = (opts: { readonly termBudget?: number; readonly maxHol
       const z = zeroCutWitness(use, useRaw, target, seed, undefined, opts.termBudget);
       if ('why' in z) result = { ...result, reason: `${result.reason ?? ''}; no zero-extension cut: ${z.why}` };
       else if (z.result.status === 'differs' && z.found.length > 0) {
-        result = { ...z.result, stage: result.stage, reason: `cut for a witness by zero extension (${z.cut.slice(0, 4).join(', ')}${z.cut.length > 4 ? `, ... ${z.cut.length - 4} more` : ''}; the inputs are zero at the positions cut); witness values at the cut part's shapes: ${z.result.reason ?? ''}` };
+        result = { ...z.result, stage: result.stage, reason: `cut for a witness by zero extension (${cutList(z.cut)}; the inputs are zero at the positions cut); witness values at the cut part's shapes: ${z.result.reason ?? ''}` };
         numeric = { ...numeric, mismatches: z.found };
       } else result = { ...result, reason: `${result.reason ?? ''}; at a zero-extension cut (${z.cut.length} dims; for witnesses only): ${z.result.status}${z.result.reason === undefined ? '' : ` (${z.result.reason.slice(0, 200)})`}` };
     }

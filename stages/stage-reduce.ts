@@ -441,7 +441,7 @@ export function perStageFallback(rawPlan: RawPlan | (() => RawPlan), seed: numbe
             log.push({ stage: i + 1, logical: name, status: z.result.status, mode: info.mode, reduced: `zero-extension cut: ${z.cut.slice(0, 4).join(', ')}`, ms: performance.now() - t0 });
             if (z.result.status === 'differs' && z.found.length > 0) {
               const red = info.reduced.map((c) => `${c.dim} ${c.full}->${c.reduced}`).join(', ');
-              out[i] = { ...z.result, stage: r.stage, reason: `per stage (${info.mode}${red === '' ? '' : `: ${red}`}; then cut for a witness by zero extension: ${z.cut.slice(0, 4).join(', ')}${z.cut.length > 4 ? `, ... ${z.cut.length - 4} more` : ''}, the inputs zero at the positions cut); witness values at the cut plan's shapes: ${z.result.reason ?? ''}` };
+              out[i] = { ...z.result, stage: r.stage, reason: `per stage (${info.mode}${red === '' ? '' : `: ${red}`}; then cut for a witness by zero extension: ${cutList(z.cut)}, the inputs zero at the positions cut); witness values at the cut plan's shapes: ${z.result.reason ?? ''}` };
               mismatches.push(...z.found);
               failing.add(name);
               refuted = true;
@@ -496,6 +496,11 @@ export function prefixWitness(plan: LoadedPlan, raw: RawPlan, name: string, seed
     }
   }
   return last;
+}
+
+/** The dims a cut names, the first four and how many more (for reasons). */
+export function cutList(cut: readonly string[]): string {
+  return `${cut.slice(0, 4).join(', ')}${cut.length > 4 ? `, ... ${cut.length - 4} more` : ''}`;
 }
 
 /**
