@@ -23,7 +23,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { AttrValue } from '../ops/types.js';
-import { canonJson } from '../stages/canon.js';
+import { canonJson } from '../stages/canon-json.js';
 
 const ANSWER_FORMAT = 'planproof-answer/1';
 
@@ -151,4 +151,48 @@ export function storeAnswer(dir: string, key: AnswerKey, answer: Answer): boolea
   } catch {
     return false;
   }
+}
+
+/** Where a replayed answer goes (the CLI's stdout and stderr). */
+export interface Out {
+  log(s: string): void;
+  err(s: string): void;
+}
+
+/** With --json, stdout must be one JSON object (the report), so a kept one can say where it came from. */
+export function jsonReport(stdout: readonly string[]): object | undefined {
+  if (stdout.length !== 1) return undefined;
+  try {
+    const v = JSON.parse(stdout[0] as string) as unknown;
+    return v !== null && typeof v === 'object' && !Array.isArray(v) ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Prints a kept answer as the run that made it printed it, saying where it came from, and
+ * writes its JUnit file; returns the exit code. Undefined, having printed nothing, when --json
+ * asks and the kept stdout is not one JSON report.
+ */
+export function replayAnswer(a: Answer, json: boolean, junit: string | undefined, out: Out): number | undefined {
+  const report = json ? jsonReport(a.stdout) : undefined;
+  if (json && report === undefined) return undefined;
+  const from = { at: a.at, seconds: a.seconds, note: 'the answer of an earlier run on the same plan bytes, with the same options and the same build of planproof; --no-cache verifies again' };
+  for (const s of a.stderr) out.err(s);
+  if (report !== undefined) {
+    out.log(JSON.stringify({ ...report, answerCache: from }, null, 2));
+  } else {
+    for (const s of a.stdout) out.log(s);
+    out.log(`cache       answer kept from ${a.at} (${a.seconds.toFixed(1)} s then): same plan bytes, options and planproof build; --no-cache verifies again`);
+  }
+  if (junit !== undefined) {
+    try {
+      writeFileSync(junit, a.junit);
+    } catch (e) {
+      out.err(`planproof: cannot write the report: ${e instanceof Error ? e.message : String(e)}`);
+      return 4;
+    }
+  }
+  return a.code;
 }

@@ -38,7 +38,10 @@ import { stageBar } from './progress.js';
 import { explain } from './explain.js';
 import { importCommand } from './import.js';
 import { captureCommand } from './capture.js';
-import { answerKey, lookupAnswer, storeAnswer, type Answer } from './answers.js';
+import { answerKey, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey } from './answers.js';
+import { skeletonOf, storeArgvMemo, storeDelta } from './delta.js';
+import { registry } from '../ops/registry.js';
+import { attrRelianceOf } from '../stages/template.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -150,8 +153,8 @@ function notShardable(plan: LoadedPlan, eng: EngineOptions, infer: boolean | und
 export interface ReportFiles {
   readonly junit?: string;
   readonly html?: string;
-  /** Called with the finished run's report (the answer cache keeps it). */
-  readonly onReport?: (r: VerifyReport) => void;
+  /** Called with the finished run's report and plan (the answer cache keeps it). */
+  readonly onReport?: (r: VerifyReport, plan: LoadedPlan) => void;
 }
 
 /**
@@ -159,7 +162,7 @@ export interface ReportFiles {
  * written is a usage error (exit 4), so CI never reads a missing report as a pass.
  */
 async function finish(r: VerifyReport, l: Loaded, files: ReportFiles, out: Out): Promise<number> {
-  files.onReport?.(r);
+  files.onReport?.(r, l.plan);
   try {
     if (files.junit !== undefined) writeFileSync(files.junit, junitXml(r));
     if (files.html !== undefined) writeFileSync(files.html, await htmlReport(r, l.plan));
@@ -191,27 +194,43 @@ interface AnswerMemo {
   readonly options: Record<string, unknown>;
   /** False with --no-answer-cache: verify again (and keep the new answer). */
   readonly reuse: boolean;
+  /** The command line as given, and what the executable's fast path needs of it (cli/delta.ts). */
+  readonly argv: readonly string[];
+  readonly junit?: string;
+  readonly maxBytes: number;
 }
 
-/** Prints a kept answer as the run that made it printed it, saying where it came from. */
-function replayAnswer(a: Answer, report: object | undefined, files: ReportFiles, out: Out): number {
-  const from = { at: a.at, seconds: a.seconds, note: 'the answer of an earlier run on the same plan bytes, with the same options and the same build of planproof; --no-cache verifies again' };
-  for (const s of a.stderr) out.err(s);
-  if (report !== undefined) {
-    out.log(JSON.stringify({ ...report, answerCache: from }, null, 2));
-  } else {
-    for (const s of a.stdout) out.log(s);
-    out.log(`cache       answer kept from ${a.at} (${a.seconds.toFixed(1)} s then): same plan bytes, options and planproof build; --no-cache verifies again`);
+/**
+ * After a run with the answer cache: what this command line parsed to (so the next identical
+ * one is answered before yargs loads), and for a VERIFIED answer reached at tensor level per
+ * template, the attribute equalities it relied on (incremental re-verification, cli/delta.ts).
+ */
+function keepForFastPath(memo: AnswerMemo, json: boolean, text: string, key: AnswerKey, answer: Answer, r: VerifyReport | undefined, plan: LoadedPlan | undefined): void {
+  if (!memo.reuse) return;
+  const kinds = registry.valueKinds();
+  storeArgvMemo(memo.dir, memo.argv, { options: memo.options, json, ...(memo.junit === undefined ? {} : { junit: memo.junit }), maxBytes: memo.maxBytes, kinds });
+  const rel = r === undefined ? undefined : attrRelianceOf(r);
+  if (rel === undefined || plan === undefined || answer.verdict !== 'verified') return;
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    return;
   }
-  if (files.junit !== undefined) {
-    try {
-      writeFileSync(files.junit, a.junit);
-    } catch (e) {
-      out.err(`planproof: cannot write the report: ${e instanceof Error ? e.message : String(e)}`);
-      return ExitCode.usage;
-    }
-  }
-  return a.code;
+  // The proofs name ops by the loader's indices; the skeleton by the file's: they must agree.
+  if (!sameOpOrder(raw as RawPlan, plan)) return;
+  const skel = skeletonOf(raw, kinds);
+  if (typeof skel === 'string' || skel.ops.size !== rel.refs.length || rel.refs.some((x) => !skel.ops.has(x))) return;
+  storeDelta(memo.dir, { build: key.build, options: key.options, skeleton: skel.digest }, { refs: rel.refs, values: rel.refs.map((x) => skel.ops.get(x)?.values ?? ''), classes: rel.classes, answer });
+}
+
+/** Whether the loaded plan's ops are the file's, in the file's order (logical and per program). */
+function sameOpOrder(raw: RawPlan, plan: LoadedPlan): boolean {
+  const ids = (xs: readonly { id: string }[]): string => xs.map((o) => o.id).join('\n');
+  const lg = plan.logical.ops;
+  if (ids(raw.logical.ops) !== Array.from({ length: lg.size }, (_, i) => lg.ids.name(i)).join('\n')) return false;
+  if (raw.parallel.programs.length !== plan.programs.length) return false;
+  return plan.programs.every((p, pi) => ids((raw.parallel.programs[pi] as RawPlan['parallel']['programs'][number]).ops) === Array.from({ length: p.ops.size }, (_, i) => p.ops.ids.name(i)).join('\n'));
 }
 
 /**
@@ -231,31 +250,25 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
   const kept = key === undefined || !memo.reuse ? undefined : lookupAnswer(memo.dir, key);
   if (kept !== undefined) {
     // With --json, the kept stdout is one JSON report, which says where it came from.
-    const report = json ? jsonReport(kept.stdout) : undefined;
-    if (!json || report !== undefined) return replayAnswer(kept, report, files, out);
+    const code = replayAnswer(kept, json, files.junit, out);
+    if (code !== undefined) {
+      if (text !== undefined && key !== undefined) keepForFastPath(memo, json, text, key, kept, undefined, undefined);
+      return code;
+    }
   }
   const stdout: string[] = [];
   const stderr: string[] = [];
   const rec: Out = { log: (s) => (stdout.push(s), out.log(s)), err: (s) => (stderr.push(s), out.err(s)) };
   let report: VerifyReport | undefined;
+  let loaded: LoadedPlan | undefined;
   // The text hashed is the text verified.
-  const code = await verifyFresh(file, json, eng, verbose, rec, infer, red, perStage, { ...files, onReport: (r) => void (report = r) }, sh, text);
+  const code = await verifyFresh(file, json, eng, verbose, rec, infer, red, perStage, { ...files, onReport: (r, p) => void ((report = r), (loaded = p)) }, sh, text);
   const r = report as VerifyReport | undefined;
-  if (key !== undefined && r !== undefined && r.verdict !== 'unknown' && code === verdictCode[r.verdict] && (!json || jsonReport(stdout) !== undefined)) {
-    storeAnswer(memo.dir, key, { verdict: r.verdict, code: r.verdict === 'verified' ? 0 : 1, stdout, stderr, junit: junitXml(r), at: new Date().toISOString(), seconds: (performance.now() - t0) / 1000 });
+  if (key !== undefined && text !== undefined && r !== undefined && r.verdict !== 'unknown' && code === verdictCode[r.verdict] && (!json || jsonReport(stdout) !== undefined)) {
+    const answer: Answer = { verdict: r.verdict, code: r.verdict === 'verified' ? 0 : 1, stdout, stderr, junit: junitXml(r), at: new Date().toISOString(), seconds: (performance.now() - t0) / 1000 };
+    if (storeAnswer(memo.dir, key, answer)) keepForFastPath(memo, json, text, key, answer, r, loaded);
   }
   return code;
-}
-
-/** With --json, stdout must be one JSON object (the report), so a kept one can say where it came from. */
-function jsonReport(stdout: readonly string[]): object | undefined {
-  if (stdout.length !== 1) return undefined;
-  try {
-    const v = JSON.parse(stdout[0] as string) as unknown;
-    return v !== null && typeof v === 'object' && !Array.isArray(v) ? v : undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer?: boolean, red: ReduceOptions = { reduce: true }, perStage = false, files: ReportFiles = {}, sh: ShardRun = {}, read?: string): Promise<number> {
@@ -481,6 +494,8 @@ function gen(a: GenArgs, out: Out): number {
 
 /** Runs the CLI on `argv` (without node and script); returns the exit code. */
 export async function main(argv: string[], out: Out = stdio): Promise<number> {
+  // As the executable received it: the fast path (cli/delta.ts) keys what it parsed to by it.
+  const rawArgv = [...argv];
   // Handlers only record what to run: nothing runs (and nothing reaches stdout) until the
   // whole command line has been parsed and validated, so a refused command never prints a
   // report a CI step could read as a verdict.
@@ -527,7 +542,10 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
         const cache = a.shard === undefined ? cacheOption(a.cache) : {};
         // The answer cache (cli/answers.ts) for runs whose whole output is stdout and the JUnit
         // file: not with --html (drawn from the loaded plan), --emit-reduced (files) or a shard.
-        const memo = cache.cacheDir !== undefined && a.emitReduced === undefined && a.html === undefined && plan !== STDIN_NAME ? { dir: cache.cacheDir, options: answerOptions(a), reuse: a.answerCache !== false } : undefined;
+        const memo: AnswerMemo | undefined =
+          cache.cacheDir !== undefined && a.emitReduced === undefined && a.html === undefined && plan !== STDIN_NAME
+            ? { dir: cache.cacheDir, options: answerOptions(a), reuse: a.answerCache !== false, argv: rawArgv, ...(a.junit === undefined ? {} : { junit: a.junit }), maxBytes: Math.floor(a.maxFileMb * 1024 * 1024) }
+            : undefined;
         run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cache }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard), memo);
       },
     )

@@ -18,7 +18,8 @@ import { getHeapStatistics } from 'node:v8';
 const SUPERVISE_FROM_BYTES = 1024 * 1024;
 /** The child's heap limit: half the memory, at most 12 GiB. */
 const HEAP_MB = Math.min(12 * 1024, Math.floor(totalmem() / (2 * 1024 * 1024)));
-const CHILD_ENV = 'PLANPROOF_HEAP_CHILD';
+/** Set in the heap child (which then neither supervises nor tries the fast path again). */
+export const CHILD_ENV = 'PLANPROOF_HEAP_CHILD';
 /** How V8's out-of-memory report starts. */
 const MARKERS = ['<--- Last few GCs --->', 'FATAL ERROR: '];
 

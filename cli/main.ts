@@ -11,7 +11,7 @@
 import { fileURLToPath } from 'node:url';
 import { realpathSync } from 'node:fs';
 import { ExitCode } from '../plans/errors.js';
-import { runWithHeap, superviseHeap } from './heap.js';
+import { CHILD_ENV, runWithHeap, superviseHeap } from './heap.js';
 
 const INTERNAL = ExitCode.usage;
 /** Arguments after `node script` (yargs' hideBin, without importing yargs). */
@@ -42,8 +42,19 @@ if (isEntry) {
     }
     throw e;
   });
-  const heapMb = superviseHeap(argv);
-  (heapMb === undefined ? import('./app.js').then((app) => app.main(argv)) : runWithHeap(heapMb, argv))
+  // `verify` answered from the cache directory's records (cli/delta.ts: an exact answer, or an
+  // incremental one) before yargs, the engine or a heap child load; undefined goes on as usual.
+  const fastOut = { log: (s: string) => void process.stdout.write(`${s}\n`), err: (s: string) => void process.stderr.write(`${s}\n`) };
+  const fast: Promise<number | undefined> =
+    argv[0] === 'verify' && process.env[CHILD_ENV] !== '1'
+      ? import('./delta.js').then((d) => d.fastVerify(argv, fastOut)).catch(() => undefined)
+      : Promise.resolve(undefined);
+  fast
+    .then((code) => {
+      if (code !== undefined) return code;
+      const heapMb = superviseHeap(argv);
+      return heapMb === undefined ? import('./app.js').then((app) => app.main(argv)) : runWithHeap(heapMb, argv);
+    })
     .then((code) => {
       decided = true;
       process.exitCode = code;

@@ -140,6 +140,7 @@ function norm(kind: 'layer' | 'rms'): OpDef[] {
       inputs: { min: 1, max: maxIn },
       outputs: { min: 1, max: 1 },
       attrSchema: normAttrs,
+      valueAttrs: ['eps'],
       shape: ([x, w, b], attrs) => {
         trailing(x as Shape, attrs);
         checkAffine(x as Shape, w, attrs, 'weight');
@@ -165,6 +166,7 @@ function norm(kind: 'layer' | 'rms'): OpDef[] {
       inputs: { min: 2, max: 3 },
       outputs: { min: 1, max: kind === 'layer' ? 3 : 2 },
       attrSchema: normAttrs,
+      valueAttrs: ['eps'],
       shape: ([g, x, w], attrs) => {
         if (!sameShape(g as Shape, x as Shape)) throw new ShapeError(`grad ${shapeStr(g as Shape)} and input ${shapeStr(x as Shape)} differ`);
         trailing(x as Shape, attrs);

@@ -14,6 +14,7 @@ export const ops: OpDef[] = withZeroTails([
     inputs: fixed(2),
     outputs: fixed(1),
     attrSchema: attrObject({ lr: scalarSchema, weight_decay: scalarSchema }, ['lr']),
+    valueAttrs: ['lr', 'weight_decay'],
     shape: ([p, g]) => {
       if (!sameShape(p as Shape, g as Shape)) throw new ShapeError(`parameter ${shapeStr(p as Shape)} and gradient ${shapeStr(g as Shape)} differ`);
       return [p as Shape];
@@ -43,6 +44,7 @@ export const ops: OpDef[] = withZeroTails([
     inputs: fixed(3),
     outputs: fixed(2),
     attrSchema: attrObject({ lr: scalarSchema, momentum: scalarSchema, dampening: scalarSchema, weight_decay: scalarSchema, nesterov: { type: 'boolean' }, first_step: { type: 'boolean' } }, ['lr', 'momentum']),
+    valueAttrs: ['lr', 'momentum', 'dampening', 'weight_decay', 'nesterov', 'first_step'],
     shape: ([p, g, b]) => {
       if (!sameShape(p as Shape, g as Shape) || !sameShape(p as Shape, b as Shape)) throw new ShapeError(`parameter ${shapeStr(p as Shape)}, gradient ${shapeStr(g as Shape)} and buffer ${shapeStr(b as Shape)} differ`);
       return [p as Shape, p as Shape];
@@ -80,6 +82,7 @@ export const ops: OpDef[] = withZeroTails([
       { lr: scalarSchema, beta1: scalarSchema, beta2: scalarSchema, eps: scalarSchema, weight_decay: scalarSchema, step: { type: 'integer', minimum: 1 }, decoupled_weight_decay: { type: 'boolean' } },
       ['lr', 'beta1', 'beta2', 'eps', 'step'],
     ),
+    valueAttrs: ['lr', 'beta1', 'beta2', 'eps', 'weight_decay', 'step', 'decoupled_weight_decay'],
     shape: ([p, g, m, v]) => {
       for (const [x, what] of [
         [g, 'gradient'],

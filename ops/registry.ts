@@ -35,6 +35,23 @@ import { ops as reduce } from './reduce.js';
  */
 const families: readonly (readonly OpDef[])[] = [activation, attention, collectives, dropout, elementwise, indexing, layout, loss, matmul, moe, norm, optim, position, reduce];
 
+/**
+ * Why an op's value-only attributes (OpDef.valueAttrs) cannot be value-only, or undefined: a
+ * structural rule that reads attributes by name or rewrites them could read them.
+ */
+export function valueAttrsProblem(d: OpDef): string | undefined {
+  const keys = d.valueAttrs ?? [];
+  if (keys.length === 0) return undefined;
+  for (const f of ['rescale', 'decompose', 'routing', 'sliceRegions', 'prefixAttrs', 'laneAttrs'] as const) if (d[f] !== undefined) return `value-only attributes on an op with ${f}`;
+  const named = [d.narrows?.dim, d.narrows?.start, d.narrows?.end, d.zeroPads?.dim, d.zeroPads?.before, d.zeroPads?.after, d.scatter?.size];
+  const props = (d.attrSchema as { properties?: Record<string, unknown> }).properties ?? {};
+  for (const k of keys) {
+    if (named.includes(k)) return `value-only attribute '${k}' is named by a structural rule`;
+    if (!(k in props)) return `value-only attribute '${k}' is not in its attribute schema`;
+  }
+  return undefined;
+}
+
 /** Op records by name and by integer id (the id is the index in registration order). */
 export class OpRegistry {
   private readonly byName = new Map<string, number>();
@@ -47,6 +64,8 @@ export class OpRegistry {
   constructor(defs: Iterable<OpDef>) {
     for (const d of defs) {
       if (this.byName.has(d.name)) throw new Error(`op '${d.name}' registered twice`);
+      const bad = valueAttrsProblem(d);
+      if (bad !== undefined) throw new Error(`op '${d.name}': ${bad}`);
       this.byName.set(d.name, this.defs.length);
       this.defs.push(d);
     }
@@ -62,6 +81,20 @@ export class OpRegistry {
   }
   names(): string[] {
     return this.defs.map((d) => d.name);
+  }
+  /**
+   * The ops with value-only attributes (OpDef.valueAttrs): per name, the id, the keys, and
+   * whether its attributes are checked by the generated validator (export `a<id>` of
+   * ops/attr.validate.cjs). Incremental re-verification (cli/delta.ts) reads this table
+   * without loading the registry.
+   */
+  valueKinds(): Record<string, { id: number; keys: string[]; generated: boolean }> {
+    this.generated ??= generatedFor(this.defs);
+    const out: Record<string, { id: number; keys: string[]; generated: boolean }> = {};
+    this.defs.forEach((d, id) => {
+      if ((d.valueAttrs?.length ?? 0) > 0) out[d.name] = { id, keys: [...(d.valueAttrs ?? [])], generated: this.generated?.[id] !== undefined };
+    });
+    return out;
   }
   /** Validates attributes; returns a one-line reason or undefined. */
   checkAttrs(id: number, attrs: Attrs): string | undefined {

@@ -53,6 +53,15 @@ export interface OpDef {
   readonly outputs: Arity;
   /** JSON Schema for `attrs` (validated after template expressions are evaluated). */
   readonly attrSchema: object;
+  /**
+   * Value-only attributes: keys that enter only `apply` (the value rule), never the shape, the
+   * labels, the lanes or any structural rule (eps of a norm, an optimizer's lr). Tensor-level
+   * proofs compare them only for equality, which is what incremental re-verification
+   * (docs/engine.md, "Incremental re-verification") relies on. The registry refuses them on an
+   * op with rescale, decompose, routing, sliceRegions, prefixAttrs or laneAttrs, or whose
+   * narrows, zeroPads or scatter name them; test/value-attrs.test.ts checks the rest.
+   */
+  readonly valueAttrs?: readonly string[];
   /** Output shapes from input shapes; throws ShapeError with a one-line reason. */
   shape(inputs: readonly Shape[], attrs: Attrs): Shape[];
   /**

@@ -23,18 +23,11 @@ import { evalLineage, type LineageNF } from '../lineage/model.js';
 import { numel } from '../ops/types.js';
 import { MAX_STAGE_ELEMENTS, producers, type ProducerLookup, type Stage } from './prove.js';
 
+export { canonJson } from './canon-json.js';
+import { canonJson } from './canon-json.js';
+
 /** Bumped when the form's meaning changes: cached proofs of an older form are not reused. */
 export const CANON_VERSION = 1;
-
-export function canonJson(v: AttrValue | undefined): string {
-  if (v === undefined) return 'u';
-  if (v === null || typeof v !== 'object') return JSON.stringify(v);
-  if (Array.isArray(v)) return `[${v.map(canonJson).join(',')}]`;
-  return `{${Object.keys(v)
-    .sort()
-    .map((k) => `${JSON.stringify(k)}:${canonJson(v[k])}`)
-    .join(',')}}`;
-}
 
 export class StageCanonizer {
   private readonly prod: ProducerLookup;

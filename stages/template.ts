@@ -36,7 +36,7 @@ import { MAX_STAGE_ELEMENTS, Prover, type Obligation, type Producer, type Produc
 import { StageCanonizer } from './canon.js';
 import { DEFAULT_TERM_BUDGET } from '../sdfg/terms.js';
 import { evalLineage } from '../lineage/model.js';
-import { TensorLevelProver } from './tensorlevel.js';
+import { AttrUse, TensorLevelProver } from './tensorlevel.js';
 import type { ProvePart } from './prove.js';
 import type { RawPlan } from '../plans/raw.js';
 
@@ -665,7 +665,8 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
   let tooLarge = 0;
   let proved = 0;
   let tensor = 0;
-  const tl = opts.tensorLevel === false ? undefined : new TensorLevelProver(plan, { perTemplate: true });
+  const use = new AttrUse(plan);
+  const tl = opts.tensorLevel === false ? undefined : new TensorLevelProver(plan, { perTemplate: true, attrUse: use });
   /** Per stage: the part where tensor level stopped (tried first for a witness). */
   const failedPart = new Map<number, number>();
   const reports: StageReport[] = stages.map((s, i) => {
@@ -807,7 +808,7 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
       : first === undefined
         ? `all ${reports.length} stages proved equivalent in exact arithmetic; every contract output is held complete; decomposed per template (${why}): ${counts}`
         : `${open.length} of ${reports.length} stage(s) undecided, decomposed per template (${why}): ${counts}; first: stage ${first.index} (${first.logical}): ${first.reason ?? ''}`;
-  return {
+  const report: VerifyReport = {
     file: plan.file,
     name: plan.name,
     verdict: refuted !== undefined ? 'not_equivalent' : verified ? 'verified' : 'unknown',
@@ -818,6 +819,27 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
     ms: performance.now() - t0,
     decomposition: { path: 'template', entries, bound, reason: why },
   };
+  // Incremental re-verification (cli/delta.ts) reuses a verdict that tensor level alone reached.
+  if (verified && tensor === reports.length && use.poisoned === undefined) ATTR_USE.set(report, { refs: use.refs, classes: use.classes() });
+  return report;
+}
+
+/** What a VERIFIED report per template relied on of value-only attributes (AttrUse). */
+export interface AttrReliance {
+  /** Every op of a kind with value-only attributes: 'L<op>' or 'P<program>:<op>'. */
+  readonly refs: readonly string[];
+  /** Ops whose attribute sets the derivations relied on being equal (two or more each). */
+  readonly classes: readonly (readonly string[])[];
+}
+const ATTR_USE = new WeakMap<VerifyReport, AttrReliance>();
+
+/**
+ * For a report of verifiedPerTemplate or verifyPerTemplate that is VERIFIED with every stage
+ * proved at tensor level, and whose derivations compared only the plan's own attribute sets
+ * of value-only kinds: which of those they relied on being equal. Else undefined.
+ */
+export function attrRelianceOf(r: VerifyReport): AttrReliance | undefined {
+  return ATTR_USE.get(r);
 }
 
 /** A long reason's start and end (the later attempts, cuts for witnesses, are at its end). */

@@ -242,6 +242,83 @@ function attrsKey(a: Attrs | undefined): string {
   return k;
 }
 
+/**
+ * Which ops' value-only attributes (OpDef.valueAttrs) a derivation relied on being equal
+ * (docs/engine.md, "Incremental re-verification"). Such attributes enter tensor-level rules
+ * only through equality of whole attribute sets (a world op found by its key, a parallel op
+ * matched to a logical one); every comparison that comes out equal is recorded here as a
+ * union of the two ops. A derivation stays valid under any change of those values that keeps
+ * each class's values equal. An attribute set of such an op kind that is not one of the plan's
+ * own objects (instantiated per rank from an expression, or built by a rule) cannot be traced
+ * back to an op: comparing it equal marks the record unusable (`poisoned`).
+ */
+export class AttrUse {
+  private readonly occ = new WeakMap<object, number>();
+  private readonly up: number[] = [];
+  /** Per occurrence: 'L<op>' (logical op) or 'P<program>:<op>' (an op of a program). */
+  readonly refs: string[] = [];
+  poisoned: string | undefined;
+  constructor(plan: LoadedPlan) {
+    const valued = (kind: number): boolean => (registry.get(kind).valueAttrs?.length ?? 0) > 0;
+    const add = (a: object | undefined, ref: string): void => {
+      const id = this.refs.length;
+      this.refs.push(ref);
+      this.up.push(id);
+      if (a === undefined) return;
+      const prev = this.occ.get(a);
+      // One object shared by two ops: their values are one value, so they are one class.
+      if (prev !== undefined) this.union(prev, id);
+      else this.occ.set(a, id);
+    };
+    const lg = plan.logical;
+    for (let op = 0; op < lg.ops.size; op++) if (valued(lg.ops.kind[op] as number)) add(lg.attrs[op], `L${op}`);
+    plan.programs.forEach((p, pi) => {
+      for (let op = 0; op < p.ops.size; op++) {
+        if (!valued(p.ops.kind[op] as number)) continue;
+        const spec = p.attrSpecs[op];
+        // Attributes with expressions are instantiated per rank: those objects are no op's.
+        add(spec !== undefined && spec.exprs.length === 0 ? spec.attrs : undefined, `P${pi}:${op}`);
+      }
+    });
+  }
+  private find(i: number): number {
+    let r = i;
+    while (this.up[r] !== r) r = this.up[r] as number;
+    while (this.up[i] !== r) {
+      const n = this.up[i] as number;
+      this.up[i] = r;
+      i = n;
+    }
+    return r;
+  }
+  private union(a: number, b: number): void {
+    const [ra, rb] = [this.find(a), this.find(b)];
+    if (ra !== rb) this.up[Math.max(ra, rb)] = Math.min(ra, rb);
+  }
+  /** Attribute sets `a` and `b` of op kind `kind` compared equal, and a rule relies on it. */
+  same(kind: number, a: Attrs | undefined, b: Attrs | undefined): void {
+    if ((registry.get(kind).valueAttrs?.length ?? 0) === 0) return;
+    const oa = a === undefined ? undefined : this.occ.get(a);
+    const ob = b === undefined ? undefined : this.occ.get(b);
+    if (oa === undefined || ob === undefined) {
+      this.poisoned ??= `'${registry.get(kind).name}' attributes compared that are not a plan op's own`;
+      return;
+    }
+    this.union(oa, ob);
+  }
+  /** The classes of two or more ops, each a list of occurrence refs. */
+  classes(): string[][] {
+    const by = new Map<number, string[]>();
+    this.refs.forEach((ref, i) => {
+      const r = this.find(i);
+      const l = by.get(r);
+      if (l === undefined) by.set(r, [ref]);
+      else l.push(ref);
+    });
+    return [...by.values()].filter((l) => l.length > 1);
+  }
+}
+
 /** Unions two covers of one decomposition; undefined when they overlap. */
 function unionCover(kind: Comp['kind'], a: readonly Int[], b: readonly Int[]): Int[] | undefined {
   // Per template the bounds may be affine in the coordinates: they are ordered only when their
@@ -440,7 +517,10 @@ class LogicalWorld {
   private readonly vDefs: { kind: number; inputs: readonly number[] }[] = [];
   private readonly vNames = new Map<number, string>();
   private readonly domains: (readonly number[] | undefined)[];
-  constructor(readonly plan: LoadedPlan) {
+  constructor(
+    readonly plan: LoadedPlan,
+    readonly use?: AttrUse,
+  ) {
     const lg = plan.logical;
     this.nLogical = lg.tensors.size;
     this.canonId = Int32Array.from({ length: lg.tensors.size }, (_, i) => i);
@@ -466,6 +546,7 @@ class LogicalWorld {
       const key = `${kind}|${attrsKey(attrs)}|${inputs.map((x, i) => `${x}*${fkey(factors[i] as Frac)}`).join(',')}`;
       const prev = this.byKey.get(key);
       if (prev !== undefined) {
+        this.use?.same(kind, attrs, (this.ops[prev] as OpRef).attrs);
         const a = (this.ops[prev] as OpRef).outputs;
         outs.forEach((t, i) => this.alias(t, a[i] as number, ONE));
         continue;
@@ -515,7 +596,10 @@ class LogicalWorld {
   opFor(kind: number, attrs: Attrs, inputs: readonly number[], factors: readonly Frac[] = inputs.map(() => ONE)): number | undefined {
     const key = `${kind}|${attrsKey(attrs)}|${inputs.map((x, i) => `${x}*${fkey(factors[i] as Frac)}`).join(',')}`;
     const hit = this.byKey.get(key);
-    if (hit !== undefined) return hit;
+    if (hit !== undefined) {
+      this.use?.same(kind, attrs, (this.ops[hit] as OpRef).attrs);
+      return hit;
+    }
     // An op that has no value (bad attributes, shapes, scaled inputs) stays so: asked again, it
     // is not re-checked and grows no new virtual tensors.
     if (this.noOp.has(key)) return undefined;
@@ -673,6 +757,8 @@ export class TensorLevelProver {
   /** Collective instances derived once for every stage that assumes none of their claims. */
   private readonly across = new Map<number, { shared: Shared | string; assumes: Set<number> }>();
   private readonly world: LogicalWorld;
+  /** Records the value-only attribute equalities derivations rely on (AttrUse), when asked. */
+  private readonly use: AttrUse | undefined;
   private readonly dimsCache = new Map<number, Sig | null>();
   private readonly scaleKind: number;
   private readonly addKind: number;
@@ -687,8 +773,9 @@ export class TensorLevelProver {
   private readonly siteProd: Int32Array[] = [];
   constructor(
     readonly plan: LoadedPlan,
-    opts: { readonly perTemplate?: boolean } = {},
+    opts: { readonly perTemplate?: boolean; readonly attrUse?: AttrUse } = {},
   ) {
+    this.use = opts.attrUse;
     if (opts.perTemplate === true) {
       this.tmpl = plan.programs.map((p) => templateFrame(plan, p));
       this.siteProd = plan.programs.map((p) => {
@@ -711,7 +798,7 @@ export class TensorLevelProver {
       const o = c.outputs[i] as number;
       if (o >= 0) this.collProd.set(r * this.tensorKey + o, ci);
     }));
-    this.world = new LogicalWorld(plan);
+    this.world = new LogicalWorld(plan, opts.attrUse);
     this.scaleKind = registry.id('scale');
     this.addKind = registry.id('add');
     this.identityKind = registry.id('identity');
@@ -1148,6 +1235,7 @@ export class TensorLevelProver {
       if (qi !== pi) {
         qs = this.sitesOn(qi, written)[k] ?? -1;
         if (qs < 0 || q.ops.kind[qs] !== p.ops.kind[site] || attrsKey(plan.view(qf.r0).attrs[qs]) !== attrsKey(plan.view(r).attrs[site]) || (q.attrSpecs[qs]?.exprs.length ?? 0) > 0) return `per template: no matching call of '${p.ops.ids.name(site)}' in program '${q.name}'`;
+        this.use?.same(p.ops.kind[site] as number, plan.view(qf.r0).attrs[qs], plan.view(r).attrs[site]);
       }
       const x = q.ops.opInputs(qs)[0];
       if (x === undefined) return 'a collective with no input';
@@ -2015,6 +2103,7 @@ export class TensorLevelProver {
         const o = w.ops[q] as OpRef;
         return attrsKey(o.attrs) === attrsKey(attrs) && o.factors.every((f) => feq(f, ONE));
       });
+      if (cands[0] !== undefined) this.use?.same(kind, attrs, (w.ops[cands[0]] as OpRef).attrs);
       return cands[0] ?? `no logical '${name}' reads ${logicals.map((x) => w.name(x)).join(', ')} with these attributes`;
     };
     const same = (a: Range, b: Range): boolean => a[0] === b[0] && a[1] === b[1];
@@ -2318,6 +2407,7 @@ export class TensorLevelProver {
         d = { logical: out, ranges: reg, scale: x.scale, ...(x.part === undefined ? {} : { part: { key: `lin|${q}|0|${k}|${x.part.key}`, comps: x.part.comps } }) };
       } else {
         if (attrsKey(attrs) !== attrsKey(o.attrs)) return `'${name}' attributes differ from the logical op's`;
+        this.use?.same(kind, attrs, o.attrs);
         d = this.bySig(sig, def.linearIn?.(ins.length) ?? [], ins, k, out, outShape, q);
       }
       if (typeof d === 'string') return d;
