@@ -112,8 +112,11 @@ function lookupArgvMemo(dir: string, argv: readonly string[]): ArgvMemo | undefi
 
 /** The cache directories a command line may name: the default one and any --cache value. */
 function candidateDirs(argv: readonly string[]): string[] {
-  const env = process.env;
-  const dirs = [env['PLANPROOF_CACHE_DIR'] ?? join(env['XDG_CACHE_HOME'] ?? join(homedir(), '.cache'), 'planproof')];
+  // The default as stages/cache.ts defaultCacheDir computes it (a wrong guess only misses: the
+  // memo names the directory it was written for).
+  const own = process.env['PLANPROOF_CACHE_DIR'];
+  const xdg = process.env['XDG_CACHE_HOME'];
+  const dirs = [own !== undefined && own !== '' ? own : join(xdg !== undefined && xdg !== '' ? xdg : join(homedir(), '.cache'), 'planproof')];
   argv.forEach((a, i) => {
     if (a === '--cache' && argv[i + 1] !== undefined) dirs.push(argv[i + 1] as string);
     else if (a.startsWith('--cache=')) dirs.push(a.slice('--cache='.length));
