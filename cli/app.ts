@@ -39,7 +39,7 @@ import { explain } from './explain.js';
 import { importCommand } from './import.js';
 import { captureCommand } from './capture.js';
 import { answerKey, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey } from './answers.js';
-import { skeletonOf, storeArgvMemo, storeDelta } from './delta.js';
+import { deltaAnswer, skeletonOf, storeArgvMemo, storeDelta } from './delta.js';
 import { registry } from '../ops/registry.js';
 import { attrRelianceOf } from '../stages/template.js';
 
@@ -205,12 +205,12 @@ interface AnswerMemo {
  * one is answered before yargs loads), and for a VERIFIED answer reached at tensor level per
  * template, the attribute equalities it relied on (incremental re-verification, cli/delta.ts).
  */
-function keepForFastPath(memo: AnswerMemo, json: boolean, text: string, key: AnswerKey, answer: Answer, r: VerifyReport | undefined, plan: LoadedPlan | undefined): void {
+function keepForFastPath(memo: AnswerMemo, json: boolean, text: string, key: AnswerKey, answer: Answer | undefined, r: VerifyReport | undefined, plan: LoadedPlan | undefined): void {
   if (!memo.reuse) return;
   const kinds = registry.valueKinds();
   storeArgvMemo(memo.dir, memo.argv, { options: memo.options, json, ...(memo.junit === undefined ? {} : { junit: memo.junit }), maxBytes: memo.maxBytes, kinds });
   const rel = r === undefined ? undefined : attrRelianceOf(r);
-  if (rel === undefined || plan === undefined || answer.verdict !== 'verified') return;
+  if (rel === undefined || plan === undefined || answer?.verdict !== 'verified') return;
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -253,6 +253,15 @@ async function verify(file: string, json: boolean, eng: EngineOptions, verbose: 
     const code = replayAnswer(kept, json, files.junit, out);
     if (code !== undefined) {
       if (text !== undefined && key !== undefined) keepForFastPath(memo, json, text, key, kept, undefined, undefined);
+      return code;
+    }
+  }
+  // A plan edited only in value-only attributes (cli/delta.ts; the executable's fast path tries
+  // this first, except for plans too large to parse before the heap child starts).
+  if (memo.reuse && text !== undefined && key !== undefined) {
+    const code = deltaAnswer(memo.dir, text, key, { json, ...(files.junit === undefined ? {} : { junit: files.junit }), kinds: registry.valueKinds() }, out, t0);
+    if (code !== undefined) {
+      keepForFastPath(memo, json, text, key, undefined, undefined, undefined);
       return code;
     }
   }

@@ -26,14 +26,14 @@
  * of its rule, and every stage is proved as before.
  */
 import { createHash } from 'node:crypto';
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { availableParallelism, homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 import { canonJson } from '../stages/canon-json.js';
 import type { AttrValue } from '../ops/types.js';
-import { answerKey, buildDigest, lookupAnswer, replayAnswer, storeAnswer, type Answer, type Out } from './answers.js';
+import { answerKey, buildDigest, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey, type Out } from './answers.js';
 
 const ARGV_FORMAT = 'planproof-argv/1';
 const DELTA_FORMAT = 'planproof-delta/1';
@@ -203,9 +203,13 @@ export interface DeltaRecord {
   readonly answer: Answer;
 }
 
+/** Records of one build and option set share a directory: a run with none skips parsing its plan. */
+function deltaDir(dir: string, build: string, options: string): string {
+  return join(dir, 'delta', sha256(canonJson({ build, options })));
+}
+
 function deltaPath(dir: string, key: DeltaKey): string {
-  const h = sha256(canonJson({ ...key }));
-  return join(dir, 'delta', h.slice(0, 2), `${h}.json`);
+  return join(deltaDir(dir, key.build, key.options), `${sha256(key.skeleton)}.json`);
 }
 
 export function storeDelta(dir: string, key: DeltaKey, rec: DeltaRecord): boolean {
@@ -277,6 +281,48 @@ function deltaNote(rec: DeltaRecord, skel: Skeleton): { changed: string[]; text:
 }
 
 /**
+ * The incremental answer for this plan text (answer key `key`, options included), printed, and
+ * kept as the exact answer of these bytes; undefined, having printed nothing, when there is
+ * none (no record for its skeleton, or the record's check fails). Used by the fast path and,
+ * for plans too large to parse there, by the ordinary run before it loads the plan.
+ */
+export function deltaAnswer(dir: string, text: string, key: AnswerKey, memo: Pick<ArgvMemo, 'json' | 'junit' | 'kinds'>, out: Out, t0 = performance.now()): number | undefined {
+  if (!existsSync(deltaDir(dir, key.build, key.options))) return undefined;
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  const skel = skeletonOf(raw, memo.kinds);
+  if (typeof skel === 'string') return undefined;
+  const rec = lookupDelta(dir, { build: key.build, options: key.options, skeleton: skel.digest });
+  if (rec === undefined || deltaProblem(rec, skel, memo.kinds, generatedValidator) !== undefined) return undefined;
+  const note = deltaNote(rec, skel);
+  const a = rec.answer;
+  let stdout: string[];
+  if (memo.json) {
+    const rep = jsonReport(a.stdout);
+    if (rep === undefined) return undefined;
+    stdout = [JSON.stringify({ ...rep, incremental: { basis: a.at, changedOps: note.changed, note: note.text } }, null, 2)];
+  } else stdout = [...a.stdout, note.text];
+  const answer: Answer = { ...a, stdout, at: new Date().toISOString(), seconds: (performance.now() - t0) / 1000 };
+  // The next run on these bytes is an exact hit.
+  storeAnswer(dir, key, answer);
+  for (const s of answer.stderr) out.err(s);
+  for (const s of stdout) out.log(s);
+  if (memo.junit !== undefined) {
+    try {
+      writeFileSync(memo.junit, answer.junit);
+    } catch (e) {
+      out.err(`planproof: cannot write the report: ${e instanceof Error ? e.message : String(e)}`);
+      return 4;
+    }
+  }
+  return 0;
+}
+
+/**
  * `verify` answered from the records above, before yargs or the engine load: an exact answer
  * for these plan bytes, or a delta answer. Undefined when there is none (the ordinary run
  * decides). Never throws: anything unexpected is a miss.
@@ -297,40 +343,9 @@ export function fastVerify(argv: readonly string[], out: Out): number | undefine
       const kept = lookupAnswer(dir, key);
       if (kept !== undefined) return replayAnswer(kept, memo.json, memo.junit, out);
       // This process has the default heap (the heap child has not started): a file too large to
-      // parse here comfortably is left to the ordinary run.
+      // parse here comfortably is left to the ordinary run, which tries deltaAnswer itself.
       if (bytes.length * 32 > getHeapStatistics().heap_size_limit) return undefined;
-      let raw: unknown;
-      try {
-        raw = JSON.parse(text);
-      } catch {
-        return undefined;
-      }
-      const skel = skeletonOf(raw, memo.kinds);
-      if (typeof skel === 'string') return undefined;
-      const rec = lookupDelta(dir, { build: key.build, options: key.options, skeleton: skel.digest });
-      if (rec === undefined || deltaProblem(rec, skel, memo.kinds, generatedValidator) !== undefined) return undefined;
-      const note = deltaNote(rec, skel);
-      const a = rec.answer;
-      let stdout: string[];
-      if (memo.json) {
-        const rep = a.stdout.length === 1 ? (JSON.parse(a.stdout[0] as string) as unknown) : undefined;
-        if (!isRecord(rep)) return undefined;
-        stdout = [JSON.stringify({ ...rep, incremental: { basis: a.at, changedOps: note.changed, note: note.text } }, null, 2)];
-      } else stdout = [...a.stdout, note.text];
-      const answer: Answer = { ...a, stdout, at: new Date().toISOString(), seconds: (performance.now() - t0) / 1000 };
-      // The next run on these bytes is an exact hit.
-      storeAnswer(dir, key, answer);
-      for (const s of answer.stderr) out.err(s);
-      for (const s of stdout) out.log(s);
-      if (memo.junit !== undefined) {
-        try {
-          writeFileSync(memo.junit, answer.junit);
-        } catch (e) {
-          out.err(`planproof: cannot write the report: ${e instanceof Error ? e.message : String(e)}`);
-          return 4;
-        }
-      }
-      return 0;
+      return deltaAnswer(dir, text, key, memo, out, t0);
     }
     return undefined;
   } catch {

@@ -119,6 +119,11 @@ describe('incremental re-verification (value-only attributes)', function () {
       assert.equal(next.fast, true);
       assert.match(next.stdout, CACHE_LINE);
     }
+    // The ordinary run tries the same check before loading (plans too large for the fast path).
+    write(['l0/rms_norm', 'eps', '1/555', 'both']);
+    const viaApp = await runCli(args());
+    assert.equal(viaApp.code, 0);
+    assert.match(viaApp.stdout, INCREMENTAL);
     // An optimizer hyperparameter of one parameter (its logical and parallel step).
     const raw = JSON.parse(base) as Raw;
     const adam = raw.logical.ops.find((o) => o.op === 'adam_update') as RawOp;
