@@ -30,6 +30,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from '
 import { createRequire } from 'node:module';
 import { availableParallelism, homedir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { getHeapStatistics } from 'node:v8';
 import { canonJson } from '../stages/canon-json.js';
 import type { AttrValue } from '../ops/types.js';
@@ -265,7 +266,7 @@ let validators: Record<string, unknown> | undefined;
 function generatedValidator(id: number): Validator | undefined {
   try {
     // The generated file beside the sources (ops/registry.ts reads the same one).
-    validators ??= createRequire(import.meta.url)(new URL('../../ops/attr.validate.cjs', import.meta.url).pathname) as Record<string, unknown>;
+    validators ??= createRequire(import.meta.url)(fileURLToPath(new URL('../../ops/attr.validate.cjs', import.meta.url))) as Record<string, unknown>;
   } catch {
     return undefined;
   }
