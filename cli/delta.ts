@@ -54,7 +54,26 @@ function argvContext(argv: readonly string[]): Record<string, unknown> {
     cpus: availableParallelism(),
     env: { PLANPROOF_CACHE_DIR: env('PLANPROOF_CACHE_DIR'), XDG_CACHE_HOME: env('XDG_CACHE_HOME'), HOME: env('HOME') },
     build: buildDigest(),
+    // yargs reads its parser configuration from the package.json above the executable (the
+    // "yargs" key); its own version decides the rest.
+    yargs: packageTexts(),
   };
+}
+
+let packages: string | undefined;
+function packageTexts(): string {
+  if (packages === undefined) {
+    const read = (f: string): string => {
+      try {
+        return sha256(readFileSync(f));
+      } catch {
+        return 'absent';
+      }
+    };
+    const root = fileURLToPath(new URL('../../', import.meta.url));
+    packages = `${read(join(root, 'package.json'))} ${read(join(root, 'node_modules/yargs/package.json'))}`;
+  }
+  return packages;
 }
 
 /** What a command line parsed to, as kept under argv/. */
