@@ -3,7 +3,9 @@
  * The `planproof` executable: a thin entry. Exit codes: 0 verified, 1 not equivalent, 2 invalid
  * plan, 3 unknown, 4 usage or internal error. Never prints a stack trace unless PLANPROOF_DEBUG=1.
  *
- * It imports only what deciding where to run needs (node builtins and cli/heap.ts). A large
+ * It imports only what deciding where to run needs (node builtins and cli/heap.ts), and for
+ * `verify` cli/delta.ts, which answers from the cache directory when it can (an unchanged plan,
+ * or one edited only in value-only attributes) before anything else loads. A large
  * plan file runs the command in a child with a larger heap, and the parent then never loads
  * the engine: importing it costs about 0.35 s, which the parent used to pay before spawning.
  * The commands themselves are in cli/app.ts.
