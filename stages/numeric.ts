@@ -33,6 +33,12 @@ export interface Mismatch {
   readonly expected: number;
   /** Position of the logical tensor in topological order (inputs first). */
   readonly order: number;
+  /**
+   * A witness certified by interval arithmetic (stages/interval.ts): the enclosures of the two
+   * values, disjoint, when the difference is under the numeric tolerance (the two numbers above
+   * are their midpoints and may print alike).
+   */
+  readonly certified?: { readonly parallel: readonly [number, number]; readonly logical: readonly [number, number] };
 }
 
 export interface NumericReport {

@@ -82,6 +82,13 @@ function num(x: number): string {
 
 /** One witness value as a sentence (the text, JUnit and HTML reports share it). */
 export function witnessLine(m: Mismatch): string {
+  const line = valuesLine(m);
+  if (m.certified === undefined) return line;
+  const iv = ([lo, hi]: readonly [number, number]): string => `[${lo.toPrecision(17)}, ${hi.toPrecision(17)}]`;
+  return `${line} (certified by interval arithmetic: ${iv(m.certified.parallel)} against ${iv(m.certified.logical)}, disjoint; the difference is under the numeric tolerance)`;
+}
+
+function valuesLine(m: Mismatch): string {
   const at = `${m.logical}[${m.element.join(', ')}]`;
   switch (m.kind) {
     case 'complete':

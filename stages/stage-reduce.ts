@@ -101,6 +101,12 @@ export function proveStage(p: PreparedStage, seed: number, termBudget?: number, 
     if (first.status !== 'differs' || !numeric.evaluated || numeric.failingTensors.includes(name)) break;
     numeric = numericCheck(p.plan, d.seed, undefined, d.draw);
   }
+  // A difference the exact engine found that no draw shows above the tolerance (an eps of 1e-8
+  // against 0): interval arithmetic on the first draw may still certify a witness.
+  if (first.status === 'differs' && numeric.evaluated && !numeric.failingTensors.includes(name)) {
+    const c = certifiedDifference(p.plan, name, seed, first, numeric, '', undefined, 'differs');
+    if (c !== undefined) return c;
+  }
   // With a witness, a lazy difference is final (docs/engine.md, "Lazy sums"): prove again so.
   const result = first.status === 'differs' || !numeric.failingTensors.includes(name) ? first : attempt(true);
   return { result, numeric };
@@ -531,7 +537,6 @@ export function zeroCutWitness(plan: LoadedPlan, raw: RawPlan, name: string, see
         });
       }
       const zero = new Set([...z.plan.contract.inputs].filter((t) => !held.has(t)));
-      const target = z.plan.logical.tensors.id(name);
       for (const focus of zero.size > 0 ? [undefined, zero] : [undefined]) {
         const how = focus === undefined ? '' : `, drawing only the inputs rank(s) ${[...own].join(', ')} of the cut part hold, the others 0`;
         const two = twoDraws(z.plan, name, seed, result, how, focus);
@@ -544,15 +549,9 @@ export function zeroCutWitness(plan: LoadedPlan, raw: RawPlan, name: string, see
         // A difference under the witness tolerance (a clipped gradient is small: the clipped
         // norm is max_norm over every element) is still certain if interval arithmetic, which
         // encloses the exact values, separates the two sides (stages/interval.ts).
-        const c = certifyWitness(z.plan, seed, [target], () => true, focus);
-        if ('certified' in c) {
-          const w = c.certified;
-          const shape = z.plan.logical.shapes[target] ?? [];
-          const element = shape.map((_, d) => Math.floor(w.element / shape.slice(d + 1).reduce((x, y) => x * y, 1)) % (shape[d] as number));
-          const mid = (x: Iv): number => (x.lo + x.hi) / 2;
-          const iv = (x: Iv): string => `[${x.lo.toPrecision(12)}, ${x.hi.toPrecision(12)}]`;
-          numeric = { ...a, mismatches: [{ logical: name, element, rank: w.rank, tensor: w.tensor, kind: w.kind, parallel: mid(w.parallel), expected: mid(w.logical), order: 0 }], failingTensors: [name] };
-          result = { ...result, status: 'differs', reason: `certified witness (interval arithmetic at seed ${seed}${how}): rank ${w.rank} '${w.tensor}' lies in ${iv(w.parallel)}, the logical element ${w.element} in ${iv(w.logical)}: disjoint, so the claim is false at these inputs in exact arithmetic; the exact engine gave up: ${(result.reason ?? '').slice(0, 160)}`, failingRanks: [w.rank] };
+        const c = certifiedDifference(z.plan, name, seed, result, a, how, focus, 'gave up');
+        if (c !== undefined) {
+          ({ result, numeric } = c);
           break;
         }
       }
@@ -562,6 +561,29 @@ export function zeroCutWitness(plan: LoadedPlan, raw: RawPlan, name: string, see
     if (e instanceof ReductionError || e instanceof ExtractionError) return { why: e.message.slice(0, 300) };
     throw e;
   }
+}
+
+/**
+ * A witness certified by interval arithmetic (stages/interval.ts, "Certified witnesses") for
+ * stage tensor `name` on the draw of `seed` (inputs in `zero` drawn as 0): `result` made
+ * "differs" with the witness as `numeric`'s one mismatch, or undefined when the intervals of
+ * the two sides overlap everywhere. For a difference under the witness tolerance (a clipped
+ * gradient, an eps of 1e-8 against 0), which the numeric run cannot tell from rounding.
+ */
+function certifiedDifference(plan: LoadedPlan, name: string, seed: number, result: StageResult, numeric: NumericReport, how: string, zero: ReadonlySet<number> | undefined, engine: 'gave up' | 'differs'): { result: StageResult; numeric: NumericReport } | undefined {
+  const target = plan.logical.tensors.id(name);
+  const c = certifyWitness(plan, seed, [target], () => true, zero);
+  if (!('certified' in c)) return undefined;
+  const w = c.certified;
+  const shape = plan.logical.shapes[target] ?? [];
+  const element = shape.map((_, d) => Math.floor(w.element / shape.slice(d + 1).reduce((x, y) => x * y, 1)) % (shape[d] as number));
+  const mid = (x: Iv): number => (x.lo + x.hi) / 2;
+  const iv = (x: Iv): string => `[${x.lo.toPrecision(17)}, ${x.hi.toPrecision(17)}]`;
+  const said = engine === 'gave up' ? 'the exact engine gave up' : 'the exact engine found the difference, under the numeric tolerance on every draw';
+  return {
+    numeric: { ...numeric, seed, mismatches: [{ logical: name, element, rank: w.rank, tensor: w.tensor, kind: w.kind, parallel: mid(w.parallel), expected: mid(w.logical), order: 0, certified: { parallel: [w.parallel.lo, w.parallel.hi], logical: [w.logical.lo, w.logical.hi] } }], failingTensors: [name] },
+    result: { ...result, status: 'differs', reason: `certified witness (interval arithmetic at seed ${seed}${how}): rank ${w.rank} '${w.tensor}' lies in ${iv(w.parallel)}, the logical element ${w.element} in ${iv(w.logical)}: disjoint, so the claim is false at these inputs in exact arithmetic; ${said}: ${(result.reason ?? '').slice(0, 160)}`, failingRanks: [w.rank] },
+  };
 }
 
 /**
