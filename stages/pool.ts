@@ -126,13 +126,17 @@ export async function proveInPool(file: string, text: string, stages: readonly S
         const deadlineMs = Math.max(1, Math.floor(Math.min(opts.deadlineMs, left)));
         const task: StageTask = { key, file, plan: shared, limits, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}) };
         let result: StageResult;
+        // Deadlines are whole milliseconds (a timer set to the floor of what is left can fire a
+        // fraction of one before the limit): under a millisecond left is the limit reached, not a
+        // task started only to be stopped.
+        const reached = opts.timeLimit !== undefined && runLeft < 1;
         try {
-          if (opts.timeLimit !== undefined && runLeft <= 0) throw new Error(notAttempted(opts.timeLimit));
+          if (opts.timeLimit !== undefined && reached) throw new Error(notAttempted(opts.timeLimit));
           result = (await pool.run(task, { signal: AbortSignal.timeout(deadlineMs) })) as StageResult;
         } catch (e) {
           const err = e as Error;
           const reason =
-            opts.timeLimit !== undefined && runLeft <= 0
+            opts.timeLimit !== undefined && reached
               ? notAttempted(opts.timeLimit)
               : err.name === 'AbortError'
                 ? cut && opts.timeLimit !== undefined && runLeft <= stopLeft

@@ -87,7 +87,7 @@ describe('worker pool with deadlines', () => {
     assert.deepEqual(r.timeLimit, { seconds: 3, reached: true });
     assert.match(r.stages[3]?.reason ?? '', /the run's time limit of 3 s \(--time-limit\) was reached; the worker was stopped/);
     const later = r.stages.slice(4);
-    assert.ok(later.length > 0 && later.every((x) => x.status === 'unknown' && /not attempted: the run's time limit of 3 s/.test(x.reason ?? '')));
+    assert.ok(later.length > 0 && later.every((x) => x.status === 'unknown' && /not attempted: the run's time limit of 3 s/.test(x.reason ?? '')), JSON.stringify(later.map((x) => x.reason)));
     assert.ok(r.stages.slice(0, 3).every((x) => x.status === 'proved'), 'stages before the limit are proved as usual');
     assert.ok(r.phases !== undefined && (r.phases['stages'] ?? 0) >= 2500, JSON.stringify(r.phases));
   }).timeout(30_000);
