@@ -18,12 +18,13 @@
  * misses here and reuses those.
  */
 import { createHash } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { AttrValue } from '../ops/types.js';
 import { canonJson } from '../stages/canon-json.js';
+import { sha256, writeAtomic } from '../stages/cache-files.js';
 
 const ANSWER_FORMAT = 'planproof-answer/1';
 
@@ -58,7 +59,6 @@ interface Entry {
   check: string;
 }
 
-const sha256 = (s: string | Buffer): string => createHash('sha256').update(s).digest('hex');
 
 let build: string | undefined;
 
@@ -117,7 +117,15 @@ export function answerPath(dir: string, key: AnswerKey): string {
   return join(dir, 'answers', h.slice(0, 2), `${h}.json`);
 }
 
-const isStrings = (v: unknown): v is string[] => Array.isArray(v) && v.every((x) => typeof x === 'string');
+export const isStrings = (v: unknown): v is string[] => Array.isArray(v) && v.every((x) => typeof x === 'string');
+
+/** Whether a kept value has every field of an answer, and the exit code its verdict has. */
+export function isAnswer(a: unknown): a is Answer {
+  if (a === null || typeof a !== 'object') return false;
+  const x = a as Partial<Answer>;
+  const codeOk = (x.verdict === 'verified' && x.code === 0) || (x.verdict === 'not_equivalent' && x.code === 1);
+  return codeOk && isStrings(x.stdout) && isStrings(x.stderr) && typeof x.junit === 'string' && typeof x.at === 'string' && typeof x.seconds === 'number';
+}
 
 /** The answer kept for exactly this key, or undefined (absent, unreadable, or any field off). */
 export function lookupAnswer(dir: string, key: AnswerKey): Answer | undefined {
@@ -132,25 +140,13 @@ export function lookupAnswer(dir: string, key: AnswerKey): Answer | undefined {
   if (k === undefined || k === null || k.build !== key.build || k.plan !== key.plan || k.options !== key.options) return undefined;
   const a = e.answer;
   if (a === undefined || a === null || typeof e.check !== 'string' || sha256(JSON.stringify(a)) !== e.check) return undefined;
-  const codeOk = (a.verdict === 'verified' && a.code === 0) || (a.verdict === 'not_equivalent' && a.code === 1);
-  if (!codeOk || !isStrings(a.stdout) || !isStrings(a.stderr) || typeof a.junit !== 'string' || typeof a.at !== 'string' || typeof a.seconds !== 'number') return undefined;
-  return a;
+  return isAnswer(a) ? a : undefined;
 }
 
 /** Keeps an answer (best effort: a cache that cannot be written costs time, not correctness). */
 export function storeAnswer(dir: string, key: AnswerKey, answer: Answer): boolean {
   const entry: Entry = { format: ANSWER_FORMAT, key, answer, check: sha256(JSON.stringify(answer)) };
-  const file = answerPath(dir, key);
-  try {
-    mkdirSync(dirname(file), { recursive: true });
-    // Write then rename: a reader never sees half an entry.
-    const tmp = `${file}.${process.pid}.tmp`;
-    writeFileSync(tmp, JSON.stringify(entry));
-    renameSync(tmp, file);
-    return true;
-  } catch {
-    return false;
-  }
+  return writeAtomic(answerPath(dir, key), JSON.stringify(entry));
 }
 
 /** Where a replayed answer goes (the CLI's stdout and stderr). */
@@ -179,13 +175,21 @@ export function replayAnswer(a: Answer, json: boolean, junit: string | undefined
   const report = json ? jsonReport(a.stdout) : undefined;
   if (json && report === undefined) return undefined;
   const from = { at: a.at, seconds: a.seconds, note: 'the answer of an earlier run on the same plan bytes, with the same options and the same build of planproof; --no-cache verifies again' };
+  const stdout =
+    report !== undefined
+      ? [JSON.stringify({ ...report, answerCache: from }, null, 2)]
+      : [...a.stdout, `cache       answer kept from ${a.at} (${a.seconds.toFixed(1)} s then): same plan bytes, options and planproof build; --no-cache verifies again`];
+  return emitAnswer({ ...a, stdout }, junit, out);
+}
+
+/**
+ * Prints an answer's stderr and stdout and writes its JUnit file when asked; returns its exit
+ * code, or 4 (usage) when the JUnit file cannot be written, so CI never reads a missing report
+ * as a pass.
+ */
+export function emitAnswer(a: Pick<Answer, 'stdout' | 'stderr' | 'junit' | 'code'>, junit: string | undefined, out: Out): number {
   for (const s of a.stderr) out.err(s);
-  if (report !== undefined) {
-    out.log(JSON.stringify({ ...report, answerCache: from }, null, 2));
-  } else {
-    for (const s of a.stdout) out.log(s);
-    out.log(`cache       answer kept from ${a.at} (${a.seconds.toFixed(1)} s then): same plan bytes, options and planproof build; --no-cache verifies again`);
-  }
+  for (const s of a.stdout) out.log(s);
   if (junit !== undefined) {
     try {
       writeFileSync(junit, a.junit);

@@ -25,21 +25,20 @@
  * and each equality they relied on still holds, so each derivation step is still an instance
  * of its rule, and every stage is proved as before.
  */
-import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { availableParallelism, homedir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { getHeapStatistics } from 'node:v8';
 import { canonJson } from '../stages/canon-json.js';
+import { defaultCacheDir, sha256, writeAtomic } from '../stages/cache-files.js';
 import type { AttrValue } from '../ops/types.js';
-import { answerKey, buildDigest, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey, type Out } from './answers.js';
+import { answerKey, buildDigest, emitAnswer, isAnswer, isStrings, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey, type Out } from './answers.js';
 
 const ARGV_FORMAT = 'planproof-argv/1';
 const DELTA_FORMAT = 'planproof-delta/1';
 
-const sha256 = (s: string | Buffer): string => createHash('sha256').update(s).digest('hex');
 
 /** Per op name with value-only attributes: its registry id, the keys, and whether the generated validator checks it. */
 export type ValueKinds = Readonly<Record<string, { readonly id: number; readonly keys: readonly string[]; readonly generated: boolean }>>;
@@ -92,19 +91,6 @@ function argvPath(dir: string, ctx: Record<string, unknown>): string {
   return join(dir, 'argv', h.slice(0, 2), `${h}.json`);
 }
 
-/** Writes a file atomically (best effort: a cache that cannot be written costs time only). */
-function writeAtomic(file: string, text: string): boolean {
-  try {
-    mkdirSync(dirname(file), { recursive: true });
-    const tmp = `${file}.${process.pid}.tmp`;
-    writeFileSync(tmp, text);
-    renameSync(tmp, file);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** Keeps what this command line parsed to, in the cache directory it names. */
 export function storeArgvMemo(dir: string, argv: readonly string[], memo: ArgvMemo): boolean {
   const ctx = argvContext(argv);
@@ -133,11 +119,7 @@ function lookupArgvMemo(dir: string, argv: readonly string[]): ArgvMemo | undefi
 
 /** The cache directories a command line may name: the default one and any --cache value. */
 function candidateDirs(argv: readonly string[]): string[] {
-  // The default as stages/cache.ts defaultCacheDir computes it (a wrong guess only misses: the
-  // memo names the directory it was written for).
-  const own = process.env['PLANPROOF_CACHE_DIR'];
-  const xdg = process.env['XDG_CACHE_HOME'];
-  const dirs = [own !== undefined && own !== '' ? own : join(xdg !== undefined && xdg !== '' ? xdg : join(homedir(), '.cache'), 'planproof')];
+  const dirs = [defaultCacheDir()];
   argv.forEach((a, i) => {
     if (a === '--cache' && argv[i + 1] !== undefined) dirs.push(argv[i + 1] as string);
     else if (a.startsWith('--cache=')) dirs.push(a.slice('--cache='.length));
@@ -237,7 +219,6 @@ export function storeDelta(dir: string, key: DeltaKey, rec: DeltaRecord): boolea
   return writeAtomic(deltaPath(dir, key), JSON.stringify({ ...body, check: sha256(JSON.stringify(body)) }));
 }
 
-const isStrings = (v: unknown): v is string[] => Array.isArray(v) && v.every((x) => typeof x === 'string');
 
 export function lookupDelta(dir: string, key: DeltaKey): DeltaRecord | undefined {
   let e: unknown;
@@ -252,9 +233,9 @@ export function lookupDelta(dir: string, key: DeltaKey): DeltaRecord | undefined
   if (e['check'] !== sha256(JSON.stringify({ format: e['format'], key: e['key'], rec: e['rec'] }))) return undefined;
   const r = e['rec'];
   const a = r['answer'];
-  if (!isStrings(r['refs']) || !isStrings(r['values']) || r['refs'].length !== r['values'].length || !Array.isArray(r['classes']) || !r['classes'].every(isStrings) || !isRecord(a)) return undefined;
+  if (!isStrings(r['refs']) || !isStrings(r['values']) || r['refs'].length !== r['values'].length || !Array.isArray(r['classes']) || !r['classes'].every(isStrings)) return undefined;
   // Only VERIFIED answers are reused this way (a witness of the old plan is not one of the new).
-  if (a['verdict'] !== 'verified' || a['code'] !== 0 || !isStrings(a['stdout']) || !isStrings(a['stderr']) || typeof a['junit'] !== 'string' || typeof a['at'] !== 'string' || typeof a['seconds'] !== 'number') return undefined;
+  if (!isAnswer(a) || a.verdict !== 'verified') return undefined;
   return r as unknown as DeltaRecord;
 }
 
@@ -329,17 +310,7 @@ export function deltaAnswer(dir: string, text: string, key: AnswerKey, memo: Pic
   const answer: Answer = { ...a, stdout, at: new Date().toISOString(), seconds: (performance.now() - t0) / 1000 };
   // The next run on these bytes is an exact hit.
   storeAnswer(dir, key, answer);
-  for (const s of answer.stderr) out.err(s);
-  for (const s of stdout) out.log(s);
-  if (memo.junit !== undefined) {
-    try {
-      writeFileSync(memo.junit, answer.junit);
-    } catch (e) {
-      out.err(`planproof: cannot write the report: ${e instanceof Error ? e.message : String(e)}`);
-      return 4;
-    }
-  }
-  return 0;
+  return emitAnswer(answer, memo.junit, out);
 }
 
 /**

@@ -8,21 +8,15 @@
  * a difference needs its witness from this run's numeric evaluation.
  */
 import { createHash } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { homedir } from 'node:os';
+import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CANON_VERSION, formHash } from './canon.js';
+import { writeAtomic } from './cache-files.js';
 
 const CACHE_FORMAT = 'planproof-proof/1';
 
-/** `$PLANPROOF_CACHE_DIR`, else `$XDG_CACHE_HOME/planproof`, else `~/.cache/planproof`. */
-export function defaultCacheDir(): string {
-  const own = process.env['PLANPROOF_CACHE_DIR'];
-  if (own !== undefined && own !== '') return own;
-  const xdg = process.env['XDG_CACHE_HOME'];
-  return join(xdg !== undefined && xdg !== '' ? xdg : join(homedir(), '.cache'), 'planproof');
-}
+export { defaultCacheDir } from './cache-files.js';
 
 let version: string | undefined;
 
@@ -106,16 +100,7 @@ export class ProofCache {
 
   store(hash: string, form: string, decidedBy?: 'z3' | 'tensor'): void {
     const entry: Entry = { format: CACHE_FORMAT, engine: engineVersion(), hash, form, status: 'proved', ...(decidedBy === undefined ? {} : { decidedBy }) };
-    const file = this.path(hash);
-    try {
-      mkdirSync(dirname(file), { recursive: true });
-      // Write then rename: a reader never sees a half-written entry from this process.
-      const tmp = `${file}.${process.pid}.tmp`;
-      writeFileSync(tmp, JSON.stringify(entry));
-      renameSync(tmp, file);
-      this.stats.stored++;
-    } catch {
-      this.stats.writeErrors++;
-    }
+    if (writeAtomic(this.path(hash), JSON.stringify(entry))) this.stats.stored++;
+    else this.stats.writeErrors++;
   }
 }

@@ -23,7 +23,7 @@ import { executeLogical, executeParallel, logicalIndexer, type LogicalValues, ty
 import type { LoadedPlan } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
-import { mulberry32 } from './numeric.js';
+import { mulberry32, type Mismatch } from './numeric.js';
 
 /** A closed interval [lo, hi] holding one exact real value. */
 export interface Iv {
@@ -195,6 +195,18 @@ export interface Certified {
 }
 
 export type CertifyResult = { certified: Certified } | { undecided: string };
+
+/**
+ * A certified witness as a numeric mismatch of logical tensor `logical` (its coordinates, the
+ * midpoints of the two enclosures as its values, the enclosures themselves), `order` its
+ * topological position.
+ */
+export function certifiedMismatch(plan: LoadedPlan, logical: number, w: Certified, order: number): Mismatch {
+  const shape = plan.logical.shapes[logical] ?? [];
+  const element = shape.map((_, d) => Math.floor(w.element / shape.slice(d + 1).reduce((x, y) => x * y, 1)) % (shape[d] as number));
+  const mid = (x: Iv): number => (x.lo + x.hi) / 2;
+  return { logical: plan.logical.tensors.name(logical), element, rank: w.rank, tensor: w.tensor, kind: w.kind, parallel: mid(w.parallel), expected: mid(w.logical), order, certified: { parallel: [w.parallel.lo, w.parallel.hi], logical: [w.logical.lo, w.logical.hi] } };
+}
 
 /**
  * Evaluates both graphs in intervals on the inputs `numericCheck` draws at `seed` (the same

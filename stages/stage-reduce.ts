@@ -16,7 +16,7 @@ import type { LoadedPlan } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type NumericReport } from './numeric.js';
-import { certifyWitness, type Iv } from './interval.js';
+import { certifiedMismatch, certifyWitness, type Iv } from './interval.js';
 import { decompose, Prover, type Stage, type StageResult, type Stop } from './prove.js';
 import { analyzeReduction, prefixPlan, reducePlan, ReductionError, zeroCutPlan, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
@@ -575,13 +575,10 @@ function certifiedDifference(plan: LoadedPlan, name: string, seed: number, resul
   const c = certifyWitness(plan, seed, [target], () => true, zero);
   if (!('certified' in c)) return undefined;
   const w = c.certified;
-  const shape = plan.logical.shapes[target] ?? [];
-  const element = shape.map((_, d) => Math.floor(w.element / shape.slice(d + 1).reduce((x, y) => x * y, 1)) % (shape[d] as number));
-  const mid = (x: Iv): number => (x.lo + x.hi) / 2;
   const iv = (x: Iv): string => `[${x.lo.toPrecision(17)}, ${x.hi.toPrecision(17)}]`;
   const said = engine === 'gave up' ? 'the exact engine gave up' : 'the exact engine found the difference, under the numeric tolerance on every draw';
   return {
-    numeric: { ...numeric, seed, mismatches: [{ logical: name, element, rank: w.rank, tensor: w.tensor, kind: w.kind, parallel: mid(w.parallel), expected: mid(w.logical), order: 0, certified: { parallel: [w.parallel.lo, w.parallel.hi], logical: [w.logical.lo, w.logical.hi] } }], failingTensors: [name] },
+    numeric: { ...numeric, seed, mismatches: [certifiedMismatch(plan, target, w, 0)], failingTensors: [name] },
     result: { ...result, status: 'differs', reason: `certified witness (interval arithmetic at seed ${seed}${how}): rank ${w.rank} '${w.tensor}' lies in ${iv(w.parallel)}, the logical element ${w.element} in ${iv(w.logical)}: disjoint, so the claim is false at these inputs in exact arithmetic; ${said}: ${(result.reason ?? '').slice(0, 160)}`, failingRanks: [w.rank] },
   };
 }

@@ -258,8 +258,11 @@ export class AttrUse {
   /** Per occurrence: 'L<op>' (logical op) or 'P<program>:<op>' (an op of a program). */
   readonly refs: string[] = [];
   poisoned: string | undefined;
+  /** Op kinds with value-only attributes (same() is called on every world lookup that hits). */
+  private readonly valuedKinds: ReadonlySet<number>;
   constructor(plan: LoadedPlan) {
-    const valued = (kind: number): boolean => (registry.get(kind).valueAttrs?.length ?? 0) > 0;
+    this.valuedKinds = new Set(registry.defs.flatMap((d, id) => ((d.valueAttrs?.length ?? 0) > 0 ? [id] : [])));
+    const valued = (kind: number): boolean => this.valuedKinds.has(kind);
     const add = (a: object | undefined, ref: string): void => {
       const id = this.refs.length;
       this.refs.push(ref);
@@ -297,7 +300,7 @@ export class AttrUse {
   }
   /** Attribute sets `a` and `b` of op kind `kind` compared equal, and a rule relies on it. */
   same(kind: number, a: Attrs | undefined, b: Attrs | undefined): void {
-    if ((registry.get(kind).valueAttrs?.length ?? 0) === 0) return;
+    if (!this.valuedKinds.has(kind)) return;
     const oa = a === undefined ? undefined : this.occ.get(a);
     const ob = b === undefined ? undefined : this.occ.get(b);
     if (oa === undefined || ob === undefined) {

@@ -12,7 +12,7 @@ import { verifyPerTemplate } from './template.js';
 import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type InputDraw, type Mismatch, type NumericReport } from './numeric.js';
-import { certifyWitness, type Iv } from './interval.js';
+import { certifiedMismatch, certifyWitness } from './interval.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { newPool, notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './pool.js';
 
@@ -131,14 +131,8 @@ export function witnessSearch(plan: LoadedPlan, results: readonly StageResult[],
     const targets = [...new Set(results.filter((r) => r.status === 'differs' && !first.failingTensors.includes(plan.logical.tensors.name(r.stage.logical))).map((r) => r.stage.logical))];
     const c = certifyWitness(plan, first.seed, targets, skip === undefined ? () => true : (r, t) => !skip(r, t));
     if ('certified' in c && c.logical !== undefined) {
-      const w = c.certified;
-      const name = plan.logical.tensors.name(c.logical);
-      const shape = plan.logical.shapes[c.logical] ?? [];
-      const element = shape.map((_, d) => Math.floor(w.element / shape.slice(d + 1).reduce((x, y) => x * y, 1)) % (shape[d] as number));
-      const mid = (x: Iv): number => (x.lo + x.hi) / 2;
       const prod = plan.logical.producer[c.logical] as number;
-      const order = prod < 0 ? -1 : logicalOrder(plan).indexOf(prod);
-      const m: Mismatch = { logical: name, element, rank: w.rank, tensor: w.tensor, kind: w.kind, parallel: mid(w.parallel), expected: mid(w.logical), order, certified: { parallel: [w.parallel.lo, w.parallel.hi], logical: [w.logical.lo, w.logical.hi] } };
+      const m = certifiedMismatch(plan, c.logical, c.certified, prod < 0 ? -1 : logicalOrder(plan).indexOf(prod));
       const mismatches = [...first.mismatches, m].sort((a, b) => a.order - b.order || a.rank - b.rank);
       return { ...first, mismatches, failingTensors: [...new Set(mismatches.map((x) => x.logical))] };
     }

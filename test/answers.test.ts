@@ -5,24 +5,16 @@
  */
 import { strict as assert } from 'node:assert';
 import { createHash } from 'node:crypto';
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { answerKey, answerPath, buildDigest, lookupAnswer, treeDigest } from '../cli/answers.js';
-import { EXAMPLES, runCli } from './helpers.js';
+import { EXAMPLES, filesUnder, runCli } from './helpers.js';
 
 const CACHE_LINE = /^cache {7}answer kept from /m;
 
 /** Every answer entry under a cache directory. */
-function entries(dir: string): string[] {
-  try {
-    return readdirSync(join(dir, 'answers'), { recursive: true, withFileTypes: true })
-      .filter((e) => e.isFile())
-      .map((e) => join(e.parentPath, e.name));
-  } catch {
-    return [];
-  }
-}
+const entries = (dir: string): string[] => filesUnder(dir, 'answers');
 
 describe('answer cache', function () {
   this.timeout(300_000);

@@ -7,7 +7,7 @@
  */
 import { strict as assert } from 'node:assert';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
@@ -16,7 +16,7 @@ import { buildDigest } from '../cli/answers.js';
 import { registry } from '../ops/registry.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { AttrUse } from '../stages/tensorlevel.js';
-import { ROOT, runCli } from './helpers.js';
+import { filesUnder, ROOT, runCli } from './helpers.js';
 
 const INCREMENTAL = /^incremental VERIFIED without loading the plan/m;
 const CACHE_LINE = /^cache {7}answer kept from /m;
@@ -53,16 +53,6 @@ function edit(raw: Raw, id: string, key: string, value: unknown, side: 'both' | 
   return n;
 }
 
-function files(dir: string, sub: string): string[] {
-  try {
-    return readdirSync(join(dir, sub), { recursive: true, withFileTypes: true })
-      .filter((e) => e.isFile())
-      .map((e) => join(e.parentPath, e.name));
-  } catch {
-    return [];
-  }
-}
-
 describe('incremental re-verification (value-only attributes)', function () {
   this.timeout(600_000);
   let dir: string;
@@ -90,8 +80,8 @@ describe('incremental re-verification (value-only attributes)', function () {
     const cold = await exe(args());
     assert.equal(cold.code, 0, cold.stderr);
     assert.equal(cold.fast, false);
-    assert.equal(files(cache, 'delta').length, 1, 'a VERIFIED run per template keeps a delta record');
-    assert.equal(files(cache, 'argv').length, 1);
+    assert.equal(filesUnder(cache, 'delta').length, 1, 'a VERIFIED run per template keeps a delta record');
+    assert.equal(filesUnder(cache, 'argv').length, 1);
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -166,14 +156,14 @@ describe('incremental re-verification (value-only attributes)', function () {
     // A memo changed in a way that would still work: the exact answer of these bytes is not used.
     writeFileSync(plan, base);
     assert.equal((await exe(args())).fast, true);
-    for (const f of files(cache, 'argv')) writeFileSync(f, readFileSync(f, 'utf8').replace(/"maxBytes":(\d+)/, (_, n: string) => `"maxBytes":${Number(n) + 1}`));
+    for (const f of filesUnder(cache, 'argv')) writeFileSync(f, readFileSync(f, 'utf8').replace(/"maxBytes":(\d+)/, (_, n: string) => `"maxBytes":${Number(n) + 1}`));
     const m = await exe(args());
     assert.equal(m.fast, false, 'tampered command-line memo');
     assert.equal(m.code, 0);
     // A delta record whose answer reads differently: not printed.
     write(['l0/rms_norm', 'eps', '1/77', 'both']);
     let n = 0;
-    for (const f of files(cache, 'delta')) {
+    for (const f of filesUnder(cache, 'delta')) {
       const text = readFileSync(f, 'utf8');
       writeFileSync(f, text.replace('all 160 stages proved', 'all 161 stages proved'));
       if (readFileSync(f, 'utf8') !== text) n++;
@@ -270,7 +260,7 @@ describe('incremental re-verification (value-only attributes)', function () {
   function lookupAnyDelta(cdir: string): DeltaRecord {
     const skel = skeletonOf(JSON.parse(base), registry.valueKinds());
     assert.ok(typeof skel !== 'string');
-    for (const f of files(cdir, 'delta')) {
+    for (const f of filesUnder(cdir, 'delta')) {
       const e = JSON.parse(readFileSync(f, 'utf8')) as { key: { build: string; options: string; skeleton: string } };
       if (e.key.skeleton !== skel.digest || JSON.parse(e.key.options).plan !== plan) continue;
       assert.equal(e.key.build, buildDigest());

@@ -9,7 +9,7 @@ import type { GradBuilder, GradRef } from '../ops/grad.js';
 import { registry } from '../ops/registry.js';
 import type { Attrs, Shape } from '../ops/types.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -62,3 +62,13 @@ export class EagerBuilder implements GradBuilder {
   }
 }
 
+/** Every file under `dir/sub` (the records of one kind in a cache directory); [] when there is none. */
+export function filesUnder(dir: string, sub: string): string[] {
+  try {
+    return readdirSync(join(dir, sub), { recursive: true, withFileTypes: true })
+      .filter((e) => e.isFile())
+      .map((e) => join(e.parentPath, e.name));
+  } catch {
+    return [];
+  }
+}
