@@ -322,6 +322,8 @@ export function fastVerify(argv: readonly string[], out: Out): number | undefine
   const t0 = performance.now();
   try {
     if (argv[0] !== 'verify' || process.env['PLANPROOF_NO_FAST'] === '1') return undefined;
+    // Such runs keep no command-line memo: nothing to look up (not even the build digest).
+    if (argv.includes('--no-cache') || argv.includes('--no-answer-cache')) return undefined;
     for (const dir of candidateDirs(argv)) {
       const memo = lookupArgvMemo(dir, argv);
       if (memo === undefined) continue;
