@@ -30,6 +30,8 @@ export const layerZones = [
 export default tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', 'coverage/**', 'plans/*.validate.cjs', 'ops/*.validate.cjs'] },
   js.configs.recommended,
+  // Plain Node scripts (tools/run-tests.mjs): Node's globals.
+  { files: ['**/*.mjs'], languageOptions: { globals: { process: 'readonly', console: 'readonly' } } },
   ...tseslint.configs.recommended,
   {
     files: ['**/*.ts'],

@@ -28,6 +28,7 @@ import { certifyWitness, intervalAlgebra, Undecided, type Iv } from '../stages/i
 import { realFunctions, type RealFn } from '../ops/algebra.js';
 import { verifyPlan } from '../stages/verify.js';
 import { EXAMPLES, runCli } from './helpers.js';
+import { FULL, fullUnless } from './optional.js';
 
 type Json = Record<string, unknown>;
 const MLP = (PRESETS['mlp-tiny'] as { model: ModelConfig }).model;
@@ -85,7 +86,7 @@ describe('boundary lineage: the transformer presets, stripped, verify as their f
   ] as const;
   for (const [preset, bugId, family, spanHolds] of cases) {
     const pr = PRESETS[preset] as { model: ModelConfig; par: Parallelism };
-    it(`${preset}: verified with --infer, every output from proved boundaries`, async () => {
+    it(`${preset}: verified with --infer, every output from proved boundaries${fullUnless(preset === 'llama-tiny')}`, async () => {
       const full = generatePlan({ model: pr.model, par: pr.par, optimizer: ADAMW });
       const r = await run(stripToBoundary(full));
       assert.equal(r.verdict, 'verified', r.summary);
@@ -93,7 +94,7 @@ describe('boundary lineage: the transformer presets, stripped, verify as their f
       assert.ok(r.boundary.kept > r.boundary.inferred / 2, `${r.boundary.kept} of ${r.boundary.inferred} kept`);
       assert.ok(r.stages.every((s) => s.status === 'proved' && (s.decidedBy === 'normal' || s.decidedBy === 'tensor')));
     }).timeout(180_000);
-    it(`${preset} with ${bugId}: not equivalent with a witness${spanHolds ? ', the span holds the injected op' : ''}`, async () => {
+    it(`${preset} with ${bugId}: not equivalent with a witness${spanHolds ? ', the span holds the injected op' : ''}${fullUnless(preset === 'llama-tiny-sp')}`, async () => {
       const bug = BUGS.find((b) => b.id === bugId);
       const ctx = { dp: 2, tp: 2, micro: 2, family, sp: pr.par.sp === true };
       assert.ok(bug !== undefined && bug.applies(ctx), bugId);
@@ -225,7 +226,7 @@ describe('boundary lineage: inference, the portfolio and the CLI', () => {
     assert.ok(clips.length > 0);
     for (const c of clips) assert.equal(c.logical, c.tensor, `${c.tensor} hinted as ${c.logical}`);
   });
-  it('a stage the normal form gives up on (its budget) is proved by Z3, and the report says so', async () => {
+  it('a stage the normal form gives up on (its budget) is proved by Z3, and the report says so @full', async () => {
     const plan = stripToBoundary(generatePlan({ model: MLP, par: { dp: 1, tp: 2, micro: 1 }, optimizer: { ...OPT, maxNorm: undefined } as OptimizerConfig }));
     const r = await verifyBoundary('t.json', plan, { jobs: 0, deadlineMs: 60_000, budget: 40, tensorLevel: false });
     assert.ok(r.stages.some((s) => s.decidedBy === 'z3'), r.summary);
@@ -272,7 +273,7 @@ describe('boundary lineage: context parallelism (zig-zag chunks, SP inside CP)',
     ['llama dp2 cp2 (ring)', par({ dp: 2 })],
     ['llama tp2 SP cp2 (all-gather)', par({ tp: 2, sp: true, cpComm: 'allgather' })],
   ] as const) {
-    it(`${name}: stripped, verified with --infer as with full lineage`, async () => {
+    it(`${name}: stripped, verified with --infer as with full lineage${FULL}`, async () => {
       const model = p.dp === 2 ? LLAMA_CP : { ...LLAMA_CP, batch: 1 };
       const full = generatePlan({ model, par: p, optimizer: OPT });
       const r = await run(stripToBoundary(full));
@@ -352,7 +353,7 @@ describe('boundary lineage: moe-tiny, certified witnesses, short spans, the time
     ['llama-tiny', 'rmsnorm-eps-one-rank'],
   ] as const;
   for (const [preset, bugId] of spanCases) {
-    it(`${preset} with ${bugId}: the span holds the injected op, at most 40 suspects`, async () => {
+    it(`${preset} with ${bugId}: the span holds the injected op, at most 40 suspects${fullUnless(bugId === 'tp-forward-allreduce-dropped')}`, async () => {
       const pr = PRESETS[preset] as { model: ModelConfig; par: Parallelism };
       const bug = BUGS.find((b) => b.id === bugId) as (typeof BUGS)[number];
       const plan = generatePlan({ model: pr.model, par: pr.par, optimizer: OPT });
@@ -423,7 +424,7 @@ describe('boundary lineage: structural candidates for tensors whose values say n
     }
   });
 
-  it('stripped moe dp2 tp2 mb1 ep verifies as with full lineage', async () => {
+  it('stripped moe dp2 tp2 mb1 ep verifies as with full lineage @full', async () => {
     const r = await run(stripToBoundary(full));
     assert.equal(r.verdict, 'verified', r.summary);
     assert.equal(r.boundary.timedOut, undefined);
@@ -434,7 +435,7 @@ describe('boundary lineage: round 0 and inference by default', () => {
   // Tensor-level relations derive through tensors without lineage: when they prove every stage
   // of the plan as written, no hint is inferred and the verdict is the rounds' verdict.
   for (const preset of ['mlp-tiny', 'gpt2-tiny', 'llama-tiny'] as const) {
-    it(`${preset} stripped: round 0 verifies with no hint, as the rounds do`, async () => {
+    it(`${preset} stripped: round 0 verifies with no hint, as the rounds do${fullUnless(preset === 'mlp-tiny')}`, async () => {
       const pr = PRESETS[preset] as { model: ModelConfig; par: Parallelism };
       const plan = stripToBoundary(generatePlan({ model: pr.model, par: pr.par, optimizer: ADAMW }));
       const r0 = await verifyBoundary('t.json', plan, { jobs: 0, deadlineMs: 60_000, infer: true });
@@ -551,7 +552,7 @@ describe('boundary lineage: hints never cost a proof the plan has without them',
     assert.equal(b.verdict, 'not_equivalent', b.summary);
     assert.equal(b.stages.find((s) => s.status === 'not_equivalent')?.logical, 'y');
   }).timeout(60_000);
-  it('the full-lineage gpt2 dp2 tp2 sp z1 cp2 plan verifies with inference (it ended "unknown" after 65 s)', async () => {
+  it('the full-lineage gpt2 dp2 tp2 sp z1 cp2 plan verifies with inference (it ended "unknown" after 65 s) @full', async () => {
     const full = generatePlan({ model: { ...GPT2, seq: 4, batch: 2 }, par: { dp: 2, tp: 2, micro: 1, sp: true, zero: 1, cp: 2, cpComm: 'ring' }, optimizer: OPT });
     const r = await verifyBoundary('gpt2cp.json', full, { jobs: 0, deadlineMs: 60_000, infer: true });
     assert.equal(r.verdict, 'verified', r.summary);
@@ -561,7 +562,7 @@ describe('boundary lineage: hints never cost a proof the plan has without them',
     const t = await verifyBoundary('gpt2cp.json', full, { jobs: 0, deadlineMs: 60_000, infer: true, asWritten: false, portfolio: false });
     assert.equal(t.verdict, 'unknown', t.summary);
   }).timeout(120_000);
-  it('infer-lineage writes only claims that load together (a candidate of an incomplete partial group goes)', () => {
+  it('infer-lineage writes only claims that load together (a candidate of an incomplete partial group goes) @full', () => {
     const stripped = stripToBoundary(generatePlan({ model: { ...GPT2, seq: 4, batch: 2 }, par: { dp: 2, tp: 2, micro: 1, sp: true, zero: 1, cp: 2, cpComm: 'ring' }, optimizer: OPT }));
     const inf = inferClaims(loadPlanObject('s.json', stripped));
     assert.throws(() => loadPlanObject('all.json', withClaims(stripped, inf.claims)), PlanError);

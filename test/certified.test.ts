@@ -11,6 +11,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli } from './helpers.js';
+import { FULL } from './optional.js';
 
 interface RawOp {
   id: string;
@@ -61,7 +62,7 @@ describe('certified witnesses under the numeric tolerance', function () {
   }
 
   for (const mode of [[], ['--per-stage']]) {
-    it(`refutes eps 1.1e-8 against 1e-8 with a certified witness${mode.length > 0 ? ' per stage' : ''}`, async () => {
+    it(`refutes eps 1.1e-8 against 1e-8 with a certified witness${mode.length > 0 ? ` per stage${FULL}` : ''}`, async () => {
       const r = await runCli(['verify', plan('11/1000000000'), '--no-cache', '--json', ...mode]);
       assert.equal(r.code, 1, r.stdout.slice(-2000));
       const rep = JSON.parse(r.stdout) as Report;
@@ -82,7 +83,7 @@ describe('certified witnesses under the numeric tolerance', function () {
     assert.equal(r.code, 0, r.stdout.slice(-2000));
   });
 
-  it('leaves a change too small to separate unknown, never refuted without a witness', async () => {
+  it('leaves a change too small to separate unknown, never refuted without a witness @full', async () => {
     const r = await runCli(['verify', plan('100000001/10000000000000000'), '--no-cache', '--json']);
     assert.equal(r.code, 3, r.stdout.slice(-2000));
     const rep = JSON.parse(r.stdout) as Report;

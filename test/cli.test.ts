@@ -147,7 +147,7 @@ describe('cli', () => {
     assert.ok(rows.some((l) => l.includes('…')), 'the long label is cut');
     assert.equal(new Set(rows.map(col)).size, 1, rows.join('\n'));
   });
-  it('reads a plan from standard input with -, and a UTF-8 byte order mark is accepted (issue 13, defect 6)', async () => {
+  it('reads a plan from standard input with -, and a UTF-8 byte order mark is accepted (issue 13, defect 6) @full', async () => {
     const bin = `${ROOT}dist/cli/main.js`;
     const text = readFileSync(`${EXAMPLES}mlp-dp2.json`, 'utf8');
     const ok = spawnSync(process.execPath, [bin, 'inspect', '-'], { input: `\ufeff${text}`, encoding: 'utf8' });
@@ -210,7 +210,7 @@ describe('cli', () => {
     assert.match(missing.stderr, /\/nonexistent\/plan\.json: cannot read plan file \(ENOENT\)/);
     assert.doesNotMatch(missing.stderr, /at .*\.js:\d+/);
   });
-  it('a large plan runs with a larger heap; running out of it is exit 4 without V8\'s trace (L3 clip-one-rank ended SIGABRT at 4 GB)', () => {
+  it('a large plan runs with a larger heap; running out of it is exit 4 without V8\'s trace (L3 clip-one-rank ended SIGABRT at 4 GB) @full', () => {
     const bin = `${ROOT}dist/cli/main.js`;
     const plan = join(mkdtempSync(join(tmpdir(), 'pp-heap-')), 'l1.json');
     assert.equal(spawnSync(process.execPath, [bin, 'gen', '--preset', 'L1', '-o', plan], { encoding: 'utf8' }).status, 0);

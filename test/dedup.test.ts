@@ -67,7 +67,7 @@ describe('stage deduplication', function () {
     assert.equal(covered, p.stages - p.distinct);
   });
 
-  it('gives the same per-stage answers with and without deduplication on every example and on catalog bugs', async () => {
+  it('gives the same per-stage answers with and without deduplication on every example and on catalog bugs @full', async () => {
     const files = readdirSync(EXAMPLES).filter((f) => f.endsWith('.json') && f !== 'manifest.json').map((f) => `${EXAMPLES}${f}`);
     files.push(...readdirSync(`${EXAMPLES}buggy`).filter((f) => f.endsWith('.json')).map((f) => `${EXAMPLES}buggy/${f}`));
     for (const f of files) {
@@ -113,7 +113,7 @@ describe('proof cache', function () {
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
   const entries = (): string[] => readdirSync(dir).flatMap((d) => readdirSync(join(dir, d)).map((f) => join(dir, d, f)));
 
-  it('serves a warm run from the cache, and re-proves only the stages a changed layer touches', async () => {
+  it('serves a warm run from the cache, and re-proves only the stages a changed layer touches @full', async () => {
     const raw = generatePlan({ model: { ...LLAMA, layers: 3 }, par: { dp: 2, tp: 1, micro: 1, pp: 1 }, optimizer: OPT });
     const { plan, text } = fromRaw(raw);
     const cold = await run(plan, text, { cache: new ProofCache(dir) });

@@ -85,7 +85,7 @@ describe('incremental re-verification (value-only attributes)', function () {
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('answers the same bytes again from the fast path, and a changed eps or lr on both sides incrementally', async () => {
+  it('answers the same bytes again from the fast path, and a changed eps or lr on both sides incrementally @full', async () => {
     writeFileSync(plan, base);
     const again = await exe(args());
     assert.equal(again.fast, true);
@@ -124,7 +124,7 @@ describe('incremental re-verification (value-only attributes)', function () {
     assert.equal(await full(), 0);
   });
 
-  it('verifies in full when a relied-on equality breaks, and the full run finds the bug', async () => {
+  it('verifies in full when a relied-on equality breaks, and the full run finds the bug @full', async () => {
     for (const side of ['parallel', 'logical'] as const) {
       write(['l0/rms_norm', 'eps', '1/1000', side]);
       const r = await exe(args());
@@ -133,7 +133,7 @@ describe('incremental re-verification (value-only attributes)', function () {
     }
   });
 
-  it('verifies in full after any other change: a refused value, an expression, a structural attribute, a renamed op', async () => {
+  it('verifies in full after any other change: a refused value, an expression, a structural attribute, a renamed op @full', async () => {
     const raw0 = JSON.parse(base) as Raw;
     const cases: [string, (r: Raw) => void, number][] = [
       ['eps refused by its schema', (r) => edit(r, 'l0/rms_norm', 'eps', 'abc', 'both'), 2],
@@ -217,7 +217,7 @@ describe('incremental re-verification (value-only attributes)', function () {
     assert.match(use.poisoned ?? '', /not a plan op's own/);
   });
 
-  it('property: whenever a random value-only edit is answered incrementally, the full run verifies it too', async () => {
+  it('property: whenever a random value-only edit is answered incrementally, the full run verifies it too @full', async () => {
     const raw0 = JSON.parse(base) as Raw;
     const kinds = registry.valueKinds();
     const valued = raw0.logical.ops.filter((o) => kinds[o.op] !== undefined && o.attrs !== undefined);

@@ -77,7 +77,7 @@ describe('mutation harness (issue 13)', function () {
     assert.ok(t !== 'unloadable' && t.kind === 'correct', JSON.stringify(t));
   });
 
-  it('500 mutants: no false pass, no false alarm, no internal error', async () => {
+  it('500 mutants: no false pass, no false alarm, no internal error @full', async () => {
     const r = await runHarness({ seed: 13, mutants: 500, correct: 0, sources, dir, flags, timeoutMs: 15_000 });
     const all = tally(r.mutants, () => 'all').get('all');
     assert.ok(all !== undefined);
@@ -94,14 +94,14 @@ describe('mutation harness (issue 13)', function () {
     assert.equal(new Set(r.mutants.map((m) => m.kind)).size, 11);
   });
 
-  it('100 correct plans and rewrites: every one verified', async () => {
+  it('100 correct plans and rewrites: every one verified @full', async () => {
     const r = await runHarness({ seed: 14, mutants: 0, correct: 100, sources, dir, randomPlans: false, flags, timeoutMs: 15_000 });
     const notVerified = r.correct.filter((c) => !(c.outcome === 'right' && c.verdict === 'verified'));
     assert.deepEqual(notVerified.map((c) => `${c.kind} on ${c.source}: ${c.what}: ${c.outcome} ${c.verdict} (${c.truth}) ${c.reasons.join('; ')}`), []);
     assert.equal(new Set(r.correct.map((c) => c.kind)).size, 4);
   });
 
-  it('loader fuzzing: 150 corrupted plans, exit 2 with a JSON path or a verdict the truth allows; no exit 4, no stack trace', async () => {
+  it('loader fuzzing: 150 corrupted plans, exit 2 with a JSON path or a verdict the truth allows; no exit 4, no stack trace @full', async () => {
     const srcs: FuzzSource[] = fuzzSources();
     const codes = new Map<number, number>();
     await fc.assert(

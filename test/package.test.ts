@@ -94,7 +94,7 @@ describe('package: npm pack, install, import by name', function () {
     assert.match(ok(run(process.execPath, ['readme-gen.mjs'], dir), 'the README generator example'), /^not_equivalent \(\d+ ops registered\)\n$/);
   });
 
-  it('type-checks a TypeScript consumer and the README examples against the shipped declarations, and rejects a wrong one', () => {
+  it('type-checks a TypeScript consumer and the README examples against the shipped declarations, and rejects a wrong one @full', () => {
     assert.ok(examples.length >= 2 && examples.every((e) => e.includes("from 'planproof'")), `README has ${examples.length} library examples`);
     writeFileSync(
       join(dir, 'tsconfig.json'),

@@ -274,7 +274,7 @@ describe('expert-parallel MoE over ep=2 (routing indices as an integer input)', 
     assertRefutedAtOutput(verifyPlan(loadPlanObject('moe-ep-swapped.json', epMoe(TOP1, 'contiguous', 'experts-swapped'))));
   });
 
-  it('combine reading the other rank\'s routing indices is refuted at y with a witness', () => {
+  it('combine reading the other rank\'s routing indices is refuted at y with a witness @full', () => {
     assertRefutedAtOutput(verifyPlan(loadPlanObject('moe-ep-other-idx.json', epMoe(TOP1, 'contiguous', 'other-rank-indices'))));
   });
 
@@ -312,7 +312,7 @@ describe('expert-parallel MoE over ep=2 with a softmax router and top-2 gates', 
     assertVerified(verifyPlan(loadPlanObject('moe-ep-routed.json', epMoeRouted(TOP2, 'none'))));
   });
 
-  it('combining with the gates of the wrong slot is refuted at y with a witness', () => {
+  it('combining with the gates of the wrong slot is refuted at y with a witness @full', () => {
     assertRefutedAtOutput(verifyPlan(loadPlanObject('moe-ep-routed-gates.json', epMoeRouted(TOP2, 'gates-swapped'))));
   });
 });

@@ -171,7 +171,7 @@ describe('vocab-parallel embedding and cross-entropy (ids symbolic over the voca
   // Z3 (ids as integers constrained to their values) cross-checks the embedding. The
   // cross-entropy stage, with exp, log and max over the vocabulary, times out in Z3: the
   // normal form is what proves it (docs/engine.md).
-  it('z3 agrees on the vocab-parallel embedding: proved, and the no-zeroing twin refuted', async () => {
+  it('z3 agrees on the vocab-parallel embedding: proved, and the no-zeroing twin refuted @full', async () => {
     for (const [plan, want] of [
       [vocabEmbedding('none'), 'verified'],
       [vocabEmbedding('no-zeroing'), 'not_equivalent'],

@@ -49,7 +49,7 @@ describe('witnesses per template (one rank\'s part of an open stage)', () => {
     ['rmsnorm-eps-one-rank', 'llama-tiny', llama],
     ['adam-eps-one-rank', 'llama-tiny', llama],
   ];
-  it('catalog bugs: not equivalent per template, at the stage rank by rank names first, with a witness', () => {
+  it('catalog bugs: not equivalent per template, at the stage rank by rank names first, with a witness @full', () => {
     for (const [bug, preset, ctx] of cases) {
       const make = (): RawPlan => planOf(preset, ctx, bug);
       const ref = verifyPlan(loadPlanObject('ref.json', make()));
@@ -150,7 +150,7 @@ describe('witnesses per template (one rank\'s part of an open stage)', () => {
     assert.throws(() => loadPlanObject('part.json', structuredClone(part.raw), { subset: true } as Parameters<typeof loadPlanObject>[2]), (e: unknown) => e instanceof PlanError && /tile|held/.test(e.message + JSON.stringify(e.issues)));
   }).timeout(120_000);
 
-  it('correct plans with stages open per template are never refuted', () => {
+  it('correct plans with stages open per template are never refuted @full', () => {
     // Llama with context parallelism leaves stages open per template (ring attention's chunks;
     // llama-tiny-sp did until products of decompositions, docs/engine.md rule 12, proved it).
     const lt = PRESETS['llama-tiny'];

@@ -66,7 +66,7 @@ describe('worker pool with deadlines', () => {
     assert.equal(r.stages.length, 11);
   });
 
-  it('a stage that exceeds its deadline is unknown, never verified, and the others still finish', async () => {
+  it('a stage that exceeds its deadline is unknown, never verified, and the others still finish @full', async () => {
     const r = await verifyPlanInPool(plan, text, { jobs: 2, deadlineMs: 1500, worker: faulty({ stage: 3, kind: 'hang' }), tensorLevel: false });
     assert.equal(r.verdict, 'unknown');
     const stuck = r.stages[3];
@@ -76,7 +76,7 @@ describe('worker pool with deadlines', () => {
     assert.match(r.summary, /1 of 11 stage\(s\) undecided/);
   });
 
-  it("the run's time limit bounds the whole run: a stuck stage is stopped at it and later stages are not started (issue 13, defect 3)", async () => {
+  it("the run's time limit bounds the whole run: a stuck stage is stopped at it and later stages are not started (issue 13, defect 3) @full", async () => {
     // Before: only the per-stage deadline (60 s here) bounded a stage, and nothing bounded the
     // run: a tiny refuted plan spent 85 s in Z3 after its stages were done.
     const t0 = performance.now();

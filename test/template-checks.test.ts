@@ -64,7 +64,7 @@ describe('loading per template agrees with loading per rank', () => {
   it(`on the examples and equivalence fixtures (${files.length} plans)`, () => {
     for (const f of files) assert.equal(sameOutcome(f, JSON.parse(readFileSync(f, 'utf8'))), 'accepted', f);
   });
-  it('on every malformed plan of the corpus: both reject, at the same place', () => {
+  it('on every malformed plan of the corpus: both reject, at the same place @full', () => {
     const dir = `${FIXTURES}invalid/`;
     let n = 0;
     for (const f of readdirSync(dir).filter((x) => x.endsWith('.json') && x !== 'manifest.json')) {
@@ -79,7 +79,7 @@ describe('loading per template agrees with loading per rank', () => {
     }
     assert.ok(n >= 30, `${n} fixtures compared`);
   }).timeout(120_000);
-  it('on generated plans: data, tensor, sequence, pipeline (1F1B and interleaved), context and expert parallelism', () => {
+  it('on generated plans: data, tensor, sequence, pipeline (1F1B and interleaved), context and expert parallelism @full', () => {
     const configs: [ModelConfig, Parameters<typeof generatePlan>[0]['par']][] = [
       [model('mlp-tiny'), { dp: 2, tp: 2, micro: 2 }],
       [model('gpt2-tiny'), { dp: 2, tp: 2, micro: 2, sp: true, zero: 1 }],
@@ -91,7 +91,7 @@ describe('loading per template agrees with loading per rank', () => {
     ];
     for (const [m, par] of configs) assert.equal(sameOutcome(`${m.family} ${JSON.stringify(par)}`, generatePlan({ model: m, par, optimizer: OPT })), 'accepted');
   }).timeout(120_000);
-  it('on every catalogued bug injected into a generated plan', () => {
+  it('on every catalogued bug injected into a generated plan @full', () => {
     const contexts: [BugContext, ModelConfig][] = [];
     for (const [sp, zero, pp] of [[false, 0, 1], [false, 1, 1], [false, 3, 1], [true, 0, 1], [false, 0, 2]] as const) {
       for (const family of ['gpt2', 'llama'] as const) contexts.push([{ dp: 2, tp: 2, micro: 2, sp, zero, pp, family }, { ...model(`${family}-tiny`), layers: pp }]);

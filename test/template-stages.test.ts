@@ -196,7 +196,7 @@ describe('stages per template', () => {
     assert.match(s?.reason ?? '', /rank 1, standing for 1 rank\(s\) of its program with the same coordinates: normal forms differ/);
   });
 
-  it('the CLI verifies a plan past the real bound per template: exit 3, one JSON entry per stage', async function () {
+  it('the CLI verifies a plan past the real bound per template: exit 3, one JSON entry per stage @full', async function () {
     this.timeout(120_000);
     // One template of 100 layers over dp 4096: small as text, past the per-rank stage bound.
     const raw = synthPlan({ layers: 100, ranks: 4096, spelling: 'template', width: 2, batchPerRank: 1 });

@@ -22,6 +22,7 @@ import { stripToBoundary } from '../plans/gen/strip.js';
 import type { Parallelism } from '../plans/gen/net.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import { verifyBoundary } from '../stages/boundary.js';
+import { fullUnless } from './optional.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 
@@ -39,7 +40,7 @@ function assertSubset(what: string, c: { tensor: Set<string>; element: Map<strin
 }
 
 describe('tensor-level proofs agree with the exact normal form', () => {
-  it('on the small presets: every stage it proves is proved element by element, and it proves most of them', () => {
+  it('on the small presets: every stage it proves is proved element by element, and it proves most of them @full', () => {
     for (const name of ['mlp-tiny', 'gpt2-tiny', 'llama-tiny', 'llama-tiny-sp', 'moe-tiny']) {
       const p = PRESETS[name];
       assert.ok(p !== undefined);
@@ -62,7 +63,7 @@ describe('tensor-level proofs agree with the exact normal form', () => {
     assert.equal(c.tensor.size, c.total, 'llama-tiny tp1: every stage at tensor level');
   }).timeout(300_000);
 
-  it('on every catalog bug: a stage the exact normal form refutes is never proved at tensor level', () => {
+  it('on every catalog bug: a stage the exact normal form refutes is never proved at tensor level @full', () => {
     const ctxs: [BugContext, string][] = [
       [{ dp: 2, tp: 2, micro: 2, family: 'llama' }, 'llama-tiny'],
       [{ dp: 2, tp: 2, micro: 2, family: 'gpt2' }, 'gpt2-tiny'],
@@ -257,7 +258,7 @@ describe('tensor-level products of two decompositions (a micro-batch addend cut 
     }).timeout(300_000);
   }
   for (const bugId of ['sp-norm-grad-not-reduced', 'accumulation-reset', 'dp-grad-allreduce-dropped']) {
-    it(`llama-tiny-sp with ${bugId}, stripped: stages left open at tensor level, not equivalent`, async () => {
+    it(`llama-tiny-sp with ${bugId}, stripped: stages left open at tensor level, not equivalent${fullUnless(bugId === 'dp-grad-allreduce-dropped')}`, async () => {
       const bug = BUGS.find((b) => b.id === bugId) as (typeof BUGS)[number];
       const raw = sp('llama-tiny-sp', {});
       const ctx: BugContext = { dp: 2, tp: 2, micro: 2, family: 'llama', sp: true };
@@ -402,7 +403,7 @@ describe('tensor-level proofs per template', () => {
     assert.ok(r.stages.some((st) => /has only an inferred hint and no producer/.test(st.reason ?? '')), r.summary);
   });
 
-  it('pipeline plans: receives and groups across stage programs; every pipeline bug is never verified, and what it proves holds element by element', () => {
+  it('pipeline plans: receives and groups across stage programs; every pipeline bug is never verified, and what it proves holds element by element @full', () => {
     let n = 0;
     // Plain, tied-embedding (gpt2) and interleaved pipelines. The tied embedding's gradient is
     // synchronized over a group given by a rank list, which this version derives rank by rank only.

@@ -216,7 +216,7 @@ describe('verify: named splits keep two decompositions of one value apart', () =
 });
 
 describe('verify: a stage at real model shapes', () => {
-  it('is "unknown" at once with its element count, not a heap exhaustion', () => {
+  it('is "unknown" at once with its element count, not a heap exhaustion @full', () => {
     const n = 2048;
     const plan = {
       format: 'planproof/v1',
@@ -257,7 +257,7 @@ describe('verify: a stage at real model shapes', () => {
 });
 
 describe('verify: a plan too large to decompose rank by rank', () => {
-  it('is decomposed per template instead: "unknown" with a reason per stage, for library callers too (no heap exhaustion)', async () => {
+  it('is decomposed per template instead: "unknown" with a reason per stage, for library callers too (no heap exhaustion) @full', async () => {
     const { synthPlan } = await import('../bench/synth.js');
     const { MAX_STAGE_ENTRIES } = await import('../plans/loader.js');
     const { verifyPlanInPool } = await import('../stages/verify.js');

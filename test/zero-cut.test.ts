@@ -67,7 +67,7 @@ function llama(bug?: string): RawPlan {
 describe('zero-extension cuts for witnesses', function () {
   this.timeout(300000);
 
-  it('global-norm clipping: the clip stages of three bugs are refuted at the cut, their correct twin is not', () => {
+  it('global-norm clipping: the clip stages of three bugs are refuted at the cut, their correct twin is not @full', () => {
     for (const bug of [undefined, 'clip-one-rank', 'clip-local-norm', 'square-exponent-one-rank']) {
       const raw = llama(bug);
       const plan = load(raw);
