@@ -10,8 +10,9 @@
  * identified by a digest of every compiled module, the schema and its generated validators,
  * the z3-solver package and the Node.js version, so any change to any of them misses. An
  * entry is used only when its format tag, its full key (compared field by field, not by the
- * file name's hash) and the digest of its answer all check and its exit code is the one its
- * verdict has; anything else is ignored and the plan is verified again. "unknown" is never
+ * file name's hash) and its seal (an HMAC under a key kept outside the cache directory,
+ * stages/cache-files.ts) all check and its exit code is the one its verdict has; anything else
+ * is ignored and the plan is verified again. "unknown" is never
  * kept: it can depend on time and load, and another run may decide it.
  *
  * Per-stage proofs stay in the proof cache (stages/cache.ts): a plan whose bytes changed
@@ -24,9 +25,9 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { AttrValue } from '../ops/types.js';
 import { canonJson } from '../stages/canon-json.js';
-import { sha256, writeAtomic } from '../stages/cache-files.js';
+import { seal, sealed, sha256, writeAtomic } from '../stages/cache-files.js';
 
-const ANSWER_FORMAT = 'planproof-answer/1';
+const ANSWER_FORMAT = 'planproof-answer/2';
 
 /** What an answer is kept under; equal keys, field by field, are the only hits. */
 export interface AnswerKey {
@@ -55,8 +56,12 @@ interface Entry {
   format: string;
   key: AnswerKey;
   answer: Answer;
-  /** SHA-256 of JSON.stringify(answer): a changed byte of the answer is a miss. */
-  check: string;
+  /**
+   * The seal (stages/cache-files.ts) of the format, the key and the answer together: without
+   * the key kept outside the cache directory no one can make one, and an answer moved to
+   * another plan's entry, or edited, is a miss.
+   */
+  mac: string;
 }
 
 
@@ -139,14 +144,21 @@ export function lookupAnswer(dir: string, key: AnswerKey): Answer | undefined {
   const k = e.key;
   if (k === undefined || k === null || k.build !== key.build || k.plan !== key.plan || k.options !== key.options) return undefined;
   const a = e.answer;
-  if (a === undefined || a === null || typeof e.check !== 'string' || sha256(JSON.stringify(a)) !== e.check) return undefined;
+  if (a === undefined || a === null || !sealed(dir, sealBody(key, a), e.mac)) return undefined;
   return isAnswer(a) ? a : undefined;
 }
 
 /** Keeps an answer (best effort: a cache that cannot be written costs time, not correctness). */
 export function storeAnswer(dir: string, key: AnswerKey, answer: Answer): boolean {
-  const entry: Entry = { format: ANSWER_FORMAT, key, answer, check: sha256(JSON.stringify(answer)) };
+  const mac = seal(dir, sealBody(key, answer));
+  if (mac === undefined) return false;
+  const entry: Entry = { format: ANSWER_FORMAT, key, answer, mac };
   return writeAtomic(answerPath(dir, key), JSON.stringify(entry));
+}
+
+/** What an answer's seal covers: the format, this run's own key (field by field) and the answer. */
+function sealBody(key: AnswerKey, answer: unknown): string {
+  return JSON.stringify([ANSWER_FORMAT, key.build, key.plan, key.options, answer]);
 }
 
 /** Where a replayed answer goes (the CLI's stdout and stderr). */

@@ -5,7 +5,8 @@
 import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
-import { DEFAULT_LIMITS, defaultLimits, setDefaultLimits, stageEntries, stageWorkTooLarge, type PlanLimits } from '../plans/loader.js';
+import { DEFAULT_LIMITS, defaultLimits, setDefaultLimits, stageEntries, stageWorkTooLarge } from '../plans/loader.js';
+import { DEFAULT_MAX_RANKS, limitOptionError, limitsFrom } from './limits.js';
 import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
@@ -101,6 +102,8 @@ interface EngineOptions {
   tensorLevel?: boolean;
   /** A progress bar on stderr when it is a terminal (off with --json). */
   progress?: boolean;
+  /** Most ranks a plan may have for work that is still per rank (--max-ranks). */
+  maxRanks?: number;
 }
 
 function inspect(file: string, json: boolean, out: Out): number {
@@ -341,6 +344,16 @@ async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verb
       return finish(r, l, files, out);
     }
   }
+  // Everything below (inference, reduction, rank-by-rank stages and the numeric run) is per
+  // rank: past --max-ranks it is refused (exit 2) rather than run at a cost the plan as
+  // written does not bound.
+  const maxRanks = eng.maxRanks ?? DEFAULT_MAX_RANKS;
+  if (l.plan.mesh.size > maxRanks) {
+    const issue = { path: '$.mesh', message: `${l.plan.mesh.size.toLocaleString('en-US')} ranks, and the plan is not decided per template: what is left is per rank, bounded by --max-ranks ${maxRanks.toLocaleString('en-US')} (raise it to verify rank by rank)` };
+    if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues: [issue] }, null, 2));
+    else out.err(`planproof: invalid plan ${file}\n  ${formatIssue(file, issue)}`);
+    return ExitCode.invalidPlan;
+  }
   // Inferred boundaries (issue 18): with --infer, when the file holds claims marked inferred,
   // or, without --no-infer, when lineage is missing inside a stage tensor-level proofs leave
   // open (wantsInference: a plan with lineage only at its boundary).
@@ -529,6 +542,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .option('max-depth', { type: 'number', default: DEFAULT_LIMITS.depth, describe: 'deepest JSON nesting a plan may use' })
     .option('max-ops', { type: 'number', default: DEFAULT_LIMITS.ops, describe: 'most ops a plan may hold as written (logical, program and collective entries)' })
     .option('max-claims', { type: 'number', default: DEFAULT_LIMITS.claims, describe: 'most lineage claims a plan may hold as written' })
+    .option('max-ranks', { type: 'number', default: DEFAULT_MAX_RANKS, describe: 'most ranks for verify work that is still per rank (a plan decided per template is not bounded by it)' })
     .command(
       'verify <plan>',
       'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
@@ -555,7 +569,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           cache.cacheDir !== undefined && a.emitReduced === undefined && a.html === undefined && plan !== STDIN_NAME
             ? { dir: cache.cacheDir, options: answerOptions(a), reuse: a.answerCache !== false, argv: rawArgv, ...(a.junit === undefined ? {} : { junit: a.junit }), maxBytes: Math.floor(a.maxFileMb * 1024 * 1024) }
             : undefined;
-        run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cache }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard), memo);
+        run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json, maxRanks: a.maxRanks }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cache }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard), memo);
       },
     )
     .command(
@@ -742,33 +756,6 @@ function answerOptions(a: Record<string, unknown>): Record<string, unknown> {
   const o: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(a)) if (!['_', '$0', 'cache', 'junit', 'answer-cache', 'answerCache'].includes(k)) o[k] = v;
   return o;
-}
-
-/** The input-size limits of the command line (validated by limitOptionError). */
-function limitsFrom(a: LimitFlags): PlanLimits {
-  const n = (v: unknown, d: number): number => (typeof v === 'number' ? v : d);
-  return { bytes: Math.floor(n(a['max-file-mb'], DEFAULT_LIMITS.bytes / (1024 * 1024)) * 1024 * 1024), depth: n(a['max-depth'], DEFAULT_LIMITS.depth), ops: n(a['max-ops'], DEFAULT_LIMITS.ops), claims: n(a['max-claims'], DEFAULT_LIMITS.claims) };
-}
-
-/** The limit flags as yargs gives them. */
-interface LimitFlags {
-  readonly 'max-file-mb'?: unknown;
-  readonly 'max-depth'?: unknown;
-  readonly 'max-ops'?: unknown;
-  readonly 'max-claims'?: unknown;
-}
-
-/** --max-file-mb, --max-depth, --max-ops, --max-claims: positive, and integers where they count things. */
-function limitOptionError(a: LimitFlags): string | undefined {
-  const { 'max-file-mb': maxFileMb, 'max-depth': maxDepth, 'max-ops': maxOps, 'max-claims': maxClaims } = a;
-  // V8 strings top out near 512 MiB: a larger limit could not be read anyway.
-  if (typeof maxFileMb !== 'number' || !Number.isFinite(maxFileMb) || maxFileMb <= 0 || maxFileMb > 512) return `--max-file-mb must be a number of MiB in (0, 512], got ${String(maxFileMb)}`;
-  // Walkers of the plan (the schema validator, JSON.stringify) recurse on its nesting.
-  if (typeof maxDepth !== 'number' || !Number.isSafeInteger(maxDepth) || maxDepth < 1 || maxDepth > 1000) return `--max-depth must be an integer from 1 to 1000, got ${String(maxDepth)}`;
-  for (const [flag, v] of [['--max-ops', maxOps], ['--max-claims', maxClaims]] as const) {
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) return `${flag} must be a positive integer, got ${String(v)}`;
-  }
-  return undefined;
 }
 
 /** --shard i/n, checked before any work; a part is not a report, so no report files with it. */

@@ -32,12 +32,12 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { getHeapStatistics } from 'node:v8';
 import { canonJson } from '../stages/canon-json.js';
-import { defaultCacheDir, sha256, writeAtomic } from '../stages/cache-files.js';
+import { defaultCacheDir, seal, sealed, sha256, writeAtomic } from '../stages/cache-files.js';
 import type { AttrValue } from '../ops/types.js';
 import { answerKey, buildDigest, emitAnswer, isAnswer, isStrings, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey, type Out } from './answers.js';
 
-const ARGV_FORMAT = 'planproof-argv/1';
-const DELTA_FORMAT = 'planproof-delta/1';
+const ARGV_FORMAT = 'planproof-argv/2';
+const DELTA_FORMAT = 'planproof-delta/2';
 
 
 /** Per op name with value-only attributes: its registry id, the keys, and whether the generated validator checks it. */
@@ -95,7 +95,8 @@ function argvPath(dir: string, ctx: Record<string, unknown>): string {
 export function storeArgvMemo(dir: string, argv: readonly string[], memo: ArgvMemo): boolean {
   const ctx = argvContext(argv);
   const body = { format: ARGV_FORMAT, ctx, dir, memo };
-  return writeAtomic(argvPath(dir, ctx), JSON.stringify({ ...body, check: sha256(JSON.stringify(body)) }));
+  const mac = seal(dir, JSON.stringify(body));
+  return mac !== undefined && writeAtomic(argvPath(dir, ctx), JSON.stringify({ ...body, mac }));
 }
 
 const isRecord = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
@@ -110,7 +111,7 @@ function lookupArgvMemo(dir: string, argv: readonly string[]): ArgvMemo | undefi
   }
   if (!isRecord(e) || e['format'] !== ARGV_FORMAT || e['dir'] !== dir) return undefined;
   const body = { format: e['format'], ctx: e['ctx'], dir: e['dir'], memo: e['memo'] };
-  if (e['check'] !== sha256(JSON.stringify(body)) || canonJson(e['ctx'] as AttrValue) !== canonJson(ctx as AttrValue)) return undefined;
+  if (!sealed(dir, JSON.stringify(body), e['mac']) || canonJson(e['ctx'] as AttrValue) !== canonJson(ctx as AttrValue)) return undefined;
   const m = e['memo'];
   if (!isRecord(m) || !isRecord(m['options']) || typeof m['json'] !== 'boolean' || typeof m['maxBytes'] !== 'number' || !isRecord(m['kinds'])) return undefined;
   if (m['junit'] !== undefined && typeof m['junit'] !== 'string') return undefined;
@@ -216,7 +217,8 @@ function deltaPath(dir: string, key: DeltaKey): string {
 
 export function storeDelta(dir: string, key: DeltaKey, rec: DeltaRecord): boolean {
   const body = { format: DELTA_FORMAT, key, rec };
-  return writeAtomic(deltaPath(dir, key), JSON.stringify({ ...body, check: sha256(JSON.stringify(body)) }));
+  const mac = seal(dir, JSON.stringify(body));
+  return mac !== undefined && writeAtomic(deltaPath(dir, key), JSON.stringify({ ...body, mac }));
 }
 
 
@@ -230,7 +232,7 @@ export function lookupDelta(dir: string, key: DeltaKey): DeltaRecord | undefined
   if (!isRecord(e) || e['format'] !== DELTA_FORMAT || !isRecord(e['key']) || !isRecord(e['rec'])) return undefined;
   const k = e['key'];
   if (k['build'] !== key.build || k['options'] !== key.options || k['skeleton'] !== key.skeleton) return undefined;
-  if (e['check'] !== sha256(JSON.stringify({ format: e['format'], key: e['key'], rec: e['rec'] }))) return undefined;
+  if (!sealed(dir, JSON.stringify({ format: e['format'], key: e['key'], rec: e['rec'] }), e['mac'])) return undefined;
   const r = e['rec'];
   const a = r['answer'];
   if (!isStrings(r['refs']) || !isStrings(r['values']) || r['refs'].length !== r['values'].length || !Array.isArray(r['classes']) || !r['classes'].every(isStrings)) return undefined;

@@ -65,6 +65,7 @@ export function claimAxes(p: Program, t: number, spec: LineageSpec, mesh: Mesh):
 
 /** The claims of one tensor of one program, once per distinct coordinates (the per-rank path). */
 export function claimsOfSpec(p: Program, t: number, spec: LineageSpec, ranks: Iterable<number>, mesh: Mesh, logical: LogicalGraph, view: (r: number) => RankView, sink: IssueSink, claims: Claim[]): void {
+  if (sink.full) return;
   const ax = claimAxes(p, t, spec, mesh);
   const reps = new Map<string, { rank: number; n: number }>();
   for (const r of ranks) {
@@ -74,6 +75,7 @@ export function claimsOfSpec(p: Program, t: number, spec: LineageSpec, ranks: It
     else e.n++;
   }
   for (const { rank, n } of reps.values()) {
+    if (sink.full) return;
     const lshape = logical.shapes[spec.logical] as Shape;
     try {
       const nf = evalLineage(spec, mesh, rank, lshape, view(rank).shapes[t] as Shape);

@@ -317,16 +317,26 @@ function matchPerRankCalls(ctx: Ctx, out: CollectiveInstance[], only?: (p: Progr
   // rest would report false mismatches, so stop at the real error.
   if (ctx.sink.size > issuesBefore) return;
   for (const g of groupCalls.values()) {
-    const counts = [...g.members].map((m) => g.calls.get(m)?.length ?? 0);
-    const n = Math.max(...counts);
-    if (counts.some((c) => c !== n)) {
-      const first = [...g.members].find((m) => (g.calls.get(m)?.length ?? 0) === n) as number;
-      const op0 = (g.calls.get(first) as number[])[Math.min(...counts)] as number;
+    const members = [...g.members];
+    const counts = members.map((m) => g.calls.get(m)?.length ?? 0);
+    // Loops, not Math.max(...counts): a group can have a million members (a spread of that
+    // many arguments overflows the stack).
+    let n = 0;
+    let least = Infinity;
+    for (const c of counts) {
+      if (c > n) n = c;
+      if (c < least) least = c;
+    }
+    if (least !== n) {
+      const first = members.find((m) => (g.calls.get(m)?.length ?? 0) === n) as number;
+      const op0 = (g.calls.get(first) as number[])[least] as number;
       const p0 = programs[rankProgram[first] as number] as Program;
+      const shown = members.slice(0, 16);
+      const more = members.length > shown.length ? `, ... (${members.length} ranks)` : '';
       sink.add(
         p0.ops.ids.paths[op0] as string,
-        `collective calls on group [${[...g.members].join(', ')}] do not match: ${[...g.members].map((m, i) => `rank ${m} makes ${counts[i]}`).join(', ')}`,
-        `${opLabel(ctx, first, op0)} (call ${Math.min(...counts) + 1} on this group)`,
+        `collective calls on group [${shown.join(', ')}${more}] do not match: ${shown.map((m, i) => `rank ${m} makes ${counts[i]}`).join(', ')}${more}`,
+        `${opLabel(ctx, first, op0)} (call ${least + 1} on this group)`,
       );
       continue;
     }

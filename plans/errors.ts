@@ -60,12 +60,24 @@ export class IssueSink {
   get size(): number {
     return this.issues.length + this.dropped;
   }
+  /**
+   * Whether the sink holds as many issues as it shows: a per-rank check can stop here (its
+   * cost must not grow with the rank count on a plan already refused), and says so.
+   */
+  get full(): boolean {
+    if (this.issues.length < this.cap) return false;
+    this.stopped = true;
+    return true;
+  }
+  private stopped = false;
   throwIfAny(): void {
     if (this.size === 0) return;
     const all =
       this.dropped > 0
-        ? [...this.issues, { path: '', message: `... and ${this.dropped} more issue(s)` }]
-        : this.issues;
+        ? [...this.issues, { path: '', message: `... and ${this.dropped} more issue(s)${this.stopped ? ' (checking stopped there: fix these first)' : ''}` }]
+        : this.stopped
+          ? [...this.issues, { path: '', message: '... and perhaps more (checking stopped there: fix these first)' }]
+          : this.issues;
     throw new PlanError(this.file, all);
   }
 }

@@ -196,7 +196,7 @@ export interface Plan {
 
 export type Reduce = 'sum' | 'max' | 'min';
 
-type Placement = { readonly k: 'R' } | { readonly k: 'S'; readonly dim: number } | { readonly k: 'P'; readonly reduce: 'sum' | 'avg' | 'max' | 'min' };
+export type Placement = { readonly k: 'R' } | { readonly k: 'S'; readonly dim: number } | { readonly k: 'P'; readonly reduce: 'sum' | 'avg' | 'max' | 'min' };
 
 export type LineageSpec =
   | {

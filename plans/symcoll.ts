@@ -99,7 +99,7 @@ export function checkCollectivesSymbolic(raw: RawPlan, mesh: Mesh, programs: Pro
   const before = sink.size;
   const fallback = perRankCollectives(ctx, (p, op) => (isP2p(p, op) ? !p2pSymbolic : symbolicGroup[p.index]?.[op] !== 1));
   for (const c of fallback) count(registry.get(c.kind).name, groupText(mesh, c.group), c.group.length, 1);
-  quotient.push(...fallback);
+  for (const c of fallback) quotient.push(c);
   for (const p of programs) {
     for (const op of p.collectiveSites) {
       if (isP2p(p, op)) continue;

@@ -25,8 +25,9 @@ export const floatAlgebra: Algebra<number> = {
     return s + c;
   },
   exp: Math.exp,
-  max: (xs) => Math.max(...xs),
-  min: (xs) => Math.min(...xs),
+  // Reductions, not Math.max(...xs): a row can be longer than the argument limit.
+  max: (xs) => xs.reduce((a, b) => Math.max(a, b), -Infinity),
+  min: (xs) => xs.reduce((a, b) => Math.min(a, b), Infinity),
   fn: (name, a) => realFunctions[name](a),
   test: (a, pred) => (pred(a) ? 1 : 0),
   known: (a) => a,

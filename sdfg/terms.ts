@@ -977,10 +977,10 @@ export class TermStore {
         v = Math.exp(this.evalMono(A.args[0] as number, symValue, uf, memo));
         break;
       case 'max':
-        v = Math.max(...A.args.map((x) => this.evaluate(x, symValue, uf, memo)));
+        v = A.args.reduce((m: number, x) => Math.max(m, this.evaluate(x, symValue, uf, memo)), -Infinity);
         break;
       case 'min':
-        v = Math.min(...A.args.map((x) => this.evaluate(x, symValue, uf, memo)));
+        v = A.args.reduce((m: number, x) => Math.min(m, this.evaluate(x, symValue, uf, memo)), Infinity);
         break;
       case 'uf':
         v = A.name === 'exp' ? Math.exp(this.evaluate(A.args[0] as TermId, symValue, uf, memo)) : uf(A.name, A.args.map((x) => this.evaluate(x, symValue, uf, memo)));

@@ -3,7 +3,8 @@
  * `<dir>/<hash[0..2]>/<hash>.json` holding the format tag, the engine version, the full
  * canonical form and the status. An entry is used only when every field checks: the tag, the
  * engine version, the form (compared in full with the stage's own form, and hashing to the
- * file's name) and the status 'proved'. Anything else (a truncated file, bad JSON, another
+ * file's name), the status 'proved' and the seal (an HMAC under a key kept outside the cache
+ * directory, cache-files.ts), so a writer of the directory cannot forge a proof. Anything else (a truncated file, bad JSON, another
  * engine, another form) is ignored, and the stage is proved again. Only proofs are cached:
  * a difference needs its witness from this run's numeric evaluation.
  */
@@ -12,9 +13,9 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CANON_VERSION, formHash } from './canon.js';
-import { writeAtomic } from './cache-files.js';
+import { seal, sealed, writeAtomic } from './cache-files.js';
 
-const CACHE_FORMAT = 'planproof-proof/1';
+const CACHE_FORMAT = 'planproof-proof/2';
 
 export { defaultCacheDir } from './cache-files.js';
 
@@ -44,7 +45,12 @@ interface Entry {
   form: string;
   status: string;
   decidedBy?: 'z3' | 'tensor';
+  /** The seal (cache-files.ts) of every field above: only this machine's key makes one. */
+  mac?: string;
 }
+
+/** What a proof entry's seal covers. */
+const sealBody = (engine: string, hash: string, form: string, decidedBy: string | undefined): string => JSON.stringify([CACHE_FORMAT, engine, hash, form, 'proved', decidedBy ?? null]);
 
 interface CacheStats {
   hits: number;
@@ -89,7 +95,8 @@ export class ProofCache {
       e.form === form &&
       formHash(e.form) === hash &&
       e.status === 'proved' &&
-      (e.decidedBy === undefined || e.decidedBy === 'z3' || e.decidedBy === 'tensor');
+      (e.decidedBy === undefined || e.decidedBy === 'z3' || e.decidedBy === 'tensor') &&
+      sealed(this.dir, sealBody(engineVersion(), hash, form, e.decidedBy), e.mac);
     if (!ok) {
       this.stats.rejected++;
       return undefined;
@@ -99,7 +106,12 @@ export class ProofCache {
   }
 
   store(hash: string, form: string, decidedBy?: 'z3' | 'tensor'): void {
-    const entry: Entry = { format: CACHE_FORMAT, engine: engineVersion(), hash, form, status: 'proved', ...(decidedBy === undefined ? {} : { decidedBy }) };
+    const mac = seal(this.dir, sealBody(engineVersion(), hash, form, decidedBy));
+    if (mac === undefined) {
+      this.stats.writeErrors++;
+      return;
+    }
+    const entry: Entry = { format: CACHE_FORMAT, engine: engineVersion(), hash, form, status: 'proved', ...(decidedBy === undefined ? {} : { decidedBy }), mac };
     if (writeAtomic(this.path(hash), JSON.stringify(entry))) this.stats.stored++;
     else this.stats.writeErrors++;
   }

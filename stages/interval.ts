@@ -159,8 +159,8 @@ export const intervalAlgebra: Algebra<Iv> = {
   neg,
   sum: (xs) => check(xs.reduce(add, pt(0))),
   exp: (a) => check(inc(Math.exp)(a)),
-  max: (xs) => check({ lo: Math.max(...xs.map((x) => x.lo)), hi: Math.max(...xs.map((x) => x.hi)) }),
-  min: (xs) => check({ lo: Math.min(...xs.map((x) => x.lo)), hi: Math.min(...xs.map((x) => x.hi)) }),
+  max: (xs) => check({ lo: xs.reduce((m, x) => Math.max(m, x.lo), -Infinity), hi: xs.reduce((m, x) => Math.max(m, x.hi), -Infinity) }),
+  min: (xs) => check({ lo: xs.reduce((m, x) => Math.min(m, x.lo), Infinity), hi: xs.reduce((m, x) => Math.min(m, x.hi), Infinity) }),
   fn: (name, a) => check(fn(name, a)),
   test: (a, pred) => {
     if (a.lo !== a.hi) throw new Undecided('a test on a value that is not a single point');

@@ -239,7 +239,7 @@ export function numericCheck(plan: LoadedPlan, seed = 1, skip?: (rank: number, t
     for (const [g, byIdx] of chunks) {
       if (byIdx.size < v.n) continue;
       const xs = [...byIdx.values()].map((e) => e.v);
-      const combined = v.reduce === 'sum' ? xs.reduce((a, b) => a + b, 0) / v.divisor : v.reduce === 'max' ? Math.max(...xs) : Math.min(...xs);
+      const combined = v.reduce === 'sum' ? xs.reduce((a, b) => a + b, 0) / v.divisor : v.reduce === 'max' ? xs.reduce((a, b) => Math.max(a, b), -Infinity) : xs.reduce((a, b) => Math.min(a, b), Infinity);
       if (differs(combined, lv.data[g] as number, tol)) {
         const first = [...byIdx.values()][0] as { rank: number; tensor: string };
         note({ logical: lg.tensors.name(nf.logical), lt: nf.logical, flat: g, rank: first.rank, tensor: first.tensor, kind: 'partial', parallel: combined, expected: lv.data[g] as number });

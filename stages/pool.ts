@@ -157,7 +157,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
         }
       };
       await Promise.all(Array.from({ length: Math.min(jobs, slice.length) }, lane));
-      results.push(...part);
+      for (const x of part) results.push(x);
     } finally {
       if (opts.pool === undefined) await pool.destroy();
     }

@@ -214,7 +214,7 @@ export function proveByComponents(full: LoadedPlan, raw: RawPlan, stage: Stage, 
       claims += numeric.claimsChecked;
       for (const m of numeric.mismatches) if (m.logical === name) mismatches.push({ ...m, rank: g.rank });
       if (result.status !== 'proved') {
-        failing.push(...g.ranks);
+        for (const r of g.ranks) failing.push(r);
         const rank = (x: StageResult['status']): number => (x === 'differs' ? 2 : x === 'unknown' ? 1 : 0);
         if (first === undefined || rank(result.status) > rank(first.status)) first = { status: result.status, ...(result.reason === undefined ? {} : { reason: `rank ${g.rank}'s component: ${result.reason}` }) };
       }

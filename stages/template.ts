@@ -337,7 +337,7 @@ export class TemplateStages {
           if (reps.length + seen.size > MAX_RANK_CLASSES) return { status: 'unknown', classes: 0, reason: `its ranks fall into more than ${MAX_RANK_CLASSES} classes of distinct coordinates (at most ${MAX_RANK_CLASSES} proofs per stage on this path)` };
         }
       }
-      reps.push(...seen.values());
+      for (const x of seen.values()) reps.push(x);
     }
     const lookup = this.localProducers();
     const prover = new Prover(plan, budget, lookup);

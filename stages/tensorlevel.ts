@@ -25,7 +25,7 @@
 import { registry } from '../ops/registry.js';
 import { attrScalar, numel, type AttrValue, type Attrs, type DecompExpr, type DimLabel, type OpDef, type Shape } from '../ops/types.js';
 import type { LoadedPlan } from '../lineage/load.js';
-import type { Program } from '../plans/model.js';
+import type { Placement, Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 import { programBox } from '../plans/mesh.js';
 import { logicalOrder } from '../sdfg/execute.js';
@@ -211,6 +211,23 @@ function relKey(r: Relation): string {
 }
 function sameRel(a: Relation, b: Relation): boolean {
   return relKey(a) === relKey(b) && coverKey(a.part) === coverKey(b.part);
+}
+/**
+ * Whether a derived addend is the claimed one as affine functions of the coordinates: the same
+ * region and scale, and one component holding index c of the claim, as the index c or as the
+ * range [c, c + 1) of the same total (a sum over one element of a split dim): as c runs over
+ * the claim's group, the derived addends cover their decomposition once, as the walk in
+ * proveTemplate checks point by point.
+ */
+function sameAddend(d: Relation, claim: Relation): boolean {
+  if (regionKey(d) !== regionKey(claim) || !feq(d.scale, claim.scale) || d.part === undefined || claim.part === undefined || d.part.max === true || claim.part.max === true) return false;
+  if (d.part.comps.length !== 1 || claim.part.comps.length !== 1) return false;
+  const dc = d.part.comps[0] as Comp;
+  const cc = claim.part.comps[0] as Comp;
+  if (cc.kind !== 'idx' || cc.cover.length !== 1 || dc.total !== cc.total) return false;
+  const c = cc.cover[0] as Int;
+  if (dc.kind === 'idx') return dc.cover.length === 1 && icmp(dc.cover[0] as Int, c) === 0;
+  return dc.cover.length === 2 && icmp(dc.cover[0] as Int, c) === 0 && icmp(dc.cover[1] as Int, iadd(c, 1)) === 0;
 }
 function coverKey(p: Part | undefined): string {
   return p === undefined ? '' : p.comps.map((c) => c.cover.join(',')).join(';');
@@ -452,6 +469,19 @@ function unionPart(a: Part, b: Part): Part | undefined {
 const MAX_DEPTH = 4000;
 /** Coordinates a rank-dependent region map is checked at (TensorLevelProver.lifted). */
 const MAX_LIFT_POINTS = 4096;
+
+/** Whether every Shard of these placements splits its current piece into equal chunks. */
+function evenPlacements(placements: readonly Placement[], sizes: readonly number[], shape: readonly number[]): boolean {
+  const len = [...shape];
+  return placements.every((p, a) => {
+    if (p.k !== 'S') return true;
+    const L = len[p.dim];
+    const m = sizes[a] as number;
+    if (L === undefined || L % m !== 0) return false;
+    len[p.dim] = L / m;
+    return true;
+  });
+}
 
 /** What a derivation reads of its stage: which logical tensor it proves. */
 type StageRef = Pick<Stage, 'logical'>;
@@ -947,7 +977,18 @@ export class TensorLevelProver {
       // the group key: along them every region sees the same addends (docs/engine.md).
       const axes = [...new Set([...iaxes(idx0), ...d.part.comps.flatMap((c) => c.cover.flatMap(iaxes))])].sort((a, b) => a - b);
       const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
-      if (points > MAX_LIFT_POINTS) return { why: `${name}: addends over ${points} coordinates` };
+      if (points > MAX_LIFT_POINTS) {
+        // Too many coordinates to walk: proved without the walk when the derived addend equals
+        // the claimed one as affine functions of the coordinates (so at every rank) and the
+        // claim is of placements (affine, templateClaim) whose every partial axis this program
+        // spans whole: then every addend of every group is claimed by a rank of this part, the
+        // partial index idx * m + c runs over 0..n-1 once per group, and the derived addends
+        // partition each value as the walk would find (docs/engine.md, "Tensor level per template").
+        const spec = prog.lineage[part.tensor];
+        const whole = spec?.kind === 'placements' && spec.placements.every((pl, a) => pl.k !== 'P' || (frame.sets[a]?.length ?? 0) === (this.plan.mesh.sizes[a] as number));
+        if (whole && sameAddend(d, claim)) continue;
+        return { why: `${name}: addends over ${points} coordinates` };
+      }
       const bad = everyPoint(axes, frame.sets, frame.x0, (x) => {
           const at = (c: Relation): Relation => substValue(c, axes, x, frame.x0) as Relation;
           const cl = at(claim);
@@ -1323,7 +1364,10 @@ export class TensorLevelProver {
     // + - and constant products, never out of range) is affine by construction: fitted along
     // every axis the program varies, it is exact, and the walk below would only repeat it.
     // Placements (torch.chunk sizes) and other expressions are walked over the axes they read.
-    const affineSpec = spec.kind === 'index' && [...(spec.dims ?? []).flatMap((d) => d ?? []), spec.idx].every((x) => typeof x === 'number' || x.affine !== undefined);
+    // Placements are affine too when every Shard splits its piece evenly (lineage/model.ts
+    // expandPlacements: offsets lo + c * L/m, partial indices idx * m + c): nothing is clamped.
+    const lshape0 = plan.logical.shapes[spec.logical] ?? [];
+    const affineSpec = spec.kind === 'index' ? [...(spec.dims ?? []).flatMap((d) => d ?? []), spec.idx].every((x) => typeof x === 'number' || x.affine !== undefined) : evenPlacements(spec.placements, plan.mesh.sizes, lshape0);
     const axes = (affineSpec ? frame.sets.map((_, a) => a) : [...spec.axes]).filter((a) => (frame.sets[a]?.length ?? 0) > 1).sort((a, b) => a - b);
     const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
     if (!affineSpec && points > MAX_LIFT_POINTS) return `a claim over ${points} coordinates (at most ${MAX_LIFT_POINTS})`;

@@ -4,11 +4,10 @@
  * "unknown" run verifies again.
  */
 import { strict as assert } from 'node:assert';
-import { createHash } from 'node:crypto';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { answerKey, answerPath, buildDigest, lookupAnswer, treeDigest } from '../cli/answers.js';
+import { answerKey, answerPath, buildDigest, lookupAnswer, storeAnswer, treeDigest, type Answer } from '../cli/answers.js';
 import { EXAMPLES, filesUnder, runCli } from './helpers.js';
 
 const CACHE_LINE = /^cache {7}answer kept from /m;
@@ -97,11 +96,11 @@ describe('answer cache', function () {
     const [file] = entries(cache);
     assert.ok(file !== undefined);
     const good = readFileSync(file, 'utf8');
-    const entry = JSON.parse(good) as { key: { build: string; plan: string }; answer: { verdict: string; code: number; stdout: string[] }; check: string };
+    const entry = JSON.parse(good) as { key: { build: string; plan: string }; answer: { verdict: string; code: number; stdout: string[] }; mac: string };
     const tampered: [string, string][] = [
       ['truncated', good.slice(0, good.length >> 1)],
       ['not JSON', 'not json'],
-      // The bug's answer rewritten to read as verified, its digest left as it was.
+      // The bug's answer rewritten to read as verified, its seal left as it was.
       ['altered answer', JSON.stringify({ ...entry, answer: { ...entry.answer, verdict: 'verified', code: 0, stdout: entry.answer.stdout.map((s) => s.replace(/NOT EQUIVALENT/g, 'VERIFIED')) } })],
       ['another build', JSON.stringify({ ...entry, key: { ...entry.key, build: '0'.repeat(64) } })],
       ['another plan', JSON.stringify({ ...entry, key: { ...entry.key, plan: '0'.repeat(64) } })],
@@ -121,15 +120,17 @@ describe('answer cache', function () {
     assert.match(last.stdout, CACHE_LINE);
   });
 
-  it('an answer whose exit code is not its verdict is not used, even with a matching digest', () => {
+  it('an answer whose exit code is not its verdict is not used, even with a valid seal', () => {
     const key = answerKey('{"plan":1}', { a: 1 });
     const file = answerPath(cache, key);
     const answer = { verdict: 'verified', code: 1, stdout: ['verdict     VERIFIED'], stderr: [], junit: '', at: 'now', seconds: 1 };
     rmSync(cache, { recursive: true, force: true });
-    writeEntry(file, { format: 'planproof-answer/1', key, answer, check: createHash('sha256').update(JSON.stringify(answer)).digest('hex') });
+    // Sealed as this machine would seal it: only the pairing of code and verdict is off.
+    assert.ok(storeAnswer(cache, key, answer as unknown as Answer));
+    assert.ok(existsSync(file));
     assert.equal(lookupAnswer(cache, key), undefined);
-    const ok = { ...answer, code: 0 };
-    writeEntry(file, { format: 'planproof-answer/1', key, answer: ok, check: createHash('sha256').update(JSON.stringify(ok)).digest('hex') });
+    const ok = { ...answer, code: 0 } as Answer;
+    assert.ok(storeAnswer(cache, key, ok));
     assert.deepEqual(lookupAnswer(cache, key), ok);
     // Options are compared as canonical JSON: key order does not matter, values do.
     assert.deepEqual(answerKey('{"plan":1}', { b: 2, a: 1 }).options, answerKey('{"plan":1}', { a: 1, b: 2 }).options);

@@ -135,7 +135,7 @@ describe('planproof capture (live, Debian python3-torch)', function () {
     assert.deepEqual(out.slice(0, 4), ['S(1)', 'R', 'P(sum)', 'P(avg)']);
     assert.match(out[4] ?? '', /DTensor on a 2-D mesh: capture supports 1-D meshes/);
   });
-  it('a script error is exit 4 with the Python error, never a plan', async () => {
+  it('a script error is exit 4 with the Python error, never a plan @full', async () => {
     const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));
     const script = join(d, 'bad.py');
     (await import('node:fs')).writeFileSync(script, 'def step(cap):\n    raise ValueError("boom in the user script")\n');

@@ -77,7 +77,7 @@ describe('import layers', function () {
     return (r?.messages ?? []).map((m) => `${m.ruleId ?? ''}: ${m.message}`);
   };
 
-  it('the lint rule refuses a backward import between layers', async () => {
+  it('the lint rule refuses a backward import between layers @full', async () => {
     const backward = await lint('ops/backward-fixture.ts', "import { verifyPlan } from '../stages/verify.js';\nexport const f = verifyPlan;\n");
     assert.equal(backward.length, 1, backward.join('\n'));
     assert.match(backward[0] as string, /^import-x\/no-restricted-paths: .*ops\/ is below plans, lineage, sdfg, stages, cli/);

@@ -25,7 +25,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { embedParams, embedPlan, meanRowsPlan, mlpPlan, planParams, reshapeParams, reshapePlan } from './reduce-plans.js';
 import { prefixPlan } from '../stages/reduce.js';
-import { fullUnless } from './optional.js';
+import { FULL } from './optional.js';
 
 const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));
 const failing = (r: VerifyReport): string => r.stages.filter((s) => s.status !== 'proved').map((s) => `${s.logical}:${s.status}@${s.failingRanks.join('/')}`).join(',');
@@ -205,7 +205,7 @@ describe('per-stage reduction', function () {
   });
 
   for (const bug of ['none', 'tp-forward-allreduce-dropped', 'rmsnorm-eps-one-rank']) {
-    it(`a generated Llama (2 layers, dp2 x tp2${bug === 'none' ? '' : `, ${bug} injected`}) gets the full-shape verdict, failing stages and ranks${fullUnless(bug === 'none')}`, async () => {
+    it(`a generated Llama (2 layers, dp2 x tp2${bug === 'none' ? '' : `, ${bug} injected`}) gets the full-shape verdict, failing stages and ranks${FULL}`, async () => {
       const dir = mkdtempSync(join(tmpdir(), 'planproof-stage-'));
       const file = join(dir, 'p.json');
       const args = ['gen', '--model', 'llama', '--layers', '2', '--hidden', '8', '--heads', '2', '--kv-heads', '2', '--seq', '4', '--batch', '4', '--dp', '2', '--tp', '2', '--out', file, ...(bug === 'none' ? [] : ['--inject', bug])];
