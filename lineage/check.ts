@@ -63,19 +63,29 @@ export function claimAxes(p: Program, t: number, spec: LineageSpec, mesh: Mesh):
   return [...axes].sort((a, b) => a - b);
 }
 
+/** Past this many distinct claims of one tensor, the per-rank check stops once the sink is full. */
+const MANY_CLAIMS = 4096;
+
 /** The claims of one tensor of one program, once per distinct coordinates (the per-rank path). */
 export function claimsOfSpec(p: Program, t: number, spec: LineageSpec, ranks: Iterable<number>, mesh: Mesh, logical: LogicalGraph, view: (r: number) => RankView, sink: IssueSink, claims: Claim[]): void {
-  if (sink.full) return;
   const ax = claimAxes(p, t, spec, mesh);
-  const reps = new Map<string, { rank: number; n: number }>();
+  // The same stop before the loop below, when the coordinates can be that many.
+  if (sink.full && ax.reduce((q, a) => q * (a < 0 ? mesh.size : (mesh.sizes[a] as number)), 1) > MANY_CLAIMS) return;
+  // Distinct coordinates as one number (mixed radix; meshes have at most 2^20 ranks), not a
+  // joined string: this loop runs once per rank.
+  const reps = new Map<number, { rank: number; n: number }>();
   for (const r of ranks) {
-    const key = ax.map((a) => (a < 0 ? r : mesh.coord(r, a))).join(',');
+    let key = 0;
+    for (const a of ax) key = a < 0 ? key * mesh.size + r : key * (mesh.sizes[a] as number) + mesh.coord(r, a);
     const e = reps.get(key);
     if (e === undefined) reps.set(key, { rank: r, n: 1 });
     else e.n++;
   }
   for (const { rank, n } of reps.values()) {
-    if (sink.full) return;
+    // A plan of this many distinct claims that already has every issue the sink shows is
+    // refused: checking the rest would cost a LineageError per rank (a 2^20-rank plan ran past
+    // 120 s), so it stops and says so (IssueSink.full).
+    if (reps.size > MANY_CLAIMS && sink.full) return;
     const lshape = logical.shapes[spec.logical] as Shape;
     try {
       const nf = evalLineage(spec, mesh, rank, lshape, view(rank).shapes[t] as Shape);
@@ -114,6 +124,8 @@ export function checkLineage(claims: Claim[], programs: Program[], logical: Logi
 
 /** Tiling of one logical tensor by its claims (all of them, from every program). */
 export function checkTiling(lt: number, list: readonly Claim[], programs: Program[], logical: LogicalGraph, sink: IssueSink): Coverage | undefined {
+  // No claim (every one refused, or a check stopped early): the refusals are the issues.
+  if (list.length === 0) return undefined;
   const label = (c: Claim): string => {
     const p = programs[c.program] as Program;
     return `rank ${c.rank}${c.holders > 1 ? ` (+${c.holders - 1} more)` : ''} '${p.tensors.name(c.tensor)}'`;
