@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
 import { DEFAULT_LIMITS, defaultLimits, setDefaultLimits, stageEntries, stageWorkTooLarge } from '../plans/loader.js';
-import { DEFAULT_MAX_RANKS, limitOptionError, limitsFrom } from './limits.js';
+import { DEFAULT_MAX_RANKS, engineOptionError, limitOptionError, limitsFrom } from './limits.js';
 import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
 import { availableParallelism } from 'node:os';
@@ -43,6 +43,8 @@ import { answerKey, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type An
 import { deltaAnswer, skeletonOf, storeArgvMemo, storeDelta } from './delta.js';
 import { registry } from '../ops/registry.js';
 import { attrRelianceOf } from '../stages/template.js';
+import { checkRunClock, setRunClock, TimeLimitReached, timeUpReport } from '../stages/clock.js';
+import { STARTED_AT_ENV } from './heap.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -120,9 +122,16 @@ function cacheOption(v: unknown): { cacheDir?: string } {
   return { cacheDir: typeof v === 'string' && v !== '' ? v : defaultCacheDir() };
 }
 
-/** The run's time limit, counted from now. */
+/**
+ * The run's time limit, counted from the start of the first process: the large-plan heap
+ * supervisor (cli/heap.ts) passes its start to its child in PLANPROOF_STARTED_AT, so process
+ * start-up and loading count too.
+ */
 function timeLimitFrom(eng: EngineOptions): TimeLimit | undefined {
-  return eng.timeLimit === undefined ? undefined : { endAt: performance.now() + eng.timeLimit * 1000, seconds: eng.timeLimit };
+  if (eng.timeLimit === undefined) return undefined;
+  const started = Number(process.env[STARTED_AT_ENV]);
+  const elapsed = Number.isFinite(started) && started > 0 ? Math.max(0, Date.now() - started) : performance.now();
+  return { endAt: performance.now() - elapsed + eng.timeLimit * 1000, seconds: eng.timeLimit };
 }
 
 async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[], limit: TimeLimit | undefined = timeLimitFrom(eng), sharding: Sharding = {}): Promise<VerifyReport> {
@@ -298,6 +307,23 @@ async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verb
   }, read);
   if (typeof l === 'number') return l;
   const loadMs = Math.round(performance.now() - tLoad);
+  // Past the time limit the engine's loops throw (stages/clock.ts): "unknown", never partial.
+  setRunClock(limit);
+  try {
+    checkRunClock();
+    return await proveLoadedPlan(file, l, loadMs, limit, json, eng, verbose, out, infer, red, perStage, files, sh);
+  } catch (e) {
+    if (!(e instanceof TimeLimitReached)) throw e;
+    const r = timeUpReport(file, l.plan.name, e.seconds, performance.now() - ((limit?.endAt ?? 0) - e.seconds * 1000), eng.seed, loadMs);
+    out.log(json ? JSON.stringify(r, null, 2) : formatReport(r, verbose));
+    return finish(r, l, files, out);
+  } finally {
+    setRunClock(undefined);
+  }
+}
+
+/** verifyFresh once the plan is loaded: the paths a plan can take, in order. */
+async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: TimeLimit | undefined, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer: boolean | undefined, red: ReduceOptions, perStage: boolean, files: ReportFiles, sh: ShardRun): Promise<number> {
   if (sh.shard !== undefined || sh.merge !== undefined) {
     const why = notShardable(l.plan, eng, infer, perStage);
     if (why !== undefined) {
@@ -344,9 +370,8 @@ async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verb
       return finish(r, l, files, out);
     }
   }
-  // Everything below (inference, reduction, rank-by-rank stages and the numeric run) is per
-  // rank: past --max-ranks it is refused (exit 2) rather than run at a cost the plan as
-  // written does not bound.
+  // What follows (inference, reduction, rank-by-rank stages, the numeric run) is per rank:
+  // past --max-ranks it is refused (exit 2), at a cost the plan as written does not bound.
   const maxRanks = eng.maxRanks ?? DEFAULT_MAX_RANKS;
   if (l.plan.mesh.size > maxRanks) {
     const issue = { path: '$.mesh', message: `${l.plan.mesh.size.toLocaleString('en-US')} ranks, and the plan is not decided per template: what is left is per rank, bounded by --max-ranks ${maxRanks.toLocaleString('en-US')} (raise it to verify rank by rank)` };
@@ -772,14 +797,4 @@ function shardOptionError(a: { readonly [k: string]: unknown }): string | undefi
 function shardRun(v: string | undefined): ShardRun {
   const s = v === undefined ? undefined : parseShard(v);
   return s === undefined || typeof s === 'string' ? {} : { shard: s };
-}
-
-/** Numeric options yargs accepts as any number (NaN included): checked before any work. */
-function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown; timeLimit?: unknown }): string | undefined {
-  const { seed, jobs, deadline, timeLimit } = a;
-  if (typeof seed !== 'number' || !Number.isSafeInteger(seed)) return `--seed must be an integer, got ${String(seed)}`;
-  if (typeof jobs !== 'number' || !Number.isSafeInteger(jobs) || jobs < 0 || jobs > 256) return `--jobs must be an integer from 0 to 256, got ${String(jobs)}`;
-  if (typeof deadline !== 'number' || !Number.isFinite(deadline) || deadline <= 0 || deadline > 86400) return `--deadline must be a number of seconds in (0, 86400], got ${String(deadline)}`;
-  if (timeLimit !== undefined && (typeof timeLimit !== 'number' || !Number.isFinite(timeLimit) || timeLimit <= 0 || timeLimit > 7 * 86400)) return `--time-limit must be a number of seconds in (0, 604800], got ${String(timeLimit)}`;
-  return undefined;
 }

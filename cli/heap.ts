@@ -20,6 +20,8 @@ const SUPERVISE_FROM_BYTES = 1024 * 1024;
 const HEAP_MB = Math.min(12 * 1024, Math.floor(totalmem() / (2 * 1024 * 1024)));
 /** Set in the heap child (which then neither supervises nor tries the fast path again). */
 export const CHILD_ENV = 'PLANPROOF_HEAP_CHILD';
+/** When the first process started (epoch ms): --time-limit counts from there (cli/app.ts). */
+export const STARTED_AT_ENV = 'PLANPROOF_STARTED_AT';
 /** How V8's out-of-memory report starts. */
 const MARKERS = ['<--- Last few GCs --->', 'FATAL ERROR: '];
 
@@ -59,7 +61,7 @@ export function runWithHeap(heapMb: number, argv: readonly string[]): Promise<nu
   const child = spawn(process.execPath, [...process.execArgv, `--max-old-space-size=${heapMb}`, script, ...argv], {
     stdio: ['inherit', 'inherit', 'pipe'],
     // The child's stderr is a pipe to this process: it draws the progress bar when ours is a terminal.
-    env: { ...process.env, [CHILD_ENV]: '1', ...(process.stderr.isTTY ? { PLANPROOF_STDERR_TTY: '1' } : {}) },
+    env: { ...process.env, [CHILD_ENV]: '1', [STARTED_AT_ENV]: process.env[STARTED_AT_ENV] ?? String(Math.round(Date.now() - performance.now())), ...(process.stderr.isTTY ? { PLANPROOF_STDERR_TTY: '1' } : {}) },
   });
   for (const sig of ['SIGINT', 'SIGTERM'] as const) process.on(sig, () => child.kill(sig));
   // V8's out-of-memory report (GC trace, native stack) starts with this line: held back.

@@ -1,6 +1,7 @@
 /**
- * The command line's input-size limits (README, "Options that bound a run"): --max-file-mb,
- * --max-depth, --max-ops, --max-claims and --max-ranks, checked before any work.
+ * Options checked before any work: the input-size limits (README, "Options that bound a run":
+ * --max-file-mb, --max-depth, --max-ops, --max-claims, --max-ranks) and the engine's numbers
+ * (--seed, --jobs, --deadline, --time-limit).
  */
 import { DEFAULT_LIMITS, type PlanLimits } from '../plans/loader.js';
 
@@ -35,3 +36,12 @@ export function limitOptionError(a: LimitFlags): string | undefined {
   return undefined;
 }
 
+/** Numeric options yargs accepts as any number (NaN included): checked before any work. */
+export function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown; timeLimit?: unknown }): string | undefined {
+  const { seed, jobs, deadline, timeLimit } = a;
+  if (typeof seed !== 'number' || !Number.isSafeInteger(seed)) return `--seed must be an integer, got ${String(seed)}`;
+  if (typeof jobs !== 'number' || !Number.isSafeInteger(jobs) || jobs < 0 || jobs > 256) return `--jobs must be an integer from 0 to 256, got ${String(jobs)}`;
+  if (typeof deadline !== 'number' || !Number.isFinite(deadline) || deadline <= 0 || deadline > 86400) return `--deadline must be a number of seconds in (0, 86400], got ${String(deadline)}`;
+  if (timeLimit !== undefined && (typeof timeLimit !== 'number' || !Number.isFinite(timeLimit) || timeLimit <= 0 || timeLimit > 7 * 86400)) return `--time-limit must be a number of seconds in (0, 604800], got ${String(timeLimit)}`;
+  return undefined;
+}

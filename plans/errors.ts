@@ -26,7 +26,8 @@ export interface PlanIssue {
 export class PlanError extends Error {
   readonly file: string;
   readonly issues: readonly PlanIssue[];
-  constructor(file: string, issues: readonly PlanIssue[]) {
+  constructor(file: string, given: readonly PlanIssue[]) {
+    const issues = given.map((i): PlanIssue => (i.where === undefined ? { ...i, path: clip(i.path), message: clip(i.message) } : { ...i, path: clip(i.path), where: clip(i.where), message: clip(i.message) }));
     super(issues.map((i) => formatIssue(file, i)).join('\n'));
     this.name = 'PlanError';
     this.file = file;
@@ -43,6 +44,14 @@ export function formatIssue(file: string, i: PlanIssue): string {
  * Collects issues during one validation phase; `throwIfAny` ends the phase. A cap keeps a
  * badly broken 100k-op plan from printing a million lines.
  */
+/**
+ * Echoed input is cut: an issue never repeats megabytes of a hostile file (a 50 MB unknown key
+ * was echoed whole into stderr). Paths, places and messages are each cut to `max` characters.
+ */
+export function clip(s: string, max = 1000): string {
+  return s.length <= max ? s : `${s.slice(0, max)}... (${s.length.toLocaleString('en-US')} characters)`;
+}
+
 export class IssueSink {
   readonly issues: PlanIssue[] = [];
   dropped = 0;
@@ -55,7 +64,7 @@ export class IssueSink {
       this.dropped++;
       return;
     }
-    this.issues.push(where === undefined ? { path, message } : { path, where, message });
+    this.issues.push(where === undefined ? { path: clip(path), message: clip(message) } : { path: clip(path), where: clip(where), message: clip(message) });
   }
   get size(): number {
     return this.issues.length + this.dropped;

@@ -1,6 +1,6 @@
 /** Reading untrusted plan text: size limit, parse errors with line and column. */
 import { readFileSync, readSync, statSync } from 'node:fs';
-import { PlanError } from './errors.js';
+import { clip, PlanError } from './errors.js';
 
 /** Plans above this size are refused before parsing (V8 strings top out near 512 MiB). */
 export const MAX_PLAN_BYTES = 256 * 1024 * 1024;
@@ -73,20 +73,125 @@ export function parsePlanJson(file: string, text: string): unknown {
     return JSON.parse(text) as unknown;
   } catch (e) {
     const msg = (e as Error).message;
+    // V8 gives a position for some errors only ("Unexpected token 'N', "..." is not valid
+    // JSON" has none, and echoes the text): the scan below finds the offending character.
     const m = /position (\d+)/.exec(msg);
+    const pos = m?.[1] !== undefined ? Number(m[1]) : firstBadOffset(text);
     let where = '';
-    if (m?.[1] !== undefined) {
-      const pos = Number(m[1]);
+    let reason = msg.replace(/^JSON\.parse: /, '').replace(/ in JSON at position \d+.*$/s, '').split('\n')[0] ?? '';
+    if (pos !== undefined && (pos < text.length || m?.[1] !== undefined)) {
       const before = text.slice(0, pos);
       const line = before.split('\n').length;
       const col = pos - before.lastIndexOf('\n');
       where = `line ${line}, column ${col}`;
-    } else if (/end of JSON input|Unterminated/i.test(msg)) {
+      // "-Infinity": V8 points after the minus sign.
+      reason = m?.[1] === undefined ? `unexpected ${JSON.stringify(text.slice(pos, pos + 1))}${hint(text, pos)}` : `${reason}${hint(text, pos) || (pos > 0 ? hint(text, pos - 1) : '')}`;
+    } else if (pos !== undefined || /end of JSON input|Unterminated/i.test(msg)) {
       where = 'end of file';
+      if (m?.[1] === undefined) reason = 'unexpected end of the text';
     }
-    const reason = msg.replace(/^JSON\.parse: /, '').replace(/ in JSON at position \d+.*$/, '').split('\n')[0];
-    throw new PlanError(file, [{ path: '', where, message: `invalid JSON: ${reason}` }]);
+    throw new PlanError(file, [{ path: '', where, message: `invalid JSON: ${clip(reason)}` }]);
   }
+}
+
+/** What JSON lacks that a plan writer may have reached for, at `pos`. */
+function hint(text: string, pos: number): string {
+  const rest = text.slice(pos, pos + 9);
+  if (/^(NaN|-?Infinity)/.test(rest)) return ': JSON has no NaN or Infinity (write a finite number)';
+  if (/^\/[/*]/.test(rest)) return ': JSON has no comments';
+  if (rest.startsWith("'")) return ': JSON strings use double quotes';
+  return '';
+}
+
+const NUMBER = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y;
+const LITERAL = /true|false|null/y;
+
+/**
+ * The offset of the first character that is not JSON (text.length when the text ends early),
+ * or undefined when the scan finds none. Iterative: a hostile nesting depth costs no stack.
+ */
+export function firstBadOffset(text: string): number | undefined {
+  const ws = (i: number): number => {
+    while (i < text.length && (text[i] === ' ' || text[i] === '\t' || text[i] === '\n' || text[i] === '\r')) i++;
+    return i;
+  };
+  // The stack holds what the enclosing containers expect next.
+  const stack: ('obj' | 'arr')[] = [];
+  let i = ws(0);
+  let wantValue = true;
+  for (;;) {
+    if (wantValue) {
+      i = ws(i);
+      const c = text[i];
+      if (c === undefined) return i;
+      if (c === '{' || c === '[') {
+        stack.push(c === '{' ? 'obj' : 'arr');
+        i = ws(i + 1);
+        if (text[i] === (c === '{' ? '}' : ']')) {
+          stack.pop();
+          i++;
+          wantValue = false;
+          continue;
+        }
+        if (c === '{') {
+          const k = stringEnd(text, i);
+          if (k === undefined) return i < text.length ? i : text.length;
+          i = ws(k);
+          if (text[i] !== ':') return i;
+          i++;
+        }
+        continue;
+      }
+      if (c === '"') {
+        const k = stringEnd(text, i);
+        if (k === undefined) return text.length;
+        i = k;
+      } else {
+        NUMBER.lastIndex = i;
+        LITERAL.lastIndex = i;
+        if (NUMBER.test(text)) i = NUMBER.lastIndex;
+        else if (LITERAL.test(text)) i = LITERAL.lastIndex;
+        else return i;
+      }
+      wantValue = false;
+      continue;
+    }
+    i = ws(i);
+    const top = stack[stack.length - 1];
+    if (top === undefined) return i < text.length ? i : undefined;
+    const c = text[i];
+    if (c === undefined) return i;
+    if (c === ',') {
+      i = ws(i + 1);
+      if (top === 'obj') {
+        const k = stringEnd(text, i);
+        if (k === undefined) return i < text.length ? i : text.length;
+        i = ws(k);
+        if (text[i] !== ':') return i;
+        i++;
+      }
+      wantValue = true;
+      continue;
+    }
+    if ((top === 'obj' && c === '}') || (top === 'arr' && c === ']')) {
+      stack.pop();
+      i++;
+      continue;
+    }
+    return i;
+  }
+}
+
+/** The offset after a JSON string starting at `i` (a double quote), or undefined. */
+function stringEnd(text: string, i: number): number | undefined {
+  if (text[i] !== '"') return undefined;
+  for (let k = i + 1; k < text.length; k++) {
+    const c = text.charCodeAt(k);
+    if (c === 0x22) return k + 1;
+    if (c === 0x5c) k++;
+    else if (c < 0x20) return undefined;
+  }
+  return undefined;
 }
 
 /** Deepest nesting a plan may use by default (--max-depth); real plans need under 10 levels. */

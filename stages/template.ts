@@ -39,6 +39,7 @@ import { evalLineage } from '../lineage/model.js';
 import { AttrUse, TensorLevelProver } from './tensorlevel.js';
 import type { ProvePart } from './prove.js';
 import type { RawPlan } from '../plans/raw.js';
+import { TimeLimitReached } from './clock.js';
 
 /** Obligations of one (program, tensor): `ranks` of the program's ranks produce it. */
 interface TemplatePart {
@@ -677,6 +678,7 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
       try {
         r = tl.proveTemplate(s);
       } catch (e) {
+        if (e instanceof TimeLimitReached) throw e;
         r = { why: `tensor-level error: ${e instanceof Error ? e.message : String(e)}` };
       }
       if ('proved' in r) {
@@ -704,6 +706,7 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
       try {
         r = ts.proveLocal(s, size, opts.budget);
       } catch (e) {
+        if (e instanceof TimeLimitReached) throw e;
         r = { status: 'unknown', classes: 0, reason: `engine error: ${e instanceof Error ? e.message : String(e)}` };
       }
       if (r.status === 'proved') {

@@ -32,6 +32,7 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { result, type Producer, type Stage, type StageResult } from './prove.js';
 import { canonJson } from './canon.js';
 import { iadd, iaxes, icmp, iconst, ieval, ikey, imul, iscale, isub, isubst, Sym, type Int } from './sym.js';
+import { checkRunClock, TimeLimitReached } from './clock.js';
 
 type Range = readonly [Int, Int];
 
@@ -842,6 +843,7 @@ export class TensorLevelProver {
   }
 
   prove(stage: Stage): StageResult | { why: string } {
+    checkRunClock();
     const t0 = performance.now();
     const derive = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set() });
     const memo = { size: 0 };
@@ -949,6 +951,7 @@ export class TensorLevelProver {
    * rank by rank.
    */
   proveTemplate(stage: TemplateStageRef): { proved: true } | { why: string; part?: number } {
+    checkRunClock();
     const tmpl = this.tmpl;
     if (tmpl === undefined) return { why: 'not a per-template prover' };
     const derive = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set() });
@@ -1102,6 +1105,7 @@ export class TensorLevelProver {
   }
 
   private deriveOne(stage: StageRef, r: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived, ctx: Ctx): Derived {
+    checkRunClock();
     if (this.tmpl !== undefined) return this.deriveOneTemplate(stage, r, t, depth, derive, ctx);
     const plan = this.plan;
     const pi = plan.rankProgram[r] as number;
@@ -2721,6 +2725,7 @@ export function proveTensorLevel(plan: LoadedPlan, stages: readonly Stage[], sto
         prover ??= new TensorLevelProver(plan);
         r = prover.prove(s);
       } catch (e) {
+        if (e instanceof TimeLimitReached) throw e;
         r = { why: `tensor-level error: ${e instanceof Error ? e.message : String(e)}` };
       }
       seen.set(key, r);

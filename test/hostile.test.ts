@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import fc from 'fast-check';
 import { loadPlanObject, loadPlanText } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
+import { firstBadOffset } from '../plans/json.js';
 import { EXAMPLES, FIXTURES, runCli } from './helpers.js';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -188,5 +189,70 @@ describe('plans of many ranks', () => {
     assert.ok(prog !== undefined);
     prog.tensors = Array.from({ length: 500_001 }, () => ({ lineage: 'x' }));
     assert.throws(() => loadPlanObject('claims.json', claims), (e: unknown) => e instanceof PlanError && e.issues.length === 1 && /has 500,001 lineage claims as written; the limit is 500,000 \(--max-claims raises it/.test(e.message));
+  });
+});
+
+describe('hostile input: echoed text and JSON syntax (issue 32, item 4)', () => {
+  const issuesOf = (text: string): { path: string; where?: string; message: string }[] => {
+    try {
+      loadPlanText('t.json', text);
+    } catch (e) {
+      assert.ok(e instanceof PlanError, String(e));
+      return [...e.issues];
+    }
+    assert.fail('loaded');
+  };
+
+  it('every JSON syntax error has a line and column, and says what JSON lacks', () => {
+    const cases: [string, string, RegExp][] = [
+      ['{\n  "format": NaN\n}', 'line 2, column 13', /unexpected "N": JSON has no NaN or Infinity/],
+      ['{"a": [1, Infinity]}', 'line 1, column 11', /NaN or Infinity/],
+      ['{"a": -Infinity}', 'line 1, column 8', /NaN or Infinity/],
+      ['// a plan\n{}', 'line 1, column 1', /JSON has no comments/],
+      ['{\n  "a": 1 /* x */\n}', 'line 2, column 10', /./],
+      ["{'a': 1}", 'line 1, column 2', /double quotes/],
+      ['{"a": tru}', 'line 1, column 7', /unexpected "t"/],
+    ];
+    for (const [text, where, re] of cases) {
+      const [i] = issuesOf(text);
+      assert.equal(i?.where, where, text);
+      assert.match(i?.message ?? '', re, text);
+      assert.ok((i?.message.length ?? 0) < 200, i?.message);
+    }
+  });
+
+  it('the scan that locates them agrees with JSON.parse on what is JSON (property)', () => {
+    fc.assert(
+      fc.property(fc.oneof(fc.json(), fc.string(), fc.json().map((j) => j.slice(0, -1)), fc.json().map((j) => `${j}x`)), (text) => {
+        let valid = true;
+        try {
+          JSON.parse(text);
+        } catch {
+          valid = false;
+        }
+        const bad = firstBadOffset(text);
+        return valid ? bad === undefined : bad !== undefined && bad <= text.length;
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('a 5 MB unknown key, format string and JSON error are not echoed whole', async () => {
+    const big = 'k'.repeat(5 << 20);
+    const plan = JSON.parse(readFileSync(`${EXAMPLES}mlp-dp2.json`, 'utf8')) as Record<string, unknown>;
+    const dir = mkdtempSync(join(tmpdir(), 'planproof-echo-'));
+    const files: [string, string][] = [
+      ['key.json', JSON.stringify({ ...plan, [big]: 1 })],
+      ['format.json', JSON.stringify({ ...plan, format: big })],
+      ['syntax.json', `{"a": ${big}}`],
+    ];
+    for (const [name, text] of files) {
+      const f = join(dir, name);
+      writeFileSync(f, text);
+      const r = await runCli(['verify', f, '--no-cache']);
+      assert.equal(r.code, 2, name);
+      assert.ok(r.stderr.length < 20_000, `${name}: ${r.stderr.length} characters on stderr`);
+      if (name !== 'syntax.json') assert.match(r.stderr, /characters\)/, name);
+    }
   });
 });

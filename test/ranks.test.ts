@@ -4,13 +4,19 @@
  * seconds; what is still per rank is refused past --max-ranks (exit 2), quickly; an invalid plan
  * of 2^20 ranks is refused within seconds, not after one issue per rank; and a group of 2^20
  * members no longer overflows the stack in the collective matcher (Math.max of a spread).
- * Real processes: the time and memory bound is what is tested.
+ * Real processes: the time and memory bound is what is tested. And item 5: --time-limit bounds
+ * the whole run, start-up, loading and the per-template work included.
  */
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { loadPlanText } from '../lineage/load.js';
+import { logicalOrder } from '../sdfg/execute.js';
+import { checkRunClock, setRunClock, TimeLimitReached } from '../stages/clock.js';
+import { decompose } from '../stages/prove.js';
+import { proveTensorLevel } from '../stages/tensorlevel.js';
 import { EXAMPLES, ROOT, runCli } from './helpers.js';
 
 const BIN = join(ROOT, 'dist', 'cli', 'main.js');
@@ -111,5 +117,37 @@ describe('plans of a million ranks (issue 32)', function () {
     const r = timed([file('tp2p20.json', p)], 5_000);
     assert.equal(r.status, 2, `${r.ms} ms\n${r.stderr}`);
     assert.match(r.stderr, /checking stopped there/);
+  });
+});
+
+describe('the run\'s time limit bounds the whole run (issue 32)', function () {
+  this.timeout(120_000);
+
+  it('verify --time-limit 1 of the demo preset ends within 2 s, UNKNOWN (it ran 3.6 s to VERIFIED) @full', async () => {
+    const f = join(dir, 'demo.json');
+    assert.equal((await runCli(['gen', '--preset', 'demo', '-o', f])).code, 0);
+    for (const limit of ['1', '0.5']) {
+      const r = timed([f, '--time-limit', limit], 10_000);
+      assert.ok(r.ms < 2000, `--time-limit ${limit}: ${r.ms} ms`);
+      assert.equal(r.status, 3, r.stdout);
+      assert.match(r.stdout, new RegExp(`UNKNOWN: stopped at the time limit \\(--time-limit ${limit}\\)`));
+    }
+    // Without a binding limit the same plan is verified: the limit, not the plan, decided.
+    const full = timed([f], 60_000);
+    assert.equal(full.status, 0, full.stdout);
+  });
+
+  it('past the clock the engine\'s loops throw, and per-stage error handlers pass it on', () => {
+    const text = readFileSync(`${EXAMPLES}mlp-dp2tp2.json`, 'utf8');
+    const p = loadPlanText('t.json', text);
+    setRunClock({ endAt: performance.now() - 1, seconds: 1 });
+    try {
+      assert.throws(() => checkRunClock(), TimeLimitReached);
+      assert.throws(() => proveTensorLevel(p, decompose(p, logicalOrder(p))), TimeLimitReached);
+    } finally {
+      setRunClock(undefined);
+    }
+    checkRunClock();
+    assert.ok(proveTensorLevel(p, decompose(p, logicalOrder(p))).proved.size > 0);
   });
 });
