@@ -123,14 +123,14 @@ function cacheOption(v: unknown): { cacheDir?: string } {
 }
 
 /**
- * The run's time limit, counted from the start of the first process: the large-plan heap
- * supervisor (cli/heap.ts) passes its start to its child in PLANPROOF_STARTED_AT, so process
- * start-up and loading count too.
+ * The run's time limit, counted from the executable's start (PLANPROOF_STARTED_AT, set by
+ * cli/main.ts and passed to the large-plan heap child), so start-up and loading count; called
+ * in process (the library, a test), from the call.
  */
 function timeLimitFrom(eng: EngineOptions): TimeLimit | undefined {
   if (eng.timeLimit === undefined) return undefined;
   const started = Number(process.env[STARTED_AT_ENV]);
-  const elapsed = Number.isFinite(started) && started > 0 ? Math.max(0, Date.now() - started) : performance.now();
+  const elapsed = Number.isFinite(started) && started > 0 ? Math.max(0, Date.now() - started) : 0;
   return { endAt: performance.now() - elapsed + eng.timeLimit * 1000, seconds: eng.timeLimit };
 }
 

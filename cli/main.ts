@@ -13,7 +13,8 @@
 import { fileURLToPath } from 'node:url';
 import { realpathSync } from 'node:fs';
 import { ExitCode } from '../plans/errors.js';
-import { CHILD_ENV, runWithHeap, superviseHeap } from './heap.js';
+import { CHILD_ENV, runWithHeap, STARTED_AT_ENV, superviseHeap } from './heap.js';
+
 
 const INTERNAL = ExitCode.usage;
 /** Arguments after `node script` (yargs' hideBin, without importing yargs). */
@@ -21,6 +22,9 @@ const argv = process.argv.slice(2);
 
 const isEntry = process.argv[1] !== undefined && fileURLToPath(import.meta.url) === realpathSync(process.argv[1]);
 if (isEntry) {
+  // --time-limit counts from this process's start (and its heap child's, which inherits it):
+  // start-up and loading are part of the run (cli/app.ts timeLimitFrom).
+  process.env[STARTED_AT_ENV] ??= String(Math.round(Date.now() - performance.now()));
   // Exit codes are verdicts (0 verified, 1 not equivalent): a process that ends before main
   // decided (a fatal error in a native or WebAssembly module, Z3 out of memory, a stray
   // process.exit) must not read as one. Until main resolves, any exit is an internal fault.
