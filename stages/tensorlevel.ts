@@ -1234,6 +1234,8 @@ export class TensorLevelProver {
     if (g.kind !== 'axes') return `per template: collective '${p.ops.ids.name(site)}' has a group given by ranks (derived rank by rank)`;
     const axes = [...g.axes].sort((a, b) => a - b);
     const mesh = plan.mesh;
+    const members = axes.reduce((q, a) => q * (mesh.sizes[a] as number), 1);
+    if (members > MAX_LIFT_POINTS) return this.bigGroupSum(r, pi, site, t, axes, members, depth, derive);
     const key = -1 - (pi * this.opKey + site);
     const shared = this.sharedCall(key, stage, ctx, (sub) => this.groupInputs(r, pi, site, g.axes, axes, depth, sub));
     if (typeof shared === 'string') return shared;
@@ -1250,6 +1252,54 @@ export class TensorLevelProver {
     const kind = registry.get(p.ops.kind[site] as number).name;
     if (kind === 'broadcast') return 'per template: a broadcast (its source is a rank, not a place in the group)';
     return this.deriveCollective(kind, plan.view(r).attrs[site] ?? {}, shared, Sym.of(pos, k), shared.ins.length, plan.view(r).shapes[t] ?? [], -1);
+  }
+
+  /**
+   * An all-reduce (sum or avg) over a group too large to list (past MAX_LIFT_POINTS members) as
+   * one symbolic sum (docs/engine.md, "Tensor level per template"). Taken only when the group's
+   * members are exactly this program's ranks along the group axes (its box spans them whole and
+   * no other program runs one of its ranks), and the base's input, derived once with affine
+   * coordinates, is one addend of a decomposition into as many addends as members whose index
+   * is the member's position in the group (plans/mesh.ts groupAlong: the written axes in order,
+   * the last fastest), over a region and a scale the group axes do not move. Then the members
+   * hold the addends 0..n-1 once each, and their sum is the whole region (avg: over n).
+   */
+  private bigGroupSum(r: number, pi: number, site: number, t: number, written: readonly number[], n: number, depth: number, derive: (r: number, t: number, depth: number) => Derived): Derived {
+    const plan = this.plan;
+    const mesh = plan.mesh;
+    const p = plan.programs[pi] as Program;
+    const frame = this.tmpl?.[pi] as TemplateFrame;
+    const kind = registry.get(p.ops.kind[site] as number).name;
+    const red = String((plan.view(r).attrs[site] ?? {})['reduce']);
+    const no = (why: string): string => `per template: a ${kind} over a group of ${n} members: ${why}`;
+    if (kind !== 'all_reduce' || (red !== 'sum' && red !== 'avg')) return no('only a sum or avg all-reduce is taken as one symbolic sum');
+    if (!written.every((a) => frame.full[a] === true)) return no(`program '${p.name}' does not span the group axes whole`);
+    const boxRanks = frame.sets.reduce((q, s) => q * s.length, 1);
+    if (p.ranks.length !== boxRanks || p.ranks.some((x) => plan.rankProgram[x] !== pi)) return no(`another program runs some of the ranks of '${p.name}'`);
+    const x = p.ops.opInputs(site)[0];
+    if (x === undefined) return 'a collective with no input';
+    const d0 = derive(frame.r0, x, depth + 1);
+    if (typeof d0 === 'string') return d0;
+    const d = this.materialize(d0);
+    if (typeof d === 'string') return d;
+    const comp = d.part?.comps[0];
+    if (d.part === undefined || d.part.max === true || d.part.comps.length !== 1 || comp === undefined || d.bcast !== undefined || comp.total !== n) return no('its input is not one addend of a decomposition into as many addends as members');
+    // The member's position: the written axes in order, the last fastest (groupAlong).
+    const k = Array<number>(mesh.axes.length).fill(0);
+    let stride = 1;
+    for (let j = written.length - 1; j >= 0; j--) {
+      const a = written[j] as number;
+      k[a] = stride;
+      stride *= mesh.sizes[a] as number;
+    }
+    const pos = Sym.of(written.reduce((q, a) => q + (frame.x0[a] as number) * (k[a] as number), 0), k);
+    const c = comp.cover[0] as Int;
+    const one = comp.kind === 'idx' ? comp.cover.length === 1 : comp.cover.length === 2 && icmp(comp.cover[1] as Int, iadd(c, 1)) === 0;
+    if (!one || icmp(c, pos) !== 0) return no("its addend index is not the member's position in the group");
+    if (d.ranges.some(([lo, hi]) => [...iaxes(lo), ...iaxes(hi)].some((a) => written.includes(a)))) return no('its region moves along the group axes');
+    const scale = red === 'avg' ? fmul(d.scale, frac(1, n) as Frac) : d.scale;
+    if (scale === undefined) return 'scale overflow';
+    return this.checked({ logical: d.logical, ranges: d.ranges, scale }, plan.view(r).shapes[t] ?? []);
   }
 
   /**
