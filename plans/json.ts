@@ -115,6 +115,13 @@ export function firstBadOffset(text: string): number | undefined {
     while (i < text.length && (text[i] === ' ' || text[i] === '\t' || text[i] === '\n' || text[i] === '\r')) i++;
     return i;
   };
+  // A member's key and colon at i: the offset after them, or -(bad offset) - 1.
+  const keyColon = (i: number): number => {
+    const k = stringEnd(text, i);
+    if (k === undefined) return -(i < text.length ? i : text.length) - 1;
+    const j = ws(k);
+    return text[j] === ':' ? j + 1 : -j - 1;
+  };
   // The stack holds what the enclosing containers expect next.
   const stack: ('obj' | 'arr')[] = [];
   let i = ws(0);
@@ -134,11 +141,9 @@ export function firstBadOffset(text: string): number | undefined {
           continue;
         }
         if (c === '{') {
-          const k = stringEnd(text, i);
-          if (k === undefined) return i < text.length ? i : text.length;
-          i = ws(k);
-          if (text[i] !== ':') return i;
-          i++;
+          const k = keyColon(i);
+          if (k < 0) return -k - 1;
+          i = k;
         }
         continue;
       }
@@ -164,11 +169,9 @@ export function firstBadOffset(text: string): number | undefined {
     if (c === ',') {
       i = ws(i + 1);
       if (top === 'obj') {
-        const k = stringEnd(text, i);
-        if (k === undefined) return i < text.length ? i : text.length;
-        i = ws(k);
-        if (text[i] !== ':') return i;
-        i++;
+        const k = keyColon(i);
+        if (k < 0) return -k - 1;
+        i = k;
       }
       wantValue = true;
       continue;
