@@ -47,7 +47,7 @@ export function writeAtomic(file: string, text: string): boolean {
  * Where the cache key lives: `$PLANPROOF_CACHE_KEY_FILE`, else `$XDG_CONFIG_HOME/planproof/cache-key`,
  * else `~/.config/planproof/cache-key` (a configuration directory, never the cache's).
  */
-export function cacheKeyFile(): string {
+function cacheKeyFile(): string {
   const own = process.env['PLANPROOF_CACHE_KEY_FILE'];
   if (own !== undefined && own !== '') return own;
   const xdg = process.env['XDG_CONFIG_HOME'];

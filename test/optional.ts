@@ -42,7 +42,7 @@ type Reasons = WeakMap<object, string>;
 const g = globalThis as { [REASONS]?: Reasons };
 export const skipReasons = (): Reasons => (g[REASONS] ??= new WeakMap());
 
-export const INSTALL = 'bash tools/install-optional.sh';
+const INSTALL = 'bash tools/install-optional.sh';
 
 /**
  * Skips the calling test (in `it`) or suite (in `before`) when a package is absent, naming it;
