@@ -4,7 +4,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
-import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
+import { ExitCode, PlanError, formatIssue, type PlanIssue } from '../plans/errors.js';
 import { DEFAULT_LIMITS, defaultLimits, setDefaultLimits, stageEntries, stageWorkTooLarge } from '../plans/loader.js';
 import { DEFAULT_MAX_RANKS, engineOptionError, limitOptionError, limitsFrom } from './limits.js';
 import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
@@ -79,13 +79,18 @@ export function loadWithText(path: string, json: boolean, out: Out, onInvalid?: 
   } catch (e) {
     if (!(e instanceof PlanError)) throw e;
     onInvalid?.(file, e);
-    if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues: e.issues }, null, 2));
-    else {
-      out.err(`planproof: invalid plan ${file}`);
-      for (const i of e.issues) out.err(`  ${formatIssue(file, i)}`);
-    }
-    return ExitCode.invalidPlan;
+    return invalidPlan(file, e.issues, json, out);
   }
+}
+
+/** An invalid plan's issues, as JSON or on stderr; exit 2. */
+function invalidPlan(file: string, issues: readonly PlanIssue[], json: boolean, out: Out): number {
+  if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues }, null, 2));
+  else {
+    out.err(`planproof: invalid plan ${file}`);
+    for (const i of issues) out.err(`  ${formatIssue(file, i)}`);
+  }
+  return ExitCode.invalidPlan;
 }
 
 function load(file: string, json: boolean, out: Out): LoadedPlan | number {
@@ -122,11 +127,7 @@ function cacheOption(v: unknown): { cacheDir?: string } {
   return { cacheDir: typeof v === 'string' && v !== '' ? v : defaultCacheDir() };
 }
 
-/**
- * The run's time limit, counted from the executable's start (PLANPROOF_STARTED_AT, set by
- * cli/main.ts and passed to the large-plan heap child), so start-up and loading count; called
- * in process (the library, a test), from the call.
- */
+/** The run's time limit: from the executable's start (PLANPROOF_STARTED_AT, cli/main.ts), else from the call. */
 function timeLimitFrom(eng: EngineOptions): TimeLimit | undefined {
   if (eng.timeLimit === undefined) return undefined;
   const started = Number(process.env[STARTED_AT_ENV]);
@@ -375,9 +376,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
   const maxRanks = eng.maxRanks ?? DEFAULT_MAX_RANKS;
   if (l.plan.mesh.size > maxRanks) {
     const issue = { path: '$.mesh', message: `${l.plan.mesh.size.toLocaleString('en-US')} ranks, and the plan is not decided per template: what is left is per rank, bounded by --max-ranks ${maxRanks.toLocaleString('en-US')} (raise it to verify rank by rank)` };
-    if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues: [issue] }, null, 2));
-    else out.err(`planproof: invalid plan ${file}\n  ${formatIssue(file, issue)}`);
-    return ExitCode.invalidPlan;
+    return invalidPlan(file, [issue], json, out);
   }
   // Inferred boundaries (issue 18): with --infer, when the file holds claims marked inferred,
   // or, without --no-infer, when lineage is missing inside a stage tensor-level proofs leave
