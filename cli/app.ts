@@ -308,8 +308,7 @@ async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verb
   }, read);
   if (typeof l === 'number') return l;
   const loadMs = Math.round(performance.now() - tLoad);
-  // Past the time limit the engine's loops throw (stages/clock.ts): "unknown", never partial.
-  setRunClock(limit);
+  setRunClock(limit); // past it the engine's loops throw (stages/clock.ts): "unknown", never partial
   try {
     checkRunClock();
     return await proveLoadedPlan(file, l, loadMs, limit, json, eng, verbose, out, infer, red, perStage, files, sh);
@@ -353,7 +352,8 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
     let r: ReturnType<typeof verifiedPerTemplate>;
     try {
       r = verifiedPerTemplate(l.plan, { seed: eng.seed });
-    } catch {
+    } catch (e) {
+      if (e instanceof TimeLimitReached) throw e;
       r = undefined; // the rank-by-rank path below decides, and reports any engine error itself
     }
     // Not all proved: a witness on one rank's part of an open stage (stages/part.ts) refutes the
@@ -362,7 +362,8 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
       try {
         const w = verifyPerTemplate(l.plan, { seed: eng.seed, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart }, witnessMs: PER_TEMPLATE_WITNESS_MS });
         if (w.verdict === 'not_equivalent') r = w;
-      } catch {
+      } catch (e) {
+        if (e instanceof TimeLimitReached) throw e;
         r = undefined;
       }
     }
