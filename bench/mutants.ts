@@ -14,6 +14,7 @@ import yargs from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { buildSources, runHarness, stopVerifier, table, tally, type CaseResult } from './mutate/harness.js';
 import { fuzzSources, runFuzz, type FuzzResult } from './mutate/fuzz.js';
+import { MUTATION_KINDS, type MutationKind } from './mutate/mutations.js';
 import { shutdownZ3 } from '../stages/z3.js';
 
 const a = yargs(hideBin(process.argv))
@@ -27,6 +28,8 @@ const a = yargs(hideBin(process.argv))
   .option('verify-deadline', { type: 'number', default: 2, describe: 'verify --deadline of each case (s)' })
   .option('verify-time-limit', { type: 'number', default: 5, describe: 'verify --time-limit of each case (s)' })
   .option('case-timeout', { type: 'number', default: 60, describe: 'seconds after which a case is stopped and counted as a timeout' })
+  .option('kinds', { type: 'string', describe: `mutation kinds drawn, comma-separated (default all: ${MUTATION_KINDS.join(', ')})` })
+  .option('families', { type: 'string', describe: 'source families drawn, comma-separated (example, mlp, gpt2, llama, moe; default all)' })
   .option('budget-min', { type: 'number', describe: 'stop drawing mutants / correct cases after this many minutes (each)' })
   .strict()
   .parseSync();
@@ -34,7 +37,12 @@ const a = yargs(hideBin(process.argv))
 const dir = mkdtempSync(join(tmpdir(), 'planproof-mutants-'));
 const t0 = performance.now();
 const started = new Date().toISOString();
-const sources = buildSources(a.set);
+const kinds = a.kinds === undefined ? undefined : a.kinds.split(',').map((k) => k.trim());
+for (const k of kinds ?? []) if (!(MUTATION_KINDS as readonly string[]).includes(k)) throw new Error(`--kinds: unknown mutation kind '${k}' (${MUTATION_KINDS.join(', ')})`);
+const families = a.families === undefined ? undefined : new Set(a.families.split(',').map((k) => k.trim()));
+// Under --families every source is drawn alike (the full run draws slow MoE less).
+const sources = buildSources(a.set).filter((s) => families === undefined || families.has(s.family)).map((s) => (families === undefined ? s : { ...s, weight: 1 }));
+if (sources.length === 0) throw new Error(`--families ${a.families ?? ''}: no source of those families in set '${a.set}'`);
 console.log(`# bench:mutants seed ${a.seed}, ${sources.length} sources (${a.set}), started ${started}`);
 let last = performance.now();
 const progress = (label: string) => (r: CaseResult, i: number): void => {
@@ -68,7 +76,7 @@ if (a.fuzz > 0) {
 const budgetMs = a['budget-min'] === undefined ? undefined : a['budget-min'] * 60000;
 const bounds = { flags: ['--deadline', String(a['verify-deadline']), '--time-limit', String(a['verify-time-limit'])], timeoutMs: a['case-timeout'] * 1000 };
 console.log(`Each case: planproof verify --json --jobs 0 --no-cache ${bounds.flags.join(' ')}, stopped after ${a['case-timeout']} s.`);
-const mut = await runHarness({ seed: a.seed, mutants: a.mutants, correct: 0, sources, dir, saveDir: a.out, ...bounds, onCase: progress('mutant'), ...(budgetMs === undefined ? {} : { budgetMs }) });
+const mut = await runHarness({ ...(kinds === undefined ? {} : { kinds: kinds as MutationKind[] }), seed: a.seed, mutants: a.mutants, correct: 0, sources, dir, saveDir: a.out, ...bounds, onCase: progress('mutant'), ...(budgetMs === undefined ? {} : { budgetMs }) });
 const cor = await runHarness({ seed: a.seed + 1_000_003, mutants: 0, correct: a.correct, sources, dir, saveDir: a.out, ...bounds, onCase: progress('correct'), ...(budgetMs === undefined ? {} : { budgetMs }) });
 
 console.log(`\n## Mutants: ${mut.mutants.length} (${mut.notApplicable} draws had no site for their kind and were redrawn), ${sec(mut.ms)} s\n`);

@@ -52,6 +52,12 @@ export interface Algebra<S> {
    * masks and gathers written with `test` are exact for every possible id.
    */
   test(a: S, pred: (v: number) => boolean): S;
+  /**
+   * [a > 0] of a real a: 1 where a is positive, else 0 (comparisons, ReLU's mask, clamp's
+   * gradient). Symbolically an uninterpreted 0/1 atom of a's normal form unless the sign is
+   * evident; `test` on its result (or on 1 minus it) is exact.
+   */
+  gt0(a: S): S;
   /** a's value when it is a known constant (always, for numbers): lets ops index directly. */
   known(a: S): number | undefined;
   /**

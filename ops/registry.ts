@@ -16,6 +16,7 @@ import type { Ajv as AjvClass, ValidateFunction } from 'ajv';
 import type { Attrs, OpDef } from './types.js';
 import { ops as activation } from './activation.js';
 import { ops as attention } from './attention.js';
+import { ops as compare } from './compare.js';
 import { ops as collectives } from './collectives.js';
 import { ops as dropout } from './dropout.js';
 import { ops as elementwise } from './elementwise.js';
@@ -31,9 +32,10 @@ import { ops as reduce } from './reduce.js';
 
 /**
  * Every op family, listed: an op's integer id is its place in this order (the families in
- * file-name order, as ids have always been numbered), so ids stay the same from run to run.
+ * file-name order, as ids have always been numbered), so ids stay the same from run to run
+ * (caches key on the engine's version, stages/cache.ts, so a new family renumbering is safe).
  */
-const families: readonly (readonly OpDef[])[] = [activation, attention, collectives, dropout, elementwise, indexing, layout, loss, matmul, moe, norm, optim, position, reduce];
+const families: readonly (readonly OpDef[])[] = [activation, attention, collectives, compare, dropout, elementwise, indexing, layout, loss, matmul, moe, norm, optim, position, reduce];
 
 /**
  * Why an op's value-only attributes (OpDef.valueAttrs) cannot be value-only, or undefined: a

@@ -1,7 +1,7 @@
 /** The two scalar domains the op rules run on: Float64 numbers and exact terms. */
 import { type Algebra, evalChoice, nonnegFns, positiveFns, type RealFn, realFunctions, topkIndices, topkKey } from '../ops/algebra.js';
 import { qParse } from '../ops/rational.js';
-import type { TermId, TermStore } from './terms.js';
+import { GT0, type TermId, type TermStore } from './terms.js';
 
 export const floatAlgebra: Algebra<number> = {
   exact: false,
@@ -30,6 +30,7 @@ export const floatAlgebra: Algebra<number> = {
   min: (xs) => xs.reduce((a, b) => Math.min(a, b), Infinity),
   fn: (name, a) => realFunctions[name](a),
   test: (a, pred) => (pred(a) ? 1 : 0),
+  gt0: (a) => (a > 0 ? 1 : 0),
   known: (a) => a,
   topk: (xs, k) => topkIndices(xs, k),
   require: () => undefined,
@@ -63,6 +64,7 @@ export function termAlgebra(store: TermStore): Algebra<TermId> {
       return store.uf(name, name === 'sqrt_2_over_pi' ? [] : [a], positive, nonnegFns.has(name));
     },
     test: (a, pred) => store.test(a, pred),
+    gt0: (a) => store.gt0(a),
     known: (a) => {
       const c = store.constValue(a);
       return c === undefined ? undefined : Number(c.n) / Number(c.d);
@@ -77,6 +79,7 @@ export function termAlgebra(store: TermStore): Algebra<TermId> {
 
 /** Real meaning of the UF atoms termAlgebra creates (for evaluating terms). */
 export function realUf(name: string, args: number[]): number {
+  if (name === GT0) return (args[0] ?? 0) > 0 ? 1 : 0;
   const c = evalChoice(name, args);
   if (c !== undefined) return c;
   const f = (realFunctions as Record<string, ((x: number) => number) | undefined>)[name];

@@ -26,6 +26,8 @@
 import { type Q, Q0, Q1, q, qAdd, qCmp, qDiv, qEq, qFromNumber, qIsInt, qIsOne, qIsZero, qKey, qMin, qMul, qSign, qToNumber } from '../ops/rational.js';
 
 export type TermId = number;
+/** The uf name of [x > 0] (TermStore.gt0). */
+export const GT0 = 'gt0';
 type AtomId = number;
 
 type AtomKind = 'sym' | 'exp' | 'max' | 'min' | 'uf' | 'ind' | 'lsum';
@@ -768,6 +770,14 @@ export class TermStore {
    * id minus an offset, a count of routing choices): 1 where pred holds, else 0.
    */
   test(t: TermId, pred: (v: number) => boolean): TermId {
+    // A 0/1 value of a real comparison (gt0), or 1 minus one: pred at 0 and at 1 decides it.
+    const b = this.zeroOneAtom(t);
+    if (b !== undefined) {
+      const [p, negated] = b;
+      const at1 = pred(negated ? 0 : 1);
+      const at0 = pred(negated ? 1 : 0);
+      return at0 === at1 ? (at0 ? this.one : this.zero) : at1 ? p : this.sub(this.one, p);
+    }
     const groups = this.groupsOfAll([t]);
     const value = (x: TermId): number => {
       const c = this.constValue(x);
@@ -885,6 +895,35 @@ export class TermStore {
   }
 
   /** The atom when t is exactly one atom to the power 1 with coefficient 1. */
+  /**
+   * [a > 0] of a real a: 1 where a is positive, else 0. Folded for constants and evident
+   * signs; otherwise an uninterpreted 0/1 atom of a's normal form, with a's positive constant
+   * factor dropped ([c·x > 0] = [x > 0] for c > 0), so equal normal forms give the same atom.
+   */
+  gt0(a: TermId): TermId {
+    if (this.groupsOfAll([a]).length > 0) return this.shannon([a], ([x]) => this.gt0(x as TermId));
+    const c = this.constValue(a);
+    if (c !== undefined) return qSign(c) > 0 ? this.one : this.zero;
+    if (this.provablyPositive(a)) return this.one;
+    const na = this.neg(a);
+    if (this.provablyNonneg(na)) return this.zero;
+    const T = this.terms[a] as Term;
+    const unit = this.internTerm(qSign(T.c) > 0 ? Q1 : q(-1n), T.mono, T.fids, T.fexp);
+    return this.atomTerm(this.internAtom('uf', GT0, [unit], false, true));
+  }
+
+  /** t as [p, negated] when t is a gt0 atom p (negated false) or 1 − p (true). */
+  private zeroOneAtom(t: TermId): [TermId, boolean] | undefined {
+    const isGt0 = (x: TermId): boolean => {
+      const at = this.soleAtom(x);
+      return at !== undefined && (this.atoms[at] as Atom).kind === 'uf' && (this.atoms[at] as Atom).name === GT0;
+    };
+    if (this.constValue(t) !== undefined) return undefined;
+    if (isGt0(t)) return [t, false];
+    const u = this.sub(this.one, t);
+    return isGt0(u) ? [u, true] : undefined;
+  }
+
   private soleAtom(t: TermId): AtomId | undefined {
     const T = this.terms[t] as Term;
     if (!qIsOne(T.c) || T.fids.length > 0) return undefined;
@@ -925,6 +964,14 @@ export class TermStore {
     const T = this.terms[t] as Term;
     if (qSign(T.c) <= 0) return false;
     if (!this.monoNonneg(T.mono, true)) return false;
+    return T.fids.every((f) => this.polyPositive(this.polys[f] as Poly));
+  }
+
+  /** t >= 0 for every value of the atoms where defined (syntactic, as provablyPositive). */
+  private provablyNonneg(t: TermId): boolean {
+    const T = this.terms[t] as Term;
+    if (qSign(T.c) <= 0) return false;
+    if (!this.monoNonneg(T.mono, false)) return false;
     return T.fids.every((f) => this.polyPositive(this.polys[f] as Poly));
   }
 

@@ -166,6 +166,11 @@ export const intervalAlgebra: Algebra<Iv> = {
     if (a.lo !== a.hi) throw new Undecided('a test on a value that is not a single point');
     return pred(a.lo) ? pt(1) : pt(0);
   },
+  gt0: (a) => {
+    if (a.lo > 0) return pt(1);
+    if (a.hi <= 0) return pt(0);
+    throw new Undecided('a comparison of a value whose interval holds 0');
+  },
   known: (a) => (a.lo === a.hi ? a.lo : undefined),
   topk: (xs, k) => {
     // The order must be decided: each chosen value strictly above the next one, and the last

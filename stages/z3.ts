@@ -131,6 +131,12 @@ function z3Algebra(ctx: Ctx, axioms: Bool<'main'>[]): Algebra<Real> & { categori
       if (hits.length === d.length) return num(1);
       return withDom(ctx.If(ctx.Or(...hits.map((v) => a.eq(v))), ctx.Real.val(1), ctx.Real.val(0)) as Real, [0, 1]);
     },
+    gt0: (a) => {
+      const d = domOf(a);
+      if (d !== undefined && d.every((v) => v > 0)) return num(1);
+      if (d !== undefined && d.every((v) => v <= 0)) return zero;
+      return withDom(ctx.If(a.gt(0), ctx.Real.val(1), ctx.Real.val(0)) as Real, [0, 1]);
+    },
     known: (a) => {
       const d = domOf(a);
       return d !== undefined && d.length === 1 ? d[0] : undefined;

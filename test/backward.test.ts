@@ -69,6 +69,11 @@ const samples: Sample[] = [
   { op: 'log', shapes: [[3]], positive: [0] },
   { op: 'sqrt', shapes: [[2, 3]], positive: [0] },
   { op: 'where', shapes: [[2, 1], [2, 3], [3]], noGrad: [0], ints: { 0: [0, 1] } },
+  { op: 'maximum', shapes: [[2, 3], [3]] },
+  { op: 'minimum', shapes: [[2, 1], [2, 3]] },
+  // Piecewise constant: no input gets a gradient.
+  { op: 'compare', shapes: [[2, 3], [3]], attrs: { rel: 'gt' }, noGrad: [0, 1] },
+  { op: 'iota', shapes: [[]], attrs: { shape: [2, 3], dim: 1, step: 1 }, noGrad: [0] },
   { op: 'embedding', shapes: [[3], [4, 2]], noGrad: [0], ints: { 0: range(4) } },
   { op: 'gather', shapes: [[2, 4], [2, 3]], noGrad: [1], ints: { 1: range(4) } },
   { op: 'vocab_mask', shapes: [[3]], attrs: { start: 2, end: 4 }, noGrad: [0], ints: { 0: range(6) } },

@@ -97,7 +97,7 @@ describe('op shape rules follow PyTorch', () => {
     assert.equal(registry.get(registry.id('recv')).collective?.side, 'recv');
   });
   it('op families are the ones ops/registry.ts lists (one file per family)', () => {
-    assert.deepEqual([...new Set(registry.defs.map((d) => d.family))].sort(), ['activation', 'attention', 'collectives', 'dropout', 'elementwise', 'indexing', 'layout', 'loss', 'matmul', 'moe', 'norm', 'optim', 'position', 'reduce']);
+    assert.deepEqual([...new Set(registry.defs.map((d) => d.family))].sort(), ['activation', 'attention', 'collectives', 'compare', 'dropout', 'elementwise', 'indexing', 'layout', 'loss', 'matmul', 'moe', 'norm', 'optim', 'position', 'reduce']);
   });
   it('every registered op documents itself and has a usable attribute schema', () => {
     for (const name of registry.names()) {

@@ -42,6 +42,11 @@ const samples: Sample[] = [
   { op: 'div', shapes: [[2, 3], [2, 1]], positive: [1] },
   { op: 'where', shapes: [[2, 1], [2, 3], [3]], ints: { 0: [0, 1] } },
   { op: 'neg', shapes: [[2, 3]] },
+  { op: 'maximum', shapes: [[2, 3], [3]] },
+  { op: 'minimum', shapes: [[2, 1], [2, 3]] },
+  { op: 'compare', shapes: [[2, 3], [3]], attrs: { rel: 'ge' } },
+  { op: 'compare', shapes: [[3], [3]], attrs: { rel: 'eq' }, ints: { 0: [0, 1, 2], 1: [0, 1, 2] } },
+  { op: 'iota', shapes: [[]], attrs: { shape: [2, 3], dim: 0, step: '1/2' } },
   { op: 'identity', shapes: [[3, 2]] },
   { op: 'scale', shapes: [[2, 2]], attrs: { factor: '-1/3' } },
   // activation

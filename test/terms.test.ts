@@ -251,3 +251,32 @@ describe('rendering terms for reports', () => {
     );
   });
 });
+
+describe('comparisons of real values (gt0)', () => {
+  it('folds constants and evident signs, drops positive factors, and is one atom per normal form', () => {
+    const T = new TermStore();
+    const [a, b] = syms(T, 'x', 2) as [TermId, TermId];
+    assert.equal(T.gt0(T.const(q(3n))), T.one);
+    assert.equal(T.gt0(T.const(q(0n))), T.zero);
+    assert.equal(T.gt0(T.exp(a)), T.one);
+    assert.equal(T.gt0(T.neg(T.exp(a))), T.zero);
+    assert.equal(T.gt0(T.scale(T.sub(a, b), q(2n))), T.gt0(T.sub(a, b)));
+    assert.equal(T.gt0(T.add(T.sub(a, b), T.zero)), T.gt0(T.sub(a, b)));
+    // Opposite signs are different atoms (their product is 0 for the reals, not known here).
+    assert.notEqual(T.gt0(T.sub(b, a)), T.gt0(T.sub(a, b)));
+    assert.notEqual(T.gt0(a), T.gt0(b));
+  });
+
+  it('test() of a comparison or its complement is exact; an integer comparison is a case split', () => {
+    const T = new TermStore();
+    const [a] = syms(T, 'x', 1) as [TermId];
+    const p = T.gt0(a);
+    assert.equal(T.test(p, (v) => v !== 0), p);
+    assert.equal(T.test(T.sub(T.one, p), (v) => v !== 0), T.sub(T.one, p));
+    assert.equal(T.test(p, (v) => v === 0), T.sub(T.one, p));
+    assert.equal(T.test(p, () => true), T.one);
+    const id = T.categorical('id', [0, 1, 2, 3]);
+    const ge2 = T.gt0(T.sub(id, T.const(q(3n, 2n))));
+    assert.equal(ge2, T.test(id, (v) => v >= 2));
+  });
+});

@@ -515,6 +515,21 @@ for s in [(2, 3), (1,), (4, 1)]:
 for s in [(5,), (2, 3), (1,)]:
     case('sqrt', {}, [s], torch.sqrt, positive=(0,))
 
+# ---- comparisons, the lattice ops and positions (issue 33)
+for rel, fn in [('gt', torch.gt), ('ge', torch.ge), ('lt', torch.lt), ('le', torch.le), ('eq', torch.eq), ('ne', torch.ne)]:
+    a = rnd(2, 3)
+    b = a.clone()
+    b[0] = rnd(3)  # row 1 ties: eq, ge and le see equal values
+    case('compare', {'rel': rel}, [a, b], lambda x, y, f=fn: f(x, y).to(DT), diff=[], note='ties in row 1')
+    case('compare', {'rel': rel}, [rnd(2, 1), rnd(3)], lambda x, y, f=fn: f(x, y).to(DT), diff=[], note='broadcast')
+    case('compare', {'rel': rel}, [torch.tensor([0, 1, 2, 3]), torch.tensor([2])], lambda x, y, f=fn: f(x, y).to(DT), diff=[], ints={0: range(4), 1: range(4)}, note='integer ids')
+for op, fn in [('maximum', torch.maximum), ('minimum', torch.minimum)]:
+    for shapes in [((2, 3), (3,)), ((2, 1), (2, 3)), ((4,), (4,))]:
+        case(op, {}, list(shapes), fn)
+for shape, dim, step, note in [([4], 0, 1, 'arange'), ([2, 3], 1, '1/2', 'fractional step'), ([3, 2], 0, -2, 'negative step')]:
+    case('iota', {'shape': shape, 'dim': dim, 'step': step}, [rnd(1).reshape(())],
+         lambda s, sh=shape, d=dim, st=step: (s + torch.arange(sh[d], dtype=DT).mul(scalar(st)).reshape([-1 if i == d else 1 for i in range(len(sh))]).expand(*sh)), diff=[], note=note)
+
 os.makedirs(os.path.dirname(OUT), exist_ok=True)
 with open(OUT, 'w') as f:
     json.dump({'generator': 'tools/gen_golden.py', 'torch': torch.__version__, 'python': sys.version.split()[0], 'cases': cases}, f, separators=(',', ':'))

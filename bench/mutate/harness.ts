@@ -272,6 +272,8 @@ export interface RunOptions {
   readonly flags?: readonly string[];
   /** In place of CASE_TIMEOUT_MS. */
   readonly timeoutMs?: number;
+  /** Mutation kinds drawn (all when undefined). */
+  readonly kinds?: readonly MutationKind[];
 }
 
 async function runOne(kind: string, source: Source, family: string, plan: Json, what: string, opts: RunOptions, saved: { n: number }): Promise<CaseResult> {
@@ -347,7 +349,7 @@ export async function runHarness(opts: RunOptions): Promise<RunSummary> {
   while (mutants.length < opts.mutants && !over()) {
     attempts++;
     const src = drawSource(opts.sources, rng);
-    const kind = rng.pick(MUTATION_KINDS) as MutationKind;
+    const kind = rng.pick(opts.kinds ?? MUTATION_KINDS) as MutationKind;
     const plan = JSON.parse(JSON.stringify(src.plan)) as Json;
     const what = mutate(plan, kind, rng, src.loaded);
     if (what === undefined) {

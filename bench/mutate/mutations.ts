@@ -12,7 +12,7 @@ type Op = Json & { id: string; op: string; inputs?: unknown; outputs?: unknown; 
 type Tensor = Json & { id: string; shape: unknown; lineage?: Json };
 type ProgramJ = Json & { name?: string; ranks: unknown; tensors: Tensor[]; ops: Op[] };
 
-export const MUTATION_KINDS = ['reduce-op', 'group-axes', 'source-peer', 'operand-swap', 'attr-all-ranks', 'attr-one-rank', 'slice-offset', 'input-replace', 'collective-bypass', 'send-recv-swap', 'lineage-move'] as const;
+export const MUTATION_KINDS = ['reduce-op', 'group-axes', 'source-peer', 'operand-swap', 'attr-all-ranks', 'attr-one-rank', 'slice-offset', 'input-replace', 'logical-input-replace', 'collective-bypass', 'send-recv-swap', 'lineage-move'] as const;
 export type MutationKind = (typeof MUTATION_KINDS)[number];
 export const REWRITE_KINDS = ['swap-collectives', 'reorder-local', 'split-concat', 'allreduce-rs-ag'] as const;
 export type RewriteKind = (typeof REWRITE_KINDS)[number];
@@ -224,6 +224,31 @@ export function mutate(p: Json, kind: MutationKind, rng: Rng, base: LoadedPlan):
       ins[i] = now;
       s.op.inputs = ins;
       return `${s.prog.name ?? s.pi}/${s.op.id} (${s.op.op}): input ${i} '${old}' -> '${now}'`;
+    }
+    case 'logical-input-replace': {
+      // One-sided: the single-device model changes, the parallel program does not.
+      const lg = p['logical'] as Json & { tensors: Tensor[]; ops: Op[] };
+      const ops = lg.ops.filter((o) => strs(o.inputs).length > 0);
+      const op = rng.pick(ops);
+      if (op === undefined) return undefined;
+      const ins = strs(op.inputs);
+      const i = rng.int(ins.length);
+      const shapeOf = new Map(lg.tensors.map((t) => [t.id, JSON.stringify(t.shape)]));
+      const dtypeOf = new Map(lg.tensors.map((t) => [t.id, String(t['dtype'] ?? 'float')]));
+      // Tensors defined before the op (no cycle) with the same shape and dtype.
+      const produced = new Set(lg.ops.flatMap((o) => strs(o.outputs)));
+      const before = new Set(lg.tensors.filter((t) => !produced.has(t.id)).map((t) => t.id));
+      for (const o of lg.ops) {
+        if (o === op) break;
+        for (const t of strs(o.outputs)) before.add(t);
+      }
+      const old = ins[i] as string;
+      const cands = [...before].filter((t) => t !== old && shapeOf.get(t) === shapeOf.get(old) && dtypeOf.get(t) === dtypeOf.get(old));
+      const now = rng.pick(cands);
+      if (now === undefined) return undefined;
+      ins[i] = now;
+      op.inputs = ins;
+      return `logical/${op.id} (${op.op}): input ${i} '${old}' -> '${now}'`;
     }
     case 'collective-bypass': {
       const sites = localSites(p, (o) => (o.op === 'all_reduce' || (o.op === 'broadcast' && strs(o.inputs).length === 1)) && strs(o.outputs).length === 1);

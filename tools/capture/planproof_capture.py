@@ -96,6 +96,9 @@ class Capture:
         self.tracing = False
         self.suspended = 0
         self.ops = 0
+        self.consts = {}         # name -> {"shape", "values", "where"}: undeclared tensors (see fmt)
+        self.loc = None          # the user's source line of the op being recorded
+        self.last_loc = None
 
     # ---- placements (DTensor vocabulary), declared on inputs and parameters
     def _declare(self, t, name, placement, role, values):
@@ -167,7 +170,7 @@ class Capture:
         if isinstance(a, torch.Tensor):
             n = self.names.get(id(a))
             if n is None:
-                raise RuntimeError("a tensor created outside the trace and not declared (shape %s) is used: declare it with cap.replicate/shard" % list(a.shape))
+                n = self.undeclared(a)
             return n
         if isinstance(a, (list, tuple)):
             return "[" + ", ".join(self.fmt(x) for x in a) + "]"
@@ -185,8 +188,35 @@ class Capture:
             return str(a)
         raise RuntimeError("cannot print argument %r" % (a,))
 
+    def undeclared(self, a):
+        """A tensor the step reads that no cap.* call declared and no traced op made: a module
+        buffer (RoPE tables), a tensor torch made from Python data inside the step (an
+        optimizer's step counter, a constant). A parameter (a leaf that requires grad) must be
+        declared: its placement is the user's to state. Anything else becomes the input
+        `const<k>` (k in order of first use), replicated: the driver checks that every rank
+        read the very values the logical run read, so the relation is a fact, not an
+        assumption, and the proof covers every value of it."""
+        where = self.loc or "the traced step"
+        if a.requires_grad and a.is_leaf:
+            raise UserError("a parameter of shape %s is used at %s but not declared: declare it with cap.param, cap.shard or cap.replicate(..., role=\"param\")" % (list(a.shape), where))
+        if a.dtype not in DT:
+            raise UserError("a tensor of dtype %s (shape %s) is used at %s: not supported" % (a.dtype, list(a.shape), where))
+        name = "const%d" % len(self.consts)
+        self.names[id(a)] = name
+        self.keep.append(a)
+        self.inputs.append((name, a))
+        self.relations[name] = {"placements": ["R"]}
+        self.consts[name] = {"shape": list(a.shape), "values": a.detach().double().flatten().tolist(), "where": where}
+        self.values[name] = self.consts[name]["values"]
+        return name
+
     def record(self, func, args, kwargs, out):
         self.ops += 1
+        self.loc = _user_loc()
+        if self.loc is not None and self.loc != self.last_loc:
+            # The user's line, as torch 2.x's print_readable writes it; the importer names it in errors.
+            self.lines.append("# File: %s" % self.loc)
+            self.last_loc = self.loc
         name = self.fresh(func.__name__.split(".")[0] if hasattr(func, "__name__") else "op")
         call = "torch.ops.%s(%s)" % (str(func), ", ".join([self.fmt(a) for a in args] + ["%s = %s" % (k, self.fmt(v)) for k, v in kwargs.items()]))
         if str(func) in ("aten.bernoulli_.float", "aten.bernoulli_.Tensor"):
@@ -258,6 +288,27 @@ class Capture:
         return "\n".join(body) + "\n"
 
 
+class UserError(Exception):
+    """A mistake in the user's script or declarations: printed as one line, exit 2."""
+
+
+_SKIP = (os.path.dirname(torch.__file__), os.path.abspath(__file__), "<frozen", os.path.dirname(contextlib.__file__))
+
+
+def _user_loc():
+    """`file:line in function, code: text` of the innermost frame outside torch, the Python
+    library and this file: the line of the user's script that made the op being recorded."""
+    f = sys._getframe(2)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_SKIP):
+            import linecache
+            code = linecache.getline(fn, f.f_lineno).strip()
+            return "%s:%d in %s, code: %s" % (fn, f.f_lineno, f.f_code.co_name, code[:200])
+        f = f.f_back
+    return None
+
+
 class _Mode(TorchDispatchMode):
     def __init__(self, cap):
         super().__init__()
@@ -319,7 +370,8 @@ def _wrap_collectives():
         g = real_new_group(ranks, *a, **k)
         rs = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
         if g is not None and g is not dist.GroupMember.NON_GROUP_MEMBER:
-            _GROUPS[id(g)] = ("g%d" % len(_GROUPS), rs)
+            # Named by membership: every process names a group alike, whichever groups it is in.
+            _GROUPS[id(g)] = ("g" + "_".join(str(r) for r in rs), rs)
         return g
 
     dist.all_reduce = all_reduce
@@ -328,6 +380,16 @@ def _wrap_collectives():
 
 
 def _run_one(rank, world, script, outdir, port, args, bench, values):
+    try:
+        _run_one_traced(rank, world, script, outdir, port, args, bench, values)
+    except UserError as e:
+        # Told to the driver through a file: mp.spawn turns a child's exception into a traceback.
+        with open(os.path.join(outdir, "error.%s.txt" % ("logical" if world == 1 else rank)), "w") as f:
+            f.write(str(e))
+        sys.exit(2)
+
+
+def _run_one_traced(rank, world, script, outdir, port, args, bench, values):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -358,7 +420,7 @@ def _run_one(rank, world, script, outdir, port, args, bench, values):
     with open(os.path.join(outdir, name), "w") as f:
         f.write(cap.text())
     meta = {"relations": cap.relations, "outputs": [[n, p] for n, _, p in cap.outputs], "ops": cap.ops, "ms": ms,
-            "groups": {v[0]: v[1] for v in _GROUPS.values()}}
+            "groups": {v[0]: v[1] for v in _GROUPS.values()}, "consts": cap.consts}
     meta.update(timing)
     if world == 1 and values:
         # The logical run's input and output values: what the imported logical graph must compute.
@@ -376,7 +438,28 @@ def _spawn(world, script, outdir, args, bench=0, values=False):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    mp.spawn(_run_one, args=(world, script, outdir, port, args, bench, values), nprocs=world, join=True)
+    try:
+        mp.spawn(_run_one, args=(world, script, outdir, port, args, bench, values), nprocs=world, join=True)
+    except Exception:
+        for name in ["error.logical.txt"] + ["error.%d.txt" % r for r in range(world)]:
+            p = os.path.join(outdir, name)
+            if os.path.exists(p):
+                raise UserError(("" if world == 1 else "(%s) " % name[6:-4].replace("logical", "1 process")) + open(p).read())
+        raise
+
+
+def _check_consts(logical, metas):
+    """Undeclared tensors (Capture.undeclared) are replicated inputs only if every rank read
+    exactly what the logical run read; otherwise the user must state their placement."""
+    for r, m in enumerate(metas):
+        for name, c in m["consts"].items():
+            ref = logical["consts"].get(name)
+            if ref is None or ref["shape"] != c["shape"] or ref["values"] != c["values"]:
+                what = "has no counterpart in the 1-process run" if ref is None else "differs from what the 1-process run read there (%s)" % ref["where"]
+                raise UserError("rank %d reads a tensor no cap.* call declared (shape %s) at %s; it %s: declare it with cap.shard or cap.replicate so its placement is stated" % (r, c["shape"], c["where"], what))
+    for name, c in logical["consts"].items():
+        if any(name not in m["consts"] for m in metas):
+            raise UserError("the 1-process run reads a tensor no cap.* call declared (shape %s) at %s that the ranks do not read in the same order: declare it with cap.replicate or cap.shard" % (c["shape"], c["where"]))
 
 
 def main():
@@ -396,6 +479,7 @@ def main():
     _spawn(a.nproc, a.script, a.out, a.args, a.bench)
     metas = [json.load(open(os.path.join(a.out, "meta.%d.json" % r))) for r in range(a.nproc)]
     logical = json.load(open(os.path.join(a.out, "meta.logical.json")))
+    _check_consts(logical, metas)
     rel = {"format": "planproof-relations/v1", "mesh": {"axes": [{"name": a.axis, "size": a.nproc}]},
            "inputs": metas[0]["relations"],
            "outputs": [{"name": n, "placements": [p]} for n, p in metas[0]["outputs"]]}
@@ -416,4 +500,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except UserError as e:
+        print("planproof capture: %s" % e, file=sys.stderr)
+        sys.exit(2)

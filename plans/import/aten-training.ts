@@ -1,0 +1,269 @@
+/**
+ * ATen ops of training code as people write it (issue 33): powers and reciprocals (RMSNorm's
+ * pow and rsqrt), comparisons and boolean masks, masked_fill and where, clamp, ReLU and their
+ * gradients, slicing and selecting backwards, stack, norms (clip_grad_norm_), positions
+ * (arange) and factories of constants. Each rule lowers to planproof ops whose exact real
+ * meaning is the ATen op's (docs/import.md); booleans are their 0/1 values.
+ */
+import type { AttrValue } from '../../ops/types.js';
+import type { FxArg, FxNode } from './fxtext.js';
+import { filled, type Lowerer, type Rule, type TensorVal, type Val } from './lower.js';
+
+type Rel = 'gt' | 'ge' | 'lt' | 'le' | 'eq' | 'ne';
+
+/** x ** e for a Python number e: exact for integer exponents and ±1/2. */
+function power(l: Lowerer, x: TensorVal, e: number, out: string | undefined): TensorVal {
+  if (e === 0.5) return l.one('sqrt', [x], {}, out);
+  if (e === -0.5) return l.one('div', [l.constant(1), l.one('sqrt', [x])], {}, out, x.dtype);
+  if (!Number.isInteger(e) || Math.abs(e) > 64) l.fail(`pow with exponent ${e}: only integer exponents up to 64 and ±0.5 are exact here (write sqrt or exp/log explicitly)`);
+  if (e === 0) return l.one('expand', [l.constant(1)], { shape: [...x.shape] }, out, x.dtype);
+  // Square-and-multiply: x^13 in five multiplications.
+  let acc: TensorVal | undefined;
+  let base = x;
+  for (let k = Math.abs(e); k > 0; k >>= 1) {
+    if (k & 1) acc = acc === undefined ? base : l.one('mul', [acc, base]);
+    if (k > 1) base = l.one('mul', [base, base]);
+  }
+  const pos = acc as TensorVal;
+  if (e < 0) return l.one('div', [l.constant(1), pos], {}, out, x.dtype);
+  return l.one('identity', [pos], {}, out);
+}
+
+/** A comparison as 0/1 (dtype bool), with a Python scalar on either side. */
+function compare(rel: Rel): Rule {
+  return (l, n) => {
+    const a = l.operand(n.args[0], 'self');
+    const b = l.operand(n.args[1], 'other');
+    return l.bind(n, l.one('compare', [a, b], { rel }, l.out(n), 'bool'));
+  };
+}
+
+/** where(cond, a, b) with Python scalars allowed for a and b (masked_fill, where.ScalarOther). */
+function select(l: Lowerer, n: FxNode, cond: TensorVal, a: TensorVal, b: TensorVal, inPlaceTarget?: FxArg): Val {
+  const dtype = b.dtype === 'int64' && a.dtype !== 'int64' ? a.dtype : b.dtype;
+  const r = l.one('where', [cond, a, b], {}, inPlaceTarget === undefined ? l.out(n) : undefined, dtype);
+  if (inPlaceTarget !== undefined) l.write(inPlaceTarget, r);
+  return l.bind(n, r);
+}
+
+/** A fill value of masked_fill / where: a finite Python number or a tensor. */
+function fillValue(l: Lowerer, a: FxArg | undefined, what: string): TensorVal {
+  if (a?.kind === 'num' && !Number.isFinite(a.value)) {
+    l.fail(`${what} is ${a.text}: infinities are not exact real values; a causal mask with torch.finfo(dtype).min (as Hugging Face writes it) gives the same softmax and is supported`);
+  }
+  return l.operand(a, what);
+}
+
+function maskedFill(inPlace: boolean): Rule {
+  return (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const mask = l.tensor(n.args[1], 'mask');
+    return select(l, n, mask, fillValue(l, n.args[2], 'value'), x, inPlace ? n.args[0] : undefined);
+  };
+}
+
+/** max(x, lo) and / or min(x, hi) (clamp; ReLU is clamp at 0). */
+function clampRule(which: 'both' | 'min' | 'max', inPlace: boolean): Rule {
+  return (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const lo = which === 'max' ? undefined : l.arg(n, 1, 'min');
+    const hi = which === 'min' ? undefined : which === 'max' ? l.arg(n, 1, 'max') : l.arg(n, 2, 'max');
+    let r = x;
+    const bound = (a: FxArg | undefined): TensorVal | undefined => (a === undefined || a.kind === 'none' ? undefined : fillValue(l, a, 'clamp bound'));
+    const lb = bound(lo);
+    const hb = bound(hi);
+    if (lb === undefined && hb === undefined) l.fail(`${n.target}: neither min nor max given`);
+    if (lb !== undefined) r = l.one('maximum', [r, lb], {}, undefined, x.dtype);
+    if (hb !== undefined) r = l.one('minimum', [r, hb], {}, undefined, x.dtype);
+    r = l.one('identity', [r], {}, inPlace ? undefined : l.out(n));
+    if (inPlace) l.write(n.args[0], r);
+    return l.bind(n, r);
+  };
+}
+
+/** a AND b, a OR b, NOT a of booleans (0/1); integers are refused (bitwise on their bits). */
+function logical(kind: 'and' | 'or' | 'not', bitwise: boolean): Rule {
+  return (l, n) => {
+    const a = l.tensor(n.args[0], 'self');
+    const b = kind === 'not' ? undefined : l.tensor(n.args[1], 'other');
+    if (bitwise && [a, b].some((t) => t !== undefined && t.dtype !== 'bool')) l.fail(`${n.target} on ${a.dtype} tensors works on their bits: only booleans are supported`);
+    const truth = (t: TensorVal): TensorVal => (t.dtype === 'bool' ? t : l.one('compare', [t, l.constant(0)], { rel: 'ne' }, undefined, 'bool'));
+    const out = l.out(n);
+    if (kind === 'not') return l.bind(n, l.one('compare', [a, l.constant(0)], { rel: 'eq' }, out, 'bool'));
+    const [x, y] = [truth(a), truth(b as TensorVal)];
+    // and: x·y; or: x + y − x·y (both 0/1).
+    const xy = l.one('mul', [x, y], {}, kind === 'and' ? out : undefined, 'bool');
+    return l.bind(n, kind === 'and' ? xy : l.one('sub', [l.one('add', [x, y], {}, undefined, 'bool'), xy], {}, out, 'bool'));
+  };
+}
+
+/** The dims list of a norm / reduction argument: all dims when absent or None. */
+function dimsArg(l: Lowerer, a: FxArg | undefined, rank: number): number[] | undefined {
+  if (a === undefined || a.kind === 'none') return undefined;
+  const ds = l.ints(a, 'dim').map((d) => (d < 0 ? d + rank : d));
+  return ds.length === 0 ? undefined : ds;
+}
+
+/** The 2-norm over dims (clip_grad_norm_'s per-gradient norms): sqrt of the sum of squares. */
+function norm2(l: Lowerer, n: FxNode, x: TensorVal, p: FxArg | undefined, dimArg: FxArg | undefined, keepdimArg: FxArg | undefined): Val {
+  const ord = p === undefined || p.kind === 'none' ? 2 : l.num(p, 'p');
+  if (ord !== 2) l.fail(`${n.target}: the ${ord}-norm is not supported (the 2-norm is)`);
+  const dims = dimsArg(l, dimArg, x.shape.length);
+  const keepdim = l.bool(keepdimArg, 'keepdim', false);
+  const sq = l.one('mul', [x, x]);
+  const s = dims === undefined ? l.one('sum', [sq], keepdim ? { dims: x.shape.map((_, i) => i), keepdim: true } : {}) : l.one('sum', [sq], { dims, keepdim });
+  return l.bind(n, l.one('sqrt', [s], {}, l.out(n)));
+}
+
+/** The zero tensor of `sizes` with `g` at [start, end) along `dim` (slice_backward, select_backward). */
+function padInto(l: Lowerer, n: FxNode, g: TensorVal, sizes: readonly number[], dim: number, start: number): Val {
+  const d = dim < 0 ? dim + sizes.length : dim;
+  const size = sizes[d] ?? l.fail(`dim ${dim} out of range`);
+  const len = g.shape[d] ?? l.fail(`dim ${dim} out of range of the gradient`);
+  const before = start < 0 ? start + size : start;
+  const after = size - before - len;
+  if (before < 0 || after < 0) l.fail(`${n.target}: [${before}, ${before + len}) is not within ${size}`);
+  if (before === 0 && after === 0) return l.bind(n, l.one('identity', [g], {}, l.out(n)));
+  return l.bind(n, l.one('pad', [g], { dim: d, before, after }, l.out(n)));
+}
+
+/** Python-number fill of the factories `new_*` and the dtype the graph annotates. */
+function newFilled(value: number | 'arg'): Rule {
+  return (l, n) => filled(l, n, value === 'arg' ? l.num(n.args[2], 'fill_value') : value, l.ints(n.args[1], 'size'));
+}
+
+/** arange(end), arange(start, end), arange(start, end, step): positions. */
+function arange(l: Lowerer, n: FxNode): Val {
+  const nums = n.args.filter((a) => a.kind === 'num').map((a, i) => l.num(a, `arg ${i}`));
+  const [start, end, step] = nums.length === 1 ? [0, nums[0] as number, 1] : [nums[0] as number, nums[1] as number, nums[2] ?? 1];
+  if (step === 0) l.fail('arange with step 0');
+  const len = Math.max(0, Math.ceil((end - start) / step));
+  if (len === 0) l.fail('an empty arange is not supported');
+  const attrs: Record<string, AttrValue> = { shape: [len], dim: 0, step };
+  return l.bind(n, l.one('iota', [l.constant(start)], attrs, l.out(n), n.type?.dtype ?? 'int64'));
+}
+
+export const TRAINING_RULES: Record<string, Rule> = {
+  // ---- powers and reciprocals
+  'aten.pow.Tensor_Scalar': (l, n) => l.bind(n, power(l, l.tensor(n.args[0], 'self'), l.num(n.args[1], 'exponent'), l.out(n))),
+  'aten.pow.Scalar': (l, n) => {
+    // base ** x = exp(x · log base): exact with log base an uninterpreted constant.
+    const base = l.num(n.args[0], 'self');
+    if (!(base > 0)) l.fail(`pow of the base ${base}: only a positive base is supported`);
+    const x = l.tensor(n.args[1], 'exponent');
+    return l.bind(n, l.one('exp', [l.one('mul', [x, l.one('log', [l.constant(base)])])], {}, l.out(n), x.dtype));
+  },
+  'aten.rsqrt': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    return l.bind(n, l.one('div', [l.constant(1), l.one('sqrt', [x])], {}, l.out(n), x.dtype));
+  },
+  'aten.reciprocal': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    return l.bind(n, l.one('div', [l.constant(1), x], {}, l.out(n), x.dtype));
+  },
+  'aten.rsub': (l, n) => {
+    // other − alpha · self
+    const x = l.tensor(n.args[0], 'self');
+    const other = l.operand(n.args[1], 'other');
+    const alpha = l.num(n.kwargs['alpha'] ?? n.args[2], 'alpha', 1);
+    const ax = alpha === 1 ? x : l.one('scale', [x], { factor: alpha });
+    return l.bind(n, l.one('sub', [other, ax], {}, l.out(n), x.dtype));
+  },
+
+  // ---- comparisons, booleans, selection
+  'aten.gt': compare('gt'),
+  'aten.ge': compare('ge'),
+  'aten.lt': compare('lt'),
+  'aten.le': compare('le'),
+  'aten.eq': compare('eq'),
+  'aten.ne': compare('ne'),
+  'aten.logical_not': logical('not', false),
+  'aten.logical_and': logical('and', false),
+  'aten.logical_or': logical('or', false),
+  'aten.bitwise_not': logical('not', true),
+  'aten.bitwise_and': logical('and', true),
+  'aten.bitwise_or': logical('or', true),
+  'aten.masked_fill.Scalar': maskedFill(false),
+  'aten.masked_fill.Tensor': maskedFill(false),
+  'aten.masked_fill_.Scalar': maskedFill(true),
+  'aten.masked_fill_.Tensor': maskedFill(true),
+  'aten.where.self': (l, n) => select(l, n, l.tensor(n.args[0], 'condition'), fillValue(l, n.args[1], 'self'), fillValue(l, n.args[2], 'other')),
+  'aten.where.ScalarSelf': (l, n) => select(l, n, l.tensor(n.args[0], 'condition'), fillValue(l, n.args[1], 'self'), fillValue(l, n.args[2], 'other')),
+  'aten.where.ScalarOther': (l, n) => select(l, n, l.tensor(n.args[0], 'condition'), fillValue(l, n.args[1], 'self'), fillValue(l, n.args[2], 'other')),
+  'aten.where.Scalar': (l, n) => select(l, n, l.tensor(n.args[0], 'condition'), fillValue(l, n.args[1], 'self'), fillValue(l, n.args[2], 'other')),
+
+  // ---- clamp, ReLU, maximum and their gradients
+  'aten.maximum': (l, n) => l.bind(n, l.one('maximum', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'other')], {}, l.out(n))),
+  'aten.minimum': (l, n) => l.bind(n, l.one('minimum', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'other')], {}, l.out(n))),
+  'aten.clamp': clampRule('both', false),
+  'aten.clamp_': clampRule('both', true),
+  'aten.clamp_min': clampRule('min', false),
+  'aten.clamp_min_': clampRule('min', true),
+  'aten.clamp_max': clampRule('max', false),
+  'aten.clamp_max_': clampRule('max', true),
+  'aten.relu': (l, n) => l.bind(n, l.one('maximum', [l.tensor(n.args[0], 'self'), l.constant(0)], {}, l.out(n))),
+  'aten.relu_': (l, n) => {
+    const r = l.one('maximum', [l.tensor(n.args[0], 'self'), l.constant(0)]);
+    l.write(n.args[0], r);
+    return l.bind(n, r);
+  },
+  'aten.threshold_backward': (l, n) => {
+    // grad where self > threshold, else 0 (ReLU's backward reads its output).
+    const g = l.tensor(n.args[0], 'grad_output');
+    const x = l.tensor(n.args[1], 'self');
+    const mask = l.one('compare', [x, l.operand(n.args[2], 'threshold')], { rel: 'gt' }, undefined, 'bool');
+    return l.bind(n, l.one('mul', [g, mask], {}, l.out(n), g.dtype));
+  },
+
+  // ---- slicing backwards, select, stack
+  'aten.slice_backward': (l, n) => {
+    const g = l.tensor(n.args[0], 'grad_output');
+    if (l.int(n.args[5], 'step', 1) !== 1) l.fail('slice_backward with a step other than 1 is not supported');
+    return padInto(l, n, g, l.ints(n.args[1], 'input_sizes'), l.int(n.args[2], 'dim'), l.num(n.args[3], 'start'));
+  },
+  'aten.select.int': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    let d = l.int(n.args[1], 'dim');
+    if (d < 0) d += x.shape.length;
+    const size = x.shape[d] ?? l.fail(`dim ${d} out of range`);
+    let i = l.int(n.args[2], 'index');
+    if (i < 0) i += size;
+    if (i < 0 || i >= size) l.fail(`index ${i} out of range for size ${size}`);
+    const s = l.one('slice', [x], { dim: d, start: i, end: i + 1 });
+    return l.bind(n, l.one('reshape', [s], { shape: x.shape.filter((_, k) => k !== d) }, l.out(n)));
+  },
+  'aten.select_backward': (l, n) => {
+    const g = l.tensor(n.args[0], 'grad_output');
+    const sizes = l.ints(n.args[1], 'input_sizes');
+    let d = l.int(n.args[2], 'dim');
+    if (d < 0) d += sizes.length;
+    const u = l.one('reshape', [g], { shape: [...g.shape.slice(0, d), 1, ...g.shape.slice(d)] });
+    return padInto(l, n, u, sizes, d, l.int(n.args[3], 'index'));
+  },
+  'aten.stack': (l, n) => {
+    const xs = n.args[0];
+    if (xs?.kind !== 'list' || xs.items.length === 0) return l.fail('expected a non-empty list of tensors');
+    const ts = xs.items.map((x, i) => l.tensor(x, `tensors[${i}]`));
+    const r = (ts[0] as TensorVal).shape.length + 1;
+    let d = l.int(n.args[1], 'dim', 0);
+    if (d < 0) d += r;
+    const us = ts.map((t) => l.one('reshape', [t], { shape: [...t.shape.slice(0, d), 1, ...t.shape.slice(d)] }));
+    return l.bind(n, us.length === 1 ? l.one('identity', us, {}, l.out(n)) : l.one('concat', us, { dim: d }, l.out(n)));
+  },
+
+  // ---- norms (clip_grad_norm_)
+  'aten.norm.ScalarOpt_dim': (l, n) => norm2(l, n, l.tensor(n.args[0], 'self'), n.args[1], n.args[2], l.arg(n, 3, 'keepdim')),
+  'aten.norm.Scalar': (l, n) => norm2(l, n, l.tensor(n.args[0], 'self'), n.args[1], undefined, undefined),
+  'aten.norm.ScalarOpt_dtype': (l, n) => norm2(l, n, l.tensor(n.args[0], 'self'), n.args[1], undefined, undefined),
+  'aten.linalg_vector_norm': (l, n) => norm2(l, n, l.tensor(n.args[0], 'self'), l.arg(n, 1, 'ord'), l.arg(n, 2, 'dim'), l.arg(n, 3, 'keepdim')),
+
+  // ---- factories
+  'aten.new_zeros': newFilled(0),
+  'aten.new_ones': newFilled(1),
+  'aten.new_full': newFilled('arg'),
+  'aten.arange': arange,
+  'aten.square': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    return l.bind(n, l.one('mul', [x, x], {}, l.out(n)));
+  },
+};

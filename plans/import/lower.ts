@@ -1,0 +1,503 @@
+/**
+ * The lowering machinery the ATen rule tables share (plans/import/aten.ts and the tables it
+ * merges): the Lowerer (named values, views and in-place writes, planproof ops emitted through
+ * their own shape rules) and the helpers rules are written with.
+ */
+import { registry } from '../../ops/registry.js';
+import { strides } from '../../ops/dense.js';
+import { ShapeError, type AttrValue, type Attrs, type Shape } from '../../ops/types.js';
+import type { RawParallelOp } from '../raw.js';
+import { ImportError, type FxArg, type FxGraph, type FxNode } from './fxtext.js';
+
+export interface TensorVal {
+  readonly kind: 'tensor';
+  readonly id: string;
+  readonly shape: Shape;
+  readonly dtype: string;
+}
+/**
+ * A value only some ATen ops may read: LayerNorm's saved mean and rstd, NLL's total weight and
+ * its gradient before the log-softmax backward. Anything else reading it is an error.
+ */
+export interface OpaqueVal {
+  readonly kind: 'opaque';
+  readonly what: string;
+  readonly data: Readonly<Record<string, string | number>>;
+  readonly tensors?: Readonly<Record<string, TensorVal>>;
+}
+export type Val = TensorVal | OpaqueVal | { readonly kind: 'none' } | { readonly kind: 'list'; readonly items: readonly Val[] };
+
+/** A collective call as found; its group is resolved once every rank is read. */
+export interface CollectiveCall {
+  readonly op: RawParallelOp;
+  /** The group name the call passes, or `ranks:0,1` for the legacy explicit rank list. */
+  readonly group: string;
+  readonly groupSize?: number;
+  readonly ranks?: readonly number[];
+  readonly line: number;
+}
+
+/** A tensor the importer adds as an input: a dropout mask, or a constant. */
+export interface ExtraInput {
+  readonly id: string;
+  readonly shape: Shape;
+  readonly dtype: string;
+  /** Constants: the integer every element holds. */
+  readonly constant?: number;
+  readonly line: number;
+}
+
+export interface Lowered {
+  readonly file: string;
+  readonly ops: RawParallelOp[];
+  readonly tensors: Map<string, TensorVal>;
+  readonly inputs: readonly TensorVal[];
+  /** The return values of every graph in order; undefined where a graph returns None. */
+  readonly outputs: readonly (TensorVal | undefined)[];
+  readonly extra: readonly ExtraInput[];
+  readonly collectives: readonly CollectiveCall[];
+  /** ATen ops seen, for statistics. */
+  readonly atenOps: number;
+}
+
+/** ATen reduce-op names of the functional collectives to planproof's. */
+export const REDUCE: Record<string, string> = { sum: 'sum', avg: 'avg', max: 'max', min: 'min' };
+
+export class Lowerer {
+  readonly ops: RawParallelOp[] = [];
+  readonly tensors = new Map<string, TensorVal>();
+  readonly extra: ExtraInput[] = [];
+  readonly collectives: CollectiveCall[] = [];
+  private readonly vals = new Map<string, Val>();
+  /** Storage root of each name (views share their input's root), for in-place soundness. */
+  private readonly root = new Map<string, string>();
+  /** Names whose storage was written in place through another name: reading them is refused. */
+  private readonly stale = new Map<string, number>();
+  private node: FxNode | undefined;
+  private fresh = 0;
+  /** The graph being lowered, and its tensor-name prefix (empty for the first graph of a rank). */
+  g: FxGraph;
+  private prefix = '';
+
+  constructor(
+    readonly graphs: readonly FxGraph[],
+    private readonly rules: Readonly<Record<string, Rule>>,
+  ) {
+    if (graphs.length === 0) throw new Error('no graph');
+    this.g = graphs[0] as FxGraph;
+  }
+
+  fail(why: string): never {
+    // The user's own line (a `# File:` comment of the graph) first: the graph file may be a temporary.
+    const loc = this.node?.loc;
+    throw new ImportError(this.g.file, this.node?.line ?? 0, loc === undefined ? why : `${why}\n  at ${loc}`);
+  }
+
+  private define(name: string, v: Val, viewOf?: string): void {
+    this.vals.set(name, v);
+    this.stale.delete(name);
+    this.root.set(name, viewOf === undefined ? name : (this.root.get(viewOf) ?? viewOf));
+  }
+
+  addTensor(id: string, shape: Shape, dtype: string): TensorVal {
+    if (this.tensors.has(id)) this.fail(`tensor name '${id}' defined twice`);
+    const t: TensorVal = { kind: 'tensor', id, shape, dtype };
+    this.tensors.set(id, t);
+    return t;
+  }
+
+  /** Emits one planproof op; shapes come from the op's own shape rule. */
+  /** `groupSize`: a collective's group size, which its output shape may depend on (all_gather multiplies its dim by it). */
+  emit(op: string, inputs: readonly TensorVal[], attrs: Record<string, AttrValue>, outIds: readonly string[], dtype: string, groupSize?: number): TensorVal[] {
+    const id = registry.id(op);
+    if (id < 0) this.fail(`internal: no planproof op '${op}'`);
+    const def = registry.get(id);
+    const why = registry.checkAttrs(id, attrs);
+    if (why !== undefined) this.fail(`${op}: ${why}`);
+    let shapes: Shape[];
+    try {
+      const coll = def.collective;
+      shapes =
+        groupSize !== undefined && coll !== undefined && coll.pattern === 'symmetric' && inputs.length === 1
+          ? [coll.outShape((inputs[0] as TensorVal).shape, attrs as Attrs, groupSize)]
+          : def.shape(
+              inputs.map((t) => t.shape),
+              attrs as Attrs,
+            );
+    } catch (e) {
+      if (e instanceof ShapeError) this.fail(`${op} (from ${this.node?.target ?? '?'}): ${e.message}`);
+      throw e;
+    }
+    const outs = outIds.map((o, k) => this.addTensor(o, shapes[k] ?? this.fail(`${op}: fewer outputs than expected`), dtype));
+    const n = this.node;
+    const opId = `${outIds[0] ?? 'op'}.op`;
+    const raw: RawParallelOp = { id: opId, op, inputs: inputs.map((t) => t.id), outputs: [...outIds], ...(Object.keys(attrs).length > 0 ? { attrs } : {}), ...(n === undefined ? {} : { loc: `${this.g.file}:${n.line}${n.loc === undefined ? '' : ` (${n.loc})`}` }) };
+    this.ops.push(raw);
+    return outs;
+  }
+
+  /** A fresh tensor name derived from the node's (no FX name contains '.'). */
+  tmp(): string {
+    return `${this.prefix}${this.node?.name ?? 'v'}.${++this.fresh}`;
+  }
+
+  one(op: string, inputs: readonly TensorVal[], attrs: Record<string, AttrValue> = {}, out?: string, dtype?: string): TensorVal {
+    return this.emit(op, inputs, attrs, [out ?? this.tmp()], dtype ?? inputs[0]?.dtype ?? 'float32')[0] as TensorVal;
+  }
+
+  /** A scalar constant (an integer input whose only value is `c`, scaled when `c` is not an integer). */
+  constant(c: number): TensorVal {
+    if (!Number.isFinite(c)) this.fail(`constant ${c} is not a finite number`);
+    // Integers are an integer input; anything else (a fraction, torch.finfo's min) scales 1.
+    const k = Number.isInteger(c) && Math.abs(c) <= 2 ** 31 ? c : 1;
+    const id = `const.${k < 0 ? 'm' + -k : k}`;
+    let t = this.tensors.get(id);
+    if (t === undefined) {
+      t = this.addTensor(id, [], 'int64');
+      this.extra.push({ id, shape: [], dtype: 'int64', constant: k, line: this.node?.line ?? 0 });
+    }
+    return k === c ? t : this.one('scale', [t], { factor: c }, undefined, 'float32');
+  }
+
+  /** A constant tensor of x's shape. */
+  constantLike(x: TensorVal, c: number): TensorVal {
+    return this.one('expand', [this.constant(c)], { shape: [...x.shape] }, undefined, x.dtype);
+  }
+
+  // ---- arguments
+
+  val(a: FxArg | undefined, what: string): Val {
+    if (a === undefined) this.fail(`missing argument ${what}`);
+    if (a.kind === 'none') return { kind: 'none' };
+    if (a.kind === 'list') return { kind: 'list', items: a.items.map((x, i) => this.val(x, `${what}[${i}]`)) };
+    if (a.kind !== 'name') this.fail(`argument ${what}: expected a tensor, got a constant`);
+    const st = this.stale.get(a.name);
+    if (st !== undefined) this.fail(`'${a.name}' is read after its storage was written in place at line ${st}: aliasing through in-place ops is not supported`);
+    const v = this.vals.get(a.name);
+    if (v === undefined) this.fail(`'${a.name}' is not defined before line ${this.node?.line ?? 0}`);
+    return v;
+  }
+  tensor(a: FxArg | undefined, what: string): TensorVal {
+    const v = this.val(a, what);
+    if (v.kind !== 'tensor') this.fail(`argument ${what}: expected a tensor${v.kind === 'opaque' ? `, got ${v.what}, which only its matching backward op may read` : ''}`);
+    return v;
+  }
+  optTensor(a: FxArg | undefined, what: string): TensorVal | undefined {
+    return a === undefined || a.kind === 'none' ? undefined : this.tensor(a, what);
+  }
+  num(a: FxArg | undefined, what: string, dflt?: number): number {
+    if (a === undefined && dflt !== undefined) return dflt;
+    if (a?.kind === 'num') return a.value;
+    if (a?.kind === 'bool') return a.value ? 1 : 0;
+    return this.fail(`argument ${what}: expected a number`);
+  }
+  int(a: FxArg | undefined, what: string, dflt?: number): number {
+    const v = this.num(a, what, dflt);
+    if (!Number.isInteger(v)) this.fail(`argument ${what}: expected an integer`);
+    return v;
+  }
+  ints(a: FxArg | undefined, what: string): number[] {
+    if (a?.kind === 'num') return [this.int(a, what)];
+    if (a?.kind !== 'list') return this.fail(`argument ${what}: expected a list of integers`);
+    return a.items.map((x, i) => this.int(x, `${what}[${i}]`));
+  }
+  bool(a: FxArg | undefined, what: string, dflt: boolean): boolean {
+    if (a === undefined || a.kind === 'none') return dflt;
+    if (a.kind === 'bool') return a.value;
+    return this.fail(`argument ${what}: expected True or False`);
+  }
+  str(a: FxArg | undefined, what: string, dflt?: string): string {
+    if (a === undefined && dflt !== undefined) return dflt;
+    if (a?.kind === 'str') return a.value;
+    return this.fail(`argument ${what}: expected a string`);
+  }
+  /** Positional or keyword argument `k` / `name`. */
+  arg(n: FxNode, k: number, name: string): FxArg | undefined {
+    return n.args[k] ?? n.kwargs[name];
+  }
+
+  /** A tensor or a Python scalar operand of an element-wise op. */
+  operand(a: FxArg | undefined, what: string): TensorVal {
+    if (a?.kind === 'num') return this.constant(a.value);
+    return this.tensor(a, what);
+  }
+
+  // ---- the graph
+
+  /**
+   * Lowers the graphs of one program in order (AOTAutograd's forward then backward): an input
+   * of a later graph named like a value an earlier graph returned is that value (AOTAutograd
+   * names the saved tensors after the forward's nodes); any other input is a program input.
+   */
+  run(): Lowered {
+    const inputs: TensorVal[] = [];
+    const outputs: (TensorVal | undefined)[] = [];
+    const returned = new Map<string, TensorVal>();
+    let aten = 0;
+    this.graphs.forEach((g, gi) => {
+      this.g = g;
+      this.prefix = gi === 0 ? '' : `g${gi}:`;
+      this.vals.clear();
+      this.root.clear();
+      this.stale.clear();
+      // (FX names repeat across a rank's graphs: a later graph's input is not an earlier node.)
+      this.strides.clear();
+      this.node = undefined;
+      for (const p of g.inputs) {
+        if (p.type === undefined) throw new ImportError(g.file, p.line, `input '${p.name}' has no type annotation (expected e.g. "f32[4, 8]")`);
+        const prev = returned.get(p.name);
+        if (prev !== undefined) {
+          if (prev.shape.length !== p.type.shape.length || prev.shape.some((d, i) => d !== p.type?.shape[i])) throw new ImportError(g.file, p.line, `input '${p.name}' is [${p.type.shape.join(', ')}] but the earlier graph returned it as [${prev.shape.join(', ')}]`);
+          this.define(p.name, prev);
+          continue;
+        }
+        const t = this.addTensor(p.name, p.type.shape, p.type.dtype);
+        this.define(p.name, t);
+        inputs.push(t);
+      }
+      for (const n of g.nodes) {
+        this.node = n;
+        this.fresh = 0;
+        aten++;
+        const v = this.lower(n);
+        if (v.kind === 'tensor' && n.type !== undefined && (v.shape.length !== n.type.shape.length || v.shape.some((d, i) => d !== n.type?.shape[i]))) {
+          this.fail(`${n.target}: the graph says ${n.name} has shape [${n.type.shape.join(', ')}], the mapped op gives [${v.shape.join(', ')}]`);
+        }
+      }
+      this.node = { name: 'return', target: 'return', args: [], kwargs: {}, line: g.returnLine };
+      g.outputs.forEach((o, k) => {
+        // AOTAutograd's backward returns None for inputs that need no gradient.
+        if (o.kind === 'none') {
+          outputs.push(undefined);
+          return;
+        }
+        const t = this.tensor(o, `return value ${k}`);
+        outputs.push(t);
+        if (o.kind === 'name') returned.set(o.name, t);
+      });
+    });
+    const files = this.graphs.map((g) => g.file).join(', ');
+    return { file: files, ops: this.ops, tensors: this.tensors, inputs, outputs, extra: this.extra, collectives: this.collectives, atenOps: aten };
+  }
+
+  private lower(n: FxNode): Val {
+    const rule = this.rules[n.target] ?? this.rules[n.target.slice(0, n.target.lastIndexOf('.'))];
+    if (rule === undefined) this.fail(`unsupported ATen op '${n.target}' (docs/import.md lists the supported ops)`);
+    const v = rule(this, n);
+    if (v.kind === 'tensor') this.strides.set(n.name, stridesOf(this, n, v.shape));
+    return v;
+  }
+
+  /**
+   * Memory strides of the tensor an FX name holds, as far as the ops that made it say
+   * (`stridesOf`); undefined when unknown. Only `_reshape_alias` reads them: autograd's
+   * reshape of a transposed tensor is a `_reshape_alias` with the tensor's own strides, the
+   * identity.
+   */
+  readonly strides = new Map<string, readonly number[] | undefined>();
+  stridesAt(a: FxArg | undefined): readonly number[] | undefined {
+    if (a?.kind !== 'name') return undefined;
+    if (this.strides.has(a.name)) return this.strides.get(a.name);
+    // A graph input: contiguous, as the tracer and AOTAutograd pass them.
+    const v = this.vals.get(a.name);
+    return v?.kind === 'tensor' ? strides(v.shape) : undefined;
+  }
+
+  /** Binds a node's result to its name (views share the storage root of `viewOf`). */
+  bind(n: FxNode, v: Val, viewOf?: string): Val {
+    this.define(n.name, v, viewOf);
+    return v;
+  }
+
+  /** An in-place write to `target`: its name now holds `v`; other names of its storage go stale. */
+  write(target: FxArg | undefined, v: TensorVal): void {
+    if (target?.kind !== 'name') this.fail('in-place op on something that is not a named tensor');
+    const r = this.root.get(target.name) ?? target.name;
+    for (const [name, rt] of this.root) if (rt === r && name !== target.name && !this.stale.has(name)) this.stale.set(name, this.node?.line ?? 0);
+    this.define(target.name, v);
+  }
+
+  /** Output of a node's single result: named after the node (prefixed in the second and later graph of a rank). */
+  out(n: FxNode): string {
+    return this.prefix + n.name;
+  }
+}
+
+export type Rule = (l: Lowerer, n: FxNode) => Val;
+
+
+/**
+ * The strides of `x` (shape, strides) viewed as `size`, or undefined when no view exists: the
+ * algorithm of ATen's computeStride (TensorUtils.cpp), chunk by chunk of contiguous dims.
+ */
+export function viewStrides(shape: readonly number[], strides: readonly number[], size: readonly number[]): number[] | undefined {
+  if (shape.some((d) => d === 0)) return undefined;
+  const out = new Array<number>(size.length).fill(0);
+  let viewD = size.length - 1;
+  let chunkBase = strides[strides.length - 1] ?? 1;
+  let tensorNumel = 1;
+  let viewNumel = 1;
+  for (let d = shape.length - 1; d >= 0; d--) {
+    tensorNumel *= shape[d] as number;
+    if (d === 0 || (shape[d - 1] !== 1 && strides[d - 1] !== tensorNumel * chunkBase)) {
+      while (viewD >= 0 && (viewNumel < tensorNumel || size[viewD] === 1)) {
+        out[viewD] = viewNumel * chunkBase;
+        viewNumel *= size[viewD] as number;
+        viewD--;
+      }
+      if (viewNumel !== tensorNumel) return undefined;
+      if (d > 0) {
+        chunkBase = strides[d - 1] as number;
+        tensorNumel = 1;
+        viewNumel = 1;
+      }
+    }
+  }
+  return viewD === -1 ? out : undefined;
+}
+
+/** Equal strides on every dim of more than one element (a dim of size 1 has any stride). */
+export const sameStrides = (shape: readonly number[], a: readonly number[], b: readonly number[]): boolean => shape.every((d, i) => d === 1 || a[i] === b[i]);
+
+/**
+ * The strides of a node's tensor result: a view op's follow from its input's (transpose,
+ * permute, expand, `t`, a reshape of row-major memory, `_reshape_alias`'s own, detach and
+ * alias keep them); any other op writes fresh row-major memory, except the views whose
+ * strides this does not model (slices, splits, squeezes, clones of strided memory): unknown.
+ */
+function stridesOf(l: Lowerer, n: FxNode, shape: readonly number[]): readonly number[] | undefined {
+  const t = n.target.replace(/\.(default|int|Tensor|dim|dims)$/, '');
+  const inp = (): readonly number[] | undefined => l.stridesAt(n.args[0]);
+  const swap = (st: readonly number[] | undefined, a: number, b: number): number[] | undefined => {
+    if (st === undefined) return undefined;
+    const r = [...st];
+    const k = st.length;
+    const i = ((a % k) + k) % k;
+    const j = ((b % k) + k) % k;
+    [r[i], r[j]] = [r[j] as number, r[i] as number];
+    return r;
+  };
+  switch (t) {
+    case 'aten.transpose':
+      return swap(inp(), l.int(n.args[1], 'dim0'), l.int(n.args[2], 'dim1'));
+    case 'aten.t': {
+      const st = inp();
+      return st === undefined || st.length < 2 ? st : swap(st, 0, 1);
+    }
+    case 'aten.permute': {
+      const st = inp();
+      return st === undefined ? undefined : l.ints(n.args[1], 'dims').map((d) => st[((d % st.length) + st.length) % st.length] as number);
+    }
+    case 'aten.expand': {
+      const st = inp();
+      const x = l.val(n.args[0], 'self');
+      if (st === undefined || x.kind !== 'tensor') return undefined;
+      const off = shape.length - x.shape.length;
+      return shape.map((d, i) => (i < off || (x.shape[i - off] === 1 && d !== 1) ? 0 : (st[i - off] as number)));
+    }
+    case 'aten._reshape_alias':
+      return l.ints(n.args[2], 'stride');
+    case 'aten.view':
+    case 'aten._unsafe_view':
+    case 'aten.reshape':
+    case 'aten.view_copy': {
+      const x = l.val(n.args[0], 'self');
+      const st = inp();
+      return x.kind === 'tensor' && st !== undefined && sameStrides(x.shape, st, strides(x.shape)) ? strides(shape) : undefined;
+    }
+    case 'aten.detach':
+    case 'aten.alias':
+      return inp();
+    case 'aten.clone': {
+      const mf = n.kwargs['memory_format'];
+      return mf !== undefined && JSON.stringify(mf).includes('contiguous_format') ? strides(shape) : inp();
+    }
+    case 'aten.slice':
+    case 'aten.split':
+    case 'aten.split_with_sizes':
+    case 'aten.unsqueeze':
+    case 'aten.squeeze':
+    case 'getitem':
+    case 'aten.copy_':
+      return undefined;
+    default:
+      return strides(shape);
+  }
+}
+
+/** Same storage (a view or a no-op): the node's name aliases its input. */
+export const view = (l: Lowerer, n: FxNode, t: TensorVal): Val => l.bind(n, t, (n.args[0] as { name?: string }).name);
+
+export function reshape(l: Lowerer, n: FxNode, shape: readonly number[]): Val {
+  const x = l.tensor(n.args[0], 'self');
+  const total = x.shape.reduce((a, b) => a * b, 1);
+  const neg = shape.filter((d) => d === -1).length;
+  if (neg > 1) l.fail('more than one -1 in a view shape');
+  const known = shape.filter((d) => d !== -1).reduce((a, b) => a * b, 1);
+  const tgt = shape.map((d) => (d === -1 ? (known === 0 ? 0 : total / known) : d));
+  if (tgt.some((d) => !Number.isInteger(d) || d < 0) || tgt.reduce((a, b) => a * b, 1) !== total) l.fail(`cannot view [${x.shape.join(', ')}] as [${shape.join(', ')}]`);
+  if (tgt.length === x.shape.length && tgt.every((d, i) => d === x.shape[i])) return view(l, n, x);
+  return l.bind(n, l.one('reshape', [x], { shape: tgt }, l.out(n)), (n.args[0] as { name?: string }).name);
+}
+
+/** Element-wise binary op with PyTorch's scalar forms and `alpha` (add, sub). */
+export function binary(op: 'add' | 'sub' | 'mul' | 'div', inPlace: boolean): Rule {
+  return (l, n) => {
+    const a = l.operand(n.args[0], 'self');
+    let b = l.operand(n.args[1], 'other');
+    const alpha = n.kwargs['alpha'];
+    if (alpha !== undefined && (op === 'add' || op === 'sub')) {
+      const k = l.num(alpha, 'alpha');
+      if (k !== 1) b = l.one('scale', [b], { factor: k });
+    }
+    if (n.kwargs['rounding_mode'] !== undefined && n.kwargs['rounding_mode'].kind !== 'none') l.fail(`${n.target}: rounding_mode is not supported`);
+    // x * c and x / c with a Python scalar are a scale: no constant input needed.
+    const bArg = n.args[1];
+    let r: TensorVal;
+    if ((op === 'mul' || op === 'div') && bArg?.kind === 'num') r = scaleBy(l, a, op, bArg.value, inPlace ? undefined : l.out(n));
+    else r = l.one(op, [a, b], {}, inPlace ? undefined : l.out(n), a.dtype);
+    if (inPlace) {
+      l.write(n.args[0], r);
+      return l.bind(n, r);
+    }
+    return l.bind(n, r);
+  };
+}
+
+/**
+ * x * c or x / c for a Python scalar c, exactly: a multiplication is a scale by c's value; a
+ * division by an integer is a scale by the exact rational 1/c; by another value, a division by
+ * that value (1 / c rounded to a double would not be the same real number).
+ */
+export function scaleBy(l: Lowerer, x: TensorVal, op: 'mul' | 'div', c: number, out: string | undefined): TensorVal {
+  if (op === 'mul') return l.one('scale', [x], { factor: c }, out);
+  if (c === 0) l.fail('division by the constant 0');
+  if (Number.isInteger(c) && Math.abs(c) < 2 ** 31) return l.one('scale', [x], { factor: c === 1 ? 1 : `${c < 0 ? '-' : ''}1/${Math.abs(c)}` }, out);
+  return l.one('div', [x, l.constant(c)], {}, out, x.dtype);
+}
+
+export function unary(op: string): Rule {
+  return (l, n) => l.bind(n, l.one(op, [l.tensor(n.args[0], 'self')], {}, l.out(n)));
+}
+
+/** A constant tensor: the scalar constant expanded (`ones_like`, `full`, `zeros`, ...). */
+export function filled(l: Lowerer, n: FxNode, value: number, shape: readonly number[]): Val {
+  const c = l.constant(value);
+  return l.bind(n, l.one('expand', [c], { shape: [...shape] }, l.out(n), n.type?.dtype ?? 'float32'));
+}
+
+const INTEGER = new Set(['int64', 'int32', 'int16', 'int8', 'uint8', 'bool']);
+
+/** A float value stored in an integer (or bool) tensor is truncated: not an exact identity. */
+export function refuseTruncation(l: Lowerer, from: string, to: string): void {
+  if (INTEGER.has(to) && !INTEGER.has(from)) l.fail(`a cast from ${from} to ${to} truncates; it is not supported`);
+}
+
+export function uninitialized(l: Lowerer, n: FxNode, shape: readonly number[]): OpaqueVal {
+  return { kind: 'opaque', what: 'uninitialized memory', data: { shape: JSON.stringify(shape), dtype: n.type?.dtype ?? 'float32' } };
+}
+
+export function likeShape(l: Lowerer, n: FxNode): Shape {
+  return l.tensor(n.args[0], 'self').shape;
+}
+
