@@ -49,6 +49,14 @@ export function captureCommand(a: CaptureArgs, out: Out): number {
       out.err(`planproof: capture could not run ${a.python}: ${r.error.message}`);
       return ExitCode.usage;
     }
+    if (r.status === 2) {
+      // A mistake in the script's declarations (tools/capture: UserError), said in one line with the user's line.
+      const said = (r.stderr ?? '').split('\n').filter((l) => l.startsWith('planproof capture: '));
+      if (said.length > 0) {
+        out.err(`${said.join('\n')}\n(planproof capture --keep DIR keeps the captured graphs for a look)`);
+        return ExitCode.invalidPlan;
+      }
+    }
     if (r.status !== 0) {
       const tail = (r.stderr ?? '').trim().split('\n').slice(-15).join('\n');
       out.err(`planproof: capture failed: ${a.python} exited ${r.status ?? r.signal ?? '?'}${/No module named 'torch'/.test(tail) ? ' (PyTorch is not installed for this Python: apt-get install python3-torch, or pass --python)' : ''}\n${tail}`);

@@ -38,6 +38,15 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'dtensor_mlp', script: 'dtensor_mlp.py', args: [], axis: 'tp', code: 0 },
   { name: 'dtensor_mlp-bug', script: 'dtensor_mlp.py', args: ['--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
   { name: 'ops_mix-bug', script: 'ops_mix.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/ },
+  // Issue 33: written as Llama and DDP code is written (pow/rsqrt RMSNorm, rotate_half by
+  // slicing, an arange causal mask with masked_fill, Megatron's autograd Functions; ReLU,
+  // LayerNorm, clip_grad_norm_, momentum SGD).
+  { name: 'llama_tp', script: 'llama_tp.py', args: [], axis: 'tp', code: 0 },
+  { name: 'llama_tp-bug', script: 'llama_tp.py', args: ['--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  { name: 'llama_tp-bug-grad', script: 'llama_tp.py', args: ['--bug-grad'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/ },
+  { name: 'ddp_clip', script: 'ddp_clip.py', args: ['--micro', '1'], axis: 'dp', code: 0 },
+  { name: 'ddp_clip-bug', script: 'ddp_clip.py', args: ['--micro', '1', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  { name: 'ddp_clip-bug-avg', script: 'ddp_clip.py', args: ['--micro', '1', '--bug-avg'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
 ];
 
 async function verifyPlan(plan: string): Promise<{ code: number; stdout: string }> {
@@ -83,7 +92,7 @@ function logicalOutputs(name: string): { got: Map<string, readonly number[]>; wa
 }
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);
@@ -134,6 +143,22 @@ describe('planproof capture (live, Debian python3-torch)', function () {
     const out = JSON.parse(r.stdout) as string[];
     assert.deepEqual(out.slice(0, 4), ['S(1)', 'R', 'P(sum)', 'P(avg)']);
     assert.match(out[4] ?? '', /DTensor on a 2-D mesh: capture supports 1-D meshes/);
+  });
+  it("an undeclared parameter is exit 2 naming the user's line; a buffer that differs on a rank is exit 2 @full", async () => {
+    const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));
+    const { writeFileSync } = await import('node:fs');
+    const common = ['import torch, torch.distributed as dist', 'import torch.nn.functional as F', ''];
+    const undeclared = join(d, 'undeclared.py');
+    writeFileSync(undeclared, [...common, 'def step(cap):', '    w = torch.ones(4, 4, requires_grad=True)', '    x = cap.replicate(torch.ones(2, 4), name="x")', '    with cap.trace():', '        y = F.linear(x, w)', '    cap.output("y", y, "R")', ''].join('\n'));
+    const a = await runCli(['capture', '--nproc', '2', '--out', join(d, 'a.json'), '--', undeclared]);
+    assert.equal(a.code, 2, a.stderr);
+    assert.match(a.stderr, /a parameter of shape \[4, 4\] is used at .*undeclared\.py:8 in step, code: y = F\.linear\(x, w\) but not declared/);
+    const differs = join(d, 'differs.py');
+    // A per-rank table nobody declared: it is not a replicated constant, and the capture says so.
+    writeFileSync(differs, [...common, 'def step(cap):', '    table = torch.arange(4.0) + dist.get_rank()', '    x = cap.replicate(torch.ones(4), name="x")', '    with cap.trace():', '        y = x * table', '    cap.output("y", y, "R")', ''].join('\n'));
+    const b = await runCli(['capture', '--nproc', '2', '--out', join(d, 'b.json'), '--', differs]);
+    assert.equal(b.code, 2, b.stderr);
+    assert.match(b.stderr, /rank 1 reads a tensor no cap\.\* call declared \(shape \[4\]\) at .*differs\.py:8 in step, code: y = x \* table; it differs from what the 1-process run read there/);
   });
   it('a script error is exit 4 with the Python error, never a plan @full', async () => {
     const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));

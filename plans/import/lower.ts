@@ -313,8 +313,15 @@ export class Lowerer {
   write(target: FxArg | undefined, v: TensorVal): void {
     if (target?.kind !== 'name') this.fail('in-place op on something that is not a named tensor');
     const r = this.root.get(target.name) ?? target.name;
-    for (const [name, rt] of this.root) if (rt === r && name !== target.name && !this.stale.has(name)) this.stale.set(name, this.node?.line ?? 0);
-    this.define(target.name, v);
+    const before = this.vals.get(target.name);
+    for (const [name, rt] of this.root) {
+      if (rt !== r || name === target.name || this.stale.has(name)) continue;
+      // A name holding the very value the target held (detach, alias, a same-shape view) sees
+      // every element written: it holds the new value. Any other view of the storage goes stale.
+      if (before !== undefined && this.vals.get(name) === before) this.vals.set(name, v);
+      else this.stale.set(name, this.node?.line ?? 0);
+    }
+    this.define(target.name, v, target.name === r ? undefined : r);
   }
 
   /** Output of a node's single result: named after the node (prefixed in the second and later graph of a rank). */

@@ -304,7 +304,8 @@ def _user_loc():
         if not fn.startswith(_SKIP):
             import linecache
             code = linecache.getline(fn, f.f_lineno).strip()
-            return "%s:%d in %s, code: %s" % (fn, f.f_lineno, f.f_code.co_name, code[:200])
+            rel = os.path.relpath(fn)
+            return "%s:%d in %s, code: %s" % (fn if rel.startswith("..") else rel, f.f_lineno, f.f_code.co_name, code[:200])
         f = f.f_back
     return None
 

@@ -8,9 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=test/fixtures/capture
 py=${PYTHON:-/usr/bin/python3}
-while read -r name script axis flag; do
+while read -r name script axis flags; do
   rm -rf "${out:?}/$name"
-  "$py" tools/capture/planproof_capture.py --nproc 2 --axis "$axis" --values --out "$out/$name" "examples/torch/$script" ${flag:+"$flag"}
+  # shellcheck disable=SC2086 # flags are words
+  "$py" tools/capture/planproof_capture.py --nproc 2 --axis "$axis" --values --out "$out/$name" "examples/torch/$script" $flags
   rm -f "$out/$name"/meta.*.json "$out/$name"/capture-stats.json
 done <<'LIST'
 tp_mlp tp_mlp.py tp
@@ -29,5 +30,11 @@ gpt_block_sp-bug gpt_block_sp.py tp --bug
 gpt_block_sp-bug-ce gpt_block_sp.py tp --bug-ce
 dtensor_mlp dtensor_mlp.py tp
 dtensor_mlp-bug dtensor_mlp.py tp --bug
+llama_tp llama_tp.py tp
+llama_tp-bug llama_tp.py tp --bug
+llama_tp-bug-grad llama_tp.py tp --bug-grad
+ddp_clip ddp_clip.py dp --micro 1
+ddp_clip-bug ddp_clip.py dp --micro 1 --bug
+ddp_clip-bug-avg ddp_clip.py dp --micro 1 --bug-avg
 LIST
 rm -rf tools/capture/__pycache__
