@@ -96,6 +96,10 @@ export function importCommand(a: ImportArgs, out: Out): number {
     const summary = { out: outName, ranks: ranks.length, atenOps: stats.atenOps, planOps: stats.planOps, collectives: stats.collectives, bytes: Buffer.byteLength(body), ms: Math.round(performance.now() - t0) };
     if (a.json) out.err(JSON.stringify(summary));
     else out.err(`planproof: imported ${stats.atenOps} ATen ops from ${logicalFile.length + ranks.reduce((n, fs) => n + fs.length, 0)} graphs into ${stats.planOps} plan ops (${stats.collectives} collective calls); wrote ${outName}. Lineage is on the boundary only: verify with --infer.`);
+    const reads = plan['x-planproof-specialized'];
+    if (Array.isArray(reads) && reads.length > 0) {
+      out.err(`planproof: note: the program read ${reads.length} value(s) into Python (.item(), float(t)); the graphs hold what was read as constants, so a verdict holds for those values only (verify says so). First: ${String(reads[0])}`);
+    }
     return 0;
   } catch (e) {
     if (e instanceof ImportError) return fail(e.message);

@@ -100,6 +100,7 @@ function load(file: string, raw: unknown, opts: LoadOptions, subset: boolean): L
     file,
     name: plan.name ?? '',
     description: plan.description ?? '',
+    ...(specializedOf(plan) === undefined ? {} : { specialized: specializedOf(plan) }),
     mesh,
     logical,
     programs,
@@ -124,4 +125,12 @@ function load(file: string, raw: unknown, opts: LoadOptions, subset: boolean): L
     multiRank: quotient.filter((c) => c.sites.every((x) => x < 0)),
     stats: { checks: mode, boxPrograms: boxes.filter((b) => b.isBox).length, shapeChecks, collectives: cstats, lineage: lstats, ms },
   };
+}
+
+/** The `x-planproof-specialized` notes of a plan (strings only; anything else is ignored as an extension). */
+function specializedOf(plan: { readonly [k: string]: unknown }): readonly string[] | undefined {
+  const x = plan['x-planproof-specialized'];
+  if (!Array.isArray(x)) return undefined;
+  const notes = x.filter((v): v is string => typeof v === 'string').map((v) => v.slice(0, 500));
+  return notes.length === 0 ? undefined : notes;
 }

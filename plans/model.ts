@@ -175,6 +175,12 @@ export interface Plan {
   readonly file: string;
   readonly name: string;
   readonly description: string;
+  /**
+   * Values the traced program read into Python (`.item()`, `float(t)`): the graphs are
+   * specialized to them, so a proof holds for those values only (the top-level
+   * `x-planproof-specialized` of an imported plan; every report says so).
+   */
+  readonly specialized?: readonly string[];
   readonly mesh: Mesh;
   readonly logical: LogicalGraph;
   readonly programs: Program[];

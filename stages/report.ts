@@ -68,6 +68,8 @@ export interface VerifyReport {
   readonly phases?: Record<string, number>;
   /** Set when the run's time limit (--time-limit) stopped work: what was left is "unknown". */
   readonly timeLimit?: { seconds: number; reached: boolean };
+  /** The plan's values read into Python (Plan.specialized): a verdict holds for these values only. */
+  readonly specialized?: readonly string[];
 }
 
 /** "0-7" for a run of consecutive ranks, else "0,2,5". */
@@ -147,7 +149,10 @@ export function formatReport(r: VerifyReport, verbose = false): string {
   if (hidden > 0) out.push(`  ... ${hidden} proved stage(s) not shown (--verbose lists them)`);
   out.push('');
   const head = r.verdict === 'verified' ? 'VERIFIED' : r.verdict === 'not_equivalent' ? 'NOT EQUIVALENT' : 'UNKNOWN';
-  out.push(`verdict     ${head}: ${r.summary} (${(r.ms / 1000).toFixed(2)} s)`);
+  const sp = r.specialized ?? [];
+  out.push(`verdict     ${head}${sp.length > 0 && r.verdict !== 'unknown' ? ' (for the values the program read into Python)' : ''}: ${r.summary} (${(r.ms / 1000).toFixed(2)} s)`);
+  for (const s of sp.slice(0, 10)) out.push(`            specialized: ${s}`);
+  if (sp.length > 10) out.push(`            specialized: ... ${sp.length - 10} more`);
   if (r.verdict === 'not_equivalent') out.push(`            witness inputs: the contract inputs drawn uniformly from [-1, 1) with seed ${r.numeric.seed} (planproof verify --seed ${r.numeric.seed} reproduces them)`);
   if (r.phases !== undefined) out.push(`time        ${formatPhases(r.phases)}`);
   if (r.timeLimit?.reached === true) out.push(`            the run's time limit of ${r.timeLimit.seconds} s (--time-limit) was reached: stages left undecided are unknown`);

@@ -821,6 +821,7 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
     approximations: [],
     ms: performance.now() - t0,
     decomposition: { path: 'template', entries, bound, reason: why },
+    ...(plan.specialized === undefined ? {} : { specialized: plan.specialized }),
   };
   // Incremental re-verification (cli/delta.ts) reuses a verdict that tensor level alone reached.
   if (verified && tensor === reports.length && use.poisoned === undefined) ATTR_USE.set(report, { refs: use.refs, classes: use.classes() });

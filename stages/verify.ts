@@ -454,6 +454,7 @@ export function assemble(plan: LoadedPlan, results: readonly StageResult[], nume
     numeric: { evaluated: numeric.evaluated, seed, claimsChecked: numeric.claimsChecked, mismatches: numeric.mismatches.length, ...(numeric.reason === undefined ? {} : { reason: numeric.reason }) },
     approximations: [],
     ms: performance.now() - t0,
+    ...(plan.specialized === undefined ? {} : { specialized: plan.specialized }),
   };
 }
 

@@ -262,6 +262,15 @@ export const TRAINING_RULES: Record<string, Rule> = {
   'aten.new_ones': newFilled(1),
   'aten.new_full': newFilled('arg'),
   'aten.arange': arange,
+  // `.item()`, `float(t)`, `bool(t)`: the value leaves the graph; what the program does with it
+  // in Python is baked into the ops after it. Recorded: the plan is specialized to that value.
+  'aten._local_scalar_dense': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    l.reads.push(`${n.loc ?? `${l.g.file}:${n.line}`}: the value of '${x.id}' read into Python`);
+    return l.bind(n, { kind: 'none' });
+  },
+  // torch.tensor(data) inside the step: the constant made from Python data, returned as is.
+  'aten.lift_fresh': (l, n) => l.bind(n, l.tensor(n.args[0], 'self')),
   'aten.square': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
     return l.bind(n, l.one('mul', [x, x], {}, l.out(n)));

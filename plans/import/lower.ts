@@ -56,6 +56,8 @@ export interface Lowered {
   readonly outputs: readonly (TensorVal | undefined)[];
   readonly extra: readonly ExtraInput[];
   readonly collectives: readonly CollectiveCall[];
+  /** Values read into Python (`aten._local_scalar_dense`): where, and what was read. */
+  readonly reads: readonly string[];
   /** ATen ops seen, for statistics. */
   readonly atenOps: number;
 }
@@ -68,6 +70,7 @@ export class Lowerer {
   readonly tensors = new Map<string, TensorVal>();
   readonly extra: ExtraInput[] = [];
   readonly collectives: CollectiveCall[] = [];
+  readonly reads: string[] = [];
   private readonly vals = new Map<string, Val>();
   /** Storage root of each name (views share their input's root), for in-place soundness. */
   private readonly root = new Map<string, string>();
@@ -277,7 +280,7 @@ export class Lowerer {
       });
     });
     const files = this.graphs.map((g) => g.file).join(', ');
-    return { file: files, ops: this.ops, tensors: this.tensors, inputs, outputs, extra: this.extra, collectives: this.collectives, atenOps: aten };
+    return { file: files, ops: this.ops, tensors: this.tensors, inputs, outputs, extra: this.extra, collectives: this.collectives, reads: this.reads, atenOps: aten };
   }
 
   private lower(n: FxNode): Val {

@@ -243,6 +243,9 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
     parallel: { programs },
     contract: { inputs: contractIn, outputs: [...outNames] },
   };
+  // Values read into Python on either side: the graphs hold them as constants (a proof is for them only).
+  const reads = [logical, ...ranks].flatMap((g) => g.reads.map((r) => `${g === logical ? 'logical run' : g.file}: ${r}`));
+  if (reads.length > 0) plan['x-planproof-specialized'] = reads.slice(0, 1000);
   const atenOps = [logical, ...ranks].reduce((a, g) => a + g.atenOps, 0);
   const planOps = lops.length + programs.reduce((a, p) => a + p.ops.length, 0);
   const collectives = ranks.reduce((a, g) => a + g.collectives.length, 0);

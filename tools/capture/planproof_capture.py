@@ -102,6 +102,8 @@ class Capture:
 
     # ---- placements (DTensor vocabulary), declared on inputs and parameters
     def _declare(self, t, name, placement, role, values):
+        if not isinstance(name, str) or not name.isidentifier():
+            raise UserError("the name %r given at %s is not a Python identifier (graph inputs are named by it): for nn.Module parameters, name.replace('.', '_') with a letter first, e.g. 'p_' + name" % (name, _user_loc() or "the step"))
         if id(t) in self.names:
             raise ValueError("tensor %s declared twice" % name)
         self.names[id(t)] = name
@@ -206,7 +208,13 @@ class Capture:
         self.keep.append(a)
         self.inputs.append((name, a))
         self.relations[name] = {"placements": ["R"]}
-        self.consts[name] = {"shape": list(a.shape), "values": a.detach().double().flatten().tolist(), "where": where}
+        # Reading its values is the capture's work, not the program's: not traced.
+        self.suspended += 1
+        try:
+            vals = a.detach().double().flatten().tolist()
+        finally:
+            self.suspended -= 1
+        self.consts[name] = {"shape": list(a.shape), "values": vals, "where": where}
         self.values[name] = self.consts[name]["values"]
         return name
 
@@ -320,16 +328,59 @@ class _Mode(TorchDispatchMode):
         out = func(*args, **kwargs)
         # Profiler markers (Optimizer.step's record_function) are not computation.
         if self.cap.suspended == 0 and not str(func).startswith("profiler."):
-            self.cap.record(func, args, kwargs, out)
+            # What record() reads (a dropout mask's values) is the capture's, not the program's.
+            self.cap.suspended += 1
+            try:
+                self.cap.record(func, args, kwargs, out)
+            finally:
+                self.cap.suspended -= 1
         return out
 
     def __enter__(self):
         self.cap.tracing = True
+        _watch_reads(self.cap)
         return super().__enter__()
 
     def __exit__(self, *a):
         self.cap.tracing = False
+        _unwatch_reads()
         return super().__exit__(*a)
+
+
+_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__")
+_SAVED = {}
+
+
+def _watch_reads(cap):
+    """Values read into Python (`.item()`, `float(t)`, `if t:`) leave the graph: what the program
+    then computes from them is baked into later ops as constants. torch 1.13's dispatch mode
+    does not see these reads, so each is recorded here as `aten._local_scalar_dense`, which the
+    importer turns into a note that the plan is specialized to the value read."""
+    for m in _READS:
+        real = getattr(torch.Tensor, m)
+        _SAVED[m] = real
+
+        def read(t, *a, _real=real, _m=m, **k):
+            if not (cap.tracing and cap.suspended == 0 and isinstance(t, torch.Tensor)):
+                return _real(t, *a, **k)
+            # The capture's own reads (an undeclared tensor's values) are not the program's.
+            cap.suspended += 1
+            try:
+                cap.loc = _user_loc()
+                if cap.loc is not None and cap.loc != cap.last_loc:
+                    cap.lines.append("# File: %s" % cap.loc)
+                    cap.last_loc = cap.loc
+                cap.lines.append("%s = torch.ops.aten._local_scalar_dense.default(%s)" % (cap.fresh("read"), cap.fmt(t)))
+                return _real(t, *a, **k)
+            finally:
+                cap.suspended -= 1
+        setattr(torch.Tensor, m, read)
+
+
+def _unwatch_reads():
+    for m, real in _SAVED.items():
+        setattr(torch.Tensor, m, real)
+    _SAVED.clear()
 
 
 _CURRENT = []

@@ -36,5 +36,7 @@ llama_tp-bug-grad llama_tp.py tp --bug-grad
 ddp_clip ddp_clip.py dp --micro 1
 ddp_clip-bug ddp_clip.py dp --micro 1 --bug
 ddp_clip-bug-avg ddp_clip.py dp --micro 1 --bug-avg
+ddp_adamw ddp_adamw.py dp
+ddp_adamw-bug ddp_adamw.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
