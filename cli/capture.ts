@@ -19,7 +19,9 @@ interface Out {
 const CAPTURE_TOOL = fileURLToPath(new URL('../../tools/capture/planproof_capture.py', import.meta.url));
 
 export interface CaptureArgs {
-  nproc: number;
+  nproc: number | undefined;
+  /** `dp=2,tp=2`: axes slowest first (rank = row-major index); replaces --nproc and --axis. */
+  mesh: string | undefined;
   out?: string;
   axis: string;
   python: string;
@@ -34,17 +36,15 @@ export function captureCommand(a: CaptureArgs, out: Out): number {
     out.err("planproof: name the script after '--': planproof capture --nproc 2 --out plan.json -- script.py");
     return ExitCode.usage;
   }
-  if (!Number.isSafeInteger(a.nproc) || a.nproc < 1 || a.nproc > 64) {
-    out.err(`planproof: --nproc must be an integer from 1 to 64, got ${a.nproc}`);
+  const mesh = meshOf(a);
+  if (typeof mesh === 'string') {
+    out.err(`planproof: ${mesh}`);
     return ExitCode.usage;
   }
-  if (!/^[A-Za-z_][A-Za-z0-9_]{0,31}$/.test(a.axis)) {
-    out.err(`planproof: --axis must be a mesh axis name, got '${a.axis}'`);
-    return ExitCode.usage;
-  }
+  const nproc = mesh.reduce((p, x) => p * x.size, 1);
   const dir = a.keep ?? mkdtempSync(join(tmpdir(), 'planproof-capture-'));
   try {
-    const r = spawnSync(a.python, [CAPTURE_TOOL, '--nproc', String(a.nproc), '--axis', a.axis, '--out', dir, ...a.script], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, timeout: 600_000 });
+    const r = spawnSync(a.python, [CAPTURE_TOOL, '--nproc', String(nproc), '--mesh', mesh.map((x) => `${x.name}=${x.size}`).join(','), '--out', dir, ...a.script], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, timeout: 600_000 });
     if (r.error !== undefined) {
       out.err(`planproof: capture could not run ${a.python}: ${r.error.message}`);
       return ExitCode.usage;
@@ -66,9 +66,32 @@ export function captureCommand(a: CaptureArgs, out: Out): number {
       out.err('planproof: capture wrote no relations.json');
       return ExitCode.usage;
     }
-    out.err(`planproof: captured ${a.script.join(' ')} on 1 and ${a.nproc} process(es): ${(r.stdout ?? '').trim()}`);
+    out.err(`planproof: captured ${a.script.join(' ')} on 1 and ${nproc} process(es): ${(r.stdout ?? '').trim()}`);
     return importCommand({ dir, ...(a.out === undefined ? {} : { out: a.out }), name: `capture of ${a.script.join(' ')}`.slice(0, 200), json: a.json }, out);
   } finally {
     if (a.keep === undefined) rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** The mesh from --mesh (`dp=2,tp=2`) or --nproc and --axis; a string is the usage error. */
+function meshOf(a: CaptureArgs): { name: string; size: number }[] | string {
+  const name = /^[A-Za-z_][A-Za-z0-9_]{0,31}$/;
+  let mesh: { name: string; size: number }[];
+  if (a.mesh !== undefined) {
+    mesh = [];
+    for (const part of a.mesh.split(',')) {
+      const m = /^\s*([^=\s]+)\s*=\s*([0-9]+)\s*$/.exec(part);
+      if (m === null || !name.test(m[1] as string)) return `--mesh: expected axis=size pairs such as dp=2,tp=2, got '${part}'`;
+      if (mesh.some((x) => x.name === m[1])) return `--mesh: axis '${m[1]}' given twice`;
+      mesh.push({ name: m[1] as string, size: Number(m[2]) });
+    }
+    if (a.nproc !== undefined && a.nproc !== mesh.reduce((p, x) => p * x.size, 1)) return `--nproc ${a.nproc} is not the mesh's ${mesh.reduce((p, x) => p * x.size, 1)} ranks`;
+  } else {
+    if (a.nproc === undefined) return 'give --nproc N (a 1-D mesh) or --mesh dp=2,tp=2';
+    if (!name.test(a.axis)) return `--axis must be a mesh axis name, got '${a.axis}'`;
+    mesh = [{ name: a.axis, size: a.nproc }];
+  }
+  const n = mesh.reduce((p, x) => p * x.size, 1);
+  if (mesh.some((x) => !Number.isSafeInteger(x.size) || x.size < 1) || !Number.isSafeInteger(n) || n < 1 || n > 64) return `the parallel run must have 1 to 64 processes (--nproc or the --mesh sizes' product), got ${a.mesh ?? a.nproc}`;
+  return mesh;
 }

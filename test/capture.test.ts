@@ -47,6 +47,9 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'ddp_clip', script: 'ddp_clip.py', args: ['--micro', '1'], axis: 'dp', code: 0 },
   // AdamW as-is: its step counters read with .item() make the verdict hold for those values, and it says so.
   { name: 'ddp_adamw', script: 'ddp_adamw.py', args: [], axis: 'dp', code: 0, at: /VERIFIED \(for the values the program read into Python\)[\s\S]*specialized: logical run: \S*ddp_adamw\.py:\d+: the value of '[^']+' read into Python/ },
+  // A 2-D mesh (capture --mesh dp=2,tp=2), groups made as Megatron's initialize makes them.
+  { name: 'dp_tp_mlp', script: 'dp_tp_mlp.py', args: [], axis: 'dp=2,tp=2', code: 0 },
+  { name: 'dp_tp_mlp-bug', script: 'dp_tp_mlp.py', args: ['--bug'], axis: 'dp=2,tp=2', code: 1, at: /NOT EQUIVALENT: stage \d+ \(w[12]_new, op 'return\.w[12]_new'\)/ },
   { name: 'ddp_adamw-bug', script: 'ddp_adamw.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug', script: 'ddp_clip.py', args: ['--micro', '1', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug-avg', script: 'ddp_clip.py', args: ['--micro', '1', '--bug-avg'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
@@ -120,7 +123,8 @@ describe('planproof capture (live, Debian python3-torch)', function () {
   for (const c of CASES) {
     it(`captures ${c.script} ${c.args.join(' ')} and verify says ${c.code === 0 ? 'VERIFIED' : 'NOT EQUIVALENT'}${fullUnless(c.name === 'tp_mlp')}`, async () => {
       const out = join(mkdtempSync(join(tmpdir(), 'pp-cap-')), 'plan.json');
-      const cap = await runCli(['capture', '--nproc', '2', '--axis', c.axis, '--out', out, '--', `${EXAMPLES}torch/${c.script}`, ...c.args]);
+      const mesh = c.axis.includes('=') ? ['--mesh', c.axis] : ['--nproc', '2', '--axis', c.axis];
+      const cap = await runCli(['capture', ...mesh, '--out', out, '--', `${EXAMPLES}torch/${c.script}`, ...c.args]);
       assert.equal(cap.code, 0, cap.stderr);
       const v = await verifyPlan(out);
       assert.equal(v.code, c.code, v.stdout);

@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import sys
 import tempfile
@@ -99,6 +100,8 @@ class Capture:
         self.consts = {}         # name -> {"shape", "values", "where"}: undeclared tensors (see fmt)
         self.loc = None          # the user's source line of the op being recorded
         self.last_loc = None
+        # The mesh axes, slowest first (--mesh; a 1-D mesh of --axis otherwise): placements are per axis.
+        self.axes = [p.split("=")[0] for p in os.environ.get("PLANPROOF_MESH", "tp=%d" % world).split(",")]
 
     # ---- placements (DTensor vocabulary), declared on inputs and parameters
     def _declare(self, t, name, placement, role, values):
@@ -110,7 +113,7 @@ class Capture:
         self.keep.append(t)
         self.inputs.append((name, t))
         self.values[name] = t.detach().double().flatten().tolist()
-        rel = {"placements": [placement]}
+        rel = {"placements": self.placements(placement, "input %s" % name)}
         if role != "input":
             rel["role"] = role
         if values is not None:
@@ -118,14 +121,39 @@ class Capture:
         self.relations[name] = rel
         return t
 
+    def placements(self, p, what):
+        """One placement per mesh axis from a list, a dict {axis: placement} (other axes R), or a
+        string: the placement on a 1-D mesh, or "R" on any mesh."""
+        n = len(self.axes)
+        if isinstance(p, dict):
+            bad = [k for k in p if k not in self.axes]
+            if bad:
+                raise UserError("%s: axis %r is not an axis of the mesh %s" % (what, bad[0], ",".join(self.axes)))
+            return [p.get(a, "R") for a in self.axes]
+        if isinstance(p, (list, tuple)):
+            if len(p) != n:
+                raise UserError("%s: %d placement(s) for a mesh of %d axes (%s)" % (what, len(p), n, ",".join(self.axes)))
+            return list(p)
+        if n == 1 or p == "R":
+            return [p] * n
+        raise UserError("%s: on the mesh %s give one placement per axis, as a list or {axis: placement}, not %r" % (what, ",".join(self.axes), p))
+
+    def _on(self, axis, p, what):
+        if len(self.axes) == 1 and axis not in self.axes:
+            # A 1-D mesh: the axis named in the script is that axis, whatever --axis called it.
+            return {self.axes[0]: p}
+        if axis not in self.axes:
+            raise UserError("%s: axis %r is not an axis of the mesh %s" % (what, axis, ",".join(self.axes)))
+        return {axis: p}
+
     def shard(self, t, dim, axis, name, role="input", values=None):
-        return self._declare(t, name, "S(%d)" % dim, role, values)
+        return self._declare(t, name, self._on(axis, "S(%d)" % dim, "input %s" % name), role, values)
 
     def replicate(self, t, name, role="input", values=None):
         return self._declare(t, name, "R", role, values)
 
     def partial(self, t, axis, name, role="input", values=None):
-        return self._declare(t, name, "P(sum)", role, values)
+        return self._declare(t, name, self._on(axis, "P(sum)", "input %s" % name), role, values)
 
     def param(self, t, name, role="param"):
         """A parameter whose placement Megatron's attributes give (set_tensor_model_parallel_attributes):
@@ -134,7 +162,7 @@ class Capture:
         if _is_dtensor(t):
             return self.dtensor(t, name, role)
         if getattr(t, "tensor_model_parallel", False):
-            return self._declare(t, name, "S(%d)" % int(getattr(t, "partition_dim")), role, None)
+            return self._declare(t, name, self._on("tp", "S(%d)" % int(getattr(t, "partition_dim")), "parameter %s" % name), role, None)
         return self._declare(t, name, "R", role, None)
 
     def dtensor(self, t, name, role="input", values=None):
@@ -155,7 +183,7 @@ class Capture:
             return
         if id(t) not in self.names:
             raise ValueError("output %s is not a traced tensor" % name)
-        self.outputs.append((name, self.names[id(t)], placement))
+        self.outputs.append((name, self.names[id(t)], self.placements(placement, "output %s" % name)))
         self.values[name] = t.detach().double().flatten().tolist()
 
     # ---- naming
@@ -207,7 +235,7 @@ class Capture:
         self.names[id(a)] = name
         self.keep.append(a)
         self.inputs.append((name, a))
-        self.relations[name] = {"placements": ["R"]}
+        self.relations[name] = {"placements": ["R"] * len(self.axes)}
         # Reading its values is the capture's work, not the program's: not traced.
         self.suspended += 1
         try:
@@ -229,7 +257,7 @@ class Capture:
         call = "torch.ops.%s(%s)" % (str(func), ", ".join([self.fmt(a) for a in args] + ["%s = %s" % (k, self.fmt(v)) for k, v in kwargs.items()]))
         if str(func) in ("aten.bernoulli_.float", "aten.bernoulli_.Tensor"):
             # CPU dropout's mask: a plan input (docs/import.md), with its relation and values.
-            self.relations[name + ".mask"] = {"placements": [self.masks.pop(0) if self.masks else "R"]}
+            self.relations[name + ".mask"] = {"placements": self.placements(self.masks.pop(0) if self.masks else "R", "dropout mask")}
             self.values[name + ".mask"] = out.detach().double().flatten().tolist()
         if isinstance(out, torch.Tensor):
             if func._schema.arguments and func._schema.arguments[0].alias_info is not None and func._schema.arguments[0].alias_info.is_write and isinstance(args[0], torch.Tensor):
@@ -244,7 +272,7 @@ class Capture:
             self.lines.append("%s = %s" % (name, call))
             if str(func) == "aten.native_dropout.default" and len(out) == 2:
                 # The sampled mask is a plan input (docs/import.md): its relation and its values.
-                self.relations[name + ".mask"] = {"placements": [self.masks.pop(0) if self.masks else "R"]}
+                self.relations[name + ".mask"] = {"placements": self.placements(self.masks.pop(0) if self.masks else "R", "dropout mask")}
                 self.values[name + ".mask"] = out[1].detach().double().flatten().tolist()
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
@@ -500,6 +528,19 @@ def _spawn(world, script, outdir, args, bench=0, values=False):
         raise
 
 
+def _merged_relations(metas):
+    """Every rank's declarations (a pipeline declares each input on the rank that holds it): a
+    name declared on several ranks must be declared alike."""
+    out = {}
+    for r, m in enumerate(metas):
+        for name, rel in m["relations"].items():
+            prev = out.get(name)
+            if prev is not None and prev[1] != rel:
+                raise UserError("input %s is declared differently on rank %d (%s) and rank %d (%s)" % (name, prev[0], json.dumps(prev[1]), r, json.dumps(rel)))
+            out.setdefault(name, (r, rel))
+    return {k: v[1] for k, v in out.items()}
+
+
 def _check_consts(logical, metas):
     """Undeclared tensors (Capture.undeclared) are replicated inputs only if every rank read
     exactly what the logical run read; otherwise the user must state their placement."""
@@ -518,6 +559,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nproc", type=int, required=True)
     ap.add_argument("--axis", default="tp")
+    ap.add_argument("--mesh", help="axes slowest first, e.g. dp=2,tp=2 (default: a 1-D mesh of --axis)")
     ap.add_argument("--out", required=True, help="directory for logical.py, rank*.py, relations.json")
     ap.add_argument("--bench", type=int, default=0, help="also time the step this many times untraced and traced (capture-stats.json)")
     ap.add_argument("--values", action="store_true", help="write the logical run's input and output values (values.json)")
@@ -527,14 +569,18 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
+    mesh = [(p.split("=")[0], int(p.split("=")[1])) for p in (a.mesh or "%s=%d" % (a.axis, a.nproc)).split(",")]
+    if math.prod(s for _, s in mesh) != a.nproc:
+        raise UserError("--mesh %s is not %d processes" % (a.mesh, a.nproc))
+    os.environ["PLANPROOF_MESH"] = ",".join("%s=%d" % m for m in mesh)
     _spawn(1, a.script, a.out, a.args, 0, a.values)
     _spawn(a.nproc, a.script, a.out, a.args, a.bench)
     metas = [json.load(open(os.path.join(a.out, "meta.%d.json" % r))) for r in range(a.nproc)]
     logical = json.load(open(os.path.join(a.out, "meta.logical.json")))
     _check_consts(logical, metas)
-    rel = {"format": "planproof-relations/v1", "mesh": {"axes": [{"name": a.axis, "size": a.nproc}]},
-           "inputs": metas[0]["relations"],
-           "outputs": [{"name": n, "placements": [p]} for n, p in metas[0]["outputs"]]}
+    rel = {"format": "planproof-relations/v1", "mesh": {"axes": [{"name": n, "size": s} for n, s in mesh]},
+           "inputs": _merged_relations(metas),
+           "outputs": [{"name": n, "placements": p} for n, p in metas[0]["outputs"]]}
     groups = {"world": list(range(a.nproc))}
     for m in metas:
         groups.update(m["groups"])

@@ -11,7 +11,11 @@ py=${PYTHON:-/usr/bin/python3}
 while read -r name script axis flags; do
   rm -rf "${out:?}/$name"
   # shellcheck disable=SC2086 # flags are words
-  "$py" tools/capture/planproof_capture.py --nproc 2 --axis "$axis" --values --out "$out/$name" "examples/torch/$script" $flags
+  # axis: a 1-D mesh of 2 processes on that axis, or a mesh spelled dp=2,tp=2
+  mesh=$axis
+  [[ $axis == *=* ]] || mesh="$axis=2"
+  nproc=$(python3 -c "import math,sys; print(math.prod(int(p.split('=')[1]) for p in sys.argv[1].split(',')))" "$mesh")
+  "$py" tools/capture/planproof_capture.py --nproc "$nproc" --mesh "$mesh" --values --out "$out/$name" "examples/torch/$script" $flags
   rm -f "$out/$name"/meta.*.json "$out/$name"/capture-stats.json
 done <<'LIST'
 tp_mlp tp_mlp.py tp
@@ -38,5 +42,7 @@ ddp_clip-bug ddp_clip.py dp --micro 1 --bug
 ddp_clip-bug-avg ddp_clip.py dp --micro 1 --bug-avg
 ddp_adamw ddp_adamw.py dp
 ddp_adamw-bug ddp_adamw.py dp --bug
+dp_tp_mlp dp_tp_mlp.py dp=2,tp=2
+dp_tp_mlp-bug dp_tp_mlp.py dp=2,tp=2 --bug
 LIST
 rm -rf tools/capture/__pycache__
