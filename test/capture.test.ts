@@ -50,6 +50,13 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // A 2-D mesh (capture --mesh dp=2,tp=2), groups made as Megatron's initialize makes them.
   { name: 'dp_tp_mlp', script: 'dp_tp_mlp.py', args: [], axis: 'dp=2,tp=2', code: 0 },
   { name: 'dp_tp_mlp-bug', script: 'dp_tp_mlp.py', args: ['--bug'], axis: 'dp=2,tp=2', code: 1, at: /NOT EQUIVALENT: stage \d+ \(w[12]_new, op 'return\.w[12]_new'\)/ },
+  // send/recv (inputs declared on the rank that holds them), reduce_scatter, broadcast, all_to_all.
+  { name: 'pipeline_sendrecv', script: 'pipeline_sendrecv.py', args: [], axis: 'pp', code: 0 },
+  { name: 'pipeline_sendrecv-bug', script: 'pipeline_sendrecv.py', args: ['--bug'], axis: 'pp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([wb]0_new, op 'return\.[wb]0_new'\)/ },
+  { name: 'zero2_sgd', script: 'zero2_sgd.py', args: [], axis: 'dp', code: 0 },
+  { name: 'zero2_sgd-bug', script: 'zero2_sgd.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(w_new, op 'return\.w_new'\)/ },
+  { name: 'alltoall_exchange', script: 'alltoall_exchange.py', args: [], axis: 'ep', code: 0 },
+  { name: 'alltoall_exchange-bug', script: 'alltoall_exchange.py', args: ['--bug'], axis: 'ep', code: 1, at: /NOT EQUIVALENT: stage \d+ \(y, op 'return\.y'\)/ },
   { name: 'ddp_adamw-bug', script: 'ddp_adamw.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug', script: 'ddp_clip.py', args: ['--micro', '1', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug-avg', script: 'ddp_clip.py', args: ['--micro', '1', '--bug-avg'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },

@@ -271,6 +271,21 @@ export const TRAINING_RULES: Record<string, Rule> = {
   },
   // torch.tensor(data) inside the step: the constant made from Python data, returned as is.
   'aten.lift_fresh': (l, n) => l.bind(n, l.tensor(n.args[0], 'self')),
+  // Point-to-point (planproof capture writes dist.send / dist.recv as these): matched in order
+  // per (sender, receiver) pair by the loader, like a plan's own send and recv.
+  'planproof.send': (l, n) => {
+    const x = l.tensor(n.args[0], 'tensor');
+    const dst = l.int(n.args[1], 'dst');
+    l.ops.push({ id: `${l.out(n)}.op`, op: 'send', inputs: [x.id], outputs: [], peer: dst, loc: `${l.g.file}:${n.line}${n.loc === undefined ? '' : ` (${n.loc})`}` });
+    return l.bind(n, { kind: 'none' });
+  },
+  'planproof.recv': (l, n) => {
+    const src = l.int(n.args[0], 'src');
+    const type = n.type ?? l.fail('planproof.recv needs its result annotated with a dtype and shape');
+    const t = l.addTensor(l.out(n), type.shape, type.dtype);
+    l.ops.push({ id: `${t.id}.op`, op: 'recv', inputs: [], outputs: [t.id], peer: src, loc: `${l.g.file}:${n.line}${n.loc === undefined ? '' : ` (${n.loc})`}` });
+    return l.bind(n, t);
+  },
   'aten.square': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
     return l.bind(n, l.one('mul', [x, x], {}, l.out(n)));

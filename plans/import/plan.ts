@@ -225,6 +225,9 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
     }
     rel.outputs.forEach((o, k) => {
       if (o === null) return;
+      // A rank that returns None there does not hold that output (a pipeline's loss is on its
+      // last stage); the loader checks that the ranks that do hold every output whole.
+      if (g.outputs[k] === undefined && k < g.outputs.length) return;
       const src = returnedValue(g, k, o.name);
       const id = `return.${o.name}`;
       if (g.tensors.has(id)) throw new ImportError(g.file, 0, `tensor name '${id}' is reserved for return values`);

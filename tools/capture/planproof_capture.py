@@ -283,15 +283,50 @@ class Capture:
             self.lines.append("%s = %s" % (name, call))
 
     # ---- collectives
+    def group_name(self, group):
+        if group is None or group is dist.group.WORLD:
+            return "world"
+        return _GROUPS[id(group)][0]
+
+    def reduce_name(self, op):
+        r = REDUCE.get(op, None) if op is not None else None
+        if r is None:
+            raise UserError("reduce op %s at %s is not supported (SUM, AVG, MAX, MIN)" % (op, _user_loc() or "the step"))
+        return r
+
     def collective(self, kind, t, op, group):
-        gname = "world"
-        if group is not None and group is not dist.group.WORLD:
-            gname = _GROUPS[id(group)][0]
-        reduce = REDUCE.get(op, None) if op is not None else None
         if kind == "all_reduce":
-            if reduce is None:
-                raise RuntimeError("reduce op %s is not supported" % op)
-            self.lines.append("%s: %s = torch.ops._c10d_functional.all_reduce_.default(%s, '%s', '%s')" % (self.fresh("all_reduce"), ann(t), self.names[id(t)], reduce, gname))
+            self.lines.append("%s: %s = torch.ops._c10d_functional.all_reduce_.default(%s, '%s', '%s')" % (self.fresh("all_reduce"), ann(t), self.fmt(t), self.reduce_name(op), self.group_name(group)))
+
+    def note_loc(self):
+        self.loc = _user_loc()
+        if self.loc is not None and self.loc != self.last_loc:
+            self.lines.append("# File: %s" % self.loc)
+            self.last_loc = self.loc
+
+    def concat(self, ts):
+        """A traced torch.cat of `ts` along dim 0 (the flat input of an emulated collective)."""
+        if len(ts) == 1:
+            return self.fmt(ts[0])
+        shape = (sum(t.shape[0] for t in ts),) + tuple(ts[0].shape[1:])
+        name = self.fresh("cat")
+        self.lines.append('%s: "%s[%s]" = torch.ops.aten.cat.default(%s)' % (name, DT.get(ts[0].dtype, "f32"), ", ".join(str(d) for d in shape), self.fmt(list(ts))))
+        return name
+
+    def copy_into(self, out, src):
+        """`out` now holds a copy of the traced `src` (a collective over a group of one)."""
+        name = self.fresh("clone")
+        self.lines.append("%s: %s = torch.ops.aten.clone.default(%s)" % (name, ann(out), self.fmt(src)))
+        self.bind(out, name)
+
+    def pieces(self, outs, whole):
+        """Binds each of `outs` to its slice along dim 0 of the traced tensor `whole`."""
+        at = 0
+        for o in outs:
+            s = self.fresh("slice")
+            self.lines.append("%s: %s = torch.ops.aten.slice.Tensor(%s, 0, %d, %d)" % (s, ann(o), whole, at, at + o.shape[0]))
+            self.bind(o, s)
+            at += o.shape[0]
 
     def gather(self, tensor_list, t, group):
         """dist.all_gather(list, t): one all_gather_into_tensor along dim 0, each list entry a slice of it."""
@@ -454,9 +489,143 @@ def _wrap_collectives():
             _GROUPS[id(g)] = ("g" + "_".join(str(r) for r in rs), rs)
         return g
 
+    real_broadcast = dist.broadcast
+
+    def broadcast(tensor, src, group=None, async_op=False):
+        cap = _CURRENT[-1]
+        size = dist.get_world_size(group) if group is not None else dist.get_world_size()
+        if cap.tracing and size > 1:
+            cap.note_loc()
+            name = cap.fresh("broadcast")
+            cap.lines.append("%s: %s = torch.ops._c10d_functional.broadcast.default(%s, %d, '%s')" % (name, ann(tensor), cap.fmt(tensor), src, cap.group_name(group)))
+            cap.bind(tensor, name)
+        cap.suspended += 1
+        try:
+            return real_broadcast(tensor, src, group=group, async_op=async_op)
+        finally:
+            cap.suspended -= 1
+
+    def _group_rank(group):
+        return dist.get_rank(group) if group is not None else dist.get_rank()
+
+    def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        """gloo under torch 1.13 has no reduce-scatter: all-reduce of the concatenated inputs,
+        this rank's chunk taken (said in docs/capture.md); traced as one reduce_scatter_tensor."""
+        cap = _CURRENT[-1]
+        size = len(input_list)
+        if cap.tracing and size > 1:
+            cap.note_loc()
+            flat = cap.concat(input_list)
+            name = cap.fresh("reduce_scatter")
+            cap.lines.append("%s: %s = torch.ops._c10d_functional.reduce_scatter_tensor.default(%s, '%s', %d, '%s')" % (name, ann(output), flat, cap.reduce_name(op), size, cap.group_name(group)))
+        cap.suspended += 1
+        try:
+            buf = torch.cat([t.detach() for t in input_list]).clone()
+            real_all_reduce(buf, op=op, group=group)
+            with torch.no_grad():
+                output.copy_(buf.chunk(size)[_group_rank(group)])
+        finally:
+            cap.suspended -= 1
+        if cap.tracing and size > 1:
+            cap.bind(output, name)
+        elif cap.tracing:
+            cap.copy_into(output, input_list[0])
+        return None
+
+    def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        size = dist.get_world_size(group) if group is not None else dist.get_world_size()
+        return reduce_scatter(output, list(input.chunk(size)), op=op, group=group, async_op=async_op)
+
+    def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+        """Emulated with all_gather (gloo under torch 1.13 has no all-to-all); traced as one
+        all_to_all_single of the concatenated inputs, each output a slice of its result."""
+        cap = _CURRENT[-1]
+        size = len(input_tensor_list)
+        if cap.tracing and size > 1:
+            cap.note_loc()
+            if len({t.shape for t in input_tensor_list}) != 1:
+                raise UserError("all_to_all with uneven pieces at %s is not supported" % (cap.loc or "the step"))
+            flat = cap.concat(input_tensor_list)
+            name = cap.fresh("all_to_all")
+            whole = sum(t.shape[0] for t in input_tensor_list)
+            shape = (whole,) + tuple(input_tensor_list[0].shape[1:])
+            cap.lines.append('%s: "%s[%s]" = torch.ops._c10d_functional.all_to_all_single.default(%s, None, None, \'%s\')' % (name, DT.get(input_tensor_list[0].dtype, "f32"), ", ".join(str(d) for d in shape), flat, cap.group_name(group)))
+        cap.suspended += 1
+        try:
+            me = _group_rank(group)
+            flat_in = torch.cat([t.detach() for t in input_tensor_list]).contiguous()
+            everyone = [torch.empty_like(flat_in) for _ in range(size)]
+            real_all_gather(everyone, flat_in, group=group)
+            with torch.no_grad():
+                for j, o in enumerate(output_tensor_list):
+                    o.copy_(everyone[j].chunk(size)[me])
+        finally:
+            cap.suspended -= 1
+        if cap.tracing and size > 1:
+            cap.pieces(output_tensor_list, name)
+        elif cap.tracing:
+            cap.copy_into(output_tensor_list[0], input_tensor_list[0])
+        return None
+
+    real_send, real_recv = dist.send, dist.recv
+
+    def send(tensor, dst, group=None, tag=0):
+        cap = _CURRENT[-1]
+        if cap.tracing:
+            cap.note_loc()
+            cap.lines.append("%s = torch.ops.planproof.send.default(%s, %d)" % (cap.fresh("send"), cap.fmt(tensor), dst))
+        cap.suspended += 1
+        try:
+            return real_send(tensor, dst, group=group, tag=tag)
+        finally:
+            cap.suspended -= 1
+
+    def recv(tensor, src=None, group=None, tag=0):
+        cap = _CURRENT[-1]
+        if src is None:
+            raise UserError("dist.recv without src (from any rank) is not supported: name the sender")
+        cap.suspended += 1
+        try:
+            r = real_recv(tensor, src, group=group, tag=tag)
+        finally:
+            cap.suspended -= 1
+        if cap.tracing:
+            cap.note_loc()
+            name = cap.fresh("recv")
+            cap.lines.append("%s: %s = torch.ops.planproof.recv.default(%d)" % (name, ann(tensor), src))
+            cap.bind(tensor, name)
+        return r
+
+    class _Done:
+        """The Work of an isend/irecv run eagerly (the capture orders calls as made)."""
+
+        def wait(self, *a, **k):
+            return True
+
+        def is_completed(self):
+            return True
+
+    # Eager isend/irecv would deadlock when both peers send first: run them as the blocking pair
+    # in an order gloo accepts, send-first ranks by rank order (docs/capture.md).
+    def isend(tensor, dst, group=None, tag=0):
+        send(tensor, dst, group=group, tag=tag)
+        return _Done()
+
+    def irecv(tensor, src=None, group=None, tag=0):
+        recv(tensor, src, group=group, tag=tag)
+        return _Done()
+
     dist.all_reduce = all_reduce
     dist.all_gather = all_gather
     dist.new_group = new_group
+    dist.broadcast = broadcast
+    dist.reduce_scatter = reduce_scatter
+    if hasattr(dist, "reduce_scatter_tensor"):
+        dist.reduce_scatter_tensor = reduce_scatter_tensor
+    if hasattr(dist, "_reduce_scatter_base"):
+        dist._reduce_scatter_base = reduce_scatter_tensor
+    dist.all_to_all = all_to_all
+    dist.send, dist.recv, dist.isend, dist.irecv = send, recv, isend, irecv
 
 
 def _run_one(rank, world, script, outdir, port, args, bench, values):
@@ -499,7 +668,7 @@ def _run_one_traced(rank, world, script, outdir, port, args, bench, values):
     name = "logical.py" if world == 1 else "rank%d.py" % rank
     with open(os.path.join(outdir, name), "w") as f:
         f.write(cap.text())
-    meta = {"relations": cap.relations, "outputs": [[n, p] for n, _, p in cap.outputs], "ops": cap.ops, "ms": ms,
+    meta = {"relations": cap.relations, "outputs": [[n, p, t] for n, t, p in cap.outputs], "ops": cap.ops, "ms": ms,
             "groups": {v[0]: v[1] for v in _GROUPS.values()}, "consts": cap.consts}
     meta.update(timing)
     if world == 1 and values:
@@ -526,6 +695,32 @@ def _spawn(world, script, outdir, args, bench=0, values=False):
             if os.path.exists(p):
                 raise UserError(("" if world == 1 else "(%s) " % name[6:-4].replace("logical", "1 process")) + open(p).read())
         raise
+
+
+def _merged_outputs(outdir, logical, metas):
+    """The contract outputs, in the 1-process run's order, each with its placements from the ranks
+    that hold it (a pipeline's loss is on its last stage only): each rank's graph returns them in
+    that order, None where the rank does not hold one."""
+    order = [n for n, _, _ in logical["outputs"]]
+    placements = {}
+    for r, m in enumerate(metas):
+        for n, p, _ in m["outputs"]:
+            if n not in order:
+                raise UserError("rank %d states the output %s, which the 1-process run does not" % (r, n))
+            if n in placements and placements[n][1] != p:
+                raise UserError("output %s is stated as %s on rank %d and %s on rank %d" % (n, placements[n][1], placements[n][0], p, r))
+            placements.setdefault(n, (r, p))
+    missing = [n for n in order if n not in placements]
+    if missing:
+        raise UserError("output %s is stated by the 1-process run but by no rank (cap.output on the rank that holds it)" % missing[0])
+    for r, m in enumerate(metas):
+        held = {n: t for n, _, t in m["outputs"]}
+        path = os.path.join(outdir, "rank%d.py" % r)
+        lines = open(path).read().rstrip("\n").split("\n")
+        lines[-1] = "        return (%s,)" % ", ".join(held.get(n, "None") for n in order)
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    return [{"name": n, "placements": placements[n][1]} for n in order]
 
 
 def _merged_relations(metas):
@@ -580,7 +775,7 @@ def main():
     _check_consts(logical, metas)
     rel = {"format": "planproof-relations/v1", "mesh": {"axes": [{"name": n, "size": s} for n, s in mesh]},
            "inputs": _merged_relations(metas),
-           "outputs": [{"name": n, "placements": p} for n, p in metas[0]["outputs"]]}
+           "outputs": _merged_outputs(a.out, logical, metas)}
     groups = {"world": list(range(a.nproc))}
     for m in metas:
         groups.update(m["groups"])

@@ -44,5 +44,11 @@ ddp_adamw ddp_adamw.py dp
 ddp_adamw-bug ddp_adamw.py dp --bug
 dp_tp_mlp dp_tp_mlp.py dp=2,tp=2
 dp_tp_mlp-bug dp_tp_mlp.py dp=2,tp=2 --bug
+pipeline_sendrecv pipeline_sendrecv.py pp
+pipeline_sendrecv-bug pipeline_sendrecv.py pp --bug
+zero2_sgd zero2_sgd.py dp
+zero2_sgd-bug zero2_sgd.py dp --bug
+alltoall_exchange alltoall_exchange.py ep
+alltoall_exchange-bug alltoall_exchange.py ep --bug
 LIST
 rm -rf tools/capture/__pycache__
