@@ -57,6 +57,9 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'zero2_sgd-bug', script: 'zero2_sgd.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(w_new, op 'return\.w_new'\)/ },
   { name: 'alltoall_exchange', script: 'alltoall_exchange.py', args: [], axis: 'ep', code: 0 },
   { name: 'alltoall_exchange-bug', script: 'alltoall_exchange.py', args: ['--bug'], axis: 'ep', code: 1, at: /NOT EQUIVALENT: stage \d+ \(y, op 'return\.y'\)/ },
+  // torch DDP (its C++ reducer replaced by a Python module with DDP's semantics) with no_sync accumulation.
+  { name: 'ddp_nosync', script: 'ddp_nosync.py', args: [], axis: 'dp', code: 0 },
+  { name: 'ddp_nosync-bug', script: 'ddp_nosync.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_adamw-bug', script: 'ddp_adamw.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug', script: 'ddp_clip.py', args: ['--micro', '1', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug-avg', script: 'ddp_clip.py', args: ['--micro', '1', '--bug-avg'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },

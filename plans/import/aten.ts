@@ -126,6 +126,24 @@ function foreach(op: 'add' | 'sub' | 'mul' | 'div', inPlace: boolean): Rule {
   };
 }
 
+/**
+ * x[start:end:step] along d (DistributedSampler's rank::world rows): the dim viewed as
+ * [size / step, step], the column start % step taken, then the rows. Needs step to divide the size.
+ */
+function stridedSlice(l: Lowerer, x: TensorVal, d: number, start: number, end: number, step: number, out: string): TensorVal {
+  const size = x.shape[d] as number;
+  if (step < 1) l.fail(`slice step ${step} must be positive`);
+  if (size % step !== 0) l.fail(`slice with step ${step} of a dim of size ${size}: only steps that divide the size are supported`);
+  const count = Math.max(0, Math.ceil((end - start) / step));
+  if (count === 0) l.fail('an empty strided slice is not supported');
+  const rows = size / step;
+  const grid = l.one('reshape', [x], { shape: [...x.shape.slice(0, d), rows, step, ...x.shape.slice(d + 1)] });
+  const col = l.one('slice', [grid], { dim: d + 1, start: start % step, end: (start % step) + 1 });
+  const a0 = Math.floor(start / step);
+  const flat = l.one('reshape', [col], { shape: [...x.shape.slice(0, d), rows, ...x.shape.slice(d + 1)] }, a0 === 0 && count === rows ? out : undefined);
+  return a0 === 0 && count === rows ? flat : l.one('slice', [flat], { dim: d, start: a0, end: a0 + count }, out);
+}
+
 const RULES: Record<string, Rule> = {
   // ---- no-ops: the same value (views share storage; copies in exact arithmetic are identities)
   'aten.alias': (l, n) => view(l, n, l.tensor(n.args[0], 'self')),
@@ -231,7 +249,8 @@ const RULES: Record<string, Rule> = {
     const endArg = n.args[3];
     const start = clamp(startArg === undefined || startArg.kind === 'none' ? 0 : l.num(startArg, 'start'));
     const end = clamp(endArg === undefined || endArg.kind === 'none' ? size : l.num(endArg, 'end'));
-    if (l.int(n.args[4], 'step', 1) !== 1) l.fail('slice with a step other than 1 is not supported');
+    const step = l.int(n.args[4], 'step', 1);
+    if (step !== 1) return l.bind(n, stridedSlice(l, x, d, start, end, step, l.out(n)));
     if (start === 0 && end === size) return view(l, n, x);
     return l.bind(n, l.one('slice', [x], { dim: d, start, end: Math.max(start, end) }, l.out(n)), (n.args[0] as { name?: string }).name);
   },

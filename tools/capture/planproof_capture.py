@@ -628,6 +628,65 @@ def _wrap_collectives():
     dist.send, dist.recv, dist.isend, dist.irecv = send, recv, isend, irecv
 
 
+class _DDP(torch.nn.Module):
+    """torch.nn.parallel.DistributedDataParallel as the capture runs it: its all-reduce runs in
+    C++ (the reducer), which no Python tracer sees, so the capture puts this module in its place.
+    Same semantics, as DDP documents them: parameters broadcast from rank 0 at construction;
+    after a backward whose forward ran outside `no_sync()`, every gradient is all-reduced over
+    the process group and divided by its size (buckets change the grouping, not the values);
+    inside `no_sync()` gradients accumulate locally. The all-reduces go through the traced
+    dist.all_reduce, so the plan has them. Said in docs/capture.md."""
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
+                 process_group=None, bucket_cap_mb=25, find_unused_parameters=False,
+                 check_reduction=False, gradient_as_bucket_view=False, static_graph=False):
+        super().__init__()
+        self.module = module
+        self.process_group = process_group
+        self.require_backward_grad_sync = True
+        self._sync_this_backward = False
+        self._queued = False
+        with torch.no_grad():
+            for p in module.parameters():
+                dist.broadcast(p.data, src=0, group=process_group)
+        for p in module.parameters():
+            if p.requires_grad:
+                p.register_hook(self._grad_hook)
+
+    def forward(self, *args, **kwargs):
+        # As DDP: whether this iteration's backward syncs is decided by its forward.
+        self._sync_this_backward = self.require_backward_grad_sync
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+
+    def _grad_hook(self, grad):
+        if self._sync_this_backward and not self._queued:
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._sync)
+        return grad
+
+    def _sync(self):
+        self._queued = False
+        ws = dist.get_world_size(self.process_group) if self.process_group is not None else dist.get_world_size()
+        for p in self.module.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=self.process_group)
+                p.grad.div_(ws)
+
+
+def _install_ddp():
+    torch.nn.parallel.DistributedDataParallel = _DDP
+    torch.nn.parallel.distributed.DistributedDataParallel = _DDP
+
+
 def _run_one(rank, world, script, outdir, port, args, bench, values):
     try:
         _run_one_traced(rank, world, script, outdir, port, args, bench, values)
@@ -643,6 +702,7 @@ def _run_one_traced(rank, world, script, outdir, port, args, bench, values):
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     _wrap_collectives()
+    _install_ddp()
     spec = importlib.util.spec_from_file_location("user_script", script)
     mod = importlib.util.module_from_spec(spec)
     sys.argv = [script] + args

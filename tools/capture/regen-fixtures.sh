@@ -50,5 +50,7 @@ zero2_sgd zero2_sgd.py dp
 zero2_sgd-bug zero2_sgd.py dp --bug
 alltoall_exchange alltoall_exchange.py ep
 alltoall_exchange-bug alltoall_exchange.py ep --bug
+ddp_nosync ddp_nosync.py dp
+ddp_nosync-bug ddp_nosync.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
