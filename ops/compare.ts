@@ -84,6 +84,32 @@ export const ops: OpDef[] = withZeroTails(
     lattice('maximum'),
     lattice('minimum'),
     {
+      name: 'assert_mask',
+      family: 'compare',
+      doc: 'x, where every element of mask (broadcast to x) must be nonzero: masked_select / masked_scatter whose traced size shows a full mask; each element is a proof obligation',
+      inputs: fixed(2),
+      outputs: fixed(1),
+      attrSchema: noAttrs(),
+      shape: ([x, m]) => {
+        const s = broadcastShapes(x as Shape, m as Shape);
+        if (s.length !== (x as Shape).length || s.some((d, i) => d !== (x as Shape)[i])) throw new ShapeError('assert_mask: the mask must broadcast to the input');
+        return [x as Shape];
+      },
+      apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[]): Dense<S>[] => {
+        const x = arg(ins, 0);
+        const rm = broadcastReader(arg(ins, 1), x.shape.length);
+        const rx = broadcastReader(x, x.shape.length);
+        return [
+          generate(x.shape, (idx) => {
+            alg.require(alg.test(rm(idx), (v) => v !== 0), 'masked_select / masked_scatter: the mask is full (the traced size)');
+            return rx(idx);
+          }),
+        ];
+      },
+      backward: (b, { inputs: [, m], grads: [g] }) => [one(b, 'assert_mask', [g as GradRef, m as GradRef]), undefined],
+      dims: (ins) => broadcastSig(ins),
+    },
+    {
       name: 'iota',
       family: 'compare',
       doc: 'positions: start + i * step at index i along `dim` of a tensor of `shape` (torch.arange, and the index grids masks are compared from); start is a scalar input',

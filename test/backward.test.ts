@@ -74,6 +74,7 @@ const samples: Sample[] = [
   // Piecewise constant: no input gets a gradient.
   { op: 'compare', shapes: [[2, 3], [3]], attrs: { rel: 'gt' }, noGrad: [0, 1] },
   { op: 'iota', shapes: [[]], attrs: { shape: [2, 3], dim: 1, step: 1 }, noGrad: [0] },
+  { op: 'assert_mask', shapes: [[2, 3], [2, 1]], noGrad: [1], ints: { 1: [1] } },
   { op: 'embedding', shapes: [[3], [4, 2]], noGrad: [0], ints: { 0: range(4) } },
   { op: 'gather', shapes: [[2, 4], [2, 3]], noGrad: [1], ints: { 1: range(4) } },
   { op: 'vocab_mask', shapes: [[3]], attrs: { start: 2, end: 4 }, noGrad: [0], ints: { 0: range(6) } },

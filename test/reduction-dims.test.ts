@@ -47,6 +47,7 @@ const samples: Sample[] = [
   { op: 'compare', shapes: [[2, 3], [3]], attrs: { rel: 'ge' } },
   { op: 'compare', shapes: [[3], [3]], attrs: { rel: 'eq' }, ints: { 0: [0, 1, 2], 1: [0, 1, 2] } },
   { op: 'iota', shapes: [[]], attrs: { shape: [2, 3], dim: 0, step: '1/2' } },
+  { op: 'assert_mask', shapes: [[2, 3], [2, 1]], ints: { 1: [1] } },
   { op: 'identity', shapes: [[3, 2]] },
   { op: 'scale', shapes: [[2, 2]], attrs: { factor: '-1/3' } },
   // activation

@@ -529,6 +529,8 @@ for op, fn in [('maximum', torch.maximum), ('minimum', torch.minimum)]:
 for shape, dim, step, note in [([4], 0, 1, 'arange'), ([2, 3], 1, '1/2', 'fractional step'), ([3, 2], 0, -2, 'negative step')]:
     case('iota', {'shape': shape, 'dim': dim, 'step': step}, [rnd(1).reshape(())],
          lambda s, sh=shape, d=dim, st=step: (s + torch.arange(sh[d], dtype=DT).mul(scalar(st)).reshape([-1 if i == d else 1 for i in range(len(sh))]).expand(*sh)), diff=[], note=note)
+for xs, ms in [((2, 3), (2, 3)), ((2, 3), (2, 1)), ((4,), (4,))]:
+    case('assert_mask', {}, [xs, torch.ones(*ms)], lambda x, m: torch.where(m.bool(), x, x), diff=[0], ints={1: [1]}, note='a full mask')
 
 os.makedirs(os.path.dirname(OUT), exist_ok=True)
 with open(OUT, 'w') as f:

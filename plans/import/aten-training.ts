@@ -143,7 +143,46 @@ function arange(l: Lowerer, n: FxNode): Val {
   return l.bind(n, l.one('iota', [l.constant(start)], attrs, l.out(n), n.type?.dtype ?? 'int64'));
 }
 
+/** x[mask] = v with one boolean mask over x's leading dims (index_put with accumulate False): where. */
+function indexPut(inPlace: boolean): Rule {
+  return (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const idx = n.args[1];
+    if (idx?.kind !== 'list' || idx.items.length !== 1) return l.fail(`${n.target}: only one boolean mask index is supported (x[mask] = v)`);
+    const mask = l.tensor(idx.items[0], 'indices[0]');
+    if (mask.dtype !== 'bool') l.fail(`${n.target}: an integer index tensor (x[ids] = v) is not supported, only a boolean mask`);
+    if (l.bool(l.arg(n, 3, 'accumulate'), 'accumulate', false)) l.fail(`${n.target}: accumulate=True is not supported`);
+    if (mask.shape.length > x.shape.length || mask.shape.some((d, i) => d !== x.shape[i])) l.fail(`${n.target}: the mask [${mask.shape.join(', ')}] must be x's leading dims [${x.shape.join(', ')}]`);
+    // The mask's dims lead; where broadcasts from the trailing end, so give it x's rank.
+    const m = mask.shape.length === x.shape.length ? mask : l.one('reshape', [mask], { shape: [...mask.shape, ...x.shape.slice(mask.shape.length).map(() => 1)] }, undefined, 'bool');
+    return select(l, n, m, fillValue(l, n.args[2], 'values'), x, inPlace ? n.args[0] : undefined);
+  };
+}
+
+/** The traced result's element count, which shows whether a mask selected everything. */
+const numel = (s: readonly number[]): number => s.reduce((a, b) => a * b, 1);
+
 export const TRAINING_RULES: Record<string, Rule> = {
+  'aten.index_put': indexPut(false),
+  'aten.index_put_': indexPut(true),
+  'aten.masked_select': (l, n) => {
+    // Its size depends on the data: only a full selection (the traced size) is exact, and then
+    // "the mask is full" is a proof obligation (assert_mask), not an assumption.
+    const x = l.tensor(n.args[0], 'self');
+    const mask = l.tensor(n.args[1], 'mask');
+    const full = numel(x.shape);
+    if (n.type === undefined || numel(n.type.shape) !== full) l.fail(`${n.target}: a selection of part of the tensor has a size that depends on the data; only a full mask (every element selected in the traced run) is supported`);
+    return l.bind(n, l.one('reshape', [l.one('assert_mask', [x, mask])], { shape: [full] }, l.out(n)));
+  },
+  'aten.masked_scatter': (l, n) => {
+    // self with src's leading elements written where mask holds: with a full mask, src reshaped.
+    const x = l.tensor(n.args[0], 'self');
+    const mask = l.tensor(n.args[1], 'mask');
+    const src = l.tensor(n.args[2], 'source');
+    if (numel(src.shape) !== numel(x.shape)) l.fail(`${n.target}: only a full mask (a source as large as the tensor) is supported`);
+    const s = l.one('reshape', [src], { shape: [...x.shape] });
+    return l.bind(n, l.one('assert_mask', [s, mask], {}, l.out(n)));
+  },
   // ---- powers and reciprocals
   'aten.pow.Tensor_Scalar': (l, n) => l.bind(n, power(l, l.tensor(n.args[0], 'self'), l.num(n.args[1], 'exponent'), l.out(n))),
   'aten.pow.Scalar': (l, n) => {

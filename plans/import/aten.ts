@@ -144,6 +144,23 @@ function stridedSlice(l: Lowerer, x: TensorVal, d: number, start: number, end: n
   return a0 === 0 && count === rows ? flat : l.one('slice', [flat], { dim: d, start: a0, end: a0 + count }, out);
 }
 
+/**
+ * NLL's gradient with respect to the log-probabilities [N, C], as ops: −g · onehot(target) for
+ * labels that are not ignored, divided by their count for the mean (what nll_loss_backward
+ * computes with its total weight).
+ */
+function nllGrad(l: Lowerer, g: TensorVal, lp: TensorVal, tgt: TensorVal, reduction: string, ignore: number): TensorVal {
+  if (lp.shape.length !== 2) l.fail('nll_loss_backward read as a tensor: only [N, C] log-probabilities are supported');
+  const [N, C] = lp.shape as [number, number];
+  const classes = l.one('iota', [l.constant(0)], { shape: [N, C], dim: 1, step: 1 }, undefined, 'int64');
+  const col = l.one('reshape', [tgt], { shape: [N, 1] }, undefined, tgt.dtype);
+  const valid = l.one('compare', [col, l.constant(ignore)], { rel: 'ne' }, undefined, 'bool');
+  const w = l.one('mul', [l.one('compare', [classes, col], { rel: 'eq' }, undefined, 'bool'), valid], {}, undefined, 'float32');
+  const gw = reduction === 'none' ? l.one('mul', [l.one('reshape', [g], { shape: [N, 1] }), w]) : l.one('mul', [w, g]);
+  const neg = l.one('neg', [gw]);
+  return reduction === 'mean' ? l.one('div', [neg, l.one('sum', [valid])]) : neg;
+}
+
 const RULES: Record<string, Rule> = {
   // ---- no-ops: the same value (views share storage; copies in exact arithmetic are identities)
   'aten.alias': (l, n) => view(l, n, l.tensor(n.args[0], 'self')),
@@ -388,7 +405,8 @@ const RULES: Record<string, Rule> = {
     const reduction = ['none', 'mean', 'sum'][l.int(n.args[4], 'reduction')] ?? l.fail('bad reduction');
     const tw = l.val(n.args[6], 'total_weight');
     if (tw.kind !== 'opaque' || tw.what !== 'the NLL total weight') l.fail('total_weight must come from nll_loss_forward');
-    return l.bind(n, { kind: 'opaque', what: 'the NLL loss gradient', data: { logsm: lp.id, reduction, ignore_index: l.int(n.args[5], 'ignore_index', -100) }, tensors: { grad: g, logits: src.logits, target: tgt } });
+    const ignore = l.int(n.args[5], 'ignore_index', -100);
+    return l.bind(n, { kind: 'opaque', what: 'the NLL loss gradient', data: { logsm: lp.id, reduction, ignore_index: ignore }, tensors: { grad: g, logits: src.logits, target: tgt }, materialize: () => nllGrad(l, g, lp, tgt, reduction, ignore) });
   },
   'aten.mse_loss': (l, n) => {
     const reduction = ['none', 'mean', 'sum'][l.int(l.arg(n, 2, 'reduction'), 'reduction', 1)] ?? l.fail('bad reduction');

@@ -24,6 +24,11 @@ export interface OpaqueVal {
   readonly what: string;
   readonly data: Readonly<Record<string, string | number>>;
   readonly tensors?: Readonly<Record<string, TensorVal>>;
+  /**
+   * The value as ordinary ops, for a reader other than the matching backward op (label
+   * smoothing adds to NLL's gradient before the log-softmax backward); emitted on first use.
+   */
+  readonly materialize?: () => TensorVal;
 }
 export type Val = TensorVal | OpaqueVal | { readonly kind: 'none' } | { readonly kind: 'list'; readonly items: readonly Val[] };
 
@@ -180,8 +185,14 @@ export class Lowerer {
     if (v === undefined) this.fail(`'${a.name}' is not defined before line ${this.node?.line ?? 0}`);
     return v;
   }
+  private readonly materialized = new WeakMap<OpaqueVal, TensorVal>();
   tensor(a: FxArg | undefined, what: string): TensorVal {
     const v = this.val(a, what);
+    if (v.kind === 'opaque' && v.materialize !== undefined) {
+      let t = this.materialized.get(v);
+      if (t === undefined) this.materialized.set(v, (t = v.materialize()));
+      return t;
+    }
     if (v.kind !== 'tensor') this.fail(`argument ${what}: expected a tensor${v.kind === 'opaque' ? `, got ${v.what}, which only its matching backward op may read` : ''}`);
     return v;
   }

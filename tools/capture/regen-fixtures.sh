@@ -52,5 +52,7 @@ alltoall_exchange alltoall_exchange.py ep
 alltoall_exchange-bug alltoall_exchange.py ep --bug
 ddp_nosync ddp_nosync.py dp
 ddp_nosync-bug ddp_nosync.py dp --bug
+lm_label_smoothing lm_label_smoothing.py dp
+lm_label_smoothing-bug lm_label_smoothing.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
