@@ -685,12 +685,13 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
         y
           .option('nproc', { type: 'number', describe: 'processes of the parallel run (a 1-D mesh; or give --mesh)' })
           .option('mesh', { type: 'string', describe: 'the mesh, axes slowest first: dp=2,tp=2 (nproc is their product)' })
+          .option('reference', { type: 'string', describe: "the user's single-device script as the logical side (default: the script at world size 1)" })
           .option('out', { alias: 'o', type: 'string', describe: 'output plan file (default: stdout)' })
           .option('axis', { type: 'string', default: 'tp', describe: 'name of the mesh axis (a 1-D mesh of nproc ranks)' })
           .option('python', { type: 'string', default: '/usr/bin/python3', describe: 'the Python with PyTorch (Debian python3-torch)' })
           .option('keep', { type: 'string', describe: 'keep the captured graphs and relations in this directory' }),
       (a) => {
-        run = () => captureCommand({ nproc: a.nproc, mesh: a.mesh, axis: a.axis, python: a.python, script, json: a.json, ...(a.out === undefined ? {} : { out: a.out }), ...(a.keep === undefined ? {} : { keep: a.keep }) }, out);
+        run = () => captureCommand({ nproc: a.nproc, mesh: a.mesh, reference: a.reference, axis: a.axis, python: a.python, script, json: a.json, ...(a.out === undefined ? {} : { out: a.out }), ...(a.keep === undefined ? {} : { keep: a.keep }) }, out);
       },
     )
     .command(

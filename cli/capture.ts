@@ -22,6 +22,8 @@ export interface CaptureArgs {
   nproc: number | undefined;
   /** `dp=2,tp=2`: axes slowest first (rank = row-major index); replaces --nproc and --axis. */
   mesh: string | undefined;
+  /** The user's single-device script, run as the logical side instead of the script at world size 1. */
+  reference: string | undefined;
   out?: string;
   axis: string;
   python: string;
@@ -42,9 +44,13 @@ export function captureCommand(a: CaptureArgs, out: Out): number {
     return ExitCode.usage;
   }
   const nproc = mesh.reduce((p, x) => p * x.size, 1);
+  if (a.reference !== undefined && !existsSync(a.reference)) {
+    out.err(`planproof: --reference ${a.reference}: no such file`);
+    return ExitCode.usage;
+  }
   const dir = a.keep ?? mkdtempSync(join(tmpdir(), 'planproof-capture-'));
   try {
-    const r = spawnSync(a.python, [CAPTURE_TOOL, '--nproc', String(nproc), '--mesh', mesh.map((x) => `${x.name}=${x.size}`).join(','), '--out', dir, ...a.script], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, timeout: 600_000 });
+    const r = spawnSync(a.python, [CAPTURE_TOOL, '--nproc', String(nproc), '--mesh', mesh.map((x) => `${x.name}=${x.size}`).join(','), '--out', dir, ...(a.reference === undefined ? [] : ['--reference', a.reference]), ...a.script], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, timeout: 600_000 });
     if (r.error !== undefined) {
       out.err(`planproof: capture could not run ${a.python}: ${r.error.message}`);
       return ExitCode.usage;

@@ -164,6 +164,27 @@ describe('planproof capture (live, Debian python3-torch)', function () {
     assert.deepEqual(out.slice(0, 4), ['S(1)', 'R', 'P(sum)', 'P(avg)']);
     assert.match(out[4] ?? '', /DTensor on a 2-D mesh: capture supports 1-D meshes/);
   });
+  // --reference: the user's single-device script is the logical side, so a bug that the script
+  // has at every world size (loss not divided by the micro-batches) is caught.
+  for (const [args, ref, code, tag] of [
+    [['--bug'], true, 1, ''],
+    [[], true, 0, ' @full'],
+    [['--bug'], false, 0, ' @full'],
+  ] as const) {
+    it(`ddp_accum.py ${args.join(' ')} ${ref ? 'against --reference single_reference.py' : 'against itself at world size 1'}: ${code === 0 ? 'VERIFIED' : 'NOT EQUIVALENT'}${tag}`, async () => {
+      const out = join(mkdtempSync(join(tmpdir(), 'pp-cap-')), 'plan.json');
+      const cap = await runCli(['capture', '--nproc', '2', '--axis', 'dp', ...(ref ? ['--reference', `${EXAMPLES}torch/single_reference.py`] : []), '--out', out, '--', `${EXAMPLES}torch/ddp_accum.py`, ...args]);
+      assert.equal(cap.code, 0, cap.stderr);
+      const v = await verifyPlan(out);
+      assert.equal(v.code, code, v.stdout);
+      if (code === 1) assert.match(v.stdout, /NOT EQUIVALENT: stage \d+ \((weight|bias)_new, op 'return\.(weight|bias)_new'\)/);
+    });
+  }
+  it('--reference naming no file is a usage error before anything runs', async () => {
+    const r = await runCli(['capture', '--nproc', '2', '--reference', '/nonexistent/ref.py', '--out', '/tmp/x.json', '--', `${EXAMPLES}torch/ddp_accum.py`]);
+    assert.equal(r.code, 4);
+    assert.match(r.stderr, /--reference \/nonexistent\/ref\.py: no such file/);
+  });
   it("an undeclared parameter is exit 2 naming the user's line; a buffer that differs on a rank is exit 2 @full", async () => {
     const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));
     const { writeFileSync } = await import('node:fs');

@@ -814,6 +814,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nproc", type=int, required=True)
     ap.add_argument("--axis", default="tp")
+    ap.add_argument("--reference", help="the user's single-device script: the logical run (default: the script at world size 1)")
     ap.add_argument("--mesh", help="axes slowest first, e.g. dp=2,tp=2 (default: a 1-D mesh of --axis)")
     ap.add_argument("--out", required=True, help="directory for logical.py, rank*.py, relations.json")
     ap.add_argument("--bench", type=int, default=0, help="also time the step this many times untraced and traced (capture-stats.json)")
@@ -828,7 +829,7 @@ def main():
     if math.prod(s for _, s in mesh) != a.nproc:
         raise UserError("--mesh %s is not %d processes" % (a.mesh, a.nproc))
     os.environ["PLANPROOF_MESH"] = ",".join("%s=%d" % m for m in mesh)
-    _spawn(1, a.script, a.out, a.args, 0, a.values)
+    _spawn(1, a.reference or a.script, a.out, a.args, 0, a.values)
     _spawn(a.nproc, a.script, a.out, a.args, a.bench)
     metas = [json.load(open(os.path.join(a.out, "meta.%d.json" % r))) for r in range(a.nproc)]
     logical = json.load(open(os.path.join(a.out, "meta.logical.json")))
