@@ -38,7 +38,7 @@ import { parseShard, partOf, planDigest, readParts } from './shard.js';
 import { stageBar } from './progress.js';
 import { explain } from './explain.js';
 import { importCommand } from './import.js';
-import { captureCommand } from './capture.js';
+import { CAPTURE_OPTIONS, captureCommand } from './capture.js';
 import { answerKey, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey } from './answers.js';
 import { deltaAnswer, skeletonOf, storeArgvMemo, storeDelta } from './delta.js';
 import { registry } from '../ops/registry.js';
@@ -681,15 +681,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .command(
       'capture',
       "run a torch.distributed training step on 1 and N CPU processes (gloo), trace it at the ATen level and write a plan: planproof capture --nproc 2 --out plan.json -- script.py [args] (docs/capture.md)",
-      (y) =>
-        y
-          .option('nproc', { type: 'number', describe: 'processes of the parallel run (a 1-D mesh; or give --mesh)' })
-          .option('mesh', { type: 'string', describe: 'the mesh, axes slowest first: dp=2,tp=2 (nproc is their product)' })
-          .option('reference', { type: 'string', describe: "the user's single-device script as the logical side (default: the script at world size 1)" })
-          .option('out', { alias: 'o', type: 'string', describe: 'output plan file (default: stdout)' })
-          .option('axis', { type: 'string', default: 'tp', describe: 'name of the mesh axis (a 1-D mesh of nproc ranks)' })
-          .option('python', { type: 'string', default: '/usr/bin/python3', describe: 'the Python with PyTorch (Debian python3-torch)' })
-          .option('keep', { type: 'string', describe: 'keep the captured graphs and relations in this directory' }),
+      (y) => y.options(CAPTURE_OPTIONS),
       (a) => {
         run = () => captureCommand({ nproc: a.nproc, mesh: a.mesh, reference: a.reference, axis: a.axis, python: a.python, script, json: a.json, ...(a.out === undefined ? {} : { out: a.out }), ...(a.keep === undefined ? {} : { keep: a.keep }) }, out);
       },

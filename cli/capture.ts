@@ -18,6 +18,17 @@ interface Out {
 
 const CAPTURE_TOOL = fileURLToPath(new URL('../../tools/capture/planproof_capture.py', import.meta.url));
 
+/** The command line of `capture` (cli/app.ts registers it). */
+export const CAPTURE_OPTIONS = {
+  nproc: { type: 'number', describe: 'processes of the parallel run (a 1-D mesh; or give --mesh)' },
+  mesh: { type: 'string', describe: 'the mesh, axes slowest first: dp=2,tp=2 (nproc is their product)' },
+  reference: { type: 'string', describe: "the user's single-device script as the logical side (default: the script at world size 1)" },
+  out: { alias: 'o', type: 'string', describe: 'output plan file (default: stdout)' },
+  axis: { type: 'string', default: 'tp', describe: 'name of the mesh axis (a 1-D mesh of nproc ranks)' },
+  python: { type: 'string', default: '/usr/bin/python3', describe: 'the Python with PyTorch (Debian python3-torch)' },
+  keep: { type: 'string', describe: 'keep the captured graphs and relations in this directory' },
+} as const;
+
 export interface CaptureArgs {
   nproc: number | undefined;
   /** `dp=2,tp=2`: axes slowest first (rank = row-major index); replaces --nproc and --axis. */
