@@ -267,6 +267,23 @@ describe('printed-graph reader', () => {
     assert.throws(() => lowerGraph(parseFxGraph('g.py', alias('3, 2', '3, 1'))), /g\.py:4: _reshape_alias with strides \[3, 1\] for size \[3, 2\] is not a view of its input/);
   });
 
+  it("a split piece keeps its input's strides: Megatron's fused-QKV split then reshape is a view; wrong strides are refused", () => {
+    // mixed [4, 2, 2, 12] (row-major: [48, 24, 12, 1]) split in 4s along the last dim: each piece
+    // [4, 2, 2, 4] has strides [48, 24, 12, 1]; viewed as [4, 4, 4] its strides are [48, 12, 1].
+    const piece = (stride: string): string =>
+      g(
+        [
+          '        split = torch.ops.aten.split.Tensor(x, 4, -1)',
+          '        q: "f32[4, 2, 2, 4]" = split[0]',
+          `        r: "f32[4, 4, 4]" = torch.ops.aten._reshape_alias.default(q, [4, 4, 4], [${stride}])`,
+          '        return (r,)',
+        ].join('\n'),
+        'x: "f32[4, 2, 2, 12]"',
+      );
+    assert.ok(lowerGraph(parseFxGraph('g.py', piece('48, 12, 1'))).ops.some((o) => o.op === 'reshape'));
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', piece('16, 4, 1'))), /_reshape_alias with strides \[16, 4, 1\] for size \[4, 4, 4\] is not a view of its input \(shape \[4, 2, 2, 4\], strides \[48, 24, 12, 1\]\)/);
+  });
+
   it('a shape annotation that disagrees with the mapped op is an error', () => {
     const fx = parseFxGraph('g.py', g('        t: "f32[2, 3]" = torch.ops.aten.t.default(x)\n        return (t,)'));
     assert.throws(() => lowerGraph(fx), /g\.py:3: aten\.t\.default: the graph says t has shape \[2, 3\], the mapped op gives \[3, 2\]/);

@@ -299,6 +299,9 @@ export class Lowerer {
     if (rule === undefined) this.fail(`unsupported ATen op '${n.target}' (docs/import.md lists the supported ops)`);
     const v = rule(this, n);
     if (v.kind === 'tensor') this.strides.set(n.name, stridesOf(this, n, v.shape));
+    // The pieces of a split are views with their input's strides (only the offset moves):
+    // recorded on the list, read by each getitem.
+    else if (v.kind === 'list' && /^aten\.split(_with_sizes)?\./.test(n.target)) this.strides.set(n.name, this.stridesAt(n.args[0]));
     return v;
   }
 
@@ -434,11 +437,15 @@ function stridesOf(l: Lowerer, n: FxNode, shape: readonly number[]): readonly nu
       return mf !== undefined && JSON.stringify(mf).includes('contiguous_format') ? strides(shape) : inp();
     }
     case 'aten.slice':
+      // A narrow keeps its input's strides (step 1; the importer refuses or rewrites others).
+      return l.int(n.args[4], 'step', 1) === 1 ? inp() : undefined;
+    case 'getitem':
+      // A split piece (the list's recorded strides); any other tuple element: unknown.
+      return l.strides.has((n.args[0] as { name?: string }).name ?? '') ? inp() : undefined;
     case 'aten.split':
     case 'aten.split_with_sizes':
     case 'aten.unsqueeze':
     case 'aten.squeeze':
-    case 'getitem':
     case 'aten.copy_':
       return undefined;
     default:
