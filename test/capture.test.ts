@@ -63,6 +63,9 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // Label smoothing (masked_select, index_put_, masked_scatter): the bug is refuted; the correct
   // script is unknown today (docs/capture.md, "Not yet"), so only its mapping is checked below.
   { name: 'lm_label_smoothing-bug', script: 'lm_label_smoothing.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/ },
+  // Integer ids, comparisons, index_put_ with boolean masks (Megatron's VocabParallelEmbedding).
+  { name: 'vocab_parallel_embedding', script: 'vocab_parallel_embedding.py', args: [], axis: 'tp', code: 0 },
+  { name: 'vocab_parallel_embedding-bug', script: 'vocab_parallel_embedding.py', args: ['--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
   { name: 'ddp_adamw-bug', script: 'ddp_adamw.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug', script: 'ddp_clip.py', args: ['--micro', '1', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug-avg', script: 'ddp_clip.py', args: ['--micro', '1', '--bug-avg'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
@@ -195,11 +198,17 @@ describe('planproof capture (live, Debian python3-torch)', function () {
     assert.equal(a.code, 2, a.stderr);
     assert.match(a.stderr, /a parameter of shape \[4, 4\] is used at .*undeclared\.py:8 in step, code: y = F\.linear\(x, w\) but not declared/);
     const differs = join(d, 'differs.py');
-    // A per-rank table nobody declared: it is not a replicated constant, and the capture says so.
-    writeFileSync(differs, [...common, 'def step(cap):', '    table = torch.arange(4.0) + dist.get_rank()', '    x = cap.replicate(torch.ones(4), name="x")', '    with cap.trace():', '        y = x * table', '    cap.output("y", y, "R")', ''].join('\n'));
+    // A large per-rank table nobody declared: not a replicated constant, and the capture says so.
+    writeFileSync(differs, [...common, 'def step(cap):', '    table = torch.arange(5000.0) + dist.get_rank()', '    x = cap.replicate(torch.ones(5000), name="x")', '    with cap.trace():', '        y = x * table', '    cap.output("y", y, "R")', ''].join('\n'));
     const b = await runCli(['capture', '--nproc', '2', '--out', join(d, 'b.json'), '--', differs]);
     assert.equal(b.code, 2, b.stderr);
-    assert.match(b.stderr, /rank 1 reads a tensor no cap\.\* call declared \(shape \[4\]\) at .*differs\.py:8 in step, code: y = x \* table; it differs from what the 1-process run read there/);
+    assert.match(b.stderr, /rank 1 reads a tensor no cap\.\* call declared \(shape \[5000\]\) at .*differs\.py:8 in step, code: y = x \* table; it differs from what the 1-process run read there/);
+    // A small one is written into each rank's graph with its exact values: the proof compares them.
+    writeFileSync(differs, [...common, 'def step(cap):', '    table = torch.arange(4.0) + dist.get_rank()', '    x = cap.replicate(torch.ones(4), name="x")', '    with cap.trace():', '        y = x * table', '    cap.output("y", y, "R")', ''].join('\n'));
+    const plan = join(d, 'c.json');
+    const c = await runCli(['capture', '--nproc', '2', '--out', plan, '--', differs]);
+    assert.equal(c.code, 0, c.stderr);
+    assert.equal((await verifyPlan(plan)).code, 1);
   });
   it('a script error is exit 4 with the Python error, never a plan @full', async () => {
     const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));

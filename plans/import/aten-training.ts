@@ -325,6 +325,18 @@ export const TRAINING_RULES: Record<string, Rule> = {
     l.ops.push({ id: `${t.id}.op`, op: 'recv', inputs: [], outputs: [t.id], peer: src, loc: `${l.g.file}:${n.line}${n.loc === undefined ? '' : ` (${n.loc})`}` });
     return l.bind(n, t);
   },
+  // Autograd's CopySlices (a write through a view, x[mask] = v) views the gradient with
+  // as_strided: supported when that is the tensor itself (its size, its strides, offset 0).
+  'aten.as_strided': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const size = l.ints(n.args[1], 'size');
+    const stride = l.ints(n.args[2], 'stride');
+    const offset = l.int(l.arg(n, 3, 'storage_offset'), 'storage_offset', 0);
+    const own = l.stridesAt(n.args[0]);
+    const same = (a: readonly number[], b: readonly number[] | undefined): boolean => b !== undefined && a.length === b.length && a.every((v, i) => v === b[i]);
+    if (offset !== 0 || !same(size, x.shape) || !same(stride, own)) l.fail(`as_strided to size [${size.join(', ')}], strides [${stride.join(', ')}], offset ${offset} is not the tensor itself (shape [${x.shape.join(', ')}], strides [${own?.join(', ') ?? 'unknown'}]): only that view is supported`);
+    return l.bind(n, x, (n.args[0] as { name?: string }).name);
+  },
   'aten.square': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
     return l.bind(n, l.one('mul', [x, x], {}, l.out(n)));

@@ -222,10 +222,13 @@ class Capture:
         """A tensor the step reads that no cap.* call declared and no traced op made: a module
         buffer (RoPE tables), a tensor torch made from Python data inside the step (an
         optimizer's step counter, a constant). A parameter (a leaf that requires grad) must be
-        declared: its placement is the user's to state. Anything else becomes the input
-        `const<k>` (k in order of first use), replicated: the driver checks that every rank
-        read the very values the logical run read, so the relation is a fact, not an
-        assumption, and the proof covers every value of it."""
+        declared: its placement is the user's to state. Anything else is a constant of the
+        program, `const<k>` (k in order of first use), read before the op that first uses it
+        runs: up to EXACT_CONST elements it is written into the graph with its exact values (a
+        fill value, a step counter, a small table), which is what the program computes with;
+        a larger one becomes a replicated input, and the driver checks that every rank read the
+        very values the logical run read (the relation is a fact; the proof covers every value
+        of it, so a program whose correctness needs these exact values may be refuted)."""
         where = self.loc or "the traced step"
         if a.requires_grad and a.is_leaf:
             raise UserError("a parameter of shape %s is used at %s but not declared: declare it with cap.param, cap.shard or cap.replicate(..., role=\"param\")" % (list(a.shape), where))
@@ -234,8 +237,6 @@ class Capture:
         name = "const%d" % len(self.consts)
         self.names[id(a)] = name
         self.keep.append(a)
-        self.inputs.append((name, a))
-        self.relations[name] = {"placements": ["R"] * len(self.axes)}
         # Reading its values is the capture's work, not the program's: not traced.
         self.suspended += 1
         try:
@@ -243,8 +244,36 @@ class Capture:
         finally:
             self.suspended -= 1
         self.consts[name] = {"shape": list(a.shape), "values": vals, "where": where}
+        if 0 < len(vals) <= EXACT_CONST:
+            self.consts[name]["embedded"] = True
+            dt = DT[a.dtype]
+            num = (lambda v: repr(int(v))) if not a.dtype.is_floating_point else (lambda v: repr(float(v)))
+            dims = ", ".join(str(d) for d in a.shape)
+            if all(v == vals[0] for v in vals):
+                self.lines.append('%s: "%s[%s]" = torch.ops.aten.full.default([%s], %s)' % (name, dt, dims, dims, num(vals[0])))
+            else:
+                parts = []
+                for i, v in enumerate(vals):
+                    parts.append("%s_e%d" % (name, i))
+                    self.lines.append('%s: "%s[1]" = torch.ops.aten.full.default([1], %s)' % (parts[-1], dt, num(v)))
+                self.lines.append('%s_flat: "%s[%d]" = torch.ops.aten.cat.default([%s])' % (name, dt, len(vals), ", ".join(parts)))
+                self.lines.append('%s: "%s[%s]" = torch.ops.aten.view.default(%s_flat, [%s])' % (name, dt, dims, name, dims))
+            return name
+        self.inputs.append((name, a))
+        self.relations[name] = {"placements": ["R"] * len(self.axes)}
+        if not a.dtype.is_floating_point and vals:
+            # An integer constant: the plan needs the ids it may take; its own values, at least.
+            self.relations[name]["values"] = {"range": [int(min(vals)), int(max(vals)) + 1]}
         self.values[name] = self.consts[name]["values"]
         return name
+
+    def name_undeclared(self, xs):
+        for x in xs:
+            if isinstance(x, torch.Tensor) and id(x) not in self.names:
+                self.loc = _user_loc()
+                self.undeclared(x)
+            elif isinstance(x, (list, tuple)):
+                self.name_undeclared(x)
 
     def record(self, func, args, kwargs, out):
         self.ops += 1
@@ -359,6 +388,9 @@ class Capture:
         return "\n".join(body) + "\n"
 
 
+EXACT_CONST = 4096  # elements up to which an undeclared tensor is written into the graph exactly
+
+
 class UserError(Exception):
     """A mistake in the user's script or declarations: printed as one line, exit 2."""
 
@@ -388,6 +420,13 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.cap.suspended == 0 and not str(func).startswith("profiler."):
+            # Constants are read before the op runs (an in-place op would change them first).
+            self.cap.suspended += 1
+            try:
+                self.cap.name_undeclared(list(args) + list(kwargs.values()))
+            finally:
+                self.cap.suspended -= 1
         out = func(*args, **kwargs)
         # Profiler markers (Optimizer.step's record_function) are not computation.
         if self.cap.suspended == 0 and not str(func).startswith("profiler."):
@@ -801,12 +840,14 @@ def _check_consts(logical, metas):
     exactly what the logical run read; otherwise the user must state their placement."""
     for r, m in enumerate(metas):
         for name, c in m["consts"].items():
+            if c.get("embedded"):
+                continue  # its exact values are in the rank's graph: compared by the proof itself
             ref = logical["consts"].get(name)
             if ref is None or ref["shape"] != c["shape"] or ref["values"] != c["values"]:
                 what = "has no counterpart in the 1-process run" if ref is None else "differs from what the 1-process run read there (%s)" % ref["where"]
                 raise UserError("rank %d reads a tensor no cap.* call declared (shape %s) at %s; it %s: declare it with cap.shard or cap.replicate so its placement is stated" % (r, c["shape"], c["where"], what))
     for name, c in logical["consts"].items():
-        if any(name not in m["consts"] for m in metas):
+        if not c.get("embedded") and any(name not in m["consts"] for m in metas):
             raise UserError("the 1-process run reads a tensor no cap.* call declared (shape %s) at %s that the ranks do not read in the same order: declare it with cap.replicate or cap.shard" % (c["shape"], c["where"]))
 
 

@@ -54,5 +54,7 @@ ddp_nosync ddp_nosync.py dp
 ddp_nosync-bug ddp_nosync.py dp --bug
 lm_label_smoothing lm_label_smoothing.py dp
 lm_label_smoothing-bug lm_label_smoothing.py dp --bug
+vocab_parallel_embedding vocab_parallel_embedding.py tp
+vocab_parallel_embedding-bug vocab_parallel_embedding.py tp --bug
 LIST
 rm -rf tools/capture/__pycache__
