@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { EXAMPLES } from './helpers.js';
 import { buildSources, classify, runHarness, stopVerifier, tally, truthOf, type Source } from '../bench/mutate/harness.js';
 import { fuzzCaseArb, fuzzSources, runFuzzCase, type FuzzSource } from '../bench/mutate/fuzz.js';
-import { mutate, rewrite, Rng, type Json } from '../bench/mutate/mutations.js';
+import { MUTATION_KINDS, mutate, rewrite, Rng, type Json } from '../bench/mutate/mutations.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { generatePlan } from '../plans/gen/plan.js';
 import { PRESETS } from '../plans/gen/presets.js';
@@ -91,7 +91,7 @@ describe('mutation harness (issue 13)', function () {
     assert.ok(refuted >= 150, `only ${refuted} mutants refuted`);
     assert.ok(neutral >= 5 && all.rejected >= 20, `neutral ${neutral}, rejected ${all.rejected}`);
     // Every mutation kind was exercised.
-    assert.equal(new Set(r.mutants.map((m) => m.kind)).size, 11);
+    assert.equal(new Set(r.mutants.map((m) => m.kind)).size, MUTATION_KINDS.length);
   });
 
   it('100 correct plans and rewrites: every one verified @full', async () => {
