@@ -770,15 +770,16 @@ export class TermStore {
    * id minus an offset, a count of routing choices): 1 where pred holds, else 0.
    */
   test(t: TermId, pred: (v: number) => boolean): TermId {
+    const groups = this.groupsOfAll([t]);
     // A 0/1 value of a real comparison (gt0), or 1 minus one: pred at 0 and at 1 decides it.
-    const b = this.zeroOneAtom(t);
+    // (Only for terms without ids and not constant: the hot integer path is untouched.)
+    const b = groups.length === 0 && this.constValue(t) === undefined ? this.zeroOneAtom(t) : undefined;
     if (b !== undefined) {
       const [p, negated] = b;
       const at1 = pred(negated ? 0 : 1);
       const at0 = pred(negated ? 1 : 0);
       return at0 === at1 ? (at0 ? this.one : this.zero) : at1 ? p : this.sub(this.one, p);
     }
-    const groups = this.groupsOfAll([t]);
     const value = (x: TermId): number => {
       const c = this.constValue(x);
       if (c === undefined) throw new TermUnsupportedError(`a comparison needs an integer value, got ${this.render(x, 80)}`);
