@@ -226,10 +226,8 @@ export const TRAINING_RULES: Record<string, Rule> = {
   'aten.masked_fill.Tensor': maskedFill(false),
   'aten.masked_fill_.Scalar': maskedFill(true),
   'aten.masked_fill_.Tensor': maskedFill(true),
-  'aten.where.self': (l, n) => select(l, n, l.tensor(n.args[0], 'condition'), fillValue(l, n.args[1], 'self'), fillValue(l, n.args[2], 'other')),
-  'aten.where.ScalarSelf': (l, n) => select(l, n, l.tensor(n.args[0], 'condition'), fillValue(l, n.args[1], 'self'), fillValue(l, n.args[2], 'other')),
-  'aten.where.ScalarOther': (l, n) => select(l, n, l.tensor(n.args[0], 'condition'), fillValue(l, n.args[1], 'self'), fillValue(l, n.args[2], 'other')),
-  'aten.where.Scalar': (l, n) => select(l, n, l.tensor(n.args[0], 'condition'), fillValue(l, n.args[1], 'self'), fillValue(l, n.args[2], 'other')),
+  // where.self, .ScalarSelf, .ScalarOther, .Scalar: fillValue takes a tensor or a Python number alike.
+  'aten.where': (l, n) => select(l, n, l.tensor(n.args[0], 'condition'), fillValue(l, n.args[1], 'self'), fillValue(l, n.args[2], 'other')),
 
   // ---- clamp, ReLU, maximum and their gradients
   'aten.maximum': (l, n) => l.bind(n, l.one('maximum', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'other')], {}, l.out(n))),
@@ -315,14 +313,14 @@ export const TRAINING_RULES: Record<string, Rule> = {
   'planproof.send': (l, n) => {
     const x = l.tensor(n.args[0], 'tensor');
     const dst = l.int(n.args[1], 'dst');
-    l.ops.push({ id: `${l.out(n)}.op`, op: 'send', inputs: [x.id], outputs: [], peer: dst, loc: `${l.g.file}:${n.line}${n.loc === undefined ? '' : ` (${n.loc})`}` });
+    l.ops.push({ id: `${l.out(n)}.op`, op: 'send', inputs: [x.id], outputs: [], peer: dst, loc: l.locOf(n) });
     return l.bind(n, { kind: 'none' });
   },
   'planproof.recv': (l, n) => {
     const src = l.int(n.args[0], 'src');
     const type = n.type ?? l.fail('planproof.recv needs its result annotated with a dtype and shape');
     const t = l.addTensor(l.out(n), type.shape, type.dtype);
-    l.ops.push({ id: `${t.id}.op`, op: 'recv', inputs: [], outputs: [t.id], peer: src, loc: `${l.g.file}:${n.line}${n.loc === undefined ? '' : ` (${n.loc})`}` });
+    l.ops.push({ id: `${t.id}.op`, op: 'recv', inputs: [], outputs: [t.id], peer: src, loc: l.locOf(n) });
     return l.bind(n, t);
   },
   // Autograd's CopySlices (a write through a view, x[mask] = v) views the gradient with

@@ -139,9 +139,14 @@ export class Lowerer {
     const outs = outIds.map((o, k) => this.addTensor(o, shapes[k] ?? this.fail(`${op}: fewer outputs than expected`), dtype));
     const n = this.node;
     const opId = `${outIds[0] ?? 'op'}.op`;
-    const raw: RawParallelOp = { id: opId, op, inputs: inputs.map((t) => t.id), outputs: [...outIds], ...(Object.keys(attrs).length > 0 ? { attrs } : {}), ...(n === undefined ? {} : { loc: `${this.g.file}:${n.line}${n.loc === undefined ? '' : ` (${n.loc})`}` }) };
+    const raw: RawParallelOp = { id: opId, op, inputs: inputs.map((t) => t.id), outputs: [...outIds], ...(Object.keys(attrs).length > 0 ? { attrs } : {}), ...(n === undefined ? {} : { loc: this.locOf(n) }) };
     this.ops.push(raw);
     return outs;
+  }
+
+  /** An op's `loc`: the graph file and line, and the user's line when the graph carries it. */
+  locOf(n: FxNode): string {
+    return `${this.g.file}:${n.line}${n.loc === undefined ? '' : ` (${n.loc})`}`;
   }
 
   /** A fresh tensor name derived from the node's (no FX name contains '.'). */

@@ -270,18 +270,14 @@ class Capture:
     def name_undeclared(self, xs):
         for x in xs:
             if isinstance(x, torch.Tensor) and id(x) not in self.names:
-                self.loc = _user_loc()
+                self.note_loc()
                 self.undeclared(x)
             elif isinstance(x, (list, tuple)):
                 self.name_undeclared(x)
 
     def record(self, func, args, kwargs, out):
         self.ops += 1
-        self.loc = _user_loc()
-        if self.loc is not None and self.loc != self.last_loc:
-            # The user's line, as torch 2.x's print_readable writes it; the importer names it in errors.
-            self.lines.append("# File: %s" % self.loc)
-            self.last_loc = self.loc
+        self.note_loc()
         name = self.fresh(func.__name__.split(".")[0] if hasattr(func, "__name__") else "op")
         call = "torch.ops.%s(%s)" % (str(func), ", ".join([self.fmt(a) for a in args] + ["%s = %s" % (k, self.fmt(v)) for k, v in kwargs.items()]))
         if str(func) in ("aten.bernoulli_.float", "aten.bernoulli_.Tensor"):
@@ -328,6 +324,8 @@ class Capture:
             self.lines.append("%s: %s = torch.ops._c10d_functional.all_reduce_.default(%s, '%s', '%s')" % (self.fresh("all_reduce"), ann(t), self.fmt(t), self.reduce_name(op), self.group_name(group)))
 
     def note_loc(self):
+        """The user's line of what is recorded next, as a `# File:` comment (as torch 2.x's
+        print_readable writes it) when it changed; the importer names it in errors."""
         self.loc = _user_loc()
         if self.loc is not None and self.loc != self.last_loc:
             self.lines.append("# File: %s" % self.loc)
@@ -468,10 +466,7 @@ def _watch_reads(cap):
             # The capture's own reads (an undeclared tensor's values) are not the program's.
             cap.suspended += 1
             try:
-                cap.loc = _user_loc()
-                if cap.loc is not None and cap.loc != cap.last_loc:
-                    cap.lines.append("# File: %s" % cap.loc)
-                    cap.last_loc = cap.loc
+                cap.note_loc()
                 cap.lines.append("%s = torch.ops.aten._local_scalar_dense.default(%s)" % (cap.fresh("read"), cap.fmt(t)))
                 return _real(t, *a, **k)
             finally:
