@@ -297,26 +297,32 @@ async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verb
   // The time limit counts from here: loading is part of the run.
   const limit = timeLimitFrom(eng);
   const tLoad = performance.now();
-  const l = loadWithText(file, json, out, (f, e) => {
-    // The report files still say why nothing was proved.
-    try {
-      if (files.junit !== undefined) writeFileSync(files.junit, junitInvalid(f, e.issues));
-      if (files.html !== undefined) writeFileSync(files.html, htmlInvalid(f, e.issues));
-    } catch (w) {
-      out.err(`planproof: cannot write the report: ${w instanceof Error ? w.message : String(w)}`);
-    }
-  }, read);
-  if (typeof l === 'number') return l;
-  const loadMs = Math.round(performance.now() - tLoad);
-  setRunClock(limit); // past it the engine's loops throw (stages/clock.ts): "unknown", never partial
+  let l: Loaded | number | undefined;
+  let loadMs = 0;
+  setRunClock(limit); // past it the loader's and the engine's loops throw (plans/clock.ts): "unknown", never partial
   try {
     checkRunClock();
+    l = loadWithText(file, json, out, (f, e) => {
+      // The report files still say why nothing was proved.
+      try {
+        if (files.junit !== undefined) writeFileSync(files.junit, junitInvalid(f, e.issues));
+        if (files.html !== undefined) writeFileSync(files.html, htmlInvalid(f, e.issues));
+      } catch (w) {
+        out.err(`planproof: cannot write the report: ${w instanceof Error ? w.message : String(w)}`);
+      }
+    }, read);
+    if (typeof l === 'number') return l;
+    loadMs = Math.round(performance.now() - tLoad);
     return await proveLoadedPlan(file, l, loadMs, limit, json, eng, verbose, out, infer, red, perStage, files, sh);
   } catch (e) {
     if (!(e instanceof TimeLimitReached)) throw e;
-    const r = timeUpReport(file, l.plan.name, e.seconds, performance.now() - ((limit?.endAt ?? 0) - e.seconds * 1000), eng.seed, loadMs);
+    const loaded = typeof l === 'object' ? l : undefined;
+    if (loaded === undefined) loadMs = Math.round(performance.now() - tLoad);
+    const r = timeUpReport(file, loaded?.plan.name ?? '(not loaded: the limit came first)', e.seconds, performance.now() - ((limit?.endAt ?? 0) - e.seconds * 1000), eng.seed, loadMs);
     out.log(json ? JSON.stringify(r, null, 2) : formatReport(r, verbose));
-    return finish(r, l, files, out);
+    if (loaded !== undefined) return finish(r, loaded, files, out);
+    if (files.junit !== undefined) writeFileSync(files.junit, junitXml(r)); // no plan to draw for --html
+    return verdictCode.unknown;
   } finally {
     setRunClock(undefined);
   }

@@ -22,6 +22,7 @@
  */
 import type { Shape } from '../ops/types.js';
 import type { IssueSink } from '../plans/errors.js';
+import { checkRunClock } from '../plans/clock.js';
 import { type Box, type Mesh, programBoxes } from '../plans/mesh.js';
 import { type Contract, type IntSpec, type LineageSpec, type LogicalGraph, placementStr, type Program, type RankView } from '../plans/model.js';
 import { type Claim, type Coverage, MAX_CELLS, checkContract, checkTiling, claimAxes, claimsOfSpec, lowerBound } from './check.js';
@@ -246,6 +247,7 @@ export function checkLineageSymbolic(
     const boxes = opts.symbolic && ranks.length > 1 ? programBoxes(ranks, mesh) : undefined;
     p.lineage.forEach((spec, t) => {
       if (spec === undefined) return;
+      if ((t & 255) === 0) checkRunClock();
       push(refs, spec.logical, { p, t, spec, ranks });
       const fams: Family[] = [];
       for (const [bi, box] of (boxes ?? []).entries()) {

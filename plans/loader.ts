@@ -7,6 +7,7 @@
  * rank elsewhere; the loaded plan's `stats` says which ran.
  */
 import { IssueSink, PlanError, type PlanIssue } from './errors.js';
+import { checkRunClock } from './clock.js';
 import { findTooDeep, MAX_DEPTH, MAX_PLAN_BYTES } from './json.js';
 import { validateSchema } from './schema.js';
 import { Mesh, programBox, rankEnv, type Box } from './mesh.js';
@@ -109,6 +110,7 @@ function structure(file: string, raw: unknown, sink: IssueSink, opts: LoadOption
   if (ops > limits.ops) sink.add('$.parallel.programs', `the plan has ${ops.toLocaleString('en-US')} ops as written; the limit is ${limits.ops.toLocaleString('en-US')} (--max-ops raises it; loadPlan: limits.ops)`);
   if (claims > limits.claims) sink.add('$.parallel.programs', `the plan has ${claims.toLocaleString('en-US')} lineage claims as written; the limit is ${limits.claims.toLocaleString('en-US')} (--max-claims raises it; loadPlan: limits.claims)`);
   sink.throwIfAny();
+  checkRunClock();
   validateSchema(raw, sink);
   sink.throwIfAny();
   const plan = raw as RawPlan;
@@ -159,6 +161,7 @@ export function loadStructure(file: string, raw: unknown, opts: LoadOptions = {}
     const t = performance.now();
     ms[name] = Math.round((t - t0) * 10) / 10;
     t0 = t;
+    checkRunClock(); // between phases: a large plan's load is bounded like its proof
   };
   const sink = new IssueSink(file);
   const { plan, mesh } = structure(file, raw, sink, opts);
@@ -304,12 +307,14 @@ function checkShapesPerTemplate(programs: Program[], mesh: Mesh, reps: Reps, sin
       }
     };
     tAxes.forEach((axes, t) => {
+      if ((t & 255) === 0) checkRunClock();
       for (const r of reps(p, axes)) {
         checks++;
         guard(r, () => checkTensorDims(p, t, shapeAt(t, rankEnv(mesh, r)), sink, label(r)));
       }
     });
     for (let op = 0; op < p.ops.size && sink.size < sink.cap; op++) {
+      if ((op & 255) === 0) checkRunClock();
       const axes = new Set<number>();
       for (const t of p.ops.opInputs(op)) for (const a of tAxes[t] ?? []) axes.add(a);
       for (const t of p.ops.opOutputs(op)) for (const a of tAxes[t] ?? []) axes.add(a);

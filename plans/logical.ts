@@ -2,6 +2,7 @@
 import { registry } from '../ops/registry.js';
 import { type Attrs, ShapeError, type Shape, sameShape, shapeStr, numel } from '../ops/types.js';
 import { jpath, type IssueSink } from './errors.js';
+import { checkRunClock } from './clock.js';
 import { NameTable, type OpTable, OpTableBuilder, type LogicalGraph, type Role, type Contract } from './model.js';
 import type { RawLogicalTensor, RawPlan } from './raw.js';
 import { cycleText, findCycle, toCsr } from './cycles.js';
@@ -34,6 +35,7 @@ export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGra
   const producer = new Int32Array(tensors.size).fill(-1);
   const consumed = new Uint8Array(tensors.size);
   raw.logical.ops.forEach((o, i) => {
+    if ((i & 255) === 0) checkRunClock();
     const p = jpath(base, 'ops', i);
     const where = `op '${o.id}'`;
     const kind = registry.id(o.op);

@@ -7,6 +7,7 @@
 import { registry } from '../ops/registry.js';
 import type { Attrs, AttrValue, Shape } from '../ops/types.js';
 import { jpath, type IssueSink } from './errors.js';
+import { checkRunClock } from './clock.js';
 import { compileExpr, ExprError, type CompiledExpr } from './expr.js';
 import { iota, type Mesh } from './mesh.js';
 import { NameTable, OpTableBuilder, type AttrSpec, type GroupSpec, type IntSpec, type LogicalGraph, type PeerSpec, type Program, type RankView } from './model.js';
@@ -276,6 +277,7 @@ function buildProgram(rp: RawProgram, index: number, mesh: Mesh, logical: Logica
   const microbatch: number[] = [];
   const sites: number[] = [];
   rp.ops.forEach((o, i) => {
+    if ((i & 255) === 0) checkRunClock();
     const op = jpath(path, 'ops', i);
     const where = `op '${o.id}'`;
     const kind = registry.id(o.op);

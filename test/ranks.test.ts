@@ -184,6 +184,8 @@ describe('the run\'s time limit bounds the whole run (issue 32)', function () {
     setRunClock({ endAt: performance.now() - 1, seconds: 1 });
     try {
       assert.throws(() => checkRunClock(), TimeLimitReached);
+      // Loading is part of the run: the loader's phases check the same clock.
+      assert.throws(() => loadPlanText('t.json', text), TimeLimitReached);
       assert.throws(() => proveTensorLevel(p, decompose(p, logicalOrder(p))), TimeLimitReached);
     } finally {
       setRunClock(undefined);
