@@ -37,7 +37,7 @@ import { htmlInvalid, htmlReport } from './html.js';
 import { parseShard, partOf, planDigest, readParts } from './shard.js';
 import { stageBar } from './progress.js';
 import { explain } from './explain.js';
-import { importCommand } from './import.js';
+import { importCommand, IMPORT_OPTIONS } from './import.js';
 import { CAPTURE_OPTIONS, captureCommand } from './capture.js';
 import { answerKey, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey } from './answers.js';
 import { deltaAnswer, skeletonOf, storeArgvMemo, storeDelta } from './delta.js';
@@ -672,16 +672,9 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .command(
       'import-graphs',
       'write a plan from exported ATen graphs (torch 2.x GraphModule prints): the single-device graph, one per rank, and a relations file for inputs and outputs (docs/import.md)',
-      (y) =>
-        y
-          .option('dir', { type: 'string', describe: 'directory holding logical.py, rank0.py, rank1.py, ... and relations.json' })
-          .option('logical', { type: 'string', describe: 'the single-device graph (FILE, or FW,BW: AOTAutograd forward then backward)' })
-          .option('rank', { type: 'string', array: true, describe: 'RANK=FILE (or RANK=FW,BW), one per rank' })
-          .option('relations', { type: 'string', describe: 'boundary relations (JSON, format planproof-relations/v1)' })
-          .option('name', { type: 'string', describe: 'plan name' })
-          .option('out', { alias: 'o', type: 'string', describe: 'output plan file (default: stdout)' }),
+      (y) => y.options(IMPORT_OPTIONS),
       (a) => {
-        run = () => importCommand({ ...(a.dir === undefined ? {} : { dir: a.dir }), ...(a.logical === undefined ? {} : { logical: a.logical }), ...(a.rank === undefined ? {} : { rank: a.rank.map(String) }), ...(a.relations === undefined ? {} : { relations: a.relations }), ...(a.out === undefined ? {} : { out: a.out }), ...(a.name === undefined ? {} : { name: a.name }), json: a.json }, out);
+        run = () => importCommand({ ...(a.dir === undefined ? {} : { dir: a.dir }), ...(a.logical === undefined ? {} : { logical: a.logical }), ...(a.rank === undefined ? {} : { rank: a.rank.map(String) }), ...(a.relations === undefined ? {} : { relations: a.relations }), ...(a.out === undefined ? {} : { out: a.out }), ...(a.name === undefined ? {} : { name: a.name }), ...(a['op-map'] === undefined ? {} : { opMap: a['op-map'].map(String) }), json: a.json }, out);
       },
     )
     .command(

@@ -3,17 +3,30 @@
  * rank, a relations file), checked by the loader before it is written. docs/import.md.
  */
 import { existsSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, isAbsolute, join } from 'node:path';
 import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
 import { parsePlanJson, readPlanText } from '../plans/json.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { ImportError, FX_LIMITS } from '../plans/import/fxtext.js';
 import { checkRelations, importGraphs, type GraphFile } from '../plans/import/plan.js';
+import { checkOpMap, type OpMap } from '../plans/import/opmap.js';
+import { SHIPPED_OPMAPS } from '../plans/import/opmaps.js';
 
 interface Out {
   log(s: string): void;
   err(s: string): void;
 }
+
+/** import-graphs' options (yargs). */
+export const IMPORT_OPTIONS = {
+  dir: { type: 'string', describe: 'directory holding logical.py, rank0.py, rank1.py, ... and relations.json' },
+  logical: { type: 'string', describe: 'the single-device graph (FILE, or FW,BW: AOTAutograd forward then backward)' },
+  rank: { type: 'string', array: true, describe: 'RANK=FILE (or RANK=FW,BW), one per rank' },
+  relations: { type: 'string', describe: 'boundary relations (JSON, format planproof-relations/v1)' },
+  'op-map': { type: 'string', array: true, describe: `what ops outside ATen compute: a shipped map (${Object.keys(SHIPPED_OPMAPS).join(', ')}) or an op-map JSON file (docs/import.md, "Op maps"); repeatable` },
+  name: { type: 'string', describe: 'plan name' },
+  out: { alias: 'o', type: 'string', describe: 'output plan file (default: stdout)' },
+} as const;
 
 export interface ImportArgs {
   dir?: string;
@@ -22,7 +35,28 @@ export interface ImportArgs {
   relations?: string;
   out?: string;
   name?: string;
+  /** --op-map: shipped map names or op-map files. */
+  opMap?: string[];
   json: boolean;
+}
+
+/** The op maps named by --op-map and the relations' "opMap" (files relative to the relations file). */
+function readOpMaps(names: readonly string[], base: string): OpMap[] {
+  const seen = new Set<string>();
+  const maps: OpMap[] = [];
+  for (const n of names) {
+    if (seen.has(n)) continue;
+    seen.add(n);
+    const shipped = SHIPPED_OPMAPS[n];
+    if (shipped !== undefined) {
+      maps.push(shipped);
+      continue;
+    }
+    const f = isAbsolute(n) || existsSync(n) ? n : join(base, n);
+    if (!existsSync(f)) throw new ImportError(n, 0, `no such op map: not a shipped map (${Object.keys(SHIPPED_OPMAPS).join(', ')}) and no file ${f}`);
+    maps.push(checkOpMap(f, parsePlanJson(f, readPlanText(f, FX_LIMITS.bytes))));
+  }
+  return maps;
 }
 
 /** A program's graph files: `a.py` or `fw.py,bw.py` (run in order). */
@@ -85,7 +119,9 @@ export function importCommand(a: ImportArgs, out: Out): number {
     const read = (f: string): GraphFile => ({ name: f, text: readPlanText(f, FX_LIMITS.bytes) });
     const relations = checkRelations(relFile, parsePlanJson(relFile, readPlanText(relFile, FX_LIMITS.bytes)));
     const t0 = performance.now();
-    const { plan, stats } = importGraphs({ logical: logicalFile.map(read), ranks: ranks.map((fs) => fs.map(read)), relations, relationsFile: relFile, ...(a.name === undefined ? {} : { name: a.name }) });
+    const fromRel = relations.opMap === undefined ? [] : typeof relations.opMap === 'string' ? [relations.opMap] : relations.opMap;
+    const opMaps = readOpMaps([...fromRel, ...(a.opMap ?? [])], dirname(relFile));
+    const { plan, stats } = importGraphs({ logical: logicalFile.map(read), ranks: ranks.map((fs) => fs.map(read)), relations, relationsFile: relFile, opMaps, ...(a.name === undefined ? {} : { name: a.name }) });
     const outName = a.out ?? '(stdout)';
     // The loader checks what the importer wrote (shapes, lineage, tiling, collective matching)
     // before anything is written: a plan that does not load is never left behind.

@@ -142,7 +142,7 @@ describe('import-graphs (exported ATen graphs)', function () {
   it('bad relations are exit 2 naming the tensor', async () => {
     const cases: [string, (s: string) => string, RegExp][] = [
       ['missing', (s) => s.replace('"y_1": { "placements": ["R"] },', ''), /no relation for input tensor 'y_1'/],
-      ['unknown tensor', (s) => s.replace('"inputs": {', '"inputs": { "zz": { "placements": ["R"] },'), /relation for tensor 'zz': no graph has an input of that name/],
+      ['unknown tensor', (s) => s.replace('"inputs": {', '"inputs": { "zz": { "placements": ["R"] },'), /relation for tensor 'zz': no graph has an input or node of that name/],
       ['wrong shard dim', (s) => s.replace('"w1_1": { "role": "param", "placements": ["S(0)"] }', '"w1_1": { "role": "param", "placements": ["S(1)"] }'), /w1_1/],
       ['placements count', (s) => s.replace('"x_1": { "placements": ["R"] }', '"x_1": { "placements": ["R", "R"] }'), /relation for tensor 'x_1': 2 placement\(s\) for a mesh of 1/],
       ['unknown field', (s) => s.replace('"x_1": { "placements": ["R"] }', '"x_1": { "placement": ["R"] }'), /\$\.inputs\.x_1 \(tensor 'x_1'\).*unknown field 'placement'/],

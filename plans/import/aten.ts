@@ -9,7 +9,8 @@ import type { AttrValue } from '../../ops/types.js';
 import type { RawParallelOp } from '../raw.js';
 import type { FxArg, FxGraph, FxNode } from './fxtext.js';
 import { TRAINING_RULES } from './aten-training.js';
-import { binary, filled, likeShape, type Lowered, Lowerer, type OpaqueVal, REDUCE, refuseTruncation, reshape, type Rule, sameStrides, scaleBy, type TensorVal, uninitialized, unary, type Val, view, viewStrides } from './lower.js';
+import { INDEX_RULES } from './aten-index.js';
+import { binary, filled, likeShape, type ConstValue, type Lowered, Lowerer, type LowerOptions, type OpaqueVal, REDUCE, refuseTruncation, reshape, type Rule, sameStrides, scaleBy, type TensorVal, uninitialized, unary, type Val, view, viewStrides } from './lower.js';
 
 export type { Lowered, TensorVal } from './lower.js';
 
@@ -30,15 +31,17 @@ function addc(op: 'mul' | 'div', inPlace: boolean): Rule {
 
 /** matmul of (a, b) plus beta * bias (addmm, baddbmm). */
 function addmm(l: Lowerer, n: FxNode): Val {
-  const bias = l.tensor(n.args[0], 'self');
+  const beta = l.num(n.kwargs['beta'], 'beta', 1);
+  // beta = 0 ignores self (ATen: not even NaN propagates), so an uninitialized buffer is fine
+  // there (Megatron's baddbmm into torch.empty).
+  const bias = beta === 0 ? undefined : l.tensor(n.args[0], 'self');
   const a = l.tensor(n.args[1], 'mat1');
   const b = l.tensor(n.args[2], 'mat2');
-  const beta = l.num(n.kwargs['beta'], 'beta', 1);
   const alpha = l.num(n.kwargs['alpha'], 'alpha', 1);
   let p = l.one('matmul', [a, b]);
   if (alpha !== 1) p = l.one('scale', [p], { factor: alpha });
   if (beta === 0) return l.bind(n, l.one('identity', [p], {}, l.out(n)));
-  const c = beta === 1 ? bias : l.one('scale', [bias], { factor: beta });
+  const c = beta === 1 ? (bias as TensorVal) : l.one('scale', [bias as TensorVal], { factor: beta });
   return l.bind(n, l.one('add', [p, c], {}, l.out(n)));
 }
 
@@ -182,7 +185,9 @@ const RULES: Record<string, Rule> = {
     return l.bind(n, x.dtype === to ? x : l.one('identity', [x], {}, l.out(n), to));
   },
   'aten.copy': (l, n) => {
-    const dst = l.tensor(n.args[0], 'self');
+    // (functional copy_: the result is src in dst's shape; an uninitialized dst is fine, every element is written)
+    const d = l.val(n.args[0], 'self');
+    const dst = d.kind === 'opaque' && d.what === 'uninitialized memory' ? { kind: 'tensor' as const, id: '', shape: JSON.parse(String(d.data['shape'])) as number[], dtype: String(d.data['dtype']) } : l.tensor(n.args[0], 'self');
     const src = l.tensor(n.args[1], 'src');
     refuseTruncation(l, src.dtype, dst.dtype);
     return l.bind(n, src.shape.length === dst.shape.length && src.shape.every((d, i) => d === dst.shape[i]) ? src : l.one('expand', [src], { shape: [...dst.shape] }, l.out(n)));
@@ -206,7 +211,14 @@ const RULES: Record<string, Rule> = {
     // in-place write through one item conservatively makes the others unreadable).
     return l.bind(n, item, (n.args[0] as { name?: string }).name);
   },
-  getattr: (l, n) => l.fail(`module attribute 'self.${(n.args[0] as { value?: string }).value ?? '?'}' (a constant tensor) is not supported: pass it as a graph input`),
+  getattr: (l, n) => {
+    // A module-attribute tensor (`self._tensor_constant0`, what `torch.tensor(0)` in the
+    // traced code becomes): its value comes from the relations' "constants", never a guess.
+    const name = (n.args[0] as { value?: string }).value ?? '?';
+    const c = l.opts.constants?.[name];
+    if (c === undefined) return l.fail(`module attribute 'self.${name}' (a constant tensor): give its value in the relations' "constants" (docs/import.md, "Constants"), or pass it as a graph input`);
+    return l.bind(n, constantTensor(l, c, name));
+  },
 
   // ---- layout
   'aten.view': (l, n) => reshape(l, n, l.ints(n.args[1], 'size')),
@@ -518,12 +530,36 @@ const RULES: Record<string, Rule> = {
   ...collectiveRules('_c10d_functional'),
   ...collectiveRules('c10d_functional'),
   ...TRAINING_RULES,
+  ...INDEX_RULES,
 };
 
 /** The logits and dim of each log_softmax output (for the cross-entropy pattern). */
 const logSoftmaxOf = new WeakMap<TensorVal, { logits: TensorVal; dim: number }>();
 
 /** Lowers the parsed graphs of one program (one graph, or a forward and a backward); ImportError on anything unsupported. */
-export function lowerGraph(g: FxGraph | readonly FxGraph[]): Lowered {
-  return new Lowerer(Array.isArray(g) ? (g as readonly FxGraph[]) : [g as FxGraph], RULES).run();
+export function lowerGraph(g: FxGraph | readonly FxGraph[], opts: LowerOptions = {}): Lowered {
+  return new Lowerer(Array.isArray(g) ? (g as readonly FxGraph[]) : [g as FxGraph], RULES, opts).run();
+}
+
+/** A constant's value as a tensor: a scalar, or nested lists (each element an exact constant). */
+function constantTensor(l: Lowerer, c: ConstValue, name: string): TensorVal {
+  if (typeof c === 'number') return l.constant(c);
+  const shape: number[] = [];
+  for (let v: ConstValue = c; Array.isArray(v); v = (v as readonly ConstValue[])[0] as ConstValue) shape.push((v as readonly ConstValue[]).length);
+  const flat: number[] = [];
+  const walk = (v: ConstValue, d: number): void => {
+    if (d === shape.length) {
+      if (typeof v !== 'number') l.fail(`constant '${name}': nested lists of different depths`);
+      flat.push(v);
+      return;
+    }
+    if (!Array.isArray(v) || v.length !== shape[d]) l.fail(`constant '${name}': not a rectangular array of shape [${shape.join(', ')}]`);
+    for (const x of v as readonly ConstValue[]) walk(x, d + 1);
+  };
+  walk(c, 0);
+  if (flat.length === 0) l.fail(`constant '${name}' is empty`);
+  if (flat.length > 4096) l.fail(`constant '${name}' has ${flat.length} elements (at most 4096 are embedded; pass a larger one as a graph input)`);
+  const cells = flat.map((x) => l.one('reshape', [l.constant(x)], { shape: [1] }));
+  const row = cells.length === 1 ? (cells[0] as TensorVal) : l.one('concat', cells, { dim: 0 });
+  return l.one('reshape', [row], { shape });
 }

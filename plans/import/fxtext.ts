@@ -264,6 +264,17 @@ function target(callee: string, fail: (why: string) => never): string {
   fail(`unsupported call '${callee}' (expected an ATen operator, torch.ops.<namespace>.<op>.<overload>)`);
 }
 
+/** `NAME ':' STRING (';' NAME ':' STRING)* [';']`: type declarations only, no assignment. */
+function isDeclarationLine(toks: readonly Tok[]): boolean {
+  if (toks.length < 3) return false;
+  for (let k = 0; k < toks.length; k += 4) {
+    const [n, colon, str, semi] = [toks[k], toks[k + 1], toks[k + 2], toks[k + 3]];
+    if (n?.t !== 'name' || colon?.t !== 'punct' || colon.v !== ':' || str?.t !== 'str') return false;
+    if (semi !== undefined && (semi.t !== 'punct' || semi.v !== ';')) return false;
+  }
+  return true;
+}
+
 /** Parses the printed graph. `file` names it in errors. */
 export function parseFxGraph(file: string, text: string): FxGraph {
   if (text.length > FX_LIMITS.bytes) throw new ImportError(file, 0, `larger than ${FX_LIMITS.bytes / (1024 * 1024)} MiB`);
@@ -313,6 +324,8 @@ export function parseFxGraph(file: string, text: string): FxGraph {
     if (!c.done()) fail('unexpected text after the signature');
   }
   const nodes: FxNode[] = [];
+  const declared = new Map<string, FxType>();
+  let flattened = false;
   let loc: string | undefined;
   let outputs: FxArg[] | undefined;
   let returnLine = 0;
@@ -350,13 +363,48 @@ export function parseFxGraph(file: string, text: string): FxGraph {
         break;
       }
     }
+    // A joint graph's declarations (`primals_1: "f32[4]"; primals_2: "i64[2]"`, AOTAutograd's
+    // `def forward(self, primals, tangents)`): types of the names its flatten statement binds.
+    if (isDeclarationLine(toks)) {
+      for (let k = 0; k < toks.length; k += 4) declared.set((toks[k] as Tok).v, parseType((toks[k + 2] as Tok).v, fail));
+      continue;
+    }
     const c = new Cursor(toks.slice(0, end), fail);
     const head = c.name();
     if (head === 'return') {
-      const v = c.done() ? ({ kind: 'list', items: [] } as FxArg) : c.value(0);
+      let v = c.done() ? ({ kind: 'list', items: [] } as FxArg) : c.value(0);
       if (!c.done()) fail('unexpected text after the returned value');
+      // `return pytree.tree_unflatten([...], self._out_spec)`: the flat list is what is returned.
+      if (v.kind === 'call' && v.callee === 'pytree.tree_unflatten' && v.args[0]?.kind === 'list') v = v.args[0];
       outputs = v.kind === 'list' ? [...v.items] : [v];
       returnLine = lineNo;
+      continue;
+    }
+    if (c.at(',')) {
+      // `a, b, = fx_pytree.tree_flatten_spec([primals, tangents], self._in_spec)`: the graph's
+      // real inputs, flattened from the pytree parameters of the signature.
+      const names = [head];
+      while (c.at(',')) {
+        c.i++;
+        if (c.at('=')) break;
+        names.push(c.name());
+      }
+      c.eat('=');
+      const callee = c.dotted();
+      if (callee !== 'fx_pytree.tree_flatten_spec') fail(`unsupported tuple assignment from '${callee}' (only fx_pytree.tree_flatten_spec of the signature's parameters)`);
+      c.callArgs(0);
+      if (!c.done()) fail('unexpected text after the call');
+      if (flattened) fail('a second tree_flatten_spec statement');
+      flattened = true;
+      const params = new Set(inputs.map((x) => x.name));
+      for (const x of inputs) if (x.type !== undefined) fail(`parameter '${x.name}' is typed: a graph with tree_flatten_spec takes pytree parameters`);
+      inputs.length = 0;
+      for (const n of names) {
+        if (params.has(n)) fail(`'${n}' is both a parameter and a flattened input`);
+        const type = declared.get(n);
+        if (type === undefined) fail(`flattened input '${n}' has no type declaration (expected '${n}: "f32[...]"' before this line)`);
+        inputs.push({ name: n, type, line: lineNo });
+      }
       continue;
     }
     let type: FxType | undefined;

@@ -52,13 +52,36 @@ export interface ExtraInput {
   readonly line: number;
 }
 
+/** What a program's graphs are lowered with, besides the rule tables (docs/import.md). */
+export interface LowerOptions {
+  /** Values of module-attribute tensors (`self._tensor_constant0`), from the relations' "constants". */
+  readonly constants?: Readonly<Record<string, ConstValue>>;
+  /** Rules for ops outside ATen (custom namespaces), built from op maps (plans/import/opmap.ts). */
+  readonly extraRules?: Readonly<Record<string, Rule>>;
+  /**
+   * Intermediate nodes the relations state lineage for as assumptions: each becomes an input
+   * of the program (its annotated type), and what computed it is not lowered for it.
+   */
+  readonly cuts?: ReadonlySet<string>;
+}
+
+/** A constant's value: a number, or nested lists of numbers. */
+export type ConstValue = number | readonly ConstValue[];
+
+/** A returned value: a tensor, None (undefined), or a value only a backward op may read. */
+export type Returned = TensorVal | OpaqueVal | undefined;
+
 export interface Lowered {
   readonly file: string;
   readonly ops: RawParallelOp[];
   readonly tensors: Map<string, TensorVal>;
   readonly inputs: readonly TensorVal[];
   /** The return values of every graph in order; undefined where a graph returns None. */
-  readonly outputs: readonly (TensorVal | undefined)[];
+  readonly outputs: readonly Returned[];
+  /** Every node's value by name (`g<k>:` before the names of the k-th graph, k >= 1), for relations on intermediate nodes. */
+  readonly named: ReadonlyMap<string, Val>;
+  /** The graph-qualified names of the nodes that became inputs (LowerOptions.cuts). */
+  readonly cutInputs: readonly TensorVal[];
   readonly extra: readonly ExtraInput[];
   readonly collectives: readonly CollectiveCall[];
   /** Values read into Python (`aten._local_scalar_dense`): where, and what was read. */
@@ -90,6 +113,7 @@ export class Lowerer {
   constructor(
     readonly graphs: readonly FxGraph[],
     private readonly rules: Readonly<Record<string, Rule>>,
+    readonly opts: LowerOptions = {},
   ) {
     if (graphs.length === 0) throw new Error('no graph');
     this.g = graphs[0] as FxGraph;
@@ -250,7 +274,9 @@ export class Lowerer {
    */
   run(): Lowered {
     const inputs: TensorVal[] = [];
-    const outputs: (TensorVal | undefined)[] = [];
+    const outputs: Returned[] = [];
+    const named = new Map<string, Val>();
+    const cutInputs: TensorVal[] = [];
     const returned = new Map<string, TensorVal>();
     let aten = 0;
     this.graphs.forEach((g, gi) => {
@@ -278,10 +304,19 @@ export class Lowerer {
         this.node = n;
         this.fresh = 0;
         aten++;
-        const v = this.lower(n);
-        if (v.kind === 'tensor' && n.type !== undefined && (v.shape.length !== n.type.shape.length || v.shape.some((d, i) => d !== n.type?.shape[i]))) {
-          this.fail(`${n.target}: the graph says ${n.name} has shape [${n.type.shape.join(', ')}], the mapped op gives [${v.shape.join(', ')}]`);
+        const qualified = this.prefix + n.name;
+        if (this.opts.cuts?.has(qualified) === true) {
+          // An assumption on an intermediate node: from here on it is an input.
+          if (n.type === undefined) this.fail(`'${n.name}' is named in the relations' "inputs" but has no type annotation`);
+          const t = this.addTensor(qualified, n.type.shape, n.type.dtype);
+          this.define(n.name, t);
+          named.set(qualified, t);
+          cutInputs.push(t);
+          continue;
         }
+        const v = this.lower(n);
+        named.set(qualified, v);
+        this.checkAnnotation(n, v);
       }
       this.node = { name: 'return', target: 'return', args: [], kwargs: {}, line: g.returnLine };
       g.outputs.forEach((o, k) => {
@@ -290,18 +325,46 @@ export class Lowerer {
           outputs.push(undefined);
           return;
         }
+        // Saved LayerNorm statistics and the like are returned for the backward: kept as they
+        // are (a relation that names one as an output is refused then, by importGraphs).
+        const v = o.kind === 'name' ? this.val(o, `return value ${k}`) : undefined;
+        if (v?.kind === 'opaque' && v.materialize === undefined) {
+          outputs.push(v);
+          return;
+        }
         const t = this.tensor(o, `return value ${k}`);
         outputs.push(t);
         if (o.kind === 'name') returned.set(o.name, t);
       });
     });
     const files = this.graphs.map((g) => g.file).join(', ');
-    return { file: files, ops: this.ops, tensors: this.tensors, inputs, outputs, extra: this.extra, collectives: this.collectives, reads: this.reads, atenOps: aten };
+    return { file: files, ops: this.ops, tensors: this.tensors, inputs, outputs, named, cutInputs, extra: this.extra, collectives: this.collectives, reads: this.reads, atenOps: aten };
+  }
+
+  private checkAnnotation(n: FxNode, v: Val): void {
+    if (v.kind === 'tensor' && n.type !== undefined && (v.shape.length !== n.type.shape.length || v.shape.some((d, i) => d !== n.type?.shape[i]))) {
+      this.fail(`${n.target}: the graph says ${n.name} has shape [${n.type.shape.join(', ')}], the mapped op gives [${v.shape.join(', ')}]`);
+    }
+  }
+
+  /** Lowers a node of an op map's body (plans/import/opmap.ts), inlined in the graph being lowered. */
+  lowerInlined(b: FxNode): void {
+    const outer = this.node;
+    this.node = b;
+    try {
+      this.checkAnnotation(b, this.lower(b));
+    } finally {
+      this.node = outer;
+    }
   }
 
   private lower(n: FxNode): Val {
-    const rule = this.rules[n.target] ?? this.rules[n.target.slice(0, n.target.lastIndexOf('.'))];
-    if (rule === undefined) this.fail(`unsupported ATen op '${n.target}' (docs/import.md lists the supported ops)`);
+    const base = n.target.slice(0, n.target.lastIndexOf('.'));
+    const rule = this.rules[n.target] ?? this.rules[base] ?? this.opts.extraRules?.[n.target] ?? this.opts.extraRules?.[base];
+    if (rule === undefined) {
+      if (n.target.startsWith('aten.')) this.fail(`unsupported ATen op '${n.target}' (docs/import.md lists the supported ops)`);
+      this.fail(`unsupported op '${n.target}' outside ATen: map it to ATen ops in an op map (--op-map, or "opMap" in the relations; docs/import.md, "Op maps")`);
+    }
     const v = rule(this, n);
     if (v.kind === 'tensor') this.strides.set(n.name, stridesOf(this, n, v.shape));
     // The pieces of a split are views with their input's strides (only the offset moves):

@@ -7,9 +7,11 @@
  */
 import type { ValidateFunction } from 'ajv';
 import { ajvClass } from '../../ops/registry.js';
-import type { RawLineage, RawLogicalTensor, RawParallelTensor, RawPlan, RawProgram, RawGroup } from '../raw.js';
-import { lowerGraph, type Lowered, type TensorVal } from './aten.js';
-import { ImportError, parseFxGraph } from './fxtext.js';
+import type { RawLineage, RawLogicalTensor, RawParallelOp, RawParallelTensor, RawPlan, RawProgram, RawGroup } from '../raw.js';
+import { lowerGraph } from './aten.js';
+import { ImportError, parseFxGraph, type FxGraph } from './fxtext.js';
+import type { ConstValue, Lowered, Returned, TensorVal, Val } from './lower.js';
+import { opMapRules, type OpMap } from './opmap.js';
 
 /** Lineage of one boundary tensor, in the plan's vocabulary (DTensor placements or index/value maps). */
 type LineageSpec = { logical?: string; placements?: string[]; index?: unknown[]; value?: unknown };
@@ -18,9 +20,20 @@ export interface Relations {
   format: 'planproof-relations/v1';
   mesh: { axes: { name: string; size: number }[]; ranks?: number[] };
   inputs: Record<string, LineageSpec & { role?: 'input' | 'param' | 'optimizer_state'; values?: { range: [number, number]; also?: number[] } }>;
-  /** One entry per returned value of the program's graphs in order; null: not an output (AOTAutograd's saved tensors). */
-  outputs: ((LineageSpec & { name: string }) | null)[];
+  /**
+   * Either one entry per returned value of the program's graphs in order (null: not an output,
+   * AOTAutograd's saved tensors), or entries naming their node (`node`, and `logicalNode` when
+   * the single-device graph's node has another name): returned values no entry names are
+   * ignored, and a node need not be returned at all (a check on one region of the graph).
+   */
+  outputs: ((LineageSpec & { name: string; node?: string; logicalNode?: string }) | null)[];
   groups?: Record<string, { ranks: number[] } | { axes: string[] }>;
+  /** Values of module-attribute constants (`self._tensor_constant0`), the same in every graph. */
+  constants?: Record<string, ConstValue>;
+  /** Op maps to use: shipped ones by name (apex, vllm, tg) or files (paths relative to the relations file). */
+  opMap?: string | string[];
+  /** "auto": dropout masks paired by order, their placements read from the shapes. */
+  dropout?: 'auto';
 }
 
 const lineageProps = {
@@ -48,8 +61,11 @@ const RELATIONS_SCHEMA = {
     outputs: {
       type: 'array',
       maxItems: 100000,
-      items: { oneOf: [{ type: 'null' }, { type: 'object', additionalProperties: false, required: ['name'], properties: { ...lineageProps, name: { type: 'string', pattern: '^[A-Za-z0-9_][A-Za-z0-9_.:/@#\\[\\]-]*$', maxLength: 256 } } }] },
+      items: { oneOf: [{ type: 'null' }, { type: 'object', additionalProperties: false, required: ['name'], properties: { ...lineageProps, name: { type: 'string', pattern: '^[A-Za-z0-9_][A-Za-z0-9_.:/@#\\[\\]-]*$', maxLength: 256 }, node: { type: 'string', minLength: 1, maxLength: 256 }, logicalNode: { type: 'string', minLength: 1, maxLength: 256 } } }] },
     },
+    constants: { type: 'object', maxProperties: 100000, additionalProperties: { anyOf: [{ type: 'number' }, { type: 'array', maxItems: 4096 }] } },
+    opMap: { anyOf: [{ type: 'string', minLength: 1, maxLength: 4096 }, { type: 'array', items: { type: 'string', minLength: 1, maxLength: 4096 }, maxItems: 64 }] },
+    dropout: { const: 'auto' },
     groups: {
       type: 'object',
       maxProperties: 10000,
@@ -91,6 +107,8 @@ export interface ImportInput {
   readonly relations: Relations;
   readonly relationsFile: string;
   readonly name?: string;
+  /** The op maps the relations' "opMap" and --op-map name, read and checked (plans/import/opmap.ts). */
+  readonly opMaps?: readonly OpMap[];
 }
 
 export interface ImportStats {
@@ -107,28 +125,118 @@ function lineageOf(spec: LineageSpec, dflt: string): RawLineage {
   return { logical, ...(spec.index === undefined ? {} : { index: spec.index }), ...(spec.value === undefined ? {} : { value: spec.value }) } as RawLineage;
 }
 
+/** A node name as relations write it (`mm_7`, or `g1:mm_7` for the second graph of a program) to the program's qualified name. */
+function qualify(rf: string, graphs: readonly FxGraph[], name: string, what: string): string | undefined {
+  const m = /^g([0-9]+):(.+)$/.exec(name);
+  // A later graph's input named like an earlier graph's value is that value (AOTAutograd's
+  // backward takes the forward's saved nodes): it does not name a second tensor.
+  const inGraph = (k: number, n: string): boolean => {
+    const g = graphs[k];
+    if (g === undefined) return false;
+    if (g.nodes.some((x) => x.name === n)) return true;
+    return g.inputs.some((x) => x.name === n) && !graphs.slice(0, k).some((e) => e.nodes.some((x) => x.name === n) || e.inputs.some((x) => x.name === n));
+  };
+  if (m !== null) return inGraph(Number(m[1]), m[2] as string) ? name : undefined;
+  const hits = graphs.flatMap((_, k) => (inGraph(k, name) ? [k === 0 ? name : `g${k}:${name}`] : []));
+  if (hits.length > 1) throw new ImportError(rf, 0, `${what}: '${name}' names a node of several graphs of ${graphs.map((g) => g.file).join(', ')}: write ${hits.map((h) => `'${h}'`).join(' or ')}`);
+  return hits[0];
+}
+
+/** Is `q` (qualified) a computed node of the program, not a graph input? */
+function isNode(graphs: readonly FxGraph[], q: string): boolean {
+  const m = /^g([0-9]+):(.+)$/.exec(q);
+  const g = graphs[m === null ? 0 : Number(m[1])];
+  const n = m === null ? q : (m[2] as string);
+  return g !== undefined && g.nodes.some((x) => x.name === n);
+}
+
+/** Placements of a rank's dropout mask read from its shape and the logical mask's, or why not. */
+function dropoutPlacements(mesh: Relations['mesh'], local: readonly number[], whole: readonly number[]): string[] | string {
+  if (local.length !== whole.length) return `rank [${local.join(', ')}] and logical [${whole.join(', ')}] differ in rank`;
+  const differ = whole.flatMap((d, i) => (d !== local[i] ? [i] : []));
+  if (differ.length === 0) return mesh.axes.map(() => 'R');
+  if (mesh.axes.length !== 1 || differ.length !== 1) return `rank [${local.join(', ')}] of the logical [${whole.join(', ')}]: the shapes do not say how (state it in "inputs")`;
+  const d = differ[0] as number;
+  if ((local[d] as number) * (mesh.axes[0] as { size: number }).size !== whole[d]) return `dim ${d}: ${local[d]} is not the logical ${whole[d]} split over ${(mesh.axes[0] as { size: number }).size} ranks`;
+  return [`S(${d})`];
+}
+
 /** Builds the plan. Throws ImportError (exit 2) naming the file, line, op or tensor. */
 export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportStats } {
   const rel = inp.relations;
   const rf = inp.relationsFile;
   const nRanks = rel.mesh.axes.reduce((a, x) => a * x.size, 1);
   if (nRanks !== inp.ranks.length) throw new ImportError(rf, 0, `the mesh has ${nRanks} ranks but ${inp.ranks.length} rank graph(s) were given`);
-  const lower = (fs: GraphFile | readonly GraphFile[]): Lowered => lowerGraph((Array.isArray(fs) ? (fs as readonly GraphFile[]) : [fs as GraphFile]).map((f) => parseFxGraph(f.name, f.text)));
-  const logical = lower(inp.logical);
-  const ranks = inp.ranks.map(lower);
+  const parse = (fs: GraphFile | readonly GraphFile[]): FxGraph[] => (Array.isArray(fs) ? (fs as readonly GraphFile[]) : [fs as GraphFile]).map((f) => parseFxGraph(f.name, f.text));
+  const lgraphs = parse(inp.logical);
+  const rgraphs = inp.ranks.map(parse);
+  const extraRules = inp.opMaps === undefined || inp.opMaps.length === 0 ? undefined : opMapRules(inp.opMaps);
+  const constants = rel.constants;
 
-  // ---- boundary names: every graph input (and dropout mask) needs a relation, and every relation names one.
-  const boundary = (g: Lowered): string[] => [...g.inputs.map((t) => t.id), ...g.extra.filter((e) => e.constant === undefined).map((e) => e.id)];
+  // ---- assumptions on intermediate nodes: an "inputs" key that names a node, not a graph input
+  const inputsSpec: Relations['inputs'] = { ...rel.inputs };
+  const cutsOf = (graphs: readonly FxGraph[], logicalSide: boolean): Set<string> => {
+    const cuts = new Set<string>();
+    for (const [k, spec] of Object.entries(rel.inputs)) {
+      const name = logicalSide ? (spec.logical ?? k) : k;
+      const q = qualify(rf, graphs, name, `relation for tensor '${k}'`);
+      if (q !== undefined && isNode(graphs, q)) cuts.add(q);
+    }
+    return cuts;
+  };
+  const lower = (graphs: readonly FxGraph[], cuts: Set<string>): Lowered => lowerGraph(graphs, { ...(constants === undefined ? {} : { constants }), ...(extraRules === undefined ? {} : { extraRules }), cuts });
+  const logical = lower(lgraphs, cutsOf(lgraphs, true));
+  const ranks = rgraphs.map((gs) => lower(gs, cutsOf(gs, false)));
+  // A cut's relation is keyed by the name as written; its tensor by the qualified name.
+  const keyOfCut = new Map<string, string>();
+  for (const [k, spec] of Object.entries(rel.inputs)) {
+    for (const [graphs, side] of [[lgraphs, true], ...rgraphs.map((g) => [g, false] as const)] as const) {
+      const q = qualify(rf, graphs, side ? (spec.logical ?? k) : k, `relation for tensor '${k}'`);
+      if (q !== undefined && q !== k && isNode(graphs, q)) keyOfCut.set(q, k);
+    }
+  }
+  const relationOf = (id: string): Relations['inputs'][string] | undefined => inputsSpec[keyOfCut.get(id) ?? id];
+
+  // ---- dropout masks paired by order ("dropout": "auto")
+  const masks = (g: Lowered): { id: string; shape: readonly number[] }[] => g.extra.filter((e) => e.constant === undefined);
+  if (rel.dropout === 'auto') {
+    const lm = masks(logical);
+    for (const g of ranks) {
+      const rm = masks(g);
+      if (rm.length !== lm.length) throw new ImportError(rf, 0, `"dropout": "auto": ${g.file} samples ${rm.length} dropout mask(s), ${logical.file} ${lm.length}: pair them by hand in "inputs"`);
+      rm.forEach((m, k) => {
+        const l = lm[k] as { id: string; shape: readonly number[] };
+        inputsSpec[l.id] ??= {};
+        if (rel.inputs[m.id] !== undefined) return; // stated by hand
+        const pl = dropoutPlacements(rel.mesh, m.shape, l.shape);
+        if (typeof pl === 'string') throw new ImportError(rf, 0, `"dropout": "auto": mask ${k + 1} ('${m.id}' of ${g.file}, '${l.id}' of ${logical.file}): ${pl}`);
+        const want: LineageSpec = { ...(m.id === l.id ? {} : { logical: l.id }), placements: pl };
+        const prev = inputsSpec[m.id];
+        if (prev !== undefined && prev !== inputsSpec[l.id] && JSON.stringify(prev) !== JSON.stringify(want)) throw new ImportError(rf, 0, `"dropout": "auto": mask '${m.id}' pairs differently on different ranks: state it in "inputs"`);
+        if (m.id === l.id) Object.assign(inputsSpec[l.id] as object, want);
+        else inputsSpec[m.id] = want;
+      });
+    }
+  }
+
+  // ---- boundary names: every graph input (and dropout mask, and cut node) needs a relation, and every relation names one.
+  const boundary = (g: Lowered): string[] => [...g.inputs.map((t) => t.id), ...masks(g).map((e) => e.id), ...g.cutInputs.map((t) => t.id)];
   const known = new Set<string>();
   for (const g of [logical, ...ranks]) {
     for (const id of boundary(g)) {
-      known.add(id);
-      if (rel.inputs[id] === undefined) throw new ImportError(rf, 0, `no relation for input tensor '${id}' of ${g.file}: add it to "inputs"`);
+      known.add(keyOfCut.get(id) ?? id);
+      if (relationOf(id) === undefined) throw new ImportError(rf, 0, `no relation for input tensor '${id}' of ${g.file}: add it to "inputs"${rel.dropout === undefined && id.endsWith('.mask') ? ' (or pair dropout masks by order with "dropout": "auto")' : ''}`);
     }
   }
-  for (const k of Object.keys(rel.inputs)) if (!known.has(k)) throw new ImportError(rf, 0, `relation for tensor '${k}': no graph has an input of that name`);
-  for (const g of [logical, ...ranks]) {
-    if (g.outputs.length !== rel.outputs.length) throw new ImportError(rf, 0, `"outputs" lists ${rel.outputs.length} relation(s) but ${g.file} returns ${g.outputs.length} value(s)`);
+  for (const [k, spec] of Object.entries(rel.inputs)) if (!known.has(k) && !known.has(spec.logical ?? k)) throw new ImportError(rf, 0, `relation for tensor '${k}': no graph has an input or node of that name`);
+
+  // ---- outputs: by position (every program returns that many values) or by node
+  const byNode = rel.outputs.some((o) => o?.node !== undefined);
+  if (byNode && rel.outputs.some((o) => o === null || o.node === undefined)) throw new ImportError(rf, 0, '"outputs": name every output\'s node ("node"), or none (one entry per returned value)');
+  if (!byNode) {
+    for (const g of [logical, ...ranks]) {
+      if (g.outputs.length !== rel.outputs.length) throw new ImportError(rf, 0, `"outputs" lists ${rel.outputs.length} relation(s) but ${g.file} returns ${g.outputs.length} value(s) (or name each output's node: "node", and the other returned values are ignored)`);
+    }
   }
   const outNames = new Set<string>();
   for (const o of rel.outputs) {
@@ -137,12 +245,35 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
     outNames.add(o.name);
   }
   if (outNames.size === 0) throw new ImportError(rf, 0, '"outputs" names no output');
-  /** The k-th returned value of a program, which has an output relation: a tensor, not None. */
-  const returnedValue = (g: Lowered, k: number, name: string): TensorVal => g.outputs[k] ?? (() => {
-    throw new ImportError(rf, 0, `output '${name}': return value ${k} of ${g.file} is None`);
-  })();
+  const asTensor = (g: Lowered, v: Val | Returned, where: string, name: string): TensorVal => {
+    if (v === undefined || v.kind === 'none') throw new ImportError(rf, 0, `output '${name}': ${where} of ${g.file} is None`);
+    if (v.kind !== 'tensor') throw new ImportError(rf, 0, `output '${name}': ${where} of ${g.file} is ${v.kind === 'opaque' ? v.what : 'a tuple'}, not a tensor`);
+    return v;
+  };
+  /** The tensor an output relation names in a program, or undefined where a rank returns None at that position. */
+  const outputValue = (g: Lowered, graphs: readonly FxGraph[], k: number, o: LineageSpec & { name: string; node?: string; logicalNode?: string }, logicalSide: boolean): TensorVal | undefined => {
+    if (!byNode) {
+      const v = g.outputs[k];
+      if (!logicalSide && v === undefined && k < g.outputs.length) return undefined;
+      return asTensor(g, v, `return value ${k}`, o.name);
+    }
+    const node = logicalSide ? (o.logicalNode ?? (o.node as string)) : (o.node as string);
+    const q = qualify(rf, graphs, node, `output '${o.name}'`);
+    if (q === undefined) throw new ImportError(rf, 0, `output '${o.name}': ${g.file} has no node '${node}'`);
+    const v = g.named.get(q) ?? g.tensors.get(q) ?? g.tensors.get(q.replace(/^g[0-9]+:/, ''));
+    return asTensor(g, v, `node '${node}'`, o.name);
+  };
 
-  // ---- the logical graph
+  // ---- the logical graph: one device, so a collective there is over a group of one (Megatron
+  // at tp 1 still calls its all-reduces): the identity. A larger group is not a single-device graph.
+  for (const c of logical.collectives) {
+    const size = c.ranks?.length ?? c.groupSize;
+    if (size !== undefined && size !== 1) throw new ImportError(logical.file, c.line, `a collective over ${size} ranks in the single-device graph: the logical program must run on one device`);
+    const op = c.op as RawParallelOp;
+    op.op = 'identity';
+    delete op.attrs;
+    delete op.group;
+  }
   const ltensors: RawLogicalTensor[] = [];
   const lops = [...logical.ops];
   const contractIn: string[] = [];
@@ -151,9 +282,9 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   for (const g of [logical, ...ranks]) for (const e of g.extra) if (e.constant !== undefined) consts.set(e.id, e.constant);
   for (const t of logical.tensors.values()) {
     if (consts.has(t.id)) continue;
-    const r = rel.inputs[t.id];
+    const r = relationOf(t.id);
     if (inputIds.has(t.id) && r !== undefined) {
-      if (r.logical !== undefined && r.logical !== t.id) throw new ImportError(rf, 0, `relation for tensor '${t.id}': "logical" may only rename inputs of the rank graphs; '${t.id}' is an input of the logical graph`);
+      if (r.logical !== undefined && r.logical !== t.id && !keyOfCut.has(t.id)) throw new ImportError(rf, 0, `relation for tensor '${t.id}': "logical" may only rename inputs of the rank graphs; '${t.id}' is an input of the logical graph`);
       ltensors.push({ id: t.id, shape: [...t.shape], role: r.role ?? 'input', dtype: t.dtype, ...(r.values === undefined ? {} : { values: r.values }) });
       contractIn.push(t.id);
     } else ltensors.push({ id: t.id, shape: [...t.shape], role: 'activation', dtype: t.dtype });
@@ -166,14 +297,22 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   rel.outputs.forEach((o, k) => {
     if (o === null) return;
     if (logicalShapes.has(o.name)) throw new ImportError(rf, 0, `output name '${o.name}' is also a tensor of ${logical.file}: choose another name`);
-    const src = returnedValue(logical, k, o.name);
+    const src = outputValue(logical, lgraphs, k, o, true) as TensorVal;
     ltensors.push({ id: o.name, shape: [...src.shape], role: 'output', dtype: src.dtype });
-    lops.push({ id: `return.${o.name}`, op: 'identity', inputs: [src.id], outputs: [o.name], loc: `${logical.file}: return value ${k}` });
+    lops.push({ id: `return.${o.name}`, op: 'identity', inputs: [src.id], outputs: [o.name], loc: byNode ? `${logical.file}: node ${o.logicalNode ?? o.node}` : `${logical.file}: return value ${k}` });
   });
   for (const id of new Set([...contractIn])) {
     const t = logicalShapes.get(id);
     if (t !== undefined && t.role === 'activation') t.role = 'input';
   }
+  // The logical name a rank's boundary tensor stands for: a cut's logical node, qualified.
+  const logicalNameOf = (id: string, spec: LineageSpec): string => {
+    const key = keyOfCut.get(id) ?? id;
+    const target = spec.logical ?? key;
+    // (graph inputs keep their names in every graph; only nodes are qualified)
+    const q = qualify(rf, lgraphs, target, `relation for tensor '${key}'`);
+    return q !== undefined && isNode(lgraphs, q) ? q : target;
+  };
 
   // ---- groups: a declared group, or the ranks whose graphs call collectives on that name
   const members = new Map<string, Set<number>>();
@@ -210,16 +349,16 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
       let lineage: RawLineage | undefined;
       if (consts.has(t.id)) lineage = { logical: t.id };
       else if (bset.has(t.id)) {
-        const spec = rel.inputs[t.id];
+        const spec = relationOf(t.id);
         if (spec === undefined) throw new ImportError(rf, 0, `no relation for input tensor '${t.id}'`);
-        const target = spec.logical ?? t.id;
+        const target = logicalNameOf(t.id, spec);
         const lt = logicalShapes.get(target);
         if (lt === undefined || !contractIn.includes(target)) throw new ImportError(rf, 0, `relation for tensor '${t.id}': '${target}' is not an input of the logical graph ${logical.file}`);
         if (spec.placements === undefined && spec.index === undefined && spec.value === undefined && spec.logical === undefined && (lt.shape.length !== t.shape.length || lt.shape.some((d, i) => d !== t.shape[i]))) {
           throw new ImportError(rf, 0, `relation for tensor '${t.id}' states no placements, but rank ${r} holds [${t.shape.join(', ')}] of the logical [${lt.shape.join(', ')}]`);
         }
         if (spec.placements !== undefined && spec.placements.length !== rel.mesh.axes.length) throw new ImportError(rf, 0, `relation for tensor '${t.id}': ${spec.placements.length} placement(s) for a mesh of ${rel.mesh.axes.length} axis/axes`);
-        lineage = lineageOf(spec, t.id);
+        lineage = lineageOf({ ...spec, logical: target }, t.id);
       }
       tensors.push({ id: t.id, shape: [...t.shape], dtype: t.dtype, ...(lineage === undefined ? {} : { lineage }) });
     }
@@ -227,12 +366,12 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
       if (o === null) return;
       // A rank that returns None there does not hold that output (a pipeline's loss is on its
       // last stage); the loader checks that the ranks that do hold every output whole.
-      if (g.outputs[k] === undefined && k < g.outputs.length) return;
-      const src = returnedValue(g, k, o.name);
+      const src = outputValue(g, rgraphs[r] as FxGraph[], k, o, false);
+      if (src === undefined) return;
       const id = `return.${o.name}`;
       if (g.tensors.has(id)) throw new ImportError(g.file, 0, `tensor name '${id}' is reserved for return values`);
-      tensors.push({ id, shape: [...src.shape], dtype: src.dtype, lineage: lineageOf({ ...o, logical: o.logical ?? o.name }, o.name) });
-      ops.push({ id: `return.${o.name}.op`, op: 'identity', inputs: [src.id], outputs: [id], loc: `${g.file}: return value ${k}` });
+      tensors.push({ id, shape: [...src.shape], dtype: src.dtype, lineage: lineageOf({ logical: o.logical ?? o.name, ...(o.placements === undefined ? {} : { placements: o.placements }), ...(o.index === undefined ? {} : { index: o.index }), ...(o.value === undefined ? {} : { value: o.value }) }, o.name) });
+      ops.push({ id: `return.${o.name}.op`, op: 'identity', inputs: [src.id], outputs: [id], loc: byNode ? `${g.file}: node ${o.node}` : `${g.file}: return value ${k}` });
     });
     return { name: `rank ${r} (${g.file})`, ranks: [r], tensors, ops };
   });

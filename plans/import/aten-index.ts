@@ -1,0 +1,160 @@
+/**
+ * ATen rules for indexing and selection as Megatron-style graphs print them (docs/import.md):
+ * advanced indexing `index.Tensor` (the vocab-parallel embedding `weight[ids]`, the
+ * cross-entropy's `logits[arange(n), target]`), `slice_scatter`, `max.dim` / `argmax`
+ * (the cross-entropy's row max, top-1 routing) and `chunk`. Each lowers to planproof ops whose
+ * real-number semantics is the ATen op's: ids stay exact integers, a choice is the registry's
+ * `topk` (uninterpreted but the same on both sides for the same scores).
+ */
+import type { AttrValue } from '../../ops/types.js';
+import type { FxArg, FxNode } from './fxtext.js';
+import type { Lowerer, OpaqueVal, Rule, TensorVal, Val } from './lower.js';
+
+const prod = (s: readonly number[]): number => s.reduce((a, b) => a * b, 1);
+const same = (a: readonly number[], b: readonly number[]): boolean => a.length === b.length && a.every((d, i) => d === b[i]);
+
+/** Is t the positions 0, 1, ..., len-1 (an `arange(len)` the lowering emitted as iota from the constant 0)? */
+function isPositions(l: Lowerer, t: TensorVal, len: number): boolean {
+  if (!same(t.shape, [len])) return false;
+  for (let i = l.ops.length - 1; i >= 0; i--) {
+    const op = l.ops[i];
+    if (op?.outputs[0] !== t.id) continue;
+    const a = (op.attrs ?? {}) as Record<string, AttrValue>;
+    return op.op === 'iota' && a['step'] === 1 && a['dim'] === 0 && op.inputs[0] === 'const.0';
+  }
+  return false;
+}
+
+/** x[i0, ..., ik-1] with k integer index tensors on the leading dims (advanced indexing). */
+function indexTensor(l: Lowerer, n: FxNode): Val {
+  const x = l.tensor(n.args[0], 'self');
+  const list = n.args[1];
+  if (list?.kind !== 'list' || list.items.length === 0) return l.fail(`${n.target}: expected a list of index tensors`);
+  if (list.items.length > x.shape.length) l.fail(`${n.target}: ${list.items.length} indices for a ${x.shape.length}-dim tensor`);
+  const idx = list.items.map((a: FxArg, i) => (a.kind === 'none' ? l.fail(`${n.target}: an index list with None (x[:, ids]) is not supported; only indices on the leading dims`) : l.tensor(a, `indices[${i}]`)));
+  for (const [i, t] of idx.entries()) {
+    if (t.dtype === 'bool' || t.dtype === 'uint8') l.fail(`${n.target}: a boolean mask index (x[mask]) selects a number of elements that depends on the data; only integer indices are supported (indices[${i}])`);
+  }
+  const k = idx.length;
+  const rest = x.shape.slice(k);
+  const out = l.out(n);
+  if (k === 1) {
+    // weight[ids]: an embedding lookup of the rows (the trailing dims flattened into one).
+    const ids = idx[0] as TensorVal;
+    const w = rest.length === 1 ? x : l.one('reshape', [x], { shape: [x.shape[0] as number, prod(rest)] });
+    const e = l.one('embedding', [ids, w], {}, rest.length === 1 ? out : undefined, x.dtype);
+    return l.bind(n, rest.length === 1 ? e : l.one('reshape', [e], { shape: [...ids.shape, ...rest] }, out));
+  }
+  const [i0, i1] = idx as [TensorVal, TensorVal];
+  if (k === 2 && rest.length === 0 && i1.shape.length === 1 && isPositions(l, i0, x.shape[0] as number) && i1.shape[0] === x.shape[0]) {
+    // logits[arange(n), target]: one element per row, a gather along the last dim.
+    const g = l.one('gather', [x, l.one('reshape', [i1], { shape: [i1.shape[0] as number, 1] }, undefined, i1.dtype)]);
+    return l.bind(n, l.one('reshape', [g], { shape: [i1.shape[0] as number] }, out));
+  }
+  // In general: one flat index over the indexed dims, i0 * (s1 * ... ) + i1 * (...) + ...,
+  // exact integer arithmetic, then an embedding lookup of the flattened rows.
+  let flat: TensorVal | undefined;
+  let stride = 1;
+  for (let j = k - 1; j >= 0; j--) {
+    const t = idx[j] as TensorVal;
+    const term = stride === 1 ? t : l.one('scale', [t], { factor: stride }, undefined, t.dtype);
+    flat = flat === undefined ? term : l.one('add', [term, flat], {}, undefined, t.dtype);
+    stride *= x.shape[j] as number;
+  }
+  const f = flat as TensorVal;
+  const w = l.one('reshape', [x], { shape: [stride, Math.max(1, prod(rest))] });
+  const e = l.one('embedding', [f, w], {}, undefined, x.dtype);
+  return l.bind(n, l.one('reshape', [e], { shape: [...f.shape, ...rest] }, out));
+}
+
+/** slice_scatter(self, src, dim, start, end, step 1): self with src written over the slice. */
+function sliceScatter(l: Lowerer, n: FxNode): Val {
+  const x = l.tensor(n.args[0], 'self');
+  const src = l.tensor(n.args[1], 'src');
+  let d = l.int(l.arg(n, 2, 'dim'), 'dim', 0);
+  if (d < 0) d += x.shape.length;
+  const size = x.shape[d] ?? l.fail(`dim ${d} out of range`);
+  const clamp = (v: number): number => Math.max(0, Math.min(size, v < 0 ? v + size : v));
+  const s = l.arg(n, 3, 'start');
+  const e = l.arg(n, 4, 'end');
+  const start = clamp(s === undefined || s.kind === 'none' ? 0 : l.num(s, 'start'));
+  const end = clamp(e === undefined || e.kind === 'none' ? size : l.num(e, 'end'));
+  if (l.int(l.arg(n, 5, 'step'), 'step', 1) !== 1) l.fail(`${n.target}: only step 1 is supported`);
+  if (src.shape[d] !== end - start) l.fail(`${n.target}: src has ${src.shape[d]} along dim ${d}, the slice ${end - start}`);
+  // The whole dim: the result is src (Megatron's `output_parallel[input_mask, :] = 0.0`).
+  if (start === 0 && end === size) return l.bind(n, same(src.shape, x.shape) ? src : l.fail(`${n.target}: src [${src.shape.join(', ')}] is not the tensor's shape [${x.shape.join(', ')}]`));
+  const parts: TensorVal[] = [];
+  if (start > 0) parts.push(l.one('slice', [x], { dim: d, start: 0, end: start }));
+  parts.push(src);
+  if (end < size) parts.push(l.one('slice', [x], { dim: d, start: end, end: size }));
+  return l.bind(n, l.one('concat', parts, { dim: d }, l.out(n)));
+}
+
+/** The index of the row maximum along the last dim: topk(x, 1)'s choice (lowered on first use). */
+function argmaxLast(l: Lowerer, n: FxNode, x: TensorVal, keepdim: boolean, dim: number): OpaqueVal {
+  return {
+    kind: 'opaque',
+    what: 'the index of the maximum',
+    data: { x: x.id },
+    materialize: () => {
+      if (dim !== x.shape.length - 1) l.fail(`${n.target}: the index of the maximum along dim ${dim} is supported only along the last dim`);
+      const [, ix] = l.emit('topk', [x], { k: 1 }, [l.tmp(), `${l.out(n)}.indices`], 'int64') as [TensorVal, TensorVal];
+      return keepdim ? ix : l.one('reshape', [ix], { shape: x.shape.slice(0, -1) }, undefined, 'int64');
+    },
+  };
+}
+
+export const INDEX_RULES: Record<string, Rule> = {
+  'aten.index.Tensor': indexTensor,
+  'aten.slice_scatter': sliceScatter,
+  'aten.chunk': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const chunks = l.int(n.args[1], 'chunks');
+    let d = l.int(l.arg(n, 2, 'dim'), 'dim', 0);
+    if (d < 0) d += x.shape.length;
+    const size = x.shape[d] ?? l.fail(`dim ${d} out of range`);
+    if (chunks <= 0) l.fail('chunks must be positive');
+    const k = Math.ceil(size / chunks);
+    const sizes: number[] = [];
+    for (let at = 0; at < size; at += k) sizes.push(Math.min(k, size - at));
+    if (sizes.length <= 1) return l.bind(n, { kind: 'list', items: [x] }, (n.args[0] as { name?: string }).name);
+    const outs = l.emit('split', [x], { dim: d, sizes }, sizes.map((_, i) => `${l.out(n)}.${i}`), x.dtype);
+    return l.bind(n, { kind: 'list', items: outs }, (n.args[0] as { name?: string }).name);
+  },
+  'aten.max.dim': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    let d = l.int(n.args[1], 'dim');
+    if (d < 0) d += x.shape.length;
+    const keepdim = l.bool(l.arg(n, 2, 'keepdim'), 'keepdim', false);
+    const values = l.one('amax', [x], { dims: [d], keepdim }, `${l.out(n)}.values`);
+    return l.bind(n, { kind: 'list', items: [values, argmaxLast(l, n, x, keepdim, d)] });
+  },
+  'aten.max.default': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    return l.bind(n, l.one('amax', [x], { dims: x.shape.map((_, i) => i), keepdim: false }, l.out(n)));
+  },
+  'aten.amax': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const dims = (n.args[1] === undefined ? x.shape.map((_, i) => i) : l.ints(n.args[1], 'dim')).map((d) => (d < 0 ? d + x.shape.length : d));
+    return l.bind(n, l.one('amax', [x], { dims: dims.length === 0 ? x.shape.map((_, i) => i) : dims, keepdim: l.bool(l.arg(n, 2, 'keepdim'), 'keepdim', false) }, l.out(n)));
+  },
+  'aten.argmax': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const dArg = l.arg(n, 1, 'dim');
+    if (dArg === undefined || dArg.kind === 'none') return l.fail(`${n.target}: argmax over the flattened tensor is not supported; give the dim`);
+    let d = l.int(dArg, 'dim');
+    if (d < 0) d += x.shape.length;
+    const ix = argmaxLast(l, n, x, l.bool(l.arg(n, 2, 'keepdim'), 'keepdim', false), d);
+    return l.bind(n, l.tensor({ kind: 'name', name: bindTemp(l, n, ix) }, 'argmax'));
+  },
+  'aten.nonzero': (l, n) => l.fail(`${n.target}: its size depends on the data (which elements are nonzero); data-dependent sizes are not supported`),
+  'aten.sym_size': (l, n) => l.fail(`${n.target}: a symbolic size (the graph was traced with dynamic shapes); export it with static shapes`),
+};
+
+/** Binds an opaque value under a temporary name so l.tensor materializes it (argmax is used as a tensor at once). */
+function bindTemp(l: Lowerer, n: FxNode, v: OpaqueVal): string {
+  const name = `${n.name}__argmax`;
+  l.bind({ ...n, name }, v);
+  return name;
+}
+
