@@ -836,6 +836,43 @@ export class TermStore {
     return this.internTerm(Q1, mono, [], []);
   }
 
+  /**
+   * log with log(exp(p) · R) = p + log(R) built in (docs/engine.md, "Shift invariance"): the
+   * exp atoms of a's monomial leave the log as their exponents, the rest stays an
+   * uninterpreted log. A sum's common part is its monomial (see `sum`), so a shift c shared by
+   * every addend of Σ exp(x_j − c) comes out as −c, and nothing else does.
+   */
+  log(a: TermId): TermId {
+    const key = `l${a}`;
+    const hit = this.memo.get(key);
+    if (hit !== undefined) return hit;
+    const r = this.groupsOfAll([a]).length > 0 ? this.shannon([a], ([x]) => this.log(x as TermId)) : this.logOf(a);
+    this.memo.set(key, r);
+    return r;
+  }
+
+  private logOf(a: TermId): TermId {
+    const A = this.terms[a] as Term;
+    const M = this.monos[A.mono] as Mono;
+    const exponents: TermId[] = [];
+    const atoms: AtomId[] = [];
+    const pows: Q[] = [];
+    M.atoms.forEach((at, i) => {
+      const x = this.atoms[at] as Atom;
+      const p = M.pows[i] as Q;
+      // exp(m)^p is exp(p·m): an exp atom holds a monomial, an opaque exp (fraction) a term.
+      if (x.kind === 'exp') exponents.push(this.internTerm(p, x.args[0] as number, [], []));
+      else if (x.kind === 'uf' && x.name === 'exp') exponents.push(this.scale(x.args[0] as TermId, p));
+      else {
+        atoms.push(at);
+        pows.push(p);
+      }
+    });
+    if (exponents.length === 0) return a === this.one ? this.zero : this.uf('log', [a]);
+    const rest = this.internTerm(A.c, this.internMono(atoms, pows), A.fids, A.fexp);
+    return this.sum([...exponents, rest === this.one ? this.zero : this.uf('log', [rest])]);
+  }
+
   /** max, associative, commutative and idempotent. */
   max(args: readonly TermId[]): TermId {
     return this.lattice('max', args);
