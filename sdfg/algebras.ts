@@ -58,6 +58,8 @@ export function termAlgebra(store: TermStore): Algebra<TermId> {
     max: (xs) => store.max(xs),
     min: (xs) => store.min(xs),
     fn: (name: RealFn, a) => {
+      // log(exp(p) · R) = p + log(R): what makes softmax and log-sum-exp shift invariant.
+      if (name === 'log') return store.log(a);
       // sqrt of a positive constant (a bias correction, say) is positive, not just >= 0.
       const c = name === 'sqrt' ? store.constValue(a) : undefined;
       const positive = positiveFns.has(name) || (c !== undefined && c.n > 0n);

@@ -78,14 +78,64 @@ function vocabEmbedding(bug: 'none' | 'no-zeroing' | 'wrong-range'): unknown {
  *   contribution, zero when it does not own the label).
  * - `local-max`: the max is not all-reduced (each rank shifts by its local max) while the sums
  *   of exp are still added across ranks.
+ *
+ * `shift` is the per-row value subtracted from the logits (issue 37): any value that is the
+ * same on every element of a row is correct (softmax and log-sum-exp are shift invariant).
+ * - `max`: the all-reduced row max (Megatron);
+ * - `sum`: the all-reduced row sum; `mean`: the all-reduced (avg) mean of the shard means;
+ * - `const`: 5/2 times the row index (iota): constant along the row, different per row;
+ * - `varying` (wrong): half the logits themselves, a different value on every element, so the
+ *   "loss" is a softmax at temperature 2, not cross-entropy.
  */
-function vocabCrossEntropy(bug: 'none' | 'local-target' | 'local-max'): unknown {
+type Shift = 'max' | 'sum' | 'mean' | 'const' | 'varying';
+
+/** The ops computing `m` (the shift) from `logits_r` on each rank, and their tensors. */
+function shiftOps(shift: Shift, bug: 'none' | 'local-target' | 'local-max'): { ops: object[]; tensors: object[] } {
+  const CL = VL;
+  switch (shift) {
+    case 'max':
+      return {
+        ops: [
+          { id: 'max_local', op: 'amax', inputs: ['logits_r'], outputs: [bug === 'local-max' ? 'm' : 'm_local'], attrs: { dims: [1], keepdim: true } },
+          ...(bug === 'local-max' ? [] : [{ id: 'ar_max', op: 'all_reduce', inputs: ['m_local'], outputs: ['m'], attrs: { reduce: 'max' }, group: { axes: ['tp'] } }]),
+        ],
+        tensors: [...(bug === 'local-max' ? [] : [{ id: 'm_local', shape: [N, 1] }]), { id: 'm', shape: [N, 1] }],
+      };
+    case 'sum':
+    case 'mean': {
+      const op = shift === 'sum' ? 'sum' : 'mean';
+      return {
+        ops: [
+          { id: 'shift_local', op, inputs: ['logits_r'], outputs: ['m_local'], attrs: { dims: [1], keepdim: true } },
+          { id: 'ar_shift', op: 'all_reduce', inputs: ['m_local'], outputs: ['m'], attrs: { reduce: shift === 'sum' ? 'sum' : 'avg' }, group: { axes: ['tp'] } },
+        ],
+        tensors: [{ id: 'm_local', shape: [N, 1] }, { id: 'm', shape: [N, 1] }],
+      };
+    }
+    case 'const':
+      return {
+        ops: [
+          { id: 'zero_all', op: 'scale', inputs: ['logits_r'], outputs: ['zero_all'], attrs: { factor: 0 } },
+          { id: 'zero', op: 'sum', inputs: ['zero_all'], outputs: ['zero'] },
+          { id: 'rows_iota', op: 'iota', inputs: ['zero'], outputs: ['m'], attrs: { shape: [N, 1], dim: 0, step: '5/2' } },
+        ],
+        tensors: [{ id: 'zero_all', shape: [N, CL] }, { id: 'zero', shape: [] }, { id: 'm', shape: [N, 1] }],
+      };
+    case 'varying':
+      return {
+        ops: [{ id: 'half', op: 'scale', inputs: ['logits_r'], outputs: ['m'], attrs: { factor: '1/2' } }],
+        tensors: [{ id: 'm', shape: [N, CL] }],
+      };
+  }
+}
+
+function vocabCrossEntropy(bug: 'none' | 'local-target' | 'local-max', shift: Shift = 'max'): unknown {
   const C = V;
   const CL = VL;
   const rangeAttrs = { start, end };
+  const sh = shiftOps(shift, bug);
   const ops: object[] = [
-    { id: 'max_local', op: 'amax', inputs: ['logits_r'], outputs: [bug === 'local-max' ? 'm' : 'm_local'], attrs: { dims: [1], keepdim: true } },
-    ...(bug === 'local-max' ? [] : [{ id: 'ar_max', op: 'all_reduce', inputs: ['m_local'], outputs: ['m'], attrs: { reduce: 'max' }, group: { axes: ['tp'] } }]),
+    ...sh.ops,
     { id: 'shift', op: 'sub', inputs: ['logits_r', 'm'], outputs: ['sh'] },
     { id: 'mask', op: 'vocab_mask', inputs: ['labels_r'], outputs: ['mask'], attrs: rangeAttrs },
     { id: 'local', op: 'vocab_local_ids', inputs: ['labels_r'], outputs: ['local'], attrs: rangeAttrs },
@@ -104,7 +154,7 @@ function vocabCrossEntropy(bug: 'none' | 'local-target' | 'local-max'): unknown 
   ];
   return {
     format: 'planproof/v1',
-    name: `vocab-parallel-cross-entropy-${bug}`,
+    name: `vocab-parallel-cross-entropy-${bug}${shift === 'max' ? '' : `-${shift}`}`,
     mesh: { axes: [{ name: 'tp', size: 2 }] },
     logical: {
       tensors: [T('logits', [N, C], 'input'), ids('labels'), T('loss', [], 'output')],
@@ -117,8 +167,7 @@ function vocabCrossEntropy(bug: 'none' | 'local-target' | 'local-max'): unknown 
           tensors: [
             { id: 'logits_r', shape: [N, CL], lineage: { logical: 'logits', placements: ['S(1)'] } },
             { id: 'labels_r', shape: [N], dtype: 'int64', lineage: { logical: 'labels', placements: ['R'] } },
-            ...(bug === 'local-max' ? [] : [{ id: 'm_local', shape: [N, 1] }]),
-            { id: 'm', shape: [N, 1] },
+            ...sh.tensors,
             { id: 'sh', shape: [N, CL] },
             { id: 'mask', shape: [N] },
             { id: 'local', shape: [N], dtype: 'int64' },
@@ -189,4 +238,17 @@ describe('vocab-parallel embedding and cross-entropy (ids symbolic over the voca
       assert.ok((f.witness ?? []).length > 0);
     });
   }
+  for (const shift of ['sum', 'mean', 'const'] as const) {
+    it(`vocab-parallel cross-entropy shifted by the row ${shift} (not the max) is verified: shift invariance`, () => {
+      const r = verifyPlan(loadPlanObject('vp-ce-shift.json', vocabCrossEntropy('none', shift)));
+      assert.equal(r.verdict, 'verified', `${r.summary} ${r.stages.map((s) => s.reason ?? '').join('; ')}`);
+    });
+  }
+  it('vocab-parallel cross-entropy shifted by a value that varies along the row is refuted at loss with a witness', () => {
+    const r = verifyPlan(loadPlanObject('vp-ce-vary.json', vocabCrossEntropy('none', 'varying')));
+    assert.equal(r.verdict, 'not_equivalent', r.summary);
+    const f = firstFailing(r);
+    assert.equal(f.logical, 'loss');
+    assert.ok((f.witness ?? []).length > 0);
+  });
 });

@@ -2,6 +2,7 @@ import { strict as assert } from 'node:assert';
 import fc from 'fast-check';
 import { TermStore, type TermId } from '../sdfg/terms.js';
 import { q, qFromNumber, qToNumber, qParse } from '../ops/rational.js';
+import { realUf } from '../sdfg/algebras.js';
 
 const syms = (T: TermStore, prefix: string, n: number): TermId[] => Array.from({ length: n }, (_, i) => T.sym(`${prefix}${i}`));
 
@@ -143,6 +144,102 @@ describe('term normal form', () => {
     const want = Math.exp(0.3 - Math.max(0.3, -1.2)) / (1 + Math.tanh(-1.2));
     assert.ok(Math.abs(T.evaluate(t, env, (name, args) => (name === 'tanh' ? Math.tanh(args[0] as number) : NaN)) - want) < 1e-12);
     assert.match(T.render(t), /exp|max|tanh/);
+  });
+});
+
+describe('shift invariance: log(exp(p) · R) = p + log(R) (docs/engine.md)', () => {
+  const lse = (T: TermStore, x: readonly TermId[], c: TermId): TermId => T.add(T.log(T.sum(x.map((xi) => T.exp(T.sub(xi, c))))), c);
+
+  it('exp factors leave the log as their exponents; log(1) = 0', () => {
+    const T = new TermStore();
+    const [a, b, s] = syms(T, 'x', 3) as [TermId, TermId, TermId];
+    const S = T.add(T.exp(a), T.exp(b));
+    assert.equal(T.log(T.mul(T.exp(T.scale(s, q(-3n))), S)), T.sub(T.log(S), T.scale(s, q(3n))));
+    assert.equal(T.log(T.exp(T.add(a, T.const(2)))), T.add(a, T.const(2)));
+    assert.equal(T.log(T.one), T.zero);
+    // An exponent with a fraction is an opaque exp atom: it leaves the log too.
+    const frac = T.div(a, T.add(T.one, T.mul(b, b)));
+    assert.equal(T.log(T.mul(T.exp(frac), S)), T.add(frac, T.log(S)));
+    // Nothing but exp leaves: log(a · S) stays one log, and log(S) is not split.
+    assert.equal(T.log(T.mul(a, S)), T.uf('log', [T.mul(a, S)]));
+    assert.ok(!T.equal(T.log(S), T.add(a, b)));
+  });
+
+  it('log-sum-exp is the same under any shift that is one value on the whole row', () => {
+    const T = new TermStore();
+    const x = syms(T, 'l', 4);
+    const want = T.log(T.sum(x.map((xi) => T.exp(xi))));
+    const sum = T.sum(x);
+    const shifts: [string, TermId][] = [
+      ['max', T.max(x)],
+      ['max of the shards maxima (all-reduced max)', T.max([T.max(x.slice(0, 2)), T.max(x.slice(2))])],
+      ['sum', sum],
+      ['all-reduced sum of the shard sums', T.add(T.sum(x.slice(0, 2)), T.sum(x.slice(2)))],
+      ['mean', T.scale(sum, q(1n, 4n))],
+      ['constant', T.const('7/3')],
+      ['another input', T.sym('u')],
+      ['a nonlinear value', T.mul(T.max(x), T.uf('tanh', [sum]))],
+    ];
+    for (const [what, c] of shifts) {
+      assert.equal(lse(T, x, c), want, what);
+      // Cross-entropy: lse − target, both shifted: the shift cancels.
+      assert.equal(T.sub(T.log(T.sum(x.map((xi) => T.exp(T.sub(xi, c))))), T.sub(x[1] as TermId, c)), T.sub(want, x[1] as TermId), what);
+      // softmax: exp(x_i − c) / Σ exp(x_j − c), no side condition.
+      const z = T.sum(x.map((xi) => T.exp(T.sub(xi, c))));
+      assert.equal(T.div(T.exp(T.sub(x[0] as TermId, c)), z), T.div(T.exp(x[0] as TermId), T.sum(x.map((xi) => T.exp(xi)))), what);
+    }
+    assert.equal(T.conditions.length, 0);
+  });
+
+  it('a shift that differs along the row is not absorbed (local maxima, per-element values)', () => {
+    const T = new TermStore();
+    const x = syms(T, 'l', 4);
+    const y = syms(T, 'y', 4);
+    const want = T.log(T.sum(x.map((xi) => T.exp(xi))));
+    // Each element its own shift y_j, added back as y_0.
+    assert.ok(!T.equal(T.add(T.log(T.sum(x.map((xi, j) => T.exp(T.sub(xi, y[j] as TermId))))), y[0] as TermId), want));
+    // Megatron's 'local-max' bug: each shard shifted by its own max, the sums then added.
+    const m0 = T.max(x.slice(0, 2));
+    const m1 = T.max(x.slice(2));
+    const s = T.add(T.sum(x.slice(0, 2).map((xi) => T.exp(T.sub(xi, m0)))), T.sum(x.slice(2).map((xi) => T.exp(T.sub(xi, m1)))));
+    for (const back of [m0, m1, T.max([m0, m1])]) assert.ok(!T.equal(T.add(T.log(s), back), want));
+  });
+
+  it('log of an id-dependent value is split by cases, each case pulled out', () => {
+    const T = new TermStore();
+    const [a, b] = syms(T, 'x', 2) as [TermId, TermId];
+    const i = T.categorical('i', [0, 1]);
+    const S = T.add(T.exp(a), T.exp(b));
+    // log(exp(i·a) · S) = i·a + log(S) for both values of i.
+    assert.ok(T.equal(T.log(T.mul(T.exp(T.mul(i, a)), S)), T.add(T.mul(i, a), T.log(S))));
+  });
+
+  it('the rewrite is an identity of real numbers: log(t) evaluates to Math.log of t (property)', () => {
+    const uf = (name: string, args: number[]): number => realUf(name, args);
+    fc.assert(
+      fc.property(
+        fc.array(fc.integer({ min: -3, max: 3 }), { minLength: 3, maxLength: 3 }),
+        fc.array(fc.integer({ min: -2, max: 2 }), { minLength: 3, maxLength: 3 }),
+        fc.array(fc.double({ min: -2, max: 2, noNaN: true }), { minLength: 3, maxLength: 3 }),
+        fc.boolean(),
+        (k, e, vals, negate) => {
+          const T = new TermStore();
+          const x = syms(T, 'v', 3);
+          // t = ±exp(Σ k_i x_i) · exp(1)^e0 · Σ_j exp(e_j x_j) · (1 + x_0²): exp factors, a
+          // sum of exponentials and a positive polynomial.
+          const lin = T.sum(x.map((xi, j) => T.scale(xi, q(BigInt(k[j] as number)))));
+          const S = T.sum(x.map((xi, j) => T.exp(T.scale(xi, q(BigInt(e[j] as number))))));
+          let t = T.mul(T.mul(T.exp(T.add(lin, T.const(e[0] as number))), S), T.add(T.one, T.mul(x[0] as TermId, x[0] as TermId)));
+          if (negate) t = T.neg(t);
+          const env = (n: string): number => vals[Number(n.slice(1))] as number;
+          const got = T.evaluate(T.log(t), env, uf);
+          const want = Math.log(T.evaluate(t, env, uf));
+          // Both undefined (NaN) for a negative argument, else equal up to rounding.
+          return Number.isNaN(want) ? Number.isNaN(got) : Math.abs(got - want) <= 1e-9 * Math.max(1, Math.abs(want));
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 });
 
