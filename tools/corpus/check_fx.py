@@ -643,7 +643,76 @@ def check_dir(d, verbose=False):
     return errs, bad
 
 
+def gradcheck(d, eps=1e-6, per_input=3):
+    """Central differences on the single-device program: checks that its
+    backward (AOT backward graph, or the joint graph's gradients) is the
+    derivative of sum(output * tangents_1). Returns a list of mismatches."""
+    rel = json.load(open(os.path.join(d, "relations.json")))
+    lg = program_files(d)["logical"]
+    if "tangents_1" not in [n for gt in lg for n, _ in gt.placeholders]:
+        return None
+    rng = np.random.default_rng(99)
+    lin = make_logical_inputs(lg, rel, rng)
+    masks = []
+
+    def rec(shape):
+        m = rng.random(size=shape) < 0.9
+        masks.append(m)
+        return m
+    consts = rel.get("constants", {})
+    ((env, errs),) = run_lockstep([lg], [lin], [rec], consts)
+    assert not errs, errs
+    prim = [n for n, _ in lg[0].placeholders if not n.startswith("tangents")]
+    if len(lg) == 2:
+        grads = env["__returns_1"]
+        fwg = [lg[0]]
+    else:
+        rets = env["__returns_0"]
+        grads = rets[len(rets) - len(prim):]
+        fwg = lg
+    assert len(grads) == len(prim)
+
+    def L(inp):
+        k = [0]
+
+        def replay(shape):
+            m = masks[k[0]]
+            k[0] += 1
+            return m
+        ((e, er),) = run_lockstep([fwg], [inp], [replay], consts)
+        assert not er, er
+        return float(np.sum(e["__returns_0"][0] * inp["tangents_1"]))
+    bad = []
+    for name, gval in zip(prim, grads):
+        if gval is None or lin[name].dtype != np.float64:
+            continue
+        for _ in range(per_input):
+            i = tuple(int(rng.integers(0, n)) for n in lin[name].shape)
+            up = dict(lin)
+            dn = dict(lin)
+            up[name] = lin[name].copy()
+            dn[name] = lin[name].copy()
+            up[name][i] += eps
+            dn[name][i] -= eps
+            fd = (L(up) - L(dn)) / (2 * eps)
+            if abs(fd - gval[i]) > 1e-5 * max(1.0, abs(fd)):
+                bad.append("%s%s: backward %.9g, central difference %.9g" % (name, list(i), gval[i], fd))
+    return bad
+
+
 def main():
+    if sys.argv[1:2] == ["--gradcheck"]:
+        rc = 0
+        for d in sys.argv[2:]:
+            bad = gradcheck(d.rstrip("/"))
+            if bad is None:
+                continue
+            print("%s: single-device backward %s" % (os.path.basename(d.rstrip("/")),
+                                                    "matches central differences" if not bad else "WRONG"))
+            for b in bad:
+                rc = 1
+                print("   ", b)
+        sys.exit(rc)
     dirs = [d.rstrip("/") for d in sys.argv[1:]] or \
         sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "test", "fixtures", "megatron-fx", "*")))
     rc = 0
