@@ -16,6 +16,10 @@ For each config directory (logical*.py, rank*.py, relations.json) it
      by its placement), the dropout masks of the logical run cut by shape, and
      compares each output the relations name with the logical value.
 Prints one line per config: 'equivalent', or the outputs that differ.
+
+    python3 tools/corpus/check_fx.py --gradcheck DIR...
+
+checks the single-device backward against central differences instead.
 Needs numpy.
 """
 
