@@ -14,7 +14,7 @@ const prod = (s: readonly number[]): number => s.reduce((a, b) => a * b, 1);
 const same = (a: readonly number[], b: readonly number[]): boolean => a.length === b.length && a.every((d, i) => d === b[i]);
 
 /** Is t the positions 0, 1, ..., len-1 (an `arange(len)` the lowering emitted as iota from the constant 0)? */
-function isPositions(l: Lowerer, t: TensorVal, len: number): boolean {
+export function isPositions(l: Lowerer, t: TensorVal, len: number): boolean {
   if (!same(t.shape, [len])) return false;
   for (let i = l.ops.length - 1; i >= 0; i--) {
     const op = l.ops[i];
@@ -102,6 +102,34 @@ function argmaxLast(l: Lowerer, n: FxNode, x: TensorVal, keepdim: boolean, dim: 
       return keepdim ? ix : l.one('reshape', [ix], { shape: x.shape.slice(0, -1) }, undefined, 'int64');
     },
   };
+}
+
+/**
+ * x[i0, ...] = v (or += v with accumulate) with integer indices: `index_put` as autograd and
+ * Megatron's cross-entropy backward write it. Two forms are exact here:
+ * - one index on dim 0 with accumulate (index.Tensor's backward): x + embedding_backward(v, ids);
+ * - x[arange(n), ids] on a 2-D x (one element per row): where(col == ids, v, x), or x + that
+ *   update with accumulate.
+ */
+export function indexPutInt(l: Lowerer, n: FxNode, x: TensorVal, idx: readonly TensorVal[], v: TensorVal, accumulate: boolean, out: string | undefined): TensorVal {
+  if (idx.length === 1 && accumulate) {
+    const ids = idx[0] as TensorVal;
+    const rest = x.shape.slice(1);
+    const rows = prod(rest);
+    const g = l.one('reshape', [v.shape.length === ids.shape.length + rest.length ? v : l.one('expand', [v], { shape: [...ids.shape, ...rest] })], { shape: [...ids.shape, rows] });
+    const scattered = l.one('embedding_backward', [g, ids], { num_embeddings: x.shape[0] as number });
+    return l.one('add', [x, rest.length === 1 ? scattered : l.one('reshape', [scattered], { shape: [...x.shape] })], {}, out, x.dtype);
+  }
+  const [i0, i1] = idx as [TensorVal, TensorVal];
+  if (idx.length === 2 && x.shape.length === 2 && i1.shape.length === 1 && i1.shape[0] === x.shape[0] && isPositions(l, i0, x.shape[0] as number)) {
+    const [rows, cols] = x.shape as [number, number];
+    const col = l.one('iota', [l.constant(0)], { shape: [rows, cols], dim: 1, step: 1 }, undefined, 'int64');
+    const hit = l.one('compare', [col, l.one('reshape', [i1], { shape: [rows, 1] }, undefined, i1.dtype)], { rel: 'eq' }, undefined, 'bool');
+    const val = l.one('expand', [v.shape.length === 0 ? v : l.one('reshape', [v], { shape: [rows, 1] })], { shape: [rows, cols] });
+    if (!accumulate) return l.one('where', [hit, val, x], {}, out, x.dtype);
+    return l.one('add', [x, l.one('where', [hit, val, l.constantLike(x, 0)])], {}, out, x.dtype);
+  }
+  return l.fail(`${n.target}: integer indices other than x[ids] += v and x[arange(n), ids] (= or +=) on a 2-D x are not supported`);
 }
 
 export const INDEX_RULES: Record<string, Rule> = {

@@ -7,6 +7,7 @@
  */
 import type { AttrValue } from '../../ops/types.js';
 import type { FxArg, FxNode } from './fxtext.js';
+import { indexPutInt } from './aten-index.js';
 import { filled, type Lowerer, type Rule, type TensorVal, type Val } from './lower.js';
 
 type Rel = 'gt' | 'ge' | 'lt' | 'le' | 'eq' | 'ne';
@@ -148,10 +149,18 @@ function indexPut(inPlace: boolean): Rule {
   return (l, n) => {
     const x = l.tensor(n.args[0], 'self');
     const idx = n.args[1];
-    if (idx?.kind !== 'list' || idx.items.length !== 1) return l.fail(`${n.target}: only one boolean mask index is supported (x[mask] = v)`);
-    const mask = l.tensor(idx.items[0], 'indices[0]');
-    if (mask.dtype !== 'bool') l.fail(`${n.target}: an integer index tensor (x[ids] = v) is not supported, only a boolean mask`);
-    if (l.bool(l.arg(n, 3, 'accumulate'), 'accumulate', false)) l.fail(`${n.target}: accumulate=True is not supported`);
+    if (idx?.kind !== 'list' || idx.items.length === 0) return l.fail(`${n.target}: expected a list of indices`);
+    const first = l.tensor(idx.items[0], 'indices[0]');
+    const accumulate = l.bool(l.arg(n, 3, 'accumulate'), 'accumulate', false);
+    if (first.dtype !== 'bool') {
+      const ids = idx.items.map((a, i) => l.tensor(a, `indices[${i}]`));
+      const r = indexPutInt(l, n, x, ids, l.operand(n.args[2], 'values'), accumulate, inPlace ? undefined : l.out(n));
+      if (inPlace) l.write(n.args[0], r);
+      return l.bind(n, r);
+    }
+    if (idx.items.length !== 1) return l.fail(`${n.target}: only one boolean mask index is supported (x[mask] = v)`);
+    const mask = first;
+    if (accumulate) l.fail(`${n.target}: accumulate=True with a boolean mask is not supported`);
     if (mask.shape.length > x.shape.length || mask.shape.some((d, i) => d !== x.shape[i])) l.fail(`${n.target}: the mask [${mask.shape.join(', ')}] must be x's leading dims [${x.shape.join(', ')}]`);
     // The mask's dims lead; where broadcasts from the trailing end, so give it x's rank.
     const m = mask.shape.length === x.shape.length ? mask : l.one('reshape', [mask], { shape: [...mask.shape, ...x.shape.slice(mask.shape.length).map(() => 1)] }, undefined, 'bool');

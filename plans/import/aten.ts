@@ -171,7 +171,8 @@ const RULES: Record<string, Rule> = {
   // detaches the buffers it allocates for a list all_gather.)
   'aten.detach': (l, n) => {
     const v = l.val(n.args[0], 'self');
-    return v.kind === 'opaque' && v.what === 'uninitialized memory' ? l.bind(n, v) : view(l, n, l.tensor(n.args[0], 'self'));
+    // (and saved LayerNorm statistics stay what they are: AOTAutograd detaches them for the backward)
+    return v.kind === 'opaque' && v.materialize === undefined ? l.bind(n, v) : view(l, n, l.tensor(n.args[0], 'self'));
   },
   'aten.clone': (l, n) => l.bind(n, l.tensor(n.args[0], 'self')),
   'aten.lift_fresh_copy': (l, n) => l.bind(n, l.tensor(n.args[0], 'self')),

@@ -277,7 +277,7 @@ export class Lowerer {
     const outputs: Returned[] = [];
     const named = new Map<string, Val>();
     const cutInputs: TensorVal[] = [];
-    const returned = new Map<string, TensorVal>();
+    const returned = new Map<string, TensorVal | OpaqueVal>();
     let aten = 0;
     this.graphs.forEach((g, gi) => {
       this.g = g;
@@ -292,7 +292,7 @@ export class Lowerer {
         if (p.type === undefined) throw new ImportError(g.file, p.line, `input '${p.name}' has no type annotation (expected e.g. "f32[4, 8]")`);
         const prev = returned.get(p.name);
         if (prev !== undefined) {
-          if (prev.shape.length !== p.type.shape.length || prev.shape.some((d, i) => d !== p.type?.shape[i])) throw new ImportError(g.file, p.line, `input '${p.name}' is [${p.type.shape.join(', ')}] but the earlier graph returned it as [${prev.shape.join(', ')}]`);
+          if (prev.kind === 'tensor' && (prev.shape.length !== p.type.shape.length || prev.shape.some((d, i) => d !== p.type?.shape[i]))) throw new ImportError(g.file, p.line, `input '${p.name}' is [${p.type.shape.join(', ')}] but the earlier graph returned it as [${prev.shape.join(', ')}]`);
           this.define(p.name, prev);
           continue;
         }
@@ -330,6 +330,7 @@ export class Lowerer {
         const v = o.kind === 'name' ? this.val(o, `return value ${k}`) : undefined;
         if (v?.kind === 'opaque' && v.materialize === undefined) {
           outputs.push(v);
+          if (o.kind === 'name') returned.set(o.name, v); // the backward graph takes it as its input
           return;
         }
         const t = this.tensor(o, `return value ${k}`);
