@@ -231,6 +231,43 @@ function propagateDomains(g: LogicalGraph): void {
       const d = [...set].sort((a, b) => a - b);
       for (const t of g.ops.opOutputs(op)) doms[t] ??= d;
     }
+    const out = g.ops.opOutputs(op)[0];
+    if (out !== undefined && doms[out] === undefined) {
+      const d = arithmeticDomain(def.name, ins.map((t) => doms[t]), g.attrs[op] ?? {});
+      if (d !== undefined) doms[out] = d;
+    }
+  }
+}
+
+/** Values a computed integer tensor may hold at most: more, and it is left a real variable. */
+const MAX_DERIVED_DOMAIN = 4096;
+
+/**
+ * The values of an integer op's result from its inputs' (Megatron's vocab masking computes
+ * `target - vocab_start`, zeroed where out of range, then gathers with it): a superset of the
+ * values it can take, so a stage that takes it as input and enumerates them covers every run.
+ */
+function arithmeticDomain(op: string, ins: readonly (readonly number[] | undefined)[], attrs: Attrs): readonly number[] | undefined {
+  const fin = (set: Set<number>): readonly number[] | undefined => (set.size > 0 && set.size <= MAX_DERIVED_DOMAIN ? [...set].sort((a, b) => a - b) : undefined);
+  const [a, b, c] = ins;
+  switch (op) {
+    case 'compare':
+      return [0, 1];
+    case 'add':
+    case 'sub': {
+      if (a === undefined || b === undefined || a.length * b.length > 1 << 16) return undefined;
+      const set = new Set<number>();
+      for (const x of a) for (const y of b) set.add(op === 'add' ? x + y : x - y);
+      return fin(set);
+    }
+    case 'scale': {
+      const f = attrs['factor'];
+      return a !== undefined && typeof f === 'number' && Number.isInteger(f) ? fin(new Set(a.map((x) => x * f))) : undefined;
+    }
+    case 'where':
+      return b !== undefined && c !== undefined ? fin(new Set([...b, ...c])) : undefined;
+    default:
+      return undefined;
   }
 }
 
