@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { runCli } from './helpers.js';
 import { ImportError, parseFxGraph } from '../plans/import/fxtext.js';
 import { checkOpMap } from '../plans/import/opmap.js';
+import { loadPlanObject } from '../lineage/load.js';
 
 const CORPUS = 'test/fixtures/megatron-fx';
 const INDEX = 'test/fixtures/import-index';
@@ -104,6 +105,58 @@ describe('import-graphs: Megatron graphs as exporters print them (issue 34)', fu
     const missing = await importDir(copy(join(CORPUS, 'gpt_tp2_l1'), { 'relations.json': (s) => s.replace('"node": "div_2"', '"node": "no_such_node"') }));
     assert.equal(missing.code, 2);
     assert.match(missing.stderr, /output 'loss': .* has no node 'no_such_node'/);
+  });
+
+  it('the vocab-parallel cross-entropy region of GPT tp2 + SP (assumed at the final LayerNorm, checked at the loss) VERIFIES; with the sum of exponentials all-reduced by max it is NOT EQUIVALENT @full', async () => {
+    const assume = (s: string): string => s.replace('"inputs": {', '"inputs": { "getitem_17": { "placements": ["S(0)"] },');
+    const ok = await importDir(copy(join(CORPUS, 'gpt_tp2_l1'), { 'relations.json': assume }));
+    assert.equal(ok.code, 0, ok.stderr);
+    const v = await runCli(['verify', '--infer', ok.out]);
+    assert.equal(v.code, 0, v.stdout);
+    const maxSum = (s: string): string => s.replace("all_reduce.default(sum_1, 'sum', '12')", "all_reduce.default(sum_1, 'max', '12')");
+    const bad = await importDir(copy(join(CORPUS, 'gpt_tp2_l1'), { 'relations.json': assume, 'rank0.py': maxSum, 'rank1.py': maxSum }));
+    assert.equal(bad.code, 0, bad.stderr);
+    const w = await runCli(['verify', '--infer', bad.out]);
+    assert.equal(w.code, 1, w.stdout);
+  });
+
+  it('integer values computed from ids keep a domain (add, sub, where, compare), so a cut there stays categorical; real values get none', () => {
+    const T = (id: string, shape: number[], role: string, extra: object = {}): object => ({ id, shape, role, ...extra });
+    const plan = {
+      format: 'planproof/v1',
+      name: 'domains',
+      mesh: { axes: [{ name: 'dp', size: 1 }] },
+      logical: {
+        tensors: [T('t', [4], 'input', { dtype: 'int64', values: { range: [0, 8] } }), T('c', [], 'input', { dtype: 'int64', values: { range: [2, 3] } }), T('z', [], 'input', { dtype: 'int64', values: { range: [0, 1] } }), T('x', [4], 'input'), T('d', [4], 'activation', { dtype: 'int64' }), T('m', [4], 'activation', { dtype: 'bool' }), T('e', [4], 'output', { dtype: 'int64' }), T('y', [4], 'output')],
+        ops: [
+          { id: 'sub', op: 'sub', inputs: ['t', 'c'], outputs: ['d'] },
+          { id: 'lt', op: 'compare', inputs: ['d', 'z'], outputs: ['m'], attrs: { rel: 'lt' } },
+          { id: 'where', op: 'where', inputs: ['m', 'z', 'd'], outputs: ['e'] },
+          { id: 'xs', op: 'sub', inputs: ['x', 'c'], outputs: ['y'] },
+        ],
+      },
+      parallel: {
+        programs: [
+          {
+            ranks: 'all',
+            tensors: ['t', 'c', 'z', 'x', 'd', 'm', 'e', 'y'].map((id) => ({ id, shape: id === 'c' || id === 'z' ? [] : [4], ...(id === 'd' || id === 'm' ? {} : { lineage: { logical: id, placements: ['R'] } }) })),
+            ops: [
+              { id: 'sub', op: 'sub', inputs: ['t', 'c'], outputs: ['d'] },
+              { id: 'lt', op: 'compare', inputs: ['d', 'z'], outputs: ['m'], attrs: { rel: 'lt' } },
+              { id: 'where', op: 'where', inputs: ['m', 'z', 'd'], outputs: ['e'] },
+              { id: 'xs', op: 'sub', inputs: ['x', 'c'], outputs: ['y'] },
+            ],
+          },
+        ],
+      },
+      contract: { inputs: ['t', 'c', 'z', 'x'], outputs: ['e', 'y'] },
+    };
+    const p = loadPlanObject('domains.json', plan);
+    const dom = (name: string): readonly number[] | undefined => p.logical.domains[p.logical.tensors.id(name)];
+    assert.deepEqual(dom('d'), [-2, -1, 0, 1, 2, 3, 4, 5]);
+    assert.deepEqual(dom('m'), [0, 1]);
+    assert.deepEqual(dom('e'), [-2, -1, 0, 1, 2, 3, 4, 5]);
+    assert.equal(dom('y'), undefined);
   });
 
   it("Megatron's indexing forms compute the plain forms: index.Tensor (embedding, x[arange, t], the flat path), max.dim, index_put with a constant, slice_scatter: VERIFIED", async () => {

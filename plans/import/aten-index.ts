@@ -132,7 +132,68 @@ export function indexPutInt(l: Lowerer, n: FxNode, x: TensorVal, idx: readonly T
   return l.fail(`${n.target}: integer indices other than x[ids] += v and x[arange(n), ids] (= or +=) on a 2-D x are not supported`);
 }
 
+/**
+ * scatter(self, dim, index, src | value) along the last dim: out[..., index[..., j]] = src[..., j]
+ * (autograd's backward of max.dim / topk writes the gradient at the chosen positions). Each
+ * of the k positions is one where over a column comparison, exact for integer indices; with
+ * repeated indices the last write wins, as ATen's CPU kernel does it.
+ */
+function scatter(l: Lowerer, n: FxNode): Val {
+  return scatterLast(l, n, false);
+}
+
+/** scatter_add along the last dim: every position adds (gather's backward). */
+function scatterAdd(l: Lowerer, n: FxNode): Val {
+  return scatterLast(l, n, true);
+}
+
+function scatterLast(l: Lowerer, n: FxNode, accumulate: boolean): Val {
+  const x = l.tensor(n.args[0], 'self');
+  let d = l.int(n.args[1], 'dim');
+  if (d < 0) d += x.shape.length;
+  if (d !== x.shape.length - 1) l.fail(`${n.target}: only a scatter along the last dim is supported`);
+  const index = l.tensor(n.args[2], 'index');
+  if (n.kwargs['reduce'] !== undefined && n.kwargs['reduce'].kind !== 'none') l.fail(`${n.target}: a scatter with reduce is not supported`);
+  const lead = x.shape.slice(0, -1);
+  if (index.shape.length !== x.shape.length || !same(index.shape.slice(0, -1), lead)) l.fail(`${n.target}: index [${index.shape.join(', ')}] must match self [${x.shape.join(', ')}] but in the last dim`);
+  const k = index.shape[index.shape.length - 1] as number;
+  const cols = x.shape[x.shape.length - 1] as number;
+  const srcArg = n.args[3];
+  const src = srcArg?.kind === 'num' ? undefined : l.tensor(srcArg, 'src');
+  const col = l.one('iota', [l.constant(0)], { shape: [...x.shape], dim: x.shape.length - 1, step: 1 }, undefined, 'int64');
+  let out = x;
+  for (let j = 0; j < k; j++) {
+    const ij = k === 1 ? index : l.one('slice', [index], { dim: index.shape.length - 1, start: j, end: j + 1 }, undefined, index.dtype);
+    const hit = l.one('compare', [col, ij], { rel: 'eq' }, undefined, 'bool');
+    const v = src === undefined ? l.constantLike(x, l.num(srcArg, 'value')) : l.one('expand', [k === 1 && src.shape[src.shape.length - 1] === 1 ? src : l.one('slice', [src], { dim: src.shape.length - 1, start: j, end: j + 1 })], { shape: [...lead, cols] });
+    const name = j === k - 1 ? l.out(n) : undefined;
+    out = accumulate ? l.one('add', [out, l.one('where', [hit, v, l.constantLike(x, 0)])], {}, name, x.dtype) : l.one('where', [hit, v, out], {}, name, x.dtype);
+  }
+  return l.bind(n, out);
+}
+
 export const INDEX_RULES: Record<string, Rule> = {
+  'aten.scatter': scatter,
+  'aten.scatter_add': scatterAdd,
+  'aten.gather': (l, n) => {
+    // torch.gather(x, dim, index) along the last dim with index's leading dims x's: the registry's gather.
+    const x = l.tensor(n.args[0], 'self');
+    let d = l.int(n.args[1], 'dim');
+    if (d < 0) d += x.shape.length;
+    const index = l.tensor(n.args[2], 'index');
+    if (d !== x.shape.length - 1 || index.shape.length !== x.shape.length || !same(index.shape.slice(0, -1), x.shape.slice(0, -1))) l.fail(`${n.target}: only a gather along the last dim with the index's other dims equal to the tensor's is supported`);
+    return l.bind(n, l.one('gather', [x, index], {}, l.out(n), x.dtype));
+  },
+  'aten.topk': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const k = l.int(n.args[1], 'k');
+    let d = l.int(l.arg(n, 2, 'dim'), 'dim', -1);
+    if (d < 0) d += x.shape.length;
+    if (d !== x.shape.length - 1) l.fail(`${n.target}: only topk along the last dim is supported`);
+    if (!l.bool(l.arg(n, 3, 'largest'), 'largest', true)) l.fail(`${n.target}: topk with largest=False is not supported`);
+    const outs = l.emit('topk', [x], { k }, [`${l.out(n)}.values`, `${l.out(n)}.indices`], x.dtype);
+    return l.bind(n, { kind: 'list', items: outs });
+  },
   'aten.index.Tensor': indexTensor,
   'aten.slice_scatter': sliceScatter,
   'aten.chunk': (l, n) => {

@@ -56,5 +56,9 @@ lm_label_smoothing lm_label_smoothing.py dp
 lm_label_smoothing-bug lm_label_smoothing.py dp --bug
 vocab_parallel_embedding vocab_parallel_embedding.py tp
 vocab_parallel_embedding-bug vocab_parallel_embedding.py tp --bug
+moe_top1 moe_top1.py dp
+moe_top1-topk moe_top1.py dp --router topk
+moe_top1-argmax moe_top1.py dp --router argmax
+moe_top1-bug moe_top1.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
