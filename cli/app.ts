@@ -13,8 +13,7 @@ import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
 import { MergeError, verifyPlanInPool, type ShardResult, type TimeLimit } from '../stages/verify.js';
 import type { StageResult } from '../stages/prove.js';
-import { type VerifyReport } from '../stages/report.js';
-import { formatReport } from '../stages/report.js';
+import { formatReport, type VerifyReport } from '../stages/report.js';
 import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/template.js';
 import { provePart } from '../stages/part.js';
 
@@ -45,6 +44,7 @@ import { registry } from '../ops/registry.js';
 import { attrRelianceOf } from '../stages/template.js';
 import { checkRunClock, setRunClock, TimeLimitReached, timeUpReport } from '../stages/clock.js';
 import { STARTED_AT_ENV } from './heap.js';
+import { invalidJson, reportJson, usageJson } from './report-json.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -85,7 +85,7 @@ export function loadWithText(path: string, json: boolean, out: Out, onInvalid?: 
 
 /** An invalid plan's issues, as JSON or on stderr; exit 2. */
 function invalidPlan(file: string, issues: readonly PlanIssue[], json: boolean, out: Out): number {
-  if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues }, null, 2));
+  if (json) out.log(invalidJson(file, issues));
   else {
     out.err(`planproof: invalid plan ${file}`);
     for (const i of issues) out.err(`  ${formatIssue(file, i)}`);
@@ -319,7 +319,7 @@ async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verb
     const loaded = typeof l === 'object' ? l : undefined;
     if (loaded === undefined) loadMs = Math.round(performance.now() - tLoad);
     const r = timeUpReport(file, loaded?.plan.name ?? '(not loaded: the limit came first)', e.seconds, performance.now() - ((limit?.endAt ?? 0) - e.seconds * 1000), eng.seed, loadMs);
-    out.log(json ? JSON.stringify(r, null, 2) : formatReport(r, verbose));
+    out.log(json ? reportJson(r) : formatReport(r, verbose));
     if (loaded !== undefined) return finish(r, loaded, files, out);
     if (files.junit !== undefined) writeFileSync(files.junit, junitXml(r)); // no plan to draw for --html
     return verdictCode.unknown;
@@ -347,7 +347,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
   if (stageWorkTooLarge(l.plan) !== undefined) {
     const r = verifyPerTemplate(l.plan, { seed: eng.seed, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart } });
     const notTried = 'not tried: the plan is past the per-rank stage bound; its stages are sized at full shapes';
-    out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
+    out.log(json ? reportJson(r, { reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
     return finish(r, l, files, out);
   }
   // Tensor level per template first (stages/template.ts verifiedPerTemplate) on plans whose
@@ -374,7 +374,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
       }
     }
     if (r !== undefined) {
-      out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: REDUCTION_NOT_NEEDED, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction ${REDUCTION_NOT_NEEDED}`);
+      out.log(json ? reportJson(r, { reduction: { ran: false, reason: REDUCTION_NOT_NEEDED, reduced: [], kept: [] } }) : `${formatReport(r, verbose)}\nshape reduction ${REDUCTION_NOT_NEEDED}`);
       return finish(r, l, files, out);
     }
   }
@@ -400,7 +400,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
   // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.
   if (perStage) {
     const r = verifyPerStage(l.plan, JSON.parse(l.text) as RawPlan, { seed: eng.seed, reduce: red.reduce, ...(red.emitDir === undefined ? {} : { emitDir: red.emitDir }) });
-    out.log(json ? JSON.stringify(r, null, 2) : `${formatReport(r, verbose)}\n${formatPerStage(r.stageReduction, verbose)}`);
+    out.log(json ? reportJson(r) : `${formatReport(r, verbose)}\n${formatPerStage(r.stageReduction, verbose)}`);
     return finish(r, l, files, out);
   }
   // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
@@ -427,7 +427,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
     return 0;
   }
   const report = { ...proved, phases: { load: loadMs, reduction: reduceMs, ...proved.phases } };
-  out.log(json ? JSON.stringify({ ...report, perStageFallback: fbLog }, null, 2) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(fbLog)}`);
+  out.log(json ? reportJson(report, { perStageFallback: fbLog }) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(fbLog)}`);
   return finish(report, l, files, out);
 }
 
@@ -435,7 +435,7 @@ async function demo(json: boolean, eng: EngineOptions, out: Out): Promise<number
   const l = loadWithText(DEMO_PLAN, json, out);
   if (typeof l === 'number') return l;
   const report = await runVerify(l, eng);
-  if (json) out.log(JSON.stringify({ demo: true, ...report }, null, 2));
+  if (json) out.log(reportJson(report, { demo: true }));
   else {
     out.log('planproof demo: the embedded example, a two-layer MLP training iteration (forward, MSE loss,');
     out.log('backward, SGD step) under Megatron tensor parallelism on 2 ranks, checked and proved.\n');
@@ -632,7 +632,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
         run = async () => {
           const m = readParts(parts);
           if (typeof m === 'string') {
-            if (a.json) out.log(JSON.stringify({ verdict: 'usage_error', error: m }, null, 2));
+            if (a.json) out.log(usageJson(m));
             else out.err(`planproof: merge: ${m}`);
             return ExitCode.usage;
           }
@@ -757,7 +757,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
   const parsed = await parser.parseAsync();
   const jsonOut = parsed.json === true || argv.includes('--json');
   if (usageError !== undefined) {
-    if (jsonOut) out.log(JSON.stringify({ verdict: 'usage_error', error: usageError }, null, 2));
+    if (jsonOut) out.log(usageJson(usageError));
     else out.err(`planproof: ${usageError}\nRun 'planproof --help' for usage.`);
     return ExitCode.usage;
   }

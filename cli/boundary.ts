@@ -9,6 +9,7 @@ import { inferClaims, withClaims } from '../stages/infer.js';
 import { loadableClaims, roundsLimitWhy, TIME_LIMIT_MS, verifyBoundary, type BoundaryReport } from '../stages/boundary.js';
 import { formatReport } from '../stages/report.js';
 import { shutdownZ3 } from '../stages/z3.js';
+import { reportJson } from './report-json.js';
 
 interface Out {
   log(s: string): void;
@@ -53,7 +54,7 @@ export async function verifyInferred(file: string, text: string, opts: { seed: n
   const limit = roundsLimit(opts.timeLimit);
   const r = await verifyBoundary(file, raw, { seed: opts.seed, jobs: opts.jobs, deadlineMs: opts.deadline * 1000, infer: opts.infer, timeLimitMs: limit.ms, timeLimitWhy: limit.why, ...(opts.direct === undefined ? {} : { direct: opts.direct }) });
   await shutdownZ3();
-  out.log(opts.json ? JSON.stringify(r, null, 2) : formatBoundary(r, opts.verbose));
+  out.log(opts.json ? reportJson(r) : formatBoundary(r, opts.verbose));
   return r;
 }
 
