@@ -11,7 +11,7 @@ import type { StageReport, VerifyReport } from '../stages/report.js';
 export const REPORT_SCHEMA_VERSION = 1;
 
 /** The first failing stage of a not_equivalent verdict, in a few fields a CI step can read. */
-export interface FirstFailing {
+interface FirstFailing {
   /** Its number in `stages` (1-based). */
   readonly stage: number;
   readonly tensor: string;
@@ -24,7 +24,7 @@ export interface FirstFailing {
 }
 
 /** The first not_equivalent stage of the report, as FirstFailing (undefined when there is none). */
-export function firstFailing(r: Pick<VerifyReport, 'stages'>): FirstFailing | undefined {
+function firstFailing(r: Pick<VerifyReport, 'stages'>): FirstFailing | undefined {
   const s: StageReport | undefined = r.stages.find((x) => x.status === 'not_equivalent');
   if (s === undefined) return undefined;
   return { stage: s.index, tensor: s.logical, op: s.op ?? null, ranks: s.failingRanks, cause: s.diagnosis ?? s.reason ?? `the two sides differ on ${s.logical}` };
