@@ -162,3 +162,20 @@ describe('docs/generators.md', () => {
     assert.doesNotMatch(gen, /answers "unknown" with a reason per stage/);
   });
 });
+
+describe('README tour', () => {
+  it('step 3 quotes the buggy example\'s report as the CLI prints it (issue 35: it said "normal forms differ")', async () => {
+    const readme = readFileSync(`${ROOT}README.md`, 'utf8');
+    const block = /verify examples\/buggy\/mlp-dp2-loss-scale-twice\.json; echo "exit \$\?"\n```\n\n```\n([\s\S]*?)```/.exec(readme)?.[1];
+    assert.ok(block !== undefined, 'the tour quotes the report');
+    const r = await runCli(['verify', `${ROOT}examples/buggy/mlp-dp2-loss-scale-twice.json`, '--no-cache']);
+    const out = `${r.stdout}exit ${r.code}`.split('\n');
+    const lines = block.split('\n').filter((l) => l.trim() !== '' && l.trim() !== '...');
+    assert.ok(lines.length >= 6);
+    // A line the README shortens with "..." is a prefix of a printed line; any other is printed as is.
+    for (const line of lines) {
+      const cut = line.indexOf('...');
+      assert.ok(out.some((o) => (cut < 0 ? o === line : o.startsWith(line.slice(0, cut)))), `not printed: ${line}`);
+    }
+  });
+});
