@@ -40,7 +40,7 @@ import { attrRelianceOf } from '../stages/template.js';
 import { checkRunClock, setRunClock, TimeLimitReached, timeUpReport } from '../stages/clock.js';
 import { STARTED_AT_ENV } from './heap.js';
 import { invalidJson, reportJson, usageJson } from './report-json.js';
-import { COMMAND_OPTION_NAMES, COMMAND_OPTIONS } from './options.js';
+import { COMMAND_OPTION_NAMES, COMMAND_OPTIONS, JSON_OPTION } from './options.js';
 import { gen, genConfig, type GenArgs } from './gen.js';
 import { numberOptionError, usageMessage } from './usage.js';
 
@@ -469,6 +469,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
   const parser = yargs(argv.map((x) => (x === '-' ? STDIN_NAME : x)))
     .scriptName('planproof')
     .usage('$0 <command> [options]\n\nProves that a distributed training plan computes what the single-device model computes.')
+    .options(JSON_OPTION)
     .command(
       'verify <plan>',
       'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
@@ -597,9 +598,9 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
   const jsonOut = parsed['json'] === true || argv.includes('--json');
   if (failures.length > 0) {
     const usageError = usageMessage(failures, argv, COMMAND_OPTION_NAMES);
-    const cmd = argv.find((x) => !x.startsWith('-'));
+    const cmd = argv.find((x) => COMMANDS.includes(x));
     if (jsonOut) out.log(usageJson(usageError));
-    else out.err(`planproof: ${usageError}\nRun 'planproof ${cmd !== undefined && COMMANDS.includes(cmd) ? `${cmd} ` : ''}--help' for usage.`);
+    else out.err(`planproof: ${usageError}\nRun 'planproof ${cmd === undefined ? '' : `${cmd} `}--help' for usage.`);
     return ExitCode.usage;
   }
   if (run === undefined) return argv.includes('--help') || argv.includes('--version') || argv.includes('-h') ? 0 : ExitCode.usage;

@@ -10,7 +10,8 @@ import { CAPTURE_OPTIONS } from './capture.js';
 import { GEN_OPTIONS } from './gen.js';
 import { DEFAULT_MAX_RANKS } from './limits.js';
 
-const JSON_OPTION = { json: { type: 'boolean', default: false, describe: 'machine-readable output on stdout' } } as const;
+/** Every command takes it, before or after the command's name: the one global option. */
+export const JSON_OPTION = { json: { type: 'boolean', default: false, describe: 'machine-readable output on stdout' } } as const;
 const SEED = { seed: { type: 'number', default: 1, describe: 'seed of the random inputs used for numeric witnesses (an integer)' } } as const;
 const VERBOSE = { verbose: { type: 'boolean', default: false, describe: 'list every stage, also proved ones' } } as const;
 const JOBS = { jobs: { type: 'number', default: Math.min(2, availableParallelism()), describe: 'worker threads proving stages (0: in this thread)' } } as const;
@@ -60,17 +61,17 @@ const IMPORT = {
   ...OUT,
 } as const;
 
-/** Each command's options (its positionals are declared with the command, cli/app.ts). */
+/** Each command's own options, besides --json (its positionals are declared with the command, cli/app.ts). */
 export const COMMAND_OPTIONS = {
-  verify: { ...JSON_OPTION, ...SEED, ...VERBOSE, ...JOBS, ...ENGINE, ...LIMITS, ...VERIFY },
-  merge: { ...JSON_OPTION, ...VERBOSE, ...JOBS, ...LIMITS, ...REPORT_FILES },
-  explain: { ...JSON_OPTION, ...SEED, ...LIMITS, dot: { type: 'string', describe: "write the stage's graph as Graphviz DOT to this file (--dot alone: to stdout, instead of the table)" } },
-  inspect: { ...JSON_OPTION, ...LIMITS },
-  'infer-lineage': { ...JSON_OPTION, ...SEED, ...LIMITS, out: { alias: ['o', 'output'], type: 'string', describe: 'output plan file (default: stdout; --output is the same)' } },
-  'import-graphs': { ...JSON_OPTION, ...IMPORT },
-  capture: { ...JSON_OPTION, ...CAPTURE_OPTIONS },
-  demo: { ...JSON_OPTION, ...SEED, ...JOBS, ...ENGINE },
-  gen: { ...JSON_OPTION, ...GEN_OPTIONS },
+  verify: { ...SEED, ...VERBOSE, ...JOBS, ...ENGINE, ...LIMITS, ...VERIFY },
+  merge: { ...VERBOSE, ...JOBS, ...LIMITS, ...REPORT_FILES },
+  explain: { ...SEED, ...LIMITS, dot: { type: 'string', describe: "write the stage's graph as Graphviz DOT to this file (--dot alone: to stdout, instead of the table)" } },
+  inspect: { ...LIMITS },
+  'infer-lineage': { ...SEED, ...LIMITS, out: { alias: ['o', 'output'], type: 'string', describe: 'output plan file (default: stdout; --output is the same)' } },
+  'import-graphs': { ...IMPORT },
+  capture: { ...CAPTURE_OPTIONS },
+  demo: { ...SEED, ...JOBS, ...ENGINE },
+  gen: { ...GEN_OPTIONS },
 } as const;
 
 /** The option names of each command and their aliases, long and short (for "did you mean"). */
@@ -79,6 +80,7 @@ export const COMMAND_OPTION_NAMES: Readonly<Record<string, readonly string[]>> =
     c,
     [
       ...Object.entries(o as Record<string, { alias?: string | readonly string[] }>).flatMap(([n, s]) => [n, ...(s.alias === undefined ? [] : typeof s.alias === 'string' ? [s.alias] : s.alias)]),
+      'json',
       'help',
       'version',
     ],

@@ -88,8 +88,8 @@ export function numberOptionError(argv: readonly string[], specs: Readonly<Recor
  * each command's option names (and aliases) to suggest from.
  */
 export function usageMessage(messages: readonly string[], argv: readonly string[], commands: Readonly<Record<string, readonly string[]>>): string {
-  // The command is the first word: the options before it (--json, --help) take no value.
-  const cmd = argv.find((a) => !a.startsWith('-'));
+  // The command: the first word that names one, else the first word (a typo of one).
+  const cmd = argv.find((a) => a in commands) ?? argv.find((a) => !a.startsWith('-'));
   if (cmd !== undefined && !(cmd in commands)) {
     const rec = /^Did you mean (\S+)\?$/.exec(messages.find((m) => m.startsWith('Did you mean')) ?? '')?.[1] ?? nearest(cmd, Object.keys(commands));
     return `Unknown command: ${cmd}${rec === undefined ? ` (commands: ${Object.keys(commands).join(', ')})` : ` (did you mean ${rec}?)`}`;

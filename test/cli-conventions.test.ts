@@ -110,12 +110,19 @@ describe('cli conventions (issue 35)', function () {
     for (const [cmd, opts] of Object.entries(COMMAND_OPTIONS)) {
       const h = await help([cmd]);
       assert.equal(h.code, 0, cmd);
-      assert.deepEqual(listed(h.text), [...Object.keys(opts), 'help', 'version'].sort(), cmd);
+      assert.deepEqual(listed(h.text), [...Object.keys(opts), 'json', 'help', 'version'].sort(), cmd);
     }
     const inspect = listed((await help(['inspect'])).text);
     for (const o of ['seed', 'jobs', 'engine', 'deadline', 'time-limit', 'verbose', 'max-ranks']) assert.ok(!inspect.includes(o), o);
-    // And a command refuses another command's option.
-    assert.match((await runCli(['inspect', plan, '--jobs', '2'])).stderr, /Unknown argument: --jobs/);
+    // And a command refuses another command's option, wherever it stands.
+    assert.match((await runCli(['inspect', plan, '--jobs', '2'])).stderr, /^planproof: Unknown argument: --jobs\nRun 'planproof inspect --help'/);
+    assert.match((await runCli(['--jobs', '2', 'inspect', plan])).stderr, /^planproof: Unknown argument: --jobs\nRun 'planproof inspect --help'/);
+    // --json is every command's, before its name too; a command's option before its name is its own.
+    const j = await runCli(['--json', 'inspect', plan]);
+    assert.equal(j.code, 0);
+    assert.equal((JSON.parse(j.stdout) as { mesh: { ranks: number } }).mesh.ranks, 2);
+    const v = await runCli(['--seed', '2', 'verify', plan, '--json', '--no-cache']);
+    assert.equal((JSON.parse(v.stdout) as { numeric: { seed: number } }).numeric.seed, 2);
   });
 
   it('gen --help gives each model size a description and its default', async () => {
