@@ -186,11 +186,11 @@ export function jsonReport(stdout: readonly string[]): object | undefined {
 export function replayAnswer(a: Answer, json: boolean, junit: string | undefined, out: Out): number | undefined {
   const report = json ? jsonReport(a.stdout) : undefined;
   if (json && report === undefined) return undefined;
-  const from = { at: a.at, seconds: a.seconds, note: 'the answer of an earlier run on the same plan bytes, with the same options and the same build of planproof; --no-cache verifies again' };
+  const from = { at: a.at, seconds: a.seconds, note: 'the answer of an earlier run on the same plan bytes, with the same options and the same build of planproof; --no-answer-cache verifies again' };
   const stdout =
     report !== undefined
       ? [JSON.stringify({ ...report, answerCache: from }, null, 2)]
-      : [...a.stdout, `cache       answer kept from ${a.at} (${a.seconds.toFixed(1)} s then): same plan bytes, options and planproof build; --no-cache verifies again`];
+      : [...a.stdout, `cache       answer kept from ${a.at} (${a.seconds.toFixed(1)} s then): same plan bytes, options and planproof build; --no-answer-cache verifies again`];
   return emitAnswer({ ...a, stdout }, junit, out);
 }
 

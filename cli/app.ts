@@ -5,16 +5,14 @@
 import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { ExitCode, PlanError, formatIssue, type PlanIssue } from '../plans/errors.js';
-import { DEFAULT_LIMITS, defaultLimits, setDefaultLimits, stageEntries, stageWorkTooLarge } from '../plans/loader.js';
-import { DEFAULT_MAX_RANKS, engineOptionError, limitOptionError, limitsFrom } from './limits.js';
+import { defaultLimits, setDefaultLimits, stageEntries, stageWorkTooLarge } from '../plans/loader.js';
+import { DEFAULT_MAX_RANKS, engineOptionError, limitOptionError, limitsFrom, type LimitFlags } from './limits.js';
 import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
-import { availableParallelism } from 'node:os';
 import { formatSummary, summarize } from './summary.js';
 import { MergeError, verifyPlanInPool, type ShardResult, type TimeLimit } from '../stages/verify.js';
 import type { StageResult } from '../stages/prove.js';
-import { type VerifyReport } from '../stages/report.js';
-import { formatReport } from '../stages/report.js';
+import { formatReport, type VerifyReport } from '../stages/report.js';
 import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/template.js';
 import { provePart } from '../stages/part.js';
 
@@ -25,26 +23,26 @@ import { formatFallback, formatPerStage, perStageFallback, verifyPerStage, type 
 import type { RawPlan } from '../plans/raw.js';
 import { defaultCacheDir, ProofCache } from '../stages/cache.js';
 import { shutdownZ3 } from '../stages/z3.js';
-import { generatePlan, ADAMW } from '../plans/gen/plan.js';
-import { BUGS, bugById } from '../plans/gen/bugs.js';
-import { PRESETS } from '../plans/gen/presets.js';
 import { writeFileSync } from 'node:fs';
 import { inferLineage, verifyInferred } from './boundary.js';
 import { wantsInference } from '../stages/boundary.js';
-import { stripToBoundary } from '../plans/gen/strip.js';
 import { junitInvalid, junitXml } from './junit.js';
 import { htmlInvalid, htmlReport } from './html.js';
 import { parseShard, partOf, planDigest, readParts } from './shard.js';
 import { stageBar } from './progress.js';
 import { explain } from './explain.js';
-import { importCommand, IMPORT_OPTIONS } from './import.js';
-import { CAPTURE_OPTIONS, captureCommand } from './capture.js';
+import { importCommand } from './import.js';
+import { captureCommand } from './capture.js';
 import { answerKey, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey } from './answers.js';
 import { deltaAnswer, skeletonOf, storeArgvMemo, storeDelta } from './delta.js';
 import { registry } from '../ops/registry.js';
 import { attrRelianceOf } from '../stages/template.js';
 import { checkRunClock, setRunClock, TimeLimitReached, timeUpReport } from '../stages/clock.js';
 import { STARTED_AT_ENV } from './heap.js';
+import { invalidJson, reportJson, usageJson } from './report-json.js';
+import { COMMAND_OPTION_NAMES, COMMAND_OPTIONS, JSON_OPTION } from './options.js';
+import { gen, genConfig, type GenArgs } from './gen.js';
+import { numberOptionError, usageMessage } from './usage.js';
 
 const DEMO_PLAN = fileURLToPath(new URL('../../examples/mlp-tp2.json', import.meta.url));
 
@@ -85,7 +83,7 @@ export function loadWithText(path: string, json: boolean, out: Out, onInvalid?: 
 
 /** An invalid plan's issues, as JSON or on stderr; exit 2. */
 function invalidPlan(file: string, issues: readonly PlanIssue[], json: boolean, out: Out): number {
-  if (json) out.log(JSON.stringify({ verdict: 'invalid', file, issues }, null, 2));
+  if (json) out.log(invalidJson(file, issues));
   else {
     out.err(`planproof: invalid plan ${file}`);
     for (const i of issues) out.err(`  ${formatIssue(file, i)}`);
@@ -319,7 +317,7 @@ async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verb
     const loaded = typeof l === 'object' ? l : undefined;
     if (loaded === undefined) loadMs = Math.round(performance.now() - tLoad);
     const r = timeUpReport(file, loaded?.plan.name ?? '(not loaded: the limit came first)', e.seconds, performance.now() - ((limit?.endAt ?? 0) - e.seconds * 1000), eng.seed, loadMs);
-    out.log(json ? JSON.stringify(r, null, 2) : formatReport(r, verbose));
+    out.log(json ? reportJson(r) : formatReport(r, verbose));
     if (loaded !== undefined) return finish(r, loaded, files, out);
     if (files.junit !== undefined) writeFileSync(files.junit, junitXml(r)); // no plan to draw for --html
     return verdictCode.unknown;
@@ -347,7 +345,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
   if (stageWorkTooLarge(l.plan) !== undefined) {
     const r = verifyPerTemplate(l.plan, { seed: eng.seed, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart } });
     const notTried = 'not tried: the plan is past the per-rank stage bound; its stages are sized at full shapes';
-    out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
+    out.log(json ? reportJson(r, { reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
     return finish(r, l, files, out);
   }
   // Tensor level per template first (stages/template.ts verifiedPerTemplate) on plans whose
@@ -374,7 +372,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
       }
     }
     if (r !== undefined) {
-      out.log(json ? JSON.stringify({ ...r, reduction: { ran: false, reason: REDUCTION_NOT_NEEDED, reduced: [], kept: [] } }, null, 2) : `${formatReport(r, verbose)}\nshape reduction ${REDUCTION_NOT_NEEDED}`);
+      out.log(json ? reportJson(r, { reduction: { ran: false, reason: REDUCTION_NOT_NEEDED, reduced: [], kept: [] } }) : `${formatReport(r, verbose)}\nshape reduction ${REDUCTION_NOT_NEEDED}`);
       return finish(r, l, files, out);
     }
   }
@@ -400,7 +398,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
   // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.
   if (perStage) {
     const r = verifyPerStage(l.plan, JSON.parse(l.text) as RawPlan, { seed: eng.seed, reduce: red.reduce, ...(red.emitDir === undefined ? {} : { emitDir: red.emitDir }) });
-    out.log(json ? JSON.stringify(r, null, 2) : `${formatReport(r, verbose)}\n${formatPerStage(r.stageReduction, verbose)}`);
+    out.log(json ? reportJson(r) : `${formatReport(r, verbose)}\n${formatPerStage(r.stageReduction, verbose)}`);
     return finish(r, l, files, out);
   }
   // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
@@ -427,7 +425,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
     return 0;
   }
   const report = { ...proved, phases: { load: loadMs, reduction: reduceMs, ...proved.phases } };
-  out.log(json ? JSON.stringify({ ...report, perStageFallback: fbLog }, null, 2) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(fbLog)}`);
+  out.log(json ? reportJson(report, { perStageFallback: fbLog }) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(fbLog)}`);
   return finish(report, l, files, out);
 }
 
@@ -435,7 +433,7 @@ async function demo(json: boolean, eng: EngineOptions, out: Out): Promise<number
   const l = loadWithText(DEMO_PLAN, json, out);
   if (typeof l === 'number') return l;
   const report = await runVerify(l, eng);
-  if (json) out.log(JSON.stringify({ demo: true, ...report }, null, 2));
+  if (json) out.log(reportJson(report, { demo: true }));
   else {
     out.log('planproof demo: the embedded example, a two-layer MLP training iteration (forward, MSE loss,');
     out.log('backward, SGD step) under Megatron tensor parallelism on 2 ranks, checked and proved.\n');
@@ -445,105 +443,8 @@ async function demo(json: boolean, eng: EngineOptions, out: Out): Promise<number
   return verdictCode[report.verdict];
 }
 
-interface GenArgs {
-  preset?: string | undefined;
-  model?: 'mlp' | 'gpt2' | 'llama' | 'moe' | undefined;
-  ep?: boolean | undefined;
-  virtual?: number | undefined;
-  experts?: number | undefined;
-  topk?: number | undefined;
-  layers?: number | undefined;
-  hidden?: number | undefined;
-  heads?: number | undefined;
-  kvHeads?: number | undefined;
-  shared?: number | undefined;
-  expertFfn?: number | undefined;
-  moeLayout?: 'packed' | 'token' | undefined;
-  seq?: number | undefined;
-  vocab?: number | undefined;
-  batch?: number | undefined;
-  ffn?: number | undefined;
-  dp?: number | undefined;
-  tp?: number | undefined;
-  micro?: number | undefined;
-  sp?: boolean | undefined;
-  zero?: number | undefined;
-  pp?: number | undefined;
-  cp?: number | undefined;
-  cpComm?: 'ring' | 'allgather' | undefined;
-  recompute?: boolean | undefined;
-  schedule?: '1f1b' | 'gpipe' | undefined;
-  inject?: string | undefined;
-  listBugs?: boolean | undefined;
-  out?: string | undefined;
-  json?: boolean | undefined;
-  boundaryLineage?: boolean | undefined;
-}
-
-function gen(a: GenArgs, out: Out): number {
-  if (a.listBugs === true) {
-    if (a.json === true) out.log(JSON.stringify(BUGS.map((b) => ({ id: b.id, kind: b.kind, title: b.title })), null, 2));
-    else for (const b of BUGS) out.log(`${b.id.padEnd(34)} ${b.kind.padEnd(22)} ${b.title}`);
-    return 0;
-  }
-  const base = PRESETS[a.preset ?? 'gpt2-tiny'];
-  if (base === undefined) {
-    out.err(`planproof: unknown preset '${a.preset ?? ''}' (presets: ${Object.keys(PRESETS).join(', ')})`);
-    return ExitCode.usage;
-  }
-  const pick = (v: number | undefined, d: number): number => v ?? d;
-  const model = {
-    family: a.model ?? base.model.family,
-    layers: pick(a.layers, base.model.layers),
-    hidden: pick(a.hidden, base.model.hidden),
-    heads: pick(a.heads, base.model.heads),
-    seq: pick(a.seq, base.model.seq),
-    vocab: pick(a.vocab, base.model.vocab),
-    batch: pick(a.batch, base.model.batch),
-    ffn: pick(a.ffn, base.model.ffn ?? 4 * base.model.hidden),
-    ...((a.kvHeads ?? base.model.kvHeads) === undefined ? {} : { kvHeads: a.kvHeads ?? base.model.kvHeads }),
-    ...((a.shared ?? base.model.shared) === undefined ? {} : { shared: a.shared ?? base.model.shared }),
-    ...((a.expertFfn ?? base.model.expertFfn) === undefined ? {} : { expertFfn: a.expertFfn ?? base.model.expertFfn }),
-    experts: pick(a.experts, base.model.experts ?? 4),
-    ...((a.moeLayout ?? base.model.moeLayout) === undefined ? {} : { moeLayout: a.moeLayout ?? base.model.moeLayout }),
-    topk: pick(a.topk, base.model.topk ?? 1),
-  };
-  const par = { dp: pick(a.dp, base.par.dp), tp: pick(a.tp, base.par.tp), micro: pick(a.micro, base.par.micro), sp: a.sp ?? base.par.sp === true, zero: (a.zero ?? base.par.zero ?? 0) as 0 | 1 | 2 | 3, pp: pick(a.pp, base.par.pp ?? 1), cp: pick(a.cp, base.par.cp ?? 1), cpComm: a.cpComm ?? base.par.cpComm ?? 'ring', recompute: a.recompute ?? base.par.recompute === true, ep: a.ep ?? base.par.ep === true, virtual: pick(a.virtual, base.par.virtual ?? 1), schedule: a.schedule ?? base.par.schedule ?? '1f1b' };
-  for (const [k, v] of Object.entries({ ...model, dp: par.dp, tp: par.tp, micro: par.micro, pp: par.pp })) {
-    if (typeof v === 'number' && (!Number.isInteger(v) || v < 1)) {
-      out.err(`planproof: --${k} must be a positive integer, got ${v}`);
-      return ExitCode.usage;
-    }
-  }
-  let plan: RawPlan;
-  try {
-    plan = generatePlan({ model, par, optimizer: ADAMW });
-    if (a.inject !== undefined) {
-      const bug = bugById(a.inject);
-      if (bug === undefined) {
-        out.err(`planproof: unknown bug '${a.inject}' (run 'planproof gen --list-bugs')`);
-        return ExitCode.usage;
-      }
-      const ctx = { ...par, family: model.family };
-      void ctx.schedule;
-      if (!bug.applies(ctx)) {
-        out.err(`planproof: bug '${bug.id}' needs a plan with ${bug.title.split(':')[0] ?? ''}: not applicable to this configuration`);
-        return ExitCode.usage;
-      }
-      bug.inject(plan, ctx);
-      plan.name = `${String(plan.name)}+${bug.id}`;
-    }
-  } catch (e) {
-    // Configuration errors (indivisible sizes) are the user's; say so without a stack trace.
-    out.err(`planproof: cannot generate this plan: ${e instanceof Error ? e.message : String(e)}`);
-    return ExitCode.usage;
-  }
-  if (a.boundaryLineage === true) plan = stripToBoundary(plan);
-  const text = JSON.stringify(plan, null, 1);
-  if (a.out === undefined) out.log(text);
-  else writeFileSync(a.out, text + '\n');
-  return 0;
-}
+/** The commands, in --help's order (their options: cli/options.ts). */
+const COMMANDS = Object.keys(COMMAND_OPTIONS);
 
 /** Runs the CLI on `argv` (without node and script); returns the exit code. */
 export async function main(argv: string[], out: Out = stdio): Promise<number> {
@@ -553,86 +454,60 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
   // whole command line has been parsed and validated, so a refused command never prints a
   // report a CI step could read as a verdict.
   let run: (() => Promise<number> | number) | undefined;
-  let usageError: string | undefined;
+  // Every failure yargs reports, in order (a mistyped command's "Did you mean" comes first).
+  const failures: string[] = [];
   // `capture ... -- script.py args`: what follows '--' is the user's command line, untouched.
   const dd = argv[0] === 'capture' ? argv.indexOf('--') : -1;
   const script = dd >= 0 ? argv.slice(dd + 1) : [];
   if (dd >= 0) argv = argv.slice(0, dd);
+  const given = argv;
+  // Checked before any work, for every command with the options checked (cli/limits.ts, cli/usage.ts).
+  const check = (specs: Readonly<Record<string, object>>) => (a: Record<string, unknown>): string | true =>
+    numberOptionError(given, specs, a, (got) => engineOptionError(a, got) ?? limitOptionError(a, got)) ?? shardOptionError(a) ?? true;
+  const plan = { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' } as const;
   // yargs reads a lone '-' as an empty option name; it means standard input here.
   const parser = yargs(argv.map((x) => (x === '-' ? STDIN_NAME : x)))
     .scriptName('planproof')
     .usage('$0 <command> [options]\n\nProves that a distributed training plan computes what the single-device model computes.')
-    .option('json', { type: 'boolean', default: false, describe: 'machine-readable output on stdout' })
-    .option('seed', { type: 'number', default: 1, describe: 'seed of the random inputs used for numeric witnesses' })
-    .option('verbose', { type: 'boolean', default: false, describe: 'list every stage, also proved ones' })
-    .option('jobs', { type: 'number', default: Math.min(2, availableParallelism()), describe: 'worker threads proving stages (0: in this thread)' })
-    .option('engine', { choices: ['normal', 'z3'] as const, default: 'normal' as const, describe: 'decision procedure: the exact normal form, or Z3 alone as a cross-check' })
-    .option('deadline', { type: 'number', default: 60, describe: 'seconds a stage may take before it is stopped and reported unknown' })
-    .option('time-limit', { type: 'number', default: 1800, describe: 'seconds the whole verify run may take: stages not decided by then are reported unknown' })
-    .option('max-file-mb', { type: 'number', default: DEFAULT_LIMITS.bytes / (1024 * 1024), describe: 'largest plan file (or standard input) read, in MiB' })
-    .option('max-depth', { type: 'number', default: DEFAULT_LIMITS.depth, describe: 'deepest JSON nesting a plan may use' })
-    .option('max-ops', { type: 'number', default: DEFAULT_LIMITS.ops, describe: 'most ops a plan may hold as written (logical, program and collective entries)' })
-    .option('max-claims', { type: 'number', default: DEFAULT_LIMITS.claims, describe: 'most lineage claims a plan may hold as written' })
-    .option('max-ranks', { type: 'number', default: DEFAULT_MAX_RANKS, describe: 'most ranks for verify work that is still per rank (a plan decided per template is not bounded by it)' })
+    .options(JSON_OPTION)
     .command(
       'verify <plan>',
       'load and check a plan, then prove it computes what the logical iteration computes (exit 0 verified, 1 not equivalent, 2 invalid, 3 unknown)',
-      (y) =>
-        y
-          .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' })
-          .option('infer', { type: 'boolean', describe: 'infer stage cut points for parallel tensors without lineage (hints, proved before use; by default when lineage is missing inside a stage tensor-level proofs leave open, and for the hints the file marks inferred; --no-infer turns it off)' })
-          .option('reduce', { type: 'boolean', default: true, describe: 'prove at reduced shapes where the soundness conditions hold (--no-reduce: at full shapes)' })
-          .option('emit-reduced', { type: 'string', describe: 'write the reduced plan (an ordinary plan file) into this directory' })
-          .option('cache', { type: 'string', describe: `directory of the proof cache (default ${defaultCacheDir()}; --no-cache: off)` })
-          .option('answer-cache', { type: 'boolean', default: true, describe: 'print the kept answer of an earlier run on the same plan bytes, options and planproof build (in the cache directory; --no-answer-cache verifies again, still with the proof cache)' })
-          .option('tensor-level', { type: 'boolean', default: true, describe: 'prove stages by relations between whole tensors first (docs/engine.md, "Tensor-level proofs"; --no-tensor-level: element engines only)' })
-          .option('per-stage', { type: 'boolean', default: false, describe: 'extract and reduce each stage on its own (in this thread; --emit-reduced writes one plan file per stage)' })
-          .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file (one testcase per stage; docs/reports.md)' })
-          .option('html', { type: 'string', describe: 'also write a self-contained HTML report to this file (failing stages drawn; docs/reports.md)' })
-          .option('shard', { type: 'string', describe: 'prove only shard i/n of the stage proofs and write a part file on stdout for planproof merge (CI matrices; no proof cache; exit 0 when written)' }),
+      (y) => y.positional('plan', plan).options(COMMAND_OPTIONS.verify).check(check(COMMAND_OPTIONS.verify)),
       (a) => {
-        const plan = a.plan;
-        if (typeof plan !== 'string') return;
+        const file = a.plan;
         const cache = a.shard === undefined ? cacheOption(a.cache) : {};
         // The answer cache (cli/answers.ts) for runs whose whole output is stdout and the JUnit
         // file: not with --html (drawn from the loaded plan), --emit-reduced (files) or a shard.
         const memo: AnswerMemo | undefined =
-          cache.cacheDir !== undefined && a.emitReduced === undefined && a.html === undefined && plan !== STDIN_NAME
+          cache.cacheDir !== undefined && a.emitReduced === undefined && a.html === undefined && file !== STDIN_NAME
             ? { dir: cache.cacheDir, options: answerOptions(a), reuse: a.answerCache !== false, argv: rawArgv, ...(a.junit === undefined ? {} : { junit: a.junit }), maxBytes: Math.floor(a.maxFileMb * 1024 * 1024) }
             : undefined;
-        run = () => verify(plan, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json, maxRanks: a.maxRanks }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cache }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard), memo);
+        run = () => verify(file, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json, maxRanks: a.maxRanks }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cache }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard), memo);
       },
     )
     .command(
       'infer-lineage <plan>',
       'write the plan with inferred lineage claims added for parallel tensors without one, each marked "inferred": true',
-      (y) =>
-        y
-          .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' })
-          .option('o', { alias: 'output', type: 'string', describe: 'output file (default: stdout)' }),
+      (y) => y.positional('plan', plan).options(COMMAND_OPTIONS['infer-lineage']).check(check(COMMAND_OPTIONS['infer-lineage'])),
       (a) => {
-        const plan = a.plan;
-        if (typeof plan !== 'string') return;
+        const file = a.plan;
         run = () => {
-          const l = loadWithText(plan, a.json, out);
-          return typeof l === 'number' ? l : inferLineage(plan === '-' || plan === STDIN_NAME ? STDIN_NAME : plan, l.text, a.o, a.seed, a.json, out);
+          const l = loadWithText(file, a.json, out);
+          return typeof l === 'number' ? l : inferLineage(file === '-' || file === STDIN_NAME ? STDIN_NAME : file, l.text, a.out, a.seed, a.json, out);
         };
       },
     )
     .command(
       'merge <parts..>',
       'merge the part files of a sharded run (verify --shard i/n): the verdict, report and exit code a single run gives',
-      (y) =>
-        y
-          .positional('parts', { type: 'string', array: true, demandOption: true, describe: 'the part files, one per shard' })
-          .option('junit', { type: 'string', describe: 'also write the report as JUnit XML to this file' })
-          .option('html', { type: 'string', describe: 'also write the HTML report to this file' }),
+      (y) => y.positional('parts', { type: 'string', array: true, demandOption: true, describe: 'the part files, one per shard' }).options(COMMAND_OPTIONS.merge).check(check(COMMAND_OPTIONS.merge)),
       (a) => {
-        const parts = (a.parts ?? []).map(String);
+        const parts = a.parts.map(String);
         run = async () => {
           const m = readParts(parts);
           if (typeof m === 'string') {
-            if (a.json) out.log(JSON.stringify({ verdict: 'usage_error', error: m }, null, 2));
+            if (a.json) out.log(usageJson(m));
             else out.err(`planproof: merge: ${m}`);
             return ExitCode.usage;
           }
@@ -647,15 +522,15 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       "show one stage: its logical and parallel ops side by side, assumed input relations, output relations, and the first differing elements with their terms (exit 2 for a stage that is not there)",
       (y) =>
         y
-          .positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' })
+          .positional('plan', plan)
           .positional('stage', { type: 'string', demandOption: true, describe: "the stage: its number in the verify report (1-based) or its logical tensor's name" })
-          .option('dot', { type: 'string', describe: "write the stage's graph as Graphviz DOT to this file (--dot alone: to stdout, instead of the table)" }),
+          .options(COMMAND_OPTIONS.explain)
+          .check(check(COMMAND_OPTIONS.explain)),
       (a) => {
-        const plan = a.plan;
+        const file = a.plan;
         const stage = a.stage;
-        if (typeof plan !== 'string' || stage === undefined) return;
         run = () => {
-          const l = load(plan, a.json, out);
+          const l = load(file, a.json, out);
           return typeof l === 'number' ? l : explain(l, String(stage), { json: a.json, seed: a.seed, ...(a.dot === undefined ? {} : { dot: a.dot }) }, out);
         };
       },
@@ -663,16 +538,16 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .command(
       'inspect <plan>',
       'load and check a plan, then summarize it: mesh, ranks, ops, collectives, lineage coverage',
-      (y) => y.positional('plan', { type: 'string', demandOption: true, describe: 'plan file (JSON, format planproof/v1; - reads standard input)' }),
+      (y) => y.positional('plan', plan).options(COMMAND_OPTIONS.inspect).check(check(COMMAND_OPTIONS.inspect)),
       (a) => {
-        const plan = a.plan;
-        if (typeof plan === 'string') run = () => inspect(plan, a.json, out);
+        const file = a.plan;
+        run = () => inspect(file, a.json, out);
       },
     )
     .command(
       'import-graphs',
       'write a plan from exported ATen graphs (torch 2.x GraphModule prints): the single-device graph, one per rank, and a relations file for inputs and outputs (docs/import.md)',
-      (y) => y.options(IMPORT_OPTIONS),
+      (y) => y.options(COMMAND_OPTIONS['import-graphs']).check(check(COMMAND_OPTIONS['import-graphs'])),
       (a) => {
         run = () => importCommand({ ...(a.dir === undefined ? {} : { dir: a.dir }), ...(a.logical === undefined ? {} : { logical: a.logical }), ...(a.rank === undefined ? {} : { rank: a.rank.map(String) }), ...(a.relations === undefined ? {} : { relations: a.relations }), ...(a.out === undefined ? {} : { out: a.out }), ...(a.name === undefined ? {} : { name: a.name }), ...(a['op-map'] === undefined ? {} : { opMap: a['op-map'].map(String) }), json: a.json }, out);
       },
@@ -680,7 +555,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .command(
       'capture',
       "run a torch.distributed training step on 1 and N CPU processes (gloo), trace it at the ATen level and write a plan: planproof capture --nproc 2 --out plan.json -- script.py [args] (docs/capture.md)",
-      (y) => y.options(CAPTURE_OPTIONS),
+      (y) => y.options(COMMAND_OPTIONS.capture).check(check(COMMAND_OPTIONS.capture)),
       (a) => {
         run = () => captureCommand({ nproc: a.nproc, mesh: a.mesh, reference: a.reference, axis: a.axis, python: a.python, script, json: a.json, ...(a.out === undefined ? {} : { out: a.out }), ...(a.keep === undefined ? {} : { keep: a.keep }) }, out);
       },
@@ -688,54 +563,26 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
     .command(
       'demo',
       'verify the embedded example plan (a two-layer MLP training iteration under tensor parallelism)',
-      (y) => y,
+      (y) => y.options(COMMAND_OPTIONS.demo).check(check(COMMAND_OPTIONS.demo)),
       (a) => {
         run = () => demo(a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, progress: !a.json }, out);
       },
     )
     .command(
       'gen',
-      'write a generated training-iteration plan (logical graph, SPMD program, lineage), optionally with a catalogued bug injected',
-      (y) =>
-        y
-          .option('preset', { type: 'string', describe: `a named configuration: ${Object.keys(PRESETS).join(', ')}` })
-          .option('model', { choices: ['mlp', 'gpt2', 'llama', 'moe'] as const, describe: 'model family (overrides the preset)' })
-          .option('layers', { type: 'number' })
-          .option('hidden', { type: 'number' })
-          .option('heads', { type: 'number' })
-          .option('kv-heads', { type: 'number', describe: 'key/value heads (llama, moe: grouped-query attention)' })
-          .option('seq', { type: 'number' })
-          .option('vocab', { type: 'number' })
-          .option('batch', { type: 'number', describe: 'global batch' })
-          .option('ffn', { type: 'number' })
-          .option('dp', { type: 'number' })
-          .option('tp', { type: 'number' })
-          .option('micro', { type: 'number', describe: 'micro-batches per iteration' })
-          .option('sp', { type: 'boolean', describe: 'Megatron sequence parallelism (with tp > 1)' })
-          .option('pp', { type: 'number', describe: 'pipeline stages' })
-          .option('virtual', { type: 'number', describe: 'interleaved pipeline: layer chunks (virtual stages) per stage' })
-          .option('cp', { type: 'number', describe: 'context parallelism (gpt2, llama, moe): zig-zag sequence chunks' })
-          .option('recompute', { type: 'boolean', describe: 'full activation recomputation: each layer runs again in the backward' })
-          .option('cp-comm', { choices: ['ring', 'allgather'] as const, describe: 'CP attention: ring attention with online softmax (default) or all-gathered keys and values' })
-          .option('ep', { type: 'boolean', describe: 'expert parallelism (moe): experts split across dp' })
-          .option('experts', { type: 'number' })
-          .option('topk', { type: 'number' })
-          .option('shared', { type: 'number', describe: 'shared experts (moe)' })
-          .option('expert-ffn', { type: 'number', describe: 'routed-expert MLP width (moe)' })
-          .option('moe-layout', { choices: ['packed', 'token'] as const, describe: 'MoE expert buffers: slots sorted by expert (packed, default) or each slot at its own row (token)' })
-          .option('schedule', { choices: ['1f1b', 'gpipe'] as const, describe: 'pipeline schedule (default 1f1b)' })
-          .option('zero', { type: 'number', choices: [0, 1, 2, 3], describe: 'ZeRO stage (with dp > 1): sharded optimizer state and step; 3 also shards the parameters' })
-          .option('inject', { type: 'string', describe: 'a bug from the catalog (see --list-bugs and docs/bugs.md)' })
-          .option('list-bugs', { type: 'boolean', default: false })
-          .option('out', { alias: 'o', type: 'string', describe: 'output file (default: stdout)' })
-          .option('boundary-lineage', { type: 'boolean', describe: 'keep lineage only on contract inputs (data, parameters, optimizer state) and outputs, as a user would write it' }),
+      'write a generated training-iteration plan (logical graph, SPMD program, lineage), optionally with a catalogued bug injected (docs/generators.md)',
+      // Sizes that do not fit together are refused here, before anything is generated.
+      (y) => y.options(COMMAND_OPTIONS.gen).epilogue("Sizes not given are the preset's. Sizes that do not fit together are refused before anything is generated, in one message naming the flags.").check((a) => {
+        const c = check(COMMAND_OPTIONS.gen)(a);
+        const g = c === true && a['listBugs'] !== true ? genConfig(a as GenArgs) : undefined;
+        return typeof g === 'string' ? `gen: ${g}` : c;
+      }),
       (a) => {
         run = () => gen(a, out);
       },
     )
-    .demandCommand(1, 'name a command: verify, merge, explain, inspect, infer-lineage, import-graphs, capture, demo or gen')
-    // yargs' own validation, before any handler: numbers it parses as NaN or out of range fail here.
-    .check((a) => engineOptionError(a) ?? limitOptionError(a) ?? shardOptionError(a) ?? true)
+    .demandCommand(1, `name a command: ${COMMANDS.join(', ')}`)
+    .recommendCommands()
     .strict()
     .help()
     .version()
@@ -744,21 +591,23 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
       // yargs' own validation (strict mode, choices) fails with a YError, a .check with its
       // message string: usage errors. Anything else is a bug and goes on as an internal error.
       if (err !== undefined && typeof err !== 'string' && !(err instanceof Error && (err.name === 'YError' || /Unknown argument|Not enough|Missing required/.test(err.message)))) throw err;
-      usageError = msg ?? (typeof err === 'string' ? err : err?.message) ?? 'usage error';
+      failures.push(msg ?? (typeof err === 'string' ? err : err?.message) ?? 'usage error');
     })
     .epilogue('Exit codes: 0 verified, 1 not equivalent, 2 invalid plan, 3 unknown, 4 usage or internal error.');
   const parsed = await parser.parseAsync();
-  const jsonOut = parsed.json === true || argv.includes('--json');
-  if (usageError !== undefined) {
-    if (jsonOut) out.log(JSON.stringify({ verdict: 'usage_error', error: usageError }, null, 2));
-    else out.err(`planproof: ${usageError}\nRun 'planproof --help' for usage.`);
+  const jsonOut = parsed['json'] === true || argv.includes('--json');
+  if (failures.length > 0) {
+    const usageError = usageMessage(failures, argv, COMMAND_OPTION_NAMES);
+    const cmd = argv.find((x) => COMMANDS.includes(x));
+    if (jsonOut) out.log(usageJson(usageError));
+    else out.err(`planproof: ${usageError}\nRun 'planproof ${cmd === undefined ? '' : `${cmd} `}--help' for usage.`);
     return ExitCode.usage;
   }
   if (run === undefined) return argv.includes('--help') || argv.includes('--version') || argv.includes('-h') ? 0 : ExitCode.usage;
   // Every load of this run (the plan, reduced and derived plans) and the proof workers use
   // them; restored after, since main also runs in process (tests, library callers).
   const before = defaultLimits();
-  setDefaultLimits(limitsFrom(parsed));
+  setDefaultLimits(limitsFrom(parsed as LimitFlags));
   try {
     return await run();
   } finally {

@@ -6,9 +6,10 @@ import { writeFileSync } from 'node:fs';
 import { ExitCode } from '../plans/errors.js';
 import { loadPlanText } from '../lineage/load.js';
 import { inferClaims, withClaims } from '../stages/infer.js';
-import { loadableClaims, TIME_LIMIT_MS, verifyBoundary, type BoundaryReport } from '../stages/boundary.js';
+import { loadableClaims, roundsLimitWhy, TIME_LIMIT_MS, verifyBoundary, type BoundaryReport } from '../stages/boundary.js';
 import { formatReport } from '../stages/report.js';
 import { shutdownZ3 } from '../stages/z3.js';
+import { reportJson } from './report-json.js';
 
 interface Out {
   log(s: string): void;
@@ -38,13 +39,22 @@ export function inferLineage(file: string, text: string, outFile: string | undef
   return ExitCode.verified;
 }
 
+/**
+ * The limit of verify --infer's rounds: their own (TIME_LIMIT_MS), or a shorter --time-limit;
+ * with the words a stage it stops gives, so that a stage stopped by the rounds' limit never
+ * reads as stopped by a --time-limit of 1800 s.
+ */
+export function roundsLimit(timeLimitS: number | undefined, ownMs: number = TIME_LIMIT_MS): { ms: number; why: string } {
+  if (timeLimitS !== undefined && timeLimitS * 1000 <= ownMs) return { ms: timeLimitS * 1000, why: `the run's time limit of ${timeLimitS} s (--time-limit)` };
+  return { ms: ownMs, why: roundsLimitWhy(ownMs) };
+}
+
 export async function verifyInferred(file: string, text: string, opts: { seed: number; jobs: number; deadline: number; verbose: boolean; json: boolean; infer: boolean; timeLimit?: number; direct?: boolean }, out: Out): Promise<BoundaryReport> {
   const raw = JSON.parse(text) as Record<string, unknown>;
-  // The rounds keep their own limit; a shorter --time-limit lowers it.
-  const limitMs = Math.min(TIME_LIMIT_MS, (opts.timeLimit ?? Infinity) * 1000);
-  const r = await verifyBoundary(file, raw, { seed: opts.seed, jobs: opts.jobs, deadlineMs: opts.deadline * 1000, infer: opts.infer, timeLimitMs: limitMs, ...(opts.direct === undefined ? {} : { direct: opts.direct }) });
+  const limit = roundsLimit(opts.timeLimit);
+  const r = await verifyBoundary(file, raw, { seed: opts.seed, jobs: opts.jobs, deadlineMs: opts.deadline * 1000, infer: opts.infer, timeLimitMs: limit.ms, timeLimitWhy: limit.why, ...(opts.direct === undefined ? {} : { direct: opts.direct }) });
   await shutdownZ3();
-  out.log(opts.json ? JSON.stringify(r, null, 2) : formatBoundary(r, opts.verbose));
+  out.log(opts.json ? reportJson(r) : formatBoundary(r, opts.verbose));
   return r;
 }
 

@@ -26,10 +26,22 @@ export function stageOp(s: StageReport): string {
   return s.op === undefined ? '(contract input)' : `${s.op.id} (${s.op.kind})`;
 }
 
-/** The stage's tensor and ranks: "#13 g_w1 on ranks 0,1". */
-function stageName(s: StageReport): string {
-  const ranks = s.rankCount === undefined ? `ranks ${ranksText(s.ranks)}` : `${s.rankCount} rank(s)`;
-  return `#${s.index} ${s.logical} on ${ranks}`;
+/**
+ * The stage's tensor and ranks, "g_w1 on ranks 0,1" (its op is the testcase's classname): never
+ * its number, which a stage added or removed upstream changes, so a CI system's history of a
+ * test survives such edits (issue 35). Two stages of one tensor and op on the same ranks get
+ * " (2)", " (3)" in report order.
+ */
+function stageNames(stages: readonly StageReport[]): string[] {
+  const seen = new Map<string, number>();
+  return stages.map((s) => {
+    const ranks = s.rankCount === undefined ? `ranks ${ranksText(s.ranks)}` : `${s.rankCount} rank(s)`;
+    const name = `${s.logical} on ${ranks}`;
+    const key = `${stageOp(s)}\u0000${name}`;
+    const n = (seen.get(key) ?? 0) + 1;
+    seen.set(key, n);
+    return n === 1 ? name : `${name} (${n})`;
+  });
 }
 
 /** What a failing stage's <failure> body says: the same lines as the text report. */
@@ -67,11 +79,12 @@ export function junitXml(r: VerifyReport): string {
   ];
   for (const [k, v] of props) lines.push(`      <property${a('name', k)}${a('value', v)}/>`);
   lines.push('    </properties>');
-  for (const s of r.stages) {
-    const open = `    <testcase${a('classname', stageOp(s))}${a('name', stageName(s))}${a('time', secs(s.ms))}`;
+  const names = stageNames(r.stages);
+  r.stages.forEach((s, i) => {
+    const open = `    <testcase${a('classname', stageOp(s))}${a('name', names[i] as string)}${a('time', secs(s.ms))}`;
     if (s.status === 'proved') {
       lines.push(`${open}/>`);
-      continue;
+      return;
     }
     lines.push(`${open}>`);
     const body = xmlEscape(failureLines(s).join('\n'));
@@ -80,7 +93,7 @@ export function junitXml(r: VerifyReport): string {
       lines.push(`      <failure${a('type', 'not_equivalent')}${a('message', message)}>${body}</failure>`);
     } else lines.push(`      <skipped${a('message', `unknown: ${s.reason ?? 'undecided'}`)}>${body}</skipped>`);
     lines.push('    </testcase>');
-  }
+  });
   if (planCase) {
     lines.push(`    <testcase${a('classname', 'planproof')}${a('name', 'plan verdict')}${a('time', '0.000')}>`);
     lines.push(`      <skipped${a('message', `${r.verdict}: ${r.summary}`)}/>`);

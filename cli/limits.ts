@@ -23,25 +23,26 @@ export interface LimitFlags {
   readonly 'max-ranks'?: unknown;
 }
 
-/** --max-file-mb, --max-depth, --max-ops, --max-claims: positive, and integers where they count things. */
-export function limitOptionError(a: LimitFlags): string | undefined {
-  const { 'max-file-mb': maxFileMb, 'max-depth': maxDepth, 'max-ops': maxOps, 'max-claims': maxClaims } = a;
+/** --max-file-mb, --max-depth, --max-ops, --max-claims, --max-ranks where the command takes them: positive, and integers where they count things. */
+export function limitOptionError(a: LimitFlags, got: (flag: string, v: unknown) => string): string | undefined {
+  const { 'max-file-mb': maxFileMb, 'max-depth': maxDepth } = a;
   // V8 strings top out near 512 MiB: a larger limit could not be read anyway.
-  if (typeof maxFileMb !== 'number' || !Number.isFinite(maxFileMb) || maxFileMb <= 0 || maxFileMb > 512) return `--max-file-mb must be a number of MiB in (0, 512], got ${String(maxFileMb)}`;
+  if (maxFileMb !== undefined && (typeof maxFileMb !== 'number' || !Number.isFinite(maxFileMb) || maxFileMb <= 0 || maxFileMb > 512)) return `--max-file-mb must be a number of MiB in (0, 512], got ${got('max-file-mb', maxFileMb)}`;
   // Walkers of the plan (the schema validator, JSON.stringify) recurse on its nesting.
-  if (typeof maxDepth !== 'number' || !Number.isSafeInteger(maxDepth) || maxDepth < 1 || maxDepth > 1000) return `--max-depth must be an integer from 1 to 1000, got ${String(maxDepth)}`;
-  for (const [flag, v] of [['--max-ops', maxOps], ['--max-claims', maxClaims], ['--max-ranks', a['max-ranks'] ?? DEFAULT_MAX_RANKS]] as const) {
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) return `${flag} must be a positive integer, got ${String(v)}`;
+  if (maxDepth !== undefined && (typeof maxDepth !== 'number' || !Number.isSafeInteger(maxDepth) || maxDepth < 1 || maxDepth > 1000)) return `--max-depth must be an integer from 1 to 1000, got ${got('max-depth', maxDepth)}`;
+  for (const flag of ['max-ops', 'max-claims', 'max-ranks'] as const) {
+    const v = a[flag];
+    if (v !== undefined && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1)) return `--${flag} must be a positive integer, got ${got(flag, v)}`;
   }
   return undefined;
 }
 
-/** Numeric options yargs accepts as any number (NaN included): checked before any work. */
-export function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown; timeLimit?: unknown }): string | undefined {
+/** The engine's numbers where the command takes them (yargs accepts any number, NaN included): checked before any work. */
+export function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown; timeLimit?: unknown }, got: (flag: string, v: unknown) => string): string | undefined {
   const { seed, jobs, deadline, timeLimit } = a;
-  if (typeof seed !== 'number' || !Number.isSafeInteger(seed)) return `--seed must be an integer, got ${String(seed)}`;
-  if (typeof jobs !== 'number' || !Number.isSafeInteger(jobs) || jobs < 0 || jobs > 256) return `--jobs must be an integer from 0 to 256, got ${String(jobs)}`;
-  if (typeof deadline !== 'number' || !Number.isFinite(deadline) || deadline <= 0 || deadline > 86400) return `--deadline must be a number of seconds in (0, 86400], got ${String(deadline)}`;
-  if (timeLimit !== undefined && (typeof timeLimit !== 'number' || !Number.isFinite(timeLimit) || timeLimit <= 0 || timeLimit > 7 * 86400)) return `--time-limit must be a number of seconds in (0, 604800], got ${String(timeLimit)}`;
+  if (seed !== undefined && (typeof seed !== 'number' || !Number.isSafeInteger(seed))) return `--seed must be an integer, got ${got('seed', seed)}`;
+  if (jobs !== undefined && (typeof jobs !== 'number' || !Number.isSafeInteger(jobs) || jobs < 0 || jobs > 256)) return `--jobs must be an integer from 0 to 256, got ${got('jobs', jobs)}`;
+  if (deadline !== undefined && (typeof deadline !== 'number' || !Number.isFinite(deadline) || deadline <= 0 || deadline > 86400)) return `--deadline must be a number of seconds in (0, 86400], got ${got('deadline', deadline)}`;
+  if (timeLimit !== undefined && (typeof timeLimit !== 'number' || !Number.isFinite(timeLimit) || timeLimit <= 0 || timeLimit > 7 * 86400)) return `--time-limit must be a number of seconds in (0, 604800], got ${got('time-limit', timeLimit)}`;
   return undefined;
 }

@@ -22,7 +22,7 @@ import { regionStr, valueStr, type LineageNF } from '../lineage/model.js';
 import { numericCheck, type NumericReport } from './numeric.js';
 import { decompose, producers, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
 import { DEFAULT_TERM_BUDGET } from '../sdfg/terms.js';
-import { newPool, proveInPool, TIME_LIMIT_REASON } from './pool.js';
+import { newPool, notStarted, proveInPool, stoppedBy } from './pool.js';
 import type { Piscina } from 'piscina';
 import { proveTensorLevel } from './tensorlevel.js';
 import { groupStages } from './canon.js';
@@ -49,6 +49,11 @@ export interface BoundaryOptions {
   readonly budget?: number;
   /** Wall-clock limit of the inference rounds (default TIME_LIMIT_MS): past it, open stages are "unknown". */
   readonly timeLimitMs?: number;
+  /**
+   * Which limit timeLimitMs is, as the reasons of the stages it stops say it (default: the
+   * rounds' own limit); the CLI says when it is the run's --time-limit instead.
+   */
+  readonly timeLimitWhy?: string;
   /** Tensor-level proofs before the normal form (default true). */
   readonly tensorLevel?: boolean;
   /** Each distinct stage (canonical form) proved once (default true). */
@@ -109,6 +114,11 @@ export interface BoundaryReport extends VerifyReport {
 
 /** Default time limit of `verify --infer`'s rounds. */
 export const TIME_LIMIT_MS = 120_000;
+
+/** The rounds' own limit as a stage's reason names it. */
+export function roundsLimitWhy(ms: number): string {
+  return `verify --infer's own limit of ${ms / 1000} s on its inference rounds (not --time-limit)`;
+}
 /** Deadline of a user stage before a certified refutation (the verdict is settled; it only confirms which stage fails first). */
 const SETTLED_DEADLINE_MS = 2_000;
 /** Deadline of a hint stage (a hint is meant to cut a short stage). */
@@ -200,6 +210,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   const inferredCount = hints.length;
 
   const limitMs = opts.timeLimitMs ?? TIME_LIMIT_MS;
+  const limitWhy = opts.timeLimitWhy ?? roundsLimitWhy(limitMs);
   const cache = new Map<string, StageResult>();
   // Logical tensors whose hints are proved one decomposition at a time (after a joint stage failed).
   const split = new Set<number>();
@@ -308,11 +319,11 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       const isHintRound = todo.every(hintStage);
       // The time limit holds inside a round too: no stage starts past it and a running one is
       // stopped at it (a round of hint stages up to their deadline each ran 80 s past it).
-      const stopAt = t0 + limitMs;
+      const stop = { stopAt: t0 + limitMs, stopWhy: limitWhy };
       // In this thread a hint stage is bounded by a tenth of the normal form's budget: a hint is
       // meant to cut a short stage, and one that needs more is dropped like one past its deadline.
       const hintBudget = isHintRound && inThread && opts.budget === undefined ? { budget: HINT_TERM_BUDGET } : {};
-      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, ...hintBudget, stopAt, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : { ...opts, stopAt }, poolOf);
+      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, ...hintBudget, ...stop, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : { ...opts, ...stop }, poolOf);
       if (process.env['PLANPROOF_TRACE'] === '1') {
         process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s (sum ${(fresh.reduce((a, r) => a + r.ms, 0) / 1000).toFixed(2)} s, max ${(Math.max(0, ...fresh.map((r) => r.ms)) / 1000).toFixed(2)}, tl ${fresh.filter((r) => r.decidedBy === 'tensor').length}); hints ${hints.length}; t ${((performance.now() - t0) / 1000).toFixed(1)}\n`);
         fresh.forEach((r) => {
@@ -329,7 +340,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       // taken as proved.
       if (performance.now() - t0 >= limitMs) {
         timedOut = true;
-        results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: verify --infer stopped at its time limit (${Math.round(limitMs / 1000)} s) with hints still being proved`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
+        results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: ${limitWhy} was reached with hints still being proved`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
         results = results.map((r, i) => ({ ...r, stage: stages[i] as Stage }));
         // A certified witness needs no hint and no stage proof: it still settles a refuted plan.
         const cert = certify(plan, stages, numeric, hinted);
@@ -437,7 +448,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
     // its ring attention backward; with this, it verifies in about 4 s.
     // (Not when the plan has no hints at all: its stages are already those as written.)
     if (opts.asWritten !== false && !timedOut && !settled && numeric.failingTensors.length === 0 && plan.programs.some((p) => (p.inferred?.size ?? 0) > 0) && results.some((r) => r.status !== 'proved')) {
-      const w = await asWritten(base, baseRaw, results, builder, isHint(plan), (b, text, todo) => proveStages(b, file, text, todo, new Set(), { ...opts, stopAt: t0 + limitMs }, poolOf));
+      const w = await asWritten(base, baseRaw, results, builder, isHint(plan), (b, text, todo) => proveStages(b, file, text, todo, new Set(), { ...opts, stopAt: t0 + limitMs, stopWhy: limitWhy }, poolOf));
       results = w.results;
       asWrittenStages = w.stages;
       uncounted = w.unproven;
@@ -449,7 +460,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   numeric = witnessSearch(plan, results, numeric, hinted);
   // Z3 works within the same time limit (a deadline per open stage ran minutes past it: 22
   // open stages of a refuted MoE plan, 60 s each); past it, nothing is started.
-  if (opts.portfolio !== false && !timedOut) results = await portfolio(plan, file, JSON.stringify(obj), results, numeric, opts, t0 + limitMs);
+  if (opts.portfolio !== false && !timedOut) results = await portfolio(plan, file, JSON.stringify(obj), results, numeric, opts, { stopAt: t0 + limitMs, stopWhy: limitWhy });
   const report = assemble(plan, results, numeric, numeric.seed, t0);
   const span = localize(plan, builder, report, results, hinted, numeric.seed);
   return {
@@ -597,7 +608,7 @@ function logicalElements(plan: LoadedPlan): number {
 }
 
 /** `poolOf` starts (or returns) the rounds' worker pool; undefined proves in this thread. */
-async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions & { readonly stopAt: number }, poolOf: (() => Piscina) | undefined): Promise<StageResult[]> {
+async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions & { readonly stopAt: number; readonly stopWhy: string }, poolOf: (() => Piscina) | undefined): Promise<StageResult[]> {
   if (todo.length === 0) return [];
   // Tensor-level proofs first (stages/tensorlevel.ts), as in verify: whole-tensor relations
   // cost nothing next to the normal form, and a stage they do not prove goes on to it.
@@ -635,17 +646,17 @@ async function proveStages(plan: LoadedPlan, file: string, text: string, todo: r
     }
   }
   if (poolOf !== undefined && opts.jobs > 0) {
-    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, engine: 'normal' as Engine, pool: poolOf(), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
+    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, stopWhy: opts.stopWhy, engine: 'normal' as Engine, pool: poolOf(), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   }
   const prover = opts.budget === undefined ? new Prover(plan) : new Prover(plan, opts.budget);
   return todo.map((s, i) => {
     let r: StageResult;
     // In this thread no stage starts past the limit, and a running one stops at the clock below.
-    if (performance.now() >= opts.stopAt) return { stage: s, status: 'unknown', reason: TIME_LIMIT_REASON, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
+    if (performance.now() >= opts.stopAt) return { stage: s, status: 'unknown', reason: notStarted(opts.stopWhy), failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
     // The normal form looks at the clock: a stage stops at its deadline or at the rounds' time
     // limit, whichever comes first (a clip stage of a mutant ran 36 s to the budget past a 2 s limit).
     const now = performance.now();
-    const stop = now + opts.deadlineMs <= opts.stopAt ? { at: now + opts.deadlineMs, reason: `deadline of ${(opts.deadlineMs / 1000).toFixed(1)} s exceeded; the proof was stopped` } : { at: opts.stopAt, reason: TIME_LIMIT_REASON };
+    const stop = now + opts.deadlineMs <= opts.stopAt ? { at: now + opts.deadlineMs, reason: `deadline of ${(opts.deadlineMs / 1000).toFixed(1)} s exceeded; the proof was stopped` } : { at: opts.stopAt, reason: stoppedBy(opts.stopAt - now, 'proof', opts.stopWhy) };
     try {
       r = prover.prove(s, witnessed.has(s.index), stop);
     } catch (e) {
@@ -1068,7 +1079,7 @@ function groupOf(o: Stage['obligations'][number]): string {
  * in worker threads even when the normal form ran in this one: Z3 (wasm) aborts its process
  * when it runs out of memory, and a worker takes only its stage with it.
  */
-async function portfolio(plan: LoadedPlan, file: string, text: string, results: StageResult[], numeric: NumericReport, opts: BoundaryOptions, stopAt: number): Promise<StageResult[]> {
+async function portfolio(plan: LoadedPlan, file: string, text: string, results: StageResult[], numeric: NumericReport, opts: BoundaryOptions, stop: { readonly stopAt: number; readonly stopWhy: string }): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
   // As in verify's z3Fallback: past a stage refuted with a witness the verdict is settled and
   // that stage is the likely root cause, so later open stages stay open instead of each
@@ -1081,7 +1092,7 @@ async function portfolio(plan: LoadedPlan, file: string, text: string, results: 
   // Past a witnessed refutation the verdict is settled: Z3 only checks that no earlier stage
   // fails, so it gets the settled deadline (as the user stages before a certified witness).
   const deadlineMs = refuted >= 0 ? Math.min(opts.deadlineMs, SETTLED_DEADLINE_MS) : opts.deadlineMs;
-  const z = await proveInPool(file, text, open.map((r) => r.stage), { jobs: Math.max(1, opts.jobs), deadlineMs, engine: 'z3', custom: true, stopAt });
+  const z = await proveInPool(file, text, open.map((r) => r.stage), { jobs: Math.max(1, opts.jobs), deadlineMs, engine: 'z3', custom: true, ...stop });
   open.forEach((r, i) => {
     const zr = z[i];
     if (zr?.status === 'proved') out[results.indexOf(r)] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + zr.ms };

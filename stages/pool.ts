@@ -65,10 +65,26 @@ export interface PoolOptions {
    * attempted), so a caller's time limit bounds the call, not only the gaps between calls.
    */
   readonly stopAt?: number;
+  /**
+   * Which limit `stopAt` is, as the reasons of the stages it stops name it ("verify --infer's
+   * limit of 120 s on its inference rounds"): never "the time limit" alone, which a reader takes
+   * for --time-limit.
+   */
+  readonly stopWhy?: string;
 }
 
-/** The reason of a stage a caller's time limit (PoolOptions.stopAt) left unproved. */
-export const TIME_LIMIT_REASON = 'not attempted: the time limit was reached before this stage started';
+/** What stopAt is when the caller does not say. */
+const STOP_WHY = "the caller's time limit";
+
+/** The reason of a stage a caller's time limit (PoolOptions.stopAt, named by `why`) left unattempted. */
+export function notStarted(why: string = STOP_WHY): string {
+  return `not attempted: ${why} was reached before this stage started`;
+}
+
+/** The reason of a stage stopped `ms` after it started by a caller's time limit named by `why`. */
+export function stoppedBy(ms: number, what: 'worker' | 'proof', why: string = STOP_WHY): string {
+  return `stopped after ${(ms / 1000).toFixed(1)} s: ${why} was reached; the ${what} was stopped`;
+}
 
 /** A module exporting a default function with stages/worker.js's signature, and its workerData. */
 export interface WorkerModule {
@@ -118,7 +134,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
         const stopLeft = opts.stopAt === undefined ? Infinity : opts.stopAt - t0;
         if (stopLeft <= 0) {
           opts.onStage?.(++done, stages.length, stage);
-          return { stage, status: 'unknown', reason: TIME_LIMIT_REASON, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
+          return { stage, status: 'unknown', reason: notStarted(opts.stopWhy), failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
         }
         const runLeft = timeLeft(opts.timeLimit);
         const left = Math.min(runLeft, stopLeft);
@@ -142,10 +158,10 @@ export async function proveInPool(file: string, text: string, stages: readonly S
                 ? cut && opts.timeLimit !== undefined && runLeft <= stopLeft
                   ? `stopped after ${(left / 1000).toFixed(1)} s: the run's time limit of ${opts.timeLimit.seconds} s (--time-limit) was reached; the worker was stopped`
                   : cut
-                    ? `stopped at the time limit after ${(deadlineMs / 1000).toFixed(1)} s (stage deadline ${(opts.deadlineMs / 1000).toFixed(1)} s); the worker was stopped`
+                    ? `${stoppedBy(deadlineMs, 'worker', opts.stopWhy)} (stage deadline ${(opts.deadlineMs / 1000).toFixed(1)} s)`
                     : `deadline of ${(opts.deadlineMs / 1000).toFixed(1)} s exceeded; the worker was stopped`
                 : `the worker proving this stage failed (${err.message}); it was replaced`;
-          result = { stage, status: 'unknown', reason, failingRanks: [...new Set(stage.obligations.map((o) => o.rank))], logicalOps: 0, parallelOps: 0, terms: 0, ms: performance.now() - t0 };
+          result = { stage, status: 'unknown', reason, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: performance.now() - t0 };
         }
         opts.onStage?.(++done, stages.length, stage);
         return result;

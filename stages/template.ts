@@ -88,7 +88,6 @@ export interface LocalProof {
   readonly reason?: string;
   /** Classes of ranks with identical parts (one proof each). */
   readonly classes: number;
-  readonly failingRanks?: number[];
 }
 
 /** The stage builder reached a tensor that a rank-local stage cannot have. */
@@ -377,7 +376,7 @@ export class TemplateStages {
       }
       const stands = `rank ${r}, standing for ${rep.members} rank(s) of its program with the same coordinates`;
       const why = res.status === 'differs' ? `normal forms differ, and this path has no numeric run for a witness: ${res.reason ?? ''}` : (res.reason ?? 'undecided');
-      return { status: 'unknown', classes: reps.length, reason: `${stands}: ${why}`, failingRanks: [r] };
+      return { status: 'unknown', classes: reps.length, reason: `${stands}: ${why}` };
     }
     return { status: 'proved', classes: reps.length };
   }
@@ -696,7 +695,6 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
     const counted = size.exact ? 'counted per template' : `counted per template, a lower bound: ${size.partial ?? ''}`;
     let reason: string | undefined;
     let classes: number | undefined;
-    let failingRanks: number[] = [];
     if (ts.tooLarge(size)) {
       tooLarge++;
       // The per-rank builder's words (stages/prove.ts), so that reports read alike on both paths.
@@ -714,7 +712,6 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
         classes = r.classes;
       } else {
         reason = `not proved on the per-template path: ${r.reason ?? ''}; its tensors hold ${size.exact ? '' : 'at least '}${n} elements (${counted}; the per-stage limit is ${limit})`;
-        failingRanks = r.failingRanks ?? [];
       }
     }
     // Where tensor level stopped localizes a stage the element engines cannot take.
@@ -726,7 +723,8 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
       elements: size.elements,
       elementsExact: size.exact,
       ...(reason === undefined ? { status: 'proved' as const, decidedBy: 'normal' as const, rankClasses: classes ?? 0 } : { status: 'unknown' as const, reason }),
-      failingRanks,
+      // Unknown or proved here: failing ranks come only with a witness (below).
+      failingRanks: [],
       logicalOps: 0,
       parallelOps: 0,
       ms: performance.now() - t1,

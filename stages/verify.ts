@@ -403,7 +403,9 @@ export function assemble(plan: LoadedPlan, results: readonly StageResult[], nume
       logical: name,
       ...(op === undefined ? {} : { op }),
       ranks: [...new Set(s.obligations.map((o) => o.rank))].sort((a, b) => a - b),
-      failingRanks: r.failingRanks,
+      // Failing ranks only where a stage is refuted: an undecided stage (stopped, not
+      // attempted, an engine error) has no rank shown wrong.
+      failingRanks: r.status === 'differs' ? r.failingRanks : [],
       logicalOps: r.logicalOps,
       parallelOps: r.parallelOps,
       ms: r.ms,
@@ -422,7 +424,7 @@ export function assemble(plan: LoadedPlan, results: readonly StageResult[], nume
       reports.push({ ...base, status: 'not_equivalent', reason: `the two sides differ: ${r.reason ?? ''}`, witness: witness.slice(0, 4), ...(diagnosis === undefined ? {} : { diagnosis }) });
     } else {
       const why = numeric.evaluated ? `no numeric witness at seed ${seed}` : `no numeric evaluation (${numeric.reason ?? ''})`;
-      reports.push({ ...base, status: 'unknown', reason: `normal forms differ but ${why}; the engine may lack an identity the plan relies on: ${r.reason ?? ''}` });
+      reports.push({ ...base, failingRanks: [], status: 'unknown', reason: `normal forms differ but ${why}; the engine may lack an identity the plan relies on: ${r.reason ?? ''}` });
     }
   });
 

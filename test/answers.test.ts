@@ -8,7 +8,7 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync,
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { answerKey, answerPath, buildDigest, lookupAnswer, storeAnswer, treeDigest, type Answer } from '../cli/answers.js';
-import { EXAMPLES, filesUnder, runCli } from './helpers.js';
+import { EXAMPLES, filesUnder, ROOT, runCli } from './helpers.js';
 
 const CACHE_LINE = /^cache {7}answer kept from /m;
 
@@ -53,6 +53,22 @@ describe('answer cache', function () {
       assert.equal(jAgain.code, code);
     });
   }
+
+  it('the kept answer names the option that verifies again, the one the README names, and it does (issue 35)', async () => {
+    const plan = join(dir, 'p.json');
+    copyFileSync(`${EXAMPLES}mlp-dp2.json`, plan);
+    assert.equal((await runCli(['verify', plan, '--cache', cache])).code, 0);
+    const again = await runCli(['verify', plan, '--cache', cache]);
+    const flag = /^cache {7}answer kept from .*; (--[\w-]+) verifies again$/m.exec(again.stdout)?.[1];
+    assert.equal(flag, '--no-answer-cache', again.stdout);
+    assert.ok(readFileSync(`${ROOT}README.md`, 'utf8').includes(`(\`${flag}\` verifies again)`), 'the README names the same option');
+    const fresh = await runCli(['verify', plan, '--cache', cache, flag]);
+    assert.equal(fresh.code, 0);
+    assert.doesNotMatch(fresh.stdout, CACHE_LINE);
+    await runCli(['verify', plan, '--cache', cache, '--json']);
+    const note = (JSON.parse((await runCli(['verify', plan, '--cache', cache, '--json'])).stdout) as { answerCache?: { note: string } }).answerCache?.note;
+    assert.match(note ?? '', /; --no-answer-cache verifies again$/);
+  });
 
   it('verifies again when a byte of the plan, an option or the cache setting differs', async () => {
     const plan = join(dir, 'p.json');

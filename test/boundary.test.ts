@@ -19,7 +19,8 @@ import { stripToBoundary, claimCounts } from '../plans/gen/strip.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import { loadableClaims, NO_HINTS_NEEDED, verifyBoundary, wantsInference } from '../stages/boundary.js';
-import { TIME_LIMIT_REASON } from '../stages/pool.js';
+import { notStarted } from '../stages/pool.js';
+import { roundsLimit } from '../cli/boundary.js';
 import { inferClaims, withClaims } from '../stages/infer.js';
 import { structuralClaims } from '../stages/infer-struct.js';
 import { evalLineage, type LineageNF } from '../lineage/model.js';
@@ -379,9 +380,28 @@ describe('boundary lineage: moe-tiny, certified witnesses, short spans, the time
     // The limit holds inside a round: the first round starts no stage past it (a round of
     // hint stages used to run on to their deadlines, 80 s past the limit).
     assert.equal(r.boundary.rounds, 1);
-    assert.ok(r.stages.some((s) => s.reason === TIME_LIMIT_REASON), r.summary);
+    // The reason names the limit that stopped it: the rounds' own, not --time-limit (issue 35).
+    assert.ok(r.stages.some((s) => s.reason === notStarted("verify --infer's own limit of 0.001 s on its inference rounds (not --time-limit)")), r.summary);
     assert.ok(r.stages.every((s) => s.status !== 'proved' || s.decidedBy === 'tensor'), 'only tensor-level proofs (no stage budget) before the check');
   }).timeout(120_000);
+});
+
+describe('boundary lineage: which limit stopped the rounds', () => {
+  it("names the rounds' own limit under a longer --time-limit, and --time-limit when it is the shorter (issue 35)", async () => {
+    assert.deepEqual(roundsLimit(1800), { ms: 120_000, why: "verify --infer's own limit of 120 s on its inference rounds (not --time-limit)" });
+    assert.deepEqual(roundsLimit(undefined), roundsLimit(1800));
+    assert.deepEqual(roundsLimit(5), { ms: 5000, why: "the run's time limit of 5 s (--time-limit)" });
+    // The stages the limit stops say so, in those words.
+    const pr = PRESETS['mlp-tiny'] as { model: ModelConfig; par: Parallelism };
+    const limit = roundsLimit(0.001);
+    const r = await verifyBoundary('t.json', stripToBoundary(generatePlan({ model: pr.model, par: pr.par, optimizer: ADAMW })), { jobs: 0, deadlineMs: 60_000, timeLimitMs: limit.ms, timeLimitWhy: limit.why, direct: false, tensorLevel: false });
+    const stopped = r.stages.filter((s) => s.status === 'unknown');
+    assert.ok(stopped.length > 0, r.summary);
+    for (const s of stopped) {
+      assert.match(s.reason ?? '', /the run's time limit of 0\.001 s \(--time-limit\) was reached/);
+      assert.deepEqual(s.failingRanks, []);
+    }
+  });
 });
 
 /** A claim's meaning on one rank. */

@@ -57,6 +57,11 @@ describe('package: npm pack, install, import by name', function () {
     const installed = JSON.parse(readFileSync(join(dir, 'node_modules', 'planproof', 'package.json'), 'utf8')) as { name: string };
     assert.equal(installed.name, 'planproof');
     assert.ok(readdirSync(join(dir, 'node_modules', 'planproof', 'dist')).includes('index.js'));
+    // Both published schemas resolve by their exported names: the plan format and the --json report.
+    for (const name of ['plan-v1', 'report-v1']) {
+      const out = ok(run(process.execPath, ['-e', `const s = require(require.resolve('planproof/schema/${name}.schema.json')); console.log(s.$id)`], dir), `resolving ${name}`);
+      assert.equal(out.trim(), `https://planproof.dev/schema/${name}.schema.json`);
+    }
   });
 
   it('imports by name in ESM and verifies a plan in process and in the pool', () => {

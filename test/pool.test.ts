@@ -89,6 +89,7 @@ describe('worker pool with deadlines', () => {
     const later = r.stages.slice(4);
     assert.ok(later.length > 0 && later.every((x) => x.status === 'unknown' && /not attempted: the run's time limit of 3 s/.test(x.reason ?? '')), JSON.stringify(later.map((x) => x.reason)));
     assert.ok(r.stages.slice(0, 3).every((x) => x.status === 'proved'), 'stages before the limit are proved as usual');
+    assert.ok(r.stages.every((x) => x.failingRanks.length === 0), 'no rank is shown wrong where nothing is decided (issue 35)');
     assert.ok(r.phases !== undefined && (r.phases['stages'] ?? 0) >= 2500, JSON.stringify(r.phases));
   }).timeout(30_000);
 
@@ -118,6 +119,23 @@ describe('worker pool with deadlines', () => {
     assert.equal(r.verdict, 'unknown');
     assert.equal(r.stages[5]?.status, 'unknown');
     assert.match(r.stages[5]?.reason ?? '', /the worker proving this stage failed/);
+    // Undecided, so no rank is shown wrong (issue 35: the JSON filled failingRanks with every rank of the stage).
+    assert.deepEqual(r.stages[5]?.failingRanks, []);
     assert.equal(r.stages.filter((s) => s.status === 'proved').length, 10);
+  });
+
+  it("a caller's stop time is named in the reasons of the stages it stops, never as the run's time limit (issue 35)", async () => {
+    // verify --infer's rounds stop at their own 120 s: its stages read "stopped at the time
+    // limit after 2.9 s" under a --time-limit of 1800 s.
+    const stages = decompose(plan, logicalOrder(plan)).slice(0, 4);
+    const why = "verify --infer's own limit of 0.4 s on its inference rounds (not --time-limit)";
+    const rs = await proveInPool(file, JSON.stringify(JSON.parse(text)), stages, { jobs: 1, deadlineMs: 60_000, stopAt: performance.now() + 400, stopWhy: why, worker: faulty({ stage: stages[0]?.index ?? 0, kind: 'hang' }) });
+    assert.match(rs[0]?.reason ?? '', /^stopped after 0\.\d s: verify --infer's own limit of 0\.4 s on its inference rounds \(not --time-limit\) was reached; the worker was stopped \(stage deadline 60\.0 s\)$/);
+    for (const r of rs.slice(1)) assert.equal(r.reason, `not attempted: ${why} was reached before this stage started`);
+    for (const r of rs) {
+      assert.equal(r.status, 'unknown');
+      assert.deepEqual(r.failingRanks, []);
+      assert.doesNotMatch(r.reason ?? '', /stopped at the time limit/);
+    }
   });
 });

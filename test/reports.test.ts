@@ -40,13 +40,34 @@ describe('JUnit XML report (--junit)', function () {
     assert.equal((xml.match(/<testcase /g) ?? []).length, 14);
     assert.match(xml, /<testsuite name="mlp-dp2-loss-scale-twice" tests="14" failures="1" errors="0" skipped="0"/);
     // The failing testcase: classname is the logical op, name the tensor and ranks.
-    const m = /<testcase classname="fc1_bwd_w \(matmul\)" name="#13 g_w1 on ranks 0,1"[^>]*>\s*<failure type="not_equivalent" message="([^"]*)">([^<]*)<\/failure>/.exec(xml);
+    const m = /<testcase classname="fc1_bwd_w \(matmul\)" name="g_w1 on ranks 0,1"[^>]*>\s*<failure type="not_equivalent" message="([^"]*)">([^<]*)<\/failure>/.exec(xml);
     assert.ok(m, xml);
     assert.match(m[1] ?? '', /0\.5 x logical: a scaling bug/);
     assert.match(m[2] ?? '', /witness: rank 0 &apos;g_w1&apos; holds 0\.00895788\d* where logical g_w1\[0, 0\]/);
     assert.match(m[2] ?? '', /parallel - logical = -1\/2\*/);
     // Proved stages pass: no outcome element.
-    assert.match(xml, /<testcase classname="fc1 \(matmul\)" name="#1 h on ranks 0,1" time="[0-9.]+"\/>/);
+    assert.match(xml, /<testcase classname="fc1 \(matmul\)" name="h on ranks 0,1" time="[0-9.]+"\/>/);
+  });
+
+  it('testcase names are the tensor and ranks (the op is the classname), never the stage number: the same across runs with --jobs 0 and 2 (issue 35)', async () => {
+    const names = async (jobs: string): Promise<string[]> => {
+      const f = join(dir, `jobs${jobs}.xml`);
+      assert.equal((await runCli(['verify', `${EXAMPLES}buggy/mlp-dp2-loss-scale-twice.json`, '--junit', f, '--no-cache', '--jobs', jobs, '--no-tensor-level'])).code, 1);
+      return [...readFileSync(f, 'utf8').matchAll(/<testcase classname="([^"]*)" name="([^"]*)"/g)].map((m) => `${m[1] ?? ''} / ${m[2] ?? ''}`);
+    };
+    const a = await names('0');
+    const b = await names('2');
+    assert.equal(a.length, 14);
+    assert.deepEqual(b, a);
+    assert.ok(a.includes('fc1_bwd_w (matmul) / g_w1 on ranks 0,1'), a.join('\n'));
+    assert.ok(a.every((n) => !/#\d/.test(n)), 'no stage number in a name');
+    assert.equal(new Set(a).size, a.length, 'names are unique in the suite');
+    // Two stages of one tensor and op on the same ranks are told apart by their order.
+    const twin: VerifyReport = {
+      file: 'p.json', name: 'p', verdict: 'verified', summary: '', numeric: { evaluated: true, seed: 1, claimsChecked: 0, mismatches: 0 }, approximations: [], ms: 1,
+      stages: [1, 2].map((index) => ({ index, logical: 'a', op: { id: 'mm', kind: 'matmul' }, ranks: [0, 1], status: 'proved' as const, failingRanks: [], logicalOps: 1, parallelOps: 2, ms: 1 })),
+    };
+    assert.deepEqual([...junitXml(twin).matchAll(/ name="(a on [^"]*)"/g)].map((m) => m[1]), ['a on ranks 0,1', 'a on ranks 0,1 (2)']);
   });
 
   it('a verified example: every stage a passing testcase, and the file is valid', async function () {
@@ -79,7 +100,7 @@ describe('JUnit XML report (--junit)', function () {
     writeFileSync(f, junitXml(base));
     assert.ok(validate(f).ok, validate(f).msg);
     const xml = readFileSync(f, 'utf8');
-    assert.match(xml, /<testcase classname="\(contract input\)" name="#2 b&lt;1&gt; on ranks 0-3"[^>]*>\s*<skipped message="unknown: side condition not discharged: x &amp; y != 0">/);
+    assert.match(xml, /<testcase classname="\(contract input\)" name="b&lt;1&gt; on ranks 0-3"[^>]*>\s*<skipped message="unknown: side condition not discharged: x &amp; y != 0">/);
     assert.match(xml, /skipped="1"/);
     // Every stage proved yet the verdict is not "verified" (numeric evidence against it).
     const odd: VerifyReport = { ...base, stages: [base.stages[0] as VerifyReport['stages'][number]], summary: 'internal inconsistency' };
@@ -123,7 +144,7 @@ describe('JUnit XML report (--junit)', function () {
     const b = read(buggy);
     assert.equal(b.suites.length, 1);
     assert.deepEqual({ ...b.suites[0], results: undefined }, { name: 'mlp-dp2-loss-scale-twice', tests: 14, failures: 1, errors: 0, skipped: 0, results: undefined });
-    assert.deepEqual(b.suites[0]?.results.map(([n, k]) => [n, k]), [['#13 g_w1 on ranks 0,1', 'Failure']]);
+    assert.deepEqual(b.suites[0]?.results.map(([n, k]) => [n, k]), [['g_w1 on ranks 0,1', 'Failure']]);
     assert.match(b.suites[0]?.results[0]?.[2] ?? '', /0\.5 x logical: a scaling bug/);
     // Unknown stages are skips, an invalid plan an error.
     const unknown = join(dir, 'read-unknown.xml');
@@ -140,7 +161,7 @@ describe('JUnit XML report (--junit)', function () {
     );
     const u = read(unknown).suites[0];
     assert.equal(u?.skipped, 1);
-    assert.deepEqual(u?.results, [['#2 b on ranks 0', 'Skipped', 'unknown: too large']]);
+    assert.deepEqual(u?.results, [['b on ranks 0', 'Skipped', 'unknown: too large']]);
     const plan = join(dir, 'read-invalid.json');
     writeFileSync(plan, JSON.stringify({ format: 'planproof/v1' }));
     const inv = join(dir, 'read-invalid.xml');

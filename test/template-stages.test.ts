@@ -192,7 +192,9 @@ describe('stages per template', () => {
     const r = verifyPlan(plan, { maxStageEntries: 1 });
     const s = r.stages.find((x) => x.logical === name);
     assert.equal(s?.status, 'unknown');
-    assert.deepEqual(s?.failingRanks, [1]);
+    // Undecided: no rank is shown wrong (issue 35: failingRanks only with a witness); the
+    // reason names the rank whose part stayed open.
+    assert.deepEqual(s?.failingRanks, []);
     assert.match(s?.reason ?? '', /rank 1, standing for 1 rank\(s\) of its program with the same coordinates: normal forms differ/);
   });
 
