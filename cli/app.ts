@@ -103,6 +103,8 @@ interface EngineOptions {
   deadline: number;
   /** The whole run's time limit in seconds (--time-limit). */
   timeLimit?: number;
+  /** Seconds the inference rounds may take (--infer-time-limit). */
+  inferTimeLimit?: number;
   /** Tensor-level proofs first (default; --no-tensor-level turns them off). */
   tensorLevel?: boolean;
   /** A progress bar on stderr when it is a terminal (off with --json). */
@@ -392,7 +394,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
     // wantsInference has just seen tensor level leave a stage of this very plan open: round 0
     // would repeat that derivation to the same end (with hints in the file, the plan round 0
     // proves is another one, so it runs).
-    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true || auto, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), ...(auto && !fileHints ? { direct: false } : {}) }, out);
+    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true || auto, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), ...(eng.inferTimeLimit === undefined ? {} : { inferTimeLimit: eng.inferTimeLimit }), ...(auto && !fileHints ? { direct: false } : {}) }, out);
     return finish(r, l, files, out);
   }
   // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.
@@ -483,7 +485,7 @@ export async function main(argv: string[], out: Out = stdio): Promise<number> {
           cache.cacheDir !== undefined && a.emitReduced === undefined && a.html === undefined && file !== STDIN_NAME
             ? { dir: cache.cacheDir, options: answerOptions(a), reuse: a.answerCache !== false, argv: rawArgv, ...(a.junit === undefined ? {} : { junit: a.junit }), maxBytes: Math.floor(a.maxFileMb * 1024 * 1024) }
             : undefined;
-        run = () => verify(file, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, tensorLevel: a.tensorLevel, progress: !a.json, maxRanks: a.maxRanks }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cache }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard), memo);
+        run = () => verify(file, a.json, { engine: a.engine, seed: a.seed, jobs: a.jobs, deadline: a.deadline, timeLimit: a.timeLimit, inferTimeLimit: a.inferTimeLimit, tensorLevel: a.tensorLevel, progress: !a.json, maxRanks: a.maxRanks }, a.verbose, out, a.infer, { reduce: a.reduce, tensorLevel: a.tensorLevel !== false, ...(a.emitReduced === undefined ? {} : { emitDir: a.emitReduced }), ...cache }, a.perStage, { ...(a.junit === undefined ? {} : { junit: a.junit }), ...(a.html === undefined ? {} : { html: a.html }) }, shardRun(a.shard), memo);
       },
     )
     .command(

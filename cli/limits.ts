@@ -38,8 +38,9 @@ export function limitOptionError(a: LimitFlags, got: (flag: string, v: unknown) 
 }
 
 /** The engine's numbers where the command takes them (yargs accepts any number, NaN included): checked before any work. */
-export function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown; timeLimit?: unknown }, got: (flag: string, v: unknown) => string): string | undefined {
-  const { seed, jobs, deadline, timeLimit } = a;
+export function engineOptionError(a: { seed?: unknown; jobs?: unknown; deadline?: unknown; timeLimit?: unknown; inferTimeLimit?: unknown }, got: (flag: string, v: unknown) => string): string | undefined {
+  const { seed, jobs, deadline, timeLimit, inferTimeLimit } = a;
+  if (inferTimeLimit !== undefined && (typeof inferTimeLimit !== 'number' || !Number.isFinite(inferTimeLimit) || inferTimeLimit <= 0 || inferTimeLimit > 7 * 86400)) return `--infer-time-limit must be a number of seconds in (0, 604800], got ${got('infer-time-limit', inferTimeLimit)}`;
   if (seed !== undefined && (typeof seed !== 'number' || !Number.isSafeInteger(seed))) return `--seed must be an integer, got ${got('seed', seed)}`;
   if (jobs !== undefined && (typeof jobs !== 'number' || !Number.isSafeInteger(jobs) || jobs < 0 || jobs > 256)) return `--jobs must be an integer from 0 to 256, got ${got('jobs', jobs)}`;
   if (deadline !== undefined && (typeof deadline !== 'number' || !Number.isFinite(deadline) || deadline <= 0 || deadline > 86400)) return `--deadline must be a number of seconds in (0, 86400], got ${got('deadline', deadline)}`;

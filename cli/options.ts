@@ -22,6 +22,7 @@ const ENGINE = {
   engine: { choices: ['normal', 'z3'] as const, default: 'normal' as const, describe: 'decision procedure: the exact normal form, or Z3 alone as a cross-check' },
   deadline: { type: 'number', default: 60, describe: 'seconds a stage may take before it is stopped and reported unknown' },
   'time-limit': { type: 'number', default: 1800, describe: 'seconds the whole run may take: stages not decided by then are reported unknown' },
+  'infer-time-limit': { type: 'number', default: 120, describe: "seconds verify's inference rounds may take (within --time-limit): hints still being proved then are dropped and their stages reported unknown" },
 } as const;
 
 /** The bounds on a plan file every command that reads one takes (README, "Options that bound a run"). */
