@@ -388,7 +388,10 @@ describe('boundary lineage: moe-tiny, certified witnesses, short spans, the time
 
 describe('boundary lineage: which limit stopped the rounds', () => {
   it("names the rounds' own limit under a longer --time-limit, and --time-limit when it is the shorter (issue 35)", async () => {
-    assert.deepEqual(roundsLimit(1800), { ms: 120_000, why: "verify --infer's own limit of 120 s on its inference rounds (not --time-limit)" });
+    assert.deepEqual(roundsLimit(1800), { ms: 120_000, why: "verify --infer's own limit of 120 s on its inference rounds (not --time-limit); --infer-time-limit raises it" });
+    // --infer-time-limit raises the rounds' own limit, still within --time-limit.
+    assert.equal(roundsLimit(1800, 900_000).ms, 900_000);
+    assert.equal(roundsLimit(600, 900_000).ms, 600_000);
     assert.deepEqual(roundsLimit(undefined), roundsLimit(1800));
     assert.deepEqual(roundsLimit(5), { ms: 5000, why: "the run's time limit of 5 s (--time-limit)" });
     // The stages the limit stops say so, in those words.
