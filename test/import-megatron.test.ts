@@ -51,6 +51,9 @@ describe('import-graphs: Megatron graphs as exporters print them (issue 34)', fu
   it('dropout masks are paired by order with placements read from the shapes: S(0) on the sequence shard, S(1) for the heads', async () => {
     const r = await importDir(copy(join(CORPUS, 'gpt_tp2_l1')));
     assert.equal(r.code, 0, r.stderr);
+    // The summary says what was read and what was ignored.
+    assert.match(r.stderr, /most read: aten\.view\.default \d+, /);
+    assert.match(r.stderr, /9 call\(s\) through op maps; 10 module constant\(s\) from the relations; 8 dropout mask\(s\) paired by order; \d+ returned value\(s\) ignored: no output relation names them/);
     const masks = (r.plan as PlanJ).parallel.programs[0]?.tensors.filter((t) => t.id.endsWith('.mask')) ?? [];
     assert.deepEqual(masks.map((m) => m.lineage?.placements?.[0]), ['S(0)', 'S(1)', 'S(0)', 'S(0)']);
     // Without "dropout": "auto" every mask needs a relation, and the error says how to pair them.

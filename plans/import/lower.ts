@@ -88,6 +88,8 @@ export interface Lowered {
   readonly reads: readonly string[];
   /** ATen ops seen, for statistics. */
   readonly atenOps: number;
+  /** Calls seen per target (`aten.mm.default`, `apex.fused_layer_norm_affine_fwd.default`), for the import summary. */
+  readonly byTarget: ReadonlyMap<string, number>;
 }
 
 /** ATen reduce-op names of the functional collectives to planproof's. */
@@ -277,6 +279,7 @@ export class Lowerer {
     const outputs: Returned[] = [];
     const named = new Map<string, Val>();
     const cutInputs: TensorVal[] = [];
+    const byTarget = new Map<string, number>();
     const returned = new Map<string, TensorVal | OpaqueVal>();
     let aten = 0;
     this.graphs.forEach((g, gi) => {
@@ -304,6 +307,7 @@ export class Lowerer {
         this.node = n;
         this.fresh = 0;
         aten++;
+        byTarget.set(n.target, (byTarget.get(n.target) ?? 0) + 1);
         const qualified = this.prefix + n.name;
         if (this.opts.cuts?.has(qualified) === true) {
           // An assumption on an intermediate node: from here on it is an input.
@@ -339,7 +343,7 @@ export class Lowerer {
       });
     });
     const files = this.graphs.map((g) => g.file).join(', ');
-    return { file: files, ops: this.ops, tensors: this.tensors, inputs, outputs, named, cutInputs, extra: this.extra, collectives: this.collectives, reads: this.reads, atenOps: aten };
+    return { file: files, ops: this.ops, tensors: this.tensors, inputs, outputs, named, cutInputs, extra: this.extra, collectives: this.collectives, reads: this.reads, atenOps: aten, byTarget };
   }
 
   private checkAnnotation(n: FxNode, v: Val): void {

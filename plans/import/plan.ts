@@ -112,7 +112,20 @@ export interface ImportInput {
 }
 
 export interface ImportStats {
+  /** Calls read, over every graph (ATen and mapped ops). */
   readonly atenOps: number;
+  /** Calls per target over every graph, most frequent first. */
+  readonly byTarget: readonly (readonly [string, number])[];
+  /** Calls read through an op map. */
+  readonly mapped: number;
+  /** Returned values no output relation names (saved activations), over every program. */
+  readonly ignoredReturns: number;
+  /** Intermediate nodes made inputs by an assumption in the relations. */
+  readonly assumptions: number;
+  /** Dropout masks paired by "dropout": "auto". */
+  readonly pairedMasks: number;
+  /** Module constants read from the relations. */
+  readonly constants: number;
   readonly planOps: number;
   readonly collectives: number;
 }
@@ -264,6 +277,10 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
     return asTensor(g, v, `node '${node}'`, o.name);
   };
 
+  /** The tensors an output relation names, per program (what the import summary does not count as ignored). */
+  const namedSrc = new Map<Lowered, Set<string>>();
+  const named = (g: Lowered): Set<string> => namedSrc.get(g) ?? (namedSrc.set(g, new Set()).get(g) as Set<string>);
+
   // ---- the logical graph: one device, so a collective there is over a group of one (Megatron
   // at tp 1 still calls its all-reduces): the identity. A larger group is not a single-device graph.
   for (const c of logical.collectives) {
@@ -298,6 +315,7 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
     if (o === null) return;
     if (logicalShapes.has(o.name)) throw new ImportError(rf, 0, `output name '${o.name}' is also a tensor of ${logical.file}: choose another name`);
     const src = outputValue(logical, lgraphs, k, o, true) as TensorVal;
+    named(logical).add(src.id);
     ltensors.push({ id: o.name, shape: [...src.shape], role: 'output', dtype: src.dtype });
     lops.push({ id: `return.${o.name}`, op: 'identity', inputs: [src.id], outputs: [o.name], loc: byNode ? `${logical.file}: node ${o.logicalNode ?? o.node}` : `${logical.file}: return value ${k}` });
   });
@@ -368,6 +386,7 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
       // last stage); the loader checks that the ranks that do hold every output whole.
       const src = outputValue(g, rgraphs[r] as FxGraph[], k, o, false);
       if (src === undefined) return;
+      named(g).add(src.id);
       const id = `return.${o.name}`;
       if (g.tensors.has(id)) throw new ImportError(g.file, 0, `tensor name '${id}' is reserved for return values`);
       tensors.push({ id, shape: [...src.shape], dtype: src.dtype, lineage: lineageOf({ logical: o.logical ?? o.name, ...(o.placements === undefined ? {} : { placements: o.placements }), ...(o.index === undefined ? {} : { index: o.index }), ...(o.value === undefined ? {} : { value: o.value }) }, o.name) });
@@ -391,5 +410,14 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const atenOps = [logical, ...ranks].reduce((a, g) => a + g.atenOps, 0);
   const planOps = lops.length + programs.reduce((a, p) => a + p.ops.length, 0);
   const collectives = ranks.reduce((a, g) => a + g.collectives.length, 0);
-  return { plan, stats: { atenOps, planOps, collectives } };
+  const counts = new Map<string, number>();
+  for (const g of [logical, ...ranks]) for (const [t, c] of g.byTarget) counts.set(t, (counts.get(t) ?? 0) + c);
+  const byTarget = [...counts].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
+  const mappedOps = new Set(inp.opMaps?.flatMap((m) => Object.keys(m.ops)) ?? []);
+  const mapped = byTarget.reduce((a, [t, c]) => a + (mappedOps.has(t) || t.startsWith('higher_order.') ? c : 0), 0);
+  const ignoredReturns = [logical, ...ranks].reduce((a, g) => a + g.outputs.filter((v) => v !== undefined && (v.kind !== 'tensor' || namedSrc.get(g)?.has(v.id) !== true)).length, 0);
+  const assumptions = [logical, ...ranks].reduce((a, g) => a + g.cutInputs.length, 0);
+  const pairedMasks = rel.dropout === 'auto' ? ranks.reduce((a, g) => a + masks(g).filter((m) => rel.inputs[m.id] === undefined).length, 0) : 0;
+  const constantReads = [logical, ...ranks].reduce((a, g) => a + (g.byTarget.get('getattr') ?? 0), 0);
+  return { plan, stats: { atenOps, byTarget, mapped, ignoredReturns, assumptions, pairedMasks, constants: constantReads, planOps, collectives } };
 }
