@@ -129,7 +129,7 @@ export function importCommand(a: ImportArgs, out: Out): number {
     const body = JSON.stringify(plan, null, 1) + '\n';
     if (a.out === undefined) out.log(body);
     else writeFileSync(a.out, body);
-    const summary = { out: outName, ranks: ranks.length, atenOps: stats.atenOps, planOps: stats.planOps, collectives: stats.collectives, mapped: stats.mapped, ignoredReturns: stats.ignoredReturns, assumptions: stats.assumptions, pairedMasks: stats.pairedMasks, constants: stats.constants, byTarget: Object.fromEntries(stats.byTarget), bytes: Buffer.byteLength(body), ms: Math.round(performance.now() - t0) };
+    const summary = { out: outName, ranks: ranks.length, atenOps: stats.atenOps, planOps: stats.planOps, collectives: stats.collectives, mapped: stats.mapped, ignoredReturns: stats.ignoredReturns, assumptions: stats.assumptions, pairedMasks: stats.pairedMasks, constants: stats.constants, pruned: stats.pruned, byTarget: Object.fromEntries(stats.byTarget), bytes: Buffer.byteLength(body), ms: Math.round(performance.now() - t0) };
     if (a.json) out.err(JSON.stringify(summary));
     else {
       out.err(`planproof: imported ${stats.atenOps} ATen ops from ${logicalFile.length + ranks.reduce((n, fs) => n + fs.length, 0)} graphs into ${stats.planOps} plan ops (${stats.collectives} collective calls); wrote ${outName}. Lineage is on the boundary only: verify with --infer.`);
@@ -140,6 +140,7 @@ export function importCommand(a: ImportArgs, out: Out): number {
         stats.pairedMasks > 0 ? `${stats.pairedMasks} dropout mask(s) paired by order` : '',
         stats.assumptions > 0 ? `${stats.assumptions} intermediate node(s) assumed as inputs (a region check)` : '',
         stats.ignoredReturns > 0 ? `${stats.ignoredReturns} returned value(s) ignored: no output relation names them (saved activations)` : '',
+        stats.pruned > 0 ? `${stats.pruned} op(s) dropped: their values reach no output` : '',
       ].filter((x) => x !== '');
       if (notes.length > 0) out.err(`  ${notes.join('; ')}`);
     }

@@ -12,6 +12,7 @@ import { lowerGraph } from './aten.js';
 import { ImportError, parseFxGraph, type FxGraph } from './fxtext.js';
 import type { ConstValue, Lowered, Returned, TensorVal, Val } from './lower.js';
 import { opMapRules, type OpMap } from './opmap.js';
+import { pruneDeadOps } from './prune.js';
 
 /** Lineage of one boundary tensor, in the plan's vocabulary (DTensor placements or index/value maps). */
 type LineageSpec = { logical?: string; placements?: string[]; index?: unknown[]; value?: unknown };
@@ -126,6 +127,8 @@ export interface ImportStats {
   readonly pairedMasks: number;
   /** Module constants read from the relations. */
   readonly constants: number;
+  /** Plan ops removed because their values reach no output (plans/import/prune.ts). */
+  readonly pruned: number;
   readonly planOps: number;
   readonly collectives: number;
 }
@@ -395,12 +398,23 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
     return { name: `rank ${r} (${g.file})`, ranks: [r], tensors, ops };
   });
 
+  // Ops whose values reach no output (saved activations, what precedes an assumption) go.
+  const lgraph = { ops: lops };
+  const pruned = pruneDeadOps(lgraph, programs, (o) => o.id.startsWith('return.'));
+  const used = (ops: readonly { inputs: readonly string[]; outputs: readonly string[] }[]): Set<string> => new Set(ops.flatMap((o) => [...o.inputs, ...o.outputs]));
+  const lUsed = used(lgraph.ops);
+  const keptL = ltensors.filter((t) => t.role !== 'activation' || lUsed.has(t.id));
+  for (const p of programs) {
+    const u = used(p.ops);
+    p.tensors = (p.tensors ?? []).filter((t) => t.lineage !== undefined || u.has(t.id));
+  }
+
   const plan: RawPlan = {
     format: 'planproof/v1',
     name: inp.name ?? 'imported',
     description: `Imported from exported ATen graphs: logical ${logical.file}; ranks ${ranks.map((g) => g.file).join(', ')}; relations ${rf}.`,
     mesh: rel.mesh,
-    logical: { tensors: ltensors, ops: lops },
+    logical: { tensors: keptL, ops: lgraph.ops },
     parallel: { programs },
     contract: { inputs: contractIn, outputs: [...outNames] },
   };
@@ -408,7 +422,7 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const reads = [logical, ...ranks].flatMap((g) => g.reads.map((r) => `${g === logical ? 'logical run' : g.file}: ${r}`));
   if (reads.length > 0) plan['x-planproof-specialized'] = reads.slice(0, 1000);
   const atenOps = [logical, ...ranks].reduce((a, g) => a + g.atenOps, 0);
-  const planOps = lops.length + programs.reduce((a, p) => a + p.ops.length, 0);
+  const planOps = lgraph.ops.length + programs.reduce((a, p) => a + p.ops.length, 0);
   const collectives = ranks.reduce((a, g) => a + g.collectives.length, 0);
   const counts = new Map<string, number>();
   for (const g of [logical, ...ranks]) for (const [t, c] of g.byTarget) counts.set(t, (counts.get(t) ?? 0) + c);
@@ -419,5 +433,5 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const assumptions = [logical, ...ranks].reduce((a, g) => a + g.cutInputs.length, 0);
   const pairedMasks = rel.dropout === 'auto' ? ranks.reduce((a, g) => a + masks(g).filter((m) => rel.inputs[m.id] === undefined).length, 0) : 0;
   const constantReads = [logical, ...ranks].reduce((a, g) => a + (g.byTarget.get('getattr') ?? 0), 0);
-  return { plan, stats: { atenOps, byTarget, mapped, ignoredReturns, assumptions, pairedMasks, constants: constantReads, planOps, collectives } };
+  return { plan, stats: { atenOps, byTarget, mapped, ignoredReturns, assumptions, pairedMasks, constants: constantReads, planOps, collectives, pruned } };
 }
