@@ -114,6 +114,7 @@ export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGra
 }
 
 const INTEGER_DTYPES = new Set(['int64', 'int32', 'int16', 'int8', 'uint8']);
+const FLOAT_DTYPES = new Set(['float64', 'float32', 'float16', 'bfloat16']);
 /** Symbolic ids cost one indicator per value and element: keep domains proof-sized. */
 const MAX_DOMAIN = 1 << 20;
 
@@ -121,8 +122,10 @@ const MAX_DOMAIN = 1 << 20;
 function domainOf(t: RawLogicalTensor, p: string, sink: IssueSink): readonly number[] | undefined {
   const v = t.values;
   if (v === undefined) return t.dtype === 'bool' ? [0, 1] : undefined;
-  if (t.dtype === undefined || !(INTEGER_DTYPES.has(t.dtype) || t.dtype === 'bool')) {
-    sink.add(jpath(p, 'values'), `"values" is for integer tensors; give an integer "dtype" (got ${t.dtype ?? 'none'})`);
+  // A floating tensor may hold integers too (a 0/1 loss mask stored as float32): "values" says
+  // which; without a dtype the tensor is real-valued and "values" would be a guess.
+  if (t.dtype === undefined || !(INTEGER_DTYPES.has(t.dtype) || t.dtype === 'bool' || FLOAT_DTYPES.has(t.dtype))) {
+    sink.add(jpath(p, 'values'), `"values" needs the tensor's "dtype" (got ${t.dtype ?? 'none'})`);
     return undefined;
   }
   const [lo, hi] = v.range;

@@ -92,6 +92,21 @@ describe('import-graphs: Megatron graphs as exporters print them (issue 34)', fu
     assert.throws(() => checkOpMap('m.json', { format: 'planproof-opmap/v1', ops: { 'a.b.default': { args: ['x'], mutates: ['y'], body: 'return x' } } }), /mutated parameter 'y' is not one of its args/);
   });
 
+  it('a float 0/1 mask given integer "values" may be counted and cast to int32 (Megatron\'s token count); without them the cast is refused', async () => {
+    const d = mkdtempSync(join(tmpdir(), 'pp-megatron-'));
+    const g = ['def forward(self, mask: "f32[4]", x: "f32[4]"):', '    s: "f32[]" = torch.ops.aten.sum.default(mask)', '    n: "i32[]" = torch.ops.aten._to_copy.default(s, dtype = torch.int32)', '    nf: "f32[]" = torch.ops.aten._to_copy.default(n, dtype = torch.float32)', '    y: "f32[4]" = torch.ops.aten.div.Tensor(x, nf)', '    return (y,)'].join('\n');
+    writeFileSync(join(d, 'logical.py'), g);
+    writeFileSync(join(d, 'rank0.py'), g);
+    const rel = (values: boolean): string => JSON.stringify({ format: 'planproof-relations/v1', mesh: { axes: [{ name: 'dp', size: 1 }] }, inputs: { mask: { placements: ['R'], ...(values ? { values: { range: [0, 2] } } : {}) }, x: { placements: ['R'] } }, outputs: [{ name: 'out', placements: ['R'] }] });
+    writeFileSync(join(d, 'relations.json'), rel(false));
+    const bad = await importDir(d);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /a cast from float32 to int32 truncates values not known to be integers.*"values"/);
+    writeFileSync(join(d, 'relations.json'), rel(true));
+    const ok = await importDir(d);
+    assert.equal(ok.code, 0, ok.stderr);
+  });
+
   it('a joint graph (primals, tangents with tree_flatten_spec) reads its flattened inputs with their declared types', () => {
     const text = ['class joint_helper(torch.nn.Module):', '    def forward(self, primals, tangents):', '        primals_1: "f32[4, 8]"; primals_2: "f32[8]"; tangents_1: "f32[4, 8]"; ', '    ', '        primals_1, primals_2, tangents_1, = fx_pytree.tree_flatten_spec([primals, tangents], self._in_spec)', '        add: "f32[4, 8]" = torch.ops.aten.add.Tensor(primals_1, primals_2)', '        return pytree.tree_unflatten([add, tangents_1], self._out_spec)'].join('\n');
     const g = parseFxGraph('j.py', text);

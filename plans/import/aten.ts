@@ -182,7 +182,7 @@ const RULES: Record<string, Rule> = {
     // A cast between floating types, or from integers to floats, keeps the exact value
     // (docs/engine.md: values are exact reals whatever the dtype); one to an integer type
     // truncates, which no op here computes.
-    refuseTruncation(l, x.dtype, to);
+    refuseTruncation(l, x, to);
     return l.bind(n, x.dtype === to ? x : l.one('identity', [x], {}, l.out(n), to));
   },
   'aten.copy': (l, n) => {
@@ -190,7 +190,7 @@ const RULES: Record<string, Rule> = {
     const d = l.val(n.args[0], 'self');
     const dst = d.kind === 'opaque' && d.what === 'uninitialized memory' ? { kind: 'tensor' as const, id: '', shape: JSON.parse(String(d.data['shape'])) as number[], dtype: String(d.data['dtype']) } : l.tensor(n.args[0], 'self');
     const src = l.tensor(n.args[1], 'src');
-    refuseTruncation(l, src.dtype, dst.dtype);
+    refuseTruncation(l, src, dst.dtype);
     return l.bind(n, src.shape.length === dst.shape.length && src.shape.every((d, i) => d === dst.shape[i]) ? src : l.one('expand', [src], { shape: [...dst.shape] }, l.out(n)));
   },
   'aten.copy_': (l, n) => {
@@ -198,7 +198,7 @@ const RULES: Record<string, Rule> = {
     // Uninitialized memory (new_empty_strided, as autograd allocates .grad) written whole by copy_.
     const dst = d.kind === 'opaque' && d.what === 'uninitialized memory' ? { kind: 'tensor' as const, id: '', shape: JSON.parse(String(d.data['shape'])) as number[], dtype: String(d.data['dtype']) } : l.tensor(n.args[0], 'self');
     const src = l.tensor(n.args[1], 'src');
-    refuseTruncation(l, src.dtype, dst.dtype);
+    refuseTruncation(l, src, dst.dtype);
     const v = src.shape.length === dst.shape.length && src.shape.every((d, i) => d === dst.shape[i]) ? src : l.one('expand', [src], { shape: [...dst.shape] });
     l.write(n.args[0], v);
     return l.bind(n, v);

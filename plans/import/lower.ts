@@ -63,6 +63,8 @@ export interface LowerOptions {
    * of the program (its annotated type), and what computed it is not lowered for it.
    */
   readonly cuts?: ReadonlySet<string>;
+  /** Graph inputs the relations give integer `values` (a float loss mask of 0/1, for instance): casting them to an integer type is exact. */
+  readonly integral?: ReadonlySet<string>;
 }
 
 /** A constant's value: a number, or nested lists of numbers. */
@@ -133,6 +135,12 @@ export class Lowerer {
     this.root.set(name, viewOf === undefined ? name : (this.root.get(viewOf) ?? viewOf));
   }
 
+  /** Tensors whose values are integers by construction (integer inputs, relations' `values`, sums and products of them). */
+  private readonly integral = new Set<string>();
+  isIntegral(t: TensorVal): boolean {
+    return INTEGER.has(t.dtype) || this.integral.has(t.id) || this.opts.integral?.has(t.id) === true;
+  }
+
   addTensor(id: string, shape: Shape, dtype: string): TensorVal {
     if (this.tensors.has(id)) this.fail(`tensor name '${id}' defined twice`);
     const t: TensorVal = { kind: 'tensor', id, shape, dtype };
@@ -163,6 +171,7 @@ export class Lowerer {
       throw e;
     }
     const outs = outIds.map((o, k) => this.addTensor(o, shapes[k] ?? this.fail(`${op}: fewer outputs than expected`), dtype));
+    if (INTEGRAL_OPS.has(op) && inputs.every((t) => this.isIntegral(t)) && (op !== 'scale' || Number.isInteger(attrs['factor']))) for (const t of outs) this.integral.add(t.id);
     const n = this.node;
     const opId = `${outIds[0] ?? 'op'}.op`;
     const raw: RawParallelOp = { id: opId, op, inputs: inputs.map((t) => t.id), outputs: [...outIds], ...(Object.keys(attrs).length > 0 ? { attrs } : {}), ...(n === undefined ? {} : { loc: this.locOf(n) }) };
@@ -590,9 +599,13 @@ export function filled(l: Lowerer, n: FxNode, value: number, shape: readonly num
 const INTEGER = new Set(['int64', 'int32', 'int16', 'int8', 'uint8', 'bool']);
 
 /** A float value stored in an integer (or bool) tensor is truncated: not an exact identity. */
-export function refuseTruncation(l: Lowerer, from: string, to: string): void {
-  if (INTEGER.has(to) && !INTEGER.has(from)) l.fail(`a cast from ${from} to ${to} truncates; it is not supported`);
+/** A cast of `x` to `to`: refused when it truncates, that is to an integer type from values not known to be integers. */
+export function refuseTruncation(l: Lowerer, x: TensorVal, to: string): void {
+  if (INTEGER.has(to) && !l.isIntegral(x)) l.fail(`a cast from ${x.dtype} to ${to} truncates values not known to be integers; it is not supported (give the input its integer "values" in the relations when they are: a count of a 0/1 mask, for instance)`);
 }
+
+/** Ops whose result is an integer when every input is (scale: by an integer factor). */
+const INTEGRAL_OPS = new Set(['add', 'sub', 'mul', 'neg', 'sum', 'identity', 'reshape', 'transpose', 'permute', 'expand', 'slice', 'concat', 'split', 'pad', 'where', 'maximum', 'minimum', 'amax', 'scale', 'all_reduce', 'all_gather', 'reduce_scatter', 'broadcast', 'all_to_all', 'compare', 'iota']);
 
 export function uninitialized(l: Lowerer, n: FxNode, shape: readonly number[]): OpaqueVal {
   return { kind: 'opaque', what: 'uninitialized memory', data: { shape: JSON.stringify(shape), dtype: n.type?.dtype ?? 'float32' } };

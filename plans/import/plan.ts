@@ -200,7 +200,8 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
     }
     return cuts;
   };
-  const lower = (graphs: readonly FxGraph[], cuts: Set<string>): Lowered => lowerGraph(graphs, { ...(constants === undefined ? {} : { constants }), ...(extraRules === undefined ? {} : { extraRules }), cuts });
+  const integral = new Set(Object.entries(rel.inputs).flatMap(([k, v]) => (v.values === undefined ? [] : [k, v.logical ?? k])));
+  const lower = (graphs: readonly FxGraph[], cuts: Set<string>): Lowered => lowerGraph(graphs, { ...(constants === undefined ? {} : { constants }), ...(extraRules === undefined ? {} : { extraRules }), cuts, integral });
   const logical = lower(lgraphs, cutsOf(lgraphs, true));
   const ranks = rgraphs.map((gs) => lower(gs, cutsOf(gs, false)));
   // A cut's relation is keyed by the name as written; its tensor by the qualified name.
