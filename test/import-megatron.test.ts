@@ -107,6 +107,17 @@ describe('import-graphs: Megatron graphs as exporters print them (issue 34)', fu
     assert.equal(ok.code, 0, ok.stderr);
   });
 
+  it("a standalone LayerNorm backward with its saved statistics as tensors (apex's flat mean and invvar) is the textbook backward: VERIFIED; a sign error refuted", async () => {
+    const LNBW = 'test/fixtures/import-lnbw';
+    const ok = await importDir(copy(LNBW));
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.equal((await runCli(['verify', '--infer', '--jobs', '0', ok.out])).code, 0);
+    const bad = await importDir(copy(LNBW, { 'logical.py': (s) => s.replace('torch.ops.aten.sub.Tensor(t1, t2)', 'torch.ops.aten.add.Tensor(t1, t2)') }));
+    const v = await runCli(['verify', '--infer', '--jobs', '0', bad.out]);
+    assert.equal(v.code, 1, v.stdout);
+    assert.match(v.stdout, /NOT EQUIVALENT: stage \d+ \(grad_x/);
+  });
+
   it('a joint graph (primals, tangents with tree_flatten_spec) reads its flattened inputs with their declared types', () => {
     const text = ['class joint_helper(torch.nn.Module):', '    def forward(self, primals, tangents):', '        primals_1: "f32[4, 8]"; primals_2: "f32[8]"; tangents_1: "f32[4, 8]"; ', '    ', '        primals_1, primals_2, tangents_1, = fx_pytree.tree_flatten_spec([primals, tangents], self._in_spec)', '        add: "f32[4, 8]" = torch.ops.aten.add.Tensor(primals_1, primals_2)', '        return pytree.tree_unflatten([add, tangents_1], self._out_spec)'].join('\n');
     const g = parseFxGraph('j.py', text);

@@ -448,6 +448,9 @@ const RULES: Record<string, Rule> = {
     const g = l.tensor(n.args[0], 'grad_out');
     const x = l.tensor(n.args[1], 'input');
     const ns = l.ints(n.args[2], 'normalized_shape');
+    // A standalone backward graph takes the saved statistics as tensors (apex saves them flat):
+    // then the backward is its definition over those values, not a recomputation.
+    if (l.val(n.args[3], 'mean').kind === 'tensor' && l.val(n.args[4], 'rstd').kind === 'tensor') return layerNormBackwardOf(l, n, g, x, ns.length);
     for (const [k, what] of [[3, 'the LayerNorm mean'], [4, 'the LayerNorm rstd']] as const) {
       const s = l.val(n.args[k], k === 3 ? 'mean' : 'rstd');
       if (s.kind !== 'opaque' || s.what !== what || s.data['x'] !== x.id) l.fail(`argument ${k === 3 ? 'mean' : 'rstd'}: expected ${what} of the same input from native_layer_norm`);
@@ -533,6 +536,40 @@ const RULES: Record<string, Rule> = {
   ...TRAINING_RULES,
   ...INDEX_RULES,
 };
+
+/**
+ * native_layer_norm_backward over given statistics (mean, rstd: one per row, any shape of that
+ * many elements): x̂ = (x − mean)·rstd, ĝ = g·w;
+ * dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) over the normalized dims, dw = Σ g·x̂, db = Σ g over the rows.
+ */
+function layerNormBackwardOf(l: Lowerer, n: FxNode, g: TensorVal, x: TensorVal, k: number): Val {
+  const lead = x.shape.slice(0, x.shape.length - k);
+  const rows = lead.reduce((a, d) => a * d, 1);
+  const statShape = [...lead, ...x.shape.slice(lead.length).map(() => 1)];
+  const stat = (a: FxArg | undefined, what: string): TensorVal => {
+    const t = l.tensor(a, what);
+    if (t.shape.reduce((p, d) => p * d, 1) !== rows) l.fail(`argument ${what}: ${t.shape.join('x')} elements, one per row of the input's ${rows} rows expected`);
+    return l.one('reshape', [t], { shape: statShape });
+  };
+  const mean = stat(n.args[3], 'mean');
+  const rstd = stat(n.args[4], 'rstd');
+  const w = l.optTensor(n.args[5], 'weight');
+  const b = l.optTensor(n.args[6], 'bias');
+  const mask = n.args[7]?.kind === 'list' ? n.args[7].items.map((v, i) => l.bool(v, `output_mask[${i}]`, true)) : [true, true, true];
+  const norm = x.shape.map((_, i) => i).slice(lead.length);
+  const xhat = l.one('mul', [l.one('sub', [x, mean]), rstd]);
+  const gw = w === undefined ? g : l.one('mul', [g, w]);
+  const m1 = l.one('mean', [gw], { dims: norm, keepdim: true });
+  const m2 = l.one('mean', [l.one('mul', [gw, xhat])], { dims: norm, keepdim: true });
+  // (output names apart from the temporaries' `<node>.<k>`)
+  const dx = l.one('mul', [rstd, l.one('sub', [l.one('sub', [gw, m1]), l.one('mul', [xhat, m2])])], {}, `${l.out(n)}.grad_input`, g.dtype);
+  const leadDims = lead.map((_, i) => i);
+  const reduceRows = (t: TensorVal, out: string): TensorVal => (leadDims.length === 0 ? l.one('identity', [t], {}, out) : l.one('sum', [t], { dims: leadDims }, out));
+  const dw = w === undefined || mask[1] === false ? undefined : reduceRows(l.one('mul', [g, xhat]), `${l.out(n)}.grad_weight`);
+  const db = b === undefined || mask[2] === false ? undefined : reduceRows(g, `${l.out(n)}.grad_bias`);
+  const some = (t: TensorVal | undefined): Val => t ?? { kind: 'none' };
+  return l.bind(n, { kind: 'list', items: [mask[0] === false ? { kind: 'none' } : dx, some(dw), some(db)] });
+}
 
 /** The logits and dim of each log_softmax output (for the cross-entropy pattern). */
 const logSoftmaxOf = new WeakMap<TensorVal, { logits: TensorVal; dim: number }>();
