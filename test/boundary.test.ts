@@ -518,7 +518,7 @@ describe('boundary lineage: in-thread stops', () => {
     assert.notEqual(r.verdict, 'verified');
     const clip = r.stages.find((s) => s.logical === 'clip');
     assert.ok(clip !== undefined && clip.status !== 'proved');
-    if (clip.status === 'unknown') assert.match(clip.reason ?? '', /deadline of 1\.0 s exceeded|time limit/, clip.reason);
+    if (clip.status === 'unknown') assert.match(clip.reason ?? '', /deadline of 1\.0 s exceeded|time limit|own limit of 2 s on its inference rounds/, clip.reason);
     assert.ok(r.stages.every((s) => !/more than 1000000 monomial products/.test(s.reason ?? '')), 'no stage ran to the budget');
   }).timeout(120_000);
 });
