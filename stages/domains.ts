@@ -59,7 +59,7 @@ export function neededDomains(plan: LoadedPlan): (InputDomain | undefined)[] {
  * (on [0, 1)): one call of either per value, so that the other inputs' draws at a seed stay
  * the same. `zero`: the input is set to 0 (to 1 where 0 is outside the domain).
  */
-export function domainDraw(d: InputDomain | undefined, u: () => number, rnd: () => number, zero: boolean): () => number {
+function domainDraw(d: InputDomain | undefined, u: () => number, rnd: () => number, zero: boolean): () => number {
   if (zero) return d === 'positive' ? (): number => 1 : (): number => 0;
   switch (d) {
     case undefined:
