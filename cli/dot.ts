@@ -2,7 +2,8 @@
  * A stage's dataflow as Graphviz DOT (`planproof explain --dot`, and the HTML report's
  * drawings, laid out by Graphviz itself): the logical side in one cluster, the parallel side
  * in one cluster per rank, collectives between the rank clusters. Assumed inputs are dashed;
- * the stage's tensor is bold, and red where the stage fails (on the failing ranks only).
+ * the stage's tensor is bold, and red where the stage fails (only the tensors a witness shows
+ * wrong, on the failing ranks). Collectives show their kind, attributes and group.
  */
 import type { StageView } from '../stages/stageview.js';
 
@@ -15,15 +16,24 @@ export interface DotOptions {
   /** The stage fails: its tensor is drawn red on these ranks (and on the logical side). */
   readonly failingRanks?: readonly number[];
   readonly failing?: boolean;
+  /**
+   * The parallel tensors a witness shows wrong. When given, only they are red (and tensors of
+   * the same name on the other failing ranks: the witness keeps a few values), not every
+   * obligation of a failing rank: a correct addend before a wrong all-reduce stays bold.
+   */
+  readonly failingTensors?: readonly { readonly rank: number; readonly tensor: string }[];
 }
 
-const BAD = 'color="#c62828", fillcolor="#ffcdd2", style="filled,bold", penwidth=2';
+const BAD = 'color="#c62828", fillcolor="#ffcdd2", style="filled,bold", penwidth=2, class="failing"';
 const OUT = 'style="bold", penwidth=2';
 
 /** The stage as a DOT digraph. */
 export function stageDot(v: StageView, o: DotOptions = {}): string {
   const L: string[] = [];
   const bad = new Set(o.failingRanks ?? []);
+  const badKeys = new Set((o.failingTensors ?? []).map((x) => `${x.rank}:${x.tensor}`));
+  const badNames = new Set((o.failingTensors ?? []).map((x) => x.tensor));
+  const fails = (r: number, t: string): boolean => o.failing === true && (badKeys.has(`${r}:${t}`) || (bad.has(r) && (o.failingTensors === undefined || badNames.has(t))));
   L.push(`digraph ${dotString(`stage ${v.index}: ${v.logical}`)} {`);
   L.push('  rankdir=TB; newrank=true; compound=true;');
   L.push('  graph [fontname="Helvetica", fontsize=11];');
@@ -59,7 +69,7 @@ export function stageDot(v: StageView, o: DotOptions = {}): string {
     for (const x of [...v.inputs, ...v.outputs]) if (x.rank === r) ts.add(x.tensor);
     for (const t of ts) {
       const key = `${r}:${t}`;
-      const attrs = obliged.has(key) ? (o.failing === true && bad.has(r) ? BAD : OUT) : assumed.has(key) ? 'style="dashed"' : '';
+      const attrs = obliged.has(key) ? (fails(r, t) ? BAD : OUT) : assumed.has(key) ? 'style="dashed"' : '';
       L.push(`    ${tid(r, t)} [label=${dotString(t)}, shape=ellipse${attrs === '' ? '' : `, ${attrs}`}];`);
     }
     for (const p of v.parallelOps.filter((x) => x.rank === r)) {
@@ -73,7 +83,8 @@ export function stageDot(v: StageView, o: DotOptions = {}): string {
   // Collectives span ranks: drawn outside the rank clusters.
   for (const c of v.collectives) {
     const id = dotString(`C:${c.id}`);
-    L.push(`  ${id} [label=${dotString(`${c.id}\n${c.kind}\nranks ${c.members.map((m) => m.rank).join(',')}`)}, shape=hexagon, style="filled", fillcolor="#fff3e0", color="#ef6c00"];`);
+    // Kind, attributes (the reduce op) and group: a wrong reduce op or group is often the bug.
+    L.push(`  ${id} [label=${dotString(`${c.id}\n${c.kind}${c.attrs === '' ? '' : `\n${c.attrs}`}\ngroup ${c.group}`)}, shape=hexagon, style="filled", fillcolor="#fff3e0", color="#ef6c00"];`);
     for (const m of c.members) {
       if (m.input !== '') L.push(`  ${tid(m.rank, m.input)} -> ${id};`);
       if (m.output !== '') L.push(`  ${id} -> ${tid(m.rank, m.output)};`);

@@ -47,7 +47,8 @@ function opTables(v: StageView): { logical: string[]; parallel: string[] } {
     v.logicalOps.map((o) => [o.kind, o.id, o.outputs.join(', '), o.inputs.join(', ')]),
   );
   const rows: string[][] = v.parallelOps.map((o) => [String(o.rank), o.kind, o.id, o.outputs.join(', '), o.inputs.join(', ')]);
-  for (const c of v.collectives) for (const m of c.members) rows.push([String(m.rank), c.kind, c.id, m.output, `${m.input} (group ${c.members.map((x) => x.rank).join(',')})`]);
+  // The kind with its attributes (`all_reduce(reduce: avg)`): a wrong reduce op is the bug to see.
+  for (const c of v.collectives) for (const m of c.members) rows.push([String(m.rank), c.attrs === '' ? c.kind : `${c.kind}(${c.attrs})`, c.id, m.output, `${m.input} (group ${c.group})`]);
   rows.sort((a, b) => Number(a[0]) - Number(b[0]));
   return { logical: ['logical side (one device)', ...logical], parallel: ['parallel side (per rank; collectives name their group)', ...table(['rank', 'opcode', 'name', 'target', 'args'], rows)] };
 }
@@ -61,6 +62,8 @@ interface Explained {
   readonly differences: ElementDifference[];
   readonly differencesNote?: string;
   readonly witness: Mismatch[];
+  /** Ranks the proof found differing (all of them, where the differences and witness show a few). */
+  readonly failingRanks: number[];
 }
 
 /** Proves the stage and gathers what the text and JSON forms show. */
@@ -84,7 +87,8 @@ function gather(plan: LoadedPlan, v: StageView, stage: Parameters<Prover['prove'
   }
   const n = numericCheck(plan, seed);
   const witness = n.mismatches.filter((m) => m.logical === v.logical).slice(0, 4);
-  return { view: v, status: res.status, ...(res.reason === undefined ? {} : { reason: res.reason }), differences, ...(differencesNote === undefined ? {} : { differencesNote }), witness };
+  const failingRanks = res.status === 'differs' ? [...new Set([...res.failingRanks, ...witness.map((m) => m.rank), ...differences.map((d) => d.rank)])].sort((a, b) => a - b) : [];
+  return { view: v, status: res.status, ...(res.reason === undefined ? {} : { reason: res.reason }), differences, ...(differencesNote === undefined ? {} : { differencesNote }), witness, failingRanks };
 }
 
 /** The explain command on a loaded plan; returns the exit code (2 for a stage that is not there). */
@@ -99,8 +103,7 @@ export function explain(plan: LoadedPlan, key: string, o: ExplainOptions, out: O
   const v = stageView(plan, stages, s);
   const e = gather(plan, v, s, o.seed);
   if (o.dot !== undefined) {
-    const failingRanks = e.status === 'differs' ? [...new Set(e.witness.map((m) => m.rank).concat(e.differences.map((d) => d.rank)))] : [];
-    const dot = stageDot(v, { failing: e.status === 'differs', failingRanks });
+    const dot = stageDot(v, { failing: e.status === 'differs', failingRanks: e.failingRanks, ...(e.witness.length === 0 ? {} : { failingTensors: e.witness }) });
     if (o.dot === '') out.log(dot.trimEnd());
     else writeFileSync(o.dot, dot);
     if (o.dot === '') return 0;

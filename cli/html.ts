@@ -46,7 +46,7 @@ function drawing(s: StageReport, view: StageView | undefined, layout: Layout): s
   if (view === undefined) return '<p class="note">not drawn: the stage was not decomposed rank by rank (the plan is past the per-rank stage bound)</p>';
   const size = view.parallelOps.length + view.collectives.reduce((n, c) => n + c.members.length, 0);
   if (size > MAX_DRAWN_OPS) return `<p class="note">not drawn: ${size} parallel ops and collective calls (more than ${MAX_DRAWN_OPS}); planproof explain PLAN ${s.index} --dot writes its graph</p>`;
-  const svg = layout(stageDot(view, { failing: s.status === 'not_equivalent', failingRanks: s.failingRanks }));
+  const svg = layout(stageDot(view, { failing: s.status === 'not_equivalent', failingRanks: s.failingRanks, ...(s.witness === undefined || s.witness.length === 0 ? {} : { failingTensors: s.witness }) }));
   return `<div class="graph" data-stage="${s.index}">${inlineSvg(svg)}</div>`;
 }
 
@@ -162,7 +162,7 @@ export async function htmlReport(r: VerifyReport & { readonly reduction?: { read
   ];
   // Witness elements of a reduced proof index the reduced tensors (the text report says so too).
   if (r.reduction?.ran === true) meta.push(['shape reduction', 'proved at reduced shapes (docs/engine.md, "Shape reduction"): witness elements index the reduced tensors; the drawings show the plan as written']);
-  if (r.verdict === 'not_equivalent') meta.push(['witness inputs', `the contract inputs drawn uniformly from [-1, 1) with seed ${r.numeric.seed} (planproof verify --seed ${r.numeric.seed} reproduces them)`]);
+  if (r.verdict === 'not_equivalent') meta.push(['witness inputs', `the contract inputs drawn uniformly from [-1, 1), each within its domain (integer values as declared, masks 0/1, second moments and square-root arguments >= 0), with seed ${r.numeric.seed} (planproof verify --seed ${r.numeric.seed} reproduces them)`]);
   return `<!DOCTYPE html>
 <html lang="en">
 <head>

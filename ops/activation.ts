@@ -82,8 +82,8 @@ function bwd(name: string, doc: string, f: Backward, attrSchema: object = noAttr
 export const ops: OpDef[] = withZeroTails([
   fwd('exp', 'torch.exp(a)', (alg, x) => alg.exp(x), (b, { outputs: [o], grads: [g] }) => [one(b, 'mul', [g as GradRef, o as GradRef])]),
   // (An optimizer's sqrt of its second moment, AdamW as torch.optim writes it.)
-  fwd('sqrt', 'torch.sqrt(a) (a >= 0)', (alg, x) => alg.fn('sqrt', x), (b, { outputs: [o], grads: [g] }) => [one(b, 'div', [g as GradRef, one(b, 'scale', [o as GradRef], { factor: 2 })])]),
-  fwd('log', 'torch.log(a) (natural log; a > 0)', (alg, x) => alg.fn('log', x), (b, { inputs: [x], grads: [g] }) => [one(b, 'div', [g as GradRef, x as GradRef])]),
+  { ...fwd('sqrt', 'torch.sqrt(a) (a >= 0)', (alg, x) => alg.fn('sqrt', x), (b, { outputs: [o], grads: [g] }) => [one(b, 'div', [g as GradRef, one(b, 'scale', [o as GradRef], { factor: 2 })])]), inputDomains: { needs: ['nonneg'] } },
+  { ...fwd('log', 'torch.log(a) (natural log; a > 0)', (alg, x) => alg.fn('log', x), (b, { inputs: [x], grads: [g] }) => [one(b, 'div', [g as GradRef, x as GradRef])]), inputDomains: { needs: ['positive'] } },
   fwd('tanh', 'torch.tanh(a)', (alg, x) => alg.fn('tanh', x), (b, { outputs: [o], grads: [g] }) => [one(b, 'tanh_backward', [g as GradRef, o as GradRef])]),
   fwd('sigmoid', 'torch.sigmoid(a)', (alg, x) => alg.fn('sigmoid', x), (b, { outputs: [o], grads: [g] }) => [one(b, 'sigmoid_backward', [g as GradRef, o as GradRef])]),
   fwd('silu', 'torch.nn.functional.silu(a) = a * sigmoid(a)', (alg, x) => alg.mul(x, alg.fn('sigmoid', x)), (b, { inputs: [x], grads: [g] }) => [one(b, 'silu_backward', [g as GradRef, x as GradRef])]),

@@ -17,6 +17,7 @@ export const ops: OpDef[] = [
   {
     name: 'dropout',
     family: 'dropout',
+    inputDomains: { needs: [undefined, 'mask'] },
     doc: 'torch.nn.functional.dropout(x, p, training=True) with its sampled mask given: x * mask / (1 - p), mask in {0, 1}',
     inputs: fixed(2),
     outputs: fixed(1),

@@ -4,6 +4,7 @@ import { arg, broadcastReader, generate } from './dense.js';
 import { broadcastSig, sameShapeSig } from './dims.js';
 import { type BackwardRule, type GradRef, one, unbroadcast } from './grad.js';
 import { type Attrs, type OpDef, attrObject, attrScalar, broadcastShapes, fixed, noAttrs, scalarSchema, type Shape, withZeroTails, ZERO_ALWAYS, ZERO_IF_ALL_CARRY } from './types.js';
+import { qParse } from './rational.js';
 
 type Binary = <S>(alg: Algebra<S>, a: S, b: S) => S;
 
@@ -18,11 +19,12 @@ function mapDense<S>(x: Dense<S>, f: (v: S) => S): Dense<S> {
   return { shape: x.shape, data: x.data.map(f) };
 }
 
-function binary(name: string, doc: string, f: Binary, backward: BackwardRule, linearIn?: readonly number[]): OpDef {
+function binary(name: string, doc: string, f: Binary, backward: BackwardRule, linearIn?: readonly number[], keeps?: 'sum' | 'product'): OpDef {
   return {
     name,
     family: 'elementwise',
     ...(linearIn === undefined ? {} : { linearIn: () => linearIn }),
+    ...(keeps === undefined ? {} : { inputDomains: { keeps } }),
     doc,
     inputs: fixed(2),
     outputs: fixed(1),
@@ -38,6 +40,7 @@ export const ops: OpDef[] = withZeroTails([
   {
     name: 'where',
     family: 'elementwise',
+    inputDomains: { needs: ['mask'] },
     doc: 'torch.where(cond, a, b): a where cond is nonzero, else b (broadcasting); the unselected value never propagates',
     inputs: fixed(3),
     outputs: fixed(1),
@@ -64,12 +67,12 @@ export const ops: OpDef[] = withZeroTails([
     // cond is 0/1, not a position: its values need no axis.
     dims: (ins) => broadcastSig(ins),
   },
-  binary('add', 'torch.add(a, b)', (alg, a, b) => alg.add(a, b), (b, { inputs: [x, y], grads: [g] }) => [unbroadcast(b, g as GradRef, b.shape(x as GradRef)), unbroadcast(b, g as GradRef, b.shape(y as GradRef))]),
+  binary('add', 'torch.add(a, b)', (alg, a, b) => alg.add(a, b), (b, { inputs: [x, y], grads: [g] }) => [unbroadcast(b, g as GradRef, b.shape(x as GradRef)), unbroadcast(b, g as GradRef, b.shape(y as GradRef))], undefined, 'sum'),
   binary('sub', 'torch.sub(a, b)', (alg, a, b) => alg.sub(a, b), (b, { inputs: [x, y], grads: [g] }) => [unbroadcast(b, g as GradRef, b.shape(x as GradRef)), unbroadcast(b, one(b, 'neg', [g as GradRef]), b.shape(y as GradRef))]),
   binary('mul', 'torch.mul(a, b)', (alg, a, b) => alg.mul(a, b), (b, { inputs: [x, y], grads: [g] }) => [
     unbroadcast(b, one(b, 'mul', [g as GradRef, y as GradRef]), b.shape(x as GradRef)),
     unbroadcast(b, one(b, 'mul', [g as GradRef, x as GradRef]), b.shape(y as GradRef)),
-  ], [0, 1]),
+  ], [0, 1], 'product'),
   binary('div', 'torch.div(a, b) (true division)', (alg, a, b) => alg.div(a, b), (b, { inputs: [x, y], outputs: [o], grads: [g] }) => [
     unbroadcast(b, one(b, 'div', [g as GradRef, y as GradRef]), b.shape(x as GradRef)),
     // d(x/y)/dy = -x/y^2 = -out/y
@@ -92,6 +95,7 @@ export const ops: OpDef[] = withZeroTails([
     name: 'identity',
     family: 'elementwise',
     movesValues: true,
+    inputDomains: { keeps: 'copy' },
     linearIn: () => [0],
     doc: 'a (a copy; also what a cast is in exact arithmetic)',
     inputs: fixed(1),
@@ -110,6 +114,8 @@ export const ops: OpDef[] = withZeroTails([
     inputs: fixed(1),
     outputs: fixed(1),
     attrSchema: attrObject({ factor: scalarSchema }, ['factor']),
+    // A factor >= 0 keeps a sign (Adam's beta2 * v).
+    inputDomains: { keeps: (at) => qParse(attrScalar(at, 'factor')).n >= 0n },
     shape: ([a]) => [a as Shape],
     apply: <S>(alg: Algebra<S>, ins: readonly Dense<S>[], at: Attrs): Dense<S>[] => {
       const k = alg.constant(attrScalar(at, 'factor'));

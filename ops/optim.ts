@@ -75,6 +75,8 @@ export const ops: OpDef[] = withZeroTails([
   {
     name: 'adam_update',
     family: 'optim',
+    // The second moment: a running mean of squares.
+    inputDomains: { needs: [undefined, undefined, undefined, 'nonneg'] },
     doc: 'torch.optim.Adam / AdamW (decoupled_weight_decay) step `step` (1-based): (p, g, m, v) -> (p\', m\', v\'); p\' = p - lr/(1 - b1^t) m\' / (sqrt(v\')/sqrt(1 - b2^t) + eps)',
     inputs: fixed(4),
     outputs: fixed(3),

@@ -195,6 +195,7 @@ export const ops: OpDef[] = withZeroTails([
     name: 'expand',
     family: 'reduce',
     movesValues: true,
+    inputDomains: { keeps: 'copy' },
     linearIn: () => [0],
     doc: 'a.expand(shape) (broadcast to shape; -1 keeps a dim)',
     inputs: fixed(1),

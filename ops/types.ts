@@ -42,6 +42,9 @@ interface CollectiveRule {
   applyGroup<S>(alg: Algebra<S>, inputs: readonly (Dense<S> | undefined)[], attrs: Attrs, group: Int32Array): (Dense<S> | undefined)[];
 }
 
+/** A value domain an op needs of an input: non-negative, positive, or a 0/1 mask. */
+export type InputDomain = 'nonneg' | 'positive' | 'mask';
+
 /** One operator: its record of rules (shape, evaluation over any Algebra, dimension roles, backward). */
 export interface OpDef {
   readonly name: string;
@@ -133,6 +136,16 @@ export interface OpDef {
    * test/reduction-dims.test.ts.
    */
   readonly movesValues?: boolean;
+  /**
+   * Input domains, for drawing witness inputs a program can receive (stages/domains.ts).
+   * `needs[i]`: the domain input i must lie in for the op to be defined (sqrt's argument >= 0,
+   * log's > 0, Adam's second moment >= 0, where's condition and dropout's mask 0/1). `keeps`:
+   * how a domain needed of the output passes to the inputs: 'copy' (every output element is an
+   * input element: any domain), 'sum' (>= 0 and > 0 when every input is), 'product' (the same,
+   * and a tensor times itself needs nothing), or a test of the attributes (a scale by a factor
+   * >= 0 keeps the sign).
+   */
+  readonly inputDomains?: { readonly needs?: readonly (InputDomain | undefined)[]; readonly keeps?: 'copy' | 'sum' | 'product' | ((attrs: Attrs) => boolean) };
   /**
    * Output 0 is input 0 narrowed along attribute `dim` to [`start`, `end`) (slice): the names
    * of those attributes. A region of a region is a region, so tensor-level proofs carry a

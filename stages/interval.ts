@@ -24,6 +24,7 @@ import type { LoadedPlan } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
 import { mulberry32, type Mismatch } from './numeric.js';
+import { drawInputs, neededDomains, signedAddend } from './domains.js';
 
 /** A closed interval [lo, hi] holding one exact real value. */
 export interface Iv {
@@ -223,14 +224,9 @@ export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly
   const lg = plan.logical;
   const rnd = mulberry32(seed);
   const uniform = (): number => rnd() * 2 - 1;
-  const inputs: LogicalValues<Iv> = new Array(lg.tensors.size);
-  for (const t of plan.contract.inputs) {
-    const shape = lg.shapes[t] ?? [];
-    const dom = lg.domains[t];
-    // `zero`: as numericCheck's (the same inputs at the same seed).
-    const draw = dom === undefined ? (zero?.has(t) === true ? (): number => 0 : uniform) : (): number => dom[Math.floor(rnd() * dom.length)] as number;
-    inputs[t] = { shape, data: Array.from({ length: numel(shape) }, () => pt(draw())) };
-  }
+  // `zero`: as numericCheck's (the same inputs at the same seed, within their domains).
+  const need = neededDomains(plan);
+  const inputs = drawInputs(plan, uniform, rnd, zero, pt) as LogicalValues<Iv>;
   let lv: LogicalValues<Iv>;
   let pv: RankValues<Iv>;
   try {
@@ -250,14 +246,14 @@ export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly
           if (v.reduce === 'sum') {
             let rest = mul(x, pt(v.divisor));
             for (let i = 0; i < v.n - 1; i++) {
-              const r = pt(uniform());
+              const r = pt(signedAddend(need[nf.logical], ((x.lo + x.hi) / 2) * v.divisor, v.n, uniform));
               (a[i] as Iv[])[e] = r;
               rest = add(rest, neg(r));
             }
             (a[v.n - 1] as Iv[])[e] = rest;
           } else {
             const holder = e % v.n;
-            for (let i = 0; i < v.n; i++) (a[i] as Iv[])[e] = i === holder ? x : v.reduce === 'max' ? add(x, pt(-0.5 - rnd())) : add(x, pt(0.5 + rnd()));
+            for (let i = 0; i < v.n; i++) (a[i] as Iv[])[e] = i === holder ? x : v.reduce === 'max' ? (need[nf.logical] === 'nonneg' || need[nf.logical] === 'positive' ? mul(x, pt(rnd())) : add(x, pt(-0.5 - rnd()))) : add(x, pt(0.5 + rnd()));
           }
         }
         addends.set(key, a);

@@ -12,6 +12,7 @@ import { executeLogical, executeParallel, logicalIndexer, logicalOrder, type Log
 import type { LoadedPlan } from '../lineage/load.js';
 import type { Program } from '../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
+import { drawInputs, neededDomains, signedAddend } from './domains.js';
 
 /** A difference this far beyond rounding (relative) is a witness. */
 const WITNESS_TOLERANCE = 1e-6;
@@ -110,14 +111,10 @@ export function evaluateBoth(plan: LoadedPlan, seed = 1, draw: InputDraw = 'unif
   // elements meet a constant of their own size: an epsilon changed from 1e-8 to 1e-3 moves an
   // Adam update only where the second moment is tiny (design principle 1: a small search).
   const uniform = draw === 'log' ? (): number => (rnd() < 0.5 ? -1 : 1) * 10 ** (-12 * rnd()) : (): number => rnd() * 2 - 1;
-  const inputs: LogicalValues<number> = new Array(lg.tensors.size);
-  for (const t of plan.contract.inputs) {
-    const shape = lg.shapes[t] ?? [];
-    const dom = lg.domains[t];
-    // Integer inputs draw from their declared values (so an ignore index does occur).
-    const draw = dom === undefined ? (zero?.has(t) === true ? (): number => 0 : uniform) : (): number => dom[Math.floor(rnd() * dom.length)] as number;
-    inputs[t] = { shape, data: Array.from({ length: numel(shape) }, draw) };
-  }
+  // Each input within its domain (stages/domains.ts): no witness from a negative second moment.
+  const need = neededDomains(plan);
+  const inputs = drawInputs(plan, uniform, rnd, zero, (x) => x) as LogicalValues<number>;
+  const signed = (t: number): boolean => need[t] === 'nonneg' || need[t] === 'positive';
   const logical = executeLogical(plan, floatAlgebra, inputs);
 
   // Addends of partial inputs: drawn once per (logical tensor, group), shared by replicas.
@@ -134,14 +131,14 @@ export function evaluateBoth(plan: LoadedPlan, seed = 1, draw: InputDraw = 'unif
         if (v.reduce === 'sum') {
           let rest = x * v.divisor;
           for (let i = 0; i < v.n - 1; i++) {
-            const r = uniform();
+            const r = signedAddend(need[nf.logical], x * v.divisor, v.n, uniform);
             (a[i] as number[])[e] = r;
             rest -= r;
           }
-          (a[v.n - 1] as number[])[e] = rest;
+          (a[v.n - 1] as number[])[e] = signed(nf.logical) ? Math.max(0, rest) : rest;
         } else {
           const holder = e % v.n;
-          for (let i = 0; i < v.n; i++) (a[i] as number[])[e] = i === holder ? x : v.reduce === 'max' ? x - 0.5 - rnd() : x + 0.5 + rnd();
+          for (let i = 0; i < v.n; i++) (a[i] as number[])[e] = i === holder ? x : v.reduce === 'max' ? (signed(nf.logical) ? x * rnd() : x - 0.5 - rnd()) : x + 0.5 + rnd();
         }
       }
       addends.set(key, a);

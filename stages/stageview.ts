@@ -8,6 +8,8 @@
 import type { LoadedPlan } from '../lineage/load.js';
 import { regionStr, valueStr, type LineageNF } from '../lineage/model.js';
 import type { Program } from '../plans/model.js';
+import type { Mesh } from '../plans/mesh.js';
+import type { Attrs } from '../ops/types.js';
 import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { stageClosure } from './extract.js';
@@ -27,6 +29,10 @@ interface ViewParallelOp extends ViewOp {
 interface ViewCollective {
   readonly id: string;
   readonly kind: string;
+  /** Its attributes as `key: value` (`reduce: avg`, `dim: 0`): a wrong reduce op is often the bug itself. */
+  readonly attrs: string;
+  /** Its group: the mesh axes it spans and the ranks (`dp [0,1]`), or the ranks alone. */
+  readonly group: string;
   /** Per group member: rank, input and output tensor names ('' when the member has none). */
   readonly members: { rank: number; input: string; output: string }[];
 }
@@ -74,6 +80,25 @@ export function findStage(stages: readonly Stage[], plan: LoadedPlan, key: strin
   return { error: known ? `logical tensor '${key}' has no stage: no rank computes a claim on it (it is a contract input or only read)` : `no stage named '${key}': no logical tensor of that name` };
 }
 
+/** The mesh axes whose groups are exactly `members` (`dp`, `dp,tp`), or '' when none are. */
+function groupAxes(mesh: Mesh, members: readonly number[]): string {
+  const first = members[0];
+  if (first === undefined) return '';
+  const axes = mesh.axes.map((_, a) => a).filter((a) => members.some((r) => mesh.coord(r, a) !== mesh.coord(first, a)));
+  if (axes.length === 0) return '';
+  const along = [...mesh.groupAlong(first, axes)].sort((x, y) => x - y);
+  const want = [...members].sort((x, y) => x - y);
+  return along.length === want.length && along.every((r, i) => r === want[i]) ? axes.map((a) => mesh.axes[a]).join(',') : '';
+}
+
+/** A collective's attributes, one `key: value` per attribute in key order. */
+function attrsStr(attrs: Attrs): string {
+  return Object.keys(attrs)
+    .sort()
+    .map((k) => `${k}: ${typeof attrs[k] === 'string' ? (attrs[k] as string) : JSON.stringify(attrs[k])}`)
+    .join(', ');
+}
+
 function relation(plan: LoadedPlan, rank: number, tensor: string, nf: LineageNF): ViewRelation {
   return { rank, tensor, logical: plan.logical.tensors.name(nf.logical), region: regionStr(nf.ranges), value: valueStr(nf.value) };
 }
@@ -106,6 +131,8 @@ export function stageView(plan: LoadedPlan, stages: readonly Stage[], stage: Sta
     return {
       id: inst.id,
       kind: registry.get(inst.kind).name,
+      attrs: attrsStr(inst.attrs),
+      group: ((axes: string, ranks: string): string => (axes === '' ? ranks : `${axes} ${ranks}`))(groupAxes(plan.mesh, [...inst.group]), `[${[...inst.group].join(',')}]`),
       members: [...inst.group].map((r, k) => ({ rank: r, input: (inst.inputs[k] as number) >= 0 ? tname(r, inst.inputs[k] as number) : '', output: (inst.outputs[k] as number) >= 0 ? tname(r, inst.outputs[k] as number) : '' })),
     };
   });

@@ -1,5 +1,5 @@
 import { strict as assert } from 'node:assert';
-import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
+import { generatePlan } from '../plans/gen/plan.js';
 import { BUGS, type BugContext } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
@@ -12,14 +12,7 @@ import { numericCheck } from '../stages/numeric.js';
 import { runCli, ROOT } from './helpers.js';
 import { readFileSync } from 'node:fs';
 import { fullUnless } from './optional.js';
-
-const MLP = (PRESETS['mlp-tiny'] as { model: ModelConfig }).model;
-const GPT2 = (PRESETS['gpt2-tiny'] as { model: ModelConfig }).model;
-const LLAMA = (PRESETS['llama-tiny'] as { model: ModelConfig }).model;
-const MOE = (PRESETS['moe-tiny'] as { model: ModelConfig }).model;
-// A large learning rate and a small clipping threshold make every optimizer-side bug visible
-// numerically (with max_norm 1 the clip factor is often exactly 1 at random inputs).
-const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
+import { bugConfig, GPT2, LLAMA, MLP, MOE, OPT } from './catalog.js';
 
 /** Logical op outputs that no parallel tensor on any program claims (nnScaler plans carry lineage for all). */
 function unclaimedLogicalOutputs(plan: Record<string, unknown>): string[] {
@@ -165,29 +158,7 @@ function downstream(plan: Record<string, unknown>, start: string): Set<string> {
 
 describe('bug catalog: every injected bug is caught', () => {
   // Each bug runs on the first configuration that has its place (gpt2, llama, then with SP).
-  const ctxFor = (bug: (typeof BUGS)[number]): [BugContext, ModelConfig] => {
-    for (const [sp, zero, pp] of [[false, 0, 1], [false, 1, 1], [false, 2, 1], [false, 3, 1], [true, 0, 1], [false, 0, 2], [false, 1, 2]] as const) {
-      for (const [family, model] of [['gpt2', GPT2], ['llama', LLAMA]] as const) {
-        const c: BugContext = { dp: 2, tp: 2, micro: 2, sp, zero, pp, family };
-        if (bug.applies(c)) return [c, pp > 1 ? { ...model, layers: 2 } : model];
-      }
-    }
-    const recompute: BugContext = { dp: 2, tp: 2, micro: 2, family: 'llama', recompute: true };
-    if (bug.applies(recompute)) return [recompute, LLAMA];
-    const dpOnly: BugContext = { dp: 2, tp: 2, micro: 1, family: 'gpt2' };
-    if (bug.applies(dpOnly)) return [dpOnly, GPT2];
-    const moe: BugContext = { dp: 2, tp: 1, micro: 1, family: 'moe', ep: true };
-    if (bug.applies(moe)) return [moe, MOE];
-    const moeSp: BugContext = { dp: 1, tp: 2, micro: 1, family: 'moe', sp: true };
-    if (bug.applies(moeSp)) return [moeSp, { ...MOE, seq: 2, batch: 1 }];
-    for (const cpComm of ['ring', 'allgather'] as const) {
-      const cpCtx: BugContext = { dp: 1, tp: 1, micro: 1, family: 'llama', cp: 2, cpComm };
-      if (bug.applies(cpCtx)) return [cpCtx, { ...LLAMA, seq: 4, batch: 1 }];
-    }
-    const interleaved: BugContext = { dp: 1, tp: 1, micro: 2, family: 'mlp', pp: 2, virtual: 2 };
-    if (bug.applies(interleaved)) return [interleaved, { ...MLP, layers: 4 }];
-    throw new Error(`no test configuration for ${bug.id}`);
-  };
+  const ctxFor = bugConfig;
   it('docs/bugs.md lists every entry with its source, and nothing else', () => {
     const doc = readFileSync(`${ROOT}docs/bugs.md`, 'utf8');
     const listed = [...doc.matchAll(/^\| `([a-z0-9-]+)` \|/gm)].map((m) => m[1]);

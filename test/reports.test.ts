@@ -191,7 +191,7 @@ describe('planproof explain PLAN STAGE', function () {
     assert.match(r.stdout, /^stage 13 of 14: g_w1/);
     // The logical matmul and the parallel matmul + all-reduce on the same line block.
     assert.match(r.stdout, /matmul {2}fc1_bwd_w {2}g_w1 {4}x_t, d_h {2}\| {2}0 {5}matmul/);
-    assert.match(r.stdout, /all_reduce {2}g_w1_sum {3}g_w1 {7}g_w1_part \(group 0,1\)/);
+    assert.match(r.stdout, /all_reduce\(reduce: avg\) {2}g_w1_sum {3}g_w1 {7}g_w1_part \(group dp \[0,1\]\)/);
     assert.match(r.stdout, /assumed input relations \(4; logical inputs: d_h, x_t\):\n {2}rank 0 'd_h' = d_h\[0:2, 0:4\] complete/);
     assert.match(r.stdout, /output relations to prove \(4\):[\s\S]*rank 1 'g_w1_part' = g_w1\[0:3, 0:4\] addend 1 of 2/);
     assert.match(r.stdout, /parallel {11}= 1\/2\*\(1\*d_h\[0\]\*x_t\[0\]/);
@@ -228,7 +228,7 @@ describe('planproof explain PLAN STAGE', function () {
     const dot = readFileSync(f, 'utf8');
     assert.match(dot, /subgraph cluster_logical/);
     assert.match(dot, /"cluster_rank_1"/);
-    assert.match(dot, /"C:g_w1_sum" \[label="g_w1_sum\\nall_reduce\\nranks 0,1"/);
+    assert.match(dot, /"C:g_w1_sum" \[label="g_w1_sum\\nall_reduce\\nreduce: avg\\ngroup dp \[0,1\]"/);
     assert.match(dot, /"L:t:g_w1" \[label="g_w1", shape=ellipse, color="#c62828"/);
     const { Graphviz } = await import('@hpcc-js/wasm-graphviz');
     const svg = (await Graphviz.load()).dot(dot);
@@ -272,6 +272,11 @@ describe('HTML report (--html) in headless chromium', function () {
     const svgText = (await page.textContent('#stage-13 .graph svg')) ?? '';
     for (const t of ['logical (one device)', 'rank 0', 'rank 1', 'g_w1_sum', 'all_reduce', 'fc1_bwd_w']) assert.ok(svgText.includes(t), t);
     assert.ok((await page.locator('#stage-13 .graph svg [stroke="#c62828"]').count()) > 0, 'the failing tensor is drawn red');
+    // The bug itself on the all-reduce (issue 35): its reduce op and group; red only on the
+    // failing g_w1 (logical and both ranks), not on the correct addends g_w1_part.
+    for (const t of ['reduce: avg', 'group dp [0,1]']) assert.ok(svgText.includes(t), t);
+    const red = await page.locator('#stage-13 .graph svg g.node.failing title').allTextContents();
+    assert.deepEqual(red.sort(), ['L:t:g_w1', 'R0:t:g_w1', 'R1:t:g_w1']);
     assert.match((await page.textContent('#stage-13 table.witness')) ?? '', /0\.0089578857/);
     assert.match((await page.textContent('#stage-13 .diagnosis')) ?? '', /0\.5 x logical/);
     assert.match((await page.textContent('#stage-13 pre.reason')) ?? '', /parallel - logical = -1\/2\*/);
