@@ -344,8 +344,22 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
   // Past the per-rank stage bound every path below (reduction, inference, per-stage
   // extraction, the pool) would build per-rank stages: the stages are decomposed per template
   // instead, each "unknown" with its reason (stages/template.ts), never a heap exhaustion.
+  // One bar (cli/progress.ts) on every path: stages decided out of all, on a terminal only.
+  const bar = stageBar(eng.progress === true);
+  const onStage = bar === undefined ? {} : { onStage: (done: number, total: number): void => bar.update(done, total) };
+  try {
+    return await proveOnPaths(file, l, loadMs, limit, json, eng, verbose, out, infer, red, perStage, files, sh, onStage);
+  } finally {
+    bar?.stop();
+  }
+}
+
+type OnStage = { onStage?: (done: number, total: number) => void };
+
+/** proveLoadedPlan's paths, with the progress callback of its bar. */
+async function proveOnPaths(file: string, l: Loaded, loadMs: number, limit: TimeLimit | undefined, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer: boolean | undefined, red: ReduceOptions, perStage: boolean, files: ReportFiles, sh: ShardRun, onStage: OnStage): Promise<number> {
   if (stageWorkTooLarge(l.plan) !== undefined) {
-    const r = verifyPerTemplate(l.plan, { seed: eng.seed, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart } });
+    const r = verifyPerTemplate(l.plan, { seed: eng.seed, ...onStage, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart } });
     const notTried = 'not tried: the plan is past the per-rank stage bound; its stages are sized at full shapes';
     out.log(json ? reportJson(r, { reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
     return finish(r, l, files, out);
@@ -357,7 +371,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
   if (eng.engine === 'normal' && infer !== true && !perStage && red.emitDir === undefined && red.tensorLevel !== false && stageEntries(l.plan) > PER_TEMPLATE_FIRST) {
     let r: ReturnType<typeof verifiedPerTemplate>;
     try {
-      r = verifiedPerTemplate(l.plan, { seed: eng.seed });
+      r = verifiedPerTemplate(l.plan, { seed: eng.seed, ...onStage });
     } catch (e) {
       if (e instanceof TimeLimitReached) throw e;
       r = undefined; // the rank-by-rank path below decides, and reports any engine error itself
@@ -394,7 +408,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
     // wantsInference has just seen tensor level leave a stage of this very plan open: round 0
     // would repeat that derivation to the same end (with hints in the file, the plan round 0
     // proves is another one, so it runs).
-    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true || auto, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), ...(eng.inferTimeLimit === undefined ? {} : { inferTimeLimit: eng.inferTimeLimit }), ...(auto && !fileHints ? { direct: false } : {}) }, out);
+    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true || auto, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), ...(eng.inferTimeLimit === undefined ? {} : { inferTimeLimit: eng.inferTimeLimit }), ...(auto && !fileHints ? { direct: false } : {}), ...onStage }, out);
     return finish(r, l, files, out);
   }
   // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.

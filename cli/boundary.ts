@@ -49,10 +49,10 @@ export function roundsLimit(timeLimitS: number | undefined, ownMs: number = TIME
   return { ms: ownMs, why: `${roundsLimitWhy(ownMs)}; --infer-time-limit raises it` };
 }
 
-export async function verifyInferred(file: string, text: string, opts: { seed: number; jobs: number; deadline: number; verbose: boolean; json: boolean; infer: boolean; timeLimit?: number; inferTimeLimit?: number; direct?: boolean }, out: Out): Promise<BoundaryReport> {
+export async function verifyInferred(file: string, text: string, opts: { seed: number; jobs: number; deadline: number; verbose: boolean; json: boolean; infer: boolean; timeLimit?: number; inferTimeLimit?: number; direct?: boolean; onStage?: (done: number, total: number) => void }, out: Out): Promise<BoundaryReport> {
   const raw = JSON.parse(text) as Record<string, unknown>;
   const limit = roundsLimit(opts.timeLimit, opts.inferTimeLimit === undefined ? TIME_LIMIT_MS : opts.inferTimeLimit * 1000);
-  const r = await verifyBoundary(file, raw, { seed: opts.seed, jobs: opts.jobs, deadlineMs: opts.deadline * 1000, infer: opts.infer, timeLimitMs: limit.ms, timeLimitWhy: limit.why, ...(opts.direct === undefined ? {} : { direct: opts.direct }) });
+  const r = await verifyBoundary(file, raw, { seed: opts.seed, jobs: opts.jobs, deadlineMs: opts.deadline * 1000, infer: opts.infer, timeLimitMs: limit.ms, timeLimitWhy: limit.why, ...(opts.direct === undefined ? {} : { direct: opts.direct }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   await shutdownZ3();
   out.log(opts.json ? reportJson(r) : formatBoundary(r, opts.verbose));
   return r;

@@ -30,6 +30,7 @@ export function stageBar(enabled: boolean, stream: NodeJS.WriteStream = process.
   );
   let started = false;
   const t0 = performance.now();
+  let drawn = t0;
   const rate = (done: number): string => {
     const s = (performance.now() - t0) / 1000;
     return s <= 0 ? '0' : (done / s).toFixed(1);
@@ -43,6 +44,13 @@ export function stageBar(enabled: boolean, stream: NodeJS.WriteStream = process.
       }
       if (bar.getTotal() !== total) bar.setTotal(total);
       bar.update(done, { rate: rate(done) });
+      // A synchronous proof loop (per template, in this thread) never lets the bar's timer
+      // fire: draw at most every 100 ms from here.
+      const now = performance.now();
+      if (now - drawn >= 100) {
+        drawn = now;
+        bar.render();
+      }
     },
     stop() {
       if (started) bar.stop();

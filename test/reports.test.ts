@@ -364,6 +364,28 @@ describe('progress bar on a terminal (tmux)', function () {
     assert.match(readFileSync(join(dir, `${name}.out`), 'utf8'), /verdict {5}VERIFIED/);
   }
 
+  /** The bar's (value, total) pairs seen on the screens. */
+  const bars = (screens: string[]): (readonly [number, number])[] => screens.flatMap((s) => [...s.matchAll(/proving stages \[[█░]+\] (\d+)\/(\d+) stages \| [0-9.]+ stages\/s \| ETA \S+/g)].map((m) => [Number(m[1]), Number(m[2])] as const));
+
+  it('the bar moves on a per-template verify (L1, proved in this thread at tensor level per template) @full', async () => {
+    const l1 = join(dir, 'L1.json');
+    assert.equal((await runCli(['gen', '--preset', 'L1', '-o', l1])).code, 0);
+    const screens = await watch('tmpl', `${run} ${l1} --no-cache > ${join(dir, 'tmpl.out')}`);
+    const values = [...new Set(bars(screens).map(([v]) => v))];
+    assert.ok(values.length >= 3, `the bar did not move: ${values.join(', ')}`);
+    assert.match(readFileSync(join(dir, 'tmpl.out'), 'utf8'), /decomposed per template/);
+  });
+
+  it('the bar moves on verify --infer (a captured MoE plan with lineage only at its boundary)', async () => {
+    const p = join(dir, 'moe.json');
+    const imp = await runCli(['import-graphs', '--dir', join(ROOT, 'test', 'fixtures', 'capture', 'moe_top1'), '-o', p]);
+    assert.equal(imp.code, 0, imp.stderr);
+    const screens = await watch('infer', `${run} ${p} --infer --no-cache --jobs 1 > ${join(dir, 'infer.out')}`);
+    const values = [...new Set(bars(screens).map(([v]) => v))];
+    assert.ok(values.length >= 2, `the bar did not move: ${values.join(', ')}`);
+    assert.match(readFileSync(join(dir, 'infer.out'), 'utf8'), /verdict {5}VERIFIED/);
+  });
+
   it('no bar with --json on a TTY, nor when stderr is a pipe @full', async () => {
     const screens = await watch('json', `${run} ${plan} --no-cache --no-tensor-level --jobs 1 --json > ${join(dir, 'json.out')}`);
     assert.match(screens[screens.length - 1] ?? '', /DONE 0/);
