@@ -42,7 +42,7 @@ describe('JUnit XML report (--junit)', function () {
     // The failing testcase: classname is the logical op, name the tensor and ranks.
     const m = /<testcase classname="fc1_bwd_w \(matmul\)" name="g_w1 on ranks 0,1"[^>]*>\s*<failure type="not_equivalent" message="([^"]*)">([^<]*)<\/failure>/.exec(xml);
     assert.ok(m, xml);
-    assert.match(m[1] ?? '', /0\.5 x logical: a scaling bug/);
+    assert.match(m[1] ?? '', /reduces with &apos;avg&apos; where &apos;sum&apos; is due/);
     assert.match(m[2] ?? '', /witness: rank 0 &apos;g_w1&apos; holds 0\.00895788\d* where logical g_w1\[0, 0\]/);
     assert.match(m[2] ?? '', /parallel - logical = -1\/2\*/);
     // Proved stages pass: no outcome element.
@@ -145,7 +145,7 @@ describe('JUnit XML report (--junit)', function () {
     assert.equal(b.suites.length, 1);
     assert.deepEqual({ ...b.suites[0], results: undefined }, { name: 'mlp-dp2-loss-scale-twice', tests: 14, failures: 1, errors: 0, skipped: 0, results: undefined });
     assert.deepEqual(b.suites[0]?.results.map(([n, k]) => [n, k]), [['g_w1 on ranks 0,1', 'Failure']]);
-    assert.match(b.suites[0]?.results[0]?.[2] ?? '', /0\.5 x logical: a scaling bug/);
+    assert.match(b.suites[0]?.results[0]?.[2] ?? '', /reduces with 'avg' where 'sum' is due/);
     // Unknown stages are skips, an invalid plan an error.
     const unknown = join(dir, 'read-unknown.xml');
     writeFileSync(
