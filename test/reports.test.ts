@@ -278,7 +278,7 @@ describe('HTML report (--html) in headless chromium', function () {
     const red = await page.locator('#stage-13 .graph svg g.node.failing title').allTextContents();
     assert.deepEqual(red.sort(), ['L:t:g_w1', 'R0:t:g_w1', 'R1:t:g_w1']);
     assert.match((await page.textContent('#stage-13 table.witness')) ?? '', /0\.0089578857/);
-    assert.match((await page.textContent('#stage-13 .diagnosis')) ?? '', /0\.5 x logical/);
+    assert.match((await page.textContent('#stage-13 .diagnosis')) ?? '', /reduces with 'avg' where 'sum' is due/);
     assert.match((await page.textContent('#stage-13 pre.reason')) ?? '', /parallel - logical = -1\/2\*/);
     const visible = async (): Promise<string[]> => page.locator('#stages tbody tr:visible td:first-child').allTextContents();
     assert.equal((await visible()).length, 14);
