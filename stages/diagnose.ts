@@ -54,7 +54,7 @@ export interface TensorValues {
   readonly collectiveOf: (rank: number, local: number) => { inst: CollectiveInstance; member: number } | undefined;
 }
 
-export interface Evidence {
+interface Evidence {
   readonly witness: readonly Mismatch[];
   /** The proof's normal-form difference (may name partial addends). */
   readonly residual: string;
