@@ -339,7 +339,7 @@ function matchOf(v: TensorValues, h: Holder, kind: MatchKind): { key: string; sa
   if (kind === 'wrong-slice') {
     const s = shiftedMatch(v, h);
     if (s === undefined) return undefined;
-    return { key: `${s.dim}:${s.delta}`, say: (who) => `${who} holds ${region(tn, h.idx, shape, s.dim, s.delta)} where its claim is ${region(tn, h.idx, shape)}: a wrong slice or offset (off by ${s.delta} along dim ${s.dim})` };
+    return { key: `${s.dim}:${s.delta}`, say: (who) => `${who} holds another slice of '${tn}' (rank ${h.rank}: ${region(tn, h.idx, shape, s.dim, s.delta)} where its claim is ${region(tn, h.idx, shape)}): a wrong slice or offset (off by ${s.delta} along dim ${s.dim})` };
   }
   const t = otherTensorMatch(v, h);
   if (t === undefined) return undefined;
@@ -371,7 +371,7 @@ function valueMatch(name: MatchKind, cause: string): Rule {
         // A match that leaves wrong ranks unexplained is not the cause (a missing sum across
         // stages leaves one side holding an earlier addend): another rule speaks.
         if (wrongRanks(e).some((r) => !ranks.includes(r))) continue;
-        const who = ranks.length === 1 ? `rank ${h.rank}'s '${h.name}'` : `ranks ${rankList(ranks)}' '${h.name}' (rank ${h.rank}'s shown)`;
+        const who = `'${h.name}' on rank(s) ${rankList(ranks)}`;
         return { ranks, text: found.say(who) };
       }
       return undefined;
