@@ -27,7 +27,7 @@ interface FirstFailing {
 function firstFailing(r: Pick<VerifyReport, 'stages'>): FirstFailing | undefined {
   const s: StageReport | undefined = r.stages.find((x) => x.status === 'not_equivalent');
   if (s === undefined) return undefined;
-  return { stage: s.index, tensor: s.logical, op: s.op ?? null, ranks: s.failingRanks, cause: s.diagnosis ?? s.reason ?? `the two sides differ on ${s.logical}` };
+  return { stage: s.index, tensor: s.logical, op: s.op ?? null, ranks: s.failingRanks, cause: (s.diagnosisRule === 'none' ? undefined : s.diagnosis) ?? s.reason ?? `the two sides differ on ${s.logical}` };
 }
 
 /**

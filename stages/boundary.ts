@@ -815,7 +815,7 @@ function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport,
     for (const x of narrow.tensors) spanTensors.add(x);
     return { stage: first.index, from: narrow.from, to, ops: [...spanOps].sort(), suspects: narrow.ops, tensors: [...spanTensors].sort(), likelyCause: narrow.cause + (first.diagnosis === undefined ? '' : `; the values: ${first.diagnosis}`), narrowed: true };
   }
-  const cause = first.diagnosis ?? (partialIn !== undefined ? `the span starts from a partial value (${partialIn}); if a later op uses it as complete, a reduction (all-reduce / reduce-scatter) is missing` : undefined);
+  const cause = (first.diagnosisRule === 'none' ? undefined : first.diagnosis) ?? (partialIn !== undefined ? `the span starts from a partial value (${partialIn}); if a later op uses it as complete, a reduction (all-reduce / reduce-scatter) is missing` : undefined);
   return { stage: first.index, from, to, ops: [...ops].sort(), tensors: [...tensors].sort(), ...(cause === undefined ? {} : { likelyCause: cause }), narrowed: false };
 }
 

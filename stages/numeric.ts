@@ -51,6 +51,8 @@ export interface NumericReport {
   readonly mismatches: Mismatch[];
   /** Logical tensors with at least one mismatch, in topological order. */
   readonly failingTensors: string[];
+  /** How the inputs were drawn, when not 'uniform' (so the diagnosis sees the witness's values again). */
+  readonly draw?: InputDraw;
 }
 
 export function mulberry32(seed: number): () => number {
@@ -92,7 +94,7 @@ function tooLargeForNumeric(plan: LoadedPlan): string | undefined {
 /** How float contract inputs are drawn: uniform on (-1, 1), or log-uniform magnitudes with a random sign. */
 export type InputDraw = 'uniform' | 'log';
 
-interface BothValues {
+export interface BothValues {
   readonly logical: LogicalValues<number>;
   readonly parallel: RankValues<number>;
   readonly lineageOf: (r: number, t: number) => LineageNF | undefined;
@@ -245,5 +247,5 @@ export function numericCheck(plan: LoadedPlan, seed = 1, skip?: (rank: number, t
   }
   mismatches.sort((a, b) => a.order - b.order || a.rank - b.rank);
   const failingTensors = [...new Set(mismatches.map((m) => m.logical))];
-  return { evaluated: true, seed, claimsChecked, mismatches, failingTensors };
+  return { evaluated: true, seed, claimsChecked, mismatches, failingTensors, ...(draw === 'uniform' ? {} : { draw }) };
 }

@@ -452,7 +452,8 @@ export const partProver = (opts: { readonly termBudget?: number; readonly maxHol
     const witness = numeric.mismatches.filter((m) => m.logical === target).map((m) => ({ ...m, rank: ranks[m.rank] ?? m.rank }));
     const failingRanks = result.failingRanks.map((r) => ranks[r] ?? r);
     if (c.cutAddends > 0) result = { ...result, reason: `${result.reason ?? ''}; assumed as claimed: ${c.cutAddends} addend(s) of '${target}' on the part's ranks (their group has more holders than a part takes; they are obligations of this stage too, so the stage fails whether or not they hold)` };
-    const diagnosis = witness.length === 0 ? undefined : diagnoseWitness(witness, failingRanks, ranks, result.reason ?? '');
+    // Witness-only evidence: the part's values are at its own (cut) shapes and rank numbers.
+    const diagnosis = witness.length === 0 ? undefined : diagnoseWitness(witness, result.reason ?? '');
     return { rank, ranks, result: { ...result, failingRanks }, witness, reduced, raw: useRaw, ...(notReduced === undefined ? {} : { notReduced: notReduced.slice(0, 300) }), ...(diagnosis === undefined ? {} : { diagnosis }) };
   } catch (e) {
     if (e instanceof PartError) return { why: e.message };

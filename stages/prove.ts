@@ -15,6 +15,7 @@
  * evidently nonzero or that the logical side divides by as well. A normal-form difference is
  * not a refutation: the caller pairs it with a numeric witness or reports "unknown".
  */
+import type { Diagnosis } from './diagnose.js';
 import type { Algebra, Dense } from '../ops/algebra.js';
 import { registry } from '../ops/registry.js';
 import { type Attrs, numel } from '../ops/types.js';
@@ -43,8 +44,8 @@ interface PartResult {
   /** Why the part was not reduced, when it was not. */
   readonly notReduced?: string;
   readonly raw: RawPlan;
-  /** What the witness values look like (stages/verify.ts diagnoses). */
-  readonly diagnosis?: string;
+  /** What the witness values look like (stages/diagnose.ts). */
+  readonly diagnosis?: Diagnosis;
 }
 
 export type ProvePart = (plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: number, tensor: number, seed: number) => PartResult | { why: string };

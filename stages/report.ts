@@ -1,5 +1,6 @@
 /** The human-readable verification report: for the person who has to fix the bug. */
 import type { Mismatch } from './numeric.js';
+import type { Cause } from './diagnose.js';
 
 /** The decision procedure a run used: the exact normal form, or Z3 alone (a cross-check). */
 export type Engine = 'normal' | 'z3';
@@ -20,6 +21,10 @@ export interface StageReport {
   readonly witness?: Mismatch[];
   /** A diagnosis of the witness, when one fits. */
   readonly diagnosis?: string;
+  /** The rule that gave it (stages/diagnose.ts), 'none' where no rule fits. */
+  readonly diagnosisRule?: Cause;
+  /** The ranks the diagnosis names wrong: each shown wrong by the values. */
+  readonly diagnosisRanks?: number[];
   readonly logicalOps: number;
   readonly parallelOps: number;
   readonly ms: number;

@@ -782,7 +782,7 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
             status: 'not_equivalent',
             reason: `the two sides differ on rank ${rank}'s part (its obligation and the ${r.ranks.length} rank(s) it reads, extracted${r.reduced ? ' and reduced' : ''}: stages/part.ts): ${r.result.reason ?? ''}`,
             witness: r.witness.slice(0, 4),
-            ...(diagnosis === undefined ? {} : { diagnosis }),
+            ...(diagnosis === undefined ? {} : { diagnosis: diagnosis.text, diagnosisRule: diagnosis.rule, diagnosisRanks: diagnosis.ranks }),
             failingRanks: r.result.failingRanks,
             ms: rep.ms + (performance.now() - t1),
           };

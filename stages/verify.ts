@@ -13,6 +13,7 @@ import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type InputDraw, type Mismatch, type NumericReport } from './numeric.js';
 import { certifiedMismatch, certifyWitness } from './interval.js';
+import { diagnose, tensorValues, type Diagnosis, type TensorValues } from './diagnose.js';
 import { decompose, Prover, type Stage, type StageResult } from './prove.js';
 import { newPool, notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './pool.js';
 
@@ -393,6 +394,8 @@ export function engineError(s: Stage, e: unknown): StageResult {
 export function assemble(plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, seed: number, t0: number): VerifyReport {
   const lg = plan.logical;
   const reports: StageReport[] = [];
+  // Every rank's values at the witness draw, for the diagnosis: evaluated on first use only.
+  const valuesOf = numeric.evaluated && numeric.mismatches.length > 0 ? tensorValues(plan, numeric.seed, numeric.draw) : undefined;
   results.forEach((r, i) => {
     const s = r.stage;
     const name = lg.tensors.name(s.logical);
@@ -420,8 +423,11 @@ export function assemble(plan: LoadedPlan, results: readonly StageResult[], nume
     }
     const witness = numeric.mismatches.filter((m) => m.logical === name);
     if (witness.length > 0) {
-      const diagnosis = diagnoseWitness(witness, r.failingRanks, base.ranks, r.reason ?? '');
-      reports.push({ ...base, status: 'not_equivalent', reason: `the two sides differ: ${r.reason ?? ''}`, witness: witness.slice(0, 4), ...(diagnosis === undefined ? {} : { diagnosis }) });
+      const d = diagnoseWitness(witness, r.reason ?? '', valuesOf?.(s.logical));
+      // Failing ranks include every rank the witness or the diagnosis shows wrong: the proof may
+      // have stopped at the first rank it refuted.
+      const failingRanks = [...new Set([...r.failingRanks, ...witness.map((m) => m.rank), ...d.ranks])].sort((a, b) => a - b);
+      reports.push({ ...base, failingRanks, status: 'not_equivalent', reason: `the two sides differ: ${r.reason ?? ''}`, witness: witness.slice(0, 4), diagnosis: d.text, diagnosisRule: d.rule, diagnosisRanks: d.ranks });
     } else {
       const why = numeric.evaluated ? `no numeric witness at seed ${seed}` : `no numeric evaluation (${numeric.reason ?? ''})`;
       reports.push({ ...base, failingRanks: [], status: 'unknown', reason: `normal forms differ but ${why}; the engine may lack an identity the plan relies on: ${r.reason ?? ''}` });
@@ -460,30 +466,7 @@ export function assemble(plan: LoadedPlan, results: readonly StageResult[], nume
   };
 }
 
-/** Names the likely kind of bug from the witness values (design principle 8). */
-export function diagnoseWitness(w: readonly Mismatch[], failingRanks: readonly number[], ranks: readonly number[], residual: string): string | undefined {
-  if (w.some((m) => m.kind === 'replica')) return 'replicas of one addend disagree across ranks: divergence';
-  const ratios = w.filter((m) => Math.abs(m.expected) > 1e-12).map((m) => m.parallel / m.expected);
-  if (ratios.length >= 2 && ratios.every((x) => Math.abs(x - (ratios[0] as number)) < 1e-6 * Math.max(1, Math.abs(ratios[0] as number)))) {
-    const c = ratios[0] as number;
-    if (Math.abs(c) < 1e-9) return 'the parallel values are 0: a contribution is missing (a dropped or misrouted addend, a padding row read, a communication left out)';
-    return `parallel = ${fmt(c)} x logical: a scaling bug (a sum where an average is needed, or the reverse; a loss scale applied twice)`;
-  }
-  // Addend symbols (name[e]#i/n) left in the residual: a partial value was used as if complete.
-  // Checked after the constant ratio: an average where a sum was due leaves (a1 + a2)/2, whose
-  // residual names the addends too, yet the witness shows a uniform scale.
-  const addend = /([A-Za-z0-9_.:/@[\]-]+?)\[\d+\]#\d+\/\d+/.exec(residual);
-  if (addend !== null) return `the result depends on individual partial addends of '${addend[1] ?? ''}': a reduction (all-reduce / reduce-scatter) of a partial value is missing`;
-  if (failingRanks.length > 0 && failingRanks.length < ranks.length) return `only rank(s) ${rankList(failingRanks)} of ${rankList(ranks)} are wrong: the ranks diverge (a replica computed differently, or a wrong slice on one rank)`;
-  return undefined;
-}
-
-/** A rank list for a sentence: the first few and how many (a part may reach 512 ranks). */
-function rankList(rs: readonly number[]): string {
-  return rs.length <= 8 ? rs.join(', ') : `${rs.slice(0, 6).join(', ')}, ... (${rs.length} ranks)`;
-}
-
-function fmt(x: number): string {
-  const r = Math.round(x * 1e6) / 1e6;
-  return String(r);
+/** Names the likely cause from the witness (stages/diagnose.ts: one rule per cause). */
+export function diagnoseWitness(w: readonly Mismatch[], residual: string, values?: TensorValues): Diagnosis {
+  return diagnose({ witness: w, residual, ...(values === undefined ? {} : { values }) });
 }

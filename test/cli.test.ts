@@ -122,7 +122,7 @@ describe('cli', () => {
     assert.match(r.stderr, /\$\.logical\.ops\[12\] op 'sgd_w1' \(sgd_update\): attrs\.lr must be a number or an exact rational string/);
     assert.doesNotMatch(r.stderr, /internal error/);
   });
-  it('a gradient averaged where a sum was due is diagnosed as a 0.5x scaling bug, not a missing reduction (issue 13, defect 5)', async () => {
+  it('a gradient averaged where a sum was due is diagnosed as the all-reduce\'s wrong reduce op, not a missing reduction (issue 13, defect 5; issue 35)', async () => {
     const { mkdtempSync } = await import('node:fs');
     const { tmpdir } = await import('node:os');
     const f = `${mkdtempSync(`${tmpdir()}/pp-`)}/avg.json`;
@@ -131,7 +131,7 @@ describe('cli', () => {
     assert.equal(r.code, 1);
     const j = JSON.parse(r.stdout) as { stages: { status: string; diagnosis?: string }[] };
     const first = j.stages.find((s) => s.status === 'not_equivalent');
-    assert.match(first?.diagnosis ?? '', /parallel = 0\.5 x logical: a scaling bug/);
+    assert.match(first?.diagnosis ?? '', /\(all_reduce over ranks [0-9, ]+\) reduces with 'avg' where 'sum' is due/);
   }).timeout(120_000);
   it('report columns stay aligned when an op label is long (issue 13, defect 6)', async () => {
     const { readFileSync, writeFileSync, mkdtempSync } = await import('node:fs');

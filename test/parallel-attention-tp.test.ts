@@ -168,8 +168,9 @@ describe('Megatron tensor-parallel attention (tp=2, grouped-query heads, causal)
     assert.equal(first.status, 'not_equivalent');
     assert.deepEqual(first.failingRanks, [0, 1]);
     assert.ok((first.witness ?? []).length > 0);
-    // The witness is recognized as a factor-of-two scaling of the logical value.
-    assert.match(first.diagnosis ?? '', /scaling/);
+    // The witness is recognized as the all-reduce's wrong reduce op (issue 35: not a bare scale).
+    assert.equal(first.diagnosisRule, 'reduce-kind', first.diagnosis);
+    assert.match(first.diagnosis ?? '', /reduces with 'avg' where 'sum' is due/);
     assert.equal(r.stages.filter((s) => s.status !== 'proved').length, 1);
   });
 

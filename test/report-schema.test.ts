@@ -57,7 +57,8 @@ describe('the --json report and its schema', function () {
     assert.equal(f.stage, s.index);
     assert.deepEqual(f.ranks, s.failingRanks);
     assert.equal(f.cause, s.diagnosis);
-    assert.match(f.cause, /scaling bug/);
+    assert.match(f.cause, /'g_w1_sum' \(all_reduce over ranks 0, 1\) reduces with 'avg' where 'sum' is due/);
+    assert.equal((s as { diagnosisRule?: string }).diagnosisRule, 'reduce-kind');
     // Right after the verdict, for a reader of the raw text.
     assert.deepEqual(Object.keys(j).slice(0, 6), ['schemaVersion', 'file', 'name', 'verdict', 'summary', 'firstFailing']);
   });

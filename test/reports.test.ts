@@ -42,7 +42,7 @@ describe('JUnit XML report (--junit)', function () {
     // The failing testcase: classname is the logical op, name the tensor and ranks.
     const m = /<testcase classname="fc1_bwd_w \(matmul\)" name="g_w1 on ranks 0,1"[^>]*>\s*<failure type="not_equivalent" message="([^"]*)">([^<]*)<\/failure>/.exec(xml);
     assert.ok(m, xml);
-    assert.match(m[1] ?? '', /0\.5 x logical: a scaling bug/);
+    assert.match(m[1] ?? '', /reduces with &apos;avg&apos; where &apos;sum&apos; is due/);
     assert.match(m[2] ?? '', /witness: rank 0 &apos;g_w1&apos; holds 0\.00895788\d* where logical g_w1\[0, 0\]/);
     assert.match(m[2] ?? '', /parallel - logical = -1\/2\*/);
     // Proved stages pass: no outcome element.
@@ -145,7 +145,7 @@ describe('JUnit XML report (--junit)', function () {
     assert.equal(b.suites.length, 1);
     assert.deepEqual({ ...b.suites[0], results: undefined }, { name: 'mlp-dp2-loss-scale-twice', tests: 14, failures: 1, errors: 0, skipped: 0, results: undefined });
     assert.deepEqual(b.suites[0]?.results.map(([n, k]) => [n, k]), [['g_w1 on ranks 0,1', 'Failure']]);
-    assert.match(b.suites[0]?.results[0]?.[2] ?? '', /0\.5 x logical: a scaling bug/);
+    assert.match(b.suites[0]?.results[0]?.[2] ?? '', /reduces with 'avg' where 'sum' is due/);
     // Unknown stages are skips, an invalid plan an error.
     const unknown = join(dir, 'read-unknown.xml');
     writeFileSync(
@@ -278,7 +278,7 @@ describe('HTML report (--html) in headless chromium', function () {
     const red = await page.locator('#stage-13 .graph svg g.node.failing title').allTextContents();
     assert.deepEqual(red.sort(), ['L:t:g_w1', 'R0:t:g_w1', 'R1:t:g_w1']);
     assert.match((await page.textContent('#stage-13 table.witness')) ?? '', /0\.0089578857/);
-    assert.match((await page.textContent('#stage-13 .diagnosis')) ?? '', /0\.5 x logical/);
+    assert.match((await page.textContent('#stage-13 .diagnosis')) ?? '', /reduces with 'avg' where 'sum' is due/);
     assert.match((await page.textContent('#stage-13 pre.reason')) ?? '', /parallel - logical = -1\/2\*/);
     const visible = async (): Promise<string[]> => page.locator('#stages tbody tr:visible td:first-child').allTextContents();
     assert.equal((await visible()).length, 14);
