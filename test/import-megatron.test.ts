@@ -48,6 +48,13 @@ describe('import-graphs: Megatron graphs as exporters print them (issue 34)', fu
     }
   });
 
+  it('a collective in the single-device graph over a group the relations declare larger is refused (not taken as the identity)', async () => {
+    const d = copy(join(CORPUS, 'gpt_tp2_l1'), { 'relations.json': (s) => s.replace('"groups": {', '"groups": { "7": { "axes": ["tp"] },') });
+    const r = await importDir(d);
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /logical\.py:\d+: a collective over 2 ranks in the single-device graph/);
+  });
+
   it('dropout masks are paired by order with placements read from the shapes: S(0) on the sequence shard, S(1) for the heads', async () => {
     const r = await importDir(copy(join(CORPUS, 'gpt_tp2_l1')));
     assert.equal(r.code, 0, r.stderr);

@@ -288,7 +288,10 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   // ---- the logical graph: one device, so a collective there is over a group of one (Megatron
   // at tp 1 still calls its all-reduces): the identity. A larger group is not a single-device graph.
   for (const c of logical.collectives) {
-    const size = c.ranks?.length ?? c.groupSize;
+    // The functional all_reduce names no size: a group the relations declare larger is refused too.
+    const declared = rel.groups?.[c.group];
+    const declaredSize = declared === undefined ? undefined : 'ranks' in declared ? declared.ranks.length : declared.axes.reduce((a, ax) => a * (rel.mesh.axes.find((m) => m.name === ax)?.size ?? 1), 1);
+    const size = c.ranks?.length ?? c.groupSize ?? declaredSize;
     if (size !== undefined && size !== 1) throw new ImportError(logical.file, c.line, `a collective over ${size} ranks in the single-device graph: the logical program must run on one device`);
     const op = c.op as RawParallelOp;
     op.op = 'identity';
