@@ -125,6 +125,20 @@ describe('import-graphs: Megatron graphs as exporters print them (issue 34)', fu
     assert.match(v.stdout, /NOT EQUIVALENT: stage \d+ \(grad_x/);
   });
 
+  it("vLLM's fused kernels through the shipped map (fused_add_rms_norm, silu_and_mul via auto_functionalized; a tracer marker via auto_functionalized_v2) compute RMSNorm and SiLU-and-mul: VERIFIED; fed the residual instead, refuted at act", async () => {
+    const VLLM = 'test/fixtures/import-vllm';
+    const ok = await importDir(copy(VLLM));
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.match(ok.stderr, /3 call\(s\) through op maps/);
+    assert.equal((await runCli(['verify', '--infer', '--jobs', '0', ok.out])).code, 0);
+    const bad = await importDir(copy(VLLM, { 'rank0.py': (s) => s.replace('out = empty, input = getitem_1)', 'out = empty, input = getitem_2)') }));
+    assert.equal(bad.code, 0, bad.stderr);
+    const v = await runCli(['verify', '--infer', '--jobs', '0', '--json', bad.out]);
+    assert.equal(v.code, 1, v.stdout);
+    const rep = JSON.parse(v.stdout) as { stages: { status: string; logical: string }[] };
+    assert.deepEqual(rep.stages.filter((s) => s.status === 'not_equivalent').map((s) => s.logical), ['act']);
+  });
+
   it('a joint graph (primals, tangents with tree_flatten_spec) reads its flattened inputs with their declared types', () => {
     const text = ['class joint_helper(torch.nn.Module):', '    def forward(self, primals, tangents):', '        primals_1: "f32[4, 8]"; primals_2: "f32[8]"; tangents_1: "f32[4, 8]"; ', '    ', '        primals_1, primals_2, tangents_1, = fx_pytree.tree_flatten_spec([primals, tangents], self._in_spec)', '        add: "f32[4, 8]" = torch.ops.aten.add.Tensor(primals_1, primals_2)', '        return pytree.tree_unflatten([add, tangents_1], self._out_spec)'].join('\n');
     const g = parseFxGraph('j.py', text);
