@@ -112,6 +112,12 @@ describe('import-graphs: Megatron graphs as exporters print them (issue 34)', fu
     writeFileSync(join(d, 'relations.json'), rel(true));
     const ok = await importDir(d);
     assert.equal(ok.code, 0, ok.stderr);
+    // A mean of the mask is not an integer: casting it is refused even with the mask's values.
+    writeFileSync(join(d, 'logical.py'), g.replace('torch.ops.aten.sum.default(mask)', 'torch.ops.aten.mean.default(mask)'));
+    writeFileSync(join(d, 'rank0.py'), g.replace('torch.ops.aten.sum.default(mask)', 'torch.ops.aten.mean.default(mask)'));
+    const mean = await importDir(d);
+    assert.equal(mean.code, 2);
+    assert.match(mean.stderr, /truncates values not known to be integers/);
   });
 
   it("a standalone LayerNorm backward with its saved statistics as tensors (apex's flat mean and invvar) is the textbook backward: VERIFIED; a sign error refuted", async () => {

@@ -171,7 +171,8 @@ export class Lowerer {
       throw e;
     }
     const outs = outIds.map((o, k) => this.addTensor(o, shapes[k] ?? this.fail(`${op}: fewer outputs than expected`), dtype));
-    if (INTEGRAL_OPS.has(op) && inputs.every((t) => this.isIntegral(t)) && (op !== 'scale' || Number.isInteger(attrs['factor']))) for (const t of outs) this.integral.add(t.id);
+    // (an average of integers is not one: avg reductions are left out, as are non-integer scales)
+    if (INTEGRAL_OPS.has(op) && inputs.every((t) => this.isIntegral(t)) && (op !== 'scale' || Number.isInteger(attrs['factor'])) && attrs['reduce'] !== 'avg') for (const t of outs) this.integral.add(t.id);
     const n = this.node;
     const opId = `${outIds[0] ?? 'op'}.op`;
     const raw: RawParallelOp = { id: opId, op, inputs: inputs.map((t) => t.id), outputs: [...outIds], ...(Object.keys(attrs).length > 0 ? { attrs } : {}), ...(n === undefined ? {} : { loc: this.locOf(n) }) };
