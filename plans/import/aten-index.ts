@@ -8,7 +8,7 @@
  */
 import type { AttrValue } from '../../ops/types.js';
 import type { FxArg, FxNode } from './fxtext.js';
-import type { Lowerer, OpaqueVal, Rule, TensorVal, Val } from './lower.js';
+import { splitPieces, type Lowerer, type OpaqueVal, type Rule, type TensorVal, type Val } from './lower.js';
 
 const prod = (s: readonly number[]): number => s.reduce((a, b) => a * b, 1);
 const same = (a: readonly number[], b: readonly number[]): boolean => a.length === b.length && a.every((d, i) => d === b[i]);
@@ -203,12 +203,7 @@ export const INDEX_RULES: Record<string, Rule> = {
     if (d < 0) d += x.shape.length;
     const size = x.shape[d] ?? l.fail(`dim ${d} out of range`);
     if (chunks <= 0) l.fail('chunks must be positive');
-    const k = Math.ceil(size / chunks);
-    const sizes: number[] = [];
-    for (let at = 0; at < size; at += k) sizes.push(Math.min(k, size - at));
-    if (sizes.length <= 1) return l.bind(n, { kind: 'list', items: [x] }, (n.args[0] as { name?: string }).name);
-    const outs = l.emit('split', [x], { dim: d, sizes }, sizes.map((_, i) => `${l.out(n)}.${i}`), x.dtype);
-    return l.bind(n, { kind: 'list', items: outs }, (n.args[0] as { name?: string }).name);
+    return splitPieces(l, n, x, d, size, Math.ceil(size / chunks));
   },
   'aten.max.dim': (l, n) => {
     const x = l.tensor(n.args[0], 'self');

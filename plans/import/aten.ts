@@ -10,7 +10,7 @@ import type { RawParallelOp } from '../raw.js';
 import type { FxArg, FxGraph, FxNode } from './fxtext.js';
 import { TRAINING_RULES } from './aten-training.js';
 import { INDEX_RULES } from './aten-index.js';
-import { binary, filled, likeShape, type ConstValue, type Lowered, Lowerer, type LowerOptions, type OpaqueVal, REDUCE, refuseTruncation, reshape, type Rule, sameStrides, scaleBy, type TensorVal, uninitialized, unary, type Val, view, viewStrides } from './lower.js';
+import { binary, filled, likeShape, type ConstValue, type Lowered, Lowerer, type LowerOptions, type OpaqueVal, REDUCE, refuseTruncation, reshape, type Rule, sameStrides, scaleBy, splitPieces, type TensorVal, uninitialized, unary, type Val, view, viewStrides } from './lower.js';
 
 export type { Lowered, TensorVal } from './lower.js';
 
@@ -27,6 +27,21 @@ function addc(op: 'mul' | 'div', inPlace: boolean): Rule {
     if (inPlace) l.write(n.args[0], r);
     return l.bind(n, r);
   };
+}
+
+/**
+ * What copy(dst, src) and copy_ leave in dst: src, expanded to dst's shape. Uninitialized
+ * memory as dst is fine, every element is written (autograd's .grad from new_empty_strided,
+ * Megatron's torch.empty buffers).
+ */
+function copied(l: Lowerer, n: FxNode, out: string | undefined): TensorVal {
+  const d = l.val(n.args[0], 'self');
+  const shape = d.kind === 'opaque' && d.what === 'uninitialized memory' ? (JSON.parse(String(d.data['shape'])) as number[]) : undefined;
+  const dst = shape === undefined ? l.tensor(n.args[0], 'self') : { shape, dtype: String(d.kind === 'opaque' ? d.data['dtype'] : 'float32') };
+  const src = l.tensor(n.args[1], 'src');
+  refuseTruncation(l, src, dst.dtype);
+  const same = src.shape.length === dst.shape.length && src.shape.every((x, i) => x === dst.shape[i]);
+  return same ? src : l.one('expand', [src], { shape: [...dst.shape] }, out);
 }
 
 /** matmul of (a, b) plus beta * bias (addmm, baddbmm). */
@@ -185,21 +200,10 @@ const RULES: Record<string, Rule> = {
     refuseTruncation(l, x, to);
     return l.bind(n, x.dtype === to ? x : l.one('identity', [x], {}, l.out(n), to));
   },
-  'aten.copy': (l, n) => {
-    // (functional copy_: the result is src in dst's shape; an uninitialized dst is fine, every element is written)
-    const d = l.val(n.args[0], 'self');
-    const dst = d.kind === 'opaque' && d.what === 'uninitialized memory' ? { kind: 'tensor' as const, id: '', shape: JSON.parse(String(d.data['shape'])) as number[], dtype: String(d.data['dtype']) } : l.tensor(n.args[0], 'self');
-    const src = l.tensor(n.args[1], 'src');
-    refuseTruncation(l, src, dst.dtype);
-    return l.bind(n, src.shape.length === dst.shape.length && src.shape.every((d, i) => d === dst.shape[i]) ? src : l.one('expand', [src], { shape: [...dst.shape] }, l.out(n)));
-  },
+  // (functional copy_: the result is src in dst's shape)
+  'aten.copy': (l, n) => l.bind(n, copied(l, n, l.out(n))),
   'aten.copy_': (l, n) => {
-    const d = l.val(n.args[0], 'self');
-    // Uninitialized memory (new_empty_strided, as autograd allocates .grad) written whole by copy_.
-    const dst = d.kind === 'opaque' && d.what === 'uninitialized memory' ? { kind: 'tensor' as const, id: '', shape: JSON.parse(String(d.data['shape'])) as number[], dtype: String(d.data['dtype']) } : l.tensor(n.args[0], 'self');
-    const src = l.tensor(n.args[1], 'src');
-    refuseTruncation(l, src, dst.dtype);
-    const v = src.shape.length === dst.shape.length && src.shape.every((d, i) => d === dst.shape[i]) ? src : l.one('expand', [src], { shape: [...dst.shape] });
+    const v = copied(l, n, undefined);
     l.write(n.args[0], v);
     return l.bind(n, v);
   },
@@ -298,11 +302,7 @@ const RULES: Record<string, Rule> = {
     if (n.args[1]?.kind === 'list') l.fail('split with a list of sizes: expected split_with_sizes');
     const k = l.int(n.args[1], 'split_size');
     if (k <= 0) l.fail('split_size must be positive');
-    const sizes: number[] = [];
-    for (let at = 0; at < size; at += k) sizes.push(Math.min(k, size - at));
-    if (sizes.length <= 1) return l.bind(n, { kind: 'list', items: [x] }, (n.args[0] as { name?: string }).name);
-    const outs = l.emit('split', [x], { dim: d, sizes }, sizes.map((_, i) => `${l.out(n)}.${i}`), x.dtype);
-    return l.bind(n, { kind: 'list', items: outs }, (n.args[0] as { name?: string }).name);
+    return splitPieces(l, n, x, d, size, k);
   },
   'aten.split_with_sizes': (l, n) => {
     const x = l.tensor(n.args[0], 'self');

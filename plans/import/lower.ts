@@ -616,3 +616,11 @@ export function likeShape(l: Lowerer, n: FxNode): Shape {
   return l.tensor(n.args[0], 'self').shape;
 }
 
+/** x split along d into pieces of k, the last smaller (split.Tensor, and chunk's pieces): views of x. */
+export function splitPieces(l: Lowerer, n: FxNode, x: TensorVal, d: number, size: number, k: number): Val {
+  const sizes: number[] = [];
+  for (let at = 0; at < size; at += k) sizes.push(Math.min(k, size - at));
+  if (sizes.length <= 1) return l.bind(n, { kind: 'list', items: [x] }, (n.args[0] as { name?: string }).name);
+  const outs = l.emit('split', [x], { dim: d, sizes }, sizes.map((_, i) => `${l.out(n)}.${i}`), x.dtype);
+  return l.bind(n, { kind: 'list', items: outs }, (n.args[0] as { name?: string }).name);
+}
