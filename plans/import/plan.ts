@@ -142,6 +142,14 @@ function lineageOf(spec: LineageSpec, dflt: string): RawLineage {
 }
 
 /** A node name as relations write it (`mm_7`, or `g1:mm_7` for the second graph of a program) to the program's qualified name. */
+/** Name sets of each graph, built once per graph (relations name nodes; graphs hold up to 2·10^6). */
+const nameSets = new WeakMap<FxGraph, { nodes: Set<string>; inputs: Set<string> }>();
+function namesOf(g: FxGraph): { nodes: Set<string>; inputs: Set<string> } {
+  let s = nameSets.get(g);
+  if (s === undefined) nameSets.set(g, (s = { nodes: new Set(g.nodes.map((x) => x.name)), inputs: new Set(g.inputs.map((x) => x.name)) }));
+  return s;
+}
+
 function qualify(rf: string, graphs: readonly FxGraph[], name: string, what: string): string | undefined {
   const m = /^g([0-9]+):(.+)$/.exec(name);
   // A later graph's input named like an earlier graph's value is that value (AOTAutograd's
@@ -149,8 +157,8 @@ function qualify(rf: string, graphs: readonly FxGraph[], name: string, what: str
   const inGraph = (k: number, n: string): boolean => {
     const g = graphs[k];
     if (g === undefined) return false;
-    if (g.nodes.some((x) => x.name === n)) return true;
-    return g.inputs.some((x) => x.name === n) && !graphs.slice(0, k).some((e) => e.nodes.some((x) => x.name === n) || e.inputs.some((x) => x.name === n));
+    if (namesOf(g).nodes.has(n)) return true;
+    return namesOf(g).inputs.has(n) && !graphs.slice(0, k).some((e) => namesOf(e).nodes.has(n) || namesOf(e).inputs.has(n));
   };
   if (m !== null) return inGraph(Number(m[1]), m[2] as string) ? name : undefined;
   const hits = graphs.flatMap((_, k) => (inGraph(k, name) ? [k === 0 ? name : `g${k}:${name}`] : []));
@@ -162,8 +170,7 @@ function qualify(rf: string, graphs: readonly FxGraph[], name: string, what: str
 function isNode(graphs: readonly FxGraph[], q: string): boolean {
   const m = /^g([0-9]+):(.+)$/.exec(q);
   const g = graphs[m === null ? 0 : Number(m[1])];
-  const n = m === null ? q : (m[2] as string);
-  return g !== undefined && g.nodes.some((x) => x.name === n);
+  return g !== undefined && namesOf(g).nodes.has(m === null ? q : (m[2] as string));
 }
 
 /** Placements of a rank's dropout mask read from its shape and the logical mask's, or why not. */
