@@ -1,5 +1,6 @@
 /** Builds and checks the logical (single-device) graph: SSA, dangling tensors, shapes, cycles. */
 import { registry } from '../ops/registry.js';
+import { qParse } from '../ops/rational.js';
 import { type Attrs, ShapeError, type Shape, sameShape, shapeStr, numel } from '../ops/types.js';
 import { jpath, type IssueSink } from './errors.js';
 import { checkRunClock } from './clock.js';
@@ -264,8 +265,20 @@ function arithmeticDomain(op: string, ins: readonly (readonly number[] | undefin
       return fin(set);
     }
     case 'scale': {
+      // Integer factors, and rationals over a power of two (a loss seed divided by the number
+      // of micro-batches: 1/2): the products are exact doubles, so the domain holds the exact
+      // values. Other rationals (1/3) are not doubles, and are left real.
       const f = attrs['factor'];
-      return a !== undefined && typeof f === 'number' && Number.isInteger(f) ? fin(new Set(a.map((x) => x * f))) : undefined;
+      if (a === undefined || (typeof f !== 'number' && typeof f !== 'string')) return undefined;
+      let q: { n: bigint; d: bigint };
+      try {
+        q = qParse(f);
+      } catch {
+        return undefined;
+      }
+      if (q.d <= 0n || (q.d & (q.d - 1n)) !== 0n) return undefined;
+      const vals = a.map((x) => (Number.isInteger(x) && Math.abs(x * Number(q.n)) < 2 ** 52 ? (x * Number(q.n)) / Number(q.d) : Number.NaN));
+      return vals.some(Number.isNaN) ? undefined : fin(new Set(vals));
     }
     case 'where':
       return b !== undefined && c !== undefined ? fin(new Set([...b, ...c])) : undefined;

@@ -69,6 +69,11 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'ddp_adamw-bug', script: 'ddp_adamw.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug', script: 'ddp_clip.py', args: ['--micro', '1', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug-avg', script: 'ddp_clip.py', args: ['--micro', '1', '--bug-avg'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  // Two micro-batches (the script's default): each rank's micro-batch gradients are addends of
+  // the logical run's accumulated gradient; the loss seeds 1/2 are constants, not cut points.
+  { name: 'ddp_clip-micro2', script: 'ddp_clip.py', args: [], axis: 'dp', code: 0 },
+  { name: 'ddp_clip-micro2-bug', script: 'ddp_clip.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  { name: 'ddp_clip-micro2-bug-avg', script: 'ddp_clip.py', args: ['--bug-avg'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   // Top-1 MoE routing as written: max(dim=-1), torch.topk, argmax + gather; their backward
   // scatters (scatter, scatter_add). The bug leaves the router gradient un-reduced.
   { name: 'moe_top1', script: 'moe_top1.py', args: [], axis: 'dp', code: 0 },
