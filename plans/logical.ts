@@ -236,9 +236,14 @@ function propagateDomains(g: LogicalGraph): void {
       for (const t of g.ops.opOutputs(op)) doms[t] ??= d;
     }
     const out = g.ops.opOutputs(op)[0];
-    if (out !== undefined && doms[out] === undefined) {
+    if (out !== undefined) {
+      // A declared domain (a bool's {0, 1}) and a computed one each hold every value the
+      // tensor takes, so their intersection does too (a mask that is all ones stays {1}).
       const d = arithmeticDomain(def.name, ins.map((t) => doms[t]), g.attrs[op] ?? {});
-      if (d !== undefined) doms[out] = d;
+      const had = doms[out];
+      const both = had === undefined || d === undefined ? d : had.filter((v) => d.includes(v));
+      // (Disjoint: no run reaches this op with these inputs; the declared domain is kept.)
+      if (both !== undefined && both.length > 0) doms[out] = both;
     }
   }
 }
@@ -255,8 +260,17 @@ function arithmeticDomain(op: string, ins: readonly (readonly number[] | undefin
   const fin = (set: Set<number>): readonly number[] | undefined => (set.size > 0 && set.size <= MAX_DERIVED_DOMAIN ? [...set].sort((a, b) => a - b) : undefined);
   const [a, b, c] = ins;
   switch (op) {
-    case 'compare':
-      return [0, 1];
+    case 'compare': {
+      // Both sides known: the outcomes that occur (labels in 0..9 against the ignore index
+      // -100 are never equal, so the mask of valid targets is all ones, not a free 0/1).
+      if (a === undefined || b === undefined || a.length * b.length > 1 << 16) return [0, 1];
+      const rel = attrs['rel'];
+      const test = (x: number, y: number): boolean => (rel === 'gt' ? x > y : rel === 'ge' ? x >= y : rel === 'lt' ? x < y : rel === 'le' ? x <= y : rel === 'eq' ? x === y : x !== y);
+      if (rel !== 'gt' && rel !== 'ge' && rel !== 'lt' && rel !== 'le' && rel !== 'eq' && rel !== 'ne') return [0, 1];
+      const set = new Set<number>();
+      for (const x of a) for (const y of b) set.add(test(x, y) ? 1 : 0);
+      return [...set].sort((x, y) => x - y);
+    }
     case 'add':
     case 'sub': {
       if (a === undefined || b === undefined || a.length * b.length > 1 << 16) return undefined;
