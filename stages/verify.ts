@@ -62,15 +62,20 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
   const big = tooLargeToDecompose(plan, seed, t0, opts.maxStageEntries, opts.tensorLevel);
   if (big !== undefined) return big;
   const stages = decompose(plan, logicalOrder(plan));
-  const first = numericCheck(plan, seed);
+  let first = numericCheck(plan, seed);
   const witnessed = witnessedStages(plan, stages, first);
+  // A certified refutation settles its stage; later ones are not attempted (as in verifyPlanInPool).
+  const cert = earlyCertificate(plan, stages, first);
+  if (cert !== undefined) first = cert.numeric;
+  const todo = cert === undefined ? stages : stages.filter((s) => s.index < cert.stage);
   // Tensor-level proofs first, as in verifyPlanInPool.
-  const tl = opts.tensorLevel === false ? undefined : proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index)));
+  const tl = opts.tensorLevel === false ? undefined : proveTensorLevel(plan, todo.filter((s) => !witnessed.has(s.index)));
   const known = tl?.proved ?? new Map<number, StageResult>();
-  const rest = proveInProcess(plan, stages.filter((s) => !known.has(s.index)), opts.onStage, witnessed);
+  const rest = proveInProcess(plan, todo.filter((s) => !known.has(s.index)), opts.onStage, witnessed);
   const results: StageResult[] = new Array<StageResult>(stages.length);
   for (const [i, r] of known) results[i] = r;
   for (const r of rest) results[r.stage.index] = r;
+  if (cert !== undefined) for (const s of stages) if (s.index >= cert.stage) results[s.index] = s.index === cert.stage ? { ...cert.result, stage: s } : refutedBefore(s, cert.stage);
   const numeric = witnessSearch(plan, results, first);
   return withTensorReasons(assemble(plan, results, numeric, numeric.seed, t0), tl?.open);
 }
@@ -246,9 +251,13 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   if (big !== undefined) return big;
   const stages = decompose(plan, logicalOrder(plan));
   clock.lap('decompose');
-  const first = numericCheck(plan, seed);
+  let first = numericCheck(plan, seed);
   const witnessed = witnessedStages(plan, stages, first);
   clock.lap('numeric');
+  // Not in a shard or a merge: their stage proofs are the parts' business.
+  const cert = opts.shard === undefined && opts.proved === undefined ? earlyCertificate(plan, stages, first) : undefined;
+  if (cert !== undefined) first = cert.numeric;
+  clock.lap('certify');
   // Progress in stages decided out of all stages (see VerifyOptions.onStage).
   let decided = 0;
   const weights = new Map<number, number>();
@@ -283,7 +292,18 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
     return some.map((s) => got.get(s.index) ?? { stage: s, status: 'proved', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
   };
   // Proves any subset of the decomposition (the pool and the workers index stages by Stage.index).
+  // After a certified refutation (earlyCertificate) the refuted stage is settled and the later
+  // ones are not attempted; the earlier ones are proved, so that the first failing stage is
+  // the one named.
   const proveAny = async (some: readonly Stage[]): Promise<StageResult[]> => {
+    if (cert === undefined) return proveAnyStage(some);
+    const before = some.filter((s) => s.index < cert.stage);
+    const got = new Map((before.length === 0 ? [] : await proveAnyStage(before)).map((r) => [r.stage.index, r]));
+    const rest = some.filter((s) => s.index >= cert.stage);
+    advance(rest.length);
+    return some.map((s) => got.get(s.index) ?? (s.index === cert.stage ? { ...cert.result, stage: s } : refutedBefore(s, cert.stage)));
+  };
+  const proveAnyStage = async (some: readonly Stage[]): Promise<StageResult[]> => {
     if (opts.jobs > 0) {
       return proveInPool(plan.file, text, some, {
         jobs: opts.jobs,
@@ -312,7 +332,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   };
   // Tensor-level proofs first (stages/tensorlevel.ts): whole-tensor relations, whatever the
   // shapes. A stage the numeric run shows differing is left to the element engines.
-  const tl = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index))) : undefined;
+  const tl = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index) && (cert === undefined || s.index < cert.stage))) : undefined;
   const known = tl?.proved;
   advance(known?.size ?? 0);
   clock.lap('tensorLevel');
@@ -337,6 +357,39 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const timed = { ...assembled, phases: clock.phases, ...(limit === undefined ? {} : { timeLimit: { seconds: limit.seconds, reached } }) };
   const report = distinct === undefined ? timed : withProofs(timed, distinct);
   return engine === 'z3' ? { ...report, engine, stages: report.stages.map((s) => (s.status === 'proved' ? { ...s, decidedBy: 'z3' as const } : s)) } : report;
+}
+
+/**
+ * A certified refutation before any stage proof. The numeric run shows claims differing in
+ * Float64, which alone is no witness (rounding); interval arithmetic on the same inputs
+ * (stages/interval.ts) that separates the two sides is one in exact arithmetic. A stage whose
+ * claim is refuted so needs no normal form: a one-sided edit inside a stage too large for it
+ * (a llama cp2 gradient) spent 90 s in per-stage reduction to find what the numbers showed in
+ * 0.7 s. The earliest certified stage in the decomposition's order is settled "differs".
+ */
+export function earlyCertificate(plan: LoadedPlan, stages: readonly Stage[], first: NumericReport): { stage: number; result: StageResult; numeric: NumericReport } | undefined {
+  if (!first.evaluated || first.failingTensors.length === 0) return undefined;
+  const failing = new Set(first.failingTensors);
+  const targets = stages.filter((s) => failing.has(plan.logical.tensors.name(s.logical))).map((s) => s.logical);
+  const t0 = performance.now();
+  const c = certifyWitness(plan, first.seed, [...new Set(targets)], () => true);
+  if (!('certified' in c) || c.logical === undefined) return undefined;
+  const st = stages.find((s) => s.logical === c.logical) as Stage;
+  const w = c.certified;
+  const prod = plan.logical.producer[c.logical] as number;
+  const m = certifiedMismatch(plan, c.logical, w, prod < 0 ? -1 : logicalOrder(plan).indexOf(prod));
+  const mismatches = [...first.mismatches, m].sort((a, b) => a.order - b.order || a.rank - b.rank);
+  const iv = (x: { lo: number; hi: number }): string => `[${x.lo.toPrecision(10)}, ${x.hi.toPrecision(10)}]`;
+  const reason = `certified witness (interval arithmetic at seed ${w.seed}, no normal form): rank ${w.rank} '${w.tensor}'${w.kind === 'partial' ? ' (its addends combined)' : ''} lies in ${iv(w.parallel)}, ${w.kind === 'replica' ? 'another copy of the same addend' : `logical ${plan.logical.tensors.name(c.logical)} element ${w.element}`} in ${iv(w.logical)}: disjoint, so the claim is false at these inputs in exact arithmetic`;
+  return {
+    stage: st.index,
+    result: { stage: st, status: 'differs', reason, failingRanks: [w.rank], logicalOps: 0, parallelOps: 0, terms: 0, ms: performance.now() - t0 },
+    numeric: { ...first, mismatches, failingTensors: [...new Set(mismatches.map((x) => x.logical))] },
+  };
+}
+
+function refutedBefore(s: Stage, at: number): StageResult {
+  return { stage: s, status: 'unknown', reason: `not attempted: the plan is already refuted at stage ${at + 1} (a certified witness)`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
 }
 
 /** A stage the run's time limit left unattempted: "unknown", never a verdict. */
