@@ -15,6 +15,7 @@ import { FULL } from './optional.js';
 
 interface RawOp {
   id: string;
+  inputs: string[];
   attrs?: Record<string, unknown>;
 }
 interface Raw {
@@ -28,7 +29,7 @@ interface Witness {
 }
 interface Report {
   verdict: string;
-  stages: { logical: string; status: string; witness?: Witness[] }[];
+  stages: { logical: string; status: string; reason?: string; witness?: Witness[] }[];
 }
 
 describe('certified witnesses under the numeric tolerance', function () {
@@ -81,6 +82,35 @@ describe('certified witnesses under the numeric tolerance', function () {
   it('verifies the same change made on both sides', async () => {
     const r = await runCli(['verify', plan('11/1000000000', true), '--no-cache']);
     assert.equal(r.code, 0, r.stdout.slice(-2000));
+  });
+
+  it('a one-sided edit the numbers show is refuted by a certified witness before any stage proof; later stages are not attempted, in one line', async () => {
+    // The silu gradient of micro-batch 0 reads the SwiGLU output instead of the gate's linear.
+    const raw = JSON.parse(base) as Raw;
+    let n = 0;
+    for (const o of raw.parallel.programs.flatMap((p) => p.ops))
+      if (o.id === 'mb0/grad/l0/silu_backward') {
+        o.inputs[1] = 'mb0/l0/swiglu';
+        n++;
+      }
+    assert.equal(n, 1);
+    const f = join(dir, 'silu-input.json');
+    writeFileSync(f, JSON.stringify(raw));
+    const r = await runCli(['verify', f, '--no-cache', '--json']);
+    assert.equal(r.code, 1, r.stdout.slice(-2000));
+    const rep = JSON.parse(r.stdout) as Report;
+    const i = rep.stages.findIndex((x) => x.status === 'not_equivalent');
+    const s = rep.stages[i];
+    assert.equal(s?.logical, 'grad/l0/silu_backward');
+    assert.match(s?.reason ?? '', /certified witness \(interval arithmetic at seed 1, no normal form\)/);
+    assert.ok((s?.witness?.length ?? 0) > 0, "the numeric witness is shown");
+    // Before it: proved (the first failing stage is named honestly); after it: not attempted.
+    assert.ok(rep.stages.slice(0, i).every((x) => x.status === 'proved'));
+    const later = rep.stages.slice(i + 1);
+    assert.ok(later.length > 0 && later.every((x) => x.status === 'unknown' && /^not attempted: the plan is already refuted at stage \d+/.test(x.reason ?? '')));
+    const t = await runCli(['verify', f, '--no-cache']);
+    assert.match(t.stdout, new RegExp(`\\.\\.\\. ${later.length} later stage\\(s\\) not attempted: the plan is already refuted`));
+    assert.doesNotMatch(t.stdout, /why unknown: not attempted/);
   });
 
   it('leaves a change too small to separate unknown, never refuted without a witness @full', async () => {
