@@ -25,6 +25,8 @@ export interface ClaimedCommand {
   readonly line: number;
   readonly command: string;
   readonly verdict: 'VERIFIED' | 'NOT EQUIVALENT';
+  /** What the verdict line says after the verdict, before its colon: '' or ` (for the values the program read into Python)`. */
+  readonly qualifier: string;
   /** The first failing stage's tensor ("at T"). */
   readonly at?: string;
   readonly exit?: number;
@@ -36,7 +38,7 @@ export interface DocCommands {
   readonly claimed: readonly ClaimedCommand[];
 }
 
-const CLAIM = /^(.*?\S)\s+#\s*(VERIFIED|NOT EQUIVALENT)(?: at (\S+))?(?:.*?exit (\d+))?/;
+const CLAIM = /^(.*?\S)\s+#\s*(VERIFIED|NOT EQUIVALENT)( \(for the values the program read into Python\))?(?: at (\S+))?(?:.*?exit (\d+))?/;
 
 /** Every fenced block of `markdown`, classified; a ```sh block whose lines all carry claims is claimed commands. */
 export function docCommands(markdown: string): DocCommands {
@@ -61,7 +63,7 @@ export function docCommands(markdown: string): DocCommands {
       if (claims.length > 0 && claims.every((c) => c.m !== null)) {
         for (const { m, k } of claims) {
           const c = m as RegExpExecArray;
-          claimed.push({ line: f.line + 1 + k, command: c[1] as string, verdict: c[2] as ClaimedCommand['verdict'], ...(c[3] === undefined ? {} : { at: c[3] }), ...(c[4] === undefined ? {} : { exit: Number(c[4]) }) });
+          claimed.push({ line: f.line + 1 + k, command: c[1] as string, verdict: c[2] as ClaimedCommand['verdict'], qualifier: c[3] ?? '', ...(c[4] === undefined ? {} : { at: c[4] }), ...(c[5] === undefined ? {} : { exit: Number(c[5]) }) });
         }
         return;
       }

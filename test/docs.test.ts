@@ -229,8 +229,9 @@ describe('README and docs/reports.md say what the CLI prints (issue 35, deliver 
       const r = run(`${c.command}; echo "exit $?"`);
       const verdict = r.printed.find((l) => l.startsWith('verdict '));
       assert.ok(verdict !== undefined, r.printed.join('\n'));
-      assert.match(verdict, new RegExp(`^verdict {5}${c.verdict}:`));
-      if (c.at !== undefined) assert.match(verdict, new RegExp(`stage \\d+ \\(${c.at.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}, `), 'the first failing stage');
+      const esc = (x: string): string => x.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+      assert.match(verdict, new RegExp(`^verdict {5}${c.verdict}${esc(c.qualifier)}:`));
+      if (c.at !== undefined) assert.match(verdict, new RegExp(`stage \\d+ \\(${esc(c.at)}, `), 'the first failing stage');
       assert.equal(r.printed[r.printed.length - 1], `exit ${c.exit ?? (c.verdict === 'VERIFIED' ? 0 : 1)}`);
     });
   }
@@ -245,11 +246,14 @@ describe('README and docs/reports.md say what the CLI prints (issue 35, deliver 
   });
 
   it('docCommands and unprinted: blocks, transcripts and claims found; a line not printed, out of order or longer is reported', () => {
-    const md = ['```sh', 'a x', '```', '', '```', 'one', '...', 'three ... end (0.5 s)', '```', '```', '$ b', 'out', '$ c', '```', '```sh', 'd  # NOT EQUIVALENT at t (why), exit 1', '```'].join('\n');
+    const md = ['```sh', 'a x', '```', '', '```', 'one', '...', 'three ... end (0.5 s)', '```', '```', '$ b', 'out', '$ c', '```', '```sh', 'd  # NOT EQUIVALENT at t (why), exit 1', 'e  # VERIFIED (for the values the program read into Python): x', '```'].join('\n');
     const d = docCommands(md);
     assert.deepEqual(d.blocks, [{ line: 1, script: 'a x', shown: ['one', '...', 'three ... end (0.5 s)'] }]);
     assert.deepEqual(d.transcripts, [{ line: 11, command: 'b', shown: ['out'] }, { line: 13, command: 'c', shown: [] }]);
-    assert.deepEqual(d.claimed, [{ line: 16, command: 'd', verdict: 'NOT EQUIVALENT', at: 't', exit: 1 }]);
+    assert.deepEqual(d.claimed, [
+      { line: 16, command: 'd', verdict: 'NOT EQUIVALENT', qualifier: '', at: 't', exit: 1 },
+      { line: 17, command: 'e', verdict: 'VERIFIED', qualifier: ' (for the values the program read into Python)' },
+    ]);
     const shown = d.blocks[0]?.shown ?? [];
     assert.deepEqual(unprinted(shown, ['one', 'two', 'three and so on end (1.25 s)']), []);
     assert.deepEqual(unprinted(shown, ['three x end (1 s)', 'one']), ['three ... end (0.5 s)']);
