@@ -125,7 +125,7 @@ export function formatReport(r: VerifyReport, verbose = false): string {
   );
   // Stages left unattempted after a certified refutation say nothing about the plan: one line
   // counts them (a llama mutant listed 80 of them after its witness).
-  const skipped = (s: StageReport): boolean => !verbose && s.status === 'unknown' && (s.reason ?? '').startsWith('not attempted: the plan is already refuted');
+  const skipped = (s: StageReport): boolean => !verbose && s.status === 'unknown' && /the plan is already refuted at stage \d+ \(a certified witness\)/.test(s.reason ?? '');
   const show = (s: StageReport): boolean => !skipped(s) && (verbose || s.status !== 'proved' || r.stages.length <= 40);
   // Column widths from the rows shown, so a long label or a 4-digit stage number never
   // shifts the columns after it; labels past MAX_COL are cut in the middle.
@@ -155,7 +155,7 @@ export function formatReport(r: VerifyReport, verbose = false): string {
     if (s.reason !== undefined) out.push(`        ${s.status === 'unknown' ? 'why unknown' : 'proof'}: ${s.reason}`);
   }
   if (hidden > 0) out.push(`  ... ${hidden} proved stage(s) not shown (--verbose lists them)`);
-  if (notAttempted > 0) out.push(`  ... ${notAttempted} later stage(s) not attempted: the plan is already refuted (--verbose lists them)`);
+  if (notAttempted > 0) out.push(`  ... ${notAttempted} later stage(s) left open: the plan is already refuted (--verbose lists them)`);
   out.push('');
   const head = r.verdict === 'verified' ? 'VERIFIED' : r.verdict === 'not_equivalent' ? 'NOT EQUIVALENT' : 'UNKNOWN';
   const sp = r.specialized ?? [];

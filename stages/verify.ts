@@ -75,7 +75,14 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
   const results: StageResult[] = new Array<StageResult>(stages.length);
   for (const [i, r] of known) results[i] = r;
   for (const r of rest) results[r.stage.index] = r;
-  if (cert !== undefined) for (const s of stages) if (s.index >= cert.stage) results[s.index] = s.index === cert.stage ? { ...cert.result, stage: s } : refutedBefore(s, cert.stage);
+  if (cert !== undefined) {
+    // The refuted stage's own proof, briefly (its residual says more); else the certificate.
+    const own = stages[cert.stage] as Stage;
+    const [r] = proveInProcess(plan, [own], undefined, witnessed, undefined, SETTLED_DEADLINE_MS);
+    results[cert.stage] = r !== undefined && r.status === 'differs' ? r : { ...cert.result, stage: own };
+    const later = stages.filter((s) => s.index > cert.stage);
+    for (const r of proveInProcess(plan, later, undefined, witnessed, undefined, SETTLED_DEADLINE_MS)) results[r.stage.index] = r.status === 'proved' ? r : refutedBefore(r.stage, cert.stage);
+  }
   const numeric = witnessSearch(plan, results, first);
   return withTensorReasons(assemble(plan, results, numeric, numeric.seed, t0), tl?.open);
 }
@@ -299,16 +306,26 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
     if (cert === undefined) return proveAnyStage(some);
     const before = some.filter((s) => s.index < cert.stage);
     const got = new Map((before.length === 0 ? [] : await proveAnyStage(before)).map((r) => [r.stage.index, r]));
-    const rest = some.filter((s) => s.index >= cert.stage);
-    advance(rest.length);
-    return some.map((s) => got.get(s.index) ?? (s.index === cert.stage ? { ...cert.result, stage: s } : refutedBefore(s, cert.stage)));
+    // The refuted stage's own proof, briefly: its residual says more than the certificate
+    // ("-1/2*(...)" names an average); past that deadline, the certificate settles it.
+    const own = some.find((s) => s.index === cert.stage);
+    if (own !== undefined) {
+      const [r] = await proveAnyStage([own], Math.min(opts.deadlineMs, SETTLED_DEADLINE_MS));
+      got.set(own.index, r !== undefined && r.status === 'differs' ? r : { ...cert.result, stage: own });
+    }
+    // Later stages assume their inputs are right, so a proved one still says something (the
+    // update after a wrong gradient is itself right); each gets the brief deadline, and one it
+    // does not decide is left open with the refutation named.
+    const later = some.filter((s) => s.index > cert.stage);
+    if (later.length > 0) for (const r of await proveAnyStage(later, Math.min(opts.deadlineMs, SETTLED_DEADLINE_MS))) got.set(r.stage.index, r.status === 'proved' ? r : refutedBefore(r.stage, cert.stage));
+    return some.map((s) => got.get(s.index) ?? refutedBefore(s, cert.stage));
   };
-  const proveAnyStage = async (some: readonly Stage[]): Promise<StageResult[]> => {
+  const proveAnyStage = async (some: readonly Stage[], deadlineMs = opts.deadlineMs): Promise<StageResult[]> => {
     if (opts.jobs > 0) {
       return proveInPool(plan.file, text, some, {
         jobs: opts.jobs,
         witnessed,
-        deadlineMs: opts.deadlineMs,
+        deadlineMs,
         ...(limit === undefined ? {} : { timeLimit: limit }),
         engine,
         ...(opts.recycleAfter === undefined ? {} : { recycleAfter: opts.recycleAfter }),
@@ -316,13 +333,13 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
         ...(opts.worker === undefined ? {} : { worker: opts.worker }),
       });
     }
-    if (engine === 'normal') return proveInProcess(plan, some, (d, t) => stageDone(d, t, some[d - 1] as Stage), witnessed, limit, opts.deadlineMs);
+    if (engine === 'normal') return proveInProcess(plan, some, (d, t) => stageDone(d, t, some[d - 1] as Stage), witnessed, limit, deadlineMs);
     const prover = new Z3Prover(plan);
     const out: StageResult[] = [];
     for (const [i, s] of some.entries()) {
       try {
         const left = timeLeft(limit);
-        out.push(limit !== undefined && left <= 0 ? unattempted(s, limit) : await prover.prove(s, Math.min(opts.deadlineMs, left)));
+        out.push(limit !== undefined && left <= 0 ? unattempted(s, limit) : await prover.prove(s, Math.min(deadlineMs, left)));
       } catch (e) {
         out.push(engineError(s, e));
       }
@@ -359,6 +376,9 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   return engine === 'z3' ? { ...report, engine, stages: report.stages.map((s) => (s.status === 'proved' ? { ...s, decidedBy: 'z3' as const } : s)) } : report;
 }
 
+/** The deadline of the refuted stage's own proof after a certificate (as stages/boundary.ts gives settled stages). */
+const SETTLED_DEADLINE_MS = 2_000;
+
 /**
  * A certified refutation before any stage proof. The numeric run shows claims differing in
  * Float64, which alone is no witness (rounding); interval arithmetic on the same inputs
@@ -389,7 +409,7 @@ export function earlyCertificate(plan: LoadedPlan, stages: readonly Stage[], fir
 }
 
 function refutedBefore(s: Stage, at: number): StageResult {
-  return { stage: s, status: 'unknown', reason: `not attempted: the plan is already refuted at stage ${at + 1} (a certified witness)`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
+  return { stage: s, status: 'unknown', reason: `left open: the plan is already refuted at stage ${at + 1} (a certified witness), and later stages get ${SETTLED_DEADLINE_MS / 1000} s each`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
 }
 
 /** A stage the run's time limit left unattempted: "unknown", never a verdict. */
