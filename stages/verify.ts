@@ -362,6 +362,10 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   // a library caller reading a shard's report never sees a proof no one made.
   const sharded = opts.shard !== undefined;
   if (sharded) results = results.map((r, i) => (known?.has(i) === true || ownedDone.has(i) || ownedDone.has(repOf.get(i) ?? i) ? r : { ...r, status: 'unknown', reason: 'left to another shard (--shard): planproof merge gives the verdict', failingRanks: [] }));
+  if (!sharded && opts.proved === undefined) {
+    const found = openStageWitness(plan, results, first, limit);
+    if (found !== undefined) ({ results, numeric: first } = found);
+  }
   let numeric = sharded ? first : witnessSearch(plan, results, first, undefined, limit);
   clock.lap('witnessSearch');
   if (engine === 'normal' && !sharded) results = await z3Fallback(plan, text, results, numeric, opts.deadlineMs, limit, opts.worker);
@@ -374,6 +378,33 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const timed = { ...assembled, phases: clock.phases, ...(limit === undefined ? {} : { timeLimit: { seconds: limit.seconds, reached } }) };
   const report = distinct === undefined ? timed : withProofs(timed, distinct);
   return engine === 'z3' ? { ...report, engine, stages: report.stages.map((s) => (s.status === 'proved' ? { ...s, decidedBy: 'z3' as const } : s)) } : report;
+}
+
+/**
+ * Stages the engines leave open (too large, not reducible, past a deadline) while the first
+ * draw shows every claim agreeing: other uniform draws may show one differing (a routing that
+ * sends no token to an expert at one seed makes two gradient pieces both zero), and interval
+ * arithmetic at that draw certifies it (earlyCertificate's argument). The stage is then
+ * refuted, and the numeric report is that draw's, so --seed reproduces the witness. Before
+ * the Z3 and per-stage fallbacks, which a one-sided MoE edit kept busy for 78 s to no verdict.
+ */
+export function openStageWitness(plan: LoadedPlan, results: readonly StageResult[], first: NumericReport, limit?: TimeLimit): { results: StageResult[]; numeric: NumericReport } | undefined {
+  if (!first.evaluated || first.failingTensors.length > 0) return undefined;
+  const open = results.filter((r) => r.status === 'unknown' && /too large|not reducible|deadline|stopped/.test(r.reason ?? ''));
+  if (open.length === 0) return undefined;
+  const names = new Set(open.map((r) => plan.logical.tensors.name(r.stage.logical)));
+  for (const d of retryDraws(first.seed)) {
+    if (d.draw !== 'uniform' || timeLeft(limit) <= 0) continue;
+    const n = numericCheck(plan, d.seed, undefined, 'uniform');
+    const hit = open.filter((r) => n.failingTensors.includes(plan.logical.tensors.name(r.stage.logical)));
+    if (hit.length === 0 || !n.failingTensors.every((t) => names.has(t))) continue;
+    const stages = hit.map((r) => r.stage);
+    const cert = earlyCertificate(plan, stages, n);
+    if (cert === undefined) continue;
+    const out = results.map((r) => (r.stage.index === cert.stage ? { ...cert.result, stage: r.stage } : r));
+    return { results: out, numeric: cert.numeric };
+  }
+  return undefined;
 }
 
 /** The deadline of the refuted stage's own proof after a certificate (as stages/boundary.ts gives settled stages). */

@@ -12,6 +12,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli } from './helpers.js';
 import { FULL } from './optional.js';
+import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
+import { numericCheck } from '../stages/numeric.js';
+import { decompose, type StageResult } from '../stages/prove.js';
+import { openStageWitness } from '../stages/verify.js';
+import { logicalOrder } from '../sdfg/execute.js';
 
 interface RawOp {
   id: string;
@@ -124,5 +129,52 @@ describe('certified witnesses under the numeric tolerance', function () {
     const rep = JSON.parse(r.stdout) as Report;
     assert.equal(rep.verdict, 'unknown');
     assert.ok(rep.stages.every((x) => x.status !== 'not_equivalent'));
+  });
+});
+
+describe('open stages with no witness at the first draw: other draws, certified (openStageWitness)', () => {
+  // y = max(x - 1/2, 0) on one element; the ranks double it. At seed 1 x < 1/2, so both sides
+  // are 0 and every claim agrees; a later uniform draw has x > 1/2.
+  function gated(bug: boolean): LoadedPlan {
+    const pre = [{ id: 'h', op: 'scale', inputs: ['one'], outputs: ['h'], attrs: { factor: '1/2' } }, { id: 'd', op: 'sub', inputs: ['x', 'h'], outputs: ['d'] }];
+    const c = (id: string, v: number): object => ({ id, shape: [], role: 'input', dtype: 'int64', values: { range: [v, v + 1] } });
+    const plan = {
+      format: 'planproof/v1',
+      name: 'gated',
+      mesh: { axes: [{ name: 'dp', size: 1 }] },
+      logical: {
+        tensors: [{ id: 'x', shape: [1], role: 'input' }, c('z', 0), c('one', 1), { id: 'h', shape: [], role: 'activation' }, { id: 'd', shape: [1], role: 'activation' }, { id: 'y', shape: [1], role: 'output' }],
+        ops: [...pre, { id: 'r', op: 'maximum', inputs: ['d', 'z'], outputs: ['y'] }],
+      },
+      parallel: {
+        programs: [
+          {
+            ranks: 'all',
+            tensors: [{ id: 'x', shape: [1], lineage: { logical: 'x' } }, { id: 'z', shape: [], lineage: { logical: 'z' } }, { id: 'one', shape: [], lineage: { logical: 'one' } }, { id: 'h', shape: [] }, { id: 'd', shape: [1] }, { id: 'r0', shape: [1] }, { id: 'y', shape: [1], lineage: { logical: 'y' } }],
+            ops: [...pre, { id: 'r', op: 'maximum', inputs: ['d', 'z'], outputs: ['r0'] }, { id: 's', op: 'scale', inputs: ['r0'], outputs: ['y'], attrs: { factor: bug ? 2 : 1 } }],
+          },
+        ],
+      },
+      contract: { inputs: ['x', 'z', 'one'], outputs: ['y'] },
+    };
+    return loadPlanObject('gated.json', plan);
+  }
+  const openResults = (p: LoadedPlan): StageResult[] => decompose(p, logicalOrder(p)).map((s) => ({ stage: s, status: 'unknown', reason: 'the stage is too large for the exact normal form', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 }));
+
+  it('refutes the open stage at the draw that shows it, with a certificate, and reports that draw', () => {
+    const p = gated(true);
+    const first = numericCheck(p, 1);
+    assert.deepEqual(first.failingTensors, [], 'seed 1 shows nothing');
+    const f = openStageWitness(p, openResults(p), first);
+    assert.ok(f !== undefined);
+    const r = f.results.find((x) => x.status === 'differs');
+    assert.match(r?.reason ?? '', /^certified witness \(interval arithmetic at seed (\d+), no normal form\)/);
+    assert.notEqual(f.numeric.seed, 1);
+    assert.ok(f.numeric.failingTensors.includes('y'));
+  });
+
+  it('its twin (no doubling) stays open: no draw differs, nothing is refuted', () => {
+    const p = gated(false);
+    assert.equal(openStageWitness(p, openResults(p), numericCheck(p, 1)), undefined);
   });
 });
