@@ -125,7 +125,10 @@ export function formatReport(r: VerifyReport, verbose = false): string {
   );
   // Stages left unattempted after a certified refutation say nothing about the plan: one line
   // counts them (a llama mutant listed 80 of them after its witness).
-  const skipped = (s: StageReport): boolean => !verbose && s.status === 'unknown' && /the plan is already refuted at stage \d+ \(a certified witness\)/.test(s.reason ?? '');
+  // So do undecided stages after the first failing one of a refuted plan (their consumers of
+  // a wrong value; a refuted nanoGPT step listed 30 of them stopped at the rounds' limit).
+  const firstFail = r.verdict === 'not_equivalent' ? r.stages.find((s) => s.status === 'not_equivalent')?.index : undefined;
+  const skipped = (s: StageReport): boolean => !verbose && s.status === 'unknown' && (/the plan is already refuted at stage \d+ \(a certified witness\)/.test(s.reason ?? '') || (firstFail !== undefined && s.index > firstFail));
   const show = (s: StageReport): boolean => !skipped(s) && (verbose || s.status !== 'proved' || r.stages.length <= 40);
   // Column widths from the rows shown, so a long label or a 4-digit stage number never
   // shifts the columns after it; labels past MAX_COL are cut in the middle.
@@ -155,7 +158,7 @@ export function formatReport(r: VerifyReport, verbose = false): string {
     if (s.reason !== undefined) out.push(`        ${s.status === 'unknown' ? 'why unknown' : 'proof'}: ${s.reason}`);
   }
   if (hidden > 0) out.push(`  ... ${hidden} proved stage(s) not shown (--verbose lists them)`);
-  if (notAttempted > 0) out.push(`  ... ${notAttempted} later stage(s) left open: the plan is already refuted (--verbose lists them)`);
+  if (notAttempted > 0) out.push(`  ... ${notAttempted} later stage(s) left open: the plan is already refuted (--verbose lists them with their reasons)`);
   out.push('');
   const head = r.verdict === 'verified' ? 'VERIFIED' : r.verdict === 'not_equivalent' ? 'NOT EQUIVALENT' : 'UNKNOWN';
   const sp = r.specialized ?? [];

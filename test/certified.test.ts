@@ -119,7 +119,8 @@ describe('certified witnesses under the numeric tolerance', function () {
     const open = rep.stages.slice(i + 1).filter((x) => x.status !== 'proved');
     assert.ok(open.every((x) => x.status === 'unknown' && /^left open: the plan is already refuted at stage \d+ \(a certified witness\)/.test(x.reason ?? '')));
     const t = await runCli(['verify', m, '--no-cache']);
-    if (open.length > 0) assert.match(t.stdout, new RegExp(`\\.\\.\\. ${open.length} later stage\\(s\\) left open: the plan is already refuted`));
+    // (How many later stages prove within their 2 s varies between runs: the line, not its count.)
+    if (open.length > 0) assert.match(t.stdout, /\.\.\. \d+ later stage\(s\) left open: the plan is already refuted/);
     assert.doesNotMatch(t.stdout, /why unknown: left open/);
   });
 
