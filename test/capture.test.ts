@@ -75,6 +75,9 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'moe_top1-topk', script: 'moe_top1.py', args: ['--router', 'topk'], axis: 'dp', code: 0 },
   { name: 'moe_top1-argmax', script: 'moe_top1.py', args: ['--router', 'argmax'], axis: 'dp', code: 0 },
   { name: 'moe_top1-bug', script: 'moe_top1.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(router_new, op 'return\.router_new'\)/ },
+  // The causal mask as masked_fill(mask, float('-inf')) before softmax: read exactly (masked entries get probability 0).
+  { name: 'llama_tp-neginf', script: 'llama_tp.py', args: ['--neg-inf'], axis: 'tp', code: 0 },
+  { name: 'llama_tp-neginf-bug', script: 'llama_tp.py', args: ['--neg-inf', '--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
 ];
 
 async function verifyPlan(plan: string): Promise<{ code: number; stdout: string }> {
@@ -122,7 +125,7 @@ function logicalOutputs(name: string): { got: Map<string, readonly number[]>; wa
 }
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

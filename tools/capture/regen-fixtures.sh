@@ -60,5 +60,7 @@ moe_top1 moe_top1.py dp
 moe_top1-topk moe_top1.py dp --router topk
 moe_top1-argmax moe_top1.py dp --router argmax
 moe_top1-bug moe_top1.py dp --bug
+llama_tp-neginf llama_tp.py tp --neg-inf
+llama_tp-neginf-bug llama_tp.py tp --neg-inf --bug
 LIST
 rm -rf tools/capture/__pycache__
