@@ -77,6 +77,13 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'moe_top1-bug', script: 'moe_top1.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(router_new, op 'return\.router_new'\)/ },
   // The causal mask as masked_fill(mask, float('-inf')) before softmax: read exactly (masked entries get probability 0).
   { name: 'llama_tp-neginf', script: 'llama_tp.py', args: ['--neg-inf'], axis: 'tp', code: 0 },
+  // all_gather_into_tensor / _all_gather_base and ReduceOp.AVG (emulated on gloo), a ZeRO-1 step.
+  { name: 'zero1_allgather', script: 'zero1_allgather.py', args: [], axis: 'dp', code: 0 },
+  { name: 'zero1_allgather-base', script: 'zero1_allgather.py', args: ['--api', 'base'], axis: 'dp', code: 0 },
+  { name: 'zero1_allgather-bug', script: 'zero1_allgather.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(momentum_new, op 'return\.momentum_new'\)/ },
+  // dist.reduce to rank 0 (the others' value a free input), broadcast of p.data.
+  { name: 'reduce_to_root', script: 'reduce_to_root.py', args: [], axis: 'dp', code: 0 },
+  { name: 'reduce_to_root-bug', script: 'reduce_to_root.py', args: ['--bug'], axis: 'dp', code: 1, at: /failing ranks: 1\n[\s\S]*NOT EQUIVALENT: stage \d+ \(p_[0-9a-z_]+_new, op 'return\.p_[0-9a-z_]+_new'\)/ },
   { name: 'llama_tp-neginf-bug', script: 'llama_tp.py', args: ['--neg-inf', '--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
 ];
 
@@ -125,7 +132,7 @@ function logicalOutputs(name: string): { got: Map<string, readonly number[]>; wa
 }
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -222,6 +222,17 @@ export const INDEX_RULES: Record<string, Rule> = {
     const dims = (n.args[1] === undefined ? x.shape.map((_, i) => i) : l.ints(n.args[1], 'dim')).map((d) => (d < 0 ? d + x.shape.length : d));
     return l.bind(n, l.one('amax', [x], { dims: dims.length === 0 ? x.shape.map((_, i) => i) : dims, keepdim: l.bool(l.arg(n, 2, 'keepdim'), 'keepdim', false) }, l.out(n)));
   },
+  // min(x) = -max(-x) (an observer's running minimum, synchronized with a MIN all-reduce)
+  'aten.amin': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const dims = (n.args[1] === undefined ? x.shape.map((_, i) => i) : l.ints(n.args[1], 'dim')).map((d) => (d < 0 ? d + x.shape.length : d));
+    const m = l.one('amax', [l.one('neg', [x])], { dims: dims.length === 0 ? x.shape.map((_, i) => i) : dims, keepdim: l.bool(l.arg(n, 2, 'keepdim'), 'keepdim', false) });
+    return l.bind(n, l.one('neg', [m], {}, l.out(n)));
+  },
+  'aten.min.default': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    return l.bind(n, l.one('neg', [l.one('amax', [l.one('neg', [x])], { dims: x.shape.map((_, i) => i), keepdim: false })], {}, l.out(n)));
+  },
   'aten.argmax': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
     const dArg = l.arg(n, 1, 'dim');

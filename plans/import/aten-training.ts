@@ -345,6 +345,16 @@ export const TRAINING_RULES: Record<string, Rule> = {
     l.ops.push({ id: `${t.id}.op`, op: 'recv', inputs: [], outputs: [t.id], peer: src, loc: l.locOf(n) });
     return l.bind(n, t);
   },
+  // What dist.reduce leaves on a rank other than dst (planproof capture): torch documents only
+  // dst's value (gloo leaves partial sums). A free input of the plan, which the logical program
+  // never reads: an output that depends on it is not the logical one.
+  'planproof.unspecified': (l, n) => {
+    l.tensor(n.args[0], 'reduced');
+    const type = n.type ?? l.fail('planproof.unspecified needs its result annotated with a dtype and shape');
+    const t = l.addTensor(l.out(n), type.shape, type.dtype);
+    l.extra.push({ id: t.id, shape: t.shape, dtype: t.dtype, unspecified: true, line: n.line });
+    return l.bind(n, t);
+  },
   // Autograd's CopySlices (a write through a view, x[mask] = v) views the gradient with
   // as_strided: supported when that is the tensor itself (its size, its strides, offset 0).
   'aten.as_strided': (l, n) => {

@@ -62,5 +62,10 @@ moe_top1-argmax moe_top1.py dp --router argmax
 moe_top1-bug moe_top1.py dp --bug
 llama_tp-neginf llama_tp.py tp --neg-inf
 llama_tp-neginf-bug llama_tp.py tp --neg-inf --bug
+zero1_allgather zero1_allgather.py dp
+zero1_allgather-base zero1_allgather.py dp --api base
+zero1_allgather-bug zero1_allgather.py dp --bug
+reduce_to_root reduce_to_root.py dp
+reduce_to_root-bug reduce_to_root.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
