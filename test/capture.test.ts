@@ -84,6 +84,12 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // dist.reduce to rank 0 (the others' value a free input), broadcast of p.data.
   { name: 'reduce_to_root', script: 'reduce_to_root.py', args: [], axis: 'dp', code: 0 },
   { name: 'reduce_to_root-bug', script: 'reduce_to_root.py', args: ['--bug'], axis: 'dp', code: 1, at: /failing ranks: 1\n[\s\S]*NOT EQUIVALENT: stage \d+ \(p_[0-9a-z_]+_new, op 'return\.p_[0-9a-z_]+_new'\)/ },
+  // dist.scatter from rank 0 (the batch declared there only) and dist.gather to rank 0; mse_loss per sample.
+  { name: 'scatter_gather', script: 'scatter_gather.py', args: [], axis: 'dp', code: 0 },
+  { name: 'scatter_gather-bug', script: 'scatter_gather.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((losses|p_[0-9a-z_]+_new), op 'return\.(losses|p_[0-9a-z_]+_new)'\)/ },
+  // ReduceOp.MIN / MAX (amin / amax observers), AVG gradients, PRODUCT of torch.prod.
+  { name: 'sync_minmax', script: 'sync_minmax.py', args: [], axis: 'dp', code: 0 },
+  { name: 'sync_minmax-bug', script: 'sync_minmax.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((joint_likelihood|p_[0-9a-z_]+_new), op 'return\.(joint_likelihood|p_[0-9a-z_]+_new)'\)/ },
   { name: 'llama_tp-neginf-bug', script: 'llama_tp.py', args: ['--neg-inf', '--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
 ];
 
@@ -132,7 +138,7 @@ function logicalOutputs(name: string): { got: Map<string, readonly number[]>; wa
 }
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -428,13 +428,21 @@ const RULES: Record<string, Rule> = {
   },
   'aten.mse_loss': (l, n) => {
     const reduction = ['none', 'mean', 'sum'][l.int(l.arg(n, 2, 'reduction'), 'reduction', 1)] ?? l.fail('bad reduction');
-    if (reduction === 'none') l.fail("mse_loss with reduction='none' is not supported");
+    if (reduction === 'none') {
+      // (self - target)^2 per element (per-sample losses)
+      const d = l.one('sub', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'target')]);
+      return l.bind(n, l.one('mul', [d, d], {}, l.out(n)));
+    }
     return l.bind(n, l.one('mse_loss', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'target')], { reduction }, l.out(n)));
   },
   'aten.mse_loss_backward': (l, n) => {
     const reduction = ['none', 'mean', 'sum'][l.int(l.arg(n, 3, 'reduction'), 'reduction')] ?? l.fail('bad reduction');
-    if (reduction === 'none') l.fail("mse_loss with reduction='none' is not supported");
     const g = l.tensor(n.args[0], 'grad_output');
+    if (reduction === 'none') {
+      // 2 (self - target) grad, element-wise
+      const d = l.one('sub', [l.tensor(n.args[1], 'self'), l.tensor(n.args[2], 'target')]);
+      return l.bind(n, l.one('mul', [l.one('scale', [d], { factor: 2 }), g], {}, l.out(n)));
+    }
     if (g.shape.length !== 0) l.fail('mse_loss_backward: expected a scalar grad_output');
     return l.bind(n, l.one('mse_loss_backward', [l.tensor(n.args[1], 'self'), l.tensor(n.args[2], 'target'), g], { reduction }, l.out(n)));
   },

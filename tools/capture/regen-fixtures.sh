@@ -67,5 +67,9 @@ zero1_allgather-base zero1_allgather.py dp --api base
 zero1_allgather-bug zero1_allgather.py dp --bug
 reduce_to_root reduce_to_root.py dp
 reduce_to_root-bug reduce_to_root.py dp --bug
+scatter_gather scatter_gather.py dp
+scatter_gather-bug scatter_gather.py dp --bug
+sync_minmax sync_minmax.py dp
+sync_minmax-bug sync_minmax.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
