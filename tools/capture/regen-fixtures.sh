@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the committed capture fixtures (test/fixtures/capture/) with Debian's
-# python3-torch: each example, correct and with its bug flags, captured on 2 gloo processes,
+# python3-torch: each example, correct and with its bug flags, captured on 2 gloo processes
+# (or the mesh given, e.g. pp=2,dp=2,tp=2: 8 processes),
 # with the logical run's input and output values (values.json: the numeric check of the
 # ATen mapping). The fixtures let npm test import and verify real captures without Python
 # (test/capture.test.ts).
@@ -71,5 +72,9 @@ scatter_gather scatter_gather.py dp
 scatter_gather-bug scatter_gather.py dp --bug
 sync_minmax sync_minmax.py dp
 sync_minmax-bug sync_minmax.py dp --bug
+megatron_tp_pp megatron_3d.py pp=2,tp=2
+megatron_tp_pp-bug megatron_3d.py pp=2,tp=2 --bug
+megatron_3d megatron_3d.py pp=2,dp=2,tp=2
+megatron_3d-bug megatron_3d.py pp=2,dp=2,tp=2 --bug
 LIST
 rm -rf tools/capture/__pycache__
