@@ -96,6 +96,10 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'megatron_tp_pp-bug', script: 'megatron_3d.py', args: ['--bug'], axis: 'pp=2,tp=2', code: 1, at: /NOT EQUIVALENT: stage \d+ \(wte_new, op 'return\.wte_new'\)/ },
   { name: 'megatron_3d', script: 'megatron_3d.py', args: [], axis: 'pp=2,dp=2,tp=2', code: 0, heavy: true },
   { name: 'megatron_3d-bug', script: 'megatron_3d.py', args: ['--bug'], axis: 'pp=2,dp=2,tp=2', code: 1, at: /NOT EQUIVALENT: stage \d+ \(wte_new, op 'return\.wte_new'\)/ },
+  // Megatron's clipping: total_norm.item(), clip_coeff computed in Python, grad.mul_(clip_coeff):
+  // the coefficient is the traced value (the dependency kept), the branch on it specializes.
+  { name: 'megatron_clip', script: 'megatron_clip.py', args: [], axis: 'dp', code: 0, at: /VERIFIED \(for the values the program read into Python\)[\s\S]*specialized: logical run: \S*megatron_clip\.py:\d+: the value of/ },
+  { name: 'megatron_clip-bug', script: 'megatron_clip.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(p_[0-9a-z_]+_new, op 'return\.p_[0-9a-z_]+_new'\)/ },
   { name: 'llama_tp-neginf-bug', script: 'llama_tp.py', args: ['--neg-inf', '--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
 ];
 
@@ -117,6 +121,16 @@ describe('capture fixtures (committed captures of examples/torch)', function () 
       if (c.at !== undefined) assert.match(v.stdout, c.at);
     });
   }
+});
+
+describe('values read into Python keep their dependency (committed capture of megatron_clip)', () => {
+  it("grad.mul_(clip_coeff) multiplies by the traced clip coefficient computed from total_norm.item(), not by a constant", () => {
+    for (const f of ['logical.py', 'rank0.py', 'rank1.py']) {
+      const text = readFileSync(join(`${FIXTURES}capture/megatron_clip`, f), 'utf8');
+      assert.match(text, /(pyval_\d+): "f32\[\]" = torch\.ops\.aten\.mul\.Tensor\(pyval_\d+, 0\.5\)[\s\S]*aten\.mul_\.Tensor\(\w+, \1\)/, f);
+      assert.doesNotMatch(text, /aten\.mul_\.Tensor\(\w+, [0-9.]+\)/, f);
+    }
+  });
 });
 
 /** The imported logical graph of a committed capture, run in Float64 on the captured inputs. */
@@ -145,7 +159,7 @@ function logicalOutputs(name: string): { got: Map<string, readonly number[]>; wa
 }
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import capture_dist
+import capture_reads
 
 DT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
       torch.int64: "i64", torch.int32: "i32", torch.bool: "b8", torch.uint8: "u8", torch.int8: "i8"}
@@ -100,7 +101,9 @@ class Capture:
         self.suspended = 0
         self.ops = 0
         self.consts = {}         # name -> {"shape", "values", "where"}: undeclared tensors (see fmt)
-        self.alias = {}          # id(t.data) -> t: `p.data` names p's storage (see _watch_data)
+        self.alias = {}          # id(t.data) -> t: `p.data` names p's storage (capture_reads)
+        self.tracked = {}        # float value -> capture_reads.Tracked: numbers computed from reads
+        self.read_notes = []     # capture_reads.ReadNote of each tracked read, in order
         self.loc = None          # the user's source line of the op being recorded
         self.last_loc = None
         # The mesh axes, slowest first (--mesh; a 1-D mesh of --axis otherwise): placements are per axis.
@@ -203,6 +206,17 @@ class Capture:
             # A collective into `p.data` (dist.broadcast(p.data, src=0)) writes p.
             self.names[id(base)] = name
 
+    def fmt_arg(self, func, key, a):
+        """An op's argument; a float computed from a value read into Python is that traced
+        value where the op takes a tensor (capture_reads)."""
+        if isinstance(a, float):
+            schema = func._schema.arguments
+            spec = schema[key] if isinstance(key, int) and key < len(schema) else next((x for x in schema if x.name == key), None)
+            name = capture_reads.arg(self, a, spec is not None and str(spec.type).startswith("Tensor"))
+            if name is not None:
+                return name
+        return self.fmt(a)
+
     def fmt(self, a):
         if isinstance(a, torch.Tensor):
             n = self.names.get(id(a))
@@ -251,6 +265,9 @@ class Capture:
         finally:
             self.suspended -= 1
         self.consts[name] = {"shape": list(a.shape), "values": vals, "where": where}
+        if self.read_notes and any(not capture_reads.simple(v) for v in vals[:EXACT_CONST]):
+            # A tensor made from Python numbers after a read (torch.tensor([x])): it may hold one.
+            capture_reads.escape(self)
         if 0 < len(vals) <= EXACT_CONST:
             self.consts[name]["embedded"] = True
             dt = DT[a.dtype]
@@ -286,7 +303,7 @@ class Capture:
         self.ops += 1
         self.note_loc()
         name = self.fresh(func.__name__.split(".")[0] if hasattr(func, "__name__") else "op")
-        call = "torch.ops.%s(%s)" % (str(func), ", ".join([self.fmt(a) for a in args] + ["%s = %s" % (k, self.fmt(v)) for k, v in kwargs.items()]))
+        call = "torch.ops.%s(%s)" % (str(func), ", ".join([self.fmt_arg(func, i, a) for i, a in enumerate(args)] + ["%s = %s" % (k, self.fmt_arg(func, k, v)) for k, v in kwargs.items()]))
         if str(func) in ("aten.bernoulli_.float", "aten.bernoulli_.Tensor"):
             # CPU dropout's mask: a plan input (docs/import.md), with its relation and values.
             self.relations[name + ".mask"] = {"placements": self.placements(self.masks.pop(0) if self.masks else "R", "dropout mask")}
@@ -398,7 +415,8 @@ class Capture:
     def text(self):
         sig = ", ".join("%s: %s" % (n, ann(t)) for n, t in self.inputs)
         body = ["class train_step(torch.nn.Module):", "    def forward(self, %s):" % sig]
-        body += ["        " + l for l in self.lines]
+        # A read whose value stayed in traced arithmetic leaves no mark (capture_reads).
+        body += ["        " + (l if isinstance(l, str) else l.line()) for l in self.lines if isinstance(l, str) or l.escaped]
         body.append("        return (%s,)" % ", ".join(n for _, n, _ in self.outputs))
         return "\n".join(body) + "\n"
 
@@ -456,71 +474,13 @@ class _Mode(TorchDispatchMode):
 
     def __enter__(self):
         self.cap.tracing = True
-        _watch_reads(self.cap)
-        _watch_data(self.cap)
+        capture_reads.watch(self.cap)
         return super().__enter__()
 
     def __exit__(self, *a):
         self.cap.tracing = False
-        _unwatch_reads()
+        capture_reads.unwatch()
         return super().__exit__(*a)
-
-
-_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__")
-_SAVED = {}
-
-
-def _watch_reads(cap):
-    """Values read into Python (`.item()`, `float(t)`, `if t:`) leave the graph: what the program
-    then computes from them is baked into later ops as constants. torch 1.13's dispatch mode
-    does not see these reads, so each is recorded here as `aten._local_scalar_dense`, which the
-    importer turns into a note that the plan is specialized to the value read."""
-    for m in _READS:
-        real = getattr(torch.Tensor, m)
-        _SAVED[m] = real
-
-        def read(t, *a, _real=real, _m=m, **k):
-            if not (cap.tracing and cap.suspended == 0 and isinstance(t, torch.Tensor)):
-                return _real(t, *a, **k)
-            # The capture's own reads (an undeclared tensor's values) are not the program's.
-            cap.suspended += 1
-            try:
-                cap.note_loc()
-                cap.lines.append("%s = torch.ops.aten._local_scalar_dense.default(%s)" % (cap.fresh("read"), cap.fmt(t)))
-                return _real(t, *a, **k)
-            finally:
-                cap.suspended -= 1
-        setattr(torch.Tensor, m, read)
-
-
-def _unwatch_reads():
-    for m, real in _SAVED.items():
-        setattr(torch.Tensor, m, real)
-    _SAVED.clear()
-    if "data" in torch.Tensor.__dict__:
-        del torch.Tensor.data
-
-
-def _watch_data(cap):
-    """`p.data` (a new tensor object on every read, sharing p's storage; the dispatcher never
-    sees it) names p's value, and a collective or `copy_` into it writes p; `p.data = t` makes p
-    hold t. Installed while tracing (torch.Tensor's own attribute shadows the C one)."""
-    real = torch._C._TensorBase.data
-
-    def get(t):
-        d = real.__get__(t)
-        if cap.tracing and id(t) in cap.names:
-            cap.names[id(d)] = cap.names[id(t)]
-            cap.keep.append(d)
-            cap.alias[id(d)] = t
-        return d
-
-    def put(t, v):
-        real.__set__(t, v)
-        if cap.tracing and id(v) in cap.names:
-            cap.names[id(t)] = cap.names[id(v)]
-
-    torch.Tensor.data = property(get, put)
 
 
 _CURRENT = []

@@ -76,5 +76,7 @@ megatron_tp_pp megatron_3d.py pp=2,tp=2
 megatron_tp_pp-bug megatron_3d.py pp=2,tp=2 --bug
 megatron_3d megatron_3d.py pp=2,dp=2,tp=2
 megatron_3d-bug megatron_3d.py pp=2,dp=2,tp=2 --bug
+megatron_clip megatron_clip.py dp
+megatron_clip-bug megatron_clip.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
