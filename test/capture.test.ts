@@ -14,6 +14,8 @@ import { readFileSync } from 'node:fs';
 import { EXAMPLES, FIXTURES, runCli } from './helpers.js';
 import { fullUnless, needs, TOOLS } from './optional.js';
 import { checkRelations, importGraphs } from '../plans/import/plan.js';
+import { parseFxGraph } from '../plans/import/fxtext.js';
+import { lowerGraph } from '../plans/import/aten.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { executeLogical } from '../sdfg/execute.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
@@ -130,6 +132,17 @@ describe('values read into Python keep their dependency (committed capture of me
       assert.match(text, /(pyval_\d+): "f32\[\]" = torch\.ops\.aten\.mul\.Tensor\(pyval_\d+, 0\.5\)[\s\S]*aten\.mul_\.Tensor\(\w+, \1\)/, f);
       assert.doesNotMatch(text, /aten\.mul_\.Tensor\(\w+, [0-9.]+\)/, f);
     }
+  });
+});
+
+describe('-inf fills (masked_fill(mask, float("-inf"))): only softmax may read them', () => {
+  const graph = (body: string): string => ['class g(torch.nn.Module):', '    def forward(self, x: "f32[2, 3]", m: "b8[2, 3]"):', '        f: "f32[2, 3]" = torch.ops.aten.masked_fill.Scalar(x, m, -inf)', body].join('\n');
+  it('softmax of the fill is the softmax zeroed where masked and renormalized', () => {
+    const low = lowerGraph(parseFxGraph('g.py', graph('        s: "f32[2, 3]" = torch.ops.aten._softmax.default(f, -1, False)\n        return (s,)')));
+    assert.deepEqual(low.ops.map((o) => o.op), ['compare', 'softmax', 'mul', 'sum', 'div']);
+  });
+  it('any other reader is an import error naming the fill', () => {
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', graph('        a: "f32[2, 3]" = torch.ops.aten.add.Tensor(f, 1.0)\n        return (a,)'))), /the -inf fill made at g\.py:3 is read by an op other than softmax/);
   });
 });
 
@@ -254,6 +267,36 @@ describe('planproof capture (live, Debian python3-torch)', function () {
     const c = await runCli(['capture', '--nproc', '2', '--out', plan, '--', differs]);
     assert.equal(c.code, 0, c.stderr);
     assert.equal((await verifyPlan(plan)).code, 1);
+  });
+  it('all_gather_into_tensor into its stack form with async_op=True, dist.gather of 0-d tensors: VERIFIED @full', async () => {
+    const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));
+    const script = join(d, 'misc.py');
+    (await import('node:fs')).writeFileSync(
+      script,
+      [
+        'import torch, torch.distributed as dist',
+        'def step(cap):',
+        '    ws, rank = dist.get_world_size(), dist.get_rank()',
+        '    x = cap.shard(torch.arange(8.0).reshape(4, 2)[rank * (4 // ws):(rank + 1) * (4 // ws)].clone(), 0, "dp", name="x")',
+        '    out = torch.empty(ws, 4 // ws, 2)',
+        '    with cap.trace():',
+        '        dist.all_gather_into_tensor(out, x * 2, async_op=True).wait()',
+        '        g = out.reshape(4, 2)',
+        '        lst = [torch.empty(()) for _ in range(ws)] if rank == 0 else None',
+        '        dist.gather((x * x).sum(), lst, dst=0)',
+        '        if rank == 0:',
+        '            tot = torch.stack(lst).sum()',
+        '    cap.output("g", g, "R")',
+        '    if rank == 0:',
+        '        cap.output("tot", tot, "R")',
+        '',
+      ].join('\n'),
+    );
+    const plan = join(d, 'plan.json');
+    const cap = await runCli(['capture', '--nproc', '2', '--axis', 'dp', '--out', plan, '--', script]);
+    assert.equal(cap.code, 0, cap.stderr);
+    const v = await verifyPlan(plan);
+    assert.equal(v.code, 0, v.stdout);
   });
   it('a script error is exit 4 with the Python error, never a plan @full', async () => {
     const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));
