@@ -102,6 +102,9 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // the coefficient is the traced value (the dependency kept), the branch on it specializes.
   { name: 'megatron_clip', script: 'megatron_clip.py', args: [], axis: 'dp', code: 0, at: /VERIFIED \(for the values the program read into Python\)[\s\S]*specialized: logical run: \S*megatron_clip\.py:\d+: the value of/ },
   { name: 'megatron_clip-bug', script: 'megatron_clip.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(p_[0-9a-z_]+_new, op 'return\.p_[0-9a-z_]+_new'\)/ },
+  // The differentiable torch.distributed.nn.functional.all_gather (its gloo backward: dist.scatter calls).
+  { name: 'clip_contrastive', script: 'clip_contrastive.py', args: [], axis: 'dp', code: 0 },
+  { name: 'clip_contrastive-bug', script: 'clip_contrastive.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((image|text)_proj_[a-z]+_new, op 'return\.(image|text)_proj_[a-z]+_new'\)/ },
   { name: 'llama_tp-neginf-bug', script: 'llama_tp.py', args: ['--neg-inf', '--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
 ];
 
@@ -172,7 +175,7 @@ function logicalOutputs(name: string): { got: Map<string, readonly number[]>; wa
 }
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

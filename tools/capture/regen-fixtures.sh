@@ -78,5 +78,7 @@ megatron_3d megatron_3d.py pp=2,dp=2,tp=2
 megatron_3d-bug megatron_3d.py pp=2,dp=2,tp=2 --bug
 megatron_clip megatron_clip.py dp
 megatron_clip-bug megatron_clip.py dp --bug
+clip_contrastive clip_contrastive.py dp
+clip_contrastive-bug clip_contrastive.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
