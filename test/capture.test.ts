@@ -105,6 +105,9 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // The differentiable torch.distributed.nn.functional.all_gather (its gloo backward: dist.scatter calls).
   { name: 'clip_contrastive', script: 'clip_contrastive.py', args: [], axis: 'dp', code: 0 },
   { name: 'clip_contrastive-bug', script: 'clip_contrastive.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((image|text)_proj_[a-z]+_new, op 'return\.(image|text)_proj_[a-z]+_new'\)/ },
+  // Megatron's p2p helpers: P2POp lists run with dist.batch_isend_irecv, both stages sending first in 1F1B.
+  { name: 'pipeline_1f1b', script: 'pipeline_1f1b.py', args: [], axis: 'pp', code: 0 },
+  { name: 'pipeline_1f1b-bug', script: 'pipeline_1f1b.py', args: ['--bug'], axis: 'pp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((loss|[wb][01]_new), op 'return\.(loss|[wb][01]_new)'\)/ },
   { name: 'llama_tp-neginf-bug', script: 'llama_tp.py', args: ['--neg-inf', '--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
 ];
 
@@ -175,7 +178,7 @@ function logicalOutputs(name: string): { got: Map<string, readonly number[]>; wa
 }
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -238,7 +238,51 @@ def _wrap_collectives():
     if hasattr(dist, "_reduce_scatter_base"):
         dist._reduce_scatter_base = reduce_scatter_tensor
     dist.all_to_all = all_to_all
+    real_isend, real_irecv = dist.isend, dist.irecv
+    ours = (isend, irecv, real_isend, real_irecv)
+
+    def _check_op(op):
+        # P2POp checks its op against torch's own isend / irecv: the wrapped ones are those too.
+        if op not in ours:
+            raise RuntimeError("Invalid ``op``. Expected ``op`` to be of type ``torch.distributed.isend`` or ``torch.distributed.irecv``.")
+
+    def batch_isend_irecv(p2p_op_list):
+        """Megatron's pipeline exchange: every send posted (recorded as planproof.send, in list
+        order), every receive posted, all waited on; then each receive recorded as planproof.recv
+        (matched in order per pair, as the loader matches them). Ranks that both send first do
+        not block: the real isend / irecv run asynchronously."""
+        cap = _CURRENT[-1]
+        works, received = [], []
+        cap.suspended += 1
+        try:
+            for p in p2p_op_list:
+                if p.op in (isend, real_isend):
+                    if cap.tracing:
+                        cap.suspended -= 1
+                        try:
+                            cap.note_loc()
+                            cap.lines.append("%s = torch.ops.planproof.send.default(%s, %d)" % (cap.fresh("send"), cap.fmt(p.tensor), p.peer))
+                        finally:
+                            cap.suspended += 1
+                    works.append(real_isend(p.tensor, p.peer, group=p.group, tag=p.tag))
+                else:
+                    works.append(real_irecv(p.tensor, p.peer, group=p.group, tag=p.tag))
+                    received.append(p)
+            for w in works:
+                w.wait()
+        finally:
+            cap.suspended -= 1
+        if cap.tracing:
+            cap.note_loc()
+            for p in received:
+                name = cap.fresh("recv")
+                cap.lines.append("%s: %s = torch.ops.planproof.recv.default(%d)" % (name, ann(p.tensor), p.peer))
+                cap.bind(p.tensor, name)
+        return [_Done() for _ in p2p_op_list]
+
     dist.send, dist.recv, dist.isend, dist.irecv = send, recv, isend, irecv
+    dist.distributed_c10d._check_op = _check_op
+    dist.batch_isend_irecv = batch_isend_irecv
     _wrap_rooted(real_all_reduce, real_all_gather)
 
 

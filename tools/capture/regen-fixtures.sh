@@ -80,5 +80,7 @@ megatron_clip megatron_clip.py dp
 megatron_clip-bug megatron_clip.py dp --bug
 clip_contrastive clip_contrastive.py dp
 clip_contrastive-bug clip_contrastive.py dp --bug
+pipeline_1f1b pipeline_1f1b.py pp
+pipeline_1f1b-bug pipeline_1f1b.py pp --bug
 LIST
 rm -rf tools/capture/__pycache__
