@@ -78,7 +78,7 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'moe_top1-argmax', script: 'moe_top1.py', args: ['--router', 'argmax'], axis: 'dp', code: 0 },
   { name: 'moe_top1-bug', script: 'moe_top1.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(router_new, op 'return\.router_new'\)/ },
   // The causal mask as masked_fill(mask, float('-inf')) before softmax: read exactly (masked entries get probability 0).
-  { name: 'llama_tp-neginf', script: 'llama_tp.py', args: ['--neg-inf'], axis: 'tp', code: 0 },
+  { name: 'llama_tp-neginf', script: 'llama_tp.py', args: ['--neg-inf'], axis: 'tp', code: 0, heavy: true },
   // all_gather_into_tensor / _all_gather_base and ReduceOp.AVG (emulated on gloo), a ZeRO-1 step.
   { name: 'zero1_allgather', script: 'zero1_allgather.py', args: [], axis: 'dp', code: 0 },
   { name: 'zero1_allgather-base', script: 'zero1_allgather.py', args: ['--api', 'base'], axis: 'dp', code: 0 },
