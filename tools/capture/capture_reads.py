@@ -9,8 +9,10 @@ written as that traced value, not as a constant: the dependency is kept. The rea
 `aten._local_scalar_dense` (the plan is specialized to the value read, and every verdict says
 so) when the value escapes that arithmetic: a comparison or branch on it (`if clip_coef < 1`),
 `int()`, `round()`, a Scalar argument (`alpha=`), a tensor made from it (`torch.tensor([x])`),
-or any number with more than 8 characters in an op after the read that is not such a traced
-value (`math.sqrt(x)` reads the float directly, unseen): kept conservatively. Every other read
+a number an op takes that equals a read value but looks like a literal (8 characters or
+fewer, such as a token count 12.0: never substituted), or any longer number in an op after
+the read that is not such a traced value (`math.sqrt(x)` reads the float directly, unseen):
+kept conservatively. Every other read
 (`int(t)`, `bool(t)`, `.tolist()`, an integer tensor's `.item()`) is marked at once.
 """
 import sys
@@ -46,9 +48,16 @@ def escape(cap):
 def arg(cap, a, is_tensor_arg):
     """An op's float argument: the traced value it was computed as when it is one (and the
     argument is a tensor operand); else the number, marking the reads when it may derive from one."""
-    if type(a) is not float and not isinstance(a, Tracked) or not cap.read_notes or simple(a):
+    if not isinstance(a, float) or not cap.read_notes:
         return None
-    t = cap.tracked.get(float.__float__(a))
+    v = float.__float__(a)
+    if simple(v):
+        # A literal-looking number (a token count read as 12.0): never substituted, since the
+        # program may have written it; if a read gave it, the read is marked.
+        if v in cap.tracked_all:
+            escape(cap)
+        return None
+    t = cap.tracked.get(v)
     if t is not None and is_tensor_arg:
         return t.name
     escape(cap)
@@ -61,6 +70,7 @@ class Tracked(float):
     def __new__(cls, value, cap, name, dtype, notes):
         self = float.__new__(cls, value)
         self.cap, self.name, self.dtype, self.notes = cap, name, dtype, notes
+        cap.tracked_all.add(float(value))
         if not simple(value):
             cap.tracked[float(value)] = self
         return self

@@ -103,6 +103,7 @@ class Capture:
         self.consts = {}         # name -> {"shape", "values", "where"}: undeclared tensors (see fmt)
         self.alias = {}          # id(t.data) -> t: `p.data` names p's storage (capture_reads)
         self.tracked = {}        # float value -> capture_reads.Tracked: numbers computed from reads
+        self.tracked_all = set()  # every value a Tracked took (literal-looking ones too)
         self.read_notes = []     # capture_reads.ReadNote of each tracked read, in order
         self.loc = None          # the user's source line of the op being recorded
         self.last_loc = None
@@ -265,7 +266,7 @@ class Capture:
         finally:
             self.suspended -= 1
         self.consts[name] = {"shape": list(a.shape), "values": vals, "where": where}
-        if self.read_notes and any(not capture_reads.simple(v) for v in vals[:EXACT_CONST]):
+        if self.read_notes and any(not capture_reads.simple(v) or v in self.tracked_all for v in vals[:EXACT_CONST]):
             # A tensor made from Python numbers after a read (torch.tensor([x])): it may hold one.
             capture_reads.escape(self)
         if 0 < len(vals) <= EXACT_CONST:
