@@ -12,8 +12,9 @@ so) when the value escapes that arithmetic: a comparison or branch on it (`if cl
 a number an op takes that equals a read value but looks like a literal (8 characters or
 fewer, such as a token count 12.0: never substituted), or any longer number in an op after
 the read that is not such a traced value (`math.sqrt(x)` reads the float directly, unseen):
-kept conservatively. Every other read
-(`int(t)`, `bool(t)`, `.tolist()`, an integer tensor's `.item()`) is marked at once.
+kept conservatively. A read whose value looks like a literal
+(a count such as 12.0), and every other read (`int(t)`, `bool(t)`, `.tolist()`, an integer
+tensor's `.item()`), is marked at once.
 """
 import sys
 
@@ -198,9 +199,13 @@ def _watch_reads(cap):
                         cap.lines.append('%s: "%s[]" = torch.ops.aten.view.default(%s, [])' % (v, DT.get(t.dtype, "f32"), src))
                         src = v
                     note = ReadNote(cap.fresh("read"), src)
+                    value = _real(t, *a, **k)
+                    # A literal-looking value (a count, 1.0) may reach an op through Python the
+                    # capture does not see (math.sqrt(4.0) is 2.0, a literal too): marked at once.
+                    note.escaped = simple(value)
                     cap.lines.append(note)
                     cap.read_notes.append(note)
-                    return Tracked(_real(t, *a, **k), cap, src, DT.get(t.dtype, "f32"), {note})
+                    return Tracked(value, cap, src, DT.get(t.dtype, "f32"), {note})
                 cap.lines.append("%s = torch.ops.aten._local_scalar_dense.default(%s)" % (cap.fresh("read"), cap.fmt(t)))
                 return _real(t, *a, **k)
             finally:
