@@ -170,7 +170,7 @@ export function importCommand(a: ImportArgs, out: Out, progress?: ImportProgress
     }
     const reads = plan['x-planproof-specialized'];
     if (Array.isArray(reads) && reads.length > 0) {
-      out.err(`planproof: note: the program read ${reads.length} value(s) into Python (.item(), float(t)); the graphs hold what was read as constants, so a verdict holds for those values only (verify says so). First: ${String(reads[0])}`);
+      out.err(`planproof: note: the program read ${reads.length} value(s) into Python (.item(), float(t)) and used them outside the arithmetic the capture traces (a branch on them, a constant made from them), so a verdict holds for those values only (verify says so). First: ${String(reads[0])}`);
     }
     return 0;
   } catch (e) {

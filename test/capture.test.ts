@@ -14,12 +14,14 @@ import { readFileSync } from 'node:fs';
 import { EXAMPLES, FIXTURES, runCli } from './helpers.js';
 import { fullUnless, needs, TOOLS } from './optional.js';
 import { checkRelations, importGraphs } from '../plans/import/plan.js';
+import { parseFxGraph } from '../plans/import/fxtext.js';
+import { lowerGraph } from '../plans/import/aten.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { executeLogical } from '../sdfg/execute.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
 import type { Dense } from '../ops/algebra.js';
 
-const CASES: { name: string; script: string; args: string[]; axis: string; code: number; at?: RegExp }[] = [
+const CASES: { name: string; script: string; args: string[]; axis: string; code: number; at?: RegExp; heavy?: true }[] = [
   { name: 'tp_mlp', script: 'tp_mlp.py', args: [], axis: 'tp', code: 0 },
   { name: 'tp_mlp-bug', script: 'tp_mlp.py', args: ['--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
   { name: 'ddp_mlp', script: 'ddp_mlp.py', args: [], axis: 'dp', code: 0 },
@@ -81,6 +83,42 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'moe_top1-topk', script: 'moe_top1.py', args: ['--router', 'topk'], axis: 'dp', code: 0 },
   { name: 'moe_top1-argmax', script: 'moe_top1.py', args: ['--router', 'argmax'], axis: 'dp', code: 0 },
   { name: 'moe_top1-bug', script: 'moe_top1.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(router_new, op 'return\.router_new'\)/ },
+  // The causal mask as masked_fill(mask, float('-inf')) before softmax: read exactly (masked entries get probability 0).
+  { name: 'llama_tp-neginf', script: 'llama_tp.py', args: ['--neg-inf'], axis: 'tp', code: 0, heavy: true },
+  // all_gather_into_tensor / _all_gather_base and ReduceOp.AVG (emulated on gloo), a ZeRO-1 step.
+  { name: 'zero1_allgather', script: 'zero1_allgather.py', args: [], axis: 'dp', code: 0 },
+  { name: 'zero1_allgather-base', script: 'zero1_allgather.py', args: ['--api', 'base'], axis: 'dp', code: 0 },
+  { name: 'zero1_allgather-bug', script: 'zero1_allgather.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(momentum_new, op 'return\.momentum_new'\)/ },
+  // dist.reduce to rank 0 (the others' value a free input), broadcast of p.data.
+  { name: 'reduce_to_root', script: 'reduce_to_root.py', args: [], axis: 'dp', code: 0 },
+  { name: 'reduce_to_root-bug', script: 'reduce_to_root.py', args: ['--bug'], axis: 'dp', code: 1, at: /failing ranks: 1\n[\s\S]*NOT EQUIVALENT: stage \d+ \(p_[0-9a-z_]+_new, op 'return\.p_[0-9a-z_]+_new'\)/ },
+  // dist.scatter from rank 0 (the batch declared there only) and dist.gather to rank 0; mse_loss per sample.
+  { name: 'scatter_gather', script: 'scatter_gather.py', args: [], axis: 'dp', code: 0 },
+  { name: 'scatter_gather-bug', script: 'scatter_gather.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((losses|p_[0-9a-z_]+_new), op 'return\.(losses|p_[0-9a-z_]+_new)'\)/ },
+  // ReduceOp.MIN / MAX (amin / amax observers), AVG gradients, PRODUCT of torch.prod.
+  { name: 'sync_minmax', script: 'sync_minmax.py', args: [], axis: 'dp', code: 0 },
+  { name: 'sync_minmax-bug', script: 'sync_minmax.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((joint_likelihood|p_[0-9a-z_]+_new), op 'return\.(joint_likelihood|p_[0-9a-z_]+_new)'\)/ },
+  // Megatron's initialize_model_parallel groups on tp x pp (4 processes) and dp x pp x tp (8),
+  // send/recv between stages, the tied word embedding's gradient all-reduced over the embedding group.
+  { name: 'megatron_tp_pp', script: 'megatron_3d.py', args: [], axis: 'pp=2,tp=2', code: 0 },
+  { name: 'megatron_tp_pp-bug', script: 'megatron_3d.py', args: ['--bug'], axis: 'pp=2,tp=2', code: 1, at: /NOT EQUIVALENT: stage \d+ \(wte_new, op 'return\.wte_new'\)/ },
+  { name: 'megatron_3d', script: 'megatron_3d.py', args: [], axis: 'pp=2,dp=2,tp=2', code: 0, heavy: true },
+  // nanoGPT's model and train.py step as written (-inf causal mask, tied LM head, DDP with
+  // require_backward_grad_sync, clip_grad_norm_, AdamW groups): 43 s to verify, 126 s its twin.
+  { name: 'nanogpt_ddp', script: 'nanogpt_ddp.py', args: [], axis: 'dp', code: 0, heavy: true, at: /VERIFIED \(for the values the program read into Python\)/ },
+  { name: 'nanogpt_ddp-bug', script: 'nanogpt_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(transformer_wte_weight_new, op 'return\.transformer_wte_weight_new'\)/ },
+  { name: 'megatron_3d-bug', script: 'megatron_3d.py', args: ['--bug'], axis: 'pp=2,dp=2,tp=2', code: 1, at: /NOT EQUIVALENT: stage \d+ \(wte_new, op 'return\.wte_new'\)/ },
+  // Megatron's clipping: total_norm.item(), clip_coeff computed in Python, grad.mul_(clip_coeff):
+  // the coefficient is the traced value (the dependency kept), the branch on it specializes.
+  { name: 'megatron_clip', script: 'megatron_clip.py', args: [], axis: 'dp', code: 0, at: /VERIFIED \(for the values the program read into Python\)[\s\S]*specialized: logical run: \S*megatron_clip\.py:\d+: the value of/ },
+  { name: 'megatron_clip-bug', script: 'megatron_clip.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(p_[0-9a-z_]+_new, op 'return\.p_[0-9a-z_]+_new'\)/ },
+  // The differentiable torch.distributed.nn.functional.all_gather (its gloo backward: dist.scatter calls).
+  { name: 'clip_contrastive', script: 'clip_contrastive.py', args: [], axis: 'dp', code: 0 },
+  { name: 'clip_contrastive-bug', script: 'clip_contrastive.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((image|text)_proj_[a-z]+_new, op 'return\.(image|text)_proj_[a-z]+_new'\)/ },
+  // Megatron's p2p helpers: P2POp lists run with dist.batch_isend_irecv, both stages sending first in 1F1B.
+  { name: 'pipeline_1f1b', script: 'pipeline_1f1b.py', args: [], axis: 'pp', code: 0 },
+  { name: 'pipeline_1f1b-bug', script: 'pipeline_1f1b.py', args: ['--bug'], axis: 'pp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((loss|[wb][01]_new), op 'return\.(loss|[wb][01]_new)'\)/ },
+  { name: 'llama_tp-neginf-bug', script: 'llama_tp.py', args: ['--neg-inf', '--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
 ];
 
 async function verifyPlan(plan: string): Promise<{ code: number; stdout: string }> {
@@ -88,11 +126,12 @@ async function verifyPlan(plan: string): Promise<{ code: number; stdout: string 
 }
 
 describe('capture fixtures (committed captures of examples/torch)', function () {
-  this.timeout(300_000);
+  // (nanoGPT's twin takes 126 s on a loaded machine)
+  this.timeout(600_000);
   // npm test: every correct capture and the bug twins of issue 15; issue 33's twins in test:full.
   const FIRST = CASES.findIndex((c) => c.name === 'llama_tp');
   for (const [i, c] of CASES.entries()) {
-    it(`${c.name}: imports and is ${c.code === 0 ? 'VERIFIED' : 'NOT EQUIVALENT'}${fullUnless(i < FIRST || c.code === 0)}`, async () => {
+    it(`${c.name}: imports and is ${c.code === 0 ? 'VERIFIED' : 'NOT EQUIVALENT'}${fullUnless((i < FIRST || c.code === 0) && c.heavy !== true)}`, async () => {
       const out = join(mkdtempSync(join(tmpdir(), 'pp-cap-')), 'plan.json');
       const imp = await runCli(['import-graphs', '--dir', `${FIXTURES}capture/${c.name}`, '-o', out]);
       assert.equal(imp.code, 0, imp.stderr);
@@ -103,12 +142,34 @@ describe('capture fixtures (committed captures of examples/torch)', function () 
   }
 });
 
+describe('values read into Python keep their dependency (committed capture of megatron_clip)', () => {
+  it("grad.mul_(clip_coeff) multiplies by the traced clip coefficient computed from total_norm.item(), not by a constant", () => {
+    for (const f of ['logical.py', 'rank0.py', 'rank1.py']) {
+      const text = readFileSync(join(`${FIXTURES}capture/megatron_clip`, f), 'utf8');
+      assert.match(text, /(pyval_\d+): "f32\[\]" = torch\.ops\.aten\.mul\.Tensor\(pyval_\d+, 0\.5\)[\s\S]*aten\.mul_\.Tensor\(\w+, \1\)/, f);
+      assert.doesNotMatch(text, /aten\.mul_\.Tensor\(\w+, [0-9.]+\)/, f);
+    }
+  });
+});
+
+describe('-inf fills (masked_fill(mask, float("-inf"))): only softmax may read them', () => {
+  const graph = (body: string): string => ['class g(torch.nn.Module):', '    def forward(self, x: "f32[2, 3]", m: "b8[2, 3]"):', '        f: "f32[2, 3]" = torch.ops.aten.masked_fill.Scalar(x, m, -inf)', body].join('\n');
+  it('softmax of the fill is the softmax zeroed where masked and renormalized', () => {
+    const low = lowerGraph(parseFxGraph('g.py', graph('        s: "f32[2, 3]" = torch.ops.aten._softmax.default(f, -1, False)\n        return (s,)')));
+    assert.deepEqual(low.ops.map((o) => o.op), ['compare', 'softmax', 'mul', 'sum', 'div']);
+  });
+  it('any other reader is an import error naming the fill', () => {
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', graph('        a: "f32[2, 3]" = torch.ops.aten.add.Tensor(f, 1.0)\n        return (a,)'))), /the -inf fill made at g\.py:3 is read by an op other than softmax/);
+  });
+});
+
 /** The imported logical graph of a committed capture, run in Float64 on the captured inputs. */
 function logicalOutputs(name: string): { got: Map<string, readonly number[]>; want: Record<string, number[]> } {
   const dir = `${FIXTURES}capture/${name}`;
   const read = (f: string): { name: string; text: string } => ({ name: f, text: readFileSync(join(dir, f), 'utf8') });
   const relations = checkRelations('relations.json', JSON.parse(readFileSync(join(dir, 'relations.json'), 'utf8')));
-  const { plan: raw } = importGraphs({ logical: read('logical.py'), ranks: [read('rank0.py'), read('rank1.py')], relations, relationsFile: 'relations.json' });
+  const nRanks = relations.mesh.axes.reduce((a, x) => a * x.size, 1);
+  const { plan: raw } = importGraphs({ logical: read('logical.py'), ranks: Array.from({ length: nRanks }, (_, r) => read(`rank${r}.py`)), relations, relationsFile: 'relations.json' });
   const plan = loadPlanObject(name, JSON.parse(JSON.stringify(raw)));
   const want = JSON.parse(readFileSync(join(dir, 'values.json'), 'utf8')) as Record<string, number[]>;
   const lg = plan.logical;
@@ -128,7 +189,7 @@ function logicalOutputs(name: string): { got: Map<string, readonly number[]>; wa
 }
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);
@@ -223,6 +284,36 @@ describe('planproof capture (live, Debian python3-torch)', function () {
     const c = await runCli(['capture', '--nproc', '2', '--out', plan, '--', differs]);
     assert.equal(c.code, 0, c.stderr);
     assert.equal((await verifyPlan(plan)).code, 1);
+  });
+  it('all_gather_into_tensor into its stack form with async_op=True, dist.gather of 0-d tensors: VERIFIED @full', async () => {
+    const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));
+    const script = join(d, 'misc.py');
+    (await import('node:fs')).writeFileSync(
+      script,
+      [
+        'import torch, torch.distributed as dist',
+        'def step(cap):',
+        '    ws, rank = dist.get_world_size(), dist.get_rank()',
+        '    x = cap.shard(torch.arange(8.0).reshape(4, 2)[rank * (4 // ws):(rank + 1) * (4 // ws)].clone(), 0, "dp", name="x")',
+        '    out = torch.empty(ws, 4 // ws, 2)',
+        '    with cap.trace():',
+        '        dist.all_gather_into_tensor(out, x * 2, async_op=True).wait()',
+        '        g = out.reshape(4, 2)',
+        '        lst = [torch.empty(()) for _ in range(ws)] if rank == 0 else None',
+        '        dist.gather((x * x).sum(), lst, dst=0)',
+        '        if rank == 0:',
+        '            tot = torch.stack(lst).sum()',
+        '    cap.output("g", g, "R")',
+        '    if rank == 0:',
+        '        cap.output("tot", tot, "R")',
+        '',
+      ].join('\n'),
+    );
+    const plan = join(d, 'plan.json');
+    const cap = await runCli(['capture', '--nproc', '2', '--axis', 'dp', '--out', plan, '--', script]);
+    assert.equal(cap.code, 0, cap.stderr);
+    const v = await verifyPlan(plan);
+    assert.equal(v.code, 0, v.stdout);
   });
   it('a script error is exit 4 with the Python error, never a plan @full', async () => {
     const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));

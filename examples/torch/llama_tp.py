@@ -11,6 +11,10 @@ as in Hugging Face's LlamaRotaryEmbedding.
 The tensor-parallel regions are Megatron's autograd Functions (`copy_to_...`: identity forward,
 all-reduce backward; `reduce_from_...`: all-reduce forward, identity backward).
 
+`--neg-inf`: the causal mask applied as many attention implementations write it,
+`scores.masked_fill(mask, float('-inf'))` (the import reads softmax of an -inf fill exactly:
+the masked entries get probability 0).
+
 `--bug`: the all-reduce after the attention's row-parallel output projection is missing.
 `--bug-grad`: the input gradient of the column-parallel projections is not all-reduced (a
 plain `dist.all_reduce` in the forward instead of Megatron's Functions does the same).
@@ -24,6 +28,7 @@ import torch.nn.functional as F
 
 BUG = "--bug" in sys.argv
 BUG_GRAD = "--bug-grad" in sys.argv
+NEG_INF = "--neg-inf" in sys.argv
 
 HIDDEN, HEADS, SEQ, BATCH, FFN = 8, 2, 4, 2, 16
 HEAD_DIM = HIDDEN // HEADS
@@ -123,7 +128,10 @@ class ParallelAttention(nn.Module):
         scores = torch.matmul(q, k.transpose(2, 3)) / (HEAD_DIM ** 0.5)
         pos = torch.arange(s)
         causal = pos[None, :] > pos[:, None]
-        scores = scores.masked_fill(causal, torch.finfo(scores.dtype).min)
+        if NEG_INF:
+            scores = scores.masked_fill(causal, float('-inf'))
+        else:
+            scores = scores.masked_fill(causal, torch.finfo(scores.dtype).min)
         probs = F.softmax(scores, dim=-1)
         out = torch.matmul(probs, v).transpose(1, 2).reshape(b, s, self.heads * HEAD_DIM)
         out = self.o_proj(out)

@@ -222,6 +222,29 @@ export const INDEX_RULES: Record<string, Rule> = {
     const dims = (n.args[1] === undefined ? x.shape.map((_, i) => i) : l.ints(n.args[1], 'dim')).map((d) => (d < 0 ? d + x.shape.length : d));
     return l.bind(n, l.one('amax', [x], { dims: dims.length === 0 ? x.shape.map((_, i) => i) : dims, keepdim: l.bool(l.arg(n, 2, 'keepdim'), 'keepdim', false) }, l.out(n)));
   },
+  // The minimum over dims as a chain of element-wise minimums of slices (min is a lattice
+  // operation of the engine, as the MIN reduction of a collective is; an observer's minimum).
+  'aten.amin': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const dims = (n.args[1] === undefined ? x.shape.map((_, i) => i) : l.ints(n.args[1], 'dim')).map((d) => (d < 0 ? d + x.shape.length : d));
+    return l.bind(n, minOver(l, x, dims.length === 0 ? x.shape.map((_, i) => i) : dims, l.bool(l.arg(n, 2, 'keepdim'), 'keepdim', false), l.out(n)));
+  },
+  'aten.min.default': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    return l.bind(n, minOver(l, x, x.shape.map((_, i) => i), false, l.out(n)));
+  },
+  // The product over a dim as a chain of multiplications of its slices (exact; small dims).
+  'aten.prod.dim_int': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    let d = l.int(n.args[1], 'dim');
+    if (d < 0) d += x.shape.length;
+    return l.bind(n, prodAlong(l, x, d, l.bool(l.arg(n, 2, 'keepdim'), 'keepdim', false), l.out(n)));
+  },
+  'aten.prod.default': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const flat = l.one('reshape', [x], { shape: [x.shape.reduce((a, b) => a * b, 1)] });
+    return l.bind(n, prodAlong(l, flat, 0, false, l.out(n)));
+  },
   'aten.argmax': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
     const dArg = l.arg(n, 1, 'dim');
@@ -234,6 +257,36 @@ export const INDEX_RULES: Record<string, Rule> = {
   'aten.nonzero': (l, n) => l.fail(`${n.target}: its size depends on the data (which elements are nonzero); data-dependent sizes are not supported`),
   'aten.sym_size': (l, n) => l.fail(`${n.target}: a symbolic size (the graph was traced with dynamic shapes); export it with static shapes`),
 };
+
+/** The minimum of x over dims (keepdim or not): element-wise minimums of the slices, dim by dim. */
+function minOver(l: Lowerer, x: TensorVal, dims: readonly number[], keepdim: boolean, out: string): TensorVal {
+  let acc = x;
+  for (const d of dims) {
+    const size = acc.shape[d] ?? l.fail(`dim ${d} out of range`);
+    if (size > 1024) l.fail(`min over a dim of ${size} elements: at most 1024 are supported`);
+    let m: TensorVal | undefined;
+    for (let i = 0; i < size; i++) {
+      const s = l.one('slice', [acc], { dim: d, start: i, end: i + 1 });
+      m = m === undefined ? s : l.one('minimum', [m, s]);
+    }
+    acc = m as TensorVal;
+  }
+  return l.one('reshape', [acc], { shape: keepdim ? [...acc.shape] : x.shape.filter((_, i) => !dims.includes(i)) }, out);
+}
+
+/** The product of x's slices along d (keepdim or not), each slice one multiplication. */
+function prodAlong(l: Lowerer, x: TensorVal, d: number, keepdim: boolean, out: string): TensorVal {
+  const size = x.shape[d] ?? l.fail(`dim ${d} out of range`);
+  if (size > 1024) l.fail(`prod over a dim of ${size} elements: at most 1024 are supported (one multiplication each)`);
+  const kept = x.shape.map((s, i) => (i === d ? 1 : s));
+  let acc: TensorVal | undefined;
+  for (let i = 0; i < size; i++) {
+    const s = l.one('slice', [x], { dim: d, start: i, end: i + 1 });
+    acc = acc === undefined ? s : l.one('mul', [acc, s]);
+  }
+  const r = acc ?? l.one('expand', [l.constant(1)], { shape: kept }, undefined, x.dtype);
+  return l.one('reshape', [r], { shape: keepdim ? kept : x.shape.filter((_, i) => i !== d) }, out);
+}
 
 /** Binds an opaque value under a temporary name so l.tensor materializes it (argmax is used as a tensor at once). */
 function bindTemp(l: Lowerer, n: FxNode, v: OpaqueVal): string {

@@ -8,6 +8,7 @@
 import type { AttrValue } from '../../ops/types.js';
 import type { FxArg, FxNode } from './fxtext.js';
 import { indexPutInt } from './aten-index.js';
+import { isNegInf, negInfFilled } from './aten-neginf.js';
 import { filled, type Lowerer, type Rule, type TensorVal, type Val } from './lower.js';
 
 type Rel = 'gt' | 'ge' | 'lt' | 'le' | 'eq' | 'ne';
@@ -59,6 +60,12 @@ function maskedFill(inPlace: boolean): Rule {
   return (l, n) => {
     const x = l.tensor(n.args[0], 'self');
     const mask = l.tensor(n.args[1], 'mask');
+    if (isNegInf(n.args[2])) {
+      // A causal mask as people write it: only softmax may read the result (aten-neginf.ts).
+      const v = negInfFilled(l, n, x, mask);
+      if (inPlace && n.args[0]?.kind === 'name') l.bind({ ...n, name: n.args[0].name }, v);
+      return l.bind(n, v);
+    }
     return select(l, n, mask, fillValue(l, n.args[2], 'value'), x, inPlace ? n.args[0] : undefined);
   };
 }
@@ -236,7 +243,13 @@ export const TRAINING_RULES: Record<string, Rule> = {
   'aten.masked_fill_.Scalar': maskedFill(true),
   'aten.masked_fill_.Tensor': maskedFill(true),
   // where.self, .ScalarSelf, .ScalarOther, .Scalar: fillValue takes a tensor or a Python number alike.
-  'aten.where': (l, n) => select(l, n, l.tensor(n.args[0], 'condition'), fillValue(l, n.args[1], 'self'), fillValue(l, n.args[2], 'other')),
+  'aten.where': (l, n) => {
+    // torch.where(mask, scores, float('-inf')) (or -inf first): an -inf fill only softmax reads.
+    const [c, a, b] = [n.args[0], n.args[1], n.args[2]];
+    if (isNegInf(b) && !isNegInf(a)) return l.bind(n, negInfFilled(l, n, l.tensor(a, 'self'), l.one('compare', [l.tensor(c, 'condition'), l.constant(0)], { rel: 'eq' }, undefined, 'bool')));
+    if (isNegInf(a) && !isNegInf(b)) return l.bind(n, negInfFilled(l, n, l.tensor(b, 'other'), l.tensor(c, 'condition')));
+    return select(l, n, l.tensor(c, 'condition'), fillValue(l, a, 'self'), fillValue(l, b, 'other'));
+  },
 
   // ---- clamp, ReLU, maximum and their gradients
   'aten.maximum': (l, n) => l.bind(n, l.one('maximum', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'other')], {}, l.out(n))),
@@ -330,6 +343,16 @@ export const TRAINING_RULES: Record<string, Rule> = {
     const type = n.type ?? l.fail('planproof.recv needs its result annotated with a dtype and shape');
     const t = l.addTensor(l.out(n), type.shape, type.dtype);
     l.ops.push({ id: `${t.id}.op`, op: 'recv', inputs: [], outputs: [t.id], peer: src, loc: l.locOf(n) });
+    return l.bind(n, t);
+  },
+  // What dist.reduce leaves on a rank other than dst (planproof capture): torch documents only
+  // dst's value (gloo leaves partial sums). A free input of the plan, which the logical program
+  // never reads: an output that depends on it is not the logical one.
+  'planproof.unspecified': (l, n) => {
+    l.tensor(n.args[0], 'reduced');
+    const type = n.type ?? l.fail('planproof.unspecified needs its result annotated with a dtype and shape');
+    const t = l.addTensor(l.out(n), type.shape, type.dtype);
+    l.extra.push({ id: t.id, shape: t.shape, dtype: t.dtype, unspecified: true, line: n.line });
     return l.bind(n, t);
   },
   // Autograd's CopySlices (a write through a view, x[mask] = v) views the gradient with

@@ -10,6 +10,7 @@ import type { RawParallelOp } from '../raw.js';
 import type { FxArg, FxGraph, FxNode } from './fxtext.js';
 import { TRAINING_RULES } from './aten-training.js';
 import { INDEX_RULES } from './aten-index.js';
+import { maskedSoftmax, negInfOf } from './aten-neginf.js';
 import { binary, filled, likeShape, type ConstValue, type Lowered, Lowerer, type LowerOptions, type OpaqueVal, REDUCE, refuseTruncation, reshape, type Rule, sameStrides, scaleBy, splitPieces, type TensorVal, uninitialized, unary, type Val, view, viewStrides } from './lower.js';
 
 export type { Lowered, TensorVal } from './lower.js';
@@ -373,7 +374,11 @@ const RULES: Record<string, Rule> = {
   'aten.silu_backward': (l, n) => l.bind(n, l.one('silu_backward', [l.tensor(n.args[0], 'grad_output'), l.tensor(n.args[1], 'self')], {}, l.out(n))),
   'aten.tanh_backward': (l, n) => l.bind(n, l.one('tanh_backward', [l.tensor(n.args[0], 'grad_output'), l.tensor(n.args[1], 'output')], {}, l.out(n))),
   'aten.sigmoid_backward': (l, n) => l.bind(n, l.one('sigmoid_backward', [l.tensor(n.args[0], 'grad_output'), l.tensor(n.args[1], 'output')], {}, l.out(n))),
-  'aten._softmax': (l, n) => l.bind(n, l.one('softmax', [l.tensor(n.args[0], 'self')], { dim: l.int(n.args[1], 'dim') }, l.out(n))),
+  'aten._softmax': (l, n) => {
+    const filled = negInfOf(l, n.args[0]);
+    if (filled !== undefined) return maskedSoftmax(l, n, filled, l.int(n.args[1], 'dim'));
+    return l.bind(n, l.one('softmax', [l.tensor(n.args[0], 'self')], { dim: l.int(n.args[1], 'dim') }, l.out(n)));
+  },
   'aten._softmax_backward_data': (l, n) => l.bind(n, l.one('softmax_backward', [l.tensor(n.args[0], 'grad_output'), l.tensor(n.args[1], 'output')], { dim: l.int(n.args[2], 'dim') }, l.out(n))),
   'aten._log_softmax': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
@@ -423,13 +428,21 @@ const RULES: Record<string, Rule> = {
   },
   'aten.mse_loss': (l, n) => {
     const reduction = ['none', 'mean', 'sum'][l.int(l.arg(n, 2, 'reduction'), 'reduction', 1)] ?? l.fail('bad reduction');
-    if (reduction === 'none') l.fail("mse_loss with reduction='none' is not supported");
+    if (reduction === 'none') {
+      // (self - target)^2 per element (per-sample losses)
+      const d = l.one('sub', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'target')]);
+      return l.bind(n, l.one('mul', [d, d], {}, l.out(n)));
+    }
     return l.bind(n, l.one('mse_loss', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'target')], { reduction }, l.out(n)));
   },
   'aten.mse_loss_backward': (l, n) => {
     const reduction = ['none', 'mean', 'sum'][l.int(l.arg(n, 3, 'reduction'), 'reduction')] ?? l.fail('bad reduction');
-    if (reduction === 'none') l.fail("mse_loss with reduction='none' is not supported");
     const g = l.tensor(n.args[0], 'grad_output');
+    if (reduction === 'none') {
+      // 2 (self - target) grad, element-wise
+      const d = l.one('sub', [l.tensor(n.args[1], 'self'), l.tensor(n.args[2], 'target')]);
+      return l.bind(n, l.one('mul', [l.one('scale', [d], { factor: 2 }), g], {}, l.out(n)));
+    }
     if (g.shape.length !== 0) l.fail('mse_loss_backward: expected a scalar grad_output');
     return l.bind(n, l.one('mse_loss_backward', [l.tensor(n.args[1], 'self'), l.tensor(n.args[2], 'target'), g], { reduction }, l.out(n)));
   },

@@ -49,6 +49,8 @@ export interface ExtraInput {
   readonly dtype: string;
   /** Constants: the integer every element holds. */
   readonly constant?: number;
+  /** A value no other value determines (what dist.reduce leaves on a rank other than dst): a free input of the plan. */
+  readonly unspecified?: true;
   readonly line: number;
 }
 

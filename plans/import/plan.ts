@@ -240,7 +240,7 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const relationOf = (id: string): Relations['inputs'][string] | undefined => inputsSpec[keyOfCut.get(id) ?? id];
 
   // ---- dropout masks paired by order ("dropout": "auto")
-  const masks = (g: Lowered): { id: string; shape: readonly number[] }[] => g.extra.filter((e) => e.constant === undefined);
+  const masks = (g: Lowered): { id: string; shape: readonly number[] }[] => g.extra.filter((e) => e.constant === undefined && e.unspecified !== true);
   if (rel.dropout === 'auto') {
     const lm = masks(logical);
     for (const g of ranks) {
@@ -329,6 +329,9 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const inputIds = new Set(boundary(logical));
   const consts = new Map<string, number>();
   for (const g of [logical, ...ranks]) for (const e of g.extra) if (e.constant !== undefined) consts.set(e.id, e.constant);
+  // Values a rank holds that nothing determines (after dist.reduce, off dst): free inputs, which the logical program has and never reads.
+  const free = new Map<string, { shape: readonly number[]; dtype: string }>();
+  for (const g of ranks) for (const e of g.extra) if (e.unspecified === true) free.set(e.id, e);
   for (const t of logical.tensors.values()) {
     if (consts.has(t.id)) continue;
     const r = relationOf(t.id);
@@ -340,6 +343,11 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   }
   for (const [id, c] of consts) {
     ltensors.push({ id, shape: [], role: 'input', dtype: 'int64', values: { range: [c, c + 1] } });
+    contractIn.push(id);
+  }
+  for (const [id, e] of free) {
+    if (logical.tensors.has(id)) throw new ImportError(rf, 0, `tensor name '${id}' of a rank's unspecified value is also a tensor of ${logical.file}`);
+    ltensors.push({ id, shape: [...e.shape], role: 'input', dtype: e.dtype });
     contractIn.push(id);
   }
   const logicalShapes = new Map(ltensors.map((t) => [t.id, t]));
@@ -397,7 +405,7 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
     const bset = new Set(boundary(g));
     for (const t of g.tensors.values()) {
       let lineage: RawLineage | undefined;
-      if (consts.has(t.id)) lineage = { logical: t.id };
+      if (consts.has(t.id) || free.has(t.id)) lineage = { logical: t.id };
       else if (bset.has(t.id)) {
         const spec = relationOf(t.id);
         if (spec === undefined) throw new ImportError(rf, 0, `no relation for input tensor '${t.id}'`);

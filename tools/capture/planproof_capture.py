@@ -31,6 +31,9 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import capture_dist
+import capture_reads
+
 DT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
       torch.int64: "i64", torch.int32: "i32", torch.bool: "b8", torch.uint8: "u8", torch.int8: "i8"}
 REDUCE = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min"}
@@ -98,6 +101,10 @@ class Capture:
         self.suspended = 0
         self.ops = 0
         self.consts = {}         # name -> {"shape", "values", "where"}: undeclared tensors (see fmt)
+        self.alias = {}          # id(t.data) -> t: `p.data` names p's storage (capture_reads)
+        self.tracked = {}        # float value -> capture_reads.Tracked: numbers computed from reads
+        self.tracked_all = set()  # every value a Tracked took (literal-looking ones too)
+        self.read_notes = []     # capture_reads.ReadNote of each tracked read, in order
         self.loc = None          # the user's source line of the op being recorded
         self.last_loc = None
         # The mesh axes, slowest first (--mesh; a 1-D mesh of --axis otherwise): placements are per axis.
@@ -195,6 +202,21 @@ class Capture:
     def bind(self, t, name):
         self.names[id(t)] = name
         self.keep.append(t)
+        base = self.alias.get(id(t))
+        if base is not None:
+            # A collective into `p.data` (dist.broadcast(p.data, src=0)) writes p.
+            self.names[id(base)] = name
+
+    def fmt_arg(self, func, key, a):
+        """An op's argument; a float computed from a value read into Python is that traced
+        value where the op takes a tensor (capture_reads)."""
+        if isinstance(a, float):
+            schema = func._schema.arguments
+            spec = schema[key] if isinstance(key, int) and key < len(schema) else next((x for x in schema if x.name == key), None)
+            name = capture_reads.arg(self, a, spec is not None and str(spec.type).startswith("Tensor"))
+            if name is not None:
+                return name
+        return self.fmt(a)
 
     def fmt(self, a):
         if isinstance(a, torch.Tensor):
@@ -244,6 +266,9 @@ class Capture:
         finally:
             self.suspended -= 1
         self.consts[name] = {"shape": list(a.shape), "values": vals, "where": where}
+        if self.read_notes and any(not capture_reads.simple(v) or v in self.tracked_all for v in vals[:EXACT_CONST]):
+            # A tensor made from Python numbers after a read (torch.tensor([x])): it may hold one.
+            capture_reads.escape(self)
         if 0 < len(vals) <= EXACT_CONST:
             self.consts[name]["embedded"] = True
             dt = DT[a.dtype]
@@ -279,7 +304,7 @@ class Capture:
         self.ops += 1
         self.note_loc()
         name = self.fresh(func.__name__.split(".")[0] if hasattr(func, "__name__") else "op")
-        call = "torch.ops.%s(%s)" % (str(func), ", ".join([self.fmt(a) for a in args] + ["%s = %s" % (k, self.fmt(v)) for k, v in kwargs.items()]))
+        call = "torch.ops.%s(%s)" % (str(func), ", ".join([self.fmt_arg(func, i, a) for i, a in enumerate(args)] + ["%s = %s" % (k, self.fmt_arg(func, k, v)) for k, v in kwargs.items()]))
         if str(func) in ("aten.bernoulli_.float", "aten.bernoulli_.Tensor"):
             # CPU dropout's mask: a plan input (docs/import.md), with its relation and values.
             self.relations[name + ".mask"] = {"placements": self.placements(self.masks.pop(0) if self.masks else "R", "dropout mask")}
@@ -347,32 +372,42 @@ class Capture:
         self.bind(out, name)
 
     def pieces(self, outs, whole):
-        """Binds each of `outs` to its slice along dim 0 of the traced tensor `whole`."""
+        """Binds each of `outs` to its slice along dim 0 of the traced tensor `whole` (a 0-d
+        entry to its element)."""
         at = 0
         for o in outs:
+            k = o.shape[0] if o.dim() > 0 else 1
             s = self.fresh("slice")
-            self.lines.append("%s: %s = torch.ops.aten.slice.Tensor(%s, 0, %d, %d)" % (s, ann(o), whole, at, at + o.shape[0]))
+            self.lines.append('%s: "%s[%s]" = torch.ops.aten.slice.Tensor(%s, 0, %d, %d)' % (s, DT.get(o.dtype, "f32"), ", ".join(str(d) for d in (k,) + tuple(o.shape[1:])), whole, at, at + k))
+            if o.dim() == 0:
+                v = self.fresh("view")
+                self.lines.append("%s: %s = torch.ops.aten.view.default(%s, [])" % (v, ann(o), s))
+                s = v
             self.bind(o, s)
-            at += o.shape[0]
+            at += k
+
+    def gathered(self, t, group, size):
+        """One traced all_gather_into_tensor of `t` along dim 0 over `group` (a 0-d `t` as [1]):
+        the name of the gathered tensor."""
+        src = self.fmt(t)
+        n = t.shape[0] if t.dim() > 0 else 1
+        if t.dim() == 0:
+            v = self.fresh("view")
+            self.lines.append('%s: "%s[1]" = torch.ops.aten.view.default(%s, [1])' % (v, DT.get(t.dtype, "f32"), src))
+            src = v
+        name = self.fresh("all_gather")
+        full = '"%s[%s]"' % (DT.get(t.dtype, "f32"), ", ".join(str(d) for d in (n * size,) + tuple(t.shape[1:])))
+        self.lines.append("%s: %s = torch.ops._c10d_functional.all_gather_into_tensor.default(%s, %d, '%s')" % (name, full, src, size, self.group_name(group)))
+        return name
 
     def gather(self, tensor_list, t, group):
         """dist.all_gather(list, t): one all_gather_into_tensor along dim 0, each list entry a slice of it."""
         ws = len(tensor_list)
         if ws == 1:
             # World size 1 (the logical run): the entry is the tensor itself.
-            self.bind(tensor_list[0], self.names[id(t)])
+            self.bind(tensor_list[0], self.fmt(t))
             return
-        gname = "world"
-        if group is not None and group is not dist.group.WORLD:
-            gname = _GROUPS[id(group)][0]
-        n = t.shape[0]
-        name = self.fresh("all_gather")
-        full = '"%s[%s]"' % (DT.get(t.dtype, "f32"), ", ".join(str(d) for d in (n * ws,) + tuple(t.shape[1:])))
-        self.lines.append("%s: %s = torch.ops._c10d_functional.all_gather_into_tensor.default(%s, %d, '%s')" % (name, full, self.names[id(t)], ws, gname))
-        for i, o in enumerate(tensor_list):
-            s = self.fresh("slice")
-            self.lines.append("%s: %s = torch.ops.aten.slice.Tensor(%s, 0, %d, %d)" % (s, ann(o), name, i * n, (i + 1) * n))
-            self.bind(o, s)
+        self.pieces(tensor_list, self.gathered(t, group, ws))
 
     def trace(self):
         # An untraced capture (the overhead benchmark's baseline) runs the step as it is.
@@ -381,7 +416,8 @@ class Capture:
     def text(self):
         sig = ", ".join("%s: %s" % (n, ann(t)) for n, t in self.inputs)
         body = ["class train_step(torch.nn.Module):", "    def forward(self, %s):" % sig]
-        body += ["        " + l for l in self.lines]
+        # A read whose value stayed in traced arithmetic leaves no mark (capture_reads).
+        body += ["        " + (l if isinstance(l, str) else l.line()) for l in self.lines if isinstance(l, str) or l.escaped]
         body.append("        return (%s,)" % ", ".join(n for _, n, _ in self.outputs))
         return "\n".join(body) + "\n"
 
@@ -393,7 +429,8 @@ class UserError(Exception):
     """A mistake in the user's script or declarations: printed as one line, exit 2."""
 
 
-_SKIP = (os.path.dirname(torch.__file__), os.path.abspath(__file__), "<frozen", os.path.dirname(contextlib.__file__))
+# (this file and capture_dist.py, which wraps torch.distributed)
+_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__)) + os.sep, "<frozen", os.path.dirname(contextlib.__file__))
 
 
 def _user_loc():
@@ -438,287 +475,17 @@ class _Mode(TorchDispatchMode):
 
     def __enter__(self):
         self.cap.tracing = True
-        _watch_reads(self.cap)
+        capture_reads.watch(self.cap)
         return super().__enter__()
 
     def __exit__(self, *a):
         self.cap.tracing = False
-        _unwatch_reads()
+        capture_reads.unwatch()
         return super().__exit__(*a)
-
-
-_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__")
-_SAVED = {}
-
-
-def _watch_reads(cap):
-    """Values read into Python (`.item()`, `float(t)`, `if t:`) leave the graph: what the program
-    then computes from them is baked into later ops as constants. torch 1.13's dispatch mode
-    does not see these reads, so each is recorded here as `aten._local_scalar_dense`, which the
-    importer turns into a note that the plan is specialized to the value read."""
-    for m in _READS:
-        real = getattr(torch.Tensor, m)
-        _SAVED[m] = real
-
-        def read(t, *a, _real=real, _m=m, **k):
-            if not (cap.tracing and cap.suspended == 0 and isinstance(t, torch.Tensor)):
-                return _real(t, *a, **k)
-            # The capture's own reads (an undeclared tensor's values) are not the program's.
-            cap.suspended += 1
-            try:
-                cap.note_loc()
-                cap.lines.append("%s = torch.ops.aten._local_scalar_dense.default(%s)" % (cap.fresh("read"), cap.fmt(t)))
-                return _real(t, *a, **k)
-            finally:
-                cap.suspended -= 1
-        setattr(torch.Tensor, m, read)
-
-
-def _unwatch_reads():
-    for m, real in _SAVED.items():
-        setattr(torch.Tensor, m, real)
-    _SAVED.clear()
 
 
 _CURRENT = []
 _GROUPS = {}  # id(process group) -> (name, sorted ranks), in creation order (the same on every rank)
-
-
-def _wrap_collectives():
-    real_all_reduce = dist.all_reduce
-    real_new_group = dist.new_group
-
-    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
-        cap = _CURRENT[-1]
-        size = dist.get_world_size(group) if group is not None else dist.get_world_size()
-        if cap.tracing and size > 1:
-            cap.collective("all_reduce", tensor, op, group)
-        # The real call is not recorded: its internals are not the program's ops.
-        cap.suspended += 1
-        try:
-            return real_all_reduce(tensor, op=op, group=group, async_op=async_op)
-        finally:
-            cap.suspended -= 1
-
-    real_all_gather = dist.all_gather
-
-    def all_gather(tensor_list, tensor, group=None, async_op=False):
-        cap = _CURRENT[-1]
-        # The real call is not recorded (its copies into the list are not the program's ops);
-        # the list entries are then bound to slices of the gathered tensor.
-        cap.suspended += 1
-        try:
-            r = real_all_gather(tensor_list, tensor, group=group, async_op=async_op)
-        finally:
-            cap.suspended -= 1
-        if cap.tracing:
-            cap.gather(tensor_list, tensor, group)
-        return r
-
-    def new_group(ranks=None, *a, **k):
-        g = real_new_group(ranks, *a, **k)
-        rs = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
-        if g is not None and g is not dist.GroupMember.NON_GROUP_MEMBER:
-            # Named by membership: every process names a group alike, whichever groups it is in.
-            _GROUPS[id(g)] = ("g" + "_".join(str(r) for r in rs), rs)
-        return g
-
-    real_broadcast = dist.broadcast
-
-    def broadcast(tensor, src, group=None, async_op=False):
-        cap = _CURRENT[-1]
-        size = dist.get_world_size(group) if group is not None else dist.get_world_size()
-        if cap.tracing and size > 1:
-            cap.note_loc()
-            name = cap.fresh("broadcast")
-            cap.lines.append("%s: %s = torch.ops._c10d_functional.broadcast.default(%s, %d, '%s')" % (name, ann(tensor), cap.fmt(tensor), src, cap.group_name(group)))
-            cap.bind(tensor, name)
-        cap.suspended += 1
-        try:
-            return real_broadcast(tensor, src, group=group, async_op=async_op)
-        finally:
-            cap.suspended -= 1
-
-    def _group_rank(group):
-        return dist.get_rank(group) if group is not None else dist.get_rank()
-
-    def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False):
-        """gloo under torch 1.13 has no reduce-scatter: all-reduce of the concatenated inputs,
-        this rank's chunk taken (said in docs/capture.md); traced as one reduce_scatter_tensor."""
-        cap = _CURRENT[-1]
-        size = len(input_list)
-        if cap.tracing and size > 1:
-            cap.note_loc()
-            flat = cap.concat(input_list)
-            name = cap.fresh("reduce_scatter")
-            cap.lines.append("%s: %s = torch.ops._c10d_functional.reduce_scatter_tensor.default(%s, '%s', %d, '%s')" % (name, ann(output), flat, cap.reduce_name(op), size, cap.group_name(group)))
-        cap.suspended += 1
-        try:
-            buf = torch.cat([t.detach() for t in input_list]).clone()
-            real_all_reduce(buf, op=op, group=group)
-            with torch.no_grad():
-                output.copy_(buf.chunk(size)[_group_rank(group)])
-        finally:
-            cap.suspended -= 1
-        if cap.tracing and size > 1:
-            cap.bind(output, name)
-        elif cap.tracing:
-            cap.copy_into(output, input_list[0])
-        return None
-
-    def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
-        size = dist.get_world_size(group) if group is not None else dist.get_world_size()
-        return reduce_scatter(output, list(input.chunk(size)), op=op, group=group, async_op=async_op)
-
-    def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
-        """Emulated with all_gather (gloo under torch 1.13 has no all-to-all); traced as one
-        all_to_all_single of the concatenated inputs, each output a slice of its result."""
-        cap = _CURRENT[-1]
-        size = len(input_tensor_list)
-        if cap.tracing and size > 1:
-            cap.note_loc()
-            if len({t.shape for t in input_tensor_list}) != 1:
-                raise UserError("all_to_all with uneven pieces at %s is not supported" % (cap.loc or "the step"))
-            flat = cap.concat(input_tensor_list)
-            name = cap.fresh("all_to_all")
-            whole = sum(t.shape[0] for t in input_tensor_list)
-            shape = (whole,) + tuple(input_tensor_list[0].shape[1:])
-            cap.lines.append('%s: "%s[%s]" = torch.ops._c10d_functional.all_to_all_single.default(%s, None, None, \'%s\')' % (name, DT.get(input_tensor_list[0].dtype, "f32"), ", ".join(str(d) for d in shape), flat, cap.group_name(group)))
-        cap.suspended += 1
-        try:
-            me = _group_rank(group)
-            flat_in = torch.cat([t.detach() for t in input_tensor_list]).contiguous()
-            everyone = [torch.empty_like(flat_in) for _ in range(size)]
-            real_all_gather(everyone, flat_in, group=group)
-            with torch.no_grad():
-                for j, o in enumerate(output_tensor_list):
-                    o.copy_(everyone[j].chunk(size)[me])
-        finally:
-            cap.suspended -= 1
-        if cap.tracing and size > 1:
-            cap.pieces(output_tensor_list, name)
-        elif cap.tracing:
-            cap.copy_into(output_tensor_list[0], input_tensor_list[0])
-        return None
-
-    real_send, real_recv = dist.send, dist.recv
-
-    def send(tensor, dst, group=None, tag=0):
-        cap = _CURRENT[-1]
-        if cap.tracing:
-            cap.note_loc()
-            cap.lines.append("%s = torch.ops.planproof.send.default(%s, %d)" % (cap.fresh("send"), cap.fmt(tensor), dst))
-        cap.suspended += 1
-        try:
-            return real_send(tensor, dst, group=group, tag=tag)
-        finally:
-            cap.suspended -= 1
-
-    def recv(tensor, src=None, group=None, tag=0):
-        cap = _CURRENT[-1]
-        if src is None:
-            raise UserError("dist.recv without src (from any rank) is not supported: name the sender")
-        cap.suspended += 1
-        try:
-            r = real_recv(tensor, src, group=group, tag=tag)
-        finally:
-            cap.suspended -= 1
-        if cap.tracing:
-            cap.note_loc()
-            name = cap.fresh("recv")
-            cap.lines.append("%s: %s = torch.ops.planproof.recv.default(%d)" % (name, ann(tensor), src))
-            cap.bind(tensor, name)
-        return r
-
-    class _Done:
-        """The Work of an isend/irecv run eagerly (the capture orders calls as made)."""
-
-        def wait(self, *a, **k):
-            return True
-
-        def is_completed(self):
-            return True
-
-    # Eager isend/irecv would deadlock when both peers send first: run them as the blocking pair
-    # in an order gloo accepts, send-first ranks by rank order (docs/capture.md).
-    def isend(tensor, dst, group=None, tag=0):
-        send(tensor, dst, group=group, tag=tag)
-        return _Done()
-
-    def irecv(tensor, src=None, group=None, tag=0):
-        recv(tensor, src, group=group, tag=tag)
-        return _Done()
-
-    dist.all_reduce = all_reduce
-    dist.all_gather = all_gather
-    dist.new_group = new_group
-    dist.broadcast = broadcast
-    dist.reduce_scatter = reduce_scatter
-    if hasattr(dist, "reduce_scatter_tensor"):
-        dist.reduce_scatter_tensor = reduce_scatter_tensor
-    if hasattr(dist, "_reduce_scatter_base"):
-        dist._reduce_scatter_base = reduce_scatter_tensor
-    dist.all_to_all = all_to_all
-    dist.send, dist.recv, dist.isend, dist.irecv = send, recv, isend, irecv
-
-
-class _DDP(torch.nn.Module):
-    """torch.nn.parallel.DistributedDataParallel as the capture runs it: its all-reduce runs in
-    C++ (the reducer), which no Python tracer sees, so the capture puts this module in its place.
-    Same semantics, as DDP documents them: parameters broadcast from rank 0 at construction;
-    after a backward whose forward ran outside `no_sync()`, every gradient is all-reduced over
-    the process group and divided by its size (buckets change the grouping, not the values);
-    inside `no_sync()` gradients accumulate locally. The all-reduces go through the traced
-    dist.all_reduce, so the plan has them. Said in docs/capture.md."""
-
-    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
-                 process_group=None, bucket_cap_mb=25, find_unused_parameters=False,
-                 check_reduction=False, gradient_as_bucket_view=False, static_graph=False):
-        super().__init__()
-        self.module = module
-        self.process_group = process_group
-        self.require_backward_grad_sync = True
-        self._sync_this_backward = False
-        self._queued = False
-        with torch.no_grad():
-            for p in module.parameters():
-                dist.broadcast(p.data, src=0, group=process_group)
-        for p in module.parameters():
-            if p.requires_grad:
-                p.register_hook(self._grad_hook)
-
-    def forward(self, *args, **kwargs):
-        # As DDP: whether this iteration's backward syncs is decided by its forward.
-        self._sync_this_backward = self.require_backward_grad_sync
-        return self.module(*args, **kwargs)
-
-    @contextlib.contextmanager
-    def no_sync(self):
-        old = self.require_backward_grad_sync
-        self.require_backward_grad_sync = False
-        try:
-            yield
-        finally:
-            self.require_backward_grad_sync = old
-
-    def _grad_hook(self, grad):
-        if self._sync_this_backward and not self._queued:
-            self._queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._sync)
-        return grad
-
-    def _sync(self):
-        self._queued = False
-        ws = dist.get_world_size(self.process_group) if self.process_group is not None else dist.get_world_size()
-        for p in self.module.parameters():
-            if p.grad is not None:
-                dist.all_reduce(p.grad, group=self.process_group)
-                p.grad.div_(ws)
-
-
-def _install_ddp():
-    torch.nn.parallel.DistributedDataParallel = _DDP
-    torch.nn.parallel.distributed.DistributedDataParallel = _DDP
 
 
 def _run_one(rank, world, script, outdir, port, args, bench, values):
@@ -735,8 +502,7 @@ def _run_one_traced(rank, world, script, outdir, port, args, bench, values):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    _wrap_collectives()
-    _install_ddp()
+    capture_dist.install(sys.modules[__name__])
     spec = importlib.util.spec_from_file_location("user_script", script)
     mod = importlib.util.module_from_spec(spec)
     sys.argv = [script] + args

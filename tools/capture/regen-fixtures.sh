@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the committed capture fixtures (test/fixtures/capture/) with Debian's
-# python3-torch: each example, correct and with its bug flags, captured on 2 gloo processes,
+# python3-torch: each example, correct and with its bug flags, captured on 2 gloo processes
+# (or the mesh given, e.g. pp=2,dp=2,tp=2: 8 processes),
 # with the logical run's input and output values (values.json: the numeric check of the
 # ATen mapping). The fixtures let npm test import and verify real captures without Python
 # (test/capture.test.ts).
@@ -63,5 +64,28 @@ moe_top1 moe_top1.py dp
 moe_top1-topk moe_top1.py dp --router topk
 moe_top1-argmax moe_top1.py dp --router argmax
 moe_top1-bug moe_top1.py dp --bug
+llama_tp-neginf llama_tp.py tp --neg-inf
+llama_tp-neginf-bug llama_tp.py tp --neg-inf --bug
+zero1_allgather zero1_allgather.py dp
+zero1_allgather-base zero1_allgather.py dp --api base
+zero1_allgather-bug zero1_allgather.py dp --bug
+reduce_to_root reduce_to_root.py dp
+reduce_to_root-bug reduce_to_root.py dp --bug
+scatter_gather scatter_gather.py dp
+scatter_gather-bug scatter_gather.py dp --bug
+sync_minmax sync_minmax.py dp
+sync_minmax-bug sync_minmax.py dp --bug
+megatron_tp_pp megatron_3d.py pp=2,tp=2
+megatron_tp_pp-bug megatron_3d.py pp=2,tp=2 --bug
+megatron_3d megatron_3d.py pp=2,dp=2,tp=2
+megatron_3d-bug megatron_3d.py pp=2,dp=2,tp=2 --bug
+megatron_clip megatron_clip.py dp
+megatron_clip-bug megatron_clip.py dp --bug
+nanogpt_ddp nanogpt_ddp.py dp
+nanogpt_ddp-bug nanogpt_ddp.py dp --bug
+clip_contrastive clip_contrastive.py dp
+clip_contrastive-bug clip_contrastive.py dp --bug
+pipeline_1f1b pipeline_1f1b.py pp
+pipeline_1f1b-bug pipeline_1f1b.py pp --bug
 LIST
 rm -rf tools/capture/__pycache__

@@ -1,0 +1,466 @@
+"""torch.distributed as `planproof capture` runs it (docs/capture.md): the collectives a
+training script calls, wrapped so that each call is recorded in the trace with its group,
+reduce op and order, and run on gloo (emulated where gloo under torch 1.13 has none); and
+torch DDP's C++ reducer replaced by a Python module with DDP's semantics.
+
+Installed into the capture module (planproof_capture.py) by `install(module)`: the trace in
+progress (`_CURRENT`), the named groups (`_GROUPS`) and the error type are that module's.
+"""
+import contextlib
+
+import torch
+import torch.distributed as dist
+
+_CURRENT = _GROUPS = UserError = DT = ann = None
+
+
+def install(m):
+    """Wraps torch.distributed's collectives and installs the DDP module (once per process)."""
+    global _CURRENT, _GROUPS, UserError, DT, ann
+    _CURRENT, _GROUPS, UserError, DT, ann = m._CURRENT, m._GROUPS, m.UserError, m.DT, m.ann
+    _wrap_collectives()
+    _install_ddp()
+
+
+class _Done:
+    """The Work of a call run eagerly (an emulated collective, an isend / irecv)."""
+
+    def wait(self, *a, **k):
+        return True
+
+    def is_completed(self):
+        return True
+
+
+def _size(group):
+    return dist.get_world_size(group) if group is not None else dist.get_world_size()
+
+
+def _is_avg(op):
+    return hasattr(dist.ReduceOp, "AVG") and op == dist.ReduceOp.AVG
+
+
+def _product(cap, gathered, t, size):
+    """The product of the `size` slices along dim 0 of the traced `gathered`, in group order."""
+    n = t.shape[0] if t.dim() > 0 else 1
+    whole = gathered
+    acc = None
+    for i in range(size):
+        s = cap.fresh("slice")
+        cap.lines.append("%s: %s = torch.ops.aten.slice.Tensor(%s, 0, %d, %d)" % (s, '"%s[%s]"' % (DT.get(t.dtype, "f32"), ", ".join(str(d) for d in ((n,) + tuple(t.shape[1:])))), whole, i * n, (i + 1) * n))
+        if acc is None:
+            acc = s
+            continue
+        m = cap.fresh("mul")
+        cap.lines.append("%s: %s = torch.ops.aten.mul.Tensor(%s, %s)" % (m, '"%s[%s]"' % (DT.get(t.dtype, "f32"), ", ".join(str(d) for d in ((n,) + tuple(t.shape[1:])))), acc, s))
+        acc = m
+    if t.dim() == 0:
+        v = cap.fresh("view")
+        cap.lines.append("%s: %s = torch.ops.aten.view.default(%s, [])" % (v, ann(t), acc))
+        acc = v
+    return acc
+
+
+def _wrap_collectives():
+    real_all_reduce = dist.all_reduce
+    real_new_group = dist.new_group
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        cap = _CURRENT[-1]
+        size = _size(group)
+        if cap.tracing and size > 1:
+            cap.note_loc()
+            if op == dist.ReduceOp.PRODUCT:
+                # No product reduction in the plan: the product of the gathered members, in group order.
+                cap.bind(tensor, _product(cap, cap.gathered(tensor, group, size), tensor, size))
+            else:
+                cap.collective("all_reduce", tensor, op, group)
+        # The real call is not recorded: its internals are not the program's ops.
+        cap.suspended += 1
+        try:
+            if _is_avg(op):
+                # gloo has no AVG: the sum, divided by the group size.
+                work = real_all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
+                with torch.no_grad():
+                    tensor.div_(size)
+                return _Done() if async_op else work
+            return real_all_reduce(tensor, op=op, group=group, async_op=async_op)
+        finally:
+            cap.suspended -= 1
+
+    real_all_gather = dist.all_gather
+
+    def all_gather(tensor_list, tensor, group=None, async_op=False):
+        cap = _CURRENT[-1]
+        # The real call is not recorded (its copies into the list are not the program's ops);
+        # the list entries are then bound to slices of the gathered tensor.
+        cap.suspended += 1
+        try:
+            r = real_all_gather(tensor_list, tensor, group=group, async_op=async_op)
+        finally:
+            cap.suspended -= 1
+        if cap.tracing:
+            cap.gather(tensor_list, tensor, group)
+        return r
+
+    def new_group(ranks=None, *a, **k):
+        g = real_new_group(ranks, *a, **k)
+        rs = sorted(ranks) if ranks is not None else list(range(dist.get_world_size()))
+        if g is not None and g is not dist.GroupMember.NON_GROUP_MEMBER:
+            # Named by membership: every process names a group alike, whichever groups it is in.
+            _GROUPS[id(g)] = ("g" + "_".join(str(r) for r in rs), rs)
+        return g
+
+    real_broadcast = dist.broadcast
+
+    def broadcast(tensor, src, group=None, async_op=False):
+        cap = _CURRENT[-1]
+        size = dist.get_world_size(group) if group is not None else dist.get_world_size()
+        if cap.tracing and size > 1:
+            cap.note_loc()
+            name = cap.fresh("broadcast")
+            cap.lines.append("%s: %s = torch.ops._c10d_functional.broadcast.default(%s, %d, '%s')" % (name, ann(tensor), cap.fmt(tensor), src, cap.group_name(group)))
+            cap.bind(tensor, name)
+        cap.suspended += 1
+        try:
+            return real_broadcast(tensor, src, group=group, async_op=async_op)
+        finally:
+            cap.suspended -= 1
+
+    def _group_rank(group):
+        return dist.get_rank(group) if group is not None else dist.get_rank()
+
+    def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        """gloo under torch 1.13 has no reduce-scatter: all-reduce of the concatenated inputs,
+        this rank's chunk taken (said in docs/capture.md); traced as one reduce_scatter_tensor."""
+        cap = _CURRENT[-1]
+        size = len(input_list)
+        if cap.tracing and size > 1:
+            cap.note_loc()
+            flat = cap.concat(input_list)
+            name = cap.fresh("reduce_scatter")
+            cap.lines.append("%s: %s = torch.ops._c10d_functional.reduce_scatter_tensor.default(%s, '%s', %d, '%s')" % (name, ann(output), flat, cap.reduce_name(op), size, cap.group_name(group)))
+        cap.suspended += 1
+        try:
+            buf = torch.cat([t.detach() for t in input_list]).clone()
+            real_all_reduce(buf, op=op, group=group)
+            with torch.no_grad():
+                output.copy_(buf.chunk(size)[_group_rank(group)])
+        finally:
+            cap.suspended -= 1
+        if cap.tracing and size > 1:
+            cap.bind(output, name)
+        elif cap.tracing:
+            cap.copy_into(output, input_list[0])
+        return None
+
+    def reduce_scatter_tensor(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        size = dist.get_world_size(group) if group is not None else dist.get_world_size()
+        return reduce_scatter(output, list(input.chunk(size)), op=op, group=group, async_op=async_op)
+
+    def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+        """Emulated with all_gather (gloo under torch 1.13 has no all-to-all); traced as one
+        all_to_all_single of the concatenated inputs, each output a slice of its result."""
+        cap = _CURRENT[-1]
+        size = len(input_tensor_list)
+        if cap.tracing and size > 1:
+            cap.note_loc()
+            if len({t.shape for t in input_tensor_list}) != 1:
+                raise UserError("all_to_all with uneven pieces at %s is not supported" % (cap.loc or "the step"))
+            flat = cap.concat(input_tensor_list)
+            name = cap.fresh("all_to_all")
+            whole = sum(t.shape[0] for t in input_tensor_list)
+            shape = (whole,) + tuple(input_tensor_list[0].shape[1:])
+            cap.lines.append('%s: "%s[%s]" = torch.ops._c10d_functional.all_to_all_single.default(%s, None, None, \'%s\')' % (name, DT.get(input_tensor_list[0].dtype, "f32"), ", ".join(str(d) for d in shape), flat, cap.group_name(group)))
+        cap.suspended += 1
+        try:
+            me = _group_rank(group)
+            flat_in = torch.cat([t.detach() for t in input_tensor_list]).contiguous()
+            everyone = [torch.empty_like(flat_in) for _ in range(size)]
+            real_all_gather(everyone, flat_in, group=group)
+            with torch.no_grad():
+                for j, o in enumerate(output_tensor_list):
+                    o.copy_(everyone[j].chunk(size)[me])
+        finally:
+            cap.suspended -= 1
+        if cap.tracing and size > 1:
+            cap.pieces(output_tensor_list, name)
+        elif cap.tracing:
+            cap.copy_into(output_tensor_list[0], input_tensor_list[0])
+        return None
+
+    real_send, real_recv = dist.send, dist.recv
+
+    def send(tensor, dst, group=None, tag=0):
+        cap = _CURRENT[-1]
+        if cap.tracing:
+            cap.note_loc()
+            cap.lines.append("%s = torch.ops.planproof.send.default(%s, %d)" % (cap.fresh("send"), cap.fmt(tensor), dst))
+        cap.suspended += 1
+        try:
+            return real_send(tensor, dst, group=group, tag=tag)
+        finally:
+            cap.suspended -= 1
+
+    def recv(tensor, src=None, group=None, tag=0):
+        cap = _CURRENT[-1]
+        if src is None:
+            raise UserError("dist.recv without src (from any rank) is not supported: name the sender")
+        cap.suspended += 1
+        try:
+            r = real_recv(tensor, src, group=group, tag=tag)
+        finally:
+            cap.suspended -= 1
+        if cap.tracing:
+            cap.note_loc()
+            name = cap.fresh("recv")
+            cap.lines.append("%s: %s = torch.ops.planproof.recv.default(%d)" % (name, ann(tensor), src))
+            cap.bind(tensor, name)
+        return r
+
+    # Eager isend/irecv would deadlock when both peers send first: run them as the blocking pair
+    # in an order gloo accepts, send-first ranks by rank order (docs/capture.md).
+    def isend(tensor, dst, group=None, tag=0):
+        send(tensor, dst, group=group, tag=tag)
+        return _Done()
+
+    def irecv(tensor, src=None, group=None, tag=0):
+        recv(tensor, src, group=group, tag=tag)
+        return _Done()
+
+    dist.all_reduce = all_reduce
+    dist.all_gather = all_gather
+    dist.new_group = new_group
+    dist.broadcast = broadcast
+    dist.reduce_scatter = reduce_scatter
+    if hasattr(dist, "reduce_scatter_tensor"):
+        dist.reduce_scatter_tensor = reduce_scatter_tensor
+    if hasattr(dist, "_reduce_scatter_base"):
+        dist._reduce_scatter_base = reduce_scatter_tensor
+    dist.all_to_all = all_to_all
+    real_isend, real_irecv = dist.isend, dist.irecv
+    ours = (isend, irecv, real_isend, real_irecv)
+
+    def _check_op(op):
+        # P2POp checks its op against torch's own isend / irecv: the wrapped ones are those too.
+        if op not in ours:
+            raise RuntimeError("Invalid ``op``. Expected ``op`` to be of type ``torch.distributed.isend`` or ``torch.distributed.irecv``.")
+
+    def batch_isend_irecv(p2p_op_list):
+        """Megatron's pipeline exchange: every send posted (recorded as planproof.send, in list
+        order), every receive posted, all waited on; then each receive recorded as planproof.recv
+        (matched in order per pair, as the loader matches them). Ranks that both send first do
+        not block: the real isend / irecv run asynchronously."""
+        cap = _CURRENT[-1]
+        works, received = [], []
+        cap.suspended += 1
+        try:
+            for p in p2p_op_list:
+                if p.op in (isend, real_isend):
+                    if cap.tracing:
+                        cap.suspended -= 1
+                        try:
+                            cap.note_loc()
+                            cap.lines.append("%s = torch.ops.planproof.send.default(%s, %d)" % (cap.fresh("send"), cap.fmt(p.tensor), p.peer))
+                        finally:
+                            cap.suspended += 1
+                    works.append(real_isend(p.tensor, p.peer, group=p.group, tag=p.tag))
+                else:
+                    works.append(real_irecv(p.tensor, p.peer, group=p.group, tag=p.tag))
+                    received.append(p)
+            for w in works:
+                w.wait()
+        finally:
+            cap.suspended -= 1
+        if cap.tracing:
+            cap.note_loc()
+            for p in received:
+                name = cap.fresh("recv")
+                cap.lines.append("%s: %s = torch.ops.planproof.recv.default(%d)" % (name, ann(p.tensor), p.peer))
+                cap.bind(p.tensor, name)
+        return [_Done() for _ in p2p_op_list]
+
+    dist.send, dist.recv, dist.isend, dist.irecv = send, recv, isend, irecv
+    dist.distributed_c10d._check_op = _check_op
+    dist.batch_isend_irecv = batch_isend_irecv
+    _wrap_rooted(real_all_reduce, real_all_gather)
+
+
+class _DDP(torch.nn.Module):
+    """torch.nn.parallel.DistributedDataParallel as the capture runs it: its all-reduce runs in
+    C++ (the reducer), which no Python tracer sees, so the capture puts this module in its place.
+    Same semantics, as DDP documents them: parameters broadcast from rank 0 at construction;
+    after a backward whose forward ran outside `no_sync()`, every gradient is all-reduced over
+    the process group and divided by its size (buckets change the grouping, not the values);
+    inside `no_sync()` gradients accumulate locally. The all-reduces go through the traced
+    dist.all_reduce, so the plan has them. Said in docs/capture.md."""
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0, broadcast_buffers=True,
+                 process_group=None, bucket_cap_mb=25, find_unused_parameters=False,
+                 check_reduction=False, gradient_as_bucket_view=False, static_graph=False):
+        super().__init__()
+        self.module = module
+        self.process_group = process_group
+        self.require_backward_grad_sync = True
+        self._sync_this_backward = False
+        self._queued = False
+        with torch.no_grad():
+            for p in module.parameters():
+                dist.broadcast(p.data, src=0, group=process_group)
+        for p in module.parameters():
+            if p.requires_grad:
+                p.register_hook(self._grad_hook)
+
+    def forward(self, *args, **kwargs):
+        # As DDP: whether this iteration's backward syncs is decided by its forward.
+        self._sync_this_backward = self.require_backward_grad_sync
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        old = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = old
+
+    def _grad_hook(self, grad):
+        if self._sync_this_backward and not self._queued:
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._sync)
+        return grad
+
+    def _sync(self):
+        self._queued = False
+        ws = dist.get_world_size(self.process_group) if self.process_group is not None else dist.get_world_size()
+        for p in self.module.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=self.process_group)
+                p.grad.div_(ws)
+
+
+def _install_ddp():
+    torch.nn.parallel.DistributedDataParallel = _DDP
+    torch.nn.parallel.distributed.DistributedDataParallel = _DDP
+
+
+def _wrap_rooted(real_all_reduce, real_all_gather):
+    """all_gather_into_tensor / _all_gather_base (emulated: gloo under torch 1.13 has no
+    _allgather_base), and the collectives to or from one rank: reduce, gather, scatter."""
+
+    def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+        """Run as the list all_gather; traced as the functional all_gather_into_tensor, the
+        output its concatenation (`[n * size, ...]`) or its stack (`[size, n, ...]`)."""
+        cap = _CURRENT[-1]
+        size = _size(group)
+        cap.suspended += 1
+        try:
+            pieces = [torch.empty_like(input_tensor) for _ in range(size)]
+            real_all_gather(pieces, input_tensor.detach().contiguous(), group=group)
+            with torch.no_grad():
+                output_tensor.copy_(torch.cat([p.reshape((-1,) + tuple(input_tensor.shape[1:])) for p in pieces]).view(output_tensor.shape))
+        finally:
+            cap.suspended -= 1
+        if cap.tracing:
+            cap.note_loc()
+            whole = cap.gathered(input_tensor, group, size) if size > 1 else cap.fmt(input_tensor)
+            name = cap.fresh("view")
+            cap.lines.append("%s: %s = torch.ops.aten.view.default(%s, [%s])" % (name, ann(output_tensor), whole, ", ".join(str(d) for d in output_tensor.shape)))
+            cap.bind(output_tensor, name)
+        return _Done() if async_op else None
+
+    def reduce(tensor, dst, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        """Traced as an all-reduce (every member makes the same call), its result kept on dst;
+        on every other member the tensor's value is unspecified (torch documents only dst's; gloo
+        leaves partial sums there): `planproof.unspecified`, a value no other value determines."""
+        cap = _CURRENT[-1]
+        size = _size(group)
+        whole = None
+        if cap.tracing and size > 1:
+            # Recorded before it runs (an untraced tensor is read as the constant it was).
+            cap.note_loc()
+            if op == dist.ReduceOp.PRODUCT:
+                whole = _product(cap, cap.gathered(tensor, group, size), tensor, size)
+            else:
+                whole = cap.fresh("reduce")
+                cap.lines.append("%s: %s = torch.ops._c10d_functional.all_reduce.default(%s, '%s', '%s')" % (whole, ann(tensor), cap.fmt(tensor), cap.reduce_name(op), cap.group_name(group)))
+        cap.suspended += 1
+        try:
+            if _is_avg(op):
+                real_all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
+                with torch.no_grad():
+                    tensor.div_(size)
+            else:
+                dist.distributed_c10d.reduce(tensor, dst, op=op, group=group)
+        finally:
+            cap.suspended -= 1
+        if whole is not None:
+            if dist.get_rank() == dst:
+                cap.bind(tensor, whole)
+            else:
+                k = cap.counts.get("unspecified", 0)
+                cap.counts["unspecified"] = k + 1
+                u = "unspecified_r%d_%d" % (dist.get_rank(), k)
+                cap.lines.append("%s: %s = torch.ops.planproof.unspecified.default(%s)" % (u, ann(tensor), whole))
+                cap.bind(tensor, u)
+        return _Done() if async_op else None
+
+    def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
+        """Traced as an all_gather_into_tensor (the same call on every member), each entry of
+        dst's gather_list a slice of it; the other members receive nothing."""
+        cap = _CURRENT[-1]
+        size = _size(group)
+        cap.suspended += 1
+        try:
+            dist.distributed_c10d.gather(tensor, gather_list, dst=dst, group=group)
+        finally:
+            cap.suspended -= 1
+        if cap.tracing:
+            cap.note_loc()
+            mine = dist.get_rank() == dst
+            if size == 1:
+                cap.copy_into(gather_list[0], tensor)
+            else:
+                whole = cap.gathered(tensor, group, size)
+                if mine:
+                    cap.pieces(gather_list, whole)
+        return _Done() if async_op else None
+
+    def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
+        """Traced as a broadcast of src's concatenated scatter_list (the other members pass zeros
+        of its shape, which a broadcast ignores), each member taking its own slice."""
+        cap = _CURRENT[-1]
+        size = _size(group)
+        cap.suspended += 1
+        try:
+            dist.distributed_c10d.scatter(tensor, scatter_list, src=src, group=group)
+        finally:
+            cap.suspended -= 1
+        if cap.tracing:
+            cap.note_loc()
+            if size == 1:
+                cap.copy_into(tensor, scatter_list[0])
+                return _Done() if async_op else None
+            if tensor.dim() == 0:
+                raise UserError("dist.scatter of 0-d tensors at %s is not supported (scatter tensors of shape [1])" % (cap.loc or "the step"))
+            n = tensor.shape[0]
+            shape = (n * size,) + tuple(tensor.shape[1:])
+            dims = ", ".join(str(d) for d in shape)
+            typ = '"%s[%s]"' % (DT.get(tensor.dtype, "f32"), dims)
+            if dist.get_rank() == src:
+                flat = cap.concat(scatter_list)
+            else:
+                flat = cap.fresh("zeros")
+                cap.lines.append("%s: %s = torch.ops.aten.zeros.default([%s])" % (flat, typ, dims))
+            b = cap.fresh("scatter")
+            cap.lines.append("%s: %s = torch.ops._c10d_functional.broadcast.default(%s, %d, '%s')" % (b, typ, flat, src, cap.group_name(group)))
+            me = dist.get_rank(group) if group is not None else dist.get_rank()
+            s = cap.fresh("slice")
+            cap.lines.append("%s: %s = torch.ops.aten.slice.Tensor(%s, 0, %d, %d)" % (s, ann(tensor), b, me * n, (me + 1) * n))
+            cap.bind(tensor, s)
+        return _Done() if async_op else None
+
+    dist.all_gather_into_tensor = all_gather_into_tensor
+    dist._all_gather_base = all_gather_into_tensor
+    dist.reduce, dist.gather, dist.scatter = reduce, gather, scatter
