@@ -11,21 +11,21 @@ import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
 import { formatSummary, summarize } from './summary.js';
 import { MergeError, verifyPlanInPool, type ShardResult, type TimeLimit } from '../stages/verify.js';
-import type { StageResult } from '../stages/prove.js';
+import type { StageResult } from '../stages/decompose/prove.js';
 import { formatReport, type VerifyReport } from '../stages/report.js';
-import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/template.js';
-import { provePart } from '../stages/part.js';
+import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/decompose/template.js';
+import { provePart } from '../stages/shrink/part.js';
 
 /** Witness search per template before the rank-by-rank path (plans past PER_TEMPLATE_FIRST entries). */
 const PER_TEMPLATE_WITNESS_MS = 60_000;
-import { formatReductionReport, REDUCTION_NOT_NEEDED, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
-import { formatFallback, formatPerStage, perStageFallback, verifyPerStage, type FallbackInfo } from '../stages/stage-reduce.js';
+import { formatReductionReport, REDUCTION_NOT_NEEDED, verifyReduced, type ReduceOptions } from '../stages/shrink/reduced-verify.js';
+import { formatFallback, formatPerStage, perStageFallback, verifyPerStage, type FallbackInfo } from '../stages/shrink/stage-reduce.js';
 import type { RawPlan } from '../plans/raw.js';
-import { defaultCacheDir, ProofCache } from '../stages/cache.js';
-import { shutdownZ3 } from '../stages/z3.js';
+import { defaultCacheDir, ProofCache } from '../stages/cache/cache.js';
+import { shutdownZ3 } from '../stages/engines/z3.js';
 import { writeFileSync } from 'node:fs';
 import { inferLineage, verifyInferred } from './boundary.js';
-import { wantsInference } from '../stages/boundary.js';
+import { wantsInference } from '../stages/infer/boundary.js';
 import { junitInvalid, junitXml } from './junit.js';
 import { htmlInvalid, htmlReport } from './html.js';
 import { parseShard, partOf, planDigest, readParts } from './shard.js';
@@ -36,7 +36,7 @@ import { captureCommand } from './capture.js';
 import { answerKey, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey } from './answers.js';
 import { deltaAnswer, skeletonOf, storeArgvMemo, storeDelta } from './delta.js';
 import { registry } from '../ops/registry.js';
-import { attrRelianceOf } from '../stages/template.js';
+import { attrRelianceOf } from '../stages/decompose/template.js';
 import { checkRunClock, setRunClock, TimeLimitReached, timeUpReport } from '../stages/clock.js';
 import { STARTED_AT_ENV } from './heap.js';
 import { invalidJson, reportJson, usageJson } from './report-json.js';
@@ -139,9 +139,9 @@ async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallb
   // The bar (cli/progress.ts) only on a terminal and never with --json.
   const bar = stageBar(eng.progress === true);
   const onStage = bar === undefined ? undefined : (done: number, total: number): void => bar.update(done, total);
-  // Proof cache hook (stages/cache.ts): on unless --no-cache.
+  // Proof cache hook (stages/cache/cache.ts): on unless --no-cache.
   const cache = cacheDir === undefined ? undefined : new ProofCache(cacheDir);
-  // Per-stage fallback (stages/stage-reduce.ts): stages too large in the whole plan are extracted and reduced on their own.
+  // Per-stage fallback (stages/shrink/stage-reduce.ts): stages too large in the whole plan are extracted and reduced on their own.
   const fallback = fallbackLog === undefined ? undefined : perStageFallback(() => JSON.parse(l.text) as RawPlan, eng.seed, fallbackLog);
   let report: VerifyReport;
   try {
@@ -343,7 +343,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
   }
   // Past the per-rank stage bound every path below (reduction, inference, per-stage
   // extraction, the pool) would build per-rank stages: the stages are decomposed per template
-  // instead, each "unknown" with its reason (stages/template.ts), never a heap exhaustion.
+  // instead, each "unknown" with its reason (stages/decompose/template.ts), never a heap exhaustion.
   // One bar (cli/progress.ts) on every path: stages decided out of all, on a terminal only.
   const bar = stageBar(eng.progress === true);
   const onStage = bar === undefined ? {} : { onStage: (done: number, total: number): void => bar.update(done, total) };
@@ -364,7 +364,7 @@ async function proveOnPaths(file: string, l: Loaded, loadMs: number, limit: Time
     out.log(json ? reportJson(r, { reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
     return finish(r, l, files, out);
   }
-  // Tensor level per template first (stages/template.ts verifiedPerTemplate) on plans whose
+  // Tensor level per template first (stages/decompose/template.ts verifiedPerTemplate) on plans whose
   // per-rank stages are large (past PER_TEMPLATE_FIRST entries: L1 is 7.7 million): when it
   // proves every stage the plan is verified at one derivation per program; anything else, and
   // every smaller plan (rank by rank, with the numeric run as second evidence), goes on below.
@@ -376,7 +376,7 @@ async function proveOnPaths(file: string, l: Loaded, loadMs: number, limit: Time
       if (e instanceof TimeLimitReached) throw e;
       r = undefined; // the rank-by-rank path below decides, and reports any engine error itself
     }
-    // Not all proved: a witness on one rank's part of an open stage (stages/part.ts) refutes the
+    // Not all proved: a witness on one rank's part of an open stage (stages/shrink/part.ts) refutes the
     // plan without building its stages rank by rank; anything else goes on below.
     if (r === undefined) {
       try {
@@ -411,13 +411,13 @@ async function proveOnPaths(file: string, l: Loaded, loadMs: number, limit: Time
     const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true || auto, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), ...(eng.inferTimeLimit === undefined ? {} : { inferTimeLimit: eng.inferTimeLimit }), ...(auto && !fileHints ? { direct: false } : {}), ...onStage }, out);
     return finish(r, l, files, out);
   }
-  // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.
+  // Per-stage reduction hook (stages/shrink/stage-reduce.ts): each stage extracted and reduced on its own.
   if (perStage) {
     const r = verifyPerStage(l.plan, JSON.parse(l.text) as RawPlan, { seed: eng.seed, reduce: red.reduce, ...(red.emitDir === undefined ? {} : { emitDir: red.emitDir }) });
     out.log(json ? reportJson(r) : `${formatReport(r, verbose)}\n${formatPerStage(r.stageReduction, verbose)}`);
     return finish(r, l, files, out);
   }
-  // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
+  // Shape reduction hook (stages/shrink/reduced-verify.ts): proves the reduced plan when one checks out.
   const fbLog: FallbackInfo[] = [];
   // Phases: loading and the shape reduction here, the rest from the proof (VerifyReport.phases).
   const tReduce = performance.now();

@@ -5,10 +5,10 @@
 import { writeFileSync } from 'node:fs';
 import { ExitCode } from '../plans/errors.js';
 import { loadPlanText } from '../lineage/load.js';
-import { inferClaims, withClaims } from '../stages/infer.js';
-import { loadableClaims, roundsLimitWhy, TIME_LIMIT_MS, verifyBoundary, type BoundaryReport } from '../stages/boundary.js';
+import { inferClaims, withClaims } from '../stages/infer/infer.js';
+import { loadableClaims, roundsLimitWhy, TIME_LIMIT_MS, verifyBoundary, type BoundaryReport } from '../stages/infer/boundary.js';
 import { formatReport } from '../stages/report.js';
-import { shutdownZ3 } from '../stages/z3.js';
+import { shutdownZ3 } from '../stages/engines/z3.js';
 import { reportJson } from './report-json.js';
 
 interface Out {

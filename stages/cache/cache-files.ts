@@ -1,5 +1,5 @@
 /**
- * What every record in the cache directory shares (the proof cache, stages/cache.ts; kept
+ * What every record in the cache directory shares (the proof cache, stages/cache/cache.ts; kept
  * answers, cli/answers.ts; incremental records, cli/delta.ts): where the directory is by
  * default, how an entry is written, its digest, and its seal. No engine module is imported, so
  * the executable's fast path can use it before anything else loads.

@@ -28,12 +28,13 @@ let version: string | undefined;
  */
 function engineVersion(): string {
   if (version !== undefined) return version;
-  const root = dirname(dirname(fileURLToPath(import.meta.url)));
+  // This file is dist/stages/cache/cache.js: the root is dist/.
+  const root = dirname(dirname(dirname(fileURLToPath(import.meta.url))));
   const h = createHash('sha256').update(`canon ${CANON_VERSION}\n`);
   for (const dir of ['ops', 'sdfg', 'lineage']) {
     for (const f of readdirSync(join(root, dir)).filter((x) => x.endsWith('.js')).sort()) h.update(`${dir}/${f}\n`).update(readFileSync(join(root, dir, f)));
   }
-  for (const f of ['prove.js', 'z3.js', 'canon.js', 'numeric.js']) h.update(`stages/${f}\n`).update(readFileSync(join(root, 'stages', f)));
+  for (const f of ['decompose/prove.js', 'engines/z3.js', 'cache/canon.js', 'witness/numeric.js']) h.update(`stages/${f}\n`).update(readFileSync(join(root, 'stages', f)));
   version = h.digest('hex').slice(0, 32);
   return version;
 }

@@ -15,13 +15,13 @@
  * bijective renaming of symbols and ranks, so one proof covers both.
  */
 import { createHash } from 'node:crypto';
-import { registry } from '../ops/registry.js';
-import type { AttrValue, Attrs } from '../ops/types.js';
-import type { LoadedPlan } from '../lineage/load.js';
-import type { CollectiveInstance, Program, RankView } from '../plans/model.js';
-import { evalLineage, type LineageNF } from '../lineage/model.js';
-import { numel } from '../ops/types.js';
-import { MAX_STAGE_ELEMENTS, producers, type ProducerLookup, type Stage } from './prove.js';
+import { registry } from '../../ops/registry.js';
+import type { AttrValue, Attrs } from '../../ops/types.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import type { CollectiveInstance, Program, RankView } from '../../plans/model.js';
+import { evalLineage, type LineageNF } from '../../lineage/model.js';
+import { numel } from '../../ops/types.js';
+import { MAX_STAGE_ELEMENTS, producers, type ProducerLookup, type Stage } from '../decompose/prove.js';
 
 export { canonJson } from './canon-json.js';
 import { canonJson } from './canon-json.js';
@@ -36,7 +36,7 @@ export class StageCanonizer {
   /** Attributes as canonical text, per attribute object (views share them across ranks). */
   private readonly attrText = new WeakMap<object, string>();
   private readonly views = new Map<number, RankView>();
-  /** `prod`: producers by "rank:tensor" (default: the plan-wide map of stages/prove.ts; stages/template.ts passes one read from the templates). */
+  /** `prod`: producers by "rank:tensor" (default: the plan-wide map of stages/decompose/prove.ts; stages/decompose/template.ts passes one read from the templates). */
   constructor(
     readonly plan: LoadedPlan,
     prod?: ProducerLookup,

@@ -1,16 +1,16 @@
 /**
  * Proving each distinct stage once (docs/engine.md, "Stage deduplication"), with the proof
- * cache. Stages are grouped by canonical form (stages/canon.ts); the cache is asked first;
+ * cache. Stages are grouped by canonical form (stages/cache/canon.ts); the cache is asked first;
  * the remaining representatives are proved, largest first. A proved representative covers
  * every stage of its class. A representative that is not proved covers nothing: the other
  * members are then proved one by one, so every failing stage gets its own residual, ranks
  * and witness.
  */
-import type { LoadedPlan } from '../lineage/load.js';
-import type { Stage, StageResult } from './prove.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import type { Stage, StageResult } from '../decompose/prove.js';
 import { groupStages, type StageClass } from './canon.js';
 import type { ProofCache } from './cache.js';
-import type { VerifyReport } from './report.js';
+import type { VerifyReport } from '../report.js';
 
 interface DistinctProofs {
   /** One result per stage, in decomposition order. */
@@ -23,7 +23,7 @@ interface DistinctProofs {
   /** Stages whose proof was actually run in this process or its workers. */
   readonly proofsRun: number;
   readonly cacheHits: number;
-  /** Stages proved at tensor level before grouping (stages/tensorlevel.ts). */
+  /** Stages proved at tensor level before grouping (stages/engines/tensorlevel/prover.ts). */
   readonly tensorLevel: number;
 }
 

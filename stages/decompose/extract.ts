@@ -15,13 +15,13 @@
  * lineage) and inputs; anything else is an ExtractionError, and the caller proves the stage
  * in place.
  */
-import type { LoadedPlan } from '../lineage/load.js';
-import { loadPlanObject } from '../lineage/load.js';
-import { PlanError } from '../plans/errors.js';
-import type { Program } from '../plans/model.js';
-import type { RawCollective, RawLogicalTensor, RawOp, RawParallelOp, RawParallelTensor, RawPlan, RawProgram } from '../plans/raw.js';
-import { logicalOrder } from '../sdfg/execute.js';
-import { evalLineage, type LineageNF } from '../lineage/model.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import { loadPlanObject } from '../../lineage/load.js';
+import { PlanError } from '../../plans/errors.js';
+import type { Program } from '../../plans/model.js';
+import type { RawCollective, RawLogicalTensor, RawOp, RawParallelOp, RawParallelTensor, RawPlan, RawProgram } from '../../plans/raw.js';
+import { logicalOrder } from '../../sdfg/execute.js';
+import { evalLineage, type LineageNF } from '../../lineage/model.js';
 import { decompose, producers, type Producer, type Stage } from './prove.js';
 
 export class ExtractionError extends Error {}
@@ -40,7 +40,7 @@ export interface StageClosure {
   readonly logicalInputs: Set<number>;
 }
 
-/** Producer of each (rank, tensor), as the stage builder sees it (shared with stages/prove.ts). */
+/** Producer of each (rank, tensor), as the stage builder sees it (shared with stages/decompose/prove.ts). */
 const producerMap = producers;
 
 /** The stage builder's closure walk (StageBuilder.build, step 1), recording what it runs. */
@@ -94,7 +94,7 @@ export function stageClosure(plan: LoadedPlan, stage: Stage, prod: Map<string, P
  */
 export function logicalClosure(plan: LoadedPlan, logical: number, inputs: Iterable<LineageNF>, more: Iterable<number> = []): Pick<StageClosure, 'logicalOps' | 'logicalInputs'> {
   const lg = plan.logical;
-  // `more`: further logical inputs of the stage, met by other obligations' closures (stages/part.ts).
+  // `more`: further logical inputs of the stage, met by other obligations' closures (stages/shrink/part.ts).
   const logicalInputs = new Set<number>([...[...inputs].map((nf) => nf.logical), ...[...more].filter((t) => t !== logical)]);
   const logicalOps = new Set<number>();
   const done = new Set<number>(logicalInputs);

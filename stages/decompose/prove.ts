@@ -15,22 +15,22 @@
  * evidently nonzero or that the logical side divides by as well. A normal-form difference is
  * not a refutation: the caller pairs it with a numeric witness or reports "unknown".
  */
-import type { Diagnosis } from './diagnose.js';
-import type { Algebra, Dense } from '../ops/algebra.js';
-import { registry } from '../ops/registry.js';
-import { type Attrs, numel } from '../ops/types.js';
-import { termAlgebra } from '../sdfg/algebras.js';
-import { logicalIndexer } from '../sdfg/execute.js';
-import { DEFAULT_TERM_BUDGET, TermBudgetError, TermStopError, TermStore, TermUnsupportedError, type TermId } from '../sdfg/terms.js';
-import type { LoadedPlan } from '../lineage/load.js';
-import type { RawPlan } from '../plans/raw.js';
-import type { NumericReport } from './numeric.js';
-import type { CollectiveInstance, Program } from '../plans/model.js';
-import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
+import type { Diagnosis } from '../witness/diagnose.js';
+import type { Algebra, Dense } from '../../ops/algebra.js';
+import { registry } from '../../ops/registry.js';
+import { type Attrs, numel } from '../../ops/types.js';
+import { termAlgebra } from '../../sdfg/algebras.js';
+import { logicalIndexer } from '../../sdfg/execute.js';
+import { DEFAULT_TERM_BUDGET, TermBudgetError, TermStopError, TermStore, TermUnsupportedError, type TermId } from '../../sdfg/terms.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import type { RawPlan } from '../../plans/raw.js';
+import type { NumericReport } from '../witness/numeric.js';
+import type { CollectiveInstance, Program } from '../../plans/model.js';
+import { evalLineage, groupKey, type LineageNF } from '../../lineage/model.js';
 
 /**
- * One rank's part of a stage, extracted and proved on its own (stages/part.ts). The hook's types
- * live here so that stages/template.ts, which is handed the hook, and part.ts, which implements
+ * One rank's part of a stage, extracted and proved on its own (stages/shrink/part.ts). The hook's types
+ * live here so that stages/decompose/template.ts, which is handed the hook, and part.ts, which implements
  * it, need not import each other (part.ts reaches template.ts through verify.ts).
  */
 interface PartResult {
@@ -44,7 +44,7 @@ interface PartResult {
   /** Why the part was not reduced, when it was not. */
   readonly notReduced?: string;
   readonly raw: RawPlan;
-  /** What the witness values look like (stages/diagnose.ts). */
+  /** What the witness values look like (stages/witness/diagnose.ts). */
   readonly diagnosis?: Diagnosis;
 }
 
@@ -233,7 +233,7 @@ export class StageBuilder {
   private readonly prod: ProducerLookup;
   private readonly instance: (inst: number) => CollectiveInstance | undefined;
   private readonly lineageCache = new Map<string, LineageNF | undefined>();
-  /** `prod`: the producer of each "rank:tensor" (default: the plan-wide map; stages/template.ts passes one computed from the templates). */
+  /** `prod`: the producer of each "rank:tensor" (default: the plan-wide map; stages/decompose/template.ts passes one computed from the templates). */
   constructor(
     readonly plan: LoadedPlan,
     prod?: ProducerLookup,

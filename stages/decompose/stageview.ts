@@ -2,16 +2,16 @@
  * One stage as a person reads it (`planproof explain`, the HTML report's drawings): the
  * logical ops that compute its tensor, the parallel ops and collectives that compute its
  * obligations on each rank, the input relations it assumes and the output relations it must
- * prove. Built from the prover's own closure walk (stages/extract.ts stageClosure), so the
+ * prove. Built from the prover's own closure walk (stages/decompose/extract.ts stageClosure), so the
  * picture shows exactly what the proof covered.
  */
-import type { LoadedPlan } from '../lineage/load.js';
-import { regionStr, valueStr, type LineageNF } from '../lineage/model.js';
-import type { Program } from '../plans/model.js';
-import type { Mesh } from '../plans/mesh.js';
-import type { Attrs } from '../ops/types.js';
-import { registry } from '../ops/registry.js';
-import { logicalOrder } from '../sdfg/execute.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import { regionStr, valueStr, type LineageNF } from '../../lineage/model.js';
+import type { Program } from '../../plans/model.js';
+import type { Mesh } from '../../plans/mesh.js';
+import type { Attrs } from '../../ops/types.js';
+import { registry } from '../../ops/registry.js';
+import { logicalOrder } from '../../sdfg/execute.js';
 import { stageClosure } from './extract.js';
 import { decompose, type Stage } from './prove.js';
 

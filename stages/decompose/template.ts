@@ -2,7 +2,7 @@
  * Stages of a plan past the per-rank stage bound (plans/loader.ts, stageWorkTooLarge),
  * decomposed from the programs' templates instead of rank by rank.
  *
- * A stage is the same as decompose's (stages/prove.ts): the obligations of one logical tensor.
+ * A stage is the same as decompose's (stages/decompose/prove.ts): the obligations of one logical tensor.
  * Here an obligation is (program, tensor, number of ranks): a tensor with lineage that an op of
  * the program writes is produced on every rank running the program, so the per-rank
  * decomposition would list it once per rank. Only multi-rank collectives ($.parallel.collectives)
@@ -23,23 +23,23 @@
  * at a time through the ordinary StageBuilder and Prover (proveLocal); otherwise it is
  * "unknown" with what is missing. No numeric run is made here, so the verdict is "unknown".
  */
-import { MAX_STAGE_ENTRIES, stageEntries, viewAxes } from '../plans/loader.js';
-import { type LoadedPlan } from '../lineage/load.js';
-import { logicalOrder } from '../sdfg/execute.js';
-import type { StageReport, VerifyReport } from './report.js';
-import type { CollectiveInstance, Program } from '../plans/model.js';
-import { registry } from '../ops/registry.js';
-import { numel } from '../ops/types.js';
-import { groupBase } from '../plans/collectives.js';
-import { programBox } from '../plans/mesh.js';
+import { MAX_STAGE_ENTRIES, stageEntries, viewAxes } from '../../plans/loader.js';
+import { type LoadedPlan } from '../../lineage/load.js';
+import { logicalOrder } from '../../sdfg/execute.js';
+import type { StageReport, VerifyReport } from '../report.js';
+import type { CollectiveInstance, Program } from '../../plans/model.js';
+import { registry } from '../../ops/registry.js';
+import { numel } from '../../ops/types.js';
+import { groupBase } from '../../plans/collectives.js';
+import { programBox } from '../../plans/mesh.js';
 import { MAX_STAGE_ELEMENTS, Prover, type Obligation, type Producer, type ProducerLookup, type Stage, type StageResult } from './prove.js';
-import { StageCanonizer } from './canon.js';
-import { DEFAULT_TERM_BUDGET } from '../sdfg/terms.js';
-import { evalLineage } from '../lineage/model.js';
-import { AttrUse, TensorLevelProver } from './tensorlevel.js';
+import { StageCanonizer } from '../cache/canon.js';
+import { DEFAULT_TERM_BUDGET } from '../../sdfg/terms.js';
+import { evalLineage } from '../../lineage/model.js';
+import { AttrUse, TensorLevelProver } from '../engines/tensorlevel/prover.js';
 import type { ProvePart } from './prove.js';
-import type { RawPlan } from '../plans/raw.js';
-import { TimeLimitReached } from './clock.js';
+import type { RawPlan } from '../../plans/raw.js';
+import { TimeLimitReached } from '../clock.js';
 
 /** Obligations of one (program, tensor): `ranks` of the program's ranks produce it. */
 interface TemplatePart {
@@ -357,7 +357,7 @@ export class TemplateStages {
       let res: StageResult;
       let form: string | undefined;
       try {
-        // Equal canonical forms build the same equalities up to renaming (stages/canon.ts): a
+        // Equal canonical forms build the same equalities up to renaming (stages/cache/canon.ts): a
         // proved form covers every later part with the same text (compared whole, not hashed).
         form = this.canon.form(sub).text;
         if (form !== undefined && this.provedForms.has(form)) {
@@ -514,10 +514,10 @@ export interface TemplateVerifyOptions {
   readonly t0?: number;
   /** Term budget per proof (default DEFAULT_TERM_BUDGET). */
   readonly budget?: number;
-  /** Tensor-level proofs per template first (default true; stages/tensorlevel.ts proveTemplate). */
+  /** Tensor-level proofs per template first (default true; stages/engines/tensorlevel/prover.ts proveTemplate). */
   readonly tensorLevel?: boolean;
   /**
-   * Witnesses: a stage left open is refuted on one rank's part (stages/part.ts provePart, passed
+   * Witnesses: a stage left open is refuted on one rank's part (stages/shrink/part.ts provePart, passed
    * in by the caller so that this module does not depend on the element paths), read from the
    * plan file (`raw`, parsed only when a stage is open).
    */
@@ -697,7 +697,7 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
     let classes: number | undefined;
     if (ts.tooLarge(size)) {
       tooLarge++;
-      // The per-rank builder's words (stages/prove.ts), so that reports read alike on both paths.
+      // The per-rank builder's words (stages/decompose/prove.ts), so that reports read alike on both paths.
       reason = `the stage is too large: its tensors hold ${size.exact ? '' : 'at least '}${n} elements (${counted}; at most ${limit} per stage): shapes this large need shape reduction (docs/engine.md, "Shape reduction" and "Per-stage reduction")`;
     } else {
       let r: LocalProof;
@@ -734,7 +734,7 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
     entries > bound
       ? `building its stages rank by rank would take ${entries.toLocaleString('en-US')} per-rank tensor and op entries (at most ${bound.toLocaleString('en-US')})`
       : 'tried per template first: one tensor-level derivation per program, not one per rank';
-  // Witnesses: the first open stages, tried on one rank's part each (stages/part.ts); a part that
+  // Witnesses: the first open stages, tried on one rank's part each (stages/shrink/part.ts); a part that
   // differs with a witness refutes its stage (and so the plan), anything else leaves it open.
   let refuted: StageReport | undefined;
   const wit = opts.witness;
@@ -780,7 +780,7 @@ function verifyTemplates(plan: LoadedPlan, opts: TemplateVerifyOptions, allOrNot
           refuted = {
             ...rep,
             status: 'not_equivalent',
-            reason: `the two sides differ on rank ${rank}'s part (its obligation and the ${r.ranks.length} rank(s) it reads, extracted${r.reduced ? ' and reduced' : ''}: stages/part.ts): ${r.result.reason ?? ''}`,
+            reason: `the two sides differ on rank ${rank}'s part (its obligation and the ${r.ranks.length} rank(s) it reads, extracted${r.reduced ? ' and reduced' : ''}: stages/shrink/part.ts): ${r.result.reason ?? ''}`,
             witness: r.witness.slice(0, 4),
             ...(diagnosis === undefined ? {} : { diagnosis: diagnosis.text, diagnosisRule: diagnosis.rule, diagnosisRanks: diagnosis.ranks }),
             failingRanks: r.result.failingRanks,

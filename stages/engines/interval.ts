@@ -15,16 +15,16 @@
  * exact value (V8's are within 1 ulp; the erf here within 1e-15), so that much outward
  * encloses them.
  */
-import type { Algebra, Dense, RealFn } from '../ops/algebra.js';
-import { realFunctions } from '../ops/algebra.js';
-import { numel } from '../ops/types.js';
-import { qParse } from '../ops/rational.js';
-import { executeLogical, executeParallel, logicalIndexer, type LogicalValues, type RankValues } from '../sdfg/execute.js';
-import type { LoadedPlan } from '../lineage/load.js';
-import type { Program } from '../plans/model.js';
-import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
-import { mulberry32, type Mismatch } from './numeric.js';
-import { drawInputs, neededDomains, signedAddend } from './domains.js';
+import type { Algebra, Dense, RealFn } from '../../ops/algebra.js';
+import { realFunctions } from '../../ops/algebra.js';
+import { numel } from '../../ops/types.js';
+import { qParse } from '../../ops/rational.js';
+import { executeLogical, executeParallel, logicalIndexer, type LogicalValues, type RankValues } from '../../sdfg/execute.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import type { Program } from '../../plans/model.js';
+import { evalLineage, groupKey, type LineageNF } from '../../lineage/model.js';
+import { mulberry32, type Mismatch } from '../witness/numeric.js';
+import { drawInputs, neededDomains, signedAddend } from '../witness/domains.js';
 
 /** A closed interval [lo, hi] holding one exact real value. */
 export interface Iv {

@@ -6,9 +6,9 @@
  */
 import { createHash } from 'node:crypto';
 import { Piscina } from 'piscina';
-import type { Stage, StageResult } from './prove.js';
+import type { Stage, StageResult } from '../decompose/prove.js';
 import type { StageTask } from './worker.js';
-import { defaultLimits } from '../plans/loader.js';
+import { defaultLimits } from '../../plans/loader.js';
 
 /**
  * A whole run's time limit (--time-limit): an absolute end on performance.now() and the
@@ -40,7 +40,7 @@ export interface PoolOptions {
   /** After each stage: proofs done, proofs asked for, and the stage just finished. */
   readonly onStage?: (done: number, total: number, stage: Stage) => void;
   /**
-   * A worker module to run instead of stages/worker.js, and the workerData it gets (tests
+   * A worker module to run instead of stages/engines/worker.js, and the workerData it gets (tests
    * wrap the worker to make a stage hang or crash: test/fault-worker.ts).
    */
   readonly worker?: WorkerModule;
@@ -54,7 +54,7 @@ export interface PoolOptions {
   readonly witnessed?: ReadonlySet<number>;
   /**
    * A pool the caller keeps across calls (newPool; the caller destroys it). Starting workers
-   * costs more than a small round of stages (stages/boundary.ts proves hints in rounds), and a
+   * costs more than a small round of stages (stages/infer/boundary.ts proves hints in rounds), and a
    * worker reloads the plan only when its text changes. No recycling then: the caller's
    * calls are few.
    */
@@ -86,7 +86,7 @@ export function stoppedBy(ms: number, what: 'worker' | 'proof', why: string = ST
   return `stopped after ${(ms / 1000).toFixed(1)} s: ${why} was reached; the ${what} was stopped`;
 }
 
-/** A module exporting a default function with stages/worker.js's signature, and its workerData. */
+/** A module exporting a default function with stages/engines/worker.js's signature, and its workerData. */
 export interface WorkerModule {
   readonly file: URL;
   readonly data?: unknown;
@@ -130,7 +130,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
       // subset may be sent.
       const runOne = async (stage: Stage): Promise<StageResult> => {
         const t0 = performance.now();
-        // A caller's stop time (stages/boundary.ts rounds) and the run's time limit (--time-limit) both bound the stage.
+        // A caller's stop time (stages/infer/boundary.ts rounds) and the run's time limit (--time-limit) both bound the stage.
         const stopLeft = opts.stopAt === undefined ? Infinity : opts.stopAt - t0;
         if (stopLeft <= 0) {
           opts.onStage?.(++done, stages.length, stage);

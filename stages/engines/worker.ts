@@ -4,13 +4,13 @@
  * worker decodes and loads it once (cached by key), so a replacement worker (after a deadline
  * or a crash) can resume on its own.
  */
-import { type PlanLimits } from '../plans/loader.js';
-import { loadPlanText, type LoadedPlan } from '../lineage/load.js';
-import { logicalOrder } from '../sdfg/execute.js';
-import { decompose, Prover, type Stage, type StageResult } from './prove.js';
+import { type PlanLimits } from '../../plans/loader.js';
+import { loadPlanText, type LoadedPlan } from '../../lineage/load.js';
+import { logicalOrder } from '../../sdfg/execute.js';
+import { decompose, Prover, type Stage, type StageResult } from '../decompose/prove.js';
 import { Z3Prover } from './z3.js';
-import type { Program } from '../plans/model.js';
-import { evalLineage } from '../lineage/model.js';
+import type { Program } from '../../plans/model.js';
+import { evalLineage } from '../../lineage/model.js';
 
 export interface StageTask {
   readonly key: string;
@@ -24,7 +24,7 @@ export interface StageTask {
   readonly deadlineMs: number;
   /** The numeric run shows this stage's tensor differing (see Prover.prove). */
   readonly witnessed?: boolean;
-  /** A stage built by the caller (stages/boundary.ts splits stages per hint): its logical tensor and obligations as [rank, tensor]. */
+  /** A stage built by the caller (stages/infer/boundary.ts splits stages per hint): its logical tensor and obligations as [rank, tensor]. */
   readonly custom?: { readonly logical: number; readonly obligations: readonly (readonly [number, number])[] };
 }
 

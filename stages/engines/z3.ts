@@ -7,11 +7,11 @@
  * form), never stronger than the truth.
  */
 import type { init, Arith, Bool, Context, FuncDecl } from 'z3-solver';
-import type { Algebra, RealFn } from '../ops/algebra.js';
-import { nonnegFns, positiveFns } from '../ops/algebra.js';
-import { qParse } from '../ops/rational.js';
-import type { LoadedPlan } from '../lineage/load.js';
-import { result, StageBuilder, type Stage, type StageResult } from './prove.js';
+import type { Algebra, RealFn } from '../../ops/algebra.js';
+import { nonnegFns, positiveFns } from '../../ops/algebra.js';
+import { qParse } from '../../ops/rational.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import { result, StageBuilder, type Stage, type StageResult } from '../decompose/prove.js';
 
 type Api = Awaited<ReturnType<typeof init>>;
 type Ctx = Context<'main'>;

@@ -1,6 +1,6 @@
 /**
  * Verification with inferred boundaries (issue 18). A plan may state lineage only at its
- * boundary (contract inputs, parameters, outputs). Cut points are inferred (stages/infer.ts)
+ * boundary (contract inputs, parameters, outputs). Cut points are inferred (stages/infer/infer.ts)
  * and written into the plan as claims marked `"inferred": true`; claims so marked in the file
  * (from `planproof infer-lineage`) are treated the same way. Such a claim is a hint:
  *  - it is an obligation of its stage like any claim, and a later stage assumes it only if the
@@ -13,25 +13,25 @@
  * by another candidate (each tried once), so it terminates. docs/engine.md ("Inferred
  * boundaries") gives the soundness argument.
  */
-import type { LoadedPlan } from '../lineage/load.js';
-import { loadPlanObject } from '../lineage/load.js';
-import { PlanError } from '../plans/errors.js';
-import type { Program } from '../plans/model.js';
-import { logicalOrder } from '../sdfg/execute.js';
-import { regionStr, valueStr, type LineageNF } from '../lineage/model.js';
-import { numericCheck, type NumericReport } from './numeric.js';
-import { decompose, producers, Prover, StageBuilder, type Stage, type StageResult } from './prove.js';
-import { DEFAULT_TERM_BUDGET } from '../sdfg/terms.js';
-import { newPool, notStarted, proveInPool, stoppedBy } from './pool.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import { loadPlanObject } from '../../lineage/load.js';
+import { PlanError } from '../../plans/errors.js';
+import type { Program } from '../../plans/model.js';
+import { logicalOrder } from '../../sdfg/execute.js';
+import { regionStr, valueStr, type LineageNF } from '../../lineage/model.js';
+import { numericCheck, type NumericReport } from '../witness/numeric.js';
+import { decompose, producers, Prover, StageBuilder, type Stage, type StageResult } from '../decompose/prove.js';
+import { DEFAULT_TERM_BUDGET } from '../../sdfg/terms.js';
+import { newPool, notStarted, proveInPool, stoppedBy } from '../engines/pool.js';
 import type { Piscina } from 'piscina';
-import { proveTensorLevel } from './tensorlevel.js';
-import { groupStages } from './canon.js';
-import { certifyWitness, type Iv } from './interval.js';
+import { proveTensorLevel } from '../engines/tensorlevel/prover.js';
+import { groupStages } from '../cache/canon.js';
+import { certifyWitness, type Iv } from '../engines/interval.js';
 import { inferClaims, unclaimedCount, valueMatcher, withClaims, type InferredClaim } from './infer.js';
 import { structuralClaims } from './infer-struct.js';
-import { registry } from '../ops/registry.js';
-import { assemble, engineError, witnessedStages, witnessSearch } from './verify.js';
-import { type Engine, type VerifyReport } from './report.js';
+import { registry } from '../../ops/registry.js';
+import { assemble, engineError, witnessedStages, witnessSearch } from '../verify.js';
+import { type Engine, type VerifyReport } from '../report.js';
 
 type Json = Record<string, unknown>;
 
@@ -298,7 +298,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       const todo = stages.filter((s, i) => !cache.has(keys[i] as string) && hintStage(s));
       if (todo.length === 0) {
         // The user's claims. When the numbers already show one failing, a certified witness
-        // (stages/interval.ts) settles the verdict whatever the stage's size: that stage is
+        // (stages/engines/interval.ts) settles the verdict whatever the stage's size: that stage is
         // refuted without a normal form, and the stages after it are not attempted (the
         // stages downstream of a bug get no hints that hold, so they are the plan's largest).
         const cert = certify(plan, stages, numeric, hinted);
@@ -610,7 +610,7 @@ function logicalElements(plan: LoadedPlan): number {
 /** `poolOf` starts (or returns) the rounds' worker pool; undefined proves in this thread. */
 async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions & { readonly stopAt: number; readonly stopWhy: string }, poolOf: (() => Piscina) | undefined): Promise<StageResult[]> {
   if (todo.length === 0) return [];
-  // Tensor-level proofs first (stages/tensorlevel.ts), as in verify: whole-tensor relations
+  // Tensor-level proofs first (stages/engines/tensorlevel/prover.ts), as in verify: whole-tensor relations
   // cost nothing next to the normal form, and a stage they do not prove goes on to it.
   if (opts.tensorLevel !== false) {
     const tl = proveTensorLevel(plan, todo.filter((s) => !witnessed.has(s.index)));
@@ -621,7 +621,7 @@ async function proveStages(plan: LoadedPlan, file: string, text: string, todo: r
       return todo.map((s) => tl.proved.get(s.index) ?? (byIndex.get(s.index) as StageResult));
     }
   }
-  // Stage deduplication, as in verify (stages/dedup.ts): stages of one canonical form are
+  // Stage deduplication, as in verify (stages/cache/dedup.ts): stages of one canonical form are
   // proved once (the optimizer and clip stages of each parameter, each rank's copy of a hint).
   // A representative that is not proved covers nothing: its members are proved one by one.
   if (opts.dedup !== false && todo.length > 1) {
@@ -824,7 +824,7 @@ function localize(plan: LoadedPlan, builder: StageBuilder, report: VerifyReport,
  * logical world while their inputs do. A tensor "holds" when it is a boundary the stage starts
  * from, lies inside a proved stage (it computed a proved obligation), or its value at the
  * numeric run's inputs equals a block of a logical tensor, a sum of one over a group of ranks
- * (a partial value), or a group size times one (stages/infer.ts valueMatcher). Only tensors
+ * (a partial value), or a group size times one (stages/infer/infer.ts valueMatcher). Only tensors
  * that do not hold and lead to the failing claim through tensors that do not hold count (a
  * correct intermediate with no logical twin, such as a gradient's square in the clip norm,
  * turns back into held values downstream). Among those first ops, the one earliest in program
@@ -1172,7 +1172,7 @@ interface Cert {
 
 /**
  * The first user stage, in stage order, whose tensor the numeric run shows failing and whose
- * failure interval arithmetic certifies (stages/interval.ts); undefined when there is none.
+ * failure interval arithmetic certifies (stages/engines/interval.ts); undefined when there is none.
  */
 function certify(plan: LoadedPlan, stages: readonly Stage[], numeric: NumericReport, hinted: (r: number, t: number) => boolean): Cert | undefined {
   if (numeric.failingTensors.length === 0) return undefined;

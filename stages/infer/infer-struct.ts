@@ -7,18 +7,18 @@
  * addends, collectives for sums), so the candidate follows the ops rather than any block of
  * zeros that happens to match.
  *
- * The result is a hint like any inferred claim (stages/boundary.ts proves it as a stage before
+ * The result is a hint like any inferred claim (stages/infer/boundary.ts proves it as a stage before
  * anything assumes it, and drops it when it does not prove): the claims it was derived from
  * may themselves be hints that fail.
  */
-import type { LoadedPlan } from '../lineage/load.js';
-import type { Program } from '../plans/model.js';
-import { TensorLevelProver, type DerivedClaim } from './tensorlevel.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import type { Program } from '../../plans/model.js';
+import { TensorLevelProver, type DerivedClaim } from '../engines/tensorlevel/prover.js';
 import { fitTemplate, splitTag, type InferredClaim } from './infer.js';
 
 type Json = Record<string, unknown>;
 
-/** Candidates kept per tensor besides the first (as stages/infer.ts). */
+/** Candidates kept per tensor besides the first (as stages/infer/infer.ts). */
 const MAX_ALTERNATIVES = 3;
 
 /**

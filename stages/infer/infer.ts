@@ -1,7 +1,7 @@
 /**
  * Cut-point inference: candidate lineage for parallel tensors that carry no claim.
  *
- * Both graphs run once in Float64 on random contract inputs (stages/numeric.ts). A parallel
+ * Both graphs run once in Float64 on random contract inputs (stages/witness/numeric.ts). A parallel
  * tensor's values are then matched against the logical values:
  *  - a slice: the tensor equals a contiguous block of a logical tensor (found through a value
  *    index: the tensor's rarest value names the candidate tensors and offsets, every element
@@ -14,18 +14,18 @@
  * offsets and addend indices that are affine in the mesh coordinates, so that it can be
  * written as one SPMD lineage entry.
  *
- * The result is a hint, never a claim: numeric agreement proves nothing. stages/boundary.ts
+ * The result is a hint, never a claim: numeric agreement proves nothing. stages/infer/boundary.ts
  * proves each hint as a stage obligation before any later stage assumes it, and drops a hint
  * that does not prove (docs/engine.md, "Inferred boundaries").
  */
-import type { Dense } from '../ops/algebra.js';
-import { numel } from '../ops/types.js';
-import type { LoadedPlan } from '../lineage/load.js';
-import type { Program } from '../plans/model.js';
-import { differs, evaluateBoth } from './numeric.js';
-import { producedSets } from './prove.js';
-import { registry } from '../ops/registry.js';
-import { logicalOrder } from '../sdfg/execute.js';
+import type { Dense } from '../../ops/algebra.js';
+import { numel } from '../../ops/types.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import type { Program } from '../../plans/model.js';
+import { differs, evaluateBoth } from '../witness/numeric.js';
+import { producedSets } from '../decompose/prove.js';
+import { registry } from '../../ops/registry.js';
+import { logicalOrder } from '../../sdfg/execute.js';
 
 /** Plans whose logical tensors hold more elements than this are not fingerprinted. */
 const MAX_INFER_ELEMENTS = 4_000_000;
@@ -71,7 +71,7 @@ export interface InferResult {
   readonly unclaimed: number;
   /** Set when the plan is not fingerprinted at all. */
   readonly skipped?: string;
-  /** Tensors left without a candidate because their values are all integers (stages/infer-struct.ts derives theirs). */
+  /** Tensors left without a candidate because their values are all integers (stages/infer/infer-struct.ts derives theirs). */
   readonly integer: readonly { readonly program: number; readonly tensor: string }[];
 }
 
@@ -258,7 +258,7 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
       // A tensor whose values are all integers on these random inputs (a zero gradient, a
       // mask, expert indices) matches any block of equal integers: its values do not say which
       // logical tensor it is, and a hint on it is false or too weak to help. It gets none here;
-      // stages/infer-struct.ts derives one from its producers' claims instead.
+      // stages/infer/infer-struct.ts derives one from its producers' claims instead.
       if (ranks.every((r) => (parallel[r]?.[t]?.data ?? []).every((x) => Number.isInteger(x)))) {
         integer.push({ program: pi, tensor: name });
         continue;

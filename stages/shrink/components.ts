@@ -14,16 +14,16 @@
  * check of the loader, checked to hold the rank's obligations (translated), reduced by the
  * lane reducer, and proved.
  */
-import type { LoadedPlan } from '../lineage/load.js';
-import { loadPlanObject } from '../lineage/load.js';
-import { PlanError } from '../plans/errors.js';
-import type { Program } from '../plans/model.js';
-import type { RawDimIndex, RawLineage, RawParallelOp, RawParallelTensor, RawPlan, RawRange } from '../plans/raw.js';
-import type { AttrValue } from '../ops/types.js';
-import type { LineageNF } from '../lineage/model.js';
-import type { Stage } from './prove.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import { loadPlanObject } from '../../lineage/load.js';
+import { PlanError } from '../../plans/errors.js';
+import type { Program } from '../../plans/model.js';
+import type { RawDimIndex, RawLineage, RawParallelOp, RawParallelTensor, RawPlan, RawRange } from '../../plans/raw.js';
+import type { AttrValue } from '../../ops/types.js';
+import type { LineageNF } from '../../lineage/model.js';
+import type { Stage } from '../decompose/prove.js';
 import { analyzeReduction } from './reduce.js';
-import { extractLogicalRaw, stageClosure, stageOf, type StageClosure } from './extract.js';
+import { extractLogicalRaw, stageClosure, stageOf, type StageClosure } from '../decompose/extract.js';
 
 export class ComponentError extends Error {}
 

@@ -13,21 +13,21 @@
  * only by their claims, computed by the same ops, and its obligation is one of the stage's.
  * A proof of the part proves nothing about the stage's other ranks, so it is never used as one.
  */
-import type { LoadedPlan } from '../lineage/load.js';
-import { loadPartObject } from '../lineage/load.js';
-import { PlanError } from '../plans/errors.js';
-import type { Program } from '../plans/model.js';
-import type { RawParallelOp, RawParallelTensor, RawPlan, RawProgram } from '../plans/raw.js';
-import type { AttrValue } from '../ops/types.js';
-import { registry } from '../ops/registry.js';
-import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
-import type { ProvePart, Stage } from './prove.js';
-import { extractLogicalRaw, logicalClosure, stageOf } from './extract.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import { loadPartObject } from '../../lineage/load.js';
+import { PlanError } from '../../plans/errors.js';
+import type { Program } from '../../plans/model.js';
+import type { RawParallelOp, RawParallelTensor, RawPlan, RawProgram } from '../../plans/raw.js';
+import type { AttrValue } from '../../ops/types.js';
+import { registry } from '../../ops/registry.js';
+import { evalLineage, groupKey, type LineageNF } from '../../lineage/model.js';
+import type { ProvePart, Stage } from '../decompose/prove.js';
+import { extractLogicalRaw, logicalClosure, stageOf } from '../decompose/extract.js';
 import { rawLineage } from './components.js';
 import { reducePlan, ReductionError } from './reduce.js';
 import { cutList, prefixWitness, proveStage, twoDraws, zeroCutWitness } from './stage-reduce.js';
-import { diagnoseWitness } from './verify.js';
-import { axisSites } from './tensorlevel.js';
+import { diagnoseWitness } from '../verify.js';
+import { axisSites } from '../engines/tensorlevel/prover.js';
 
 /** Most ranks a part may reach (a dp all-reduce over 64 ranks reaches 64). */
 const MAX_PART_RANKS = 1024;

@@ -23,14 +23,14 @@
  * f; template expressions become `(e)/f`, exact division), loaded with every check of the
  * loader, and compared against the full plan's shapes and lineage before it is used.
  */
-import type { LoadedPlan } from '../lineage/load.js';
-import { loadPartObject, loadPlanObject } from '../lineage/load.js';
-import type { Program } from '../plans/model.js';
-import type { RawDimIndex, RawInt, RawPlan, RawRange } from '../plans/raw.js';
-import { PlanError } from '../plans/errors.js';
-import { registry } from '../ops/registry.js';
-import type { Attrs, DimLabel, DimRole, DimSig, OpDef, Shape } from '../ops/types.js';
-import { evalLineage } from '../lineage/model.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import { loadPartObject, loadPlanObject } from '../../lineage/load.js';
+import type { Program } from '../../plans/model.js';
+import type { RawDimIndex, RawInt, RawPlan, RawRange } from '../../plans/raw.js';
+import { PlanError } from '../../plans/errors.js';
+import { registry } from '../../ops/registry.js';
+import type { Attrs, DimLabel, DimRole, DimSig, OpDef, Shape } from '../../ops/types.js';
+import { evalLineage } from '../../lineage/model.js';
 
 const ROLE_RANK: Record<DimRole, number> = { batch: 0, contracted: 1, fixed: 2 };
 
@@ -59,7 +59,7 @@ export interface ReductionAnalysis {
   readonly programFactors: number[][][];
   /** True when some class shrinks. */
   readonly reduces: boolean;
-  /** Per logical tensor, per dim: class id and role (per-component windows, stages/components.ts). */
+  /** Per logical tensor, per dim: class id and role (per-component windows, stages/shrink/components.ts). */
   readonly logicalClass?: number[][];
   readonly logicalRole?: DimRole[][];
   /**
@@ -533,7 +533,7 @@ export function reducedRaw(raw: RawPlan, plan: LoadedPlan, a: ReductionAnalysis)
  * loader's checks. Then every logical shape, every rank's parallel shapes and every lineage
  * claim of the reduced plan are checked to be exactly the full plan's divided by the factors.
  * Returns undefined when nothing shrinks. Throws ReductionError when the check fails.
- * `subset`: the plan is some ranks of another (stages/part.ts), loaded without the tiling
+ * `subset`: the plan is some ranks of another (stages/shrink/part.ts), loaded without the tiling
  * check, and so is its reduction.
  */
 export function reducePlan(plan: LoadedPlan, raw: RawPlan, subset = false): Reduction | undefined {
@@ -704,7 +704,7 @@ export function prefixPlan(plan: LoadedPlan, raw: RawPlan, size = 2): { raw: Raw
  * zeros; a sum over the class adds only zeros from them), so every output of the cut plan is
  * the full output at the positions it stands for. A difference of the cut plan is therefore a
  * difference of the full plan. A proof of the cut plan proves nothing and must not be used.
- * `subset`: the plan is a part (stages/part.ts), loaded without the tiling check.
+ * `subset`: the plan is a part (stages/shrink/part.ts), loaded without the tiling check.
  */
 export function zeroCutPlan(plan: LoadedPlan, raw: RawPlan, subset = true): { raw: RawPlan; plan: LoadedPlan; cut: string[] } | undefined {
   const a = analyzeReduction(plan, { lanes: false, zeroCut: true });

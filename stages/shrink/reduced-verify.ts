@@ -1,18 +1,18 @@
 /**
- * Verification through shape reduction (stages/reduce.ts): the plan is reduced, the reduced
+ * Verification through shape reduction (stages/shrink/reduce.ts): the plan is reduced, the reduced
  * plan is verified by the ordinary pipeline, and the report says what was reduced, what kept
  * its size and why. When reduction does not check out, the plan is proved at full shapes and
  * the report says why.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import type { LoadedPlan } from '../lineage/load.js';
-import type { RawPlan } from '../plans/raw.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import type { RawPlan } from '../../plans/raw.js';
 import { analyzeReduction, formatReduction, keptDims, reducePlan, ReductionError, type ReducedClass, type ReductionAnalysis } from './reduce.js';
-import type { VerifyReport } from './report.js';
-import { proveTensorLevel } from './tensorlevel.js';
-import { decompose } from './prove.js';
-import { logicalOrder } from '../sdfg/execute.js';
+import type { VerifyReport } from '../report.js';
+import { proveTensorLevel } from '../engines/tensorlevel/prover.js';
+import { decompose } from '../decompose/prove.js';
+import { logicalOrder } from '../../sdfg/execute.js';
 
 interface ReductionReport {
   /** True when the proof ran on the reduced plan. */

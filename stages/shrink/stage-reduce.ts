@@ -1,36 +1,36 @@
 /**
  * Per-stage shape reduction (docs/engine.md, "Per-stage reduction").
  *
- * Whole-plan reduction (stages/reduce.ts) unions dim classes over the whole plan, so one
+ * Whole-plan reduction (stages/shrink/reduce.ts) unions dim classes over the whole plan, so one
  * mean or rms_norm anywhere keeps a dim full everywhere. A stage, though, is connected to
  * the rest of the plan only through the lineage of its inputs (free symbols constrained by
  * their lineage) and of its obligations. So each stage is extracted as a standalone plan
- * (stages/extract.ts), checked to be the same stage, and reduced on its own by the same
+ * (stages/decompose/extract.ts), checked to be the same stage, and reduced on its own by the same
  * reducer: its classes come from its own ops, lineage and collectives only. A proof of the
  * reduced stage is a proof of the stage (the lane argument, applied to the extracted plan);
  * a witness of the reduced stage, copied into every lane, is a witness of the stage.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { LoadedPlan } from '../lineage/load.js';
-import type { RawPlan } from '../plans/raw.js';
-import { logicalOrder } from '../sdfg/execute.js';
-import { numericCheck, type NumericReport } from './numeric.js';
-import { certifiedMismatch, certifyWitness, type Iv } from './interval.js';
-import { decompose, Prover, type Stage, type StageResult, type Stop } from './prove.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import type { RawPlan } from '../../plans/raw.js';
+import { logicalOrder } from '../../sdfg/execute.js';
+import { numericCheck, type NumericReport } from '../witness/numeric.js';
+import { certifiedMismatch, certifyWitness, type Iv } from '../engines/interval.js';
+import { decompose, Prover, type Stage, type StageResult, type Stop } from '../decompose/prove.js';
 import { analyzeReduction, prefixPlan, reducePlan, ReductionError, zeroCutPlan, type ReducedClass } from './reduce.js';
-import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from './extract.js';
+import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from '../decompose/extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
-import { assemble, retryDraws } from './verify.js';
-import { type VerifyReport } from './report.js';
-import { timeLeft, type TimeLimit } from './pool.js';
+import { assemble, retryDraws } from '../verify.js';
+import { type VerifyReport } from '../report.js';
+import { timeLeft, type TimeLimit } from '../engines/pool.js';
 
 interface StageReductionInfo {
   /** 1-based stage number in the full plan. */
   readonly stage: number;
   readonly logical: string;
   /**
-   * 'components': proved per rank component (stages/components.ts); 'reduced': on the reduced
+   * 'components': proved per rank component (stages/shrink/components.ts); 'reduced': on the reduced
    * extracted stage; 'extracted': on the extracted stage at full shapes; 'in-place': in the full plan.
    */
   readonly mode: 'components' | 'reduced' | 'extracted' | 'in-place';
@@ -245,9 +245,9 @@ interface PerStageOptions {
   readonly seed?: number;
   readonly reduce?: boolean;
   readonly emitDir?: string;
-  /** Split stages without collectives into rank components (stages/components.ts), default true. */
+  /** Split stages without collectives into rank components (stages/shrink/components.ts), default true. */
   readonly components?: boolean;
-  /** Prove each distinct canonical stage once (stages/canon.ts), default true. */
+  /** Prove each distinct canonical stage once (stages/cache/canon.ts), default true. */
   readonly dedup?: boolean;
   readonly onStage?: (done: number, total: number) => void;
 }
@@ -548,7 +548,7 @@ export function zeroCutWitness(plan: LoadedPlan, raw: RawPlan, name: string, see
         }
         // A difference under the witness tolerance (a clipped gradient is small: the clipped
         // norm is max_norm over every element) is still certain if interval arithmetic, which
-        // encloses the exact values, separates the two sides (stages/interval.ts).
+        // encloses the exact values, separates the two sides (stages/engines/interval.ts).
         const c = certifiedDifference(z.plan, name, seed, result, a, how, focus, 'gave up');
         if (c !== undefined) {
           ({ result, numeric } = c);
@@ -564,7 +564,7 @@ export function zeroCutWitness(plan: LoadedPlan, raw: RawPlan, name: string, see
 }
 
 /**
- * A witness certified by interval arithmetic (stages/interval.ts, "Certified witnesses") for
+ * A witness certified by interval arithmetic (stages/engines/interval.ts, "Certified witnesses") for
  * stage tensor `name` on the draw of `seed` (inputs in `zero` drawn as 0): `result` made
  * "differs" with the witness as `numeric`'s one mismatch, or undefined when the intervals of
  * the two sides overlap everywhere. For a difference under the witness tolerance (a clipped

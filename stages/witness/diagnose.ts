@@ -10,13 +10,13 @@
  * obligations, so a diagnosis never calls one rank the only wrong one while the witness shows
  * another.
  */
-import type { Dense } from '../ops/algebra.js';
-import { registry } from '../ops/registry.js';
-import type { Attrs } from '../ops/types.js';
-import { floatAlgebra } from '../sdfg/algebras.js';
-import { logicalIndexer } from '../sdfg/execute.js';
-import type { LoadedPlan } from '../lineage/load.js';
-import type { CollectiveInstance, Program } from '../plans/model.js';
+import type { Dense } from '../../ops/algebra.js';
+import { registry } from '../../ops/registry.js';
+import type { Attrs } from '../../ops/types.js';
+import { floatAlgebra } from '../../sdfg/algebras.js';
+import { logicalIndexer } from '../../sdfg/execute.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import type { CollectiveInstance, Program } from '../../plans/model.js';
 import { differs, evaluateBoth, type BothValues, type InputDraw, type Mismatch } from './numeric.js';
 
 /** The causes a diagnosis can name ('none': no rule fits). */

@@ -9,10 +9,10 @@
  * Restricting the draws cannot make a false "verified" (witnesses only ever refute), and a
  * refutation found inside the domain is real.
  */
-import type { Dense } from '../ops/algebra.js';
-import { registry } from '../ops/registry.js';
-import type { Attrs, InputDomain } from '../ops/types.js';
-import type { LoadedPlan } from '../lineage/load.js';
+import type { Dense } from '../../ops/algebra.js';
+import { registry } from '../../ops/registry.js';
+import type { Attrs, InputDomain } from '../../ops/types.js';
+import type { LoadedPlan } from '../../lineage/load.js';
 
 /** The stricter of two domains (a 0/1 mask is non-negative; positive excludes 0). */
 function meet(a: InputDomain | undefined, b: InputDomain | undefined): InputDomain | undefined {

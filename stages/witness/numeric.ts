@@ -5,13 +5,13 @@
  * (end to end, from real inputs); agreement proves nothing and is never reported as
  * "verified".
  */
-import type { Dense } from '../ops/algebra.js';
-import { numel } from '../ops/types.js';
-import { floatAlgebra } from '../sdfg/algebras.js';
-import { executeLogical, executeParallel, logicalIndexer, logicalOrder, type LogicalValues, type RankValues } from '../sdfg/execute.js';
-import type { LoadedPlan } from '../lineage/load.js';
-import type { Program } from '../plans/model.js';
-import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
+import type { Dense } from '../../ops/algebra.js';
+import { numel } from '../../ops/types.js';
+import { floatAlgebra } from '../../sdfg/algebras.js';
+import { executeLogical, executeParallel, logicalIndexer, logicalOrder, type LogicalValues, type RankValues } from '../../sdfg/execute.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import type { Program } from '../../plans/model.js';
+import { evalLineage, groupKey, type LineageNF } from '../../lineage/model.js';
 import { drawInputs, neededDomains, signedAddend } from './domains.js';
 
 /** A difference this far beyond rounding (relative) is a witness. */
@@ -35,7 +35,7 @@ export interface Mismatch {
   /** Position of the logical tensor in topological order (inputs first). */
   readonly order: number;
   /**
-   * A witness certified by interval arithmetic (stages/interval.ts): the enclosures of the two
+   * A witness certified by interval arithmetic (stages/engines/interval.ts): the enclosures of the two
    * values, disjoint, when the difference is under the numeric tolerance (the two numbers above
    * are their midpoints and may print alike).
    */
@@ -113,7 +113,7 @@ export function evaluateBoth(plan: LoadedPlan, seed = 1, draw: InputDraw = 'unif
   // elements meet a constant of their own size: an epsilon changed from 1e-8 to 1e-3 moves an
   // Adam update only where the second moment is tiny (design principle 1: a small search).
   const uniform = draw === 'log' ? (): number => (rnd() < 0.5 ? -1 : 1) * 10 ** (-12 * rnd()) : (): number => rnd() * 2 - 1;
-  // Each input within its domain (stages/domains.ts): no witness from a negative second moment.
+  // Each input within its domain (stages/witness/domains.ts): no witness from a negative second moment.
   const need = neededDomains(plan);
   const inputs = drawInputs(plan, uniform, rnd, zero, (x) => x) as LogicalValues<number>;
   const signed = (t: number): boolean => need[t] === 'nonneg' || need[t] === 'positive';

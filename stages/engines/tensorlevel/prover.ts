@@ -22,17 +22,17 @@
  * (a rule that does not apply, a region that is not one range per dim) leaves the stage to
  * the element engines: this layer only ever says "proved", never "differs".
  */
-import { registry } from '../ops/registry.js';
-import { attrScalar, numel, type AttrValue, type Attrs, type DecompExpr, type DimLabel, type OpDef, type Shape } from '../ops/types.js';
-import type { LoadedPlan } from '../lineage/load.js';
-import type { Placement, Program } from '../plans/model.js';
-import { evalLineage, groupKey, type LineageNF } from '../lineage/model.js';
-import { programBox } from '../plans/mesh.js';
-import { logicalOrder } from '../sdfg/execute.js';
-import { result, type Producer, type Stage, type StageResult } from './prove.js';
-import { canonJson } from './canon.js';
+import { registry } from '../../../ops/registry.js';
+import { attrScalar, numel, type AttrValue, type Attrs, type DecompExpr, type DimLabel, type OpDef, type Shape } from '../../../ops/types.js';
+import type { LoadedPlan } from '../../../lineage/load.js';
+import type { Placement, Program } from '../../../plans/model.js';
+import { evalLineage, groupKey, type LineageNF } from '../../../lineage/model.js';
+import { programBox } from '../../../plans/mesh.js';
+import { logicalOrder } from '../../../sdfg/execute.js';
+import { result, type Producer, type Stage, type StageResult } from '../../decompose/prove.js';
+import { canonJson } from '../../cache/canon.js';
 import { iadd, iaxes, icmp, iconst, ieval, ikey, imul, iscale, isub, isubst, Sym, type Int } from './sym.js';
-import { checkRunClock, TimeLimitReached } from './clock.js';
+import { checkRunClock, TimeLimitReached } from '../../clock.js';
 
 type Range = readonly [Int, Int];
 
@@ -90,7 +90,7 @@ const isMaxPart = (r: Relation): boolean => r.part?.max === true;
 
 export interface Relation {
   readonly logical: number;
-  /** [start, end) per dim of the logical tensor (affine in the coordinates per template: stages/sym.ts). */
+  /** [start, end) per dim of the logical tensor (affine in the coordinates per template: stages/engines/tensorlevel/sym.ts). */
   readonly ranges: readonly Range[];
   /** parallel = scale x logical region (or, with `part`, one addend of that). */
   readonly scale: Frac;
@@ -250,7 +250,7 @@ function claimRelation(nf: LineageNF): Relation | string {
   return { logical: nf.logical, ranges, scale, part: { key: `claim|${groupKey(v)}|${nf.logical}|${ranges.join(';')}`, comps: [{ kind: 'idx', cover: [v.idx], total: v.n }] } };
 }
 
-/** Attributes as canonical text (stages/canon.ts's form, keys sorted). */
+/** Attributes as canonical text (stages/cache/canon.ts's form, keys sorted). */
 /** Canonical attributes, once per attribute object (the plan's objects are never modified; opFor asks 10^5 times on the demo). */
 const ATTRS_KEY = new WeakMap<object, string>();
 function attrsKey(a: Attrs | undefined): string {
@@ -801,7 +801,7 @@ export class TensorLevelProver {
   private readonly subKind: number;
   private readonly whereKind: number;
   private readonly expandKind: number;
-  /** Per program, per template (stages/template.ts plans): its base rank, coordinates and box. */
+  /** Per program, per template (stages/decompose/template.ts plans): its base rank, coordinates and box. */
   private readonly tmpl: readonly (TemplateFrame | string)[] | undefined;
   /** Per program: the collective call site writing each tensor, or -1 (per template only). */
   private readonly siteProd: Int32Array[] = [];
@@ -902,7 +902,7 @@ export class TensorLevelProver {
   /**
    * The relation of tensor t on rank r derived from the plan's claims, every claim a boundary
    * (no stage: nothing is recomputed), restated on the logical tensors equal to it; or why
-   * there is none. Cut-point inference's structural candidates (stages/infer-struct.ts): a
+   * there is none. Cut-point inference's structural candidates (stages/infer/infer-struct.ts): a
    * hint derived this way is still proved as a stage before anything assumes it.
    */
   deriveFromClaims(r: number, t: number): DerivedClaim | string {
@@ -943,7 +943,7 @@ export class TensorLevelProver {
   }
 
   /**
-   * A stage decomposed per template (stages/template.ts): each part (program, tensor) is
+   * A stage decomposed per template (stages/decompose/template.ts): each part (program, tensor) is
    * derived once at the program's base rank, with rank-dependent quantities affine in the
    * coordinates, and must equal its claim as affine functions, hence at every rank. Addend
    * claims are checked per coordinate of the axes their index and the derived addends depend
@@ -1191,7 +1191,7 @@ export class TensorLevelProver {
 
   /**
    * deriveOne per template: r is the program's base rank and every rank-dependent quantity is
-   * affine in the coordinates (stages/sym.ts). Claims are fitted over the coordinates they
+   * affine in the coordinates (stages/engines/tensorlevel/sym.ts). Claims are fitted over the coordinates they
    * depend on and checked at each; a collective whose group lies inside the program reads its
    * members' inputs as the base's input with the group's coordinates substituted.
    */
@@ -1713,7 +1713,7 @@ export class TensorLevelProver {
     return bad ?? out;
   }
 
-  /** Per template: the current program's base coordinates and box (stages/sym.ts); undefined per rank. */
+  /** Per template: the current program's base coordinates and box (stages/engines/tensorlevel/sym.ts); undefined per rank. */
   private frame: { readonly x0: readonly number[]; readonly sets: readonly Int32Array[] } | undefined;
 
   private normDim(v: AttrValue | undefined, rank: number): number {
@@ -2679,7 +2679,7 @@ function trailingUnits(from: Shape, to: Shape): number | undefined {
   return sign * (long.length - short.length);
 }
 
-/** A stage decomposed per template, as proveTemplate reads it (stages/template.ts TemplateStage). */
+/** A stage decomposed per template, as proveTemplate reads it (stages/decompose/template.ts TemplateStage). */
 export interface TemplateStageRef {
   readonly logical: number;
   readonly parts: readonly { readonly program: number; readonly tensor: number; readonly ranks: number }[];
