@@ -36,7 +36,8 @@ import { MAX_STAGE_ELEMENTS, Prover, type Obligation, type Producer, type Produc
 import { StageCanonizer } from '../cache/canon.js';
 import { DEFAULT_TERM_BUDGET } from '../../sdfg/terms.js';
 import { evalLineage } from '../../lineage/model.js';
-import { AttrUse, TensorLevelProver } from '../engines/tensorlevel/prover.js';
+import { TensorLevelProver } from '../engines/tensorlevel/prover.js';
+import { AttrUse } from '../engines/tensorlevel/world.js';
 import type { ProvePart } from './prove.js';
 import type { RawPlan } from '../../plans/raw.js';
 import { TimeLimitReached } from '../clock.js';

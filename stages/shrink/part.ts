@@ -27,7 +27,7 @@ import { rawLineage } from './components.js';
 import { reducePlan, ReductionError } from './reduce.js';
 import { cutList, prefixWitness, proveStage, twoDraws, zeroCutWitness } from './stage-reduce.js';
 import { diagnoseWitness } from '../verify.js';
-import { axisSites } from '../engines/tensorlevel/prover.js';
+import { axisSites } from '../engines/tensorlevel/frames.js';
 
 /** Most ranks a part may reach (a dp all-reduce over 64 ranks reaches 64). */
 const MAX_PART_RANKS = 1024;
