@@ -13,7 +13,7 @@ import { formatSummary, summarize } from './summary.js';
 import { MergeError, verifyPlanInPool, type ShardResult, type TimeLimit } from '../stages/verify.js';
 import type { StageResult } from '../stages/decompose/prove.js';
 import { formatReport, type VerifyReport } from '../stages/report.js';
-import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/decompose/template.js';
+import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/decompose/template-verify.js';
 import { provePart } from '../stages/shrink/part.js';
 
 /** Witness search per template before the rank-by-rank path (plans past PER_TEMPLATE_FIRST entries). */
@@ -36,7 +36,7 @@ import { captureCommand } from './capture.js';
 import { answerKey, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey } from './answers.js';
 import { deltaAnswer, skeletonOf, storeArgvMemo, storeDelta } from './delta.js';
 import { registry } from '../ops/registry.js';
-import { attrRelianceOf } from '../stages/decompose/template.js';
+import { attrRelianceOf } from '../stages/decompose/template-verify.js';
 import { checkRunClock, setRunClock, TimeLimitReached, timeUpReport } from '../stages/clock.js';
 import { STARTED_AT_ENV } from './heap.js';
 import { invalidJson, reportJson, usageJson } from './report-json.js';

@@ -8,7 +8,7 @@
  */
 import { MAX_STAGE_ENTRIES, stageWorkTooLarge } from '../plans/loader.js';
 import { type LoadedPlan } from '../lineage/load.js';
-import { verifyPerTemplate } from './decompose/template.js';
+import { verifyPerTemplate } from './decompose/template-verify.js';
 import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type InputDraw, type Mismatch, type NumericReport } from './witness/numeric.js';

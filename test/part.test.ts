@@ -13,7 +13,7 @@ import { loadPartObject, loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import type { RawPlan } from '../plans/raw.js';
 import { verifyPlan } from '../stages/verify.js';
-import { templateDiff, verifyPerTemplate } from '../stages/decompose/template.js';
+import { templateDiff, verifyPerTemplate } from '../stages/decompose/template-verify.js';
 import { partProver, provePart } from '../stages/shrink/part.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };

@@ -18,7 +18,7 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { checkRunClock, setRunClock, TimeLimitReached } from '../stages/clock.js';
 import { decompose } from '../stages/decompose/prove.js';
 import { proveTensorLevel } from '../stages/engines/tensorlevel/prover.js';
-import { verifiedPerTemplate } from '../stages/decompose/template.js';
+import { verifiedPerTemplate } from '../stages/decompose/template-verify.js';
 import { verifyPlan } from '../stages/verify.js';
 import { EXAMPLES, ROOT, runCli } from './helpers.js';
 

@@ -10,7 +10,7 @@ import { strict as assert } from 'node:assert';
 import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { verifyPlan } from '../stages/verify.js';
-import { verifyPerTemplate } from '../stages/decompose/template.js';
+import { verifyPerTemplate } from '../stages/decompose/template-verify.js';
 import { fullUnless } from './optional.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };

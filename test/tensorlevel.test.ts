@@ -16,7 +16,7 @@ import { logicalOrder } from '../sdfg/execute.js';
 import { proveTensorLevel } from '../stages/engines/tensorlevel/prover.js';
 import { coversAll, PRODUCT, unionParts, type Part } from '../stages/engines/tensorlevel/relations.js';
 import { verifyPlan } from '../stages/verify.js';
-import { verifyPerTemplate } from '../stages/decompose/template.js';
+import { verifyPerTemplate } from '../stages/decompose/template-verify.js';
 import { mlpPlan, planParams } from './reduce-plans.js';
 import type { RawPlan } from '../plans/raw.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
