@@ -93,6 +93,16 @@ export const TIME_LIMIT_MS = 120_000;
 export function roundsLimitWhy(ms: number): string {
   return `verify --infer's own limit of ${ms / 1000} s on its inference rounds (not --time-limit)`;
 }
+
+/**
+ * The limit of verify --infer's rounds: their own (TIME_LIMIT_MS), or a shorter --time-limit;
+ * with the words a stage it stops gives, so that a stage stopped by the rounds' limit never
+ * reads as stopped by a --time-limit of 1800 s.
+ */
+export function roundsLimit(timeLimitS: number | undefined, ownMs: number = TIME_LIMIT_MS): { ms: number; why: string } {
+  if (timeLimitS !== undefined && timeLimitS * 1000 <= ownMs) return { ms: timeLimitS * 1000, why: `the run's time limit of ${timeLimitS} s (--time-limit)` };
+  return { ms: ownMs, why: `${roundsLimitWhy(ownMs)}; --infer-time-limit raises it` };
+}
 /** Deadline of a user stage before a certified refutation (the verdict is settled; it only confirms which stage fails first). */
 const SETTLED_DEADLINE_MS = 2_000;
 /** Deadline of a hint stage (a hint is meant to cut a short stage). */
