@@ -349,18 +349,18 @@ async function proveOnPaths(file: string, l: Loaded, loadMs: number, limit: Time
   }
   switch (p.route) {
     case 'per-template':
-      out.log(json ? reportJson(p.report, { reduction: p.reduction }) : `${formatReport(p.report, verbose)}\nshape reduction: ${p.reduction.reason ?? ''}`);
+      out.log(json ? reportJson(p.report, { reduction: p.reduction, route: p.route }) : `${formatReport(p.report, verbose)}\nshape reduction: ${p.reduction.reason ?? ''}`);
       return finish(p.report, l, files, out);
     case 'per-template-first':
-      out.log(json ? reportJson(p.report, { reduction: p.reduction }) : `${formatReport(p.report, verbose)}\nshape reduction ${p.reduction.reason ?? ''}`);
+      out.log(json ? reportJson(p.report, { reduction: p.reduction, route: p.route }) : `${formatReport(p.report, verbose)}\nshape reduction ${p.reduction.reason ?? ''}`);
       return finish(p.report, l, files, out);
     case 'max-ranks':
       return invalidPlan(file, [p.refused], json, out);
     case 'inferred-boundaries':
-      printInferred(p.report, json, verbose, out);
+      printInferred(p.report, json, verbose, out, p.route);
       return finish(p.report, l, files, out);
     case 'per-stage':
-      out.log(json ? reportJson(p.report) : `${formatReport(p.report, verbose)}\n${formatPerStage(p.report.stageReduction, verbose)}`);
+      out.log(json ? reportJson(p.report, { route: p.route }) : `${formatReport(p.report, verbose)}\n${formatPerStage(p.report.stageReduction, verbose)}`);
       return finish(p.report, l, files, out);
     case 'rank-by-rank': {
       if (sh.shard !== undefined) {
@@ -370,7 +370,7 @@ async function proveOnPaths(file: string, l: Loaded, loadMs: number, limit: Time
       }
       // Phases: loading here, the shape reduction from the pipeline, the rest from the proof (VerifyReport.phases).
       const report = { ...p.report, phases: { load: loadMs, reduction: p.reduceMs, ...p.report.phases } };
-      out.log(json ? reportJson(report, { perStageFallback: [...p.fallback] }) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(p.fallback)}`);
+      out.log(json ? reportJson(report, { perStageFallback: [...p.fallback], route: p.route }) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(p.fallback)}`);
       return finish(report, l, files, out);
     }
   }

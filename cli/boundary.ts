@@ -40,8 +40,8 @@ export function inferLineage(file: string, text: string, outFile: string | undef
 }
 
 /** Prints the report of a plan verified with inferred boundaries (stages/pipeline.ts's 'inferred-boundaries' record). */
-export function printInferred(r: BoundaryReport, json: boolean, verbose: boolean, out: Out): void {
-  out.log(json ? reportJson(r) : formatBoundary(r, verbose));
+export function printInferred(r: BoundaryReport, json: boolean, verbose: boolean, out: Out, route: string): void {
+  out.log(json ? reportJson(r, { route }) : formatBoundary(r, verbose));
 }
 
 function formatBoundary(r: BoundaryReport, verbose: boolean): string {

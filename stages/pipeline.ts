@@ -28,7 +28,7 @@ import type { Engine, VerifyReport } from './report.js';
 const PER_TEMPLATE_WITNESS_MS = 60_000;
 
 /** A progress display the caller owns (the CLI's bar): stages decided out of all. */
-export interface Progress {
+interface Progress {
   update(done: number, total: number): void;
   stop(): void;
 }

@@ -16,10 +16,11 @@ import { reportOf, ROUTES, verifyPipeline, type RouteName } from '../stages/pipe
 import { EXAMPLES, FIXTURES, ROOT, runCli } from './helpers.js';
 import { fullUnless } from './optional.js';
 
-/** The verdict and exit code of `planproof verify --json --no-cache FILE`. */
-async function cliVerdict(file: string, ...args: string[]): Promise<{ verdict: string; code: number }> {
+/** The verdict, the deciding record (--json `route`) and exit code of `planproof verify --json --no-cache FILE`. */
+async function cliVerdict(file: string, ...args: string[]): Promise<{ verdict: string; route: string | undefined; code: number }> {
   const r = await runCli(['verify', '--json', '--no-cache', ...args, file]);
-  return { verdict: (JSON.parse(r.stdout) as { verdict: string }).verdict, code: r.code };
+  const j = JSON.parse(r.stdout) as { verdict: string; route?: string };
+  return { verdict: j.verdict, route: j.route, code: r.code };
 }
 
 /** The pipeline's verdict on a file as a library caller runs it (no cache, default options). */
@@ -44,6 +45,7 @@ describe('verify pipeline: library = CLI', function () {
       const [lib, cli] = [await libraryVerdict(f), await cliVerdict(f)];
       assert.equal(lib.verdict, cli.verdict, `${name}: library ${lib.verdict} (${lib.route}), CLI ${cli.verdict}`);
       assert.equal(lib.route, 'rank-by-rank');
+      assert.equal(cli.route, lib.route);
     });
   }
 
@@ -58,6 +60,7 @@ describe('verify pipeline: library = CLI', function () {
     const cli = await cliVerdict(file, '--infer');
     assert.equal(reportOf(r)?.verdict, cli.verdict);
     assert.equal(r.route, 'inferred-boundaries');
+    assert.equal(cli.route, r.route);
   });
 
   it("docs/engine.md opens with the pipeline's records, in order, each with its soundness link", () => {
