@@ -1,10 +1,11 @@
 /**
  * The one verify pipeline (stages/pipeline.ts, issue 36): a library caller gets the verdict
- * `planproof verify` gives, on every example, the equivalence fixtures and a stripped plan (the
- * inference record), and docs/engine.md's first table lists the pipeline's records in order.
+ * `planproof verify` gives, on every example, the equivalence fixtures, a sample of the captures and
+ * a stripped plan (the inference record), and docs/engine.md's first table lists the pipeline's
+ * records in order.
  */
 import { strict as assert } from 'node:assert';
-import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadPlanObject, loadPlanText } from '../lineage/load.js';
@@ -62,6 +63,19 @@ describe('verify pipeline: library = CLI', function () {
     assert.equal(r.route, 'inferred-boundaries');
     assert.equal(cli.route, r.route);
   });
+
+  // Committed captures (test/fixtures/capture/), imported as `planproof import-graphs` does: a
+  // sample of correct and buggy ones (each goes through inference rounds, seconds apiece).
+  for (const name of ['ddp_mlp', 'ddp_mlp-bug', 'adamw_mlp', 'dp_tp_mlp', 'dp_tp_mlp-bug', 'alltoall_exchange'].filter((d) => existsSync(`${FIXTURES}capture/${d}/relations.json`))) {
+    it(`capture ${name}: the same verdict and record @full`, async () => {
+      const file = join(mkdtempSync(join(tmpdir(), 'planproof-pipeline-')), 'plan.json');
+      const imp = await runCli(['import-graphs', '--dir', `${FIXTURES}capture/${name}`, '-o', file]);
+      assert.equal(imp.code, 0, imp.stderr);
+      const [lib, cli] = [await libraryVerdict(file), await cliVerdict(file)];
+      assert.equal(lib.verdict, cli.verdict, `${name}: library ${lib.verdict} (${lib.route}), CLI ${cli.verdict}`);
+      assert.equal(cli.route, lib.route);
+    });
+  }
 
   it("docs/engine.md opens with the pipeline's records, in order, each with its soundness link", () => {
     const doc = readFileSync(`${ROOT}docs/engine.md`, 'utf8');
