@@ -12,6 +12,7 @@ import { stripToBoundary } from '../plans/gen/strip.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import type { Parallelism } from '../plans/gen/net.js';
 import type { RawPlan } from '../plans/raw.js';
+import { stepBar } from './progress.js';
 import { nearest } from './usage.js';
 
 interface Out {
@@ -195,21 +196,59 @@ export function gen(a: GenArgs, out: Out): number {
     out.err(`planproof: gen: ${c}`);
     return ExitCode.usage;
   }
-  let plan: RawPlan;
+  const t0 = performance.now();
+  // The bar (cli/progress.ts): the generator's steps, then injecting, stripping and writing.
+  const bar = stepBar('generating', a.json !== true);
+  const after = [...(c.bug === undefined ? [] : [`injecting ${c.bug.id}`]), ...(a.boundaryLineage === true ? ['keeping lineage on the boundary only'] : []), `writing ${a.out ?? 'the plan to stdout'}`];
+  let steps = 0;
+  const next = (what: string): void => bar?.update(steps - after.length + after.indexOf(what), steps, what);
   try {
-    plan = generatePlan({ model: c.model, par: c.par, optimizer: ADAMW });
-    if (c.bug !== undefined) {
-      c.bug.inject(plan, { ...c.par, family: c.model.family });
-      plan.name = `${String(plan.name)}+${c.bug.id}`;
+    let plan: RawPlan;
+    try {
+      plan = generatePlan({
+        model: c.model,
+        par: c.par,
+        optimizer: ADAMW,
+        ...(bar === undefined ? {} : { onProgress: (d: number, t: number, w: string) => bar.update(d, (steps = t + after.length), w) }),
+      });
+      if (c.bug !== undefined) {
+        next(`injecting ${c.bug.id}`);
+        c.bug.inject(plan, { ...c.par, family: c.model.family });
+        plan.name = `${String(plan.name)}+${c.bug.id}`;
+      }
+    } catch (e) {
+      // A combination the checks above do not know: the generator's words, without a stack trace.
+      out.err(`planproof: cannot generate this plan: ${e instanceof Error ? e.message : String(e)}`);
+      return ExitCode.usage;
     }
-  } catch (e) {
-    // A combination the checks above do not know: the generator's words, without a stack trace.
-    out.err(`planproof: cannot generate this plan: ${e instanceof Error ? e.message : String(e)}`);
-    return ExitCode.usage;
+    if (a.boundaryLineage === true) {
+      next('keeping lineage on the boundary only');
+      plan = stripToBoundary(plan);
+    }
+    next(`writing ${a.out ?? 'the plan to stdout'}`);
+    const text = JSON.stringify(plan, null, 1);
+    if (a.out === undefined) out.log(text);
+    else writeFileSync(a.out, text + '\n');
+    bar?.update(steps, steps, `wrote ${a.out ?? 'the plan to stdout'}`);
+    bar?.stop();
+    summary(plan, a, Buffer.byteLength(text) + 1, performance.now() - t0, out);
+    return 0;
+  } finally {
+    bar?.stop();
   }
-  if (a.boundaryLineage === true) plan = stripToBoundary(plan);
-  const text = JSON.stringify(plan, null, 1);
-  if (a.out === undefined) out.log(text);
-  else writeFileSync(a.out, text + '\n');
-  return 0;
+}
+
+/** gen's one line on stderr after a plan is written (a JSON object with --json): what it holds, where, how large. */
+function summary(plan: RawPlan, a: GenArgs, bytes: number, ms: number, out: Out): void {
+  const axes = plan.mesh.axes;
+  const ranks = axes.reduce((n, x) => n * x.size, 1);
+  const programs = plan.parallel.programs;
+  const programOps = programs.reduce((n, p) => n + p.ops.length, 0);
+  const s = { out: a.out ?? '(stdout)', name: String(plan.name ?? ''), ranks, mesh: Object.fromEntries(axes.map((x) => [x.name, x.size])), programs: programs.length, logicalOps: plan.logical.ops.length, programOps, bytes, ms: Math.round(ms) };
+  if (a.json === true) {
+    out.err(JSON.stringify(s));
+    return;
+  }
+  const mb = bytes >= 1e6 ? `${(bytes / 1e6).toFixed(1)} MB` : `${(bytes / 1e3).toFixed(1)} kB`;
+  out.err(`planproof: gen: wrote ${s.out === '(stdout)' ? 'the plan to stdout' : s.out} (${mb}): ${s.name}, ${ranks} ranks (${axes.map((x) => `${x.name} ${x.size}`).join(', ')}), ${s.programs} program${s.programs === 1 ? '' : 's'}, ${s.logicalOps} logical ops, ${programOps} program ops, in ${(ms / 1000).toFixed(1)} s`);
 }

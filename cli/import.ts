@@ -11,6 +11,7 @@ import { ImportError, FX_LIMITS } from '../plans/import/fxtext.js';
 import { checkRelations, importGraphs, type GraphFile } from '../plans/import/plan.js';
 import { checkOpMap, type OpMap } from '../plans/import/opmap.js';
 import { SHIPPED_OPMAPS } from '../plans/import/opmaps.js';
+import { stepBar, type StepProgress } from './progress.js';
 
 interface Out {
   log(s: string): void;
@@ -99,15 +100,32 @@ function rankFiles(a: ImportArgs): string[][] | string {
   return files;
 }
 
-export function importCommand(a: ImportArgs, out: Out): number {
+/** A bar the caller draws (capture's, which also counts its own phases). */
+export interface ImportProgress {
+  readonly update: StepProgress;
+  /** Called once, before the summary or the error is printed: the bar ends there. */
+  readonly end: () => void;
+}
+
+export function importCommand(a: ImportArgs, out: Out, progress?: ImportProgress): number {
   const logicalFile = a.logical !== undefined ? split(a.logical) : a.dir === undefined ? undefined : inDir(a.dir, 'logical');
   const relFile = a.relations ?? (a.dir === undefined ? undefined : join(a.dir, 'relations.json'));
   const ranks = rankFiles(a);
   if (logicalFile === undefined || logicalFile.length === 0 || relFile === undefined || typeof ranks === 'string') {
+    progress?.end();
     out.err(`planproof: ${typeof ranks === 'string' ? ranks : 'name the single-device graph (--logical FILE) and the relations (--relations FILE), or give --dir'}\nRun 'planproof import-graphs --help' for usage.`);
     return ExitCode.usage;
   }
+  // The bar (cli/progress.ts): files parsed, programs lowered, the plan checked and written.
+  const own = progress === undefined ? stepBar('importing', !a.json) : undefined;
+  const bar: ImportProgress | undefined = progress ?? (own === undefined ? undefined : { update: (d, t, w) => own.update(d, t, w), end: () => own.stop() });
+  let ended = false;
+  const end = (): void => {
+    if (!ended) bar?.end();
+    ended = true;
+  };
   const fail = (msg: string, issues?: readonly string[]): number => {
+    end();
     if (a.json) out.log(JSON.stringify({ verdict: 'invalid', error: msg, ...(issues === undefined ? {} : { issues }) }, null, 2));
     else {
       out.err(`planproof: import failed: ${msg}`);
@@ -121,14 +139,20 @@ export function importCommand(a: ImportArgs, out: Out): number {
     const t0 = performance.now();
     const fromRel = relations.opMap === undefined ? [] : typeof relations.opMap === 'string' ? [relations.opMap] : relations.opMap;
     const opMaps = readOpMaps([...fromRel, ...(a.opMap ?? [])], dirname(relFile));
-    const { plan, stats } = importGraphs({ logical: logicalFile.map(read), ranks: ranks.map((fs) => fs.map(read)), relations, relationsFile: relFile, opMaps, ...(a.name === undefined ? {} : { name: a.name }) });
+    let steps = 0;
+    const onProgress = bar === undefined ? undefined : (d: number, t: number, w: string): void => bar.update(d, (steps = t + 2), w);
+    const { plan, stats } = importGraphs({ logical: logicalFile.map(read), ranks: ranks.map((fs) => fs.map(read)), relations, relationsFile: relFile, opMaps, ...(a.name === undefined ? {} : { name: a.name }), ...(onProgress === undefined ? {} : { onProgress }) });
     const outName = a.out ?? '(stdout)';
     // The loader checks what the importer wrote (shapes, lineage, tiling, collective matching)
     // before anything is written: a plan that does not load is never left behind.
+    bar?.update(steps - 2, steps, 'checking that the plan loads');
     loadPlanObject(outName, JSON.parse(JSON.stringify(plan)));
+    bar?.update(steps - 1, steps, `writing ${a.out ?? 'the plan to stdout'}`);
     const body = JSON.stringify(plan, null, 1) + '\n';
     if (a.out === undefined) out.log(body);
     else writeFileSync(a.out, body);
+    bar?.update(steps, steps, `wrote ${a.out ?? 'the plan to stdout'}`);
+    end();
     const summary = { out: outName, ranks: ranks.length, atenOps: stats.atenOps, planOps: stats.planOps, collectives: stats.collectives, mapped: stats.mapped, ignoredReturns: stats.ignoredReturns, assumptions: stats.assumptions, pairedMasks: stats.pairedMasks, constants: stats.constants, pruned: stats.pruned, byTarget: Object.fromEntries(stats.byTarget), bytes: Buffer.byteLength(body), ms: Math.round(performance.now() - t0) };
     if (a.json) out.err(JSON.stringify(summary));
     else {
@@ -153,5 +177,7 @@ export function importCommand(a: ImportArgs, out: Out): number {
     if (e instanceof ImportError) return fail(e.message);
     if (e instanceof PlanError) return fail(e.file === (a.out ?? '(stdout)') ? 'the imported plan does not load' : `cannot read ${e.file}`, e.issues.map((i) => formatIssue(e.file, i)));
     throw e;
+  } finally {
+    end();
   }
 }

@@ -1,5 +1,6 @@
 /** Builds and checks the logical (single-device) graph: SSA, dangling tensors, shapes, cycles. */
 import { registry } from '../ops/registry.js';
+import { qParse } from '../ops/rational.js';
 import { type Attrs, ShapeError, type Shape, sameShape, shapeStr, numel } from '../ops/types.js';
 import { jpath, type IssueSink } from './errors.js';
 import { checkRunClock } from './clock.js';
@@ -235,9 +236,14 @@ function propagateDomains(g: LogicalGraph): void {
       for (const t of g.ops.opOutputs(op)) doms[t] ??= d;
     }
     const out = g.ops.opOutputs(op)[0];
-    if (out !== undefined && doms[out] === undefined) {
+    if (out !== undefined) {
+      // A declared domain (a bool's {0, 1}) and a computed one each hold every value the
+      // tensor takes, so their intersection does too (a mask that is all ones stays {1}).
       const d = arithmeticDomain(def.name, ins.map((t) => doms[t]), g.attrs[op] ?? {});
-      if (d !== undefined) doms[out] = d;
+      const had = doms[out];
+      const both = had === undefined || d === undefined ? d : had.filter((v) => d.includes(v));
+      // (Disjoint: no run reaches this op with these inputs; the declared domain is kept.)
+      if (both !== undefined && both.length > 0) doms[out] = both;
     }
   }
 }
@@ -254,8 +260,17 @@ function arithmeticDomain(op: string, ins: readonly (readonly number[] | undefin
   const fin = (set: Set<number>): readonly number[] | undefined => (set.size > 0 && set.size <= MAX_DERIVED_DOMAIN ? [...set].sort((a, b) => a - b) : undefined);
   const [a, b, c] = ins;
   switch (op) {
-    case 'compare':
-      return [0, 1];
+    case 'compare': {
+      // Both sides known: the outcomes that occur (labels in 0..9 against the ignore index
+      // -100 are never equal, so the mask of valid targets is all ones, not a free 0/1).
+      if (a === undefined || b === undefined || a.length * b.length > 1 << 16) return [0, 1];
+      const rel = attrs['rel'];
+      const test = (x: number, y: number): boolean => (rel === 'gt' ? x > y : rel === 'ge' ? x >= y : rel === 'lt' ? x < y : rel === 'le' ? x <= y : rel === 'eq' ? x === y : x !== y);
+      if (rel !== 'gt' && rel !== 'ge' && rel !== 'lt' && rel !== 'le' && rel !== 'eq' && rel !== 'ne') return [0, 1];
+      const set = new Set<number>();
+      for (const x of a) for (const y of b) set.add(test(x, y) ? 1 : 0);
+      return [...set].sort((x, y) => x - y);
+    }
     case 'add':
     case 'sub': {
       if (a === undefined || b === undefined || a.length * b.length > 1 << 16) return undefined;
@@ -264,8 +279,20 @@ function arithmeticDomain(op: string, ins: readonly (readonly number[] | undefin
       return fin(set);
     }
     case 'scale': {
+      // Integer factors, and rationals over a power of two (a loss seed divided by the number
+      // of micro-batches: 1/2): the products are exact doubles, so the domain holds the exact
+      // values. Other rationals (1/3) are not doubles, and are left real.
       const f = attrs['factor'];
-      return a !== undefined && typeof f === 'number' && Number.isInteger(f) ? fin(new Set(a.map((x) => x * f))) : undefined;
+      if (a === undefined || (typeof f !== 'number' && typeof f !== 'string')) return undefined;
+      let q: { n: bigint; d: bigint };
+      try {
+        q = qParse(f);
+      } catch {
+        return undefined;
+      }
+      if (q.d <= 0n || (q.d & (q.d - 1n)) !== 0n) return undefined;
+      const vals = a.map((x) => (Number.isInteger(x) && Math.abs(x * Number(q.n)) < 2 ** 52 ? (x * Number(q.n)) / Number(q.d) : Number.NaN));
+      return vals.some(Number.isNaN) ? undefined : fin(new Set(vals));
     }
     case 'where':
       return b !== undefined && c !== undefined ? fin(new Set([...b, ...c])) : undefined;

@@ -123,7 +123,13 @@ export function formatReport(r: VerifyReport, verbose = false): string {
   out.push(
     `numeric     ${r.numeric.evaluated ? `${r.numeric.claimsChecked} claims evaluated at random inputs (seed ${r.numeric.seed}): ${r.numeric.mismatches === 0 ? 'all agree' : `${r.numeric.mismatches} differ`}` : `not evaluated (${r.numeric.reason ?? ''})`}`,
   );
-  const show = (s: StageReport): boolean => verbose || s.status !== 'proved' || r.stages.length <= 40;
+  // Stages left unattempted after a certified refutation say nothing about the plan: one line
+  // counts them (a llama mutant listed 80 of them after its witness).
+  // So do undecided stages after the first failing one of a refuted plan (their consumers of
+  // a wrong value; a refuted nanoGPT step listed 30 of them stopped at the rounds' limit).
+  const firstFail = r.verdict === 'not_equivalent' ? r.stages.find((s) => s.status === 'not_equivalent')?.index : undefined;
+  const skipped = (s: StageReport): boolean => !verbose && s.status === 'unknown' && (/the plan is already refuted at stage \d+ \(a certified witness\)/.test(s.reason ?? '') || (firstFail !== undefined && s.index > firstFail));
+  const show = (s: StageReport): boolean => !skipped(s) && (verbose || s.status !== 'proved' || r.stages.length <= 40);
   // Column widths from the rows shown, so a long label or a 4-digit stage number never
   // shifts the columns after it; labels past MAX_COL are cut in the middle.
   const shown = r.stages.filter(show);
@@ -137,11 +143,11 @@ export function formatReport(r: VerifyReport, verbose = false): string {
   out.push('');
   out.push(`  ${'#'.padEnd(wi)} ${'tensor'.padEnd(w)}  ${'logical op'.padEnd(wo)} ${'ranks'.padEnd(wr)} result`);
   let hidden = 0;
+  let notAttempted = 0;
   for (const s of r.stages) {
-    if (!show(s)) {
-      hidden++;
-      continue;
-    }
+    if (skipped(s)) notAttempted++;
+    else if (!show(s)) hidden++;
+    if (!show(s)) continue;
     out.push(`  ${String(s.index).padStart(wi)} ${fit(s.logical).padEnd(w)}  ${opText(s).padEnd(wo)} ${rk(s).padEnd(wr)} ${mark[s.status]}${s.decidedBy === 'z3' ? ' (by Z3)' : s.decidedBy === 'tensor' ? ' (tensor level)' : ''}${s.coveredBy === undefined ? '' : ` (same canonical stage as #${s.coveredBy})`}${s.cached === true ? ' (from the proof cache)' : ''}`);
     if (s.status === 'proved') continue;
     if (s.op?.loc !== undefined) out.push(`        source: ${s.op.loc}`);
@@ -152,6 +158,7 @@ export function formatReport(r: VerifyReport, verbose = false): string {
     if (s.reason !== undefined) out.push(`        ${s.status === 'unknown' ? 'why unknown' : 'proof'}: ${s.reason}`);
   }
   if (hidden > 0) out.push(`  ... ${hidden} proved stage(s) not shown (--verbose lists them)`);
+  if (notAttempted > 0) out.push(`  ... ${notAttempted} later stage(s) left open: the plan is already refuted (--verbose lists them with their reasons)`);
   out.push('');
   const head = r.verdict === 'verified' ? 'VERIFIED' : r.verdict === 'not_equivalent' ? 'NOT EQUIVALENT' : 'UNKNOWN';
   const sp = r.specialized ?? [];

@@ -62,15 +62,27 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
   const big = tooLargeToDecompose(plan, seed, t0, opts.maxStageEntries, opts.tensorLevel);
   if (big !== undefined) return big;
   const stages = decompose(plan, logicalOrder(plan));
-  const first = numericCheck(plan, seed);
+  let first = numericCheck(plan, seed);
   const witnessed = witnessedStages(plan, stages, first);
+  // A certified refutation settles its stage; later ones are not attempted (as in verifyPlanInPool).
+  const cert = earlyCertificate(plan, stages, first);
+  if (cert !== undefined) first = cert.numeric;
+  const todo = cert === undefined ? stages : stages.filter((s) => s.index < cert.stage);
   // Tensor-level proofs first, as in verifyPlanInPool.
-  const tl = opts.tensorLevel === false ? undefined : proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index)));
+  const tl = opts.tensorLevel === false ? undefined : proveTensorLevel(plan, todo.filter((s) => !witnessed.has(s.index)));
   const known = tl?.proved ?? new Map<number, StageResult>();
-  const rest = proveInProcess(plan, stages.filter((s) => !known.has(s.index)), opts.onStage, witnessed);
+  const rest = proveInProcess(plan, todo.filter((s) => !known.has(s.index)), opts.onStage, witnessed);
   const results: StageResult[] = new Array<StageResult>(stages.length);
   for (const [i, r] of known) results[i] = r;
   for (const r of rest) results[r.stage.index] = r;
+  if (cert !== undefined) {
+    // The refuted stage's own proof, briefly (its residual says more); else the certificate.
+    const own = stages[cert.stage] as Stage;
+    const [r] = proveInProcess(plan, [own], undefined, witnessed, undefined, SETTLED_DEADLINE_MS);
+    results[cert.stage] = r !== undefined && r.status === 'differs' ? r : { ...cert.result, stage: own };
+    const later = stages.filter((s) => s.index > cert.stage);
+    for (const r of proveInProcess(plan, later, undefined, witnessed, undefined, SETTLED_DEADLINE_MS)) results[r.stage.index] = r.status === 'proved' ? r : refutedBefore(r.stage, cert.stage);
+  }
   const numeric = witnessSearch(plan, results, first);
   return withTensorReasons(assemble(plan, results, numeric, numeric.seed, t0), tl?.open);
 }
@@ -246,9 +258,13 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   if (big !== undefined) return big;
   const stages = decompose(plan, logicalOrder(plan));
   clock.lap('decompose');
-  const first = numericCheck(plan, seed);
+  let first = numericCheck(plan, seed);
   const witnessed = witnessedStages(plan, stages, first);
   clock.lap('numeric');
+  // Not in a shard or a merge: their stage proofs are the parts' business.
+  const cert = opts.shard === undefined && opts.proved === undefined ? earlyCertificate(plan, stages, first) : undefined;
+  if (cert !== undefined) first = cert.numeric;
+  clock.lap('certify');
   // Progress in stages decided out of all stages (see VerifyOptions.onStage).
   let decided = 0;
   const weights = new Map<number, number>();
@@ -283,12 +299,33 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
     return some.map((s) => got.get(s.index) ?? { stage: s, status: 'proved', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
   };
   // Proves any subset of the decomposition (the pool and the workers index stages by Stage.index).
+  // After a certified refutation (earlyCertificate) the refuted stage is settled and the later
+  // ones are not attempted; the earlier ones are proved, so that the first failing stage is
+  // the one named.
   const proveAny = async (some: readonly Stage[]): Promise<StageResult[]> => {
+    if (cert === undefined) return proveAnyStage(some);
+    const before = some.filter((s) => s.index < cert.stage);
+    const got = new Map((before.length === 0 ? [] : await proveAnyStage(before)).map((r) => [r.stage.index, r]));
+    // The refuted stage's own proof, briefly: its residual says more than the certificate
+    // ("-1/2*(...)" names an average); past that deadline, the certificate settles it.
+    const own = some.find((s) => s.index === cert.stage);
+    if (own !== undefined) {
+      const [r] = await proveAnyStage([own], Math.min(opts.deadlineMs, SETTLED_DEADLINE_MS));
+      got.set(own.index, r !== undefined && r.status === 'differs' ? r : { ...cert.result, stage: own });
+    }
+    // Later stages assume their inputs are right, so a proved one still says something (the
+    // update after a wrong gradient is itself right); each gets the brief deadline, and one it
+    // does not decide is left open with the refutation named.
+    const later = some.filter((s) => s.index > cert.stage);
+    if (later.length > 0) for (const r of await proveAnyStage(later, Math.min(opts.deadlineMs, SETTLED_DEADLINE_MS))) got.set(r.stage.index, r.status === 'proved' ? r : refutedBefore(r.stage, cert.stage));
+    return some.map((s) => got.get(s.index) ?? refutedBefore(s, cert.stage));
+  };
+  const proveAnyStage = async (some: readonly Stage[], deadlineMs = opts.deadlineMs): Promise<StageResult[]> => {
     if (opts.jobs > 0) {
       return proveInPool(plan.file, text, some, {
         jobs: opts.jobs,
         witnessed,
-        deadlineMs: opts.deadlineMs,
+        deadlineMs,
         ...(limit === undefined ? {} : { timeLimit: limit }),
         engine,
         ...(opts.recycleAfter === undefined ? {} : { recycleAfter: opts.recycleAfter }),
@@ -296,13 +333,13 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
         ...(opts.worker === undefined ? {} : { worker: opts.worker }),
       });
     }
-    if (engine === 'normal') return proveInProcess(plan, some, (d, t) => stageDone(d, t, some[d - 1] as Stage), witnessed, limit, opts.deadlineMs);
+    if (engine === 'normal') return proveInProcess(plan, some, (d, t) => stageDone(d, t, some[d - 1] as Stage), witnessed, limit, deadlineMs);
     const prover = new Z3Prover(plan);
     const out: StageResult[] = [];
     for (const [i, s] of some.entries()) {
       try {
         const left = timeLeft(limit);
-        out.push(limit !== undefined && left <= 0 ? unattempted(s, limit) : await prover.prove(s, Math.min(opts.deadlineMs, left)));
+        out.push(limit !== undefined && left <= 0 ? unattempted(s, limit) : await prover.prove(s, Math.min(deadlineMs, left)));
       } catch (e) {
         out.push(engineError(s, e));
       }
@@ -312,7 +349,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   };
   // Tensor-level proofs first (stages/engines/tensorlevel/prover.ts): whole-tensor relations, whatever the
   // shapes. A stage the numeric run shows differing is left to the element engines.
-  const tl = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index))) : undefined;
+  const tl = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index) && (cert === undefined || s.index < cert.stage))) : undefined;
   const known = tl?.proved;
   advance(known?.size ?? 0);
   clock.lap('tensorLevel');
@@ -325,6 +362,10 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   // a library caller reading a shard's report never sees a proof no one made.
   const sharded = opts.shard !== undefined;
   if (sharded) results = results.map((r, i) => (known?.has(i) === true || ownedDone.has(i) || ownedDone.has(repOf.get(i) ?? i) ? r : { ...r, status: 'unknown', reason: 'left to another shard (--shard): planproof merge gives the verdict', failingRanks: [] }));
+  if (!sharded && opts.proved === undefined) {
+    const found = openStageWitness(plan, results, first, limit);
+    if (found !== undefined) ({ results, numeric: first } = found);
+  }
   let numeric = sharded ? first : witnessSearch(plan, results, first, undefined, limit);
   clock.lap('witnessSearch');
   if (engine === 'normal' && !sharded) results = await z3Fallback(plan, text, results, numeric, opts.deadlineMs, limit, opts.worker);
@@ -337,6 +378,69 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const timed = { ...assembled, phases: clock.phases, ...(limit === undefined ? {} : { timeLimit: { seconds: limit.seconds, reached } }) };
   const report = distinct === undefined ? timed : withProofs(timed, distinct);
   return engine === 'z3' ? { ...report, engine, stages: report.stages.map((s) => (s.status === 'proved' ? { ...s, decidedBy: 'z3' as const } : s)) } : report;
+}
+
+/**
+ * Stages the engines leave open (too large, not reducible, past a deadline) while the first
+ * draw shows every claim agreeing: other uniform draws may show one differing (a routing that
+ * sends no token to an expert at one seed makes two gradient pieces both zero), and interval
+ * arithmetic at that draw certifies it (earlyCertificate's argument). The stage is then
+ * refuted, and the numeric report is that draw's, so --seed reproduces the witness. Before
+ * the Z3 and per-stage fallbacks, which a one-sided MoE edit kept busy for 78 s to no verdict.
+ */
+export function openStageWitness(plan: LoadedPlan, results: readonly StageResult[], first: NumericReport, limit?: TimeLimit): { results: StageResult[]; numeric: NumericReport } | undefined {
+  if (!first.evaluated || first.failingTensors.length > 0) return undefined;
+  const open = results.filter((r) => r.status === 'unknown' && /too large|not reducible|deadline|stopped/.test(r.reason ?? ''));
+  if (open.length === 0) return undefined;
+  const names = new Set(open.map((r) => plan.logical.tensors.name(r.stage.logical)));
+  for (const d of retryDraws(first.seed)) {
+    if (d.draw !== 'uniform' || timeLeft(limit) <= 0) continue;
+    const n = numericCheck(plan, d.seed, undefined, 'uniform');
+    const hit = open.filter((r) => n.failingTensors.includes(plan.logical.tensors.name(r.stage.logical)));
+    if (hit.length === 0 || !n.failingTensors.every((t) => names.has(t))) continue;
+    const stages = hit.map((r) => r.stage);
+    const cert = earlyCertificate(plan, stages, n);
+    if (cert === undefined) continue;
+    const out = results.map((r) => (r.stage.index === cert.stage ? { ...cert.result, stage: r.stage } : r));
+    return { results: out, numeric: cert.numeric };
+  }
+  return undefined;
+}
+
+/** The deadline of the refuted stage's own proof after a certificate (as stages/infer/boundary.ts gives settled stages). */
+const SETTLED_DEADLINE_MS = 2_000;
+
+/**
+ * A certified refutation before any stage proof. The numeric run shows claims differing in
+ * Float64, which alone is no witness (rounding); interval arithmetic on the same inputs
+ * (stages/engines/interval.ts) that separates the two sides is one in exact arithmetic. A stage whose
+ * claim is refuted so needs no normal form: a one-sided edit inside a stage too large for it
+ * (a llama cp2 gradient) spent 90 s in per-stage reduction to find what the numbers showed in
+ * 0.7 s. The earliest certified stage in the decomposition's order is settled "differs".
+ */
+export function earlyCertificate(plan: LoadedPlan, stages: readonly Stage[], first: NumericReport): { stage: number; result: StageResult; numeric: NumericReport } | undefined {
+  if (!first.evaluated || first.failingTensors.length === 0) return undefined;
+  const failing = new Set(first.failingTensors);
+  const targets = stages.filter((s) => failing.has(plan.logical.tensors.name(s.logical))).map((s) => s.logical);
+  const t0 = performance.now();
+  const c = certifyWitness(plan, first.seed, [...new Set(targets)], () => true);
+  if (!('certified' in c) || c.logical === undefined) return undefined;
+  const st = stages.find((s) => s.logical === c.logical) as Stage;
+  const w = c.certified;
+  const prod = plan.logical.producer[c.logical] as number;
+  const m = certifiedMismatch(plan, c.logical, w, prod < 0 ? -1 : logicalOrder(plan).indexOf(prod));
+  const mismatches = [...first.mismatches, m].sort((a, b) => a.order - b.order || a.rank - b.rank);
+  const iv = (x: { lo: number; hi: number }): string => `[${x.lo.toPrecision(10)}, ${x.hi.toPrecision(10)}]`;
+  const reason = `certified witness (interval arithmetic at seed ${w.seed}, no normal form): rank ${w.rank} '${w.tensor}'${w.kind === 'partial' ? ' (its addends combined)' : ''} lies in ${iv(w.parallel)}, ${w.kind === 'replica' ? 'another copy of the same addend' : `logical ${plan.logical.tensors.name(c.logical)} element ${w.element}`} in ${iv(w.logical)}: disjoint, so the claim is false at these inputs in exact arithmetic`;
+  return {
+    stage: st.index,
+    result: { stage: st, status: 'differs', reason, failingRanks: [w.rank], logicalOps: 0, parallelOps: 0, terms: 0, ms: performance.now() - t0 },
+    numeric: { ...first, mismatches, failingTensors: [...new Set(mismatches.map((x) => x.logical))] },
+  };
+}
+
+function refutedBefore(s: Stage, at: number): StageResult {
+  return { stage: s, status: 'unknown', reason: `left open: the plan is already refuted at stage ${at + 1} (a certified witness), and later stages get ${SETTLED_DEADLINE_MS / 1000} s each`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
 }
 
 /** A stage the run's time limit left unattempted: "unknown", never a verdict. */

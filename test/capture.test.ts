@@ -60,8 +60,9 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // torch DDP (its C++ reducer replaced by a Python module with DDP's semantics) with no_sync accumulation.
   { name: 'ddp_nosync', script: 'ddp_nosync.py', args: [], axis: 'dp', code: 0 },
   { name: 'ddp_nosync-bug', script: 'ddp_nosync.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
-  // Label smoothing (masked_select, index_put_, masked_scatter): the bug is refuted; the correct
-  // script is unknown today (docs/capture.md, "Not yet"), so only its mapping is checked below.
+  // Label smoothing (masked_select, index_put_, masked_scatter over the ignore-index mask; the
+  // labels' values make that mask all ones, and the count of valid targets is no boolean).
+  { name: 'lm_label_smoothing', script: 'lm_label_smoothing.py', args: [], axis: 'dp', code: 0 },
   { name: 'lm_label_smoothing-bug', script: 'lm_label_smoothing.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/ },
   // Integer ids, comparisons, index_put_ with boolean masks (Megatron's VocabParallelEmbedding).
   { name: 'vocab_parallel_embedding', script: 'vocab_parallel_embedding.py', args: [], axis: 'tp', code: 0 },
@@ -69,6 +70,11 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'ddp_adamw-bug', script: 'ddp_adamw.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug', script: 'ddp_clip.py', args: ['--micro', '1', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug-avg', script: 'ddp_clip.py', args: ['--micro', '1', '--bug-avg'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  // Two micro-batches (the script's default): each rank's micro-batch gradients are addends of
+  // the logical run's accumulated gradient; the loss seeds 1/2 are constants, not cut points.
+  { name: 'ddp_clip-micro2', script: 'ddp_clip.py', args: [], axis: 'dp', code: 0 },
+  { name: 'ddp_clip-micro2-bug', script: 'ddp_clip.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  { name: 'ddp_clip-micro2-bug-avg', script: 'ddp_clip.py', args: ['--bug-avg'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   // Top-1 MoE routing as written: max(dim=-1), torch.topk, argmax + gather; their backward
   // scatters (scatter, scatter_add). The bug leaves the router gradient un-reduced.
   { name: 'moe_top1', script: 'moe_top1.py', args: [], axis: 'dp', code: 0 },

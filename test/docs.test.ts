@@ -1,15 +1,19 @@
 /**
- * docs/plan-format.md stays true: every example it marks with `<!-- example: NAME -->` loads and
- * passes `planproof inspect`, and every name the schema defines is documented.
+ * The docs stay true: every example docs/plan-format.md marks with `<!-- example: NAME -->` loads
+ * and passes `planproof inspect`, every name the schema defines is documented, and every command
+ * the README shows runs and prints what the README says it prints (test/doc-commands.ts).
  */
 import { strict as assert } from 'node:assert';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadPlan } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import { registry } from '../ops/registry.js';
 import { ROOT, runCli } from './helpers.js';
+import { docCommands, unprinted } from './doc-commands.js';
+import { FULL, needs, TOOLS } from './optional.js';
 
 const DOC_PATH = `${ROOT}docs/plan-format.md`;
 const SCHEMA_PATH = `${ROOT}plans/plan-v1.schema.json`;
@@ -163,19 +167,97 @@ describe('docs/generators.md', () => {
   });
 });
 
-describe('README tour', () => {
-  it('step 3 quotes the buggy example\'s report as the CLI prints it (issue 35: it said "normal forms differ")', async () => {
-    const readme = readFileSync(`${ROOT}README.md`, 'utf8');
-    const block = /verify examples\/buggy\/mlp-dp2-loss-scale-twice\.json; echo "exit \$\?"\n```\n\n```\n([\s\S]*?)```/.exec(readme)?.[1];
-    assert.ok(block !== undefined, 'the tour quotes the report');
-    const r = await runCli(['verify', `${ROOT}examples/buggy/mlp-dp2-loss-scale-twice.json`, '--no-cache']);
-    const out = `${r.stdout}exit ${r.code}`.split('\n');
-    const lines = block.split('\n').filter((l) => l.trim() !== '' && l.trim() !== '...');
-    assert.ok(lines.length >= 6);
-    // A line the README shortens with "..." is a prefix of a printed line; any other is printed as is.
-    for (const line of lines) {
-      const cut = line.indexOf('...');
-      assert.ok(out.some((o) => (cut < 0 ? o === line : o.startsWith(line.slice(0, cut)))), `not printed: ${line}`);
-    }
+describe('README and docs/reports.md say what the CLI prints (issue 35, deliver 7)', function () {
+  this.timeout(600_000);
+  const cli = join(ROOT, 'dist', 'cli', 'main.js');
+  const readme = docCommands(readFileSync(`${ROOT}README.md`, 'utf8'));
+  let dir = '';
+  let runs = 0;
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'planproof-readme-'));
+    // The README's commands run where examples/ is the project's; /tmp/ is this directory's tmp/.
+    symlinkSync(join(ROOT, 'examples'), join(dir, 'examples'));
+    mkdirSync(join(dir, 'tmp'));
+  });
+  after(() => {
+    if (dir !== '') rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** Runs a README script as a user would (npx planproof is the built CLI), stdout and stderr as one stream, in a fresh cache. */
+  function run(script: string): { code: number; printed: string[] } {
+    const s = script.replace(/npx planproof /g, `${process.execPath} ${cli} `).replaceAll('/tmp/', `${dir}/tmp/`);
+    const env = { ...process.env, PLANPROOF_CACHE_DIR: join(dir, `cache${runs++}`) };
+    const r = spawnSync('bash', ['-c', `exec 2>&1\n${s}`], { cwd: dir, encoding: 'utf8', env, timeout: 600_000 });
+    return { code: r.status ?? -1, printed: (r.stdout ?? '').replaceAll(`${dir}/tmp/`, '/tmp/').replace(/\n$/, '').split('\n') };
+  }
+
+  /** The shown output is printed: line for line when it elides nothing, else each shown line in order. */
+  function assertShown(what: string, shown: readonly string[], printed: readonly string[]): void {
+    const missing = unprinted(shown, printed);
+    assert.deepEqual(missing, [], `${what}: the README shows lines the CLI does not print:\n${missing.join('\n')}\n--- printed:\n${printed.join('\n')}`);
+    const body = shown.filter((l, i) => !(i === shown.length - 1 && l === ''));
+    if (!body.some((l) => l.includes('...'))) assert.equal(printed.length, body.length, `${what}: printed\n${printed.join('\n')}`);
+  }
+
+  it('finds the tour\'s commands: every sh block is run below or installs (npm), and the transcripts and claims', () => {
+    const npm = readme.blocks.filter((b) => b.script.startsWith('npm '));
+    assert.deepEqual(npm.map((b) => b.script), ['npm ci && npm run demo', 'npm ci && npm test']);
+    assert.ok(readme.blocks.length - npm.length >= 8, `${readme.blocks.length} sh blocks`);
+    assert.ok(readme.blocks.filter((b) => b.shown !== undefined).length >= 7);
+    assert.ok(readme.transcripts.length >= 3 && readme.claimed.length >= 10);
+  });
+
+  for (const b of readme.blocks.filter((x) => !x.script.startsWith('npm '))) {
+    const first = b.script.split('\n').find((l) => l.includes('planproof')) ?? b.script;
+    it(`README line ${b.line}: ${first.slice(0, 90)}`, () => {
+      const r = run(b.script);
+      if (b.shown !== undefined) assertShown(`line ${b.line}`, b.shown, r.printed);
+      // Without shown output: a verdict (0, 1, 3), never a usage error or a refused plan.
+      else assert.ok([0, 1, 3].includes(r.code), `exit ${r.code}:\n${r.printed.join('\n')}`);
+    });
+  }
+
+  for (const t of readme.transcripts) {
+    it(`README line ${t.line}: $ ${t.command}`, () => {
+      assertShown(`line ${t.line}`, t.shown, run(t.command).printed);
+    });
+  }
+
+  for (const c of readme.claimed) {
+    it(`README line ${c.line}: ${c.command.replace(/ && .*/, '')} is ${c.verdict}${c.at === undefined ? '' : ` at ${c.at}`}${FULL}`, function () {
+      if (c.command.includes('planproof capture')) needs(this, TOOLS.torch);
+      const r = run(`${c.command}; echo "exit $?"`);
+      const verdict = r.printed.find((l) => l.startsWith('verdict '));
+      assert.ok(verdict !== undefined, r.printed.join('\n'));
+      const esc = (x: string): string => x.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+      assert.match(verdict, new RegExp(`^verdict {5}${c.verdict}${esc(c.qualifier)}:`));
+      if (c.at !== undefined) assert.match(verdict, new RegExp(`stage \\d+ \\(${esc(c.at)}, `), 'the first failing stage');
+      assert.equal(r.printed[r.printed.length - 1], `exit ${c.exit ?? (c.verdict === 'VERIFIED' ? 0 : 1)}`);
+    });
+  }
+
+  it('docs/reports.md: the firstFailing it shows is the buggy example\'s', () => {
+    const doc = readFileSync(`${ROOT}docs/reports.md`, 'utf8');
+    const block = /```json\n("firstFailing": \{[\s\S]*?\n\})\n```/.exec(doc)?.[1];
+    assert.ok(block !== undefined, 'docs/reports.md shows a firstFailing');
+    const r = run('npx planproof verify examples/buggy/mlp-dp2-loss-scale-twice.json --json');
+    assert.equal(r.code, 1);
+    assert.deepEqual((JSON.parse(`{${block}}`) as { firstFailing: unknown }).firstFailing, (JSON.parse(r.printed.join('\n')) as { firstFailing: unknown }).firstFailing);
+  });
+
+  it('docCommands and unprinted: blocks, transcripts and claims found; a line not printed, out of order or longer is reported', () => {
+    const md = ['```sh', 'a x', '```', '', '```', 'one', '...', 'three ... end (0.5 s)', '```', '```', '$ b', 'out', '$ c', '```', '```sh', 'd  # NOT EQUIVALENT at t (why), exit 1', 'e  # VERIFIED (for the values the program read into Python): x', '```'].join('\n');
+    const d = docCommands(md);
+    assert.deepEqual(d.blocks, [{ line: 1, script: 'a x', shown: ['one', '...', 'three ... end (0.5 s)'] }]);
+    assert.deepEqual(d.transcripts, [{ line: 11, command: 'b', shown: ['out'] }, { line: 13, command: 'c', shown: [] }]);
+    assert.deepEqual(d.claimed, [
+      { line: 16, command: 'd', verdict: 'NOT EQUIVALENT', qualifier: '', at: 't', exit: 1 },
+      { line: 17, command: 'e', verdict: 'VERIFIED', qualifier: ' (for the values the program read into Python)' },
+    ]);
+    const shown = d.blocks[0]?.shown ?? [];
+    assert.deepEqual(unprinted(shown, ['one', 'two', 'three and so on end (1.25 s)']), []);
+    assert.deepEqual(unprinted(shown, ['three x end (1 s)', 'one']), ['three ... end (0.5 s)']);
+    assert.deepEqual(unprinted(shown, ['one', 'three x end (1 s) and more']), ['three ... end (0.5 s)']);
+    assert.deepEqual(unprinted(['one'], ['one!']), ['one']);
   });
 });

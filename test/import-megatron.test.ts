@@ -216,6 +216,33 @@ describe('import-graphs: Megatron graphs as exporters print them (issue 34)', fu
     assert.equal(dom('y'), undefined);
   });
 
+  it('a constant scaled by a power-of-two fraction keeps its one exact value (a loss seed 1/2); by 1/3 it is left real', () => {
+    const T = (id: string, shape: number[], role: string, extra: object = {}): object => ({ id, shape, role, ...extra });
+    const ops = [
+      { id: 'half', op: 'scale', inputs: ['one'], outputs: ['h'], attrs: { factor: '1/2' } },
+      { id: 'third', op: 'scale', inputs: ['one'], outputs: ['th'], attrs: { factor: '1/3' } },
+      { id: 'quarter', op: 'scale', inputs: ['one'], outputs: ['q'], attrs: { factor: 0.25 } },
+      { id: 'tenth', op: 'scale', inputs: ['one'], outputs: ['te'], attrs: { factor: 0.1 } },
+    ];
+    const names = ['one', 'h', 'th', 'q', 'te'];
+    const plan = {
+      format: 'planproof/v1',
+      name: 'seed',
+      mesh: { axes: [{ name: 'dp', size: 1 }] },
+      logical: { tensors: [T('one', [], 'input', { dtype: 'int64', values: { range: [1, 2] } }), ...names.slice(1).map((n) => T(n, [], 'output'))], ops },
+      parallel: { programs: [{ ranks: 'all', tensors: names.map((id) => ({ id, shape: [], lineage: { logical: id, placements: ['R'] } })), ops }] },
+      contract: { inputs: ['one'], outputs: names.slice(1) },
+    };
+    const p = loadPlanObject('seed.json', plan);
+    const dom = (name: string): readonly number[] | undefined => p.logical.domains[p.logical.tensors.id(name)];
+    assert.deepEqual(dom('h'), [0.5]);
+    assert.deepEqual(dom('q'), [0.25]);
+    // A number factor is the double it spells (0.1 is 3602879701896397 / 2^55), exact as a domain.
+    assert.deepEqual(dom('te'), [0.1]);
+    // 1/3 is no double: no domain, a real symbol.
+    assert.equal(dom('th'), undefined);
+  });
+
   it("Megatron's indexing forms compute the plain forms: index.Tensor (embedding, x[arange, t], the flat path), max.dim, index_put with a constant, slice_scatter: VERIFIED", async () => {
     const r = await importDir(copy(INDEX));
     assert.equal(r.code, 0, r.stderr);

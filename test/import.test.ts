@@ -248,6 +248,26 @@ describe('printed-graph reader', () => {
     }
   });
 
+  it('a count of a mask (sum of bools, an add of bools in an OR) is no bool: it would be given the domain {0, 1}', () => {
+    const body = [
+      '        ne: "b8[4]" = torch.ops.aten.ne.Scalar(t, -100)',
+      '        lt: "b8[4]" = torch.ops.aten.lt.Scalar(t, 2)',
+      '        any: "b8[4]" = torch.ops.aten.bitwise_or.Tensor(ne, lt)',
+      '        both: "b8[4]" = torch.ops.aten.bitwise_and.Tensor(ne, lt)',
+      '        cnt: "i64[]" = torch.ops.aten.sum.default(ne)',
+      '        return (cnt, any, both)',
+    ].join('\n');
+    const low = lowerGraph(parseFxGraph('g.py', g(body, 't: "i64[4]"')));
+    const bools = [...low.tensors.values()].filter((t) => t.dtype === 'bool').map((t) => t.id);
+    const producer = new Map(low.ops.flatMap((o) => o.outputs.map((x) => [x, o.op] as const)));
+    // Every tensor typed bool is made by an op whose result stays in {0, 1}.
+    for (const id of bools) assert.ok(['compare', 'mul', undefined].includes(producer.get(id)), `${id} is bool but made by ${producer.get(id)}`);
+    assert.ok(!bools.includes('cnt'), 'the count is typed bool');
+    assert.ok(bools.includes('any') && bools.includes('both') && bools.includes('ne'));
+    // The OR's x + y (0 to 2) is typed int64.
+    assert.ok(low.ops.some((o) => o.op === 'add' && low.tensors.get(o.outputs[0] as string)?.dtype === 'int64'));
+  });
+
   it('a cast from a float to an integer type (a truncation) is refused; int to float is an identity', () => {
     const cast = (to: string): string => g(`        c: "${to}[2, 3]" = torch.ops.aten._to_copy.default(x, dtype = torch.int64)\n        return (c,)`);
     assert.throws(() => lowerGraph(parseFxGraph('g.py', cast('i64'))), /g\.py:3: a cast from float32 to int64 truncates/);

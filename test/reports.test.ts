@@ -15,6 +15,7 @@ import { junitXml } from '../cli/junit.js';
 import type { VerifyReport } from '../stages/report.js';
 import { EXAMPLES, FIXTURES, ROOT, runCli } from './helpers.js';
 import { needs, TOOLS } from './optional.js';
+import { watchPane } from './tmux.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'planproof-reports-'));
 
@@ -318,26 +319,7 @@ describe('progress bar on a terminal (tmux)', function () {
     assert.equal((await runCli(['gen', '--preset', 'mlp-tiny', '--layers', '4', '-o', plan])).code, 0);
   });
 
-  /** Runs `cmd` in a detached tmux pane and returns every distinct screen seen until it prints DONE. */
-  async function watch(name: string, cmd: string, until?: (screens: string[]) => boolean): Promise<string[]> {
-    const session = `planproof-${name}-${process.pid}`;
-    const r = spawnSync('tmux', ['new-session', '-d', '-s', session, '-x', '160', '-y', '20', `${cmd}; echo DONE $?; sleep 120`]);
-    assert.equal(r.status, 0, String(r.stderr));
-    const screens: string[] = [];
-    try {
-      const t0 = Date.now();
-      for (;;) {
-        const s = spawnSync('tmux', ['capture-pane', '-p', '-t', session], { encoding: 'utf8' }).stdout;
-        if (screens[screens.length - 1] !== s) screens.push(s);
-        if (/DONE \d+/.test(s) || until?.(screens) === true) break;
-        assert.ok(Date.now() - t0 < 240_000, 'the run did not finish');
-        await new Promise((res) => setTimeout(res, 40));
-      }
-    } finally {
-      spawnSync('tmux', ['kill-session', '-t', session]);
-    }
-    return screens;
-  }
+  const watch = watchPane;
 
   const env = `PLANPROOF_CACHE_DIR=${join(dir, 'cache')}`;
   const run = `${env} ${process.execPath} ${cli} verify`;

@@ -293,7 +293,7 @@ async function runOne(kind: string, source: Source, family: string, plan: Json, 
     reasons: v.code === 3 ? v.reasons.map(reasonClass) : [],
     maxDev: truth === 'unloadable' ? 0 : truth.maxDev,
   };
-  if (opts.saveDir !== undefined && (outcome === 'false-pass' || outcome === 'false-alarm' || outcome === 'error' || outcome === 'timeout')) {
+  if (opts.saveDir !== undefined && (outcome === 'false-pass' || outcome === 'false-alarm' || outcome === 'error' || outcome === 'timeout' || outcome === 'unknown')) {
     mkdirSync(opts.saveDir, { recursive: true });
     const f = join(opts.saveDir, `${outcome}-${saved.n++}-${kind}.json`);
     writeFileSync(f, JSON.stringify({ ...plan, 'x-mutant': { kind, source: source.name, what, verdict: v.verdict, truth: r.truth, stderr: v.stderr, threw: v.threw } }, null, 1));

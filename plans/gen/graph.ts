@@ -57,6 +57,8 @@ type TapeEntry = { scopes: string[]; gradLogical?: Map<number, string> } & (
 
 export class GenGraph implements GradBuilder {
   readonly tensors: GenTensor[] = [];
+  /** Every tensor's name: leaf's twice-declared check was a scan of all tensors per leaf (L2's optimizer state: 40 s of gen). */
+  private readonly names = new Set<string>();
   /** The ops as the plan file writes them: the loader's type (plans/raw.ts). */
   readonly ops: RawParallelOp[] = [];
   private readonly tape: TapeEntry[] = [];
@@ -135,12 +137,14 @@ export class GenGraph implements GradBuilder {
 
   /** A tensor with no producer (an input, a parameter, optimizer state). */
   leaf(name: string, shape: Shape, prov: Provenance, extra: Partial<GenTensor> = {}): GradRef {
-    if (this.tensors.some((x) => x.name === name)) throw new Error(`${this.label}: tensor '${name}' declared twice`);
+    if (this.names.has(name)) throw new Error(`${this.label}: tensor '${name}' declared twice`);
+    this.names.add(name);
     this.tensors.push({ name, shape, prov, ...extra });
     return this.tensors.length - 1;
   }
 
   private add(name: string, shape: Shape, prov: Provenance): GradRef {
+    this.names.add(name);
     this.tensors.push({ name, shape, prov });
     return this.tensors.length - 1;
   }

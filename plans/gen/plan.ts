@@ -33,6 +33,12 @@ export interface GenOptions {
   readonly par: Parallelism;
   readonly optimizer?: OptimizerConfig;
   readonly name?: string;
+  /**
+   * Called before each step: a forward or backward pass of one micro-batch (and chunk) through a
+   * side, a side's gradient and optimizer phase, a side's pruning, a program's lineage. An L2 plan
+   * takes tens of seconds: the gen command's bar (cli/gen.ts) shows these.
+   */
+  readonly onProgress?: (done: number, total: number, what: string) => void;
 }
 
 interface Built {
@@ -97,12 +103,15 @@ function shapeOfHidden(model: ModelConfig, par: Parallelism, mb: number): GenTen
  * (`Side.tieGradients`), the loss reduced (`Side.reduceLoss`), clipping (`clip`) and the
  * AdamW step (`Side.optimizerStep`). The order of the phases is the order of the plan's ops.
  */
-function build(model: ModelConfig, par: Parallelism | undefined, opt: OptimizerConfig, logicalGrads?: Map<string, string>, stage?: StageInfo): Built {
+function build(model: ModelConfig, par: Parallelism | undefined, opt: OptimizerConfig, logicalGrads?: Map<string, string>, stage?: StageInfo, step?: (what: string) => void): Built {
   const s = new Side(model, par, stage);
+  const chunks = (par?.virtual ?? 1) > 1;
   for (const [kind, mb, v] of s.schedule()) {
+    step?.(`${kind === 'F' ? 'forward' : 'backward'} of micro-batch ${mb}${chunks ? ` through chunk ${v}` : ''}`);
     if (kind === 'F') s.forward(mb, v);
     else s.backward(mb, v);
   }
+  step?.('gradients and optimizer step');
   return s.g.untaped(() => {
     const held = s.held();
     const gradNames = new Map<string, string>();
@@ -483,22 +492,38 @@ export function generatePlan(o: GenOptions): RawPlan {
   const opt = o.optimizer ?? ADAMW;
   const par = o.par;
   const pp = par.pp ?? 1;
-  const L = build(o.model, undefined, opt);
-  const layers = buildModel(o.model).layers;
-  if (pp * (par.virtual ?? 1) > layers) throw new Error(`pp = ${pp} times ${par.virtual ?? 1} virtual stage(s) exceeds the ${layers} layer(s)`);
-  if ((par.virtual ?? 1) > 1 && pp < 2) throw new Error('virtual pipeline stages need pp >= 2');
   // Ring CP: one program per (pipeline stage, CP rank); otherwise one per stage.
   const ring = (par.cp ?? 1) > 1 && par.cpComm !== 'allgather';
   const cpRanks = ring ? (par.cp ?? 1) : 1;
   const where = Array.from({ length: pp * cpRanks }, (_, i) => ({ k: Math.floor(i / cpRanks), r: i % cpRanks }));
-  const stages = where.map(({ k, r }) =>
-    build(o.model, par, opt, L.gradNames, { k, stages: pp, hidden: L.hidden, hiddenGrads: L.hiddenGrads, order: L.order, schedule: par.schedule ?? '1f1b', ...(ring ? { cpRank: r } : {}) }),
+  // Steps (GenOptions.onProgress): a side's passes (2 per micro-batch and chunk; the logical
+  // side's one micro-batch) and its optimizer phase, each side's pruning, each program's lineage.
+  const total = 3 + where.length * (2 * par.micro * (par.virtual ?? 1) + 1) + (1 + where.length) + where.length;
+  let done = 0;
+  const stepOf = (side: string) => (what: string): void => {
+    o.onProgress?.(done, total, `${side}: ${what}`);
+    done++;
+  };
+  const L = build(o.model, undefined, opt, undefined, undefined, stepOf('logical graph'));
+  const layers = buildModel(o.model).layers;
+  if (pp * (par.virtual ?? 1) > layers) throw new Error(`pp = ${pp} times ${par.virtual ?? 1} virtual stage(s) exceeds the ${layers} layer(s)`);
+  if ((par.virtual ?? 1) > 1 && pp < 2) throw new Error('virtual pipeline stages need pp >= 2');
+  const sideName = (i: number): string => {
+    const { k, r } = where[i] as { k: number; r: number };
+    return where.length === 1 ? 'SPMD program' : `program ${[...(pp > 1 ? [`stage${k}`] : []), ...(ring ? [`cp${r}`] : [])].join('-')} (${i + 1} of ${where.length})`;
+  };
+  const stages = where.map(({ k, r }, i) =>
+    build(o.model, par, opt, L.gradNames, { k, stages: pp, hidden: L.hidden, hiddenGrads: L.hiddenGrads, order: L.order, schedule: par.schedule ?? '1f1b', ...(ring ? { cpRank: r } : {}) }, stepOf(sideName(i))),
   );
   // Backward rules compute every input's gradient; those nobody needs (the rotary tables',
   // say) are dropped from both sides, so plans carry no dead work.
+  stepOf('logical graph')('dropping unused ops');
   pruneDead(L.g, new Set(L.outputs));
   const logicalByName = new Map(L.g.tensors.filter((t) => t.dropped !== true).map((t) => [t.name, t]));
-  for (const P of stages) pruneDead(P.g, new Set(P.g.tensors.filter((t) => t.noLineage !== true && logicalByName.has(t.logical ?? t.name.replace(/^mb[0-9]+\//, ''))).map((t) => t.name)));
+  for (const [i, P] of stages.entries()) {
+    stepOf(sideName(i))('dropping unused ops');
+    pruneDead(P.g, new Set(P.g.tensors.filter((t) => t.noLineage !== true && logicalByName.has(t.logical ?? t.name.replace(/^mb[0-9]+\//, ''))).map((t) => t.name)));
+  }
   const produced = new Set(L.g.ops.flatMap((op) => op.outputs));
   // Key order is the file's: id, shape, dtype, then the side's own fields.
   const dtypeOf = (t: GenTensor): { dtype?: string } => (t.dtype === undefined ? {} : { dtype: t.dtype });
@@ -530,7 +555,11 @@ export function generatePlan(o: GenOptions): RawPlan {
   if (cp > 1 && o.model.family === 'mlp') throw new Error('context parallelism needs a sequence model (gpt2, llama, moe)');
   const axes = [...(pp > 1 ? [{ name: 'pp', size: pp }] : []), { name: 'dp', size: par.dp }, ...(cp > 1 ? [{ name: 'cp', size: cp }] : []), { name: 'tp', size: par.tp }];
   const tag = `${par.recompute === true ? '-recompute' : ''}${cp > 1 ? `-cp${cp}${ring ? '' : '-allgather'}` : ''}${par.sp === true ? '-sp' : ''}${(par.zero ?? 0) > 0 ? `-zero${par.zero ?? 0}` : ''}${pp > 1 ? `-pp${pp}` : ''}`;
-  const programs = stages.map((P, i) => program(P, i));
+  const programs = stages.map((P, i) => {
+    stepOf(sideName(i))('lineage of each tensor');
+    return program(P, i);
+  });
+  o.onProgress?.(done, total, 'plan assembled');
   // Logical op outputs that no parallel tensor claims, each with the reason (plans carry
   // lineage for every logical op output where a layout can state it).
   const held = new Set<string>();
@@ -553,19 +582,43 @@ export function generatePlan(o: GenOptions): RawPlan {
   };
 }
 
-/** Drops local ops whose outputs nobody reads and nobody needs (`keep`), to a fixpoint. */
+/**
+ * Drops local ops whose outputs nobody reads and nobody needs (`keep`), to a fixpoint: a work
+ * list of ops whose outputs lost their last reader (a pass over every op per round took L2's
+ * gen 6 s). Removal only ever makes more ops removable, so any order reaches the same plan.
+ */
 function pruneDead(g: GenGraph, keep: ReadonlySet<string>): void {
   const local = (op: string): boolean => op !== 'send' && op !== 'recv' && !['all_reduce', 'all_gather', 'reduce_scatter', 'all_to_all', 'broadcast'].includes(op);
-  for (;;) {
-    const used = new Set(g.ops.flatMap((o) => o.inputs));
-    const dead = new Set(g.ops.filter((o) => local(o.op) && o.outputs.length > 0 && o.outputs.every((x) => !used.has(x) && !keep.has(x))).map((o) => o.id));
-    if (dead.size === 0) break;
-    const gone = new Set(g.ops.filter((o) => dead.has(o.id)).flatMap((o) => o.outputs));
-    g.ops.splice(0, g.ops.length, ...g.ops.filter((o) => !dead.has(o.id)));
-    g.tensors.forEach((t) => {
-      if (gone.has(t.name)) t.dropped = true;
-    });
+  const ops = g.ops;
+  const uses = new Map<string, number>();
+  const producers = new Map<string, number[]>();
+  ops.forEach((o, i) => {
+    for (const x of o.inputs) uses.set(x, (uses.get(x) ?? 0) + 1);
+    for (const x of o.outputs) producers.set(x, [...(producers.get(x) ?? []), i]);
+  });
+  const alive = ops.map(() => true);
+  const removable = (i: number): boolean => {
+    const o = ops[i] as (typeof ops)[number];
+    return alive[i] === true && local(o.op) && o.outputs.length > 0 && o.outputs.every((x) => (uses.get(x) ?? 0) === 0 && !keep.has(x));
+  };
+  const work = ops.map((_, i) => i).filter(removable);
+  const gone = new Set<string>();
+  for (let i = work.pop(); i !== undefined; i = work.pop()) {
+    if (!removable(i)) continue;
+    alive[i] = false;
+    const o = ops[i] as (typeof ops)[number];
+    for (const x of o.outputs) gone.add(x);
+    for (const x of o.inputs) {
+      const n = (uses.get(x) ?? 0) - 1;
+      uses.set(x, n);
+      if (n === 0) work.push(...(producers.get(x) ?? []));
+    }
   }
+  if (gone.size === 0) return;
+  ops.splice(0, ops.length, ...ops.filter((_, i) => alive[i] === true));
+  g.tensors.forEach((t) => {
+    if (gone.has(t.name)) t.dropped = true;
+  });
 }
 
 const expr = (s: string): { expr: string } => ({ expr: s });

@@ -92,9 +92,9 @@ function logical(kind: 'and' | 'or' | 'not', bitwise: boolean): Rule {
     const out = l.out(n);
     if (kind === 'not') return l.bind(n, l.one('compare', [a, l.constant(0)], { rel: 'eq' }, out, 'bool'));
     const [x, y] = [truth(a), truth(b as TensorVal)];
-    // and: x·y; or: x + y − x·y (both 0/1).
-    const xy = l.one('mul', [x, y], {}, kind === 'and' ? out : undefined, 'bool');
-    return l.bind(n, kind === 'and' ? xy : l.one('sub', [l.one('add', [x, y], {}, undefined, 'bool'), xy], {}, out, 'bool'));
+    // and: x·y; or: [x + y > 0] (x + y is a count, 0 to 2, not a boolean).
+    if (kind === 'and') return l.bind(n, l.one('mul', [x, y], {}, out, 'bool'));
+    return l.bind(n, l.one('compare', [l.one('add', [x, y], {}, undefined, 'int64'), l.constant(0)], { rel: 'gt' }, out, 'bool'));
   };
 }
 

@@ -170,7 +170,7 @@ export class Lowerer {
       if (e instanceof ShapeError) this.fail(`${op} (from ${this.node?.target ?? '?'}): ${e.message}`);
       throw e;
     }
-    const outs = outIds.map((o, k) => this.addTensor(o, shapes[k] ?? this.fail(`${op}: fewer outputs than expected`), dtype));
+    const outs = outIds.map((o, k) => this.addTensor(o, shapes[k] ?? this.fail(`${op}: fewer outputs than expected`), boolSafe(op, def.movesValues === true, inputs, dtype)));
     // (an average of integers is not one: avg reductions are left out, as are non-integer scales)
     if (INTEGRAL_OPS.has(op) && inputs.every((t) => this.isIntegral(t)) && (op !== 'scale' || Number.isInteger(attrs['factor'])) && attrs['reduce'] !== 'avg') for (const t of outs) this.integral.add(t.id);
     const n = this.node;
@@ -606,6 +606,21 @@ export function refuseTruncation(l: Lowerer, x: TensorVal, to: string): void {
 }
 
 /** Ops whose result is an integer when every input is (scale: by an integer factor). */
+/**
+ * A bool tensor's values are {0, 1}, and the loader gives it that domain: an op is given the
+ * dtype bool only when its result cannot leave {0, 1}. A sum or a sum of masks counts (the
+ * number of valid targets in a loss), an all-reduce sums, a product with a float is a float:
+ * declared bool they would be categorical over {0, 1} at a cut, a proof covering only counts 0
+ * and 1. Those become int64 (no domain unless one is computed).
+ */
+function boolSafe(op: string, moves: boolean, inputs: readonly TensorVal[], dtype: string): string {
+  if (dtype !== 'bool' || op === 'compare') return dtype;
+  const allBool = (ts: readonly (TensorVal | undefined)[]): boolean => ts.every((t) => t !== undefined && t.dtype === 'bool');
+  if (op === 'where') return allBool([inputs[1], inputs[2]]) ? dtype : 'int64';
+  if (moves || op === 'mul' || op === 'maximum' || op === 'minimum' || op === 'amax') return allBool(inputs) ? dtype : 'int64';
+  return 'int64';
+}
+
 const INTEGRAL_OPS = new Set(['add', 'sub', 'mul', 'neg', 'sum', 'identity', 'reshape', 'transpose', 'permute', 'expand', 'slice', 'concat', 'split', 'pad', 'where', 'maximum', 'minimum', 'amax', 'scale', 'all_reduce', 'all_gather', 'reduce_scatter', 'broadcast', 'all_to_all', 'compare', 'iota']);
 
 export function uninitialized(l: Lowerer, n: FxNode, shape: readonly number[]): OpaqueVal {

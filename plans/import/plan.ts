@@ -110,6 +110,8 @@ export interface ImportInput {
   readonly name?: string;
   /** The op maps the relations' "opMap" and --op-map name, read and checked (plans/import/opmap.ts). */
   readonly opMaps?: readonly OpMap[];
+  /** Called before each graph file is parsed and each program lowered, and before the plan is assembled (import-graphs' bar). */
+  readonly onProgress?: (done: number, total: number, what: string) => void;
 }
 
 export interface ImportStats {
@@ -190,7 +192,18 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const rf = inp.relationsFile;
   const nRanks = rel.mesh.axes.reduce((a, x) => a * x.size, 1);
   if (nRanks !== inp.ranks.length) throw new ImportError(rf, 0, `the mesh has ${nRanks} ranks but ${inp.ranks.length} rank graph(s) were given`);
-  const parse = (fs: GraphFile | readonly GraphFile[]): FxGraph[] => (Array.isArray(fs) ? (fs as readonly GraphFile[]) : [fs as GraphFile]).map((f) => parseFxGraph(f.name, f.text));
+  const filesOf = (fs: GraphFile | readonly GraphFile[]): readonly GraphFile[] => (Array.isArray(fs) ? (fs as readonly GraphFile[]) : [fs as GraphFile]);
+  // Steps: each file parsed, each program (the logical one, each rank's) lowered, the plan assembled.
+  const total = [inp.logical, ...inp.ranks].reduce((n, fs) => n + filesOf(fs).length, 0) + 1 + inp.ranks.length + 1;
+  let done = 0;
+  const step = (what: string): void => {
+    inp.onProgress?.(done++, total, what);
+  };
+  const parse = (fs: GraphFile | readonly GraphFile[]): FxGraph[] =>
+    filesOf(fs).map((f) => {
+      step(`parsing ${f.name}`);
+      return parseFxGraph(f.name, f.text);
+    });
   const lgraphs = parse(inp.logical);
   const rgraphs = inp.ranks.map(parse);
   const extraRules = inp.opMaps === undefined || inp.opMaps.length === 0 ? undefined : opMapRules(inp.opMaps);
@@ -209,8 +222,13 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   };
   const integral = new Set(Object.entries(rel.inputs).flatMap(([k, v]) => (v.values === undefined ? [] : [k, v.logical ?? k])));
   const lower = (graphs: readonly FxGraph[], cuts: Set<string>): Lowered => lowerGraph(graphs, { ...(constants === undefined ? {} : { constants }), ...(extraRules === undefined ? {} : { extraRules }), cuts, integral });
+  step('lowering the logical program');
   const logical = lower(lgraphs, cutsOf(lgraphs, true));
-  const ranks = rgraphs.map((gs) => lower(gs, cutsOf(gs, false)));
+  const ranks = rgraphs.map((gs, r) => {
+    step(`lowering rank ${r}'s program`);
+    return lower(gs, cutsOf(gs, false));
+  });
+  step('assembling the plan');
   // A cut's relation is keyed by the name as written; its tensor by the qualified name.
   const keyOfCut = new Map<string, string>();
   for (const [k, spec] of Object.entries(rel.inputs)) {

@@ -147,8 +147,9 @@ export function extractLogicalRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, 
     if (inputNames.has(t.id) && c.role !== 'input' && c.role !== 'param' && c.role !== 'optimizer_state') c.role = 'input';
     // An integer tensor the stage starts from keeps the values the full plan gives it (its
     // domain may come from propagation through layout ops, which the extracted plan lacks).
+    // A dyadic constant's (a loss seed of 1/2) has no integer range to write: left real.
     const dom = lg.domains[lg.tensors.id(t.id)];
-    if (inputNames.has(t.id) && c.values === undefined && dom !== undefined && dom.length > 0 && c.dtype !== 'bool') {
+    if (inputNames.has(t.id) && c.values === undefined && dom !== undefined && dom.length > 0 && dom.every(Number.isInteger) && c.dtype !== 'bool') {
       const lo = dom[0] as number;
       const hi = dom[dom.length - 1] as number;
       c.values = hi - lo + 1 === dom.length ? { range: [lo, hi + 1] } : { range: [lo, lo + 1], also: dom.slice(1) };

@@ -14,7 +14,7 @@
 import type { LoadedPlan } from '../../lineage/load.js';
 import type { Program } from '../../plans/model.js';
 import { TensorLevelProver, type DerivedClaim } from '../engines/tensorlevel/prover.js';
-import { fitTemplate, splitTag, type InferredClaim } from './infer.js';
+import { fitTemplate, fixedTensors, splitTag, type InferredClaim } from './infer.js';
 
 type Json = Record<string, unknown>;
 
@@ -32,11 +32,13 @@ export function structuralClaims(plan: LoadedPlan, targets: readonly { readonly 
   const prover = new TensorLevelProver(plan);
   const lg = plan.logical;
   const out: InferredClaim[] = [];
+  // Fixed tensors are never cut points (stages/infer/infer.ts fixedTensors).
+  const fixed = fixedTensors(plan);
   for (const { program, tensor } of targets) {
     const p = plan.programs[program] as Program | undefined;
     if (p === undefined) continue;
     const t = p.tensors.id(tensor);
-    if (t < 0 || p.lineage[t] !== undefined) continue;
+    if (t < 0 || p.lineage[t] !== undefined || fixed.program(program)[t] === 1) continue;
     const ranks = [...p.ranks];
     const derived = new Map<number, DerivedClaim>();
     for (const r of ranks) {
@@ -54,7 +56,7 @@ export function structuralClaims(plan: LoadedPlan, targets: readonly { readonly 
     const d0 = derived.get(ranks[0] as number) as DerivedClaim;
     // The tensor's own name first among equal logical tensors (a plan mirrors the names of the
     // logical graph it was derived from), then the logical graph's order.
-    const order = [...d0.logicals].sort((a, b) => Number(lg.tensors.name(b.logical) === tensor) - Number(lg.tensors.name(a.logical) === tensor) || a.logical - b.logical);
+    const order = [...d0.logicals].filter((c) => fixed.logical[c.logical] !== 1).sort((a, b) => Number(lg.tensors.name(b.logical) === tensor) - Number(lg.tensors.name(a.logical) === tensor) || a.logical - b.logical);
     const found: Json[] = [];
     let first: number | undefined;
     for (const c of order) {

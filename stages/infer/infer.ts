@@ -130,7 +130,8 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
   const nCheck = total < CHECK_SEEDS_FULL_BELOW ? CHECK_SEEDS : 1;
   const checks = Array.from({ length: nCheck }, (_, i) => evaluateBoth(plan, seed + 7919 * (i + 1)));
 
-  const matchSlices = sliceMatcher(plan, logical);
+  const fixed = fixedTensors(plan);
+  const matchSlices = sliceMatcher(plan, logical, fixed.logical);
   const topo = new Int32Array(lg.tensors.size).fill(-1);
   logicalOrder(plan).forEach((op, i) => {
     for (const x of lg.ops.opOutputs(op)) topo[x] = i;
@@ -176,8 +177,9 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
     });
     // Tensors in program order of their producers, so that inputs are decided first.
     const order = [...Array(p.tensors.size).keys()].sort((a, b) => (prodOp[a] as number) - (prodOp[b] as number));
+    const fixedHere = fixed.program(pi);
     for (const t of order) {
-      if (p.lineage[t] !== undefined || (produced[r0] as Uint8Array)[t] !== 1) continue;
+      if (p.lineage[t] !== undefined || (produced[r0] as Uint8Array)[t] !== 1 || fixedHere[t] === 1) continue;
       const name = p.tensors.name(t);
       // Op matching: the logical producer has the parallel producer's kind, and its inputs
       // are what the parallel producer's inputs are claimed for (or the tensor itself: a
@@ -347,12 +349,12 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
 }
 
 /** Contiguous blocks of logical tensors equal to a value (`data` of shape `shape`), through an index of the logical values. */
-function sliceMatcher(plan: LoadedPlan, logical: readonly (Dense<number> | undefined)[]): (data: ArrayLike<number>, shape: readonly number[]) => Match[] {
+function sliceMatcher(plan: LoadedPlan, logical: readonly (Dense<number> | undefined)[], fixed: Uint8Array): (data: ArrayLike<number>, shape: readonly number[]) => Match[] {
   const lg = plan.logical;
-  // Value index: key -> [L, e, L, e, ...]; integer tensors (ids) are left out.
+  // Value index: key -> [L, e, L, e, ...]; integer tensors (ids) and fixed ones are left out.
   const index = new Map<string, number[]>();
   for (let L = 0; L < lg.tensors.size; L++) {
-    if (lg.domains[L] !== undefined) continue;
+    if (lg.domains[L] !== undefined || fixed[L] === 1) continue;
     const v = logical[L];
     if (v === undefined) continue;
     v.data.forEach((x, e) => {
@@ -455,6 +457,51 @@ function commonSuffix(a: string, b: string): number {
   let n = 0;
   while (n < a.length && n < b.length && a[a.length - 1 - n] === b[b.length - 1 - n]) n++;
   return n;
+}
+
+/**
+ * Tensors whose value the plan fixes: a contract input with one possible value (a constant
+ * the importer declared, `values: {range: [k, k+1]}`) and whatever ops compute from such
+ * tensors only, on the logical side; on a program, tensors claimed (by the plan, not by a
+ * hint) for a fixed logical tensor and what its ops compute from them. They are never cut
+ * points: a cut turns a constant into a free symbol, and two micro-batches' copies of one
+ * constant (loss seeds, a causal mask rebuilt from a buffer, position ids from `arange`)
+ * into two symbols no proof can equate. Uncut, they fold into the normal form as numbers.
+ */
+export function fixedTensors(plan: LoadedPlan): { readonly logical: Uint8Array; program(pi: number): Uint8Array } {
+  const lg = plan.logical;
+  const fixed = new Uint8Array(lg.tensors.size);
+  for (const t of plan.contract.inputs) if (lg.domains[t]?.length === 1) fixed[t] = 1;
+  for (const op of logicalOrder(plan)) {
+    if (![...lg.ops.opInputs(op)].every((x) => fixed[x] === 1)) continue;
+    for (const x of lg.ops.opOutputs(op)) fixed[x] = 1;
+  }
+  const memo = new Map<number, Uint8Array>();
+  return {
+    logical: fixed,
+    program(pi: number): Uint8Array {
+      const hit = memo.get(pi);
+      if (hit !== undefined) return hit;
+      const p = plan.programs[pi] as Program;
+      const out = new Uint8Array(p.tensors.size);
+      p.lineage.forEach((l, t) => {
+        if (l !== undefined && p.inferred?.has(t) !== true && fixed[l.logical] === 1) out[t] = 1;
+      });
+      // Passes until nothing changes (ops need not be listed in dataflow order; one pass
+      // usually suffices).
+      for (let changed = true; changed; ) {
+        changed = false;
+        for (let op = 0; op < p.ops.size; op++) {
+          const outs = p.ops.opOutputs(op);
+          if (outs.every((x) => out[x] === 1) || ![...p.ops.opInputs(op)].every((x) => out[x] === 1)) continue;
+          for (const x of outs) out[x] = 1;
+          changed = true;
+        }
+      }
+      memo.set(pi, out);
+      return out;
+    },
+  };
 }
 
 /** `{"expr": ...}` for b + sum k·coord, or the number when constant. */
@@ -719,7 +766,8 @@ export interface ValueMatch {
  */
 export function valueMatcher(plan: LoadedPlan, seed: number): (rank: number, tensor: number) => ValueMatch | undefined {
   const { logical, parallel } = evaluateBoth(plan, seed);
-  const matchSlices = sliceMatcher(plan, logical);
+  const fixed = fixedTensors(plan);
+  const matchSlices = sliceMatcher(plan, logical, fixed.logical);
   const mesh = plan.mesh;
   const bigAxes = [...Array(mesh.sizes.length).keys()].filter((a) => (mesh.sizes[a] as number) > 1);
   const axisSets: number[][] = bigAxes.map((a) => [a]);

@@ -40,6 +40,9 @@ llama_tp-bug-grad llama_tp.py tp --bug-grad
 ddp_clip ddp_clip.py dp --micro 1
 ddp_clip-bug ddp_clip.py dp --micro 1 --bug
 ddp_clip-bug-avg ddp_clip.py dp --micro 1 --bug-avg
+ddp_clip-micro2 ddp_clip.py dp
+ddp_clip-micro2-bug ddp_clip.py dp --bug
+ddp_clip-micro2-bug-avg ddp_clip.py dp --bug-avg
 ddp_adamw ddp_adamw.py dp
 ddp_adamw-bug ddp_adamw.py dp --bug
 dp_tp_mlp dp_tp_mlp.py dp=2,tp=2
