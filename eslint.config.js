@@ -25,6 +25,11 @@ export const layerZones = [
   // plans/import (exported ATen graphs to a plan) is part of the plans layer: ops and plans only.
   { target: './plans/import', from: [...layers.slice(2).map((x) => `./${x}`), './plans/gen', './index.ts'], message: 'plans/import is in the plans layer: it uses ops and plans only (docs/architecture.md)' },
   { target: product, from: ['./test', './bench'], message: 'the product never imports tests or benchmarks' },
+  // How a plan is proved is decided in one place, stages/pipeline.ts (issue 36): cli/ parses
+  // options and prints, so it imports no engine and no way of shrinking a stage (the reports of
+  // shape reduction and per-stage reduction are printed from those two files' formatters).
+  { target: './cli', from: './stages/engines', message: 'cli/ does not pick engines: stages/pipeline.ts decides how a plan is proved (docs/architecture.md)' },
+  { target: './cli', from: './stages/shrink', except: ['./reduced-verify.ts', './stage-reduce.ts'], message: 'cli/ does not shrink stages: stages/pipeline.ts decides how a plan is proved (docs/architecture.md)' },
 ];
 
 export default tseslint.config(

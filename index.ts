@@ -28,6 +28,12 @@ export { PlanError, type PlanIssue } from './plans/errors.js';
  */
 export { verifyPlan, verifyPlanInPool, type VerifyOptions, type PoolVerifyOptions } from './stages/verify.js';
 export type { VerifyReport, StageReport, Verdict } from './stages/report.js';
+/**
+ * The pipeline `planproof verify` runs (docs/engine.md, "The pipeline"): per template, inferred
+ * boundaries, per-stage or rank by rank with shape reduction, as the plan calls for; the same
+ * verdict as the command line. `reportOf` gives the verdict report of its result.
+ */
+export { verifyPipeline, reportOf, ROUTES, type PipelineOptions, type PipelineResult, type Route, type RouteName } from './stages/pipeline.js';
 /** The report as the CLI prints it: verdict, first failing stage, witness values. */
 export { formatReport } from './stages/report.js';
 /** Generates a plan (JSON, the only thing the verifier reads) from a model and a parallelism; PRESETS holds named ones. */

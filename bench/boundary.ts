@@ -20,11 +20,11 @@ import type { ModelConfig } from '../plans/gen/models.js';
 import type { Parallelism } from '../plans/gen/net.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 import { loadPlanObject } from '../lineage/load.js';
-import { verifyBoundary } from '../stages/boundary.js';
+import { verifyBoundary } from '../stages/infer/boundary.js';
 import { verifyPlanInPool } from '../stages/verify.js';
-import { shutdownZ3 } from '../stages/z3.js';
+import { shutdownZ3 } from '../stages/engines/z3.js';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -41,7 +41,9 @@ const deadlineMs = Number(arg('deadline', '60')) * 1000;
 const beforeDir = arg('before', '');
 const viaCli = process.argv.includes('--cli');
 type VerifyBoundary = typeof verifyBoundary;
-const before: VerifyBoundary | undefined = beforeDir === '' || viaCli ? undefined : ((await import(`${beforeDir.replace(/\/$/, '')}/stages/boundary.js`)) as { verifyBoundary: VerifyBoundary }).verifyBoundary;
+// A build before issue 36 has stages/boundary.js, a later one stages/infer/boundary.js.
+const beforeModule = (dir: string): string => (existsSync(`${dir}/stages/infer/boundary.js`) ? `${dir}/stages/infer/boundary.js` : `${dir}/stages/boundary.js`);
+const before: VerifyBoundary | undefined = beforeDir === '' || viaCli ? undefined : ((await import(beforeModule(beforeDir.replace(/\/$/, '')))) as { verifyBoundary: VerifyBoundary }).verifyBoundary;
 
 const MLP = (PRESETS['mlp-tiny'] as { model: ModelConfig }).model;
 const GPT2 = (PRESETS['gpt2-tiny'] as { model: ModelConfig }).model;

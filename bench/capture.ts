@@ -20,7 +20,7 @@ const arg = (k: string, d: string): string => {
 };
 const reps = Number(arg('reps', '21'));
 const python = arg('python', '/usr/bin/python3');
-const root = fileURLToPath(new URL('../../', import.meta.url));
+const root = fileURLToPath(new URL('../..', import.meta.url));
 const tool = join(root, 'tools/capture/planproof_capture.py');
 
 interface Stats {

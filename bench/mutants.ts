@@ -15,7 +15,7 @@ import { hideBin } from 'yargs/helpers';
 import { buildSources, runHarness, stopVerifier, table, tally, type CaseResult } from './mutate/harness.js';
 import { fuzzSources, runFuzz, type FuzzResult } from './mutate/fuzz.js';
 import { MUTATION_KINDS, type MutationKind } from './mutate/mutations.js';
-import { shutdownZ3 } from '../stages/z3.js';
+import { shutdownZ3 } from '../stages/engines/z3.js';
 
 const a = yargs(hideBin(process.argv))
   .scriptName('bench:mutants')

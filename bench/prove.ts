@@ -33,7 +33,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { loadPlan } from '../lineage/load.js';
 import { numel } from '../ops/types.js';
-import { numericCheck } from '../stages/numeric.js';
+import { numericCheck } from '../stages/witness/numeric.js';
 import { verifyPlan } from '../stages/verify.js';
 import { type Verdict, type VerifyReport } from '../stages/report.js';
 import { synthPlan, type SynthOptions } from './synth.js';
@@ -84,7 +84,7 @@ interface Row extends Case {
   readonly problem?: string;
 }
 
-const root = fileURLToPath(new URL('../../', import.meta.url));
+const root = fileURLToPath(new URL('../..', import.meta.url));
 
 /** Synthetic plans: batch 4, hidden 4 over dp=2 unless a case says otherwise. */
 function synth(layers: number, extra: Partial<SynthOptions> = {}): SynthOptions {

@@ -6,14 +6,14 @@
  * reduced shapes must be equal. `--runs` plans per family.
  * Prints the counts (plans, reduced, verdicts at full shapes, disagreements) and exits 1 on
  * any disagreement.
- * `--zero-cut`: instead, zero-extension cuts (stages/reduce.ts zeroCutPlan, witnesses only) on
+ * `--zero-cut`: instead, zero-extension cuts (stages/shrink/reduce.ts zeroCutPlan, witnesses only) on
  * `--runs` MLP plans with cuttable dims: a plan verified at full shapes is never refuted at the
  * cut, and every refutation at the cut is one at full shapes.
  */
 import fc from 'fast-check';
 import yargs from 'yargs';
 import { loadPlanObject } from '../lineage/load.js';
-import { reducePlan, zeroCutPlan } from '../stages/reduce.js';
+import { reducePlan, zeroCutPlan } from '../stages/shrink/reduce.js';
 import { verifyPlan } from '../stages/verify.js';
 import { type VerifyReport } from '../stages/report.js';
 import { mlpPlan, planParams, reshapeParams, reshapePlan, zeroCutParams } from '../test/reduce-plans.js';

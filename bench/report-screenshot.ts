@@ -10,7 +10,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { main } from '../cli/app.js';
 import { launchChromium } from './browser.js';
 
-const root = fileURLToPath(new URL('../../', import.meta.url));
+const root = fileURLToPath(new URL('../..', import.meta.url));
 const html = join(mkdtempSync(join(tmpdir(), 'planproof-shot-')), 'report.html');
 const quiet = { log: (): void => undefined, err: (s: string): void => void process.stderr.write(s + '\n') };
 // Relative path: the report shows the file as a user would type it.

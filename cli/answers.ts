@@ -11,11 +11,11 @@
  * the z3-solver package and the Node.js version, so any change to any of them misses. An
  * entry is used only when its format tag, its full key (compared field by field, not by the
  * file name's hash) and its seal (an HMAC under a key kept outside the cache directory,
- * stages/cache-files.ts) all check and its exit code is the one its verdict has; anything else
+ * stages/cache/cache-files.ts) all check and its exit code is the one its verdict has; anything else
  * is ignored and the plan is verified again. "unknown" is never
  * kept: it can depend on time and load, and another run may decide it.
  *
- * Per-stage proofs stay in the proof cache (stages/cache.ts): a plan whose bytes changed
+ * Per-stage proofs stay in the proof cache (stages/cache/cache.ts): a plan whose bytes changed
  * misses here and reuses those.
  */
 import { createHash } from 'node:crypto';
@@ -24,8 +24,8 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { AttrValue } from '../ops/types.js';
-import { canonJson } from '../stages/canon-json.js';
-import { seal, sealed, sha256, writeAtomic } from '../stages/cache-files.js';
+import { canonJson } from '../stages/cache/canon-json.js';
+import { seal, sealed, sha256, writeAtomic } from '../stages/cache/cache-files.js';
 
 const ANSWER_FORMAT = 'planproof-answer/2';
 
@@ -57,7 +57,7 @@ interface Entry {
   key: AnswerKey;
   answer: Answer;
   /**
-   * The seal (stages/cache-files.ts) of the format, the key and the answer together: without
+   * The seal (stages/cache/cache-files.ts) of the format, the key and the answer together: without
    * the key kept outside the cache directory no one can make one, and an answer moved to
    * another plan's entry, or edited, is a miss.
    */

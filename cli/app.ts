@@ -5,27 +5,21 @@
 import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { ExitCode, PlanError, formatIssue, type PlanIssue } from '../plans/errors.js';
-import { defaultLimits, setDefaultLimits, stageEntries, stageWorkTooLarge } from '../plans/loader.js';
+import { defaultLimits, setDefaultLimits } from '../plans/loader.js';
 import { DEFAULT_MAX_RANKS, engineOptionError, limitOptionError, limitsFrom, type LimitFlags } from './limits.js';
 import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import { parsePlanJson, readPlanText, STDIN_NAME } from '../plans/json.js';
 import { formatSummary, summarize } from './summary.js';
-import { MergeError, verifyPlanInPool, type ShardResult, type TimeLimit } from '../stages/verify.js';
-import type { StageResult } from '../stages/prove.js';
+import { MergeError, type ShardResult, type TimeLimit } from '../stages/verify.js';
+import { notShardable, proveRankByRank, verifyPipeline, type PipelineOptions, type PipelineResult } from '../stages/pipeline.js';
+import type { StageResult } from '../stages/decompose/prove.js';
 import { formatReport, type VerifyReport } from '../stages/report.js';
-import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from '../stages/template.js';
-import { provePart } from '../stages/part.js';
-
-/** Witness search per template before the rank-by-rank path (plans past PER_TEMPLATE_FIRST entries). */
-const PER_TEMPLATE_WITNESS_MS = 60_000;
-import { formatReductionReport, REDUCTION_NOT_NEEDED, verifyReduced, type ReduceOptions } from '../stages/reduced-verify.js';
-import { formatFallback, formatPerStage, perStageFallback, verifyPerStage, type FallbackInfo } from '../stages/stage-reduce.js';
+import { formatReductionReport, type ReduceOptions } from '../stages/shrink/reduced-verify.js';
+import { formatFallback, formatPerStage } from '../stages/shrink/stage-reduce.js';
 import type { RawPlan } from '../plans/raw.js';
-import { defaultCacheDir, ProofCache } from '../stages/cache.js';
-import { shutdownZ3 } from '../stages/z3.js';
+import { defaultCacheDir } from '../stages/cache/cache.js';
 import { writeFileSync } from 'node:fs';
-import { inferLineage, verifyInferred } from './boundary.js';
-import { wantsInference } from '../stages/boundary.js';
+import { inferLineage, printInferred } from './boundary.js';
 import { junitInvalid, junitXml } from './junit.js';
 import { htmlInvalid, htmlReport } from './html.js';
 import { parseShard, partOf, planDigest, readParts } from './shard.js';
@@ -36,7 +30,7 @@ import { captureCommand } from './capture.js';
 import { answerKey, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey } from './answers.js';
 import { deltaAnswer, skeletonOf, storeArgvMemo, storeDelta } from './delta.js';
 import { registry } from '../ops/registry.js';
-import { attrRelianceOf } from '../stages/template.js';
+import { attrRelianceOf } from '../stages/decompose/template-verify.js';
 import { checkRunClock, setRunClock, TimeLimitReached, timeUpReport } from '../stages/clock.js';
 import { STARTED_AT_ENV } from './heap.js';
 import { invalidJson, reportJson, usageJson } from './report-json.js';
@@ -135,31 +129,10 @@ function timeLimitFrom(eng: EngineOptions): TimeLimit | undefined {
   return { endAt: performance.now() - elapsed + eng.timeLimit * 1000, seconds: eng.timeLimit };
 }
 
-async function runVerify(l: Loaded, eng: EngineOptions, cacheDir?: string, fallbackLog?: FallbackInfo[], limit: TimeLimit | undefined = timeLimitFrom(eng), sharding: Sharding = {}): Promise<VerifyReport> {
+/** The pipeline's options (stages/pipeline.ts) from the engine options of a command line. */
+function pipelineOptions(eng: EngineOptions, limit: TimeLimit | undefined = timeLimitFrom(eng)): PipelineOptions {
   // The bar (cli/progress.ts) only on a terminal and never with --json.
-  const bar = stageBar(eng.progress === true);
-  const onStage = bar === undefined ? undefined : (done: number, total: number): void => bar.update(done, total);
-  // Proof cache hook (stages/cache.ts): on unless --no-cache.
-  const cache = cacheDir === undefined ? undefined : new ProofCache(cacheDir);
-  // Per-stage fallback (stages/stage-reduce.ts): stages too large in the whole plan are extracted and reduced on their own.
-  const fallback = fallbackLog === undefined ? undefined : perStageFallback(() => JSON.parse(l.text) as RawPlan, eng.seed, fallbackLog);
-  let report: VerifyReport;
-  try {
-    report = await verifyPlanInPool(l.plan, l.text, { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadlineMs: eng.deadline * 1000, tensorLevel: eng.tensorLevel !== false, ...(limit === undefined ? {} : { timeLimit: limit }), ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }), ...(sharding.shard === undefined ? {} : { shard: sharding.shard }), ...(sharding.proved === undefined ? {} : { proved: sharding.proved }) });
-  } finally {
-    bar?.stop();
-  }
-  await shutdownZ3();
-  return report;
-}
-
-/** Why a run cannot be sharded (its stages are not proved rank by rank in the pool), or undefined. */
-function notShardable(plan: LoadedPlan, eng: EngineOptions, infer: boolean | undefined, perStage: boolean): string | undefined {
-  if (stageWorkTooLarge(plan) !== undefined) return 'the plan is past the per-rank stage bound and is verified per template';
-  if (eng.engine === 'normal' && infer !== true && !perStage && eng.tensorLevel !== false && stageEntries(plan) > PER_TEMPLATE_FIRST) return 'the plan is large enough to be verified per template first';
-  if (eng.engine === 'normal' && infer !== false && (infer === true || plan.programs.some((p) => (p.inferred?.size ?? 0) > 0))) return 'plans with inferred cut points (--infer) are verified in rounds';
-  if (perStage) return '--per-stage proves stage by stage in this thread';
-  return undefined;
+  return { engine: eng.engine, seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, tensorLevel: eng.tensorLevel !== false, ...(limit === undefined ? {} : { timeLimit: limit }), ...(eng.inferTimeLimit === undefined ? {} : { inferTimeLimit: eng.inferTimeLimit }), poolProgress: () => stageBar(eng.progress === true) };
 }
 
 /** Report files a verify run writes besides its stdout report (--junit, --html). */
@@ -193,12 +166,6 @@ async function finish(r: VerifyReport, l: Loaded, files: ReportFiles, out: Out):
 interface ShardRun {
   readonly shard?: { index: number; count: number };
   readonly merge?: { proved: ReadonlyMap<number, ShardResult>; sha256: string };
-}
-
-/** What runVerify hands the pool for a ShardRun. */
-interface Sharding {
-  readonly shard?: { index: number; count: number; record: (r: StageResult) => void };
-  readonly proved?: ReadonlyMap<number, ShardResult>;
 }
 
 /** The answer cache of a verify run (cli/answers.ts): where, and the options its key holds. */
@@ -331,7 +298,7 @@ async function verifyFresh(file: string, json: boolean, eng: EngineOptions, verb
 /** verifyFresh once the plan is loaded: the paths a plan can take, in order. */
 async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: TimeLimit | undefined, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer: boolean | undefined, red: ReduceOptions, perStage: boolean, files: ReportFiles, sh: ShardRun): Promise<number> {
   if (sh.shard !== undefined || sh.merge !== undefined) {
-    const why = notShardable(l.plan, eng, infer, perStage);
+    const why = notShardable(l.plan, { engine: eng.engine, tensorLevel: eng.tensorLevel !== false, perStage, ...(infer === undefined ? {} : { infer }) });
     if (why !== undefined) {
       out.err(`planproof: --shard: ${why}; verify it without --shard`);
       return ExitCode.usage;
@@ -341,9 +308,7 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
       return ExitCode.usage;
     }
   }
-  // Past the per-rank stage bound every path below (reduction, inference, per-stage
-  // extraction, the pool) would build per-rank stages: the stages are decomposed per template
-  // instead, each "unknown" with its reason (stages/template.ts), never a heap exhaustion.
+  // Which way the plan is proved is the pipeline's decision (stages/pipeline.ts ROUTES).
   // One bar (cli/progress.ts) on every path: stages decided out of all, on a terminal only.
   const bar = stageBar(eng.progress === true);
   const onStage = bar === undefined ? {} : { onStage: (done: number, total: number): void => bar.update(done, total) };
@@ -356,99 +321,65 @@ async function proveLoadedPlan(file: string, l: Loaded, loadMs: number, limit: T
 
 type OnStage = { onStage?: (done: number, total: number) => void };
 
-/** proveLoadedPlan's paths, with the progress callback of its bar. */
+/**
+ * proveLoadedPlan's run of the pipeline (stages/pipeline.ts), with the progress callback of its
+ * bar: the record that decided the plan says what to print.
+ */
 async function proveOnPaths(file: string, l: Loaded, loadMs: number, limit: TimeLimit | undefined, json: boolean, eng: EngineOptions, verbose: boolean, out: Out, infer: boolean | undefined, red: ReduceOptions, perStage: boolean, files: ReportFiles, sh: ShardRun, onStage: OnStage): Promise<number> {
-  if (stageWorkTooLarge(l.plan) !== undefined) {
-    const r = verifyPerTemplate(l.plan, { seed: eng.seed, ...onStage, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart } });
-    const notTried = 'not tried: the plan is past the per-rank stage bound; its stages are sized at full shapes';
-    out.log(json ? reportJson(r, { reduction: { ran: false, reason: notTried, reduced: [], kept: [] } }) : `${formatReport(r, verbose)}\nshape reduction: ${notTried}`);
-    return finish(r, l, files, out);
-  }
-  // Tensor level per template first (stages/template.ts verifiedPerTemplate) on plans whose
-  // per-rank stages are large (past PER_TEMPLATE_FIRST entries: L1 is 7.7 million): when it
-  // proves every stage the plan is verified at one derivation per program; anything else, and
-  // every smaller plan (rank by rank, with the numeric run as second evidence), goes on below.
-  if (eng.engine === 'normal' && infer !== true && !perStage && red.emitDir === undefined && red.tensorLevel !== false && stageEntries(l.plan) > PER_TEMPLATE_FIRST) {
-    let r: ReturnType<typeof verifiedPerTemplate>;
-    try {
-      r = verifiedPerTemplate(l.plan, { seed: eng.seed, ...onStage });
-    } catch (e) {
-      if (e instanceof TimeLimitReached) throw e;
-      r = undefined; // the rank-by-rank path below decides, and reports any engine error itself
-    }
-    // Not all proved: a witness on one rank's part of an open stage (stages/part.ts) refutes the
-    // plan without building its stages rank by rank; anything else goes on below.
-    if (r === undefined) {
-      try {
-        const w = verifyPerTemplate(l.plan, { seed: eng.seed, witness: { raw: () => JSON.parse(l.text) as RawPlan, provePart }, witnessMs: PER_TEMPLATE_WITNESS_MS });
-        if (w.verdict === 'not_equivalent') r = w;
-      } catch (e) {
-        if (e instanceof TimeLimitReached) throw e;
-        r = undefined;
-      }
-    }
-    if (r !== undefined) {
-      out.log(json ? reportJson(r, { reduction: { ran: false, reason: REDUCTION_NOT_NEEDED, reduced: [], kept: [] } }) : `${formatReport(r, verbose)}\nshape reduction ${REDUCTION_NOT_NEEDED}`);
-      return finish(r, l, files, out);
-    }
-  }
-  // What follows (inference, reduction, rank-by-rank stages, the numeric run) is per rank:
-  // past --max-ranks it is refused (exit 2), at a cost the plan as written does not bound.
-  const maxRanks = eng.maxRanks ?? DEFAULT_MAX_RANKS;
-  if (l.plan.mesh.size > maxRanks) {
-    const issue = { path: '$.mesh', message: `${l.plan.mesh.size.toLocaleString('en-US')} ranks, and the plan is not decided per template: what is left is per rank, bounded by --max-ranks ${maxRanks.toLocaleString('en-US')} (raise it to verify rank by rank)` };
-    return invalidPlan(file, [issue], json, out);
-  }
-  // Inferred boundaries (issue 18): with --infer, when the file holds claims marked inferred,
-  // or, without --no-infer, when lineage is missing inside a stage tensor-level proofs leave
-  // open (wantsInference: a plan with lineage only at its boundary).
-  const auto = infer === undefined && eng.engine === 'normal' && !perStage && red.emitDir === undefined && red.tensorLevel !== false && sh.shard === undefined && sh.merge === undefined && wantsInference(l.plan);
-  const fileHints = l.plan.programs.some((p) => (p.inferred?.size ?? 0) > 0);
-  if (eng.engine === 'normal' && infer !== false && (infer === true || auto || fileHints)) {
-    // wantsInference has just seen tensor level leave a stage of this very plan open: round 0
-    // would repeat that derivation to the same end (with hints in the file, the plan round 0
-    // proves is another one, so it runs).
-    const r = await verifyInferred(file, l.text, { seed: eng.seed, jobs: eng.jobs, deadline: eng.deadline, verbose, json, infer: infer === true || auto, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), ...(eng.inferTimeLimit === undefined ? {} : { inferTimeLimit: eng.inferTimeLimit }), ...(auto && !fileHints ? { direct: false } : {}), ...onStage }, out);
-    return finish(r, l, files, out);
-  }
-  // Per-stage reduction hook (stages/stage-reduce.ts): each stage extracted and reduced on its own.
-  if (perStage) {
-    const r = verifyPerStage(l.plan, JSON.parse(l.text) as RawPlan, { seed: eng.seed, reduce: red.reduce, ...(red.emitDir === undefined ? {} : { emitDir: red.emitDir }) });
-    out.log(json ? reportJson(r) : `${formatReport(r, verbose)}\n${formatPerStage(r.stageReduction, verbose)}`);
-    return finish(r, l, files, out);
-  }
-  // Shape reduction hook (stages/reduced-verify.ts): proves the reduced plan when one checks out.
-  const fbLog: FallbackInfo[] = [];
-  // Phases: loading and the shape reduction here, the rest from the proof (VerifyReport.phases).
-  const tReduce = performance.now();
-  let reduceMs = 0;
   const recorded: StageResult[] = [];
-  const sharding: Sharding = { ...(sh.shard === undefined ? {} : { shard: { ...sh.shard, record: (x: StageResult) => void recorded.push(x) } }), ...(sh.merge === undefined ? {} : { proved: sh.merge.proved }) };
-  let proved: Awaited<ReturnType<typeof verifyReduced>>;
+  const opts: PipelineOptions = {
+    ...pipelineOptions(eng, limit),
+    ...(infer === undefined ? {} : { infer }),
+    perStage,
+    reduce: red.reduce,
+    ...(red.emitDir === undefined ? {} : { emitDir: red.emitDir }),
+    ...(red.cacheDir === undefined ? {} : { cacheDir: red.cacheDir }),
+    maxRanks: eng.maxRanks ?? DEFAULT_MAX_RANKS,
+    ...(sh.shard === undefined ? {} : { shard: { ...sh.shard, record: (x: StageResult) => void recorded.push(x) } }),
+    ...(sh.merge === undefined ? {} : { proved: sh.merge.proved }),
+    ...onStage,
+  };
+  let p: PipelineResult;
   try {
-    proved = await verifyReduced(l.plan, l.text, red, (plan, text) => {
-      reduceMs = Math.round(performance.now() - tReduce);
-      return runVerify({ plan, text }, eng, red.cacheDir, red.reduce ? fbLog : undefined, limit, sharding);
-    });
+    p = await verifyPipeline(file, l.plan, l.text, opts);
   } catch (e) {
     if (!(e instanceof MergeError)) throw e;
     out.err(`planproof: merge: ${e.message}`);
     return ExitCode.usage;
   }
-  if (sh.shard !== undefined) {
-    // A part, not a report: the merge gives the verdict.
-    out.log(JSON.stringify(partOf(sh.shard, file, l.text, { seed: eng.seed, engine: eng.engine, deadline: eng.deadline, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), tensorLevel: eng.tensorLevel !== false, reduce: red.reduce }, recorded)));
-    return 0;
+  switch (p.route) {
+    case 'per-template':
+      out.log(json ? reportJson(p.report, { reduction: p.reduction, route: p.route }) : `${formatReport(p.report, verbose)}\nshape reduction: ${p.reduction.reason ?? ''}`);
+      return finish(p.report, l, files, out);
+    case 'per-template-first':
+      out.log(json ? reportJson(p.report, { reduction: p.reduction, route: p.route }) : `${formatReport(p.report, verbose)}\nshape reduction ${p.reduction.reason ?? ''}`);
+      return finish(p.report, l, files, out);
+    case 'max-ranks':
+      return invalidPlan(file, [p.refused], json, out);
+    case 'inferred-boundaries':
+      printInferred(p.report, json, verbose, out, p.route);
+      return finish(p.report, l, files, out);
+    case 'per-stage':
+      out.log(json ? reportJson(p.report, { route: p.route }) : `${formatReport(p.report, verbose)}\n${formatPerStage(p.report.stageReduction, verbose)}`);
+      return finish(p.report, l, files, out);
+    case 'rank-by-rank': {
+      if (sh.shard !== undefined) {
+        // A part, not a report: the merge gives the verdict.
+        out.log(JSON.stringify(partOf(sh.shard, file, l.text, { seed: eng.seed, engine: eng.engine, deadline: eng.deadline, ...(eng.timeLimit === undefined ? {} : { timeLimit: eng.timeLimit }), tensorLevel: eng.tensorLevel !== false, reduce: red.reduce }, recorded)));
+        return 0;
+      }
+      // Phases: loading here, the shape reduction from the pipeline, the rest from the proof (VerifyReport.phases).
+      const report = { ...p.report, phases: { load: loadMs, reduction: p.reduceMs, ...p.report.phases } };
+      out.log(json ? reportJson(report, { perStageFallback: [...p.fallback], route: p.route }) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(p.fallback)}`);
+      return finish(report, l, files, out);
+    }
   }
-  const report = { ...proved, phases: { load: loadMs, reduction: reduceMs, ...proved.phases } };
-  out.log(json ? reportJson(report, { perStageFallback: fbLog }) : `${formatReport(report, verbose)}\n${formatReductionReport(report.reduction, verbose)}${formatFallback(fbLog)}`);
-  return finish(report, l, files, out);
 }
 
 async function demo(json: boolean, eng: EngineOptions, out: Out): Promise<number> {
   const l = loadWithText(DEMO_PLAN, json, out);
   if (typeof l === 'number') return l;
-  const report = await runVerify(l, eng);
+  const report = await proveRankByRank(l.plan, l.text, pipelineOptions(eng));
   if (json) out.log(reportJson(report, { demo: true }));
   else {
     out.log('planproof demo: the embedded example, a two-layer MLP training iteration (forward, MSE loss,');

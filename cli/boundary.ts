@@ -5,10 +5,10 @@
 import { writeFileSync } from 'node:fs';
 import { ExitCode } from '../plans/errors.js';
 import { loadPlanText } from '../lineage/load.js';
-import { inferClaims, withClaims } from '../stages/infer.js';
-import { loadableClaims, roundsLimitWhy, TIME_LIMIT_MS, verifyBoundary, type BoundaryReport } from '../stages/boundary.js';
+import { inferClaims, withClaims } from '../stages/infer/infer.js';
+import type { BoundaryReport } from '../stages/infer/boundary.js';
+import { loadableClaims } from '../stages/infer/hints.js';
 import { formatReport } from '../stages/report.js';
-import { shutdownZ3 } from '../stages/z3.js';
 import { reportJson } from './report-json.js';
 
 interface Out {
@@ -39,23 +39,9 @@ export function inferLineage(file: string, text: string, outFile: string | undef
   return ExitCode.verified;
 }
 
-/**
- * The limit of verify --infer's rounds: their own (TIME_LIMIT_MS), or a shorter --time-limit;
- * with the words a stage it stops gives, so that a stage stopped by the rounds' limit never
- * reads as stopped by a --time-limit of 1800 s.
- */
-export function roundsLimit(timeLimitS: number | undefined, ownMs: number = TIME_LIMIT_MS): { ms: number; why: string } {
-  if (timeLimitS !== undefined && timeLimitS * 1000 <= ownMs) return { ms: timeLimitS * 1000, why: `the run's time limit of ${timeLimitS} s (--time-limit)` };
-  return { ms: ownMs, why: `${roundsLimitWhy(ownMs)}; --infer-time-limit raises it` };
-}
-
-export async function verifyInferred(file: string, text: string, opts: { seed: number; jobs: number; deadline: number; verbose: boolean; json: boolean; infer: boolean; timeLimit?: number; inferTimeLimit?: number; direct?: boolean; onStage?: (done: number, total: number) => void }, out: Out): Promise<BoundaryReport> {
-  const raw = JSON.parse(text) as Record<string, unknown>;
-  const limit = roundsLimit(opts.timeLimit, opts.inferTimeLimit === undefined ? TIME_LIMIT_MS : opts.inferTimeLimit * 1000);
-  const r = await verifyBoundary(file, raw, { seed: opts.seed, jobs: opts.jobs, deadlineMs: opts.deadline * 1000, infer: opts.infer, timeLimitMs: limit.ms, timeLimitWhy: limit.why, ...(opts.direct === undefined ? {} : { direct: opts.direct }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
-  await shutdownZ3();
-  out.log(opts.json ? reportJson(r) : formatBoundary(r, opts.verbose));
-  return r;
+/** Prints the report of a plan verified with inferred boundaries (stages/pipeline.ts's 'inferred-boundaries' record). */
+export function printInferred(r: BoundaryReport, json: boolean, verbose: boolean, out: Out, route: string): void {
+  out.log(json ? reportJson(r, { route }) : formatBoundary(r, verbose));
 }
 
 function formatBoundary(r: BoundaryReport, verbose: boolean): string {

@@ -12,7 +12,7 @@
  *  - `delta/`: for a VERIFIED run decided at tensor level per template, keyed by the plan's
  *    **skeleton** (its JSON with every value-only attribute value blanked), the options and the
  *    build: the classes of ops whose attribute sets the derivations relied on being equal
- *    (stages/tensorlevel.ts AttrUse) and the answer.
+ *    (stages/engines/tensorlevel/prover.ts AttrUse) and the answer.
  *
  * `fastVerify` runs in the executable before anything else loads. It answers only from those
  * records and otherwise returns undefined, and the ordinary run (yargs, loading, proving)
@@ -31,8 +31,8 @@ import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { getHeapStatistics } from 'node:v8';
-import { canonJson } from '../stages/canon-json.js';
-import { defaultCacheDir, seal, sealed, sha256, writeAtomic } from '../stages/cache-files.js';
+import { canonJson } from '../stages/cache/canon-json.js';
+import { defaultCacheDir, seal, sealed, sha256, writeAtomic } from '../stages/cache/cache-files.js';
 import type { AttrValue } from '../ops/types.js';
 import { answerKey, buildDigest, emitAnswer, isAnswer, isStrings, jsonReport, lookupAnswer, replayAnswer, storeAnswer, type Answer, type AnswerKey, type Out } from './answers.js';
 
@@ -69,7 +69,7 @@ function packageTexts(): string {
         return 'absent';
       }
     };
-    const root = fileURLToPath(new URL('../../', import.meta.url));
+    const root = fileURLToPath(new URL('../..', import.meta.url));
     packages = `${read(join(root, 'package.json'))} ${read(join(root, 'node_modules/yargs/package.json'))}`;
   }
   return packages;

@@ -5,7 +5,7 @@
  * the stage's tensor is bold, and red where the stage fails (only the tensors a witness shows
  * wrong, on the failing ranks). Collectives show their kind, attributes and group.
  */
-import type { StageView } from '../stages/stageview.js';
+import type { StageView } from '../stages/decompose/stageview.js';
 
 /** A DOT double-quoted string. */
 function dotString(s: string): string {

@@ -8,9 +8,9 @@
 import { writeFileSync } from 'node:fs';
 import { ExitCode } from '../plans/errors.js';
 import type { LoadedPlan } from '../lineage/load.js';
-import { findStage, planStages, stageView, type StageView, type ViewRelation } from '../stages/stageview.js';
-import { elementDifferences, Prover, type ElementDifference, type StageResult } from '../stages/prove.js';
-import { numericCheck, type Mismatch } from '../stages/numeric.js';
+import { findStage, planStages, stageView, type StageView, type ViewRelation } from '../stages/decompose/stageview.js';
+import { elementDifferences, Prover, type ElementDifference, type StageResult } from '../stages/decompose/prove.js';
+import { numericCheck, type Mismatch } from '../stages/witness/numeric.js';
 import { witnessLine } from '../stages/report.js';
 import { stageDot } from './dot.js';
 

@@ -12,7 +12,7 @@
  */
 import type { LoadedPlan } from '../lineage/load.js';
 import { ranksText, type StageReport, type VerifyReport } from '../stages/report.js';
-import { planStages, stageView, type StageView } from '../stages/stageview.js';
+import { planStages, stageView, type StageView } from '../stages/decompose/stageview.js';
 import { stageDot } from './dot.js';
 import { stageOp } from './junit.js';
 import { formatIssue, type PlanIssue } from '../plans/errors.js';

@@ -5,7 +5,7 @@
  */
 import { availableParallelism } from 'node:os';
 import { DEFAULT_LIMITS } from '../plans/loader.js';
-import { defaultCacheDir } from '../stages/cache.js';
+import { defaultCacheDir } from '../stages/cache/cache.js';
 import { CAPTURE_OPTIONS } from './capture.js';
 import { IMPORT_OPTIONS } from './import.js';
 import { GEN_OPTIONS } from './gen.js';

@@ -10,7 +10,7 @@ import { readFileSync } from 'node:fs';
 import type { ValidateFunction } from 'ajv';
 import { ajvClass } from '../ops/registry.js';
 import type { ShardResult } from '../stages/verify.js';
-import type { StageResult } from '../stages/prove.js';
+import type { StageResult } from '../stages/decompose/prove.js';
 
 const PART_FORMAT = 'planproof-part/v1';
 

@@ -56,7 +56,7 @@ export function loadPlanObject(file: string, raw: unknown, opts: LoadOptions = {
 }
 
 /**
- * Loads some ranks of another plan (stages/part.ts: one rank's stage part, extracted for a
+ * Loads some ranks of another plan (stages/shrink/part.ts: one rank's stage part, extracted for a
  * witness): every check of loadPlanObject except tiling — claims are evaluated and checked one
  * by one but need not tile their logical tensors, and the contract outputs need not be held.
  * Internal: not part of the library API (index.ts), never applied to a user's plan file.

@@ -33,7 +33,7 @@ import { ops as reduce } from './reduce.js';
 /**
  * Every op family, listed: an op's integer id is its place in this order (the families in
  * file-name order, as ids have always been numbered), so ids stay the same from run to run
- * (caches key on the engine's version, stages/cache.ts, so a new family renumbering is safe).
+ * (caches key on the engine's version, stages/cache/cache.ts, so a new family renumbering is safe).
  */
 const families: readonly (readonly OpDef[])[] = [activation, attention, collectives, compare, dropout, elementwise, indexing, layout, loss, matmul, moe, norm, optim, position, reduce];
 

@@ -84,7 +84,7 @@ export interface OpDef {
    */
   dims(inputs: readonly Shape[], attrs: Attrs): DimSig;
   /**
-   * Zero extension along a dim class (stages/reduce.ts zeroCutPlan; docs/engine.md,
+   * Zero extension along a dim class (stages/shrink/reduce.ts zeroCutPlan; docs/engine.md,
    * "Zero-extension cuts for witnesses"). Given which inputs carry the class (`carries[i]`:
    * input i has a dim in it), true when inputs that are zero at some positions of the class
    * make every output zero at those positions, and every sum the op takes over the class
@@ -92,7 +92,7 @@ export interface OpDef {
    */
   readonly zeroTails?: (carries: readonly boolean[]) => boolean;
   /**
-   * Lane labels, for shape reduction only (stages/reduce.ts), of an op whose attributes spell
+   * Lane labels, for shape reduction only (stages/shrink/reduce.ts), of an op whose attributes spell
    * sizes (reshape, expand), where `dims` must call those dims fixed. Dims sharing a label
    * here may differ in size: for every f dividing all their sizes, element i of each is in
    * lane i mod f, output lane j reads only input lane j, and lane j computed alone is this op
@@ -106,7 +106,7 @@ export interface OpDef {
    * to its first `size` positions when those values are < size: the op on that prefix of its
    * inputs computes that prefix of its outputs (embedding reads row ids[p]; embedding_backward
    * sums g[p] into row ids[p]). Returns the attributes at that size. Used for witnesses only
-   * (stages/reduce.ts prefixRaw): a proof at a prefix is no proof.
+   * (stages/shrink/reduce.ts prefixRaw): a proof at a prefix is no proof.
    */
   prefixAttrs?(attrs: Attrs, size: number): Attrs;
   /** The attributes at reduced sizes: `outFactors` is the lane factor of every output dim. */
@@ -137,7 +137,7 @@ export interface OpDef {
    */
   readonly movesValues?: boolean;
   /**
-   * Input domains, for drawing witness inputs a program can receive (stages/domains.ts).
+   * Input domains, for drawing witness inputs a program can receive (stages/witness/domains.ts).
    * `needs[i]`: the domain input i must lie in for the op to be defined (sqrt's argument >= 0,
    * log's > 0, Adam's second moment >= 0, where's condition and dropout's mask 0/1). `keeps`:
    * how a domain needed of the output passes to the inputs: 'copy' (every output element is an
@@ -243,7 +243,7 @@ export interface DimSig {
    * 'contracted' labels the op sums plainly: every output that lacks the label is the sum,
    * over its indices, of terms that each read only that index of the inputs carrying it (a
    * matmul's k), and every output that has it is SIMD along it. So the op on a range of the
-   * label computes one addend of those outputs (stages/tensorlevel.ts). Checked per op in
+   * label computes one addend of those outputs (stages/engines/tensorlevel/prover.ts). Checked per op in
    * test/tensorlevel.test.ts against the full op.
    */
   readonly sums?: readonly string[];
@@ -257,7 +257,7 @@ export interface DimSig {
    * Block pairings: index i along `label` reads only index floor(i / ratio) along `of` (grouped
    * query heads and their key/value head), and both are otherwise SIMD. A slice [a, b) of
    * `label` with a, b multiples of ratio, paired with [a / ratio, b / ratio) of `of`, is the op
-   * on a slice (stages/tensorlevel.ts).
+   * on a slice (stages/engines/tensorlevel/prover.ts).
    */
   readonly grouped?: readonly { readonly label: string; readonly of: string; readonly ratio: number }[];
 }

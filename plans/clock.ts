@@ -3,7 +3,7 @@
  * up: the load's phases and per-op loops, the tensor-level derivations, per-template work and
  * the inference test. It lives at the bottom of the layers that check it (plans/, lineage/,
  * stages/) so that loading a large plan is bounded like proving it. The worker pool has its
- * own limit (stages/pool.ts, per stage). Past the limit `checkRunClock` throws
+ * own limit (stages/engines/pool.ts, per stage). Past the limit `checkRunClock` throws
  * TimeLimitReached, which the CLI turns into an "unknown" verdict (never a partial
  * "verified"); code that catches errors per stage or per plan issue rethrows it.
  */

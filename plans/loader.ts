@@ -372,9 +372,9 @@ function kindsOf(mesh: Mesh, list: readonly CollectiveInstance[]): CollectiveKin
 }
 
 /**
- * Rank-by-rank work the proof stages (stages/prove.ts) would do on this plan: one entry per
+ * Rank-by-rank work the proof stages (stages/decompose/prove.ts) would do on this plan: one entry per
  * (rank, tensor) and (rank, op). Past MAX_STAGE_ENTRIES they would exhaust the heap, so verify
- * decomposes the stages per template instead (stages/template.ts).
+ * decomposes the stages per template instead (stages/decompose/template.ts).
  */
 export const MAX_STAGE_ENTRIES = 8_000_000;
 /** Per-rank tensor and op entries of a plan (what MAX_STAGE_ENTRIES bounds). */

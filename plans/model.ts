@@ -135,7 +135,7 @@ export interface Program {
   readonly collectiveSites: Int32Array;
   /** True when some shape or attribute depends on the rank's coordinates. */
   readonly coordDependent: boolean;
-  /** Tensors whose lineage is marked `"inferred": true`: hints, never user claims (stages/boundary.ts). */
+  /** Tensors whose lineage is marked `"inferred": true`: hints, never user claims (stages/infer/boundary.ts). */
   readonly inferred?: ReadonlySet<number>;
 }
 

@@ -267,7 +267,7 @@ function buildProgram(rp: RawProgram, index: number, mesh: Mesh, logical: Logica
     shapeSpecs.push(shape);
     dtypes.push(t.dtype);
     lineage.push(t.lineage === undefined ? undefined : compileLineage(t.lineage, jpath(tp, 'lineage'), logical, mesh, ec, sink));
-    // An inferred claim is a hint (stages/boundary.ts): proved before it is assumed, dropped when it does not prove.
+    // An inferred claim is a hint (stages/infer/boundary.ts): proved before it is assumed, dropped when it does not prove.
     if (t.lineage?.inferred === true) inferred.push(tensors.size - 1);
   });
   const ops = new OpTableBuilder();

@@ -1,6 +1,6 @@
 /** The human-readable verification report: for the person who has to fix the bug. */
-import type { Mismatch } from './numeric.js';
-import type { Cause } from './diagnose.js';
+import type { Mismatch } from './witness/numeric.js';
+import type { Cause } from './witness/diagnose.js';
 
 /** The decision procedure a run used: the exact normal form, or Z3 alone (a cross-check). */
 export type Engine = 'normal' | 'z3';
@@ -21,7 +21,7 @@ export interface StageReport {
   readonly witness?: Mismatch[];
   /** A diagnosis of the witness, when one fits. */
   readonly diagnosis?: string;
-  /** The rule that gave it (stages/diagnose.ts), 'none' where no rule fits. */
+  /** The rule that gave it (stages/witness/diagnose.ts), 'none' where no rule fits. */
   readonly diagnosisRule?: Cause;
   /** The ranks the diagnosis names wrong: each shown wrong by the values. */
   readonly diagnosisRanks?: number[];
@@ -30,12 +30,12 @@ export interface StageReport {
   readonly ms: number;
   /** Which method proved the stage: the exact normal form, or Z3 where the normal form left it open or gave up. */
   readonly decidedBy?: 'normal' | 'z3' | 'tensor';
-  /** Stage number (1-based) whose proof covers this one: equal canonical forms (stages/dedup.ts). */
+  /** Stage number (1-based) whose proof covers this one: equal canonical forms (stages/cache/dedup.ts). */
   readonly coveredBy?: number;
   /** The covering proof was read from the proof cache. */
   readonly cached?: boolean;
   /**
-   * Stages decomposed per template (plans past the per-rank stage bound, stages/template.ts):
+   * Stages decomposed per template (plans past the per-rank stage bound, stages/decompose/template.ts):
    * `ranks` is then empty; `rankCount` is how many distinct ranks hold obligations, and
    * `templates` the (program, tensor, ranks) families they come in.
    */
@@ -63,7 +63,7 @@ export interface VerifyReport {
   readonly engine?: Engine;
   /** Stage deduplication: stages, distinct canonical forms, proofs run, proofs read from the cache. */
   readonly proofs?: { stages: number; distinct: number; run: number; cached: number; tensorLevel?: number };
-  /** Set when stages were decomposed per template instead of rank by rank (stages/template.ts). */
+  /** Set when stages were decomposed per template instead of rank by rank (stages/decompose/template.ts). */
   readonly decomposition?: { path: 'template'; entries: number; bound: number; reason: string };
   /**
    * Where the time went, in milliseconds per phase, in the order they ran (the CLI adds
@@ -137,7 +137,7 @@ export function formatReport(r: VerifyReport, verbose = false): string {
   const w = Math.max(6, ...shown.map((s) => fit(s.logical).length));
   const wi = Math.max(3, ...shown.map((s) => String(s.index).length));
   const wo = Math.max(10, ...shown.map((s) => opText(s).length));
-  // Per-template stages (stages/template.ts) give a count, not a list.
+  // Per-template stages (stages/decompose/template.ts) give a count, not a list.
   const rk = (s: StageReport): string => (s.rankCount === undefined ? ranksText(s.ranks) : `${s.rankCount} rank(s)`);
   const wr = Math.max(5, ...shown.map((s) => rk(s).length));
   out.push('');

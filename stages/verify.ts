@@ -8,20 +8,20 @@
  */
 import { MAX_STAGE_ENTRIES, stageWorkTooLarge } from '../plans/loader.js';
 import { type LoadedPlan } from '../lineage/load.js';
-import { verifyPerTemplate } from './template.js';
+import { verifyPerTemplate } from './decompose/template-verify.js';
 import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
-import { numericCheck, type InputDraw, type Mismatch, type NumericReport } from './numeric.js';
-import { certifiedMismatch, certifyWitness } from './interval.js';
-import { diagnose, tensorValues, type Diagnosis, type TensorValues } from './diagnose.js';
-import { decompose, Prover, type Stage, type StageResult } from './prove.js';
-import { newPool, notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './pool.js';
+import { numericCheck, type InputDraw, type Mismatch, type NumericReport } from './witness/numeric.js';
+import { certifiedMismatch, certifyWitness } from './engines/interval.js';
+import { diagnose, tensorValues, type Diagnosis, type TensorValues } from './witness/diagnose.js';
+import { decompose, Prover, type Stage, type StageResult } from './decompose/prove.js';
+import { newPool, notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './engines/pool.js';
 
-export type { TimeLimit } from './pool.js';
-import { Z3Prover } from './z3.js';
-import { proveDistinct, withProofs } from './dedup.js';
-import type { ProofCache } from './cache.js';
-import { proveTensorLevel } from './tensorlevel.js';
+export type { TimeLimit } from './engines/pool.js';
+import { Z3Prover } from './engines/z3.js';
+import { proveDistinct, withProofs } from './cache/dedup.js';
+import type { ProofCache } from './cache/cache.js';
+import { proveTensorLevel } from './engines/tensorlevel/prover.js';
 import type { Engine, StageReport, Verdict, VerifyReport } from './report.js';
 
 /** Phase timings: lap(name) records the time since the previous lap. */
@@ -99,7 +99,7 @@ function withTensorReasons(r: VerifyReport, open: ReadonlyMap<number, string> | 
 
 /**
  * Stage decomposition walks every rank: past the loader's bound (plans/loader.ts
- * stageWorkTooLarge) the stages are decomposed per template instead (stages/template.ts), each
+ * stageWorkTooLarge) the stages are decomposed per template instead (stages/decompose/template.ts), each
  * "unknown" with its reason, for library callers as for the CLI, never a heap exhaustion.
  */
 function tooLargeToDecompose(plan: LoadedPlan, seed: number, t0: number, maxEntries = MAX_STAGE_ENTRIES, tensorLevel?: boolean): VerifyReport | undefined {
@@ -112,7 +112,7 @@ const WITNESS_RETRIES = 4;
 
 /**
  * The draws a witness search tries after the first (seed `seed`, uniform): more uniform seeds,
- * then magnitudes over many decades (stages/numeric.ts 'log': a changed epsilon shows only where
+ * then magnitudes over many decades (stages/witness/numeric.ts 'log': a changed epsilon shows only where
  * a value is as small as it). Deterministic in the seed, so --seed reproduces a witness.
  */
 export function retryDraws(seed: number): { seed: number; draw: InputDraw }[] {
@@ -138,7 +138,7 @@ export function witnessSearch(plan: LoadedPlan, results: readonly StageResult[],
   }
   // No draw shows it above the witness tolerance (an eps of 1.1e-8 against 1e-8): interval
   // arithmetic on the first draw may still separate the two sides, which is a witness in exact
-  // arithmetic (stages/interval.ts). Only when no retry witnessed more, so one draw explains
+  // arithmetic (stages/engines/interval.ts). Only when no retry witnessed more, so one draw explains
   // every witness of the report.
   if (best === first && open(first) > 0 && timeLeft(limit) > 0) {
     const targets = [...new Set(results.filter((r) => r.status === 'differs' && !first.failingTensors.includes(plan.logical.tensors.name(r.stage.logical))).map((r) => r.stage.logical))];
@@ -194,12 +194,12 @@ export interface PoolVerifyOptions extends VerifyOptions {
   readonly engine?: Engine;
   /** Per-stage deadline (ms). */
   readonly deadlineMs: number;
-  /** A worker module instead of stages/worker.js (tests inject faults with it): see PoolOptions.worker. */
+  /** A worker module instead of stages/engines/worker.js (tests inject faults with it): see PoolOptions.worker. */
   readonly worker?: PoolOptions['worker'];
   readonly recycleAfter?: number;
   /** Prove each distinct canonical stage once (default true). */
   readonly dedup?: boolean;
-  /** Persistent proof cache (stages/cache.ts). */
+  /** Persistent proof cache (stages/cache/cache.ts). */
   readonly cache?: ProofCache;
   /** Tensor-level proofs before the element engines (default true; --no-tensor-level). */
   readonly tensorLevel?: boolean;
@@ -219,7 +219,7 @@ export interface PoolVerifyOptions extends VerifyOptions {
   readonly proved?: ReadonlyMap<number, ShardResult>;
   /**
    * Stages still undecided because they are too large are handed to this hook (per-stage
-   * extraction and reduction, stages/stage-reduce.ts perStageFallback). Passed in rather than
+   * extraction and reduction, stages/shrink/stage-reduce.ts perStageFallback). Passed in rather than
    * imported: stage-reduce.ts builds its reports with this module.
    */
   readonly fallback?: StageFallback;
@@ -347,13 +347,13 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
     }
     return out;
   };
-  // Tensor-level proofs first (stages/tensorlevel.ts): whole-tensor relations, whatever the
+  // Tensor-level proofs first (stages/engines/tensorlevel/prover.ts): whole-tensor relations, whatever the
   // shapes. A stage the numeric run shows differing is left to the element engines.
   const tl = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index) && (cert === undefined || s.index < cert.stage))) : undefined;
   const known = tl?.proved;
   advance(known?.size ?? 0);
   clock.lap('tensorLevel');
-  // Stage deduplication and the proof cache hook (stages/dedup.ts).
+  // Stage deduplication and the proof cache hook (stages/cache/dedup.ts).
   const distinct = opts.dedup === false ? undefined : await proveDistinct(plan, stages, proveSome, cache, known, { weights, decided: advance, repOf });
   let results = distinct?.results ?? (await proveRest(stages, known, proveSome));
   clock.lap('stages');
@@ -407,13 +407,13 @@ export function openStageWitness(plan: LoadedPlan, results: readonly StageResult
   return undefined;
 }
 
-/** The deadline of the refuted stage's own proof after a certificate (as stages/boundary.ts gives settled stages). */
+/** The deadline of the refuted stage's own proof after a certificate (as stages/infer/boundary.ts gives settled stages). */
 const SETTLED_DEADLINE_MS = 2_000;
 
 /**
  * A certified refutation before any stage proof. The numeric run shows claims differing in
  * Float64, which alone is no witness (rounding); interval arithmetic on the same inputs
- * (stages/interval.ts) that separates the two sides is one in exact arithmetic. A stage whose
+ * (stages/engines/interval.ts) that separates the two sides is one in exact arithmetic. A stage whose
  * claim is refuted so needs no normal form: a one-sided edit inside a stage too large for it
  * (a llama cp2 gradient) spent 90 s in per-stage reduction to find what the numbers showed in
  * 0.7 s. The earliest certified stage in the decomposition's order is settled "differs".
@@ -570,7 +570,7 @@ export function assemble(plan: LoadedPlan, results: readonly StageResult[], nume
   };
 }
 
-/** Names the likely cause from the witness (stages/diagnose.ts: one rule per cause). */
+/** Names the likely cause from the witness (stages/witness/diagnose.ts: one rule per cause). */
 export function diagnoseWitness(w: readonly Mismatch[], residual: string, values?: TensorValues): Diagnosis {
   return diagnose({ witness: w, residual, ...(values === undefined ? {} : { values }) });
 }

@@ -3,7 +3,7 @@ import type { Dense } from '../ops/algebra.js';
 import { registry } from '../ops/registry.js';
 import type { Attrs } from '../ops/types.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
-import { mulberry32 } from '../stages/numeric.js';
+import { mulberry32 } from '../stages/witness/numeric.js';
 import { EagerBuilder } from './helpers.js';
 
 interface Sample {

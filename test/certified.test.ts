@@ -2,7 +2,7 @@
  * Certified witnesses for differences under the numeric tolerance: an optimizer eps of 1.1e-8
  * on the ranks against 1e-8 in the logical step changes the update by about 1e-13, which no
  * draw shows above the tolerance; the exact engine finds the difference and interval arithmetic
- * (stages/interval.ts) separates the two sides, so the plan is NOT EQUIVALENT with a witness,
+ * (stages/engines/interval.ts) separates the two sides, so the plan is NOT EQUIVALENT with a witness,
  * on the whole-plan path and per stage. Its twins: the same change on both sides verifies, and
  * a change too small for the intervals to separate stays "unknown", never a refutation.
  */
@@ -13,8 +13,8 @@ import { join } from 'node:path';
 import { runCli } from './helpers.js';
 import { FULL } from './optional.js';
 import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
-import { numericCheck } from '../stages/numeric.js';
-import { decompose, type StageResult } from '../stages/prove.js';
+import { numericCheck } from '../stages/witness/numeric.js';
+import { decompose, type StageResult } from '../stages/decompose/prove.js';
 import { openStageWitness } from '../stages/verify.js';
 import { logicalOrder } from '../sdfg/execute.js';
 

@@ -25,7 +25,7 @@ describe('cli', () => {
     assert.equal(r.code, 1);
     assert.match(r.stdout, /w1_new +sgd_w1 \(sgd_update\) +0,1 +NOT EQUIVALENT/);
     assert.match(r.stdout, /witness: rank 0 'w1_new' holds -?[0-9.]+ where logical w1_new\[0, 0\] = -?[0-9.]+/);
-    // (stages/diagnose.ts: the avg over the ranks is the logical value, so that all-reduce is missing)
+    // (stages/witness/diagnose.ts: the avg over the ranks is the logical value, so that all-reduce is missing)
     assert.match(r.stdout, /rank\(s\) 0, 1 each hold their own partial value of 'w1_new': the avg over ranks 0, 1 is the logical value, so an all-reduce \(avg\) over those ranks is missing/);
     assert.match(r.stdout, /NOT EQUIVALENT: stage 11 \(w1_new, op 'sgd_w1'\) is the first failing stage/);
   });

@@ -15,7 +15,7 @@ import { deltaProblem, fastVerify, lookupDelta, skeletonOf, type DeltaRecord, ty
 import { buildDigest } from '../cli/answers.js';
 import { registry } from '../ops/registry.js';
 import { loadPlanObject } from '../lineage/load.js';
-import { AttrUse } from '../stages/tensorlevel.js';
+import { AttrUse } from '../stages/engines/tensorlevel/world.js';
 import { filesUnder, ROOT, runCli } from './helpers.js';
 
 const INCREMENTAL = /^incremental VERIFIED without loading the plan/m;

@@ -1,5 +1,5 @@
 /**
- * The diagnosis rules (stages/diagnose.ts): each names its cause on a plan with that bug and
+ * The diagnosis rules (stages/witness/diagnose.ts): each names its cause on a plan with that bug and
  * does not misname a twin with another; over the whole bug catalog every diagnosis is a right
  * cause or "no rule fits", and the ranks it names never contradict the witness.
  */
@@ -13,7 +13,7 @@ import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { verifyPlan } from '../stages/verify.js';
-import { RULES, tensorValues, type Cause } from '../stages/diagnose.js';
+import { RULES, tensorValues, type Cause } from '../stages/witness/diagnose.js';
 import type { StageReport } from '../stages/report.js';
 import { EXAMPLES, FIXTURES, runCli } from './helpers.js';
 import { fullUnless } from './optional.js';

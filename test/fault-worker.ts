@@ -4,8 +4,8 @@
  * product's worker. Injected through PoolOptions.worker, so the product ships no fault hook.
  */
 import { workerData } from 'node:worker_threads';
-import proveStage, { type StageTask } from '../stages/worker.js';
-import type { StageResult } from '../stages/prove.js';
+import proveStage, { type StageTask } from '../stages/engines/worker.js';
+import type { StageResult } from '../stages/decompose/prove.js';
 
 export interface Fault {
   readonly stage: number;

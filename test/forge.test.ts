@@ -1,7 +1,7 @@
 /**
  * Issue 32, item 1: no verdict from a forged cache. Someone who can write the cache directory
  * (a CI cache shared between branches) but not read the key kept outside it
- * (stages/cache-files.ts) tries the ways the issue found and a few more: a correct plan's
+ * (stages/cache/cache-files.ts) tries the ways the issue found and a few more: a correct plan's
  * answer copied over a buggy plan's entry under the buggy plan's key, an answer edited to
  * "verified" with its digest recomputed (and with a seal made under another key), entries
  * swapped between plans, and forged proofs of every stage of a buggy plan. Every time, the
@@ -14,8 +14,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { answerKey, answerPath } from '../cli/answers.js';
 import { loadPlanText } from '../lineage/load.js';
-import { ProofCache } from '../stages/cache.js';
-import { cacheKey } from '../stages/cache-files.js';
+import { ProofCache } from '../stages/cache/cache.js';
+import { cacheKey } from '../stages/cache/cache-files.js';
 import { verifyPlanInPool } from '../stages/verify.js';
 import { EXAMPLES, filesUnder, runCli } from './helpers.js';
 

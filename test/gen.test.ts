@@ -8,7 +8,7 @@ import { checkStructure } from '../plans/loader.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import { verifyPlan } from '../stages/verify.js';
-import { numericCheck } from '../stages/numeric.js';
+import { numericCheck } from '../stages/witness/numeric.js';
 import { runCli, ROOT } from './helpers.js';
 import { readFileSync } from 'node:fs';
 import { fullUnless } from './optional.js';

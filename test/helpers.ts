@@ -15,10 +15,10 @@ import { join } from 'node:path';
 
 // The CLI's proof cache is on by default: tests keep theirs in a fresh directory, never the user's.
 process.env['PLANPROOF_CACHE_DIR'] ??= mkdtempSync(join(tmpdir(), 'planproof-test-cache-'));
-// Its key too (stages/cache-files.ts): outside that directory, and never the user's own.
+// Its key too (stages/cache/cache-files.ts): outside that directory, and never the user's own.
 process.env['PLANPROOF_CACHE_KEY_FILE'] ??= join(mkdtempSync(join(tmpdir(), 'planproof-test-key-')), 'cache-key');
 
-export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const EXAMPLES = `${ROOT}examples/`;
 export const FIXTURES = `${ROOT}test/fixtures/`;
 

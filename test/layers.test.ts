@@ -85,6 +85,12 @@ describe('import layers', function () {
     assert.match(plansToLineage.join('\n'), /import-x\/no-restricted-paths: .*plans\/ is below lineage/);
     const genToPlans = await lint('plans/gen/backward-fixture.ts', "import { loadStructure } from '../loader.js';\nexport const f = loadStructure;\n");
     assert.match(genToPlans.join('\n'), /import-x\/no-restricted-paths: .*plans\/gen uses ops and plans\/raw.ts only/);
+    // cli/ hands a plan to stages/pipeline.ts: it imports no engine (issue 36).
+    const cliToEngine = await lint('cli/engine-fixture.ts', "import { Z3Prover } from '../stages/engines/z3.js';\nexport const f = Z3Prover;\n");
+    assert.match(cliToEngine.join('\n'), /import-x\/no-restricted-paths: .*cli\/ does not pick engines/);
+    const cliToShrink = await lint('cli/shrink-fixture.ts', "import { provePart } from '../stages/shrink/part.js';\nexport const f = provePart;\n");
+    assert.match(cliToShrink.join('\n'), /import-x\/no-restricted-paths: .*cli\/ does not shrink stages/);
+    assert.deepEqual(await lint('cli/pipeline-fixture.ts', "import { verifyPipeline } from '../stages/pipeline.js';\nexport const f = verifyPipeline;\n"), []);
     // The same imports in the right direction pass.
     assert.deepEqual(await lint('stages/forward-fixture.ts', "import { evalLineage } from '../lineage/model.js';\nexport const f = evalLineage;\n"), []);
   });

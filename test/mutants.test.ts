@@ -16,7 +16,7 @@ import { loadPlanObject } from '../lineage/load.js';
 import { generatePlan } from '../plans/gen/plan.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
-import { evaluateBoth } from '../stages/numeric.js';
+import { evaluateBoth } from '../stages/witness/numeric.js';
 import { OPT } from '../bench/mutate/harness.js';
 import { groundTruth } from '../bench/mutate/truth.js';
 

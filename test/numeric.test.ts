@@ -1,7 +1,7 @@
 import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import { loadPlan, loadPlanObject } from '../lineage/load.js';
-import { numericCheck, differs } from '../stages/numeric.js';
+import { numericCheck, differs } from '../stages/witness/numeric.js';
 import { EXAMPLES } from './helpers.js';
 
 interface Entry {

@@ -1,5 +1,5 @@
 /**
- * Witnesses per template (stages/part.ts, docs/engine.md "Witnesses per template"): a stage the
+ * Witnesses per template (stages/shrink/part.ts, docs/engine.md "Witnesses per template"): a stage the
  * per-template tensor level leaves open is refuted on one rank's part, extracted with the ranks
  * it reads. Checked against the rank-by-rank path (the reference, with its whole-plan numeric
  * run): every refuted stage is the stage rank by rank names first, with a witness; correct plans
@@ -13,8 +13,8 @@ import { loadPartObject, loadPlanObject } from '../lineage/load.js';
 import { PlanError } from '../plans/errors.js';
 import type { RawPlan } from '../plans/raw.js';
 import { verifyPlan } from '../stages/verify.js';
-import { templateDiff, verifyPerTemplate } from '../stages/template.js';
-import { partProver, provePart } from '../stages/part.js';
+import { templateDiff, verifyPerTemplate } from '../stages/decompose/template-verify.js';
+import { partProver, provePart } from '../stages/shrink/part.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 
@@ -115,7 +115,7 @@ describe('witnesses per template (one rank\'s part of an open stage)', () => {
 
   it('an epsilon changed on one rank under the real learning rate: refuted with log-uniform draws where uniform ones show nothing', () => {
     // lr 1e-3 and eps 1e-8 -> 1e-3 move the update by ~lr * 1e-3 on uniform draws, under the
-    // witness tolerance; draws with tiny second moments show it (stages/numeric.ts 'log').
+    // witness tolerance; draws with tiny second moments show it (stages/witness/numeric.ts 'log').
     const make = (bug = true): RawPlan => {
       const p = PRESETS['llama-tiny'];
       assert.ok(p !== undefined);

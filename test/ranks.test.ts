@@ -16,9 +16,9 @@ import { join } from 'node:path';
 import { loadPlanText } from '../lineage/load.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { checkRunClock, setRunClock, TimeLimitReached } from '../stages/clock.js';
-import { decompose } from '../stages/prove.js';
-import { proveTensorLevel } from '../stages/tensorlevel.js';
-import { verifiedPerTemplate } from '../stages/template.js';
+import { decompose } from '../stages/decompose/prove.js';
+import { proveTensorLevel } from '../stages/engines/tensorlevel/prover.js';
+import { verifiedPerTemplate } from '../stages/decompose/template-verify.js';
 import { verifyPlan } from '../stages/verify.js';
 import { EXAMPLES, ROOT, runCli } from './helpers.js';
 

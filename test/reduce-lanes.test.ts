@@ -11,7 +11,7 @@ import { reshapeLanes } from '../ops/layout.js';
 import { registry } from '../ops/registry.js';
 import type { Attrs, DimSig, OpDef, Shape } from '../ops/types.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
-import { mulberry32 } from '../stages/numeric.js';
+import { mulberry32 } from '../stages/witness/numeric.js';
 
 interface LaneSample {
   readonly op: string;

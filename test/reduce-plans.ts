@@ -281,7 +281,7 @@ export const embedParams: fc.Arbitrary<EmbedParams> = fc.record({
 });
 
 /**
- * The data-parallel embedding gradient (prefix cuts of the vocab, stages/reduce.ts prefixPlan):
+ * The data-parallel embedding gradient (prefix cuts of the vocab, stages/shrink/reduce.ts prefixPlan):
  * gw = embedding_backward(g, ids) [V, H] from rows of g and ids over dp, each rank's local
  * gradient all-reduced. Mutants: an averaging all-reduce, no all-reduce, a gradient scaled by
  * 2, and ids read from the next rank's rows (a bug when ranks hold different ids).

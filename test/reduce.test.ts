@@ -7,7 +7,7 @@ import { strict as assert } from 'node:assert';
 import fc from 'fast-check';
 import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
-import { analyzeReduction, reducePlan, reducedRaw, ReductionError } from '../stages/reduce.js';
+import { analyzeReduction, reducePlan, reducedRaw, ReductionError } from '../stages/shrink/reduce.js';
 import { verifyPlan } from '../stages/verify.js';
 import { type VerifyReport } from '../stages/report.js';
 import { meanRowsPlan, mlpPlan, planParams, reshapeParams, reshapePlan, type PlanParams } from './reduce-plans.js';
@@ -15,7 +15,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli } from './helpers.js';
-import type { ReducedVerifyReport } from '../stages/reduced-verify.js';
+import type { ReducedVerifyReport } from '../stages/shrink/reduced-verify.js';
 
 const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));
 const failing = (r: VerifyReport): string => r.stages.filter((s) => s.status !== 'proved').map((s) => `${s.logical}:${s.status}`).join(',');

@@ -16,7 +16,7 @@ import { reshapeRegions } from '../ops/layout.js';
 import { registry } from '../ops/registry.js';
 import { type Attrs, type DecompExpr, type DimLabel, type DimSig, type OpDef, ShapeError, type Shape } from '../ops/types.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
-import { mulberry32 } from '../stages/numeric.js';
+import { mulberry32 } from '../stages/witness/numeric.js';
 
 interface Sample {
   op: string;
@@ -569,7 +569,7 @@ describe('reduction constraints (OpDef.dims)', () => {
         }));
       });
 
-      // Tensor-level proofs (stages/tensorlevel.ts) rely on `sums` and `grouped`: checked here.
+      // Tensor-level proofs (stages/engines/tensorlevel/prover.ts) rely on `sums` and `grouped`: checked here.
       it("'sums' labels are plain sums: the op on two ranges of the label gives addends of the outputs without it, slices of those with it", () => {
         for (const label of sig.sums ?? []) {
           const info = table.get(label);

@@ -1,5 +1,5 @@
 /**
- * Routed MoE buffers at tensor level (stages/tensorlevel.ts, docs/engine.md "Routed buffers"):
+ * Routed MoE buffers at tensor level (stages/engines/tensorlevel/prover.ts, docs/engine.md "Routed buffers"):
  * a packed-layout MoE plan with experts over dp, micro-batches, top-2 routing and pipeline
  * stages verifies rank by rank and per template with every stage decided at tensor level (the
  * element engine leaves its routing stages unknown: the packed buffers depend on every token's
@@ -10,7 +10,7 @@ import { strict as assert } from 'node:assert';
 import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { verifyPlan } from '../stages/verify.js';
-import { verifyPerTemplate } from '../stages/template.js';
+import { verifyPerTemplate } from '../stages/decompose/template-verify.js';
 import { fullUnless } from './optional.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };

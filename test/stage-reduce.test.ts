@@ -1,5 +1,5 @@
 /**
- * Per-stage reduction (stages/extract.ts, stages/stage-reduce.ts): an extracted stage at full
+ * Per-stage reduction (stages/decompose/extract.ts, stages/shrink/stage-reduce.ts): an extracted stage at full
  * shapes is the stage in place (same status, obligations and inputs); per-stage reduction
  * shrinks dims that whole-plan reduction must keep; and the verdict and failing stages with
  * per-stage reduction equal those at full shapes on random plans and mutants.
@@ -10,13 +10,13 @@ import fc from 'fast-check';
 import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import { logicalOrder } from '../sdfg/execute.js';
-import { decompose, Prover } from '../stages/prove.js';
-import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure } from '../stages/extract.js';
-import { perStageFallback, prefixWitness, prepareStage, proveByComponents, verifyPerStage, type FallbackInfo } from '../stages/stage-reduce.js';
+import { decompose, Prover } from '../stages/decompose/prove.js';
+import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure } from '../stages/decompose/extract.js';
+import { perStageFallback, prefixWitness, prepareStage, proveByComponents, verifyPerStage, type FallbackInfo } from '../stages/shrink/stage-reduce.js';
 import { assemble } from '../stages/verify.js';
-import type { StageResult } from '../stages/prove.js';
-import { batchClasses, checkComponent, ComponentError, componentRaw, rankStage, windowsOf } from '../stages/components.js';
-import { analyzeReduction } from '../stages/reduce.js';
+import type { StageResult } from '../stages/decompose/prove.js';
+import { batchClasses, checkComponent, ComponentError, componentRaw, rankStage, windowsOf } from '../stages/shrink/components.js';
+import { analyzeReduction } from '../stages/shrink/reduce.js';
 import { verifyPlan } from '../stages/verify.js';
 import { type VerifyReport } from '../stages/report.js';
 import { EXAMPLES, runCli } from './helpers.js';
@@ -24,7 +24,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { embedParams, embedPlan, meanRowsPlan, mlpPlan, planParams, reshapeParams, reshapePlan } from './reduce-plans.js';
-import { prefixPlan } from '../stages/reduce.js';
+import { prefixPlan } from '../stages/shrink/reduce.js';
 import { FULL } from './optional.js';
 
 const load = (raw: RawPlan): LoadedPlan => loadPlanObject('mem.json', JSON.parse(JSON.stringify(raw)));

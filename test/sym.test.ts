@@ -1,16 +1,16 @@
 /**
- * Affine integers of the per-template tensor level (stages/sym.ts): interning makes `===`
+ * Affine integers of the per-template tensor level (stages/engines/tensorlevel/sym.ts): interning makes `===`
  * equality of the functions, and each operation agrees with evaluating at a rank.
  */
 import { strict as assert } from 'node:assert';
 import fc from 'fast-check';
-import { iadd, icmp, idiv, ieval, imul, iscale, isub, isubst, Sym, type Int } from '../stages/sym.js';
+import { iadd, icmp, idiv, ieval, imul, iscale, isub, isubst, Sym, type Int } from '../stages/engines/tensorlevel/sym.js';
 
 const x0 = [1, 0, 2];
 const arbInt = fc.record({ v: fc.integer({ min: -50, max: 50 }), k: fc.array(fc.integer({ min: -4, max: 4 }), { minLength: 3, maxLength: 3 }) }).map(({ v, k }) => Sym.of(v, k));
 const arbX = fc.array(fc.integer({ min: 0, max: 7 }), { minLength: 3, maxLength: 3 });
 
-describe('affine integers (stages/sym.ts)', () => {
+describe('affine integers (stages/engines/tensorlevel/sym.ts)', () => {
   it('are interned: equal functions are one value, a value with no coefficient is a number', () => {
     assert.equal(Sym.of(3, [0, 2, 0]), Sym.of(3, [0, 2, 0]));
     assert.notEqual(Sym.of(3, [0, 2, 0]), Sym.of(3, [0, 1, 0]));

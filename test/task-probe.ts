@@ -1,8 +1,8 @@
 /**
- * A stand-in for stages/worker.ts in pool tests: instead of proving, it reports what a task
+ * A stand-in for stages/engines/worker.ts in pool tests: instead of proving, it reports what a task
  * carries (the type of its plan field, whether raw text came along, the plan's size).
  */
-import type { StageResult } from '../stages/prove.js';
+import type { StageResult } from '../stages/decompose/prove.js';
 
 export default function probe(task: Record<string, unknown>): Pick<StageResult, 'status' | 'reason' | 'failingRanks' | 'logicalOps' | 'parallelOps' | 'terms' | 'ms'> {
   const plan = task['plan'];

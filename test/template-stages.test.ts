@@ -1,5 +1,5 @@
 /**
- * Stages decomposed per template (stages/template.ts), for plans past the per-rank stage bound.
+ * Stages decomposed per template (stages/decompose/template.ts), for plans past the per-rank stage bound.
  * Small plans are forced onto that path by lowering the bound, so that the per-rank path can
  * be run on the same plans and compared: same stages, same obligation counts, the same sizes
  * as the stage builder counts them, and never a stage proved that the per-rank path does not
@@ -12,8 +12,9 @@ import { join } from 'node:path';
 import { stageEntries } from '../plans/loader.js';
 import { loadPlan, loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import { verifyPlan, verifyPlanInPool } from '../stages/verify.js';
-import { decompose, StageBuilder } from '../stages/prove.js';
-import { TemplateStages, verifyPerTemplate } from '../stages/template.js';
+import { decompose, StageBuilder } from '../stages/decompose/prove.js';
+import { TemplateStages } from '../stages/decompose/template.js';
+import { verifyPerTemplate } from '../stages/decompose/template-verify.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numel } from '../ops/types.js';
 import { generatePlan, ADAMW } from '../plans/gen/plan.js';

@@ -1,5 +1,5 @@
 /**
- * Tensor-level proofs (stages/tensorlevel.ts) are checked against the exact normal form:
+ * Tensor-level proofs (stages/engines/tensorlevel/prover.ts) are checked against the exact normal form:
  * on every catalog bug, on every configuration the catalog injects into, on random plans and
  * their mutants, each stage proved at tensor level is also proved element by element, and a
  * stage the elements refute is never proved at tensor level. The op-record data the rules
@@ -11,17 +11,18 @@ import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
 import { BUGS, type BugContext } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
-import { decompose } from '../stages/prove.js';
+import { decompose } from '../stages/decompose/prove.js';
 import { logicalOrder } from '../sdfg/execute.js';
-import { coversAll, PRODUCT, proveTensorLevel, unionParts, type Part } from '../stages/tensorlevel.js';
+import { proveTensorLevel } from '../stages/engines/tensorlevel/prover.js';
+import { coversAll, PRODUCT, unionParts, type Part } from '../stages/engines/tensorlevel/relations.js';
 import { verifyPlan } from '../stages/verify.js';
-import { verifyPerTemplate } from '../stages/template.js';
+import { verifyPerTemplate } from '../stages/decompose/template-verify.js';
 import { mlpPlan, planParams } from './reduce-plans.js';
 import type { RawPlan } from '../plans/raw.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 import type { Parallelism } from '../plans/gen/net.js';
 import type { ModelConfig } from '../plans/gen/models.js';
-import { verifyBoundary } from '../stages/boundary.js';
+import { verifyBoundary } from '../stages/infer/boundary.js';
 import { fullUnless } from './optional.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
@@ -85,7 +86,7 @@ describe('tensor-level proofs agree with the exact normal form', () => {
       const plan = loadPlanObject('bug.json', raw);
       const c = compare(plan);
       assertSubset(bug.id, c);
-      // Order does not matter: values shared across stages (stages/tensorlevel.ts, `pure`)
+      // Order does not matter: values shared across stages (stages/engines/tensorlevel/prover.ts, `pure`)
       // never carry a claim one stage assumes into the stage that must prove it.
       const again = loadPlanObject('bug-reversed.json', raw);
       const st = decompose(again, logicalOrder(again));

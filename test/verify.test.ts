@@ -2,7 +2,7 @@ import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import { loadPlan, loadPlanObject } from '../lineage/load.js';
 import { verifyPlan } from '../stages/verify.js';
-import { decompose, Prover } from '../stages/prove.js';
+import { decompose, Prover } from '../stages/decompose/prove.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { EXAMPLES } from './helpers.js';
 

@@ -2,7 +2,7 @@ import { strict as assert } from 'node:assert';
 import { readFileSync } from 'node:fs';
 import { loadPlanText } from '../lineage/load.js';
 import { verifyPlan, verifyPlanInPool } from '../stages/verify.js';
-import { shutdownZ3 } from '../stages/z3.js';
+import { shutdownZ3 } from '../stages/engines/z3.js';
 import { EXAMPLES } from './helpers.js';
 import { fullUnless } from './optional.js';
 

@@ -1,5 +1,5 @@
 /**
- * Zero-extension cuts for witnesses (stages/reduce.ts zeroCutPlan; docs/engine.md,
+ * Zero-extension cuts for witnesses (stages/shrink/reduce.ts zeroCutPlan; docs/engine.md,
  * "Zero-extension cuts for witnesses"). A contracted dim that every op keeps zeros along is cut
  * in each aligned block; a difference of the cut plan must be a difference of the full plan.
  * Checked on global-norm clipping (the bugs this exists for, and their correct twin) and on
@@ -14,10 +14,10 @@ import { PRESETS } from '../plans/gen/presets.js';
 import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import { verifyPlan } from '../stages/verify.js';
-import { stageOf } from '../stages/extract.js';
-import { prepareStage, zeroCutWitness } from '../stages/stage-reduce.js';
-import { zeroCutPlan } from '../stages/reduce.js';
-import { provePart } from '../stages/part.js';
+import { stageOf } from '../stages/decompose/extract.js';
+import { prepareStage, zeroCutWitness } from '../stages/shrink/stage-reduce.js';
+import { zeroCutPlan } from '../stages/shrink/reduce.js';
+import { provePart } from '../stages/shrink/part.js';
 import { mlpPlan, zeroCutParams, type PlanParams } from './reduce-plans.js';
 import { readFileSync } from 'node:fs';
 import { registry } from '../ops/registry.js';

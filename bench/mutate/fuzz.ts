@@ -23,7 +23,7 @@ export interface FuzzSource {
   readonly plan: Json;
 }
 
-const EXAMPLES = fileURLToPath(new URL('../../../examples/', import.meta.url));
+const EXAMPLES = fileURLToPath(new URL('../../../examples', import.meta.url));
 
 export function fuzzSources(): FuzzSource[] {
   const ex = ['mlp-dp2.json', 'mlp-tp2.json', 'mlp-dp2tp2.json', 'mlp-dp2-explicit.json', 'mlp-tp2-explicit.json'].map((f) => ({ name: f, plan: JSON.parse(readFileSync(join(EXAMPLES, f), 'utf8')) as Json }));

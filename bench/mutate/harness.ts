@@ -98,7 +98,7 @@ export function strategyMatrix(set: SourceSet): Config[] {
   ];
 }
 
-const EXAMPLES = fileURLToPath(new URL('../../../examples/', import.meta.url));
+const EXAMPLES = fileURLToPath(new URL('../../../examples', import.meta.url));
 const EXAMPLE_FILES = ['mlp-dp2.json', 'mlp-tp2.json', 'mlp-dp2tp2.json', 'mlp-dp2-explicit.json', 'mlp-tp2-explicit.json', 'mlp-dp2-global-mean.json'];
 
 /** Sources: the examples and the strategy matrix (weights: MoE, whose proofs take seconds, drawn less). */

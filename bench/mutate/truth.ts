@@ -1,6 +1,6 @@
 /**
  * Ground truth for the mutation harness, independent of the verifier's verdict: both graphs
- * of a loaded plan run in Float64 (sdfg/execute.ts through stages/numeric.ts evaluateBoth) on
+ * of a loaded plan run in Float64 (sdfg/execute.ts through stages/witness/numeric.ts evaluateBoth) on
  * several seeds the verifier does not use, and every lineage claim is compared with the
  * logical value here, with our own margins. Nothing of the proof engine (stages, normal
  * forms, tensor-level proofs, witness search) is involved.
@@ -14,7 +14,7 @@ import type { LoadedPlan } from '../../lineage/load.js';
 import type { Program } from '../../plans/model.js';
 import { groupKey, type LineageNF } from '../../lineage/model.js';
 import { logicalIndexer } from '../../sdfg/execute.js';
-import { evaluateBoth } from '../../stages/numeric.js';
+import { evaluateBoth } from '../../stages/witness/numeric.js';
 
 /** Relative (to max(1, |a|, |b|)) deviation above which a claim is wrong. */
 export const WRONG_MARGIN = 1e-9;

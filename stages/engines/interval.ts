@@ -1,0 +1,338 @@
+/**
+ * Certified witnesses: both graphs evaluated in interval arithmetic on the numeric run's
+ * random inputs. Every interval encloses the exact real value the op computes at those inputs
+ * (outward rounding of every Float64 operation), so a user claim whose parallel interval and
+ * logical interval are disjoint is false at that input, in exact arithmetic: the plan is not
+ * equivalent, with a concrete input as the witness, whatever the size of the stage (no normal
+ * form is built). An interval that cannot be decided (a division by an interval holding 0, a
+ * routing choice or an id test on an interval that is not a single point, NaN) makes the
+ * evaluation give up, and a value outside an op's domain (or possibly so) is NaN, which is
+ * never disjoint from anything: nothing is certified, never the opposite answer.
+ *
+ * Assumption (docs/engine.md, "Certified witnesses"): + - * / and sqrt are IEEE-754 correctly
+ * rounded (ECMAScript requires it), so one ulp outward encloses the exact result; exp, log,
+ * tanh and the erf of realFunctions are within 1e-12 relative (plus 1e-300 absolute) of the
+ * exact value (V8's are within 1 ulp; the erf here within 1e-15), so that much outward
+ * encloses them.
+ */
+import type { Algebra, Dense, RealFn } from '../../ops/algebra.js';
+import { realFunctions } from '../../ops/algebra.js';
+import { numel } from '../../ops/types.js';
+import { qParse } from '../../ops/rational.js';
+import { executeLogical, executeParallel, logicalIndexer, type LogicalValues, type RankValues } from '../../sdfg/execute.js';
+import type { LoadedPlan } from '../../lineage/load.js';
+import type { Program } from '../../plans/model.js';
+import { evalLineage, groupKey, type LineageNF } from '../../lineage/model.js';
+import { mulberry32, type Mismatch } from '../witness/numeric.js';
+import { drawInputs, neededDomains, signedAddend } from '../witness/domains.js';
+
+/** A closed interval [lo, hi] holding one exact real value. */
+export interface Iv {
+  readonly lo: number;
+  readonly hi: number;
+}
+
+/** Thrown when an interval cannot decide a choice the op must make. */
+export class Undecided extends Error {}
+
+const buf = new DataView(new ArrayBuffer(8));
+function nextUp(x: number): number {
+  if (Number.isNaN(x) || x === Infinity) return x;
+  if (x === 0) return Number.MIN_VALUE;
+  buf.setFloat64(0, x);
+  const b = buf.getBigInt64(0);
+  buf.setBigInt64(0, x > 0 ? b + 1n : b - 1n);
+  return buf.getFloat64(0);
+}
+const nextDown = (x: number): number => -nextUp(-x);
+
+const pt = (x: number): Iv => ({ lo: x, hi: x });
+/**
+ * Not enclosed: an op outside its domain at some point of the interval (a division by an
+ * interval holding 0, a square root reaching below 0). NaN compares false with everything, so
+ * nothing computed from it is ever disjoint from anything.
+ */
+const NAN: Iv = { lo: Number.NaN, hi: Number.NaN };
+/** [lo, hi] one ulp outward: encloses a correctly rounded result. */
+const out1 = (lo: number, hi: number): Iv => ({ lo: nextDown(lo), hi: nextUp(hi) });
+/** Outward by the assumed libm error. */
+const LIBM_REL = 1e-12;
+const LIBM_ABS = 1e-300;
+const outLibm = (lo: number, hi: number): Iv => ({ lo: nextDown(lo - Math.abs(lo) * LIBM_REL - LIBM_ABS), hi: nextUp(hi + Math.abs(hi) * LIBM_REL + LIBM_ABS) });
+
+/** a + b is exact in Float64 (TwoSum's error term is 0). */
+function exactSum(a: number, b: number, s: number): boolean {
+  if (!Number.isFinite(s)) return false;
+  const bb = s - a;
+  return a - (s - bb) + (b - bb) === 0;
+}
+
+function add(a: Iv, b: Iv): Iv {
+  const lo = a.lo + b.lo;
+  const hi = a.hi + b.hi;
+  return { lo: exactSum(a.lo, b.lo, lo) ? lo : nextDown(lo), hi: exactSum(a.hi, b.hi, hi) ? hi : nextUp(hi) };
+}
+const neg = (a: Iv): Iv => ({ lo: -a.hi, hi: -a.lo });
+
+function mul(a: Iv, b: Iv): Iv {
+  // x * x of one value is a square (never below 0), whatever the interval's width.
+  if (a === b && a.lo !== a.hi) {
+    const l2 = a.lo * a.lo;
+    const h2 = a.hi * a.hi;
+    if (a.lo <= 0 && a.hi >= 0) return { lo: 0, hi: nextUp(Math.max(l2, h2)) };
+    return out1(Math.min(l2, h2), Math.max(l2, h2));
+  }
+  if (a.lo === a.hi && b.lo === b.hi) {
+    const p = a.lo * b.lo;
+    // Products of integers below 2^53 are exact, and so are products with 0 or +-1.
+    if ((Number.isSafeInteger(a.lo) && Number.isSafeInteger(b.lo) && Number.isSafeInteger(p)) || a.lo === 0 || b.lo === 0 || Math.abs(a.lo) === 1 || Math.abs(b.lo) === 1) return pt(p);
+    return out1(p, p);
+  }
+  const ps = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi].map((x) => (Number.isNaN(x) ? 0 : x));
+  // 0 * inf is 0 for an interval endpoint that is exactly 0.
+  return out1(Math.min(...ps), Math.max(...ps));
+}
+
+function div(a: Iv, b: Iv): Iv {
+  if (b.lo <= 0 && b.hi >= 0) return NAN;
+  if (b.lo === 1 && b.hi === 1) return a;
+  const qs = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi];
+  return out1(Math.min(...qs), Math.max(...qs));
+}
+
+const inc = (f: (x: number) => number) => (a: Iv): Iv => outLibm(f(a.lo), f(a.hi));
+
+function fn(name: RealFn, a: Iv): Iv {
+  const f = realFunctions[name];
+  switch (name) {
+    case 'tanh':
+    case 'sigmoid':
+      return inc(f)(a);
+    case 'Phi': {
+      // 0.5 (1 + erf(x / sqrt 2)): erf's absolute error carries over near 0 and 1.
+      const r = inc(f)(a);
+      return { lo: Math.max(0, nextDown(r.lo - 1e-14)), hi: Math.min(1, nextUp(r.hi + 1e-14)) };
+    }
+    case 'log':
+      if (a.lo <= 0) return NAN;
+      return inc(f)(a);
+    case 'sqrt':
+      if (a.lo < 0) return NAN;
+      return out1(Math.sqrt(a.lo), Math.sqrt(a.hi));
+    case 'rsqrt':
+      if (a.lo <= 0) return NAN;
+      return outLibm(f(a.hi), f(a.lo));
+    case 'phi': {
+      // Largest at 0, falling with |x|.
+      const far = Math.max(Math.abs(a.lo), Math.abs(a.hi));
+      const near = a.lo <= 0 && a.hi >= 0 ? 0 : Math.min(Math.abs(a.lo), Math.abs(a.hi));
+      return outLibm(f(far), f(near));
+    }
+    case 'sqrt_2_over_pi':
+      return outLibm(f(0), f(0));
+  }
+}
+
+/** NaN endpoints: the value is undefined or not enclosed; nothing depending on it is certified. */
+function check(a: Iv): Iv {
+  return Number.isNaN(a.lo) || Number.isNaN(a.hi) ? NAN : a;
+}
+
+/** The interval algebra (op rules run on it unchanged). */
+export const intervalAlgebra: Algebra<Iv> = {
+  exact: false,
+  zero: pt(0),
+  one: pt(1),
+  constant: (v) => {
+    if (typeof v === 'number') return pt(v);
+    const r = qParse(v);
+    const n = Number(r.n);
+    const d = Number(r.d);
+    if (Number.isSafeInteger(n) && d === 1) return pt(n);
+    // n / d of safe integers is one correctly rounded division; past 2^53 the conversions round too.
+    if (Number.isSafeInteger(n) && Number.isSafeInteger(d)) return out1(n / d, n / d);
+    return outLibm(n / d, n / d);
+  },
+  add: (a, b) => check(add(a, b)),
+  sub: (a, b) => check(add(a, neg(b))),
+  mul: (a, b) => check(mul(a, b)),
+  div: (a, b) => check(div(a, b)),
+  neg,
+  sum: (xs) => check(xs.reduce(add, pt(0))),
+  exp: (a) => check(inc(Math.exp)(a)),
+  max: (xs) => check({ lo: xs.reduce((m, x) => Math.max(m, x.lo), -Infinity), hi: xs.reduce((m, x) => Math.max(m, x.hi), -Infinity) }),
+  min: (xs) => check({ lo: xs.reduce((m, x) => Math.min(m, x.lo), Infinity), hi: xs.reduce((m, x) => Math.min(m, x.hi), Infinity) }),
+  fn: (name, a) => check(fn(name, a)),
+  test: (a, pred) => {
+    if (a.lo !== a.hi) throw new Undecided('a test on a value that is not a single point');
+    return pred(a.lo) ? pt(1) : pt(0);
+  },
+  gt0: (a) => {
+    if (a.lo > 0) return pt(1);
+    if (a.hi <= 0) return pt(0);
+    throw new Undecided('a comparison of a value whose interval holds 0');
+  },
+  known: (a) => (a.lo === a.hi ? a.lo : undefined),
+  topk: (xs, k) => {
+    // The order must be decided: each chosen value strictly above the next one, and the last
+    // chosen strictly above every other (equal points keep torch's lower-index-first order).
+    const order = xs.map((x, i) => [x, i] as const).sort((p, q) => q[0].lo + q[0].hi - (p[0].lo + p[0].hi) || p[1] - q[1]);
+    const above = (p: readonly [Iv, number], q: readonly [Iv, number]): boolean => p[0].lo > q[0].hi || (p[0].lo === p[0].hi && q[0].lo === q[0].hi && p[0].lo === q[0].lo && p[1] < q[1]);
+    for (let j = 0; j < k; j++) {
+      for (let m = j + 1; m < order.length; m++) if (!above(order[j] as readonly [Iv, number], order[m] as readonly [Iv, number])) throw new Undecided('a routing choice between overlapping scores');
+    }
+    return order.slice(0, k).map(([, i]) => pt(i));
+  },
+  require: (cond) => {
+    if (!(cond.lo === 1 && cond.hi === 1)) throw new Undecided('an op outside its domain');
+  },
+};
+
+/** A claim shown false at a concrete input, in exact arithmetic. */
+export interface Certified {
+  readonly seed: number;
+  readonly rank: number;
+  readonly tensor: string;
+  /** Row-major element index in the logical tensor. */
+  readonly element: number;
+  readonly kind: 'complete' | 'partial' | 'replica';
+  readonly parallel: Iv;
+  readonly logical: Iv;
+}
+
+export type CertifyResult = { certified: Certified } | { undecided: string };
+
+/**
+ * A certified witness as a numeric mismatch of logical tensor `logical` (its coordinates, the
+ * midpoints of the two enclosures as its values, the enclosures themselves), `order` its
+ * topological position.
+ */
+export function certifiedMismatch(plan: LoadedPlan, logical: number, w: Certified, order: number): Mismatch {
+  const shape = plan.logical.shapes[logical] ?? [];
+  const element = shape.map((_, d) => Math.floor(w.element / shape.slice(d + 1).reduce((x, y) => x * y, 1)) % (shape[d] as number));
+  const mid = (x: Iv): number => (x.lo + x.hi) / 2;
+  return { logical: plan.logical.tensors.name(logical), element, rank: w.rank, tensor: w.tensor, kind: w.kind, parallel: mid(w.parallel), expected: mid(w.logical), order, certified: { parallel: [w.parallel.lo, w.parallel.hi], logical: [w.logical.lo, w.logical.hi] } };
+}
+
+/**
+ * Evaluates both graphs in intervals on the inputs `numericCheck` draws at `seed` (the same
+ * random stream), and looks, tensor by tensor in the order given, for a claim of a logical
+ * tensor among `tensors` (and among those `claims` accepts) whose parallel interval is disjoint
+ * from the logical one.
+ */
+export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly number[], claims: (rank: number, tensor: number) => boolean, zero?: ReadonlySet<number>): CertifyResult & { logical?: number } {
+  const lg = plan.logical;
+  const rnd = mulberry32(seed);
+  const uniform = (): number => rnd() * 2 - 1;
+  // `zero`: as numericCheck's (the same inputs at the same seed, within their domains).
+  const need = neededDomains(plan);
+  const inputs = drawInputs(plan, uniform, rnd, zero, pt) as LogicalValues<Iv>;
+  let lv: LogicalValues<Iv>;
+  let pv: RankValues<Iv>;
+  try {
+    lv = executeLogical(plan, intervalAlgebra, inputs);
+    // Partial inputs: random addends, the last one the rest (an interval holding the exact
+    // rest, so that some real point of the input box satisfies the contract exactly).
+    const addends = new Map<string, Iv[][]>();
+    const addendsOf = (nf: LineageNF): Iv[][] => {
+      const v = nf.value;
+      const key = `${nf.logical}|${groupKey(v)}`;
+      let a = addends.get(key);
+      if (a === undefined) {
+        const x0 = lv[nf.logical] as Dense<Iv>;
+        a = Array.from({ length: v.n }, () => new Array<Iv>(x0.data.length));
+        for (let e = 0; e < x0.data.length; e++) {
+          const x = x0.data[e] as Iv;
+          if (v.reduce === 'sum') {
+            let rest = mul(x, pt(v.divisor));
+            for (let i = 0; i < v.n - 1; i++) {
+              const r = pt(signedAddend(need[nf.logical], ((x.lo + x.hi) / 2) * v.divisor, v.n, uniform));
+              (a[i] as Iv[])[e] = r;
+              rest = add(rest, neg(r));
+            }
+            (a[v.n - 1] as Iv[])[e] = rest;
+          } else {
+            const holder = e % v.n;
+            for (let i = 0; i < v.n; i++) (a[i] as Iv[])[e] = i === holder ? x : v.reduce === 'max' ? (need[nf.logical] === 'nonneg' || need[nf.logical] === 'positive' ? mul(x, pt(rnd())) : add(x, pt(-0.5 - rnd()))) : add(x, pt(0.5 + rnd()));
+          }
+        }
+        addends.set(key, a);
+      }
+      return a;
+    };
+    pv = executeParallel(plan, intervalAlgebra, (r, t) => {
+      const nf = lineageOf(plan, r, t) as LineageNF;
+      const shape = plan.view(r).shapes[t] ?? [];
+      const idx = logicalIndexer(nf, lg.shapes[nf.logical] ?? []);
+      const src = nf.value.n === 1 && nf.value.divisor === 1 ? (lv[nf.logical] as Dense<Iv>).data : (addendsOf(nf)[nf.value.idx] as Iv[]);
+      return { shape, data: Array.from({ length: numel(shape) }, (_, f) => src[idx(f)] as Iv) };
+    });
+  } catch (e) {
+    if (e instanceof Undecided) return { undecided: e.message };
+    throw e;
+  }
+  for (const logical of tensors) {
+    const r = disjointClaim(plan, lv, pv, seed, logical, claims);
+    if (r !== undefined) return { certified: r, logical };
+  }
+  return { undecided: 'every claim of the failing tensors overlaps its logical value at these inputs (rounding too wide to separate them)' };
+}
+
+function disjointClaim(plan: LoadedPlan, lv: LogicalValues<Iv>, pv: RankValues<Iv>, seed: number, logical: number, claims: (rank: number, tensor: number) => boolean): Certified | undefined {
+  const lg = plan.logical;
+  const L = lv[logical];
+  if (L === undefined) return undefined;
+  const disjoint = (a: Iv, b: Iv): boolean => Number.isFinite(a.lo) && Number.isFinite(a.hi) && Number.isFinite(b.lo) && Number.isFinite(b.hi) && (a.hi < b.lo || b.hi < a.lo);
+  // Addends per (decomposition, element, addend index).
+  const groups = new Map<string, { nf: LineageNF; chunks: Map<number, Map<number, { v: Iv; rank: number; tensor: string }>> }>();
+  for (let r = 0; r < plan.mesh.size; r++) {
+    const p = plan.programs[plan.rankProgram[r] as number] as Program;
+    for (let t = 0; t < p.tensors.size; t++) {
+      const nf = lineageOf(plan, r, t);
+      if (nf === undefined || nf.logical !== logical || !claims(r, t)) continue;
+      const val = pv[r]?.[t];
+      if (val === undefined) continue;
+      const idx = logicalIndexer(nf, lg.shapes[logical] ?? []);
+      const v = nf.value;
+      if (v.n === 1 && v.divisor === 1) {
+        for (let f = 0; f < val.data.length; f++) {
+          const g = idx(f);
+          if (disjoint(val.data[f] as Iv, L.data[g] as Iv)) return { seed, rank: r, tensor: p.tensors.name(t), element: g, kind: 'complete', parallel: val.data[f] as Iv, logical: L.data[g] as Iv };
+        }
+        continue;
+      }
+      const key = `${logical}|${groupKey(v)}`;
+      let grp = groups.get(key);
+      if (grp === undefined) groups.set(key, (grp = { nf, chunks: new Map() }));
+      for (let f = 0; f < val.data.length; f++) {
+        const g = idx(f);
+        let byIdx = grp.chunks.get(g);
+        if (byIdx === undefined) grp.chunks.set(g, (byIdx = new Map()));
+        const prev = byIdx.get(v.idx);
+        const x = val.data[f] as Iv;
+        if (prev === undefined) byIdx.set(v.idx, { v: x, rank: r, tensor: p.tensors.name(t) });
+        // Two copies of one addend that cannot be equal: no value of that addend makes both claims hold.
+        else if (disjoint(prev.v, x)) return { seed, rank: r, tensor: p.tensors.name(t), element: g, kind: 'replica', parallel: x, logical: prev.v };
+      }
+    }
+  }
+  for (const { nf, chunks } of groups.values()) {
+    const v = nf.value;
+    if (v.reduce !== 'sum' && v.reduce !== 'max' && v.reduce !== 'min') continue;
+    for (const [g, byIdx] of chunks) {
+      if (byIdx.size < v.n) continue;
+      const xs = [...byIdx.values()].map((e) => e.v);
+      const combined = v.reduce === 'sum' ? div(xs.reduce(add, pt(0)), pt(v.divisor)) : v.reduce === 'max' ? intervalAlgebra.max(xs) : intervalAlgebra.min(xs);
+      const first = [...byIdx.values()][0] as { rank: number; tensor: string };
+      if (disjoint(combined, L.data[g] as Iv)) return { seed, rank: first.rank, tensor: first.tensor, element: g, kind: 'partial', parallel: combined, logical: L.data[g] as Iv };
+    }
+  }
+  return undefined;
+}
+
+function lineageOf(plan: LoadedPlan, r: number, t: number): LineageNF | undefined {
+  const p = plan.programs[plan.rankProgram[r] as number] as Program;
+  const spec = p.lineage[t];
+  if (spec === undefined) return undefined;
+  return evalLineage(spec, plan.mesh, r, plan.logical.shapes[spec.logical] ?? [], plan.view(r).shapes[t] ?? []);
+}

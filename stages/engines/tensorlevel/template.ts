@@ -1,0 +1,384 @@
+/**
+ * Tensor-level proofs per template (docs/engine.md, "Tensor level per template"): a stage
+ * decomposed per template (stages/decompose/template.ts) derived once at each program's base
+ * rank, rank-dependent quantities affine in the mesh coordinates (sym.ts), claims fitted over
+ * the coordinates they depend on, collectives on groups inside a program read at the base.
+ */
+import { evalLineage, groupKey, type LineageNF } from '../../../lineage/model.js';
+import { registry } from '../../../ops/registry.js';
+import type { Program } from '../../../plans/model.js';
+import { checkRunClock } from '../../clock.js';
+import { CollectiveRules } from './collectives.js';
+import { axisSites, type TemplateStageRef, type TemplateFrame, everyPoint, sameSetsOutside, substValue } from './frames.js';
+import { type Range, type Frac, frac, fmul, feq, type Comp, type Part, type Relation, type Value, type Derived, regionKey, sameRel, sameAddend, attrsKey, coversAll, unionParts, MAX_LIFT_POINTS, evenPlacements, type StageRef, type Ctx, type Shared } from './relations.js';
+import { iadd, iaxes, icmp, iconst, ieval, ikey, Sym, type Int } from './sym.js';
+
+export abstract class TemplateRules extends CollectiveRules {
+  /**
+   * A stage decomposed per template (stages/decompose/template.ts): each part (program, tensor) is
+   * derived once at the program's base rank, with rank-dependent quantities affine in the
+   * coordinates, and must equal its claim as affine functions, hence at every rank. Addend
+   * claims are checked per coordinate of the axes their index and the derived addends depend
+   * on: the derived addends of each claimed region must partition its value, as prove() checks
+   * rank by rank.
+   */
+  proveTemplate(stage: TemplateStageRef): { proved: true } | { why: string; part?: number } {
+    checkRunClock();
+    const tmpl = this.tmpl;
+    if (tmpl === undefined) return { why: 'not a per-template prover' };
+    const derive = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set() });
+    const groups = new Map<string, { n: number; byIdx: Map<number, Relation> }>();
+    for (const [pix, part] of stage.parts.entries()) {
+      const prog = this.plan.programs[part.program] as Program;
+      const frame = tmpl[part.program];
+      if (frame === undefined || typeof frame === 'string') return { why: frame ?? 'no template' };
+      if (part.ranks !== prog.ranks.length) return { why: `per template: ${part.ranks} of the ${prog.ranks.length} ranks of '${prog.name}' hold '${prog.tensors.name(part.tensor)}'` };
+      this.frame = frame;
+      const r0 = frame.r0;
+      const name = `'${prog.name}' '${prog.tensors.name(part.tensor)}'`;
+      const claim = this.canonical(this.templateClaim(r0, part.tensor));
+      if (typeof claim === 'string') return { why: `${name}: the claim is ${claim}`, part: pix };
+      const d0 = derive(r0, part.tensor, 0);
+      const d = typeof d0 === 'string' ? d0 : this.materialize(d0);
+      if (typeof d === 'string') return { why: `${name}: ${d}`, part: pix };
+      if (claim.part === undefined) {
+        if (d.part !== undefined || !sameRel(d, claim)) return { why: `${name}: derived ${this.show(d)}, claimed ${this.show(claim)}`, part: pix };
+        continue;
+      }
+      if (d.part === undefined || regionKey(d) !== regionKey(claim) || !feq(d.scale, claim.scale)) return { why: `${name}: derived ${this.show(d)}, claimed addend ${this.show(claim)}`, part: pix };
+      const idx0 = (claim.part.comps[0] as Comp).cover[0] as Int;
+      const n = (claim.part.comps[0] as Comp).total;
+      // The axes the index and the addends move with; the region's other axes stay symbolic in
+      // the group key: along them every region sees the same addends (docs/engine.md).
+      const axes = [...new Set([...iaxes(idx0), ...d.part.comps.flatMap((c) => c.cover.flatMap(iaxes))])].sort((a, b) => a - b);
+      const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
+      if (points > MAX_LIFT_POINTS) {
+        // Too many coordinates to walk: proved without the walk when the derived addend equals
+        // the claimed one as affine functions of the coordinates (so at every rank) and the
+        // claim is of placements (affine, templateClaim) whose every partial axis this program
+        // spans whole: then every addend of every group is claimed by a rank of this part, the
+        // partial index idx * m + c runs over 0..n-1 once per group, and the derived addends
+        // partition each value as the walk would find (docs/engine.md, "Tensor level per template").
+        const spec = prog.lineage[part.tensor];
+        const whole = spec?.kind === 'placements' && spec.placements.every((pl, a) => pl.k !== 'P' || (frame.sets[a]?.length ?? 0) === (this.plan.mesh.sizes[a] as number));
+        if (whole && sameAddend(d, claim)) continue;
+        return { why: `${name}: addends over ${points} coordinates` };
+      }
+      const bad = everyPoint(axes, frame.sets, frame.x0, (x) => {
+          const at = (c: Relation): Relation => substValue(c, axes, x, frame.x0) as Relation;
+          const cl = at(claim);
+          const dx = at(d);
+          const idx = iconst(((cl.part as Part).comps[0] as Comp).cover[0] as Int);
+          if (idx === undefined) return 'an addend index that depends on the coordinates';
+          const gk = `${(claim.part as Part).key}@${regionKey(cl)}`;
+          let g = groups.get(gk);
+          if (g === undefined) groups.set(gk, (g = { n, byIdx: new Map() }));
+          const prev = g.byIdx.get(idx);
+          if (prev !== undefined && !sameRel(prev, dx)) return `replicas of addend ${idx} derive different values`;
+          g.byIdx.set(idx, dx);
+          return undefined;
+      });
+      if (bad !== undefined) return { why: `${name}: ${bad}` };
+    }
+    for (const [gk, g] of groups) {
+      if (g.byIdx.size !== g.n) return { why: `addends ${gk}: ${g.byIdx.size} of ${g.n} are computed in this stage` };
+      const u = unionParts([...g.byIdx.values()].map((r) => r.part as Part));
+      if (u === undefined || !coversAll(u)) return { why: `the claimed addends ${gk} do not add up to the whole value` };
+    }
+    return { proved: true };
+  }
+
+  /**
+   * deriveOne per template: r is the program's base rank and every rank-dependent quantity is
+   * affine in the coordinates (stages/engines/tensorlevel/sym.ts). Claims are fitted over the coordinates they
+   * depend on and checked at each; a collective whose group lies inside the program reads its
+   * members' inputs as the base's input with the group's coordinates substituted.
+   */
+  protected deriveOneTemplate(stage: StageRef, r: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived, ctx: Ctx): Derived {
+    const plan = this.plan;
+    const pi = plan.rankProgram[r] as number;
+    const p = plan.programs[pi] as Program;
+    const lop = (this.localProd[pi] as Int32Array)[t] as number;
+    const site = lop >= 0 ? -1 : ((this.siteProd[pi] as Int32Array)[t] as number);
+    const produced = lop >= 0 || site >= 0;
+    const spec = p.lineage[t];
+    if (spec !== undefined && produced) {
+      this.impure++;
+      if (spec.logical === stage.logical) ctx.seen?.recomputes.add(spec.logical);
+      else ctx.seen?.assumes.add(spec.logical);
+    }
+    if (spec !== undefined && (spec.logical !== stage.logical || !produced)) {
+      // A hint (lineage marked inferred) is proved where it is produced; on a tensor no op
+      // writes nothing proves it, so it is never assumed.
+      if (!produced && p.inferred?.has(t) === true) return `'${p.tensors.name(t)}' has only an inferred hint and no producer`;
+      const ck = r * this.tensorKey + t;
+      const hit = this.claimCache.get(ck);
+      if (hit !== undefined) return hit;
+      const rel = this.canonical(this.templateClaim(r, t));
+      this.claimCache.set(ck, rel);
+      return rel;
+    }
+    if (!produced) return `'${p.tensors.name(t)}' has no producer and no lineage`;
+    if (lop >= 0) {
+      const a = p.attrSpecs[lop];
+      if (a !== undefined && a.exprs.length > 0) return `per template: op '${p.ops.ids.name(lop)}' has attributes that depend on the coordinates`;
+      return this.deriveOp(r, lop, t, depth, derive);
+    }
+    const frame = this.tmpl?.[pi];
+    if (frame === undefined || typeof frame === 'string') return frame ?? 'no template';
+    const attrSpec = p.attrSpecs[site];
+    if (attrSpec !== undefined && attrSpec.exprs.length > 0) return `per template: collective '${p.ops.ids.name(site)}' has attributes that depend on the coordinates`;
+    const g = p.groups[site];
+    if (g === undefined) return this.p2pTemplate(r, pi, site, depth, derive);
+    if (g.kind !== 'axes') return `per template: collective '${p.ops.ids.name(site)}' has a group given by ranks (derived rank by rank)`;
+    const axes = [...g.axes].sort((a, b) => a - b);
+    const mesh = plan.mesh;
+    const members = axes.reduce((q, a) => q * (mesh.sizes[a] as number), 1);
+    if (members > MAX_LIFT_POINTS) return this.bigGroupSum(r, pi, site, t, axes, members, depth, derive);
+    const key = -1 - (pi * this.opKey + site);
+    const shared = this.sharedCall(key, stage, ctx, (sub) => this.groupInputs(r, pi, site, g.axes, axes, depth, sub));
+    if (typeof shared === 'string') return shared;
+    // This rank's place in its group, affine in the group's coordinates.
+    let stride = 1;
+    let pos = 0;
+    const k = Array<number>(mesh.axes.length).fill(0);
+    for (let j = axes.length - 1; j >= 0; j--) {
+      const a = axes[j] as number;
+      pos += (frame.x0[a] as number) * stride;
+      k[a] = stride;
+      stride *= mesh.sizes[a] as number;
+    }
+    const kind = registry.get(p.ops.kind[site] as number).name;
+    if (kind === 'broadcast') return 'per template: a broadcast (its source is a rank, not a place in the group)';
+    return this.deriveCollective(kind, plan.view(r).attrs[site] ?? {}, shared, Sym.of(pos, k), shared.ins.length, plan.view(r).shapes[t] ?? [], -1);
+  }
+
+  /**
+   * An all-reduce (sum or avg) over a group too large to list (past MAX_LIFT_POINTS members) as
+   * one symbolic sum (docs/engine.md, "Tensor level per template"). Taken only when the group's
+   * members are exactly this program's ranks along the group axes (its box spans them whole and
+   * no other program runs one of its ranks), and the base's input, derived once with affine
+   * coordinates, is one addend of a decomposition into as many addends as members whose index
+   * is the member's position in the group (plans/mesh.ts groupAlong: the written axes in order,
+   * the last fastest), over a region and a scale the group axes do not move. Then the members
+   * hold the addends 0..n-1 once each, and their sum is the whole region (avg: over n).
+   */
+  protected bigGroupSum(r: number, pi: number, site: number, t: number, written: readonly number[], n: number, depth: number, derive: (r: number, t: number, depth: number) => Derived): Derived {
+    const plan = this.plan;
+    const mesh = plan.mesh;
+    const p = plan.programs[pi] as Program;
+    const frame = this.tmpl?.[pi] as TemplateFrame;
+    const kind = registry.get(p.ops.kind[site] as number).name;
+    const red = String((plan.view(r).attrs[site] ?? {})['reduce']);
+    const no = (why: string): string => `per template: a ${kind} over a group of ${n} members: ${why}`;
+    if (kind !== 'all_reduce' || (red !== 'sum' && red !== 'avg')) return no('only a sum or avg all-reduce is taken as one symbolic sum');
+    if (!written.every((a) => frame.full[a] === true)) return no(`program '${p.name}' does not span the group axes whole`);
+    const boxRanks = frame.sets.reduce((q, s) => q * s.length, 1);
+    if (p.ranks.length !== boxRanks || p.ranks.some((x) => plan.rankProgram[x] !== pi)) return no(`another program runs some of the ranks of '${p.name}'`);
+    const x = p.ops.opInputs(site)[0];
+    if (x === undefined) return 'a collective with no input';
+    const d0 = derive(frame.r0, x, depth + 1);
+    if (typeof d0 === 'string') return d0;
+    const d = this.materialize(d0);
+    if (typeof d === 'string') return d;
+    const comp = d.part?.comps[0];
+    if (d.part === undefined || d.part.max === true || d.part.comps.length !== 1 || comp === undefined || d.bcast !== undefined || comp.total !== n) return no('its input is not one addend of a decomposition into as many addends as members');
+    // The member's position: the written axes in order, the last fastest (groupAlong).
+    const k = Array<number>(mesh.axes.length).fill(0);
+    let stride = 1;
+    for (let j = written.length - 1; j >= 0; j--) {
+      const a = written[j] as number;
+      k[a] = stride;
+      stride *= mesh.sizes[a] as number;
+    }
+    const pos = Sym.of(written.reduce((q, a) => q + (frame.x0[a] as number) * (k[a] as number), 0), k);
+    const c = comp.cover[0] as Int;
+    const one = comp.kind === 'idx' ? comp.cover.length === 1 : comp.cover.length === 2 && icmp(comp.cover[1] as Int, iadd(c, 1)) === 0;
+    if (!one || icmp(c, pos) !== 0) return no("its addend index is not the member's position in the group");
+    if (d.ranges.some(([lo, hi]) => [...iaxes(lo), ...iaxes(hi)].some((a) => written.includes(a)))) return no('its region moves along the group axes');
+    const scale = red === 'avg' ? fmul(d.scale, frac(1, n) as Frac) : d.scale;
+    if (scale === undefined) return 'scale overflow';
+    return this.checked({ logical: d.logical, ranges: d.ranges, scale }, plan.view(r).shapes[t] ?? []);
+  }
+
+  /**
+   * The members' inputs of a group call per template, in coordinate order (plans/mesh.ts
+   * groupAlong: the last group axis fastest). A member in this program is the base's input with
+   * the group's coordinates substituted; a member in another program (a group along an axis
+   * the program does not vary, as pipeline stages) runs the call that the loader's matching
+   * pairs with this one: the same position among its calls on the same group axes. The other
+   * axes' coordinates must be the same sets in both programs, so affine values carry over.
+   */
+  protected groupInputs(r: number, pi: number, site: number, written: readonly number[], axes: readonly number[], depth: number, derive: (r: number, t: number, depth: number) => Derived): Shared | string {
+    const plan = this.plan;
+    const mesh = plan.mesh;
+    const p = plan.programs[pi] as Program;
+    const frame = this.tmpl?.[pi] as TemplateFrame;
+    const n = axes.reduce((q, a) => q * (mesh.sizes[a] as number), 1);
+    if (n > MAX_LIFT_POINTS) return `per template: a group of ${n} members`;
+    const k = this.sitesOn(pi, written).indexOf(site);
+    const ins: Value[] = [];
+    // The members of the base rank's group, in the order the loader matches them.
+    for (const m of mesh.groupAlong(frame.r0, axes)) {
+      const at = mesh.coords(m);
+      const qi = plan.rankProgram[m] as number;
+      const qf = this.tmpl?.[qi];
+      if (qf === undefined || typeof qf === 'string') return qf ?? 'no template';
+      // Only axes neither program varies may differ (pipeline stages): where either varies, the
+      // two bases agree, so affine values (and region maps checked on this frame) mean the same.
+      if (!sameSetsOutside(frame, qf, axes.filter((a) => (frame.sets[a]?.length ?? 0) === 1 && (qf.sets[a]?.length ?? 0) === 1))) return `per template: the group of '${p.ops.ids.name(site)}' reaches program '${(plan.programs[qi] as Program).name}', whose ranks differ outside the group`;
+      const q = plan.programs[qi] as Program;
+      let qs = site;
+      if (qi !== pi) {
+        qs = this.sitesOn(qi, written)[k] ?? -1;
+        if (qs < 0 || q.ops.kind[qs] !== p.ops.kind[site] || attrsKey(plan.view(qf.r0).attrs[qs]) !== attrsKey(plan.view(r).attrs[site]) || (q.attrSpecs[qs]?.exprs.length ?? 0) > 0) return `per template: no matching call of '${p.ops.ids.name(site)}' in program '${q.name}'`;
+        this.use?.same(p.ops.kind[site] as number, plan.view(qf.r0).attrs[qs], plan.view(r).attrs[site]);
+      }
+      const x = q.ops.opInputs(qs)[0];
+      if (x === undefined) return 'a collective with no input';
+      const d = derive(qf.r0, x, depth + 1);
+      if (typeof d === 'string') return d;
+      ins.push(substValue(d, axes, at, qf.x0));
+    }
+    return { ins, memo: new Map() };
+  }
+
+  /** Per program: its call sites on groups along these axes (as written), in program order. */
+  protected sitesOn(pi: number, axes: readonly number[]): number[] {
+    const key = `${pi}|${axes.join('.')}`;
+    let hit = this.siteLists.get(key);
+    if (hit === undefined) {
+      hit = [...(axisSites(this.plan.programs[pi] as Program, axes) ?? [])];
+      this.siteLists.set(key, hit);
+    }
+    return hit;
+  }
+  protected readonly siteLists = new Map<string, number[]>();
+
+  /**
+   * A receive per template from a peer given by a shift along axes the program does not vary
+   * (pipeline stages): every rank of the box receives from the same program, at the same
+   * coordinates elsewhere. The send it pairs with is the same position among the sender's sends
+   * to this rank as this receive among its receives from the sender (plans/collectives.ts).
+   */
+  protected p2pTemplate(r: number, pi: number, site: number, depth: number, derive: (r: number, t: number, depth: number) => Derived): Derived {
+    const plan = this.plan;
+    const mesh = plan.mesh;
+    const p = plan.programs[pi] as Program;
+    const frame = this.tmpl?.[pi] as TemplateFrame;
+    const name = registry.get(p.ops.kind[site] as number).name;
+    const peerOf = (q: Program, op: number, x0: readonly number[]): number | undefined => {
+      const spec = q.peers[op];
+      if (spec === undefined || spec.kind !== 'shift') return undefined;
+      const c = [...x0];
+      for (const [a, d] of spec.shift) {
+        const v = (c[a] as number) + d;
+        if (v < 0 || v >= (mesh.sizes[a] as number)) return undefined;
+        c[a] = v;
+      }
+      return mesh.rankOf(c);
+    };
+    if (name !== 'recv') return `per template: '${name}' between ranks is derived rank by rank`;
+    const spec = p.peers[site];
+    if (spec === undefined || spec.kind !== 'shift') return `per template: '${p.ops.ids.name(site)}' has a peer given by a rank`;
+    if (spec.shift.some(([a]) => (frame.sets[a]?.length ?? 0) !== 1)) return `per template: '${p.ops.ids.name(site)}' shifts along an axis the program varies`;
+    const peer = peerOf(p, site, frame.x0);
+    if (peer === undefined) return `per template: '${p.ops.ids.name(site)}' has no peer`;
+    const qi = plan.rankProgram[peer] as number;
+    const qf = this.tmpl?.[qi];
+    if (qf === undefined || typeof qf === 'string') return qf ?? 'no template';
+    const shifted = spec.shift.map(([a]) => a);
+    if (shifted.some((a) => (qf.sets[a]?.length ?? 0) !== 1) || !sameSetsOutside(frame, qf, shifted) || qf.r0 !== peer) return `per template: '${p.ops.ids.name(site)}' receives from program '${(plan.programs[qi] as Program).name}', whose ranks differ`;
+    const q = plan.programs[qi] as Program;
+    const mine = [...p.collectiveSites].filter((op) => registry.get(p.ops.kind[op] as number).name === 'recv' && peerOf(p, op, frame.x0) === peer);
+    const theirs = [...q.collectiveSites].filter((op) => registry.get(q.ops.kind[op] as number).name === 'send' && peerOf(q, op, qf.x0) === frame.r0);
+    const sendOp = theirs[mine.indexOf(site)];
+    if (sendOp === undefined) return `per template: no send pairs with '${p.ops.ids.name(site)}'`;
+    const x = q.ops.opInputs(sendOp)[0];
+    if (x === undefined) return 'a send with no input';
+    return derive(qf.r0, x, depth + 1);
+  }
+
+  /**
+   * A claim per template: its normal form at every coordinate of the axes its spec reads (the
+   * loader's `axes`), fitted as affine functions at the base and one step per axis and checked
+   * at every point; constant parts (factor, addend count, reduction) must not vary.
+   */
+  protected templateClaim(r: number, t: number): Relation | string {
+    const plan = this.plan;
+    const pi = plan.rankProgram[r] as number;
+    const p = plan.programs[pi] as Program;
+    const frame = this.tmpl?.[pi];
+    if (frame === undefined || typeof frame === 'string') return frame ?? 'no template';
+    const spec = p.lineage[t];
+    if (spec === undefined) return 'no lineage';
+    if (spec.axes.includes(-1)) return 'a claim that reads the rank number';
+    // An index map of numbers and affine expressions (plans/expr.ts: built from literals, axes,
+    // + - and constant products, never out of range) is affine by construction: fitted along
+    // every axis the program varies, it is exact, and the walk below would only repeat it.
+    // Placements (torch.chunk sizes) and other expressions are walked over the axes they read.
+    // Placements are affine too when every Shard splits its piece evenly (lineage/model.ts
+    // expandPlacements: offsets lo + c * L/m, partial indices idx * m + c): nothing is clamped.
+    const lshape0 = plan.logical.shapes[spec.logical] ?? [];
+    const affineSpec = spec.kind === 'index' ? [...(spec.dims ?? []).flatMap((d) => d ?? []), spec.idx].every((x) => typeof x === 'number' || x.affine !== undefined) : evenPlacements(spec.placements, plan.mesh.sizes, lshape0);
+    const axes = (affineSpec ? frame.sets.map((_, a) => a) : [...spec.axes]).filter((a) => (frame.sets[a]?.length ?? 0) > 1).sort((a, b) => a - b);
+    const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
+    if (!affineSpec && points > MAX_LIFT_POINTS) return `a claim over ${points} coordinates (at most ${MAX_LIFT_POINTS})`;
+    const mesh = plan.mesh;
+    // Shapes do not depend on the coordinates (templateFrame): the base view's, never a view per rank.
+    const lshape = plan.logical.shapes[spec.logical] ?? [];
+    const local = plan.view(r).shapes[t] ?? [];
+    const nfAt = (x: readonly number[]): LineageNF => evalLineage(spec, mesh, mesh.rankOf(x), lshape, local);
+    // Flattened to numbers: [ranges..., idx], with the constant parts as text.
+    const flat = (nf: LineageNF): { nums: number[]; fixed: string } | string => {
+      const nums: number[] = [];
+      for (const rg of nf.ranges) {
+        if (rg.length !== 2) return 'a striped region (several ranges along one dim)';
+        nums.push(rg[0] as number, rg[1] as number);
+      }
+      const v = nf.value;
+      nums.push(v.n === 1 ? 0 : v.idx);
+      return { nums, fixed: `${nf.logical}|${v.divisor}|${v.n}|${v.reduce}|${groupKey(v)}` };
+    };
+    const x0 = [...frame.x0];
+    const nf0 = nfAt(x0);
+    const b = flat(nf0);
+    if (typeof b === 'string') return b;
+    const coefs = b.nums.map(() => Array<number>(x0.length).fill(0));
+    for (const a of axes) {
+      const next = (frame.sets[a] as Int32Array).find((c) => c > (x0[a] as number));
+      if (next === undefined) continue;
+      const x = [...x0];
+      x[a] = next;
+      const f = flat(nfAt(x));
+      if (typeof f === 'string') return f;
+      if (f.fixed !== b.fixed || f.nums.length !== b.nums.length) return 'a claim whose factor, addends or reduction depend on the coordinates';
+      const step = next - (x0[a] as number);
+      for (let i = 0; i < b.nums.length; i++) {
+        const diff = ((f.nums[i] as number) - (b.nums[i] as number)) / step;
+        if (!Number.isInteger(diff)) return 'a claim that is not affine in the coordinates';
+        (coefs[i] as number[])[a] = diff;
+      }
+    }
+    const sym = b.nums.map((v, i) => Sym.of(v, coefs[i] as number[]));
+    // Checked at every coordinate of its axes (the others stay at the base).
+    const bad = affineSpec
+      ? undefined
+      : everyPoint(axes, frame.sets, x0, (x) => {
+          const f = flat(nfAt(x));
+          if (typeof f === 'string') return f;
+          return f.fixed !== b.fixed || f.nums.some((v, i) => v !== ieval(sym[i] as Int, x, x0)) ? 'a claim that is not affine in the coordinates' : undefined;
+        });
+    if (bad !== undefined) return bad;
+    const ranges: Range[] = [];
+    for (let d = 0; d + 1 < sym.length; d += 2) ranges.push([sym[d] as Int, sym[d + 1] as Int]);
+    const v = nf0.value;
+    const scale = frac(v.divisor, 1);
+    if (scale === undefined) return 'a divisor that is not an integer';
+    if (v.n === 1) return { logical: nf0.logical, ranges, scale };
+    if (v.reduce !== 'sum') return `addends combined by ${v.reduce}`;
+    const idx = sym[sym.length - 1] as Int;
+    return { logical: nf0.logical, ranges, scale, part: { key: `claim|${groupKey(v)}|${nf0.logical}|${ranges.map(([a, c]) => `${ikey(a)}:${ikey(c)}`).join(';')}`, comps: [{ kind: 'idx', cover: [idx], total: v.n }] } };
+  }
+
+}
