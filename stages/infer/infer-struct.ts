@@ -14,7 +14,8 @@
 import type { LoadedPlan } from '../../lineage/load.js';
 import type { Program } from '../../plans/model.js';
 import { TensorLevelProver, type DerivedClaim } from '../engines/tensorlevel/prover.js';
-import { fitTemplate, fixedTensors, splitTag, type InferredClaim } from './infer.js';
+import { fitTemplate, splitTag, type InferredClaim } from './infer.js';
+import { fixedTensors } from './fixed.js';
 
 type Json = Record<string, unknown>;
 

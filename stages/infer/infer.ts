@@ -26,6 +26,7 @@ import { differs, evaluateBoth } from '../witness/numeric.js';
 import { producedSets } from '../decompose/prove.js';
 import { registry } from '../../ops/registry.js';
 import { logicalOrder } from '../../sdfg/execute.js';
+import { fixedTensors } from './fixed.js';
 
 /** Plans whose logical tensors hold more elements than this are not fingerprinted. */
 const MAX_INFER_ELEMENTS = 4_000_000;
@@ -457,51 +458,6 @@ function commonSuffix(a: string, b: string): number {
   let n = 0;
   while (n < a.length && n < b.length && a[a.length - 1 - n] === b[b.length - 1 - n]) n++;
   return n;
-}
-
-/**
- * Tensors whose value the plan fixes: a contract input with one possible value (a constant
- * the importer declared, `values: {range: [k, k+1]}`) and whatever ops compute from such
- * tensors only, on the logical side; on a program, tensors claimed (by the plan, not by a
- * hint) for a fixed logical tensor and what its ops compute from them. They are never cut
- * points: a cut turns a constant into a free symbol, and two micro-batches' copies of one
- * constant (loss seeds, a causal mask rebuilt from a buffer, position ids from `arange`)
- * into two symbols no proof can equate. Uncut, they fold into the normal form as numbers.
- */
-export function fixedTensors(plan: LoadedPlan): { readonly logical: Uint8Array; program(pi: number): Uint8Array } {
-  const lg = plan.logical;
-  const fixed = new Uint8Array(lg.tensors.size);
-  for (const t of plan.contract.inputs) if (lg.domains[t]?.length === 1) fixed[t] = 1;
-  for (const op of logicalOrder(plan)) {
-    if (![...lg.ops.opInputs(op)].every((x) => fixed[x] === 1)) continue;
-    for (const x of lg.ops.opOutputs(op)) fixed[x] = 1;
-  }
-  const memo = new Map<number, Uint8Array>();
-  return {
-    logical: fixed,
-    program(pi: number): Uint8Array {
-      const hit = memo.get(pi);
-      if (hit !== undefined) return hit;
-      const p = plan.programs[pi] as Program;
-      const out = new Uint8Array(p.tensors.size);
-      p.lineage.forEach((l, t) => {
-        if (l !== undefined && p.inferred?.has(t) !== true && fixed[l.logical] === 1) out[t] = 1;
-      });
-      // Passes until nothing changes (ops need not be listed in dataflow order; one pass
-      // usually suffices).
-      for (let changed = true; changed; ) {
-        changed = false;
-        for (let op = 0; op < p.ops.size; op++) {
-          const outs = p.ops.opOutputs(op);
-          if (outs.every((x) => out[x] === 1) || ![...p.ops.opInputs(op)].every((x) => out[x] === 1)) continue;
-          for (const x of outs) out[x] = 1;
-          changed = true;
-        }
-      }
-      memo.set(pi, out);
-      return out;
-    },
-  };
 }
 
 /** `{"expr": ...}` for b + sum k·coord, or the number when constant. */
