@@ -185,7 +185,8 @@ describe('README and docs/reports.md say what the CLI prints (issue 35, deliver 
 
   /** Runs a README script as a user would (npx planproof is the built CLI), stdout and stderr as one stream, in a fresh cache. */
   function run(script: string): { code: number; printed: string[] } {
-    const s = script.replace(/npx planproof /g, `${process.execPath} ${cli} `).replaceAll('/tmp/', `${dir}/tmp/`);
+    // (/tmp/ first: a checkout under /tmp/ must not have its own path rewritten)
+    const s = script.replaceAll('/tmp/', `${dir}/tmp/`).replace(/npx planproof /g, `${process.execPath} ${cli} `);
     const env = { ...process.env, PLANPROOF_CACHE_DIR: join(dir, `cache${runs++}`) };
     const r = spawnSync('bash', ['-c', `exec 2>&1\n${s}`], { cwd: dir, encoding: 'utf8', env, timeout: 600_000 });
     return { code: r.status ?? -1, printed: (r.stdout ?? '').replaceAll(`${dir}/tmp/`, '/tmp/').replace(/\n$/, '').split('\n') };
