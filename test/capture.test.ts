@@ -188,6 +188,20 @@ function logicalOutputs(name: string): { got: Map<string, readonly number[]>; wa
   return { got, want };
 }
 
+describe('source lines of a capture (issue 35)', () => {
+  it("a returned value's stage points at the user's line that made it, not only at the graph file a capture deletes", () => {
+    const dir = `${FIXTURES}capture/ddp_adamw-bug`;
+    const read = (f: string): { name: string; text: string } => ({ name: f, text: readFileSync(join(dir, f), 'utf8') });
+    const relations = checkRelations('relations.json', JSON.parse(readFileSync(join(dir, 'relations.json'), 'utf8')));
+    const { plan: raw } = importGraphs({ logical: read('logical.py'), ranks: [read('rank0.py'), read('rank1.py')], relations, relationsFile: 'relations.json' });
+    const rets = raw.logical.ops.filter((o) => o.id.startsWith('return.'));
+    assert.ok(rets.length >= 2);
+    for (const o of rets) assert.match(o.loc ?? '', /^logical\.py: return value \d+ \(made at examples\/torch\/ddp_adamw\.py:\d+\)$/, o.id);
+    const progRets = raw.parallel.programs.flatMap((p) => p.ops).filter((o) => o.id.startsWith('return.'));
+    for (const o of progRets) assert.match(o.loc ?? '', /\(made at examples\/torch\/ddp_adamw\.py:\d+\)$/, o.id);
+  });
+});
+
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
   for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {

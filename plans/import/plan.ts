@@ -357,7 +357,7 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
     const src = outputValue(logical, lgraphs, k, o, true) as TensorVal;
     named(logical).add(src.id);
     ltensors.push({ id: o.name, shape: [...src.shape], role: 'output', dtype: src.dtype });
-    lops.push({ id: `return.${o.name}`, op: 'identity', inputs: [src.id], outputs: [o.name], loc: byNode ? `${logical.file}: node ${o.logicalNode ?? o.node}` : `${logical.file}: return value ${k}` });
+    lops.push({ id: `return.${o.name}`, op: 'identity', inputs: [src.id], outputs: [o.name], loc: `${byNode ? `${logical.file}: node ${o.logicalNode ?? o.node}` : `${logical.file}: return value ${k}`}${madeAt(logical.ops, src.id)}` });
   });
   for (const id of new Set([...contractIn])) {
     const t = logicalShapes.get(id);
@@ -430,7 +430,7 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
       const id = `return.${o.name}`;
       if (g.tensors.has(id)) throw new ImportError(g.file, 0, `tensor name '${id}' is reserved for return values`);
       tensors.push({ id, shape: [...src.shape], dtype: src.dtype, lineage: lineageOf({ logical: o.logical ?? o.name, ...(o.placements === undefined ? {} : { placements: o.placements }), ...(o.index === undefined ? {} : { index: o.index }), ...(o.value === undefined ? {} : { value: o.value }) }, o.name) });
-      ops.push({ id: `return.${o.name}.op`, op: 'identity', inputs: [src.id], outputs: [id], loc: byNode ? `${g.file}: node ${o.node}` : `${g.file}: return value ${k}` });
+      ops.push({ id: `return.${o.name}.op`, op: 'identity', inputs: [src.id], outputs: [id], loc: `${byNode ? `${g.file}: node ${o.node}` : `${g.file}: return value ${k}`}${madeAt(g.ops, src.id)}` });
     });
     return { name: `rank ${r} (${g.file})`, ranks: [r], tensors, ops };
   });
@@ -471,4 +471,19 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const pairedMasks = rel.dropout === 'auto' ? ranks.reduce((a, g) => a + masks(g).filter((m) => rel.inputs[m.id] === undefined).length, 0) : 0;
   const constantReads = [logical, ...ranks].reduce((a, g) => a + (g.byTarget.get('getattr') ?? 0), 0);
   return { plan, stats: { atenOps, byTarget, mapped, ignoredReturns, assumptions, pairedMasks, constants: constantReads, planOps, collectives, pruned } };
+}
+
+/**
+ * Where a returned tensor was made in the user's code: the `(file:line)` of its producer's loc
+ * (an FX `# File:` comment). A return value's own place is the graph file, which a capture
+ * deletes: the user's line is what the report should point at.
+ */
+function madeAt(ops: readonly RawParallelOp[], id: string): string {
+  for (let i = ops.length - 1; i >= 0; i--) {
+    const op = ops[i] as RawParallelOp;
+    if (!op.outputs.includes(id)) continue;
+    const m = /\(([^()]*)\)$/.exec(op.loc ?? '');
+    return m === null ? '' : ` (made at ${m[1] as string})`;
+  }
+  return '';
 }
