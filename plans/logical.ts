@@ -241,7 +241,8 @@ function propagateDomains(g: LogicalGraph): void {
       // tensor takes, so their intersection does too (a mask that is all ones stays {1}).
       const d = arithmeticDomain(def.name, ins.map((t) => doms[t]), g.attrs[op] ?? {});
       const had = doms[out];
-      const both = had === undefined || d === undefined ? d : had.filter((v) => d.includes(v));
+      const inD = d === undefined ? undefined : new Set(d);
+      const both = had === undefined || inD === undefined ? d : had.filter((v) => inD.has(v));
       // (Disjoint: no run reaches this op with these inputs; the declared domain is kept.)
       if (both !== undefined && both.length > 0) doms[out] = both;
     }
