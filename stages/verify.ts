@@ -64,13 +64,13 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
   const stages = decompose(plan, logicalOrder(plan));
   let first = numericCheck(plan, seed);
   const witnessed = witnessedStages(plan, stages, first);
-  // A certified refutation settles its stage; later ones are not attempted (as in verifyPlanInPool).
+  // A certified refutation settles its stage; later ones get a brief deadline (as in verifyPlanInPool).
   const cert = earlyCertificate(plan, stages, first);
   if (cert !== undefined) first = cert.numeric;
-  const todo = cert === undefined ? stages : stages.filter((s) => s.index < cert.stage);
   // Tensor-level proofs first, as in verifyPlanInPool.
-  const tl = opts.tensorLevel === false ? undefined : proveTensorLevel(plan, todo.filter((s) => !witnessed.has(s.index)));
+  const tl = opts.tensorLevel === false ? undefined : proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index) && s.index !== cert?.stage));
   const known = tl?.proved ?? new Map<number, StageResult>();
+  const todo = cert === undefined ? stages : stages.filter((s) => s.index < cert.stage);
   const rest = proveInProcess(plan, todo.filter((s) => !known.has(s.index)), opts.onStage, witnessed);
   const results: StageResult[] = new Array<StageResult>(stages.length);
   for (const [i, r] of known) results[i] = r;
@@ -80,7 +80,7 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
     const own = stages[cert.stage] as Stage;
     const [r] = proveInProcess(plan, [own], undefined, witnessed, undefined, SETTLED_DEADLINE_MS);
     results[cert.stage] = r !== undefined && r.status === 'differs' ? r : { ...cert.result, stage: own };
-    const later = stages.filter((s) => s.index > cert.stage);
+    const later = stages.filter((s) => s.index > cert.stage && !known.has(s.index));
     for (const r of proveInProcess(plan, later, undefined, witnessed, undefined, SETTLED_DEADLINE_MS)) results[r.stage.index] = r.status === 'proved' ? r : refutedBefore(r.stage, cert.stage);
   }
   const numeric = witnessSearch(plan, results, first);
@@ -299,9 +299,9 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
     return some.map((s) => got.get(s.index) ?? { stage: s, status: 'proved', failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
   };
   // Proves any subset of the decomposition (the pool and the workers index stages by Stage.index).
-  // After a certified refutation (earlyCertificate) the refuted stage is settled and the later
-  // ones are not attempted; the earlier ones are proved, so that the first failing stage is
-  // the one named.
+  // After a certified refutation (earlyCertificate) the earlier stages are proved as usual, so
+  // that the first failing stage is the one named; the refuted stage and the later ones get a
+  // brief deadline each.
   const proveAny = async (some: readonly Stage[]): Promise<StageResult[]> => {
     if (cert === undefined) return proveAnyStage(some);
     const before = some.filter((s) => s.index < cert.stage);
@@ -349,7 +349,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   };
   // Tensor-level proofs first (stages/engines/tensorlevel/prover.ts): whole-tensor relations, whatever the
   // shapes. A stage the numeric run shows differing is left to the element engines.
-  const tl = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index) && (cert === undefined || s.index < cert.stage))) : undefined;
+  const tl = engine === 'normal' && opts.tensorLevel !== false ? proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index) && s.index !== cert?.stage)) : undefined;
   const known = tl?.proved;
   advance(known?.size ?? 0);
   clock.lap('tensorLevel');
