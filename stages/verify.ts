@@ -12,7 +12,7 @@ import { verifyPerTemplate } from './decompose/template-verify.js';
 import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type InputDraw, type Mismatch, type NumericReport } from './witness/numeric.js';
-import { certifiedMismatch, certifyWitness } from './engines/interval.js';
+import { certifiedMismatch, certifiedReason, certifyWitness, type Certified } from './engines/interval.js';
 import { diagnose, tensorValues, type Diagnosis, type TensorValues } from './witness/diagnose.js';
 import { decompose, Prover, type Stage, type StageResult } from './decompose/prove.js';
 import { newPool, notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './engines/pool.js';
@@ -143,12 +143,7 @@ export function witnessSearch(plan: LoadedPlan, results: readonly StageResult[],
   if (best === first && open(first) > 0 && timeLeft(limit) > 0) {
     const targets = [...new Set(results.filter((r) => r.status === 'differs' && !first.failingTensors.includes(plan.logical.tensors.name(r.stage.logical))).map((r) => r.stage.logical))];
     const c = certifyWitness(plan, first.seed, targets, skip === undefined ? () => true : (r, t) => !skip(r, t));
-    if ('certified' in c && c.logical !== undefined) {
-      const prod = plan.logical.producer[c.logical] as number;
-      const m = certifiedMismatch(plan, c.logical, c.certified, prod < 0 ? -1 : logicalOrder(plan).indexOf(prod));
-      const mismatches = [...first.mismatches, m].sort((a, b) => a.order - b.order || a.rank - b.rank);
-      return { ...first, mismatches, failingTensors: [...new Set(mismatches.map((x) => x.logical))] };
-    }
+    if ('certified' in c && c.logical !== undefined) return withCertified(plan, first, c.logical, c.certified);
   }
   return best;
 }
@@ -427,16 +422,20 @@ export function earlyCertificate(plan: LoadedPlan, stages: readonly Stage[], fir
   if (!('certified' in c) || c.logical === undefined) return undefined;
   const st = stages.find((s) => s.logical === c.logical) as Stage;
   const w = c.certified;
-  const prod = plan.logical.producer[c.logical] as number;
-  const m = certifiedMismatch(plan, c.logical, w, prod < 0 ? -1 : logicalOrder(plan).indexOf(prod));
-  const mismatches = [...first.mismatches, m].sort((a, b) => a.order - b.order || a.rank - b.rank);
-  const iv = (x: { lo: number; hi: number }): string => `[${x.lo.toPrecision(10)}, ${x.hi.toPrecision(10)}]`;
-  const reason = `certified witness (interval arithmetic at seed ${w.seed}, no normal form): rank ${w.rank} '${w.tensor}'${w.kind === 'partial' ? ' (its addends combined)' : ''} lies in ${iv(w.parallel)}, ${w.kind === 'replica' ? 'another copy of the same addend' : `logical ${plan.logical.tensors.name(c.logical)} element ${w.element}`} in ${iv(w.logical)}: disjoint, so the claim is false at these inputs in exact arithmetic`;
+  const reason = certifiedReason(plan.logical.tensors.name(c.logical), w);
   return {
     stage: st.index,
     result: { stage: st, status: 'differs', reason, failingRanks: [w.rank], logicalOps: 0, parallelOps: 0, terms: 0, ms: performance.now() - t0 },
-    numeric: { ...first, mismatches, failingTensors: [...new Set(mismatches.map((x) => x.logical))] },
+    numeric: withCertified(plan, first, c.logical, w),
   };
+}
+
+/** The numeric report with a certified witness of logical tensor `logical` among its mismatches. */
+function withCertified(plan: LoadedPlan, n: NumericReport, logical: number, w: Certified): NumericReport {
+  const prod = plan.logical.producer[logical] as number;
+  const m = certifiedMismatch(plan, logical, w, prod < 0 ? -1 : logicalOrder(plan).indexOf(prod));
+  const mismatches = [...n.mismatches, m].sort((a, b) => a.order - b.order || a.rank - b.rank);
+  return { ...n, mismatches, failingTensors: [...new Set(mismatches.map((x) => x.logical))] };
 }
 
 function refutedBefore(s: Stage, at: number): StageResult {

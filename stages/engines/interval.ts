@@ -214,6 +214,13 @@ export function certifiedMismatch(plan: LoadedPlan, logical: number, w: Certifie
   return { logical: plan.logical.tensors.name(logical), element, rank: w.rank, tensor: w.tensor, kind: w.kind, parallel: mid(w.parallel), expected: mid(w.logical), order, certified: { parallel: [w.parallel.lo, w.parallel.hi], logical: [w.logical.lo, w.logical.hi] } };
 }
 
+/** A certified witness as a stage's reason: the two disjoint enclosures, in words. */
+export function certifiedReason(logicalName: string, w: Certified): string {
+  const iv = (x: Iv): string => `[${x.lo.toPrecision(10)}, ${x.hi.toPrecision(10)}]`;
+  const what = w.kind === 'replica' ? `another copy of the same addend in ${iv(w.logical)}` : `logical ${logicalName} element ${w.element} in ${iv(w.logical)}`;
+  return `certified witness (interval arithmetic at seed ${w.seed}, no normal form): rank ${w.rank} '${w.tensor}'${w.kind === 'partial' ? ' (its addends combined)' : ''} lies in ${iv(w.parallel)}, ${what}: disjoint, so the claim is false at these inputs in exact arithmetic`;
+}
+
 /**
  * Evaluates both graphs in intervals on the inputs `numericCheck` draws at `seed` (the same
  * random stream), and looks, tensor by tensor in the order given, for a claim of a logical

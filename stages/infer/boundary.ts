@@ -24,7 +24,7 @@ import { newPool, notStarted, proveInPool, stoppedBy } from '../engines/pool.js'
 import type { Piscina } from 'piscina';
 import { proveTensorLevel } from '../engines/tensorlevel/prover.js';
 import { groupStages } from '../cache/canon.js';
-import { certifyWitness, type Iv } from '../engines/interval.js';
+import { certifiedReason, certifyWitness } from '../engines/interval.js';
 import { inferClaims, unclaimedCount } from './infer.js';
 import { structuralClaims } from './infer-struct.js';
 import { assemble, engineError, witnessedStages, witnessSearch } from '../verify.js';
@@ -665,10 +665,7 @@ function certify(plan: LoadedPlan, stages: readonly Stage[], numeric: NumericRep
   const w = c.certified;
   const stage = (user.find((s) => s.logical === c.logical) as Stage).index;
   const ms = performance.now() - t0;
-  const lt = plan.logical.tensors.name(c.logical);
-  const iv = (x: Iv): string => `[${x.lo.toPrecision(10)}, ${x.hi.toPrecision(10)}]`;
-  const what = w.kind === 'replica' ? `another copy of the same addend in ${iv(w.logical)}` : `logical ${lt} element ${w.element} in ${iv(w.logical)}`;
-  const reason = `certified witness (interval arithmetic at seed ${w.seed}, no normal form): rank ${w.rank} '${w.tensor}'${w.kind === 'partial' ? ' (its addends combined)' : ''} lies in ${iv(w.parallel)}, ${what}: disjoint, so the claim is false at these inputs in exact arithmetic`;
+  const reason = certifiedReason(plan.logical.tensors.name(c.logical), w);
   return { stage, result: (s) => ({ stage: s, status: 'differs', reason, failingRanks: [w.rank], logicalOps: 0, parallelOps: 0, terms: 0, ms }) };
 }
 
