@@ -66,7 +66,6 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
   const witnessed = witnessedStages(plan, stages, first);
   // A certified refutation settles its stage; later ones get a brief deadline (as in verifyPlanInPool).
   const cert = earlyCertificate(plan, stages, first);
-  if (cert !== undefined) first = cert.numeric;
   // Tensor-level proofs first, as in verifyPlanInPool.
   const tl = opts.tensorLevel === false ? undefined : proveTensorLevel(plan, stages.filter((s) => !witnessed.has(s.index) && s.index !== cert?.stage));
   const known = tl?.proved ?? new Map<number, StageResult>();
@@ -79,7 +78,12 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
     // The refuted stage's own proof, briefly (its residual says more); else the certificate.
     const own = stages[cert.stage] as Stage;
     const [r] = proveInProcess(plan, [own], undefined, witnessed, undefined, SETTLED_DEADLINE_MS);
-    results[cert.stage] = r !== undefined && r.status === 'differs' ? r : { ...cert.result, stage: own };
+    if (r !== undefined && r.status === 'differs') results[cert.stage] = r;
+    else {
+      // Only a certificate that settles its stage joins the numeric report (as in verifyPlanInPool).
+      results[cert.stage] = { ...cert.result, stage: own };
+      first = cert.numeric;
+    }
     const later = stages.filter((s) => s.index > cert.stage && !known.has(s.index));
     for (const r of proveInProcess(plan, later, undefined, witnessed, undefined, SETTLED_DEADLINE_MS)) results[r.stage.index] = r.status === 'proved' ? r : refutedBefore(r.stage, cert.stage);
   }
@@ -258,7 +262,10 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   clock.lap('numeric');
   // Not in a shard or a merge: their stage proofs are the parts' business.
   const cert = opts.shard === undefined && opts.proved === undefined ? earlyCertificate(plan, stages, first) : undefined;
-  if (cert !== undefined) first = cert.numeric;
+  // The certificate's witness joins the numeric report only when it settles its stage (the
+  // stage's own brief proof did not): a stage refuted by its proof reports what a run without
+  // the certificate (a shard's, a merge's) reports.
+  let settledByCertificate = false;
   clock.lap('certify');
   // Progress in stages decided out of all stages (see VerifyOptions.onStage).
   let decided = 0;
@@ -306,7 +313,11 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
     const own = some.find((s) => s.index === cert.stage);
     if (own !== undefined) {
       const [r] = await proveAnyStage([own], Math.min(opts.deadlineMs, SETTLED_DEADLINE_MS));
-      got.set(own.index, r !== undefined && r.status === 'differs' ? r : { ...cert.result, stage: own });
+      if (r !== undefined && r.status === 'differs') got.set(own.index, r);
+      else {
+        got.set(own.index, { ...cert.result, stage: own });
+        settledByCertificate = true;
+      }
     }
     // Later stages assume their inputs are right, so a proved one still says something (the
     // update after a wrong gradient is itself right); each gets the brief deadline, and one it
@@ -357,6 +368,7 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   // a library caller reading a shard's report never sees a proof no one made.
   const sharded = opts.shard !== undefined;
   if (sharded) results = results.map((r, i) => (known?.has(i) === true || ownedDone.has(i) || ownedDone.has(repOf.get(i) ?? i) ? r : { ...r, status: 'unknown', reason: 'left to another shard (--shard): planproof merge gives the verdict', failingRanks: [] }));
+  if (cert !== undefined && settledByCertificate) first = cert.numeric;
   if (!sharded && opts.proved === undefined) {
     const found = openStageWitness(plan, results, first, limit);
     if (found !== undefined) ({ results, numeric: first } = found);
@@ -434,7 +446,10 @@ export function earlyCertificate(plan: LoadedPlan, stages: readonly Stage[], fir
 function withCertified(plan: LoadedPlan, n: NumericReport, logical: number, w: Certified): NumericReport {
   const prod = plan.logical.producer[logical] as number;
   const m = certifiedMismatch(plan, logical, w, prod < 0 ? -1 : logicalOrder(plan).indexOf(prod));
-  const mismatches = [...n.mismatches, m].sort((a, b) => a.order - b.order || a.rank - b.rank);
+  // The certified claim may be one the float run already counted: it replaces that entry, so
+  // the count is the same whichever path (single run, shards and merge) reports it.
+  const same = (x: Mismatch): boolean => x.logical === m.logical && x.rank === m.rank && x.tensor === m.tensor && x.element.join() === m.element.join();
+  const mismatches = [...n.mismatches.filter((x) => !same(x)), m].sort((a, b) => a.order - b.order || a.rank - b.rank);
   return { ...n, mismatches, failingTensors: [...new Set(mismatches.map((x) => x.logical))] };
 }
 
