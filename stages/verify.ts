@@ -13,8 +13,9 @@ import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { numericCheck, type InputDraw, type Mismatch, type NumericReport } from './witness/numeric.js';
 import { certifiedMismatch, certifiedReason, certifyWitness, type Certified } from './engines/interval.js';
+import { constantCount, provedConstants } from './engines/constants.js';
 import { diagnose, tensorValues, type Diagnosis, type TensorValues } from './witness/diagnose.js';
-import { decompose, Prover, type Stage, type StageResult } from './decompose/prove.js';
+import { decompose, Prover, StageBuilder, type Stage, type StageResult } from './decompose/prove.js';
 import { newPool, notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './engines/pool.js';
 
 export type { TimeLimit } from './engines/pool.js';
@@ -88,7 +89,8 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
     for (const r of proveInProcess(plan, later, undefined, witnessed, undefined, SETTLED_DEADLINE_MS)) results[r.stage.index] = r.status === 'proved' ? r : refutedBefore(r.stage, cert.stage);
   }
   const numeric = witnessSearch(plan, results, first);
-  return withTensorReasons(assemble(plan, results, numeric, numeric.seed, t0), tl?.open);
+  const decided = constantsFallback(plan, results, numeric, CONSTANTS_MS);
+  return withTensorReasons(assemble(plan, decided, numeric, numeric.seed, t0), tl?.open);
 }
 
 /**
@@ -375,6 +377,8 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   }
   let numeric = sharded ? first : witnessSearch(plan, results, first, undefined, limit);
   clock.lap('witnessSearch');
+  if (engine === 'normal' && !sharded) results = constantsFallback(plan, results, numeric, opts.deadlineMs, limit);
+  clock.lap('constants');
   if (engine === 'normal' && !sharded) results = await z3Fallback(plan, text, results, numeric, opts.deadlineMs, limit, opts.worker);
   clock.lap('z3Fallback');
   if (engine === 'normal' && !sharded && opts.fallback !== undefined) ({ results, numeric } = opts.fallback(plan, results, numeric, limit));
@@ -467,6 +471,39 @@ function unattempted(s: Stage, limit: TimeLimit): StageResult {
  * witness, or a division it cannot show nonzero) go to Z3, which knows max/min as If-terms
  * and nonlinear real arithmetic. A Z3 proof is taken; anything else keeps the first answer.
  */
+/** The stages constantsFallback takes up: open ones the normal form could decide with more facts. */
+const CONSTANTS_OPEN = /no numeric witness|side condition|too large for the exact normal form/;
+
+/**
+ * Stages left open with no witness, proved again with the plan's constant elements for their
+ * input symbols (stages/engines/constants.ts): a gradient that is exactly 0 at these shapes
+ * (one key per query) makes an edit behind it change nothing, which a stage that assumes its
+ * inputs arbitrary cannot see. Only a proof is taken from it; a stage it does not prove keeps
+ * its result. Never for shards and merges, and its proofs never reach the proof cache (they
+ * rest on facts outside the stage).
+ */
+export function constantsFallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit): StageResult[] {
+  const witnessed = new Set(numeric.failingTensors);
+  const isOpen = (r: StageResult): boolean => !witnessed.has(plan.logical.tensors.name(r.stage.logical)) && ((r.status === 'unknown' && CONSTANTS_OPEN.test(r.reason ?? '')) || r.status === 'differs');
+  if (!results.some(isOpen) || (limit !== undefined && timeLeft(limit) <= 0)) return results;
+  // Only the constants of the tensors the open stages take as inputs (and their ancestors).
+  const builder = new StageBuilder(plan);
+  const targets = new Set<number>();
+  for (const r of results) if (isOpen(r)) for (const nf of builder.closure(r.stage).inputs.values()) targets.add(nf.logical);
+  const constants = provedConstants(plan, Math.min(CONSTANTS_MS, limit === undefined ? Infinity : timeLeft(limit)), targets);
+  if (constantCount(constants) === 0) return results;
+  const prover = new Prover(plan);
+  return results.map((r) => {
+    if (!isOpen(r) || (limit !== undefined && timeLeft(limit) <= 0)) return r;
+    const ms = Math.min(deadlineMs, CONSTANTS_MS, limit === undefined ? Infinity : timeLeft(limit));
+    const p = prover.prove(r.stage, false, { at: performance.now() + ms, reason: 'stopped' }, constants);
+    return p.status === 'proved' ? { ...p, ms: r.ms + p.ms } : r;
+  });
+}
+
+/** What constantsFallback spends on finding the constants, and on each stage. */
+const CONSTANTS_MS = 10_000;
+
 async function z3Fallback(plan: LoadedPlan, text: string, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit, worker?: PoolOptions['worker']): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
   // The portfolio: also a stage the normal form gave up on (its work budget), within the stage deadline.

@@ -27,6 +27,7 @@ import type { RawPlan } from '../../plans/raw.js';
 import type { NumericReport } from '../witness/numeric.js';
 import type { CollectiveInstance, Program } from '../../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../../lineage/model.js';
+import type { Constants } from '../engines/constants.js';
 
 /**
  * One rank's part of a stage, extracted and proved on its own (stages/shrink/part.ts). The hook's types
@@ -304,14 +305,14 @@ export class StageBuilder {
    * (`logicalValue`), the parallel values on demand (`parallelValues`), and the equalities
    * between them (`equalities`).
    */
-  build<S>(stage: Stage, src: SymbolSource<S>): StageBuild<S> {
+  build<S>(stage: Stage, src: SymbolSource<S>, constants?: Constants): StageBuild<S> {
     const ctx = this.context(stage, src);
     const { inputs, seen } = this.closure(stage);
     const tooLarge = this.tooLarge(stage, inputs, seen);
     if (tooLarge !== undefined) return { pairs: [], logicalOps: 0, parallelOps: 0, tooLarge };
-    const syms = this.inputSymbols(ctx, inputs);
+    const syms = this.inputSymbols(ctx, inputs, constants);
     if ('unsupported' in syms) return { pairs: [], logicalOps: 0, parallelOps: 0, unsupported: syms.unsupported };
-    const target = this.logicalValue(ctx, syms.logical);
+    const target = this.logicalValue(ctx, syms.logical, constants);
     src.parallelStart?.();
     const evalPar = this.parallelValues(ctx, inputs, syms);
     return this.equalities(ctx, evalPar, target, syms.chunks);
@@ -346,9 +347,11 @@ export class StageBuilder {
   /**
    * Symbols for the logical tensors the inputs name (substitution): one per complete element;
    * for an element held as partial addends, one per addend and the element is their
-   * combination (`chunks`, keyed "logical|group|element|addend").
+   * combination (`chunks`, keyed "logical|group|element|addend"). An element `constants` holds
+   * (stages/engines/constants.ts) is that constant instead of a symbol; held as addends of a
+   * sum, all but one addend of each group stay free and the last makes up the constant.
    */
-  private inputSymbols<S>(ctx: BuildContext<S>, inputs: ReadonlyMap<string, LineageNF>): InputSymbols<S> | { unsupported: string } {
+  private inputSymbols<S>(ctx: BuildContext<S>, inputs: ReadonlyMap<string, LineageNF>, constants?: Constants): InputSymbols<S> | { unsupported: string } {
     const lg = this.plan.logical;
     const { src, alg, combine } = ctx;
     const inputLogical = new Set<number>([...inputs.values()].map((nf) => nf.logical));
@@ -372,14 +375,16 @@ export class StageBuilder {
       }
       const vals: S[] = new Array<S>(numel(shape));
       const domain = lg.domains[L];
+      const known = constants?.get(L);
       for (let e = 0; e < vals.length; e++) {
         const gs = groupsAt.get(e);
+        const c = known?.get(e);
         if (gs === undefined) {
-          vals[e] = src.sym(`${name}[${e}]`, domain);
+          vals[e] = c !== undefined ? alg.constant(c) : src.sym(`${name}[${e}]`, domain);
           continue;
         }
         if (domain !== undefined) return { unsupported: `integer tensor '${name}' is held as partial addends` };
-        let value: S | undefined;
+        let value: S | undefined = c !== undefined && [...gs.values()].every((nf) => nf.value.reduce === 'sum') ? alg.constant(c) : undefined;
         for (const [gk, nf] of gs) {
           const v = nf.value;
           const chunks: S[] = [];
@@ -400,8 +405,13 @@ export class StageBuilder {
     return { logical: logicalSyms, chunks: chunkTerms };
   }
 
-  /** The logical value of the stage's tensor, from the input logical tensors' symbols. */
-  private logicalValue<S>(ctx: BuildContext<S>, logicalSyms: ReadonlyMap<number, S[]>): Dense<S> {
+  /**
+   * The logical value of the stage's tensor, from the input logical tensors' symbols. A tensor
+   * the stage does not take as input is computed from its producers, unless `constants` holds
+   * every element of it (then it is those constants: a logical op reading another output of a
+   * split than the parallel side reads need not pull in the whole graph behind it).
+   */
+  private logicalValue<S>(ctx: BuildContext<S>, logicalSyms: ReadonlyMap<number, S[]>, constants?: Constants): Dense<S> {
     const lg = this.plan.logical;
     const { src, alg, here } = ctx;
     const lvals = new Map<number, Dense<S>>();
@@ -409,10 +419,16 @@ export class StageBuilder {
     const evalLogical = (x: number): Dense<S> => {
       const hit = lvals.get(x);
       if (hit !== undefined) return hit;
+      const known = constants?.get(x);
+      const shape = lg.shapes[x] ?? [];
+      if (known !== undefined && known.size === numel(shape)) {
+        const v = { shape, data: Array.from({ length: known.size }, (_, e) => alg.constant(known.get(e) as string)) };
+        lvals.set(x, v);
+        return v;
+      }
       const op = lg.producer[x] as number;
       if (op < 0) {
         // A contract input the parallel side does not read in this stage: fresh symbols.
-        const shape = lg.shapes[x] ?? [];
         const v = { shape, data: Array.from({ length: numel(shape) }, (_, e) => src.sym(`${lg.tensors.name(x)}[${e}]`, lg.domains[x])) };
         lvals.set(x, v);
         return v;
@@ -551,11 +567,11 @@ export class Prover {
    * `stop`: a performance.now() time and the reason to give past it; the normal form checks the
    * clock as it works, so an in-thread proof (no worker to stop) still ends "unknown" on time.
    */
-  prove(stage: Stage, witnessed = false, stop?: Stop): StageResult {
+  prove(stage: Stage, witnessed = false, stop?: Stop, constants?: Constants): StageResult {
     const t0 = performance.now();
     this.stopAt = stop?.at ?? Infinity;
     try {
-      return this.proveWithin(stage, t0, true, witnessed);
+      return this.proveWithin(stage, t0, true, witnessed, constants);
     } catch (e) {
       if (e instanceof TermStopError) return result(stage, 'unknown', stop?.reason ?? 'stopped', stage.obligations.map((o) => o.rank), { logicalOps: 0, parallelOps: 0 }, 0, t0);
       if (e instanceof TermUnsupportedError) return result(stage, 'unknown', `outside the exact normal form: ${e.message}`, stage.obligations.map((o) => o.rank), { logicalOps: 0, parallelOps: 0 }, 0, t0);
@@ -570,7 +586,7 @@ export class Prover {
    * that leaves a difference or an open side condition, again with every sum expanded, so
    * the answer is the eager normal form's whenever the lazy one does not prove.
    */
-  private proveWithin(stage: Stage, t0: number, lazy: boolean, witnessed: boolean): StageResult {
+  private proveWithin(stage: Stage, t0: number, lazy: boolean, witnessed: boolean, constants?: Constants): StageResult {
     const T = new TermStore(this.budget, lazy);
     T.stopAt = this.stopAt;
     let logicalConds = new Set<TermId>();
@@ -580,7 +596,7 @@ export class Prover {
       parallelStart: () => {
         logicalConds = new Set(T.conditions);
       },
-    });
+    }, constants);
     const ranks = stage.obligations.map((o) => o.rank);
     if (b.tooLarge !== undefined) return result(stage, 'unknown', `the stage is too large: ${b.tooLarge}`, ranks, b, T.size, t0);
     if (b.unsupported !== undefined) return result(stage, 'unknown', `unsupported input relation: ${b.unsupported}`, ranks, b, T.size, t0);
@@ -591,7 +607,7 @@ export class Prover {
       failing.add(p.rank);
       firstResidual ??= `${p.what}: parallel - logical = ${T.render(T.sub(p.par, p.log), 300)}`;
     }
-    const eager = (): StageResult | undefined => (lazy && T.lazySums > 0 ? this.proveWithin(stage, t0, false, witnessed) : undefined);
+    const eager = (): StageResult | undefined => (lazy && T.lazySums > 0 ? this.proveWithin(stage, t0, false, witnessed, constants) : undefined);
     if (failing.size > 0) return (witnessed ? undefined : eager()) ?? result(stage, 'differs', firstResidual, [...failing], b, T.size, t0);
     for (const c of T.conditions) {
       if (logicalConds.has(c) || T.provablyNonzero(c)) continue;
