@@ -9,7 +9,8 @@
  *  - log: log(exp(p) · R) = p + log(R), so the exp atoms of its argument leave it (shift
  *    invariance of softmax and log-sum-exp, docs/engine.md); the rest is uninterpreted;
  *  - max and min are associative, commutative and idempotent (arguments flattened, sorted and
- *    deduplicated);
+ *    deduplicated), and an argument provably below another leaves a max (above: a min), by
+ *    max(S) ≥ s ≥ min(S) for s in S (`dropDominated`);
  *  - uninterpreted functions (tanh, sigmoid, ...), [x > 0] atoms, and categorical variables
  *    (ids, routing choices) as indicator atoms; a function of an id-dependent argument is
  *    split by cases, so atoms never hold indicators.
@@ -40,6 +41,12 @@ interface Group {
 
 /** Shannon expansions and tests enumerate at most this many joint assignments. */
 const MAX_ASSIGNMENTS = 4096;
+
+/** Pairs of max/min arguments compared per max or min (TermStore.dropDominated). */
+const MAX_ORDER_PAIRS = 256;
+
+/** Replacements of a max/min atom by an argument per comparison (TermStore.nonnegByOrder). */
+const ORDER_STEPS = 16;
 
 /** Real functions for evaluating UF atoms (witnesses, debugging). */
 type UfImpl = (name: string, args: number[]) => number;
@@ -363,16 +370,90 @@ export class TermStore extends TermCore {
       if (at !== undefined && (this.atoms[at] as Atom).kind === kind) for (const x of (this.atoms[at] as Atom).args) flat.add(x);
       else flat.add(t);
     }
-    const list = [...flat].sort((x, y) => x - y);
+    let list = [...flat].sort((x, y) => x - y);
     const consts = list.map((t) => this.constValue(t));
     if (consts.every((c) => c !== undefined)) {
       let best = consts[0] as Q;
       for (const c of consts) if ((kind === 'max' ? qCmp(c as Q, best) : qCmp(best, c as Q)) > 0) best = c as Q;
       return this.const(best);
     }
+    if (list.length > 1) list = this.dropDominated(kind, list);
     if (list.length === 1) return list[0] as TermId;
     const positive = list.every((t) => this.provablyPositive(t));
     return this.atomTerm(this.internAtom(kind, '', list, kind === 'max' ? list.some((t) => this.provablyPositive(t)) : positive));
+  }
+
+  /**
+   * The arguments of a max (min) without those provably below (above) another argument that
+   * stays: max(y, z) = z where z − y ≥ 0 wherever both are defined (docs/engine.md, "Order
+   * of max and min arguments"). Vocab-parallel cross-entropy needs it: a rank's shifted target
+   * logit x_t − max_j x_j is ≤ 0, so min-all-reducing it with the other ranks' zeros is the
+   * same as sum-all-reducing (min(0, x_t − max(…, x_t, …)) = x_t − max(…)). Only pairs where
+   * one side is a constant or mentions a max/min atom are tried (a plain max over a row of
+   * logits costs nothing), at most MAX_ORDER_PAIRS of them. Greedy: an argument is dropped
+   * only for one not dropped before, so each dropped one is below a kept one (through a chain)
+   * and the result is the max of the same set.
+   */
+  private dropDominated(kind: 'max' | 'min', list: readonly TermId[]): TermId[] {
+    const tried = list.map((t) => this.constValue(t) !== undefined || this.mentionsLattice(t));
+    if (!tried.some((x) => x)) return [...list];
+    const dropped = new Set<number>();
+    let pairs = 0;
+    for (let i = 0; i < list.length; i++) {
+      for (let j = 0; j < list.length && pairs < MAX_ORDER_PAIRS; j++) {
+        if (i === j || dropped.has(j) || !(tried[i] || tried[j])) continue;
+        pairs++;
+        // max: drop list[i] when list[j] − list[i] ≥ 0; min: when list[i] − list[j] ≥ 0.
+        const y = list[i] as TermId;
+        const z = list[j] as TermId;
+        if (this.nonnegByOrder(kind === 'max' ? this.sub(z, y) : this.sub(y, z), { left: ORDER_STEPS })) {
+          dropped.add(i);
+          break;
+        }
+      }
+    }
+    return list.filter((_, i) => !dropped.has(i));
+  }
+
+  /** A max or min atom occurs in t's monomial or in one of its factors' monomials. */
+  private mentionsLattice(t: TermId): boolean {
+    const T = this.terms[t] as Term;
+    const inMono = (m: number): boolean => (this.monos[m] as Mono).atoms.some((a) => {
+      const k = (this.atoms[a] as Atom).kind;
+      return k === 'max' || k === 'min';
+    });
+    return inMono(T.mono) || T.fids.some((f) => (this.polys[f] as Poly).monos.some(inMono));
+  }
+
+  /**
+   * d ≥ 0 wherever defined, by the order facts of max and min: a max atom with a positive
+   * coefficient k (a monomial k · max(S), power 1) is at least k · y for each y in S, a min
+   * atom with a negative coefficient likewise, so d ≥ 0 follows from d with that atom
+   * replaced by one of its arguments being ≥ 0 (recursively, `steps.left` replacements in
+   * all); the base case is a nonnegative constant or an evidently nonnegative term. Sound: each
+   * step lowers d (or keeps it), and max(S) ≥ y for y in S holds for the real max.
+   */
+  private nonnegByOrder(d: TermId, steps: { left: number }): boolean {
+    if (d === this.zero) return true;
+    const c = this.constValue(d);
+    if (c !== undefined) return qSign(c) >= 0;
+    if (this.provablyNonneg(d)) return true;
+    const D = this.terms[d] as Term;
+    if (D.fexp.some((k) => k < 0) || !this.mentionsLattice(d)) return false;
+    const p = this.expand(D.c, D.mono, D.fids, D.fexp);
+    for (let i = 0; i < p.monos.length; i++) {
+      const M = this.monos[p.monos[i] as number] as Mono;
+      if (M.atoms.length !== 1 || !qIsOne(M.pows[0] as Q)) continue;
+      const at = this.atoms[M.atoms[0] as number] as Atom;
+      const k = p.coefs[i] as Q;
+      if (!((at.kind === 'max' && qSign(k) > 0) || (at.kind === 'min' && qSign(k) < 0))) continue;
+      const rest = this.sub(d, this.internTerm(k, p.monos[i] as number, [], []));
+      for (const y of at.args) {
+        if (steps.left-- <= 0) return false;
+        if (this.nonnegByOrder(this.add(rest, this.scale(y, k)), steps)) return true;
+      }
+    }
+    return false;
   }
 
   /**

@@ -85,9 +85,13 @@ function vocabEmbedding(bug: 'none' | 'no-zeroing' | 'wrong-range'): unknown {
  * - `sum`: the all-reduced row sum; `mean`: the all-reduced (avg) mean of the shard means;
  * - `const`: 5/2 times the row index (iota): constant along the row, different per row;
  * - `varying` (wrong): half the logits themselves, a different value on every element, so the
- *   "loss" is a softmax at temperature 2, not cross-entropy.
+ *   "loss" is a softmax at temperature 2, not cross-entropy;
+ * - `min-of-max`: the min-all-reduce of the shards' maxima, one value on the row and on every
+ *   rank (not the row max, but a shift all the same);
+ * - `min-of-max-per-rank` (wrong): that value times 1 + tp, so rank 1 shifts its shard by twice
+ *   what rank 0 does: constant along each shard, different across ranks.
  */
-type Shift = 'max' | 'sum' | 'mean' | 'const' | 'varying';
+type Shift = 'max' | 'sum' | 'mean' | 'const' | 'varying' | 'min-of-max' | 'min-of-max-per-rank';
 
 /** The ops computing `m` (the shift) from `logits_r` on each rank, and their tensors. */
 function shiftOps(shift: Shift, bug: 'none' | 'local-target' | 'local-max'): { ops: object[]; tensors: object[] } {
@@ -121,6 +125,18 @@ function shiftOps(shift: Shift, bug: 'none' | 'local-target' | 'local-max'): { o
         ],
         tensors: [{ id: 'zero_all', shape: [N, CL] }, { id: 'zero', shape: [] }, { id: 'm', shape: [N, 1] }],
       };
+    case 'min-of-max':
+    case 'min-of-max-per-rank': {
+      const perRank = shift === 'min-of-max-per-rank';
+      return {
+        ops: [
+          { id: 'max_local', op: 'amax', inputs: ['logits_r'], outputs: ['m_local'], attrs: { dims: [1], keepdim: true } },
+          { id: 'ar_min', op: 'all_reduce', inputs: ['m_local'], outputs: [perRank ? 'm_min' : 'm'], attrs: { reduce: 'min' }, group: { axes: ['tp'] } },
+          ...(perRank ? [{ id: 'per_rank', op: 'scale', inputs: ['m_min'], outputs: ['m'], attrs: { factor: e('1 + tp') } }] : []),
+        ],
+        tensors: [{ id: 'm_local', shape: [N, 1] }, ...(perRank ? [{ id: 'm_min', shape: [N, 1] }] : []), { id: 'm', shape: [N, 1] }],
+      };
+    }
     case 'varying':
       return {
         ops: [{ id: 'half', op: 'scale', inputs: ['logits_r'], outputs: ['m'], attrs: { factor: '1/2' } }],
@@ -129,7 +145,13 @@ function shiftOps(shift: Shift, bug: 'none' | 'local-target' | 'local-max'): { o
   }
 }
 
-function vocabCrossEntropy(bug: 'none' | 'local-target' | 'local-max', shift: Shift = 'max'): unknown {
+/**
+ * `predReduce`: the reduce op of the target-logit all-reduce. Each rank contributes its shifted
+ * target logit x_t − m if it owns the label, else 0; Megatron adds them. With m the row max,
+ * x_t − m ≤ 0, so min gives the same value (min(0, x_t − max_j x_j) = x_t − max_j x_j: the
+ * normal form's order rule for max and min, docs/engine.md), and max gives 0 (wrong).
+ */
+function vocabCrossEntropy(bug: 'none' | 'local-target' | 'local-max', shift: Shift = 'max', predReduce: 'sum' | 'min' | 'max' = 'sum'): unknown {
   const C = V;
   const CL = VL;
   const rangeAttrs = { start, end };
@@ -144,7 +166,7 @@ function vocabCrossEntropy(bug: 'none' | 'local-target' | 'local-max', shift: Sh
     { id: 'pick1', op: 'reshape', inputs: ['pick2'], outputs: ['pick'], attrs: { shape: [N] } },
     { id: 'zeros', op: 'scale', inputs: ['pick'], outputs: ['zeros'], attrs: { factor: 0 } },
     { id: 'pred_local', op: 'where', inputs: ['mask', 'zeros', 'pick'], outputs: [bug === 'local-target' ? 'pred' : 'pred_part'] },
-    ...(bug === 'local-target' ? [] : [{ id: 'ar_pred', op: 'all_reduce', inputs: ['pred_part'], outputs: ['pred'], attrs: { reduce: 'sum' }, group: { axes: ['tp'] } }]),
+    ...(bug === 'local-target' ? [] : [{ id: 'ar_pred', op: 'all_reduce', inputs: ['pred_part'], outputs: ['pred'], attrs: { reduce: predReduce }, group: { axes: ['tp'] } }]),
     { id: 'exp', op: 'exp', inputs: ['sh'], outputs: ['ex'] },
     { id: 'sum_local', op: 'sum', inputs: ['ex'], outputs: ['s_part'], attrs: { dims: [1] } },
     { id: 'ar_sum', op: 'all_reduce', inputs: ['s_part'], outputs: ['s'], attrs: { reduce: 'sum' }, group: { axes: ['tp'] } },
@@ -154,7 +176,7 @@ function vocabCrossEntropy(bug: 'none' | 'local-target' | 'local-max', shift: Sh
   ];
   return {
     format: 'planproof/v1',
-    name: `vocab-parallel-cross-entropy-${bug}${shift === 'max' ? '' : `-${shift}`}`,
+    name: `vocab-parallel-cross-entropy-${bug}${shift === 'max' ? '' : `-${shift}`}${predReduce === 'sum' ? '' : `-pred-${predReduce}`}`,
     mesh: { axes: [{ name: 'tp', size: 2 }] },
     logical: {
       tensors: [T('logits', [N, C], 'input'), ids('labels'), T('loss', [], 'output')],
@@ -251,4 +273,36 @@ describe('vocab-parallel embedding and cross-entropy (ids symbolic over the voca
     assert.equal(f.logical, 'loss');
     assert.ok((f.witness ?? []).length > 0);
   });
+  // The shift by the min-all-reduce of the shards' maxima is one value on the row and on every
+  // rank: absorbed by log (shift invariance). Scaled by 1 + tp it differs across ranks.
+  it('vocab-parallel cross-entropy shifted by the min-all-reduce of the local maxima is verified: shift invariance', () => {
+    const r = verifyPlan(loadPlanObject('vp-ce-minmax.json', vocabCrossEntropy('none', 'min-of-max')));
+    assert.equal(r.verdict, 'verified', `${r.summary} ${r.stages.map((s) => s.reason ?? '').join('; ')}`);
+  });
+  it('vocab-parallel cross-entropy whose shift differs across ranks (min of the maxima times 1 + tp) is refuted at loss with a witness', () => {
+    const r = verifyPlan(loadPlanObject('vp-ce-minmax-rank.json', vocabCrossEntropy('none', 'min-of-max-per-rank')));
+    assert.equal(r.verdict, 'not_equivalent', r.summary);
+    const f = firstFailing(r);
+    assert.equal(f.logical, 'loss');
+    assert.ok((f.witness ?? []).length > 0);
+  });
+  // The target-logit all-reduce by min (test/fixtures: a reduce-op mutant of gpt2 tp2 that was
+  // "unknown"): x_t − max_j x_j ≤ 0 on the owning rank, 0 elsewhere, so min = sum. Not when the
+  // shifted target can be positive (shift by the min of the maxima), nor with max.
+  it('vocab-parallel cross-entropy with the target logit min-all-reduced (shift by the row max) is verified: x_t − max ≤ 0', () => {
+    const r = verifyPlan(loadPlanObject('vp-ce-pred-min.json', vocabCrossEntropy('none', 'max', 'min')));
+    assert.equal(r.verdict, 'verified', `${r.summary} ${r.stages.map((s) => s.reason ?? '').join('; ')}`);
+  });
+  for (const [shift, red] of [
+    ['min-of-max', 'min'],
+    ['max', 'max'],
+  ] as const) {
+    it(`vocab-parallel cross-entropy with the target logit ${red}-all-reduced, shifted by the ${shift}, is refuted at loss with a witness`, () => {
+      const r = verifyPlan(loadPlanObject('vp-ce-pred-bad.json', vocabCrossEntropy('none', shift, red)));
+      assert.equal(r.verdict, 'not_equivalent', r.summary);
+      const f = firstFailing(r);
+      assert.equal(f.logical, 'loss');
+      assert.ok((f.witness ?? []).length > 0);
+    });
+  }
 });

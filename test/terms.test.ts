@@ -243,6 +243,67 @@ describe('shift invariance: log(exp(p) · R) = p + log(R) (docs/engine.md)', () 
   });
 });
 
+describe('order of max and min arguments (an argument below another leaves a max)', () => {
+  it("the target logit shifted by the row max is ≤ 0: min with 0 is itself, max with 0 is 0 (vocab-parallel cross-entropy's all-reduce by min)", () => {
+    const T = new TermStore();
+    const x = syms(T, 'l', 4);
+    // The all-reduced max of the shards' maxima is one flattened max atom.
+    const m = T.max([T.max(x.slice(0, 2)), T.max(x.slice(2))]);
+    for (const xt of x) {
+      const shifted = T.sub(xt, m);
+      assert.equal(T.min([T.zero, shifted]), shifted);
+      assert.equal(T.min([shifted, T.zero]), shifted);
+      assert.equal(T.max([T.zero, shifted]), T.zero);
+      assert.equal(T.min([xt, m]), xt);
+      assert.equal(T.max([xt, m]), m);
+      // And by the row min: x_t − min ≥ 0.
+      assert.equal(T.min([T.zero, T.sub(xt, T.min(x))]), T.zero);
+    }
+    // Through a constant: x_0 − max(x) − 1 ≤ −1 < 0, and max(x) + 2 ≥ x_1 + 1.
+    assert.equal(T.min([T.const(-1), T.sub(T.sub(x[0] as TermId, m), T.one)]), T.sub(T.sub(x[0] as TermId, m), T.one));
+    assert.equal(T.max([T.add(x[1] as TermId, T.one), T.add(m, T.const(2))]), T.add(m, T.const(2)));
+  });
+
+  it('an argument is not dropped without an order fact (other row, other input, wrong scale, shift not the max)', () => {
+    const T = new TermStore();
+    const x = syms(T, 'l', 4);
+    const m = T.max(x.slice(0, 3));
+    const mm = T.min([T.max(x.slice(0, 2)), T.max(x.slice(2))]);
+    for (const a of [
+      T.sub(x[3] as TermId, m), // x_3 is not in the max
+      T.sub(T.sym('u'), m), // another input
+      T.sub(T.scale(x[0] as TermId, q(2n)), m), // 2·x_0 can exceed max(x)
+      T.sub(x[0] as TermId, mm), // x_t − min(m_0, m_1) may be positive
+    ]) {
+      assert.notEqual(T.min([T.zero, a]), a, T.render(a));
+      assert.notEqual(T.min([T.zero, a]), T.zero, T.render(a));
+      assert.notEqual(T.max([T.zero, a]), T.zero, T.render(a));
+    }
+  });
+
+  it('max and min still evaluate to Math.max and Math.min of their arguments (property)', () => {
+    const uf = (name: string, args: number[]): number => realUf(name, args);
+    const coef = fc.integer({ min: -2, max: 2 });
+    const lin = fc.array(coef, { minLength: 6, maxLength: 6 });
+    fc.assert(
+      fc.property(fc.array(lin, { minLength: 2, maxLength: 4 }), fc.boolean(), fc.array(fc.integer({ min: -3, max: 3 }), { minLength: 4, maxLength: 4 }), (rows, isMax, vals) => {
+        const T = new TermStore();
+        const x = syms(T, 'v', 4);
+        // Linear combinations of x_0, x_1, max(x_0, x_1, x_2), min(x_1, x_3), 1 and x_2·x_3: the
+        // integer values make ties (where a wrong drop would still pass) as likely as not.
+        const basis = [x[0], x[1], T.max(x.slice(0, 3)), T.min([x[1] as TermId, x[3] as TermId]), T.one, T.mul(x[2] as TermId, x[3] as TermId)] as TermId[];
+        const args = rows.map((r) => T.sum(r.map((k, i) => T.scale(basis[i] as TermId, q(BigInt(k))))));
+        const env = (n: string): number => vals[Number(n.slice(1))] as number;
+        const got = T.evaluate(isMax ? T.max(args) : T.min(args), env, uf);
+        const evs = args.map((a) => T.evaluate(a, env, uf));
+        const want = isMax ? Math.max(...evs) : Math.min(...evs);
+        return Math.abs(got - want) <= 1e-9;
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
+
 describe('lazy sums (a lazy store proves; an eager store decides the rest)', () => {
   // Rows i of a softmax-like backward: t_i = x_i / D_i with D_i = 1 + y_i^2 + z_i^2 (eight
   // different denominators); a common denominator would multiply out all eight.
