@@ -483,26 +483,35 @@ const CONSTANTS_OPEN = /no numeric witness|side condition|too large for the exac
  * rest on facts outside the stage).
  */
 export function constantsFallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit): StageResult[] {
+  const t0 = performance.now();
   const witnessed = new Set(numeric.failingTensors);
-  const isOpen = (r: StageResult): boolean => !witnessed.has(plan.logical.tensors.name(r.stage.logical)) && ((r.status === 'unknown' && CONSTANTS_OPEN.test(r.reason ?? '')) || r.status === 'differs');
-  if (!results.some(isOpen) || (limit !== undefined && timeLeft(limit) <= 0)) return results;
+  const name = (r: StageResult): string => plan.logical.tensors.name(r.stage.logical);
+  // A plan already refuted with a witness keeps its verdict whatever is proved here.
+  if (results.some((r) => r.status === 'differs' && witnessed.has(name(r)))) return results;
+  const open = results.filter((r) => !witnessed.has(name(r)) && ((r.status === 'unknown' && CONSTANTS_OPEN.test(r.reason ?? '')) || r.status === 'differs')).slice(0, CONSTANTS_MAX_STAGES);
+  const left = (): number => Math.min(CONSTANTS_TOTAL_MS - (performance.now() - t0), limit === undefined ? Infinity : timeLeft(limit));
+  if (open.length === 0 || left() <= 0) return results;
   // Only the constants of the tensors the open stages take as inputs (and their ancestors).
   const builder = new StageBuilder(plan);
-  const targets = new Set<number>();
-  for (const r of results) if (isOpen(r)) for (const nf of builder.closure(r.stage).inputs.values()) targets.add(nf.logical);
-  const constants = provedConstants(plan, Math.min(CONSTANTS_MS, limit === undefined ? Infinity : timeLeft(limit)), targets);
+  const inputsOf = new Map(open.map((r) => [r, new Set([...builder.closure(r.stage).inputs.values()].map((nf) => nf.logical))]));
+  const targets = new Set([...inputsOf.values()].flatMap((s) => [...s]));
+  const constants = provedConstants(plan, Math.min(CONSTANTS_MS, left()), targets);
   if (constantCount(constants) === 0) return results;
   const prover = new Prover(plan);
-  return results.map((r) => {
-    if (!isOpen(r) || (limit !== undefined && timeLeft(limit) <= 0)) return r;
-    const ms = Math.min(deadlineMs, CONSTANTS_MS, limit === undefined ? Infinity : timeLeft(limit));
-    const p = prover.prove(r.stage, false, { at: performance.now() + ms, reason: 'stopped' }, constants);
-    return p.status === 'proved' ? { ...p, ms: r.ms + p.ms } : r;
-  });
+  const out = results.slice();
+  for (const r of open) {
+    // A stage none of whose inputs holds a constant would be proved as before.
+    if (![...(inputsOf.get(r) ?? [])].some((L) => constants.has(L)) || left() <= 0) continue;
+    const p = prover.prove(r.stage, false, { at: performance.now() + Math.min(deadlineMs, CONSTANTS_MS, left()), reason: 'stopped' }, constants);
+    if (p.status === 'proved') out[results.indexOf(r)] = { ...p, ms: r.ms + p.ms };
+  }
+  return out;
 }
 
-/** What constantsFallback spends on finding the constants, and on each stage. */
+/** What constantsFallback spends on finding the constants and on one stage; on everything; and how many open stages it takes. */
 const CONSTANTS_MS = 10_000;
+const CONSTANTS_TOTAL_MS = 30_000;
+const CONSTANTS_MAX_STAGES = 64;
 
 async function z3Fallback(plan: LoadedPlan, text: string, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit, worker?: PoolOptions['worker']): Promise<StageResult[]> {
   const witnessed = new Set(numeric.failingTensors);
