@@ -50,6 +50,15 @@ export interface Algebra<S> {
    * [pred(a)] for an integer-valued a (a token id, a label, a routing choice, a count): 1
    * where pred holds, else 0. Symbolically ids stay symbolic (indicator atoms), so lookups,
    * masks and gathers written with `test` are exact for every possible id.
+   *
+   * Contract on pred (every op relies on it, and interval certificates depend on it:
+   * stages/engines/interval.ts `decideTest`): pred is a step function whose steps sit at
+   * integers only, i.e. constant on every open interval (k, k + 1) between consecutive integers.
+   * Equality or inequality with an integer, comparisons with integer bounds (shape sizes, loop
+   * indices, integer attributes such as vocab ranges and ignore_index), Number.isInteger, and
+   * and/or/not of those qualify; a comparison with a non-integer constant (v < 0.5) does not.
+   * The interval algebra decides pred on an interval strictly between two integers from its
+   * value there (checked at both ends and the midpoint; a mismatch gives up).
    */
   test(a: S, pred: (v: number) => boolean): S;
   /**
@@ -68,7 +77,10 @@ export interface Algebra<S> {
   /**
    * Declares that cond must be 1 wherever the op runs (e.g. every id within its table: PyTorch
    * raises otherwise). The stage builder turns it into an obligation; numerically the op
-   * yields NaN where it would raise.
+   * yields NaN where it would raise. In interval certificates, a parallel op whose cond is
+   * certainly 0 is a certified difference (the rank raises where the model does not); pass
+   * `alg.zero` itself when `what` already says what is wrong ("index 2.5 is not an integer in
+   * [0, 4)"), else `what` says what is required ("index within [0, 4)").
    */
   require(cond: S, what: string): void;
 }

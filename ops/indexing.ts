@@ -18,7 +18,7 @@ function lookup<S>(alg: Algebra<S>, id: S, n: number, what: string): { row: numb
   const k = alg.known(id);
   if (k !== undefined) {
     if (Number.isInteger(k) && k >= 0 && k < n) return { row: k };
-    alg.require(alg.zero, `${what}: index ${k} is outside [0, ${n})`);
+    alg.require(alg.zero, `${what}: index ${k} is not an integer in [0, ${n})`);
     return { nan: true };
   }
   alg.require(

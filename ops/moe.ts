@@ -42,7 +42,7 @@ function placement<S>(alg: Algebra<S>, idx: Dense<S>, E: number, layout: Layout)
     const count = new Array<number>(E).fill(0);
     known.forEach((e, s) => {
       if (e === undefined || !Number.isInteger(e) || e < 0 || e >= E) {
-        alg.require(alg.zero, `moe routing: expert ${String(e)} is outside [0, ${E})`);
+        alg.require(alg.zero, `moe routing: expert ${String(e)} is not an integer in [0, ${E})`);
         pos[s] = -1;
         return;
       }

@@ -40,10 +40,22 @@ export function logicalOrder(plan: LoadedPlan): readonly number[] {
 export type RankValues<S> = (Dense<S> | undefined)[][];
 
 /**
+ * Wrappers around each op a parallel run applies (interval certificates use them to know which
+ * op of which rank declares a requirement, stages/engines/interval.ts): each gets a thunk that
+ * applies the op and returns what the op's outputs are to be.
+ */
+export interface ParallelHooks<S> {
+  /** Local op `op` of rank `rank`. */
+  local?(rank: number, op: number, apply: () => Dense<S>[]): Dense<S>[];
+  /** Collective instance `ci` of `plan.collectives` (its outputs per group member). */
+  collective?(ci: number, apply: () => (Dense<S> | undefined)[]): (Dense<S> | undefined)[];
+}
+
+/**
  * Runs every rank's program. `input(rank, tensor)` supplies tensors that no op or collective
  * produces on that rank (they have lineage to a contract input: the loader checked it).
  */
-export function executeParallel<S>(plan: LoadedPlan, alg: Algebra<S>, input: (rank: number, tensor: number) => Dense<S>): RankValues<S> {
+export function executeParallel<S>(plan: LoadedPlan, alg: Algebra<S>, input: (rank: number, tensor: number) => Dense<S>, hooks?: ParallelHooks<S>): RankValues<S> {
   const nRanks = plan.mesh.size;
   const prog = (r: number): Program => plan.programs[plan.rankProgram[r] as number] as Program;
   const vals: RankValues<S> = Array.from({ length: nRanks }, (_, r) => new Array<Dense<S> | undefined>(prog(r).tensors.size));
@@ -95,7 +107,8 @@ export function executeParallel<S>(plan: LoadedPlan, alg: Algebra<S>, input: (ra
     const p = prog(r);
     const view = plan.view(r);
     const ins = [...p.ops.opInputs(op)].map((t) => (vals[r] as Dense<S>[])[t] as Dense<S>);
-    const outs = registry.get(p.ops.kind[op] as number).apply(alg, ins, view.attrs[op] as Attrs);
+    const apply = (): Dense<S>[] => registry.get(p.ops.kind[op] as number).apply(alg, ins, view.attrs[op] as Attrs);
+    const outs = hooks?.local === undefined ? apply() : hooks.local(r, op, apply);
     p.ops.opOutputs(op).forEach((t, k) => set(r, t, outs[k] as Dense<S>));
   };
   const runInstance = (ci: number): void => {
@@ -107,7 +120,8 @@ export function executeParallel<S>(plan: LoadedPlan, alg: Algebra<S>, input: (ra
       const t = c.inputs[i] as number;
       return t >= 0 ? (vals[r] as Dense<S>[])[t] : undefined;
     });
-    const outs = rule.applyGroup(alg, ins, c.attrs, c.group);
+    const apply = (): (Dense<S> | undefined)[] => rule.applyGroup(alg, ins, c.attrs, c.group);
+    const outs = hooks?.collective === undefined ? apply() : hooks.collective(ci, apply);
     c.group.forEach((r, i) => {
       const o = c.outputs[i] as number;
       const v = outs[i];

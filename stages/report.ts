@@ -89,6 +89,7 @@ function num(x: number): string {
 
 /** One witness value as a sentence (the text, JUnit and HTML reports share it). */
 export function witnessLine(m: Mismatch): string {
+  if (m.domain !== undefined) return `rank ${m.rank} '${m.tensor}' holds no value where logical ${m.logical}[${m.element.join(', ')}] = ${num(m.expected)}: ${m.domain} (certified by interval arithmetic)`;
   const line = valuesLine(m);
   if (m.certified === undefined) return line;
   const iv = ([lo, hi]: readonly [number, number]): string => `[${lo.toPrecision(17)}, ${hi.toPrecision(17)}]`;

@@ -5,9 +5,12 @@
  * logical interval are disjoint is false at that input, in exact arithmetic: the plan is not
  * equivalent, with a concrete input as the witness, whatever the size of the stage (no normal
  * form is built). An interval that cannot be decided (a division by an interval holding 0, a
- * routing choice or an id test on an interval that is not a single point, NaN) makes the
- * evaluation give up, and a value outside an op's domain (or possibly so) is NaN, which is
- * never disjoint from anything: nothing is certified, never the opposite answer.
+ * routing choice between overlapping scores, an id test on an interval holding an integer that is
+ * not a single point, NaN) makes the evaluation give up, and a value outside a real function's
+ * domain (or possibly so) is NaN, which is never disjoint from anything: nothing is certified,
+ * never the opposite answer. A parallel op certainly outside its domain (an index that is no
+ * integer of its table: PyTorch raises) while every logical op is within its own is a
+ * certified difference too (`Certified.domain`).
  *
  * Assumption (docs/engine.md, "Certified witnesses"): + - * / and sqrt are IEEE-754 correctly
  * rounded (ECMAScript requires it), so one ulp outward encloses the exact result; exp, log,
@@ -19,7 +22,7 @@ import type { Algebra, Dense, RealFn } from '../../ops/algebra.js';
 import { realFunctions } from '../../ops/algebra.js';
 import { numel } from '../../ops/types.js';
 import { qParse } from '../../ops/rational.js';
-import { executeLogical, executeParallel, logicalIndexer, type LogicalValues, type RankValues } from '../../sdfg/execute.js';
+import { executeLogical, executeParallel, logicalIndexer, type LogicalValues, type ParallelHooks, type RankValues } from '../../sdfg/execute.js';
 import type { LoadedPlan } from '../../lineage/load.js';
 import type { Program } from '../../plans/model.js';
 import { evalLineage, groupKey, type LineageNF } from '../../lineage/model.js';
@@ -133,6 +136,27 @@ function fn(name: RealFn, a: Iv): Iv {
   }
 }
 
+/**
+ * pred at the exact value a encloses (Algebra.test). A point is decided by pred itself. An
+ * interval strictly between two consecutive integers is decided too: every predicate ops pass
+ * to `test` is a step function whose steps sit at integers (the contract stated on
+ * Algebra.test: equality with an integer, comparisons with integer bounds, Number.isInteger),
+ * so it takes one value on all of (k, k + 1). That is checked where it can be: pred is
+ * evaluated at both ends and at the midpoint, and values that are not all equal (a predicate
+ * breaking the contract) give up. An interval holding an integer (or NaN, or unbounded) is
+ * undecided.
+ */
+export function decideTest(a: Iv, pred: (v: number) => boolean): boolean {
+  if (a.lo === a.hi) return pred(a.lo);
+  const k = Math.floor(a.lo);
+  if (Number.isFinite(a.lo) && Number.isFinite(a.hi) && a.lo > k && a.hi < k + 1) {
+    const at = [pred(a.lo), pred((a.lo + a.hi) / 2), pred(a.hi)];
+    if (at[0] === at[1] && at[1] === at[2]) return at[0] as boolean;
+    throw new Undecided(`a test whose predicate is not constant between the integers ${k} and ${k + 1} (it must step at integers only: ops/algebra.ts, Algebra.test)`);
+  }
+  throw new Undecided('a test on a value that is not a single point and whose interval holds an integer');
+}
+
 /** NaN endpoints: the value is undefined or not enclosed; nothing depending on it is certified. */
 function check(a: Iv): Iv {
   return Number.isNaN(a.lo) || Number.isNaN(a.hi) ? NAN : a;
@@ -163,10 +187,7 @@ export const intervalAlgebra: Algebra<Iv> = {
   max: (xs) => check({ lo: xs.reduce((m, x) => Math.max(m, x.lo), -Infinity), hi: xs.reduce((m, x) => Math.max(m, x.hi), -Infinity) }),
   min: (xs) => check({ lo: xs.reduce((m, x) => Math.min(m, x.lo), Infinity), hi: xs.reduce((m, x) => Math.min(m, x.hi), Infinity) }),
   fn: (name, a) => check(fn(name, a)),
-  test: (a, pred) => {
-    if (a.lo !== a.hi) throw new Undecided('a test on a value that is not a single point');
-    return pred(a.lo) ? pt(1) : pt(0);
-  },
+  test: (a, pred) => (decideTest(a, pred) ? pt(1) : pt(0)),
   gt0: (a) => {
     if (a.lo > 0) return pt(1);
     if (a.hi <= 0) return pt(0);
@@ -196,8 +217,30 @@ export interface Certified {
   /** Row-major element index in the logical tensor. */
   readonly element: number;
   readonly kind: 'complete' | 'partial' | 'replica';
+  /** For `domain`: the requirement's value, the point 0 (the exact engine's requirement pair). */
   readonly parallel: Iv;
+  /** For `domain`: 1, what the requirement must be. */
   readonly logical: Iv;
+  /**
+   * Set when the claim fails because an op it is computed from is outside its domain on rank
+   * `domain.rank` at these inputs (a requirement certainly violated: PyTorch raises there), while
+   * every requirement of the logical graph certainly holds: the rank does not compute the
+   * claimed tensor where the model computes it. `value` encloses the logical element.
+   */
+  readonly domain?: DomainViolation;
+}
+
+/** A parallel op certainly outside its domain at the witness inputs. */
+export interface DomainViolation {
+  readonly rank: number;
+  /** The op's name in its program. */
+  readonly op: string;
+  /** What is wrong: the requirement the op declared (Algebra.require) and "does not hold", or the op's own words. */
+  readonly what: string;
+  /** The value the requirement tested (an index, a label), when known. */
+  readonly tested?: Iv;
+  /** The logical element the claim is about. */
+  readonly value: Iv;
 }
 
 export type CertifyResult = { certified: Certified } | { undecided: string };
@@ -211,11 +254,27 @@ export function certifiedMismatch(plan: LoadedPlan, logical: number, w: Certifie
   const shape = plan.logical.shapes[logical] ?? [];
   const element = shape.map((_, d) => Math.floor(w.element / shape.slice(d + 1).reduce((x, y) => x * y, 1)) % (shape[d] as number));
   const mid = (x: Iv): number => (x.lo + x.hi) / 2;
+  // The rank raises: it holds no value (NaN), the logical element is what it should hold.
+  if (w.domain !== undefined) return { logical: plan.logical.tensors.name(logical), element, rank: w.rank, tensor: w.tensor, kind: w.kind, parallel: Number.NaN, expected: mid(w.domain.value), order, domain: domainText(w.domain) };
   return { logical: plan.logical.tensors.name(logical), element, rank: w.rank, tensor: w.tensor, kind: w.kind, parallel: mid(w.parallel), expected: mid(w.logical), order, certified: { parallel: [w.parallel.lo, w.parallel.hi], logical: [w.logical.lo, w.logical.hi] } };
+}
+
+const ivText = (x: Iv): string => (x.lo === x.hi ? String(x.lo) : `[${x.lo.toPrecision(17)}, ${x.hi.toPrecision(17)}]`);
+
+/** What is wrong when a parallel op is outside its domain, in words. */
+function domainText(d: DomainViolation): string {
+  const tested = d.tested === undefined ? '' : `; the value it tests ${d.tested.lo === d.tested.hi ? `is ${d.tested.lo}` : `lies in ${ivText(d.tested)}, strictly between two integers, so it is no integer`}`;
+  return `rank ${d.rank} op '${d.op}' is outside its domain at these inputs (${d.what}${tested}): PyTorch raises there, while every op of the logical graph is within its domain`;
+}
+
+/** The claim a domain violation refutes, in words. */
+export function domainClaimText(logicalName: string, w: Certified & { domain: DomainViolation }): string {
+  return `${domainText(w.domain)}; rank ${w.rank} '${w.tensor}' is computed from that op, so it does not hold logical ${logicalName} (element ${w.element} in ${ivText(w.domain.value)})`;
 }
 
 /** A certified witness as a stage's reason: the two disjoint enclosures, in words. */
 export function certifiedReason(logicalName: string, w: Certified): string {
+  if (w.domain !== undefined) return `certified witness (interval arithmetic at seed ${w.seed}, no normal form): ${domainClaimText(logicalName, { ...w, domain: w.domain })}: the claim is false at these inputs in exact arithmetic`;
   const iv = (x: Iv): string => `[${x.lo.toPrecision(10)}, ${x.hi.toPrecision(10)}]`;
   const what = w.kind === 'replica' ? `another copy of the same addend in ${iv(w.logical)}` : `logical ${logicalName} element ${w.element} in ${iv(w.logical)}`;
   return `certified witness (interval arithmetic at seed ${w.seed}, no normal form): rank ${w.rank} '${w.tensor}'${w.kind === 'partial' ? ' (its addends combined)' : ''} lies in ${iv(w.parallel)}, ${what}: disjoint, so the claim is false at these inputs in exact arithmetic`;
@@ -225,7 +284,9 @@ export function certifiedReason(logicalName: string, w: Certified): string {
  * Evaluates both graphs in intervals on the inputs `numericCheck` draws at `seed` (the same
  * random stream), and looks, tensor by tensor in the order given, for a claim of a logical
  * tensor among `tensors` (and among those `claims` accepts) whose parallel interval is disjoint
- * from the logical one.
+ * from the logical one, or that is computed from a parallel op certainly outside its domain
+ * (`Certified.domain`: every requirement of the logical graph certainly holds, or nothing is
+ * certified).
  */
 export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly number[], claims: (rank: number, tensor: number) => boolean, zero?: ReadonlySet<number>): CertifyResult & { logical?: number } {
   const lg = plan.logical;
@@ -236,7 +297,12 @@ export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly
   const inputs = drawInputs(plan, uniform, rnd, zero, pt) as LogicalValues<Iv>;
   let lv: LogicalValues<Iv>;
   let pv: RankValues<Iv>;
+  const broken = brokenOps(plan);
+  // Integer inputs split into random real addends: a rank indexing with an addend is outside
+  // its domain at these inputs, but a contract may mean integer addends; no domain witness then.
+  let realAddendsOfIds = false;
   try {
+    // Logical requirements must certainly hold (intervalAlgebra.require), or nothing is certified.
     lv = executeLogical(plan, intervalAlgebra, inputs);
     // Partial inputs: random addends, the last one the rest (an interval holding the exact
     // rest, so that some real point of the input box satisfies the contract exactly).
@@ -246,6 +312,7 @@ export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly
       const key = `${nf.logical}|${groupKey(v)}`;
       let a = addends.get(key);
       if (a === undefined) {
+        if (lg.domains[nf.logical] !== undefined) realAddendsOfIds = true;
         const x0 = lv[nf.logical] as Dense<Iv>;
         a = Array.from({ length: v.n }, () => new Array<Iv>(x0.data.length));
         for (let e = 0; e < x0.data.length; e++) {
@@ -267,22 +334,142 @@ export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly
       }
       return a;
     };
-    pv = executeParallel(plan, intervalAlgebra, (r, t) => {
-      const nf = lineageOf(plan, r, t) as LineageNF;
-      const shape = plan.view(r).shapes[t] ?? [];
-      const idx = logicalIndexer(nf, lg.shapes[nf.logical] ?? []);
-      const src = nf.value.n === 1 && nf.value.divisor === 1 ? (lv[nf.logical] as Dense<Iv>).data : (addendsOf(nf)[nf.value.idx] as Iv[]);
-      return { shape, data: Array.from({ length: numel(shape) }, (_, f) => src[idx(f)] as Iv) };
-    });
+    pv = executeParallel(
+      plan,
+      broken.alg,
+      (r, t) => {
+        const nf = lineageOf(plan, r, t) as LineageNF;
+        const shape = plan.view(r).shapes[t] ?? [];
+        const idx = logicalIndexer(nf, lg.shapes[nf.logical] ?? []);
+        const src = nf.value.n === 1 && nf.value.divisor === 1 ? (lv[nf.logical] as Dense<Iv>).data : (addendsOf(nf)[nf.value.idx] as Iv[]);
+        return { shape, data: Array.from({ length: numel(shape) }, (_, f) => src[idx(f)] as Iv) };
+      },
+      broken.hooks,
+    );
   } catch (e) {
     if (e instanceof Undecided) return { undecided: e.message };
     throw e;
   }
+  const { violations, poisoned } = broken;
   for (const logical of tensors) {
-    const r = disjointClaim(plan, lv, pv, seed, logical, claims);
+    const r = disjointClaim(plan, lv, pv, seed, logical, (rank, t) => claims(rank, t) && !poisoned.has(`${rank}:${t}`));
     if (r !== undefined) return { certified: r, logical };
+    if (violations.length === 0 || realAddendsOfIds) continue;
+    const d = domainClaim(plan, lv, seed, logical, claims, violations, poisoned);
+    if (d !== undefined) return { certified: d, logical };
+  }
+  if (violations.length > 0) {
+    const v = violations[0] as Omit<DomainViolation, 'value'>;
+    const why = realAddendsOfIds ? 'integer contract inputs are split into real addends at these inputs' : 'no claim of the failing tensors is computed from it';
+    return { undecided: `rank ${v.rank} op '${v.op}' is outside its domain at these inputs (${v.what}), not certified: ${why}` };
   }
   return { undecided: 'every claim of the failing tensors overlaps its logical value at these inputs (rounding too wide to separate them)' };
+}
+
+/**
+ * The parallel run's algebra and hooks that record ops certainly outside their domain instead
+ * of giving up: a requirement whose interval is the point 0 is violated at the exact inputs,
+ * whatever the rounding. The op's outputs, and everything computed from them (through local ops
+ * and collectives), are `poisoned`: their values stand for nothing (the rank raised), so no value
+ * claim is certified on them, and an op computed from them that cannot be decided yields NaN
+ * instead of giving up. A requirement not certainly met nor certainly violated still gives up.
+ */
+function brokenOps(plan: LoadedPlan): { alg: Algebra<Iv>; hooks: ParallelHooks<Iv>; violations: Omit<DomainViolation, 'value'>[]; poisoned: Map<string, number> } {
+  const violations: Omit<DomainViolation, 'value'>[] = [];
+  const poisoned = new Map<string, number>();
+  const prog = (r: number): Program => plan.programs[plan.rankProgram[r] as number] as Program;
+  let here: { what?: string; tested?: Iv } | undefined;
+  let lastTest: { value: Iv; result: Iv } | undefined;
+  const alg: Algebra<Iv> = {
+    ...intervalAlgebra,
+    test: (a, pred) => {
+      const result = intervalAlgebra.test(a, pred);
+      lastTest = { value: a, result };
+      return result;
+    },
+    require: (cond, what) => {
+      if (cond.lo === 1 && cond.hi === 1) return;
+      if (here !== undefined && cond.lo === 0 && cond.hi === 0) {
+        if (here.what === undefined) {
+          // alg.zero: the op states what is wrong itself; otherwise `what` is what it requires.
+          here.what = cond === intervalAlgebra.zero ? what : `${what} does not hold`;
+          if (lastTest !== undefined && lastTest.result === cond) here.tested = lastTest.value;
+        }
+        return;
+      }
+      throw new Undecided('an op outside its domain');
+    },
+  };
+  const nanOf = (r: number, t: number): Dense<Iv> => {
+    const shape = plan.view(r).shapes[t] ?? [];
+    return { shape, data: new Array<Iv>(numel(shape)).fill(NAN) };
+  };
+  // Outputs of an op computed from a poisoned value: whatever it computes, NaN if it cannot.
+  const downstream = <T>(apply: () => T, fallback: () => T): T => {
+    try {
+      return apply();
+    } catch (e) {
+      if (e instanceof Undecided) return fallback();
+      throw e;
+    }
+  };
+  const hooks: ParallelHooks<Iv> = {
+    local: (r, op, apply) => {
+      const p = prog(r);
+      const outs = p.ops.opOutputs(op);
+      const from = [...p.ops.opInputs(op)].map((t) => poisoned.get(`${r}:${t}`)).find((x) => x !== undefined);
+      if (from !== undefined) {
+        for (const t of outs) poisoned.set(`${r}:${t}`, from);
+        return downstream(apply, () => [...outs].map((t) => nanOf(r, t)));
+      }
+      const h: { what?: string; tested?: Iv } = {};
+      here = h;
+      lastTest = undefined;
+      let v: Dense<Iv>[] | undefined;
+      try {
+        v = apply();
+      } catch (e) {
+        // An op that gives up after declaring itself outside its domain: it raised already.
+        if (!(e instanceof Undecided) || h.what === undefined) throw e;
+      } finally {
+        here = undefined;
+      }
+      if (h.what === undefined) return v as Dense<Iv>[];
+      violations.push({ rank: r, op: p.ops.ids.name(op), what: h.what, ...(h.tested === undefined ? {} : { tested: h.tested }) });
+      for (const t of outs) poisoned.set(`${r}:${t}`, violations.length - 1);
+      return v ?? [...outs].map((t) => nanOf(r, t));
+    },
+    collective: (ci, apply) => {
+      const c = plan.collectives[ci];
+      if (c === undefined) return apply();
+      const from = [...c.group].map((r, i) => ((c.inputs[i] as number) >= 0 ? poisoned.get(`${r}:${c.inputs[i] as number}`) : undefined)).find((x) => x !== undefined);
+      if (from === undefined) return apply();
+      c.group.forEach((r, i) => {
+        if ((c.outputs[i] as number) >= 0) poisoned.set(`${r}:${c.outputs[i] as number}`, from);
+      });
+      return downstream(apply, () => [...c.group].map((r, i) => ((c.outputs[i] as number) >= 0 ? nanOf(r, c.outputs[i] as number) : undefined)));
+    },
+  };
+  return { alg, hooks, violations, poisoned };
+}
+
+/** A claim of logical tensor `logical` computed from a parallel op outside its domain. */
+function domainClaim(plan: LoadedPlan, lv: LogicalValues<Iv>, seed: number, logical: number, claims: (rank: number, tensor: number) => boolean, violations: readonly Omit<DomainViolation, 'value'>[], poisoned: ReadonlyMap<string, number>): Certified | undefined {
+  const L = lv[logical];
+  if (L === undefined) return undefined;
+  for (let r = 0; r < plan.mesh.size; r++) {
+    const p = plan.programs[plan.rankProgram[r] as number] as Program;
+    for (let t = 0; t < p.tensors.size; t++) {
+      const from = poisoned.get(`${r}:${t}`);
+      if (from === undefined) continue;
+      const nf = lineageOf(plan, r, t);
+      if (nf === undefined || nf.logical !== logical || !claims(r, t)) continue;
+      const g = logicalIndexer(nf, plan.logical.shapes[logical] ?? [])(0);
+      const v = nf.value;
+      return { seed, rank: r, tensor: p.tensors.name(t), element: g, kind: v.n === 1 && v.divisor === 1 ? 'complete' : 'partial', parallel: pt(0), logical: pt(1), domain: { ...(violations[from] as Omit<DomainViolation, 'value'>), value: L.data[g] as Iv } };
+    }
+  }
+  return undefined;
 }
 
 function disjointClaim(plan: LoadedPlan, lv: LogicalValues<Iv>, pv: RankValues<Iv>, seed: number, logical: number, claims: (rank: number, tensor: number) => boolean): Certified | undefined {

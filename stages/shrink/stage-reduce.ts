@@ -16,7 +16,7 @@ import type { LoadedPlan } from '../../lineage/load.js';
 import type { RawPlan } from '../../plans/raw.js';
 import { logicalOrder } from '../../sdfg/execute.js';
 import { numericCheck, type NumericReport } from '../witness/numeric.js';
-import { certifiedMismatch, certifyWitness, type Iv } from '../engines/interval.js';
+import { certifiedMismatch, certifyWitness, domainClaimText, type Iv } from '../engines/interval.js';
 import { decompose, Prover, type Stage, type StageResult, type Stop } from '../decompose/prove.js';
 import { analyzeReduction, prefixPlan, reducePlan, ReductionError, zeroCutPlan, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from '../decompose/extract.js';
@@ -579,7 +579,7 @@ function certifiedDifference(plan: LoadedPlan, name: string, seed: number, resul
   const said = engine === 'gave up' ? 'the exact engine gave up' : 'the exact engine found the difference, under the numeric tolerance on every draw';
   return {
     numeric: { ...numeric, seed, mismatches: [certifiedMismatch(plan, target, w, 0)], failingTensors: [name] },
-    result: { ...result, status: 'differs', reason: `certified witness (interval arithmetic at seed ${seed}${how}): rank ${w.rank} '${w.tensor}' lies in ${iv(w.parallel)}, the logical element ${w.element} in ${iv(w.logical)}: disjoint, so the claim is false at these inputs in exact arithmetic; ${said}: ${(result.reason ?? '').slice(0, 160)}`, failingRanks: [w.rank] },
+    result: { ...result, status: 'differs', reason: `certified witness (interval arithmetic at seed ${seed}${how}): ${w.domain !== undefined ? domainClaimText(name, { ...w, domain: w.domain }) : `rank ${w.rank} '${w.tensor}' lies in ${iv(w.parallel)}, the logical element ${w.element} in ${iv(w.logical)}: disjoint`}, so the claim is false at these inputs in exact arithmetic; ${said}: ${(result.reason ?? '').slice(0, 160)}`, failingRanks: [w.rank] },
   };
 }
 

@@ -40,6 +40,12 @@ export interface Mismatch {
    * are their midpoints and may print alike).
    */
   readonly certified?: { readonly parallel: readonly [number, number]; readonly logical: readonly [number, number] };
+  /**
+   * A witness certified by interval arithmetic where the rank computes no value: an op the
+   * tensor is computed from is outside its domain at these inputs (PyTorch raises), while the
+   * logical graph is within its own; what is wrong, in words (`parallel` is then NaN).
+   */
+  readonly domain?: string;
 }
 
 export interface NumericReport {
