@@ -104,6 +104,20 @@ export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGra
     const p = table.ids.paths[op] as string;
     const msg = checkOpShapes(kind, [...ins].map((t) => shapes[t] as Shape), [...outs].map((t) => shapes[t] as Shape), attrs[op] as Attrs);
     if (msg !== undefined) sink.add(p, msg, `op '${table.ids.name(op)}' (${registry.get(kind).name})`);
+    else {
+      // An input the op reads as integer values (ids, labels, routing choices) must be able to
+      // hold them: a trained parameter, an optimizer state or a tensor declared with a float
+      // dtype never does (PyTorch raises on such an index), so the model as written is not a
+      // program and no verdict about it means anything.
+      const def = registry.get(kind);
+      const sig = def.dims([...ins].map((t) => shapes[t] as Shape), attrs[op] as Attrs);
+      for (const k of Object.keys(sig.inputValues ?? {}).map(Number)) {
+        const t = ins[k] as number;
+        const dt = dtypes[t];
+        const why = roles[t] === 'param' || roles[t] === 'optimizer_state' ? `a ${roles[t] === 'param' ? 'trained parameter' : 'optimizer state'} (real values)` : dt !== undefined && FLOAT_DTYPES.has(dt) ? `declared ${dt}` : undefined;
+        if (why !== undefined) sink.add(p, `reads '${tensors.name(t)}' (input ${k}) as integer values (ids, labels or positions), but it is ${why}: give the op an integer tensor`, `op '${table.ids.name(op)}' (${def.name})`);
+      }
+    }
     if (registry.get(kind).collective !== undefined) sink.add(p, 'collectives belong in the parallel graph, not the logical one', `op '${table.ids.name(op)}'`);
   }
 

@@ -259,3 +259,49 @@ describe('a parallel op reading a float tensor as its index', () => {
     assert.match(d.certified.domain.what, /^cross_entropy: label within \[0, 4\)/);
   });
 });
+
+describe('a model that reads a real tensor as integer values is refused at load', () => {
+  /** Logical cross-entropy whose labels are `labels` (declared as given); one rank, lineage 1:1. */
+  const ce = (labels: object): unknown => ({
+    format: 'planproof/v1',
+    mesh: { axes: [{ name: 'dp', size: 1 }] },
+    logical: {
+      tensors: [T('logits', [N, V], 'input'), labels, T('loss', [], 'output')],
+      ops: [{ id: 'ce', op: 'cross_entropy', inputs: ['logits', 'labels'], outputs: ['loss'], attrs: { reduction: 'mean' } }],
+    },
+    parallel: {
+      programs: [
+        {
+          ranks: 'all',
+          tensors: [
+            { id: 'logits', shape: [N, V], lineage: { logical: 'logits' } },
+            { id: 'labels', shape: [N], lineage: { logical: 'labels' } },
+            { id: 'loss', shape: [], lineage: { logical: 'loss' } },
+          ],
+          ops: [{ id: 'ce', op: 'cross_entropy', inputs: ['logits', 'labels'], outputs: ['loss'], attrs: { reduction: 'mean' } }],
+        },
+      ],
+    },
+    contract: { inputs: ['logits', 'labels'], outputs: ['loss'] },
+  });
+  const dir = mkdtempSync(join(tmpdir(), 'planproof-realidx-'));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  for (const [what, labels, why] of [
+    ['a trained parameter', T('labels', [N], 'param'), /reads 'labels' \(input 1\) as integer values .* a trained parameter/],
+    ['an input declared float32', T('labels', [N], 'input', { dtype: 'float32' }), /reads 'labels' \(input 1\) as integer values .* declared float32/],
+  ] as const) {
+    it(`labels that are ${what}: exit 2 naming the op's JSON path`, async () => {
+      const f = join(dir, `${what.replace(/\W+/g, '-')}.json`);
+      writeFileSync(f, JSON.stringify(ce(labels)));
+      const r = await runCli(['verify', f, '--no-cache']);
+      assert.equal(r.code, 2, r.stdout + r.stderr);
+      assert.match(r.stderr, /\$\.logical\.ops\[0\] op 'ce' \(cross_entropy\)/);
+      assert.match(r.stderr, why);
+    });
+  }
+
+  it('its twin with int64 labels loads and is VERIFIED', () => {
+    assert.equal(verifyPlan(loadPlanObject('ce.json', ce(ids('labels')))).verdict, 'verified');
+  });
+});
