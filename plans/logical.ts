@@ -95,6 +95,19 @@ export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGra
   }
 
   // Arity, attributes and shapes (only for ops whose tensors all resolved).
+  // The values output of an op whose other output holds the positions (topk's values beside
+  // its indices) is real unless the op ran over integers.
+  const valuesBesidePositions = (t: number): string | undefined => {
+    const prod = producer[t] as number;
+    if (prod < 0 || (table.kind[prod] as number) < 0) return undefined;
+    const pos = registry.get(table.kind[prod] as number).positionsOut;
+    const outs = table.opOutputs(prod);
+    if (pos === undefined || outs[pos.output] === t) return undefined;
+    const src = table.opInputs(prod)[pos.input];
+    const sdt = src === undefined ? undefined : dtypes[src];
+    if (sdt !== undefined && INTEGER_DTYPES.has(sdt)) return undefined;
+    return `the values of op '${table.ids.name(prod)}' (${registry.get(table.kind[prod] as number).name}), real numbers; its positions are '${tensors.name(outs[pos.output] as number)}'`;
+  };
   for (let op = 0; op < table.size; op++) {
     const kind = table.kind[op] as number;
     if (kind < 0) continue;
@@ -114,7 +127,7 @@ export function buildLogical(raw: RawPlan, sink: IssueSink): { graph: LogicalGra
       for (const k of Object.keys(sig.inputValues ?? {}).map(Number)) {
         const t = ins[k] as number;
         const dt = dtypes[t];
-        const why = roles[t] === 'param' || roles[t] === 'optimizer_state' ? `a ${roles[t] === 'param' ? 'trained parameter' : 'optimizer state'} (real values)` : dt !== undefined && FLOAT_DTYPES.has(dt) ? `declared ${dt}` : undefined;
+        const why = roles[t] === 'param' || roles[t] === 'optimizer_state' ? `a ${roles[t] === 'param' ? 'trained parameter' : 'optimizer state'} (real values)` : dt !== undefined && FLOAT_DTYPES.has(dt) ? `declared ${dt}` : valuesBesidePositions(t);
         if (why !== undefined) sink.add(p, `reads '${tensors.name(t)}' (input ${k}) as integer values (ids, labels or positions), but it is ${why}: give the op an integer tensor`, `op '${table.ids.name(op)}' (${def.name})`);
       }
     }

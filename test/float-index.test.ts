@@ -9,7 +9,7 @@
  * value") and the certificate gave up on the test of a non-point interval: "unknown".
  */
 import { strict as assert } from 'node:assert';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli } from './helpers.js';
@@ -300,6 +300,19 @@ describe('a model that reads a real tensor as integer values is refused at load'
       assert.match(r.stderr, why);
     });
   }
+
+  it("routing by topk's values instead of its indices (a generated MoE, the model edited): exit 2 naming both outputs", async () => {
+    const f = join(dir, 'moe.json');
+    assert.equal((await runCli(['gen', '--preset', 'moe-tiny', '-o', f])).code, 0);
+    const raw = JSON.parse(readFileSync(f, 'utf8')) as { logical: { ops: { id: string; op: string; inputs: string[] }[] } };
+    const d = raw.logical.ops.find((o) => o.op === 'moe_dispatch');
+    assert.ok(d !== undefined && /topk\.1$/.test(d.inputs[1] ?? ''));
+    d.inputs[1] = (d.inputs[1] as string).replace(/\.1$/, '');
+    writeFileSync(f, JSON.stringify(raw));
+    const r = await runCli(['verify', f, '--no-cache']);
+    assert.equal(r.code, 2, r.stdout + r.stderr);
+    assert.match(r.stderr, /reads '.*topk' \(input 1\) as integer values .* the values of op '.*topk' \(topk\), real numbers; its positions are '.*topk\.1'/);
+  });
 
   it('its twin with int64 labels loads and is VERIFIED', () => {
     assert.equal(verifyPlan(loadPlanObject('ce.json', ce(ids('labels')))).verdict, 'verified');
