@@ -486,6 +486,9 @@ export function constantsFallback(plan: LoadedPlan, results: StageResult[], nume
   const t0 = performance.now();
   const witnessed = new Set(numeric.failingTensors);
   const name = (r: StageResult): string => plan.logical.tensors.name(r.stage.logical);
+  // The candidates come from two Float64 runs of the logical graph: not for a plan the numeric
+  // run found too large to evaluate.
+  if (!numeric.evaluated) return results;
   // A plan already refuted with a witness keeps its verdict whatever is proved here.
   if (results.some((r) => r.status === 'differs' && witnessed.has(name(r)))) return results;
   const open = results.filter((r) => !witnessed.has(name(r)) && ((r.status === 'unknown' && CONSTANTS_OPEN.test(r.reason ?? '')) || r.status === 'differs')).slice(0, CONSTANTS_MAX_STAGES);
