@@ -4,7 +4,8 @@
  * bug twins) imports as written; the ATen forms Megatron prints (advanced indexing, max.dim,
  * integer index_put, slice_scatter, module constants) compute what the plain forms compute,
  * and each is refuted when one detail is wrong; relations features (op maps, constants, outputs
- * by node, assumptions on intermediate nodes, dropout pairing) each have a check that fails.
+ * by node, assumptions on intermediate nodes, dropout pairing) each have a check that fails;
+ * the shipped Transformer Engine and vLLM rotary maps prove TP plans and refute their twins.
  */
 import { strict as assert } from 'node:assert';
 import { cpSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -13,6 +14,7 @@ import { join } from 'node:path';
 import { runCli } from './helpers.js';
 import { ImportError, parseFxGraph } from '../plans/import/fxtext.js';
 import { checkOpMap } from '../plans/import/opmap.js';
+import { SHIPPED_OPMAPS } from '../plans/import/opmaps.js';
 import { loadPlanObject } from '../lineage/load.js';
 
 const CORPUS = 'test/fixtures/megatron-fx';
@@ -270,4 +272,80 @@ describe('import-graphs: Megatron graphs as exporters print them (issue 34)', fu
       assert.deepEqual(failing, [at], what);
     });
   }
+});
+
+describe('import-graphs: the shipped op maps for Transformer Engine and vLLM (issue 34)', function () {
+  this.timeout(300_000);
+
+  /** Imports, verifies with --json: the exit code and the logical tensors of the failing stages. */
+  async function verdict(d: string): Promise<{ code: number; failing: string[] }> {
+    const r = await importDir(d);
+    assert.equal(r.code, 0, r.stderr);
+    const v = await runCli(['verify', '--infer', '--jobs', '0', '--json', r.out]);
+    const rep = JSON.parse(v.stdout) as { stages: { status: string; logical: string }[] };
+    return { code: v.code, failing: rep.stages.filter((s) => s.status === 'not_equivalent').map((s) => s.logical) };
+  }
+
+  it('every shipped map passes the op-map schema and its bodies parse; a case testing a parameter the entry lacks is refused', () => {
+    for (const [name, m] of Object.entries(SHIPPED_OPMAPS)) checkOpMap(name, JSON.parse(JSON.stringify(m)));
+    assert.throws(() => checkOpMap('m.json', { format: 'planproof-opmap/v1', ops: { 'a.b.default': { args: ['x'], cases: [{ when: { y: true }, body: 'return x' }] } } }), /a case tests 'y', not one of its args/);
+    assert.throws(() => checkOpMap('m.json', { format: 'planproof-opmap/v1', ops: { 'a.b.default': { args: ['x'] } } }), /invalid op map/);
+  });
+
+  const TE = 'test/fixtures/import-te';
+  it("TE's TorchScript ops (layernorm_fwd_inf_ts, te_gemm_ts layout TN, gelu_ts, rmsnorm_fwd_inf_ts with a zero-centered gamma) under TP 2 through the `te` map: VERIFIED against plain ATen", async () => {
+    const ok = await verdict(copy(TE));
+    assert.equal(ok.code, 0);
+    assert.deepEqual(ok.failing, []);
+  });
+
+  const teTwins: [string, Record<string, (s: string) => string>][] = [
+    ['LayerNorm eps 1e-3 on rank 1', { 'rank1.py': (s) => s.replace('ln_b, 1e-05, 0, False)', 'ln_b, 1e-03, 0, False)') }],
+    ["fc1's transa False on rank 0 (x @ w1, not x @ w1^T)", { 'rank0.py': (s) => s.replace('te_gemm_ts.default(w1, empty, 0, 5, True,', 'te_gemm_ts.default(w1, empty, 0, 5, False,') }],
+    ['RMSNorm without the zero-centered gamma on rank 0', { 'rank0.py': (s) => s.replace('rms_w, 1e-05, 0, True)', 'rms_w, 1e-05, 0, False)') }],
+  ];
+  for (const [what, edits] of teTwins) {
+    it(`its twin with ${what} is NOT EQUIVALENT at the output`, async () => {
+      const bad = await verdict(copy(TE, edits));
+      assert.equal(bad.code, 1);
+      assert.deepEqual(bad.failing, ['out']);
+    });
+  }
+
+  it('TE calls the map does not model are refused naming the op and why: an fp8 otype, a bias, accumulate, an fp8 cast, a non-literal flag', async () => {
+    const refused: [Record<string, (s: string) => string>, RegExp][] = [
+      [{ 'rank1.py': (s) => s.replace('gelu_ts.default(te_gemm_ts, empty, empty, empty, 0, 5)', 'gelu_ts.default(te_gemm_ts, empty, empty, empty, 0, 7)') }, /rank1\.py:\d+: 'tex_ts\.gelu_ts\.default' \(op map\): gelu_ts with an fp8 otype/],
+      [{ 'rank0.py': (s) => s.replace('empty_1, empty, 5, empty, empty, 5, empty, False', 'empty_1, empty, 5, empty, ln_b, 5, empty, False') }, /'tex_ts\.te_gemm_ts\.default' \(op map\): a bias is given/],
+      [{ 'rank0.py': (s) => s.replace('workspace, 33554432, False, False);  empty_1', 'workspace, 33554432, True, False);  empty_1') }, /accumulate adds the product/],
+      [{ 'rank0.py': (s) => s.replace('torch.ops.tex_ts.gelu_ts.default(te_gemm_ts, empty, empty, empty, 0, 5)', 'torch.ops.tex_ts.cast_to_fp8_ts.default(te_gemm_ts, empty, empty, empty, 0, 6)') }, /cast_to_fp8_ts quantizes to fp8.*never taken as the identity/],
+      [{ 'rank0.py': (s) => s.replace('ln_b, 1e-05, 0, False)', 'ln_b, 1e-05, 0, ln_b)') }, /op map entry 'tex_ts\.layernorm_fwd_inf_ts\.default': no case holds for zero_centered_gamma = a tensor \[8\]/],
+    ];
+    for (const [edits, msg] of refused) {
+      const r = await importDir(copy(TE, edits));
+      assert.equal(r.code, 2, r.stderr);
+      assert.match(r.stderr, msg);
+    }
+  });
+
+  const ROPE = 'test/fixtures/import-vllm-rope';
+  const GPTJ = 'test/fixtures/import-vllm-rope-gptj';
+  it("vLLM's _C.rotary_embedding through auto_functionalized (partial rotary, heads split over TP 2) computes forward_native, NeoX and GPT-J: VERIFIED", async () => {
+    for (const d of [ROPE, GPTJ]) {
+      const ok = await verdict(copy(d));
+      assert.equal(ok.code, 0, d);
+      assert.deepEqual(ok.failing, [], d);
+    }
+  });
+
+  it('its twins with is_neox flipped on one rank are NOT EQUIVALENT at query_out; key None is refused', async () => {
+    const neox = await verdict(copy(ROPE, { 'rank1.py': (s) => s.replace('is_neox = True', 'is_neox = False') }));
+    assert.equal(neox.code, 1);
+    assert.ok(neox.failing.includes('query_out'), neox.failing.join(', '));
+    const gptj = await verdict(copy(GPTJ, { 'rank0.py': (s) => s.replace('is_neox = False', 'is_neox = True') }));
+    assert.equal(gptj.code, 1);
+    assert.ok(gptj.failing.includes('query_out'), gptj.failing.join(', '));
+    const noKey = await importDir(copy(ROPE, { 'rank0.py': (s) => s.replace('key = k,', 'key = None,') }));
+    assert.equal(noKey.code, 2);
+    assert.match(noKey.stderr, /'_C\.rotary_embedding\.default' \(op map\): key is None/);
+  });
 });

@@ -231,6 +231,18 @@ const RULES: Record<string, Rule> = {
   'aten._unsafe_view': (l, n) => reshape(l, n, l.ints(n.args[1], 'size')),
   'aten.reshape': (l, n) => reshape(l, n, l.ints(n.args[1], 'shape')),
   'aten.view_copy': (l, n) => reshape(l, n, l.ints(n.args[1], 'size')),
+  // One dim split into `sizes` (one may be -1): a row-major reshape (GPT-J's interleaved pairs).
+  'aten.unflatten': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    let d = l.int(n.args[1], 'dim');
+    if (d < 0) d += x.shape.length;
+    const size = x.shape[d] ?? l.fail(`dim ${d} out of range`);
+    const sizes = l.ints(n.args[2], 'sizes');
+    const known = sizes.filter((s) => s !== -1).reduce((a, b) => a * b, 1);
+    const dims = sizes.map((s) => (s === -1 && known > 0 ? size / known : s));
+    if (dims.reduce((a, b) => a * b, 1) !== size) l.fail(`cannot unflatten dim ${d} of size ${size} into [${sizes.join(', ')}]`);
+    return reshape(l, n, [...x.shape.slice(0, d), ...dims, ...x.shape.slice(d + 1)]);
+  },
   // torch 1.13's reshape of a contiguous tensor: a view with explicit (contiguous) strides.
   'aten._reshape_alias': (l, n) => {
     const size = l.ints(n.args[1], 'size');

@@ -16,17 +16,45 @@
  * mutating custom ops) lists them in `mutates` (schema order) and its body returns their new
  * values in that order. A map is a claim the user makes about a kernel: the proof is for the
  * kernel as mapped (the report names the maps used).
+ *
+ * A kernel whose meaning depends on a flag or on which optional buffers are given (TE's GEMM:
+ * transpose flags, fp8 dtypes, an empty bias) lists `cases`: the first whose `when` holds for
+ * the call's arguments gives the body, or a `refuse` message (an fp8 cast is never an
+ * identity); with none holding, the entry's `body`, or a refusal naming the arguments. `sizes`
+ * binds names the bodies may use to an argument's shape or one of its sizes, for the views a
+ * kernel makes from its inputs' sizes (vLLM's rotary embedding views the query per token).
  */
 import type { ValidateFunction } from 'ajv';
 import { ajvClass } from '../../ops/registry.js';
 import { ImportError, parseFxGraph, type FxArg, type FxGraph, type FxNode } from './fxtext.js';
 import type { Lowerer, Rule, Val } from './lower.js';
 
+/** A literal an argument may equal in a case's `when` (None is `null`). */
+export type OpMapLiteral = boolean | number | string | null;
+/**
+ * A condition on one argument: that literal (True is 1 and False 0, as Python compares them),
+ * one of a list, a tensor of no elements or None (`empty: true`: TE's `empty_tensor` standing
+ * for an absent buffer) or a tensor with elements (`empty: false`), a tensor of `ndim` dims.
+ */
+export type OpMapCond = OpMapLiteral | { readonly in: readonly OpMapLiteral[] } | { readonly empty: boolean } | { readonly ndim: number };
+
+export interface OpMapCase {
+  readonly when: Readonly<Record<string, OpMapCond>>;
+  /** The body when the case holds; or */
+  readonly body?: string;
+  /** why such a call is refused. */
+  readonly refuse?: string;
+}
+
 export interface OpMapEntry {
   /** The op's parameters in schema order. */
   readonly args: readonly string[];
-  /** FX statements over the parameters, ending in `return`. */
-  readonly body: string;
+  /** FX statements over the parameters, ending in `return` (the body when no case holds). */
+  readonly body?: string;
+  /** Bodies or refusals chosen by the call's arguments, the first that holds. */
+  readonly cases?: readonly OpMapCase[];
+  /** Names bound for the bodies: a tensor parameter's shape (`"query"`) or one size (`["positions", 0]`). */
+  readonly sizes?: Readonly<Record<string, string | readonly [string, number]>>;
   /** Parameters the op writes in place, in schema order (auto_functionalized). */
   readonly mutates?: readonly string[];
   readonly doc?: string;
@@ -38,6 +66,15 @@ export interface OpMap {
 }
 
 const NAME = '^[A-Za-z_][A-Za-z0-9_]*$';
+const LITERAL = { type: ['boolean', 'number', 'string', 'null'], maxLength: 1000 };
+const COND = {
+  anyOf: [
+    LITERAL,
+    { type: 'object', additionalProperties: false, required: ['in'], properties: { in: { type: 'array', items: LITERAL, maxItems: 64 } } },
+    { type: 'object', additionalProperties: false, required: ['empty'], properties: { empty: { type: 'boolean' } } },
+    { type: 'object', additionalProperties: false, required: ['ndim'], properties: { ndim: { type: 'integer', minimum: 0 } } },
+  ],
+};
 const OPMAP_SCHEMA = {
   type: 'object',
   additionalProperties: false,
@@ -52,10 +89,32 @@ const OPMAP_SCHEMA = {
       additionalProperties: {
         type: 'object',
         additionalProperties: false,
-        required: ['args', 'body'],
+        required: ['args'],
+        anyOf: [{ required: ['body'] }, { required: ['cases'] }],
         properties: {
           args: { type: 'array', items: { type: 'string', pattern: NAME, maxLength: 64 }, maxItems: 64 },
           body: { type: 'string', minLength: 1, maxLength: 100000 },
+          cases: {
+            type: 'array',
+            maxItems: 256,
+            items: {
+              type: 'object',
+              additionalProperties: false,
+              required: ['when'],
+              oneOf: [{ required: ['body'] }, { required: ['refuse'] }],
+              properties: {
+                when: { type: 'object', maxProperties: 64, propertyNames: { pattern: NAME }, additionalProperties: COND },
+                body: { type: 'string', minLength: 1, maxLength: 100000 },
+                refuse: { type: 'string', minLength: 1, maxLength: 10000 },
+              },
+            },
+          },
+          sizes: {
+            type: 'object',
+            maxProperties: 64,
+            propertyNames: { pattern: NAME, maxLength: 64 },
+            additionalProperties: { anyOf: [{ type: 'string', pattern: NAME }, { type: 'array', minItems: 2, maxItems: 2, items: [{ type: 'string', pattern: NAME }, { type: 'integer' }] }] },
+          },
           mutates: { type: 'array', items: { type: 'string', pattern: NAME, maxLength: 64 }, maxItems: 64 },
           doc: { type: 'string', maxLength: 10000 },
         },
@@ -82,25 +141,110 @@ export function checkOpMap(file: string, m: unknown): OpMap {
       seen.add(a);
     }
     for (const a of e.mutates ?? []) if (!seen.has(a)) throw new ImportError(file, 0, `op map entry '${op}': mutated parameter '${a}' is not one of its args`);
-    parsedBody(file, op, e); // refused now, with the entry's name, not at the first call
+    for (const [k, s] of Object.entries(e.sizes ?? {})) {
+      if (seen.has(k)) throw new ImportError(file, 0, `op map entry '${op}': size name '${k}' is also a parameter`);
+      const p = typeof s === 'string' ? s : s[0];
+      if (!seen.has(p)) throw new ImportError(file, 0, `op map entry '${op}': size '${k}' reads '${p}', not one of its args`);
+    }
+    for (const c of e.cases ?? []) for (const p of Object.keys(c.when)) if (!seen.has(p)) throw new ImportError(file, 0, `op map entry '${op}': a case tests '${p}', not one of its args`);
+    // Every body is refused now, with the entry's name, not at the first call.
+    if (e.body !== undefined) parsedBody(file, op, e, e, e.body);
+    for (const c of e.cases ?? []) if (c.body !== undefined) parsedBody(file, op, e, c, c.body);
   }
   return map;
 }
 
-const bodies = new WeakMap<OpMapEntry, FxGraph>();
-function parsedBody(file: string, op: string, e: OpMapEntry): FxGraph {
-  let g = bodies.get(e);
+/** Parsed bodies by the object holding them (the entry, or one of its cases). */
+const bodies = new WeakMap<object, FxGraph>();
+function parsedBody(file: string, op: string, e: OpMapEntry, holder: object, body: string): FxGraph {
+  let g = bodies.get(holder);
   if (g === undefined) {
-    const text = `def forward(self${e.args.map((a) => `, ${a}`).join('')}):\n${e.body.split('\n').map((s) => `    ${s}`).join('\n')}\n`;
+    const params = [...e.args, ...Object.keys(e.sizes ?? {})];
+    const text = `def forward(self${params.map((a) => `, ${a}`).join('')}):\n${body.split('\n').map((s) => `    ${s}`).join('\n')}\n`;
     try {
       g = parseFxGraph(`${file} (op map entry '${op}')`, text);
     } catch (err) {
       if (err instanceof ImportError) throw new ImportError(file, 0, `op map entry '${op}': ${err.reason}${err.line > 1 ? ` (body line ${err.line - 1})` : ''}`);
       throw err;
     }
-    bodies.set(e, g);
+    bodies.set(holder, g);
   }
   return g;
+}
+
+/** A literal argument's value (Python's True == 1), or undefined for anything else. */
+function literal(a: FxArg | undefined): OpMapLiteral | undefined {
+  if (a === undefined) return undefined;
+  switch (a.kind) {
+    case 'bool':
+      return a.value ? 1 : 0;
+    case 'num':
+    case 'str':
+      return a.value;
+    case 'none':
+      return null;
+    default:
+      return undefined;
+  }
+}
+const norm = (c: OpMapLiteral): OpMapLiteral => (typeof c === 'boolean' ? (c ? 1 : 0) : c);
+
+/** Whether argument `a` meets `c`; an absent argument (its schema default is not known here) meets none. */
+function holds(l: Lowerer, a: FxArg | undefined, c: OpMapCond): boolean {
+  if (a === undefined) return false;
+  if (c === null || typeof c !== 'object') return literal(a) === norm(c);
+  if ('in' in c) return c.in.some((x) => literal(a) === norm(x));
+  if (a.kind !== 'name') return 'empty' in c && c.empty && a.kind === 'none';
+  const shape = shapeOf(l.val(a, 'a case argument'));
+  if (shape === undefined) return false;
+  if ('empty' in c) return shape.some((d) => d === 0) === c.empty;
+  return shape.length === c.ndim;
+}
+
+/** A tensor's shape, or that of `torch.empty` memory (TE's `empty_tensor` is never read, only its size tested). */
+function shapeOf(v: Val): readonly number[] | undefined {
+  if (v.kind === 'tensor') return v.shape;
+  if (v.kind === 'opaque' && v.what === 'uninitialized memory') return JSON.parse(String(v.data['shape'])) as number[];
+  return undefined;
+}
+
+/** How an argument reads in a refusal. */
+function describe(l: Lowerer, a: FxArg | undefined): string {
+  if (a === undefined) return 'absent';
+  if (a.kind === 'name') {
+    const shape = shapeOf(l.val(a, 'argument'));
+    return shape !== undefined ? `a tensor [${shape.join(', ')}]` : `'${a.name}'`;
+  }
+  if (a.kind === 'bool') return a.value ? 'True' : 'False';
+  if (a.kind === 'none') return 'None';
+  const x = literal(a);
+  return x === undefined ? a.kind : JSON.stringify(x);
+}
+
+/** The body for this call (its case's, or the entry's), the call's sizes bound with the parameters. */
+function pick(l: Lowerer, op: string, e: OpMapEntry, params: Map<string, FxArg>): FxGraph {
+  let holder: object | undefined;
+  let body: string | undefined;
+  for (const c of e.cases ?? []) {
+    if (!Object.entries(c.when).every(([p, cond]) => holds(l, params.get(p), cond))) continue;
+    if (c.refuse !== undefined) l.fail(`'${op}' (op map): ${c.refuse}`);
+    [holder, body] = [c, c.body];
+    break;
+  }
+  if (body === undefined && e.body !== undefined) [holder, body] = [e, e.body];
+  if (holder === undefined || body === undefined) {
+    const tested = [...new Set((e.cases ?? []).flatMap((c) => Object.keys(c.when)))];
+    return l.fail(`op map entry '${op}': no case holds for ${tested.map((p) => `${p} = ${describe(l, params.get(p))}`).join(', ')} (each case needs its arguments as literals or tensors as the entry says)`);
+  }
+  for (const [k, s] of Object.entries(e.sizes ?? {})) {
+    const [p, dim] = typeof s === 'string' ? [s, undefined] : s;
+    const v = l.val(params.get(p), `op map '${op}' parameter '${p}'`);
+    if (v.kind !== 'tensor') l.fail(`op map entry '${op}': size '${k}' reads '${p}', which is not a tensor`);
+    const num = (x: number): FxArg => ({ kind: 'num', value: x, text: String(x) });
+    if (dim === undefined) params.set(k, { kind: 'list', items: v.shape.map(num) });
+    else params.set(k, num(v.shape[dim < 0 ? dim + v.shape.length : dim] ?? l.fail(`op map entry '${op}': size '${k}': '${p}' has ${v.shape.length} dim(s), not dim ${dim}`)));
+  }
+  return parsedBody('op map', op, e, holder, body);
 }
 
 /** Replaces a body's parameter names and node names in an argument. */
@@ -118,8 +262,8 @@ function substitute(a: FxArg, params: ReadonlyMap<string, FxArg>, rename: (n: st
 }
 
 /** Inlines an entry's body at call `n` with its parameters bound to `params`; the returned values. */
-function inline(l: Lowerer, n: FxNode, op: string, e: OpMapEntry, params: ReadonlyMap<string, FxArg>): Val[] {
-  const g = parsedBody('op map', op, e);
+function inline(l: Lowerer, n: FxNode, op: string, e: OpMapEntry, params: Map<string, FxArg>): Val[] {
+  const g = pick(l, op, e, params);
   const local = new Set(g.nodes.map((b) => b.name));
   // Body nodes get names no graph node has (`<call>__<node>`), so inlining twice never clashes.
   const rename = (s: string): string => (local.has(s) ? `${n.name}__${s}` : s);

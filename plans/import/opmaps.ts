@@ -2,9 +2,11 @@
  * The op maps planproof ships (plans/import/opmap.ts says what a map is): what the custom
  * kernels of common training and serving stacks compute, as ATen. Each entry follows the
  * kernel's published reference semantics (apex's FusedLayerNormAffineFunction, vLLM's
- * `_custom_ops`); a user with another version of a kernel writes their own map.
+ * `_custom_ops` and `forward_native`, Transformer Engine's TorchScript ops); a user with another
+ * version of a kernel writes their own map.
  */
 import type { OpMap } from './opmap.js';
+import { te } from './opmaps-te.js';
 
 const apex: OpMap = {
   format: 'planproof-opmap/v1',
@@ -40,6 +42,48 @@ const tg: OpMap = {
 const RMS = (x: string, out: string): string =>
   [`p = torch.ops.aten.pow.Tensor_Scalar(${x}, 2)`, 'm = torch.ops.aten.mean.dim(p, [-1], True)', 'a = torch.ops.aten.add.Tensor(m, epsilon)', 'r = torch.ops.aten.rsqrt.default(a)', `n = torch.ops.aten.mul.Tensor(${x}, r)`, `${out} = torch.ops.aten.mul.Tensor(n, weight)`].join('\n');
 
+/**
+ * vLLM's rotary embedding of one tensor (`x`, new value `out`) with `cos`, `sin` ([tokens, 1,
+ * rot_dim / 2], gathered by position): its view as [tokens, heads, head_size], the first rot_dim
+ * dims rotated as forward_native does, the rest unchanged (partial rotary), viewed back. NeoX
+ * pairs dim i with i + rot_dim / 2; GPT-J pairs 2i with 2i + 1 (x[..., ::2], x[..., 1::2]).
+ */
+const rotate = (x: string, shape: string, out: string, neox: boolean): string => {
+  const a = (s: string): string => `${x}_${s}`;
+  const halves = neox
+    ? [`${a('h')} = torch.ops.aten.chunk.default(${a('r')}, 2, -1)`, `${a('1')} = ${a('h')}[0]`, `${a('2')} = ${a('h')}[1]`]
+    : [`${a('u')} = torch.ops.aten.unflatten.int(${a('r')}, -1, [-1, 2])`, `${a('1')} = torch.ops.aten.select.int(${a('u')}, -1, 0)`, `${a('2')} = torch.ops.aten.select.int(${a('u')}, -1, 1)`];
+  const join = neox ? [`${a('o')} = torch.ops.aten.cat.default([${a('o1')}, ${a('o2')}], -1)`] : [`${a('st')} = torch.ops.aten.stack.default([${a('o1')}, ${a('o2')}], -1)`, `${a('o')} = torch.ops.aten.view.default(${a('st')}, [num_tokens, -1, rot_dim])`];
+  return [
+    `${a('v')} = torch.ops.aten.view.default(${x}, [num_tokens, -1, head_size])`,
+    `${a('r')} = torch.ops.aten.slice.Tensor(${a('v')}, -1, 0, rot_dim)`,
+    ...halves,
+    `${a('a')} = torch.ops.aten.mul.Tensor(${a('1')}, cos)`,
+    `${a('b')} = torch.ops.aten.mul.Tensor(${a('2')}, sin)`,
+    `${a('o1')} = torch.ops.aten.sub.Tensor(${a('a')}, ${a('b')})`,
+    `${a('c')} = torch.ops.aten.mul.Tensor(${a('2')}, cos)`,
+    `${a('d')} = torch.ops.aten.mul.Tensor(${a('1')}, sin)`,
+    `${a('o2')} = torch.ops.aten.add.Tensor(${a('c')}, ${a('d')})`,
+    ...join,
+    `${a('s')} = torch.ops.aten.slice_scatter.default(${a('v')}, ${a('o')}, -1, 0, rot_dim)`,
+    `${out} = torch.ops.aten.view.default(${a('s')}, ${shape})`,
+  ].join('\n');
+};
+/** The rotary body: cos and sin rows of cos_sin_cache (cos first, then sin) at each position. */
+const rotary = (neox: boolean): string =>
+  [
+    'p = torch.ops.aten.view.default(positions, [num_tokens])',
+    'cs = torch.ops.aten.embedding.default(cos_sin_cache, p)',
+    'c = torch.ops.aten.chunk.default(cs, 2, -1)',
+    'c0 = c[0]',
+    's0 = c[1]',
+    'cos = torch.ops.aten.unsqueeze.default(c0, -2)',
+    'sin = torch.ops.aten.unsqueeze.default(s0, -2)',
+    rotate('query', 'query_shape', 'qn', neox),
+    rotate('key', 'key_shape', 'kn', neox),
+    'return (qn, kn)',
+  ].join('\n');
+
 const vllm: OpMap = {
   format: 'planproof-opmap/v1',
   ops: {
@@ -56,9 +100,22 @@ const vllm: OpMap = {
       mutates: ['out'],
       body: 'c = torch.ops.aten.chunk.default(input, 2, -1)\na = c[0]\nb = c[1]\ns = torch.ops.aten.silu.default(a)\ny = torch.ops.aten.mul.Tensor(s, b)\nreturn (y,)',
     },
+    '_C.rotary_embedding.default': {
+      doc: 'vLLM rotary_embedding(positions, query!, key!, head_size, cos_sin_cache, is_neox): RotaryEmbedding.forward_native on the first rot_dim = cos_sin_cache.size(1) dims of each head',
+      args: ['positions', 'query', 'key', 'head_size', 'cos_sin_cache', 'is_neox'],
+      mutates: ['query', 'key'],
+      sizes: { num_tokens: ['positions', 0], rot_dim: ['cos_sin_cache', 1], query_shape: 'query', key_shape: 'key' },
+      cases: [
+        // (newer vLLM makes key optional: the query-only form is another kernel signature)
+        { when: { key: null }, refuse: 'key is None (a query-only rotary): not mapped' },
+        { when: { positions: { ndim: 1 }, is_neox: true }, body: rotary(true) },
+        { when: { positions: { ndim: 1 }, is_neox: false }, body: rotary(false) },
+        // Otherwise refused naming the arguments: is_neox must be a literal (the body differs), positions one dim of tokens.
+      ],
+    },
     'vllm.all_reduce.default': { doc: "vLLM's tensor-parallel all-reduce (sum) over the named group", args: ['input', 'group_name'], body: "r = torch.ops._c10d_functional.all_reduce.default(input, 'sum', group_name)\nreturn r" },
   },
 };
 
 /** The shipped maps by name (`--op-map apex`, `"opMap": ["apex", "tg"]`). */
-export const SHIPPED_OPMAPS: Readonly<Record<string, OpMap>> = { apex, tg, vllm };
+export const SHIPPED_OPMAPS: Readonly<Record<string, OpMap>> = { apex, te, tg, vllm };
