@@ -95,7 +95,7 @@ export interface WorkerModule {
 /** A worker pool for proveInPool's `pool` option. */
 export function newPool(jobs: number, workerHeapMb = DEFAULT_WORKER_HEAP_MB, worker?: WorkerModule): Piscina {
   return new Piscina({
-    filename: (worker?.file ?? new URL('./worker.js', import.meta.url)).href,
+    filename: (worker?.file ?? new URL('./worker-entry.cjs', import.meta.url)).href,
     ...(worker?.data === undefined ? {} : { workerData: worker.data }),
     maxThreads: Math.max(1, jobs),
     minThreads: 1,
