@@ -344,3 +344,21 @@ describe('planproof capture (live, Debian python3-torch)', function () {
     assert.match(r.stderr, /capture failed: .*\n[\s\S]*boom in the user script/);
   });
 });
+
+describe('expert-parallel permutation ops (argsort, bincount, index_copy): refused where not exact', () => {
+  const graph = (...body: string[]): string => ['class g(torch.nn.Module):', '    def forward(self, v: "i64[4]", x: "f32[4, 3]"):', ...body.map((b) => `        ${b}`)].join('\n');
+  const lower = (...body: string[]): unknown => lowerGraph(parseFxGraph('g.py', graph(...body)));
+  it('argsort without stable=True (ties in an order PyTorch leaves unspecified)', () => {
+    assert.throws(() => lower('p: "i64[4]" = torch.ops.aten.argsort.default(v)', 'return (p,)'), /argsort without stable=True[\s\S]*torch\.argsort\(x, stable=True\)/);
+  });
+  it('a stable argsort lowers to exact integer ops', () => {
+    const low = lowerGraph(parseFxGraph('g.py', graph('p: "i64[4]" = torch.ops.aten.argsort.stable(v, stable = True)', 'return (p,)')));
+    assert.ok(low.ops.every((o) => ['reshape', 'compare', 'iota', 'mul', 'add', 'sum'].includes(o.op)), low.ops.map((o) => o.op).join(' '));
+  });
+  it('bincount of anything but routing choices (its length would depend on the largest value)', () => {
+    assert.throws(() => lower('c: "i64[3]" = torch.ops.aten.bincount.default(v, None, 3)', 'return (c,)'), /bincount[\s\S]*only counts of routing choices/);
+  });
+  it('index_copy by an index that is not an argsort permutation (repeated indices keep an unspecified write)', () => {
+    assert.throws(() => lower('y: "f32[4, 3]" = torch.ops.aten.index_copy.default(x, 0, v, x)', 'return (y,)'), /index_copy[\s\S]*permutation of every row/);
+  });
+});
