@@ -87,6 +87,8 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // exchanged, split sizes read with .tolist(), uneven all_to_all_single out and back, index_copy.
   // The routing the sizes depend on is pinned to the run's, and the verdict says so.
   { name: 'moe_ep_alltoall', script: 'moe_ep_alltoall.py', args: [], axis: 'ep', code: 0, at: /VERIFIED \(for the values the program read into Python\)[\s\S]*specialized: logical run: \S*moe_ep_alltoall\.py:\d+: the routing choices 'routing' pinned/ },
+  { name: 'moe_ep_alltoall-onehot', script: 'moe_ep_alltoall.py', args: ['--counts', 'onehot'], axis: 'ep', code: 0, at: /VERIFIED \(for the values the program read into Python\)/ },
+  { name: 'moe_ep_alltoall-histc', script: 'moe_ep_alltoall.py', args: ['--counts', 'histc'], axis: 'ep', code: 0, at: /VERIFIED \(for the values the program read into Python\)/ },
   { name: 'moe_ep_alltoall-bug', script: 'moe_ep_alltoall.py', args: ['--bug'], axis: 'ep', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(router_new, op 'return\.router_new'\)[\s\S]*likely cause: op 'index_\d+\.op' \(embedding\)/ },
   { name: 'moe_ep_alltoall-bug-router', script: 'moe_ep_alltoall.py', args: ['--bug-router'], axis: 'ep', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(router_new, op 'return\.router_new'\)/ },
   // The causal mask as masked_fill(mask, float('-inf')) before softmax: read exactly (masked entries get probability 0).
@@ -209,7 +211,7 @@ describe('source lines of a capture (issue 35)', () => {
 });
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -16,6 +16,7 @@ gradients averaged (each expert saw every rank's tokens), SGD.
 `--bug`: the un-permute gathers with the permutation (`back[perm]`) where it must scatter
 (`index_copy(0, perm, back)`, the inverse permutation): results go to the wrong tokens.
 `--bug-router`: the router's gradient is not all-reduced.
+`--counts onehot|histc`: the counts as `F.one_hot(top_i, E).sum(0)` or `torch.histc` instead.
 """
 import sys
 
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 
 BUG = "--bug" in sys.argv
 BUG_ROUTER = "--bug-router" in sys.argv
+COUNTS = sys.argv[sys.argv.index("--counts") + 1] if "--counts" in sys.argv else "bincount"
 E, H, F_, T = 2, 4, 6, 16
 
 
@@ -56,7 +58,12 @@ def moe(x, router, w1, b1, w2, b2, group):
     top_p, top_i = torch.topk(probs, 1, dim=-1)
     top_p, top_i = top_p.view(-1), top_i.view(-1)
     perm = torch.argsort(top_i, stable=True)
-    counts = torch.bincount(top_i, minlength=E)
+    if COUNTS == "onehot":
+        counts = F.one_hot(top_i, num_classes=E).sum(0)
+    elif COUNTS == "histc":
+        counts = torch.histc(top_i.float(), bins=E, min=0, max=E - 1).long()
+    else:
+        counts = torch.bincount(top_i, minlength=E)
     recv_counts = torch.empty_like(counts)
     dist.all_to_all_single(recv_counts, counts, group=group)
     input_splits = counts.view(ws, local).sum(1).tolist()

@@ -92,6 +92,37 @@ function bincount(l: Lowerer, n: FxNode): Val {
   return l.bind(n, l.one('sum', [hit], { dims: [0] }, l.out(n), I64));
 }
 
+/**
+ * histc(x, bins, min, max) with min < max given: count[b] = Σ_s [x_s ≥ e_b] − [x_s ≥ e_{b+1}],
+ * e_b = min + b·(max − min)/bins, the last bin closed at max (x = max counts there, x > max and
+ * x < min nowhere), as ATen bins them (in exact arithmetic). min = max (the data's own range)
+ * is refused: the edges would depend on the values.
+ */
+function histc(l: Lowerer, n: FxNode): Val {
+  const x = l.tensor(n.args[0], 'self');
+  const bins = l.int(l.arg(n, 1, 'bins'), 'bins', 100);
+  const numOr = (k: number, what: string): number => {
+    const a = l.arg(n, k, what);
+    return a === undefined || a.kind === 'none' ? 0 : l.num(a, what);
+  };
+  const lo = numOr(2, 'min');
+  const hi = numOr(3, 'max');
+  if (!(lo < hi)) l.fail(`${n.target}: min ${lo} and max ${hi} take the range from the data; give min < max`);
+  if (bins < 1 || bins > 1024) l.fail(`${n.target}: ${bins} bins (1 to 1024 supported)`);
+  const flat = x.shape.length === 1 ? x : l.one('reshape', [x], { shape: [x.shape.reduce((a, b) => a * b, 1)] });
+  const edge = (b: number): TensorVal => l.constant(lo + (b * (hi - lo)) / bins);
+  // 0/1 and counts as int64, so the result (a count) is known to be an integer: `.long()` of it is exact.
+  const atLeast = (b: number): TensorVal => (b === bins ? l.one('compare', [flat, l.constant(hi)], { rel: 'gt' }, undefined, I64) : l.one('compare', [flat, edge(b)], { rel: 'ge' }, undefined, I64));
+  const counts: TensorVal[] = [];
+  let above = atLeast(0);
+  for (let b = 0; b < bins; b++) {
+    const next = atLeast(b + 1);
+    counts.push(l.one('reshape', [l.one('sum', [l.one('sub', [above, next], {}, undefined, I64)], {}, undefined, I64)], { shape: [1] }, undefined, I64));
+    above = next;
+  }
+  return l.bind(n, counts.length === 1 ? l.one('identity', [counts[0] as TensorVal], {}, l.out(n), x.dtype) : l.one('concat', counts, { dim: 0 }, l.out(n), x.dtype));
+}
+
 /** Rows of x ([n, ...]) picked by the integer ids ([k]): an embedding lookup of the flattened rows. */
 function rows(l: Lowerer, x: TensorVal, ids: TensorVal, out: string): TensorVal {
   const rest = x.shape.slice(1);
@@ -202,6 +233,7 @@ export function pinRouting(l: Lowerer, id: string, where: string): void {
 export const SORT_RULES: Record<string, Rule> = {
   'aten.argsort': argsort,
   'aten.bincount': bincount,
+  'aten.histc': histc,
   'aten.index_copy': indexCopy,
   'aten.index_select': indexSelect,
   'planproof.routing': routing,
