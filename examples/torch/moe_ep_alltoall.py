@@ -1,4 +1,4 @@
-"""An expert-parallel top-1 MoE layer as DeepSpeed / Megatron write it (issue 33), for
+"""An expert-parallel top-1 (or top-2) MoE layer as DeepSpeed / Megatron write it (issue 33), for
 `planproof capture --nproc 2 --axis ep --values`.
 
 Each rank takes its tokens (data parallel) and holds E / world experts. The router (a linear,
@@ -16,6 +16,7 @@ gradients averaged (each expert saw every rank's tokens), SGD.
 `--bug`: the un-permute gathers with the permutation (`back[perm]`) where it must scatter
 (`index_copy(0, perm, back)`, the inverse permutation): results go to the wrong tokens.
 `--bug-router`: the router's gradient is not all-reduced.
+`--top 2`: top-2 routing (each token's two experts, slots `perm // 2` as Megatron's permute takes them).
 `--counts onehot|histc`: the counts as `F.one_hot(top_i, E).sum(0)` or `torch.histc` instead.
 """
 import sys
@@ -26,8 +27,10 @@ import torch.nn.functional as F
 
 BUG = "--bug" in sys.argv
 BUG_ROUTER = "--bug-router" in sys.argv
+K = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 1
 COUNTS = sys.argv[sys.argv.index("--counts") + 1] if "--counts" in sys.argv else "bincount"
-E, H, F_, T = 2, 4, 6, 16
+E, H, F_ = 2, 4, 6
+T = int(sys.argv[sys.argv.index("--tokens") + 1]) if "--tokens" in sys.argv else 16
 
 
 class _AllToAll(torch.autograd.Function):
@@ -55,8 +58,9 @@ def moe(x, router, w1, b1, w2, b2, group):
     ws = dist.get_world_size(group)
     local = E // ws
     probs = F.softmax(F.linear(x, router), dim=-1)
-    top_p, top_i = torch.topk(probs, 1, dim=-1)
+    top_p, top_i = torch.topk(probs, K, dim=-1)
     top_p, top_i = top_p.view(-1), top_i.view(-1)
+    # Slot s (token s // K, its choice s % K) sorted by expert, in token order (Megatron's permute).
     perm = torch.argsort(top_i, stable=True)
     if COUNTS == "onehot":
         counts = F.one_hot(top_i, num_classes=E).sum(0)
@@ -68,7 +72,7 @@ def moe(x, router, w1, b1, w2, b2, group):
     dist.all_to_all_single(recv_counts, counts, group=group)
     input_splits = counts.view(ws, local).sum(1).tolist()
     output_splits = recv_counts.view(ws, local).sum(1).tolist()
-    recv = _AllToAll.apply(group, x[perm], output_splits, input_splits)
+    recv = _AllToAll.apply(group, x[perm // K], output_splits, input_splits)
     # Received rows are ordered (source rank, local expert): each expert's rows from every rank.
     chunks = list(recv.split(recv_counts.tolist()))
     outs = [None] * len(chunks)
@@ -80,7 +84,8 @@ def moe(x, router, w1, b1, w2, b2, group):
     back = _AllToAll.apply(group, torch.cat(outs), input_splits, output_splits)
     # Un-permute: row i of `back` belongs to token perm[i].
     y = back[perm] if BUG else torch.zeros_like(back).index_copy(0, perm, back)
-    return y * top_p.unsqueeze(-1)
+    # Each token's K expert outputs, weighted by their gate probabilities, summed.
+    return (y * top_p.unsqueeze(-1)).view(-1, K, y.shape[-1]).sum(1)
 
 
 def step(cap):

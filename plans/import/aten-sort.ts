@@ -123,6 +123,29 @@ function histc(l: Lowerer, n: FxNode): Val {
   return l.bind(n, counts.length === 1 ? l.one('identity', [counts[0] as TensorVal], {}, l.out(n), x.dtype) : l.one('concat', counts, { dim: 0 }, l.out(n), x.dtype));
 }
 
+/**
+ * perm // k (floor_divide by a positive integer) of an argsort's permutation, whose values are
+ * 0..n-1: Σ_{j=1}^{⌊(n-1)/k⌋} [perm ≥ j·k], exact (Megatron's `sorted_indices // topk`, the
+ * token of each sorted slot). Other operands are refused: their range is not known.
+ */
+function floorDivide(l: Lowerer, n: FxNode): Val {
+  const x = l.tensor(n.args[0], 'self');
+  const k = n.args[1]?.kind === 'num' ? l.num(n.args[1], 'other') : NaN;
+  if (!perms(l).has(x.id) || !Number.isInteger(k) || k < 1) {
+    l.fail(`${n.target}: only an argsort's permutation divided by a positive integer (perm // topk) is supported`);
+  }
+  if (k === 1) return l.bind(n, l.one('identity', [x], {}, l.out(n), I64));
+  const len = x.shape[0] as number;
+  const steps = Math.floor((len - 1) / k);
+  if (steps === 0) return l.bind(n, l.one('scale', [x], { factor: 0 }, l.out(n), I64));
+  let acc: TensorVal | undefined;
+  for (let j = 1; j <= steps; j++) {
+    const ge = l.one('compare', [x, l.constant(j * k)], { rel: 'ge' }, j === steps && acc === undefined ? l.out(n) : undefined, I64);
+    acc = acc === undefined ? ge : l.one('add', [acc, ge], {}, j === steps ? l.out(n) : undefined, I64);
+  }
+  return l.bind(n, acc as TensorVal);
+}
+
 /** Rows of x ([n, ...]) picked by the integer ids ([k]): an embedding lookup of the flattened rows. */
 function rows(l: Lowerer, x: TensorVal, ids: TensorVal, out: string): TensorVal {
   const rest = x.shape.slice(1);
@@ -234,6 +257,7 @@ export const SORT_RULES: Record<string, Rule> = {
   'aten.argsort': argsort,
   'aten.bincount': bincount,
   'aten.histc': histc,
+  'aten.floor_divide': floorDivide,
   'aten.index_copy': indexCopy,
   'aten.index_select': indexSelect,
   'planproof.routing': routing,
