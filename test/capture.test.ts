@@ -83,6 +83,14 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'moe_top1-topk', script: 'moe_top1.py', args: ['--router', 'topk'], axis: 'dp', code: 0 },
   { name: 'moe_top1-argmax', script: 'moe_top1.py', args: ['--router', 'argmax'], axis: 'dp', code: 0 },
   { name: 'moe_top1-bug', script: 'moe_top1.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(router_new, op 'return\.router_new'\)/ },
+  // Expert parallelism as DeepSpeed / Megatron write it: argsort(stable=True), bincount, counts
+  // exchanged, split sizes read with .tolist(), uneven all_to_all_single out and back, index_copy.
+  // The routing the sizes depend on is pinned to the run's, and the verdict says so.
+  { name: 'moe_ep_alltoall', script: 'moe_ep_alltoall.py', args: [], axis: 'ep', code: 0, at: /VERIFIED \(for the values the program read into Python\)[\s\S]*specialized: logical run: \S*moe_ep_alltoall\.py:\d+: the routing choices 'routing' pinned/ },
+  { name: 'moe_ep_alltoall-onehot', script: 'moe_ep_alltoall.py', args: ['--counts', 'onehot'], axis: 'ep', code: 0, at: /VERIFIED \(for the values the program read into Python\)/ },
+  { name: 'moe_ep_alltoall-histc', script: 'moe_ep_alltoall.py', args: ['--counts', 'histc'], axis: 'ep', code: 0, at: /VERIFIED \(for the values the program read into Python\)/ },
+  { name: 'moe_ep_alltoall-bug', script: 'moe_ep_alltoall.py', args: ['--bug'], axis: 'ep', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(router_new, op 'return\.router_new'\)[\s\S]*likely cause: op 'index_\d+\.op' \(embedding\)/ },
+  { name: 'moe_ep_alltoall-bug-router', script: 'moe_ep_alltoall.py', args: ['--bug-router'], axis: 'ep', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(router_new, op 'return\.router_new'\)/ },
   // The causal mask as masked_fill(mask, float('-inf')) before softmax: read exactly (masked entries get probability 0).
   { name: 'llama_tp-neginf', script: 'llama_tp.py', args: ['--neg-inf'], axis: 'tp', code: 0, heavy: true },
   // all_gather_into_tensor / _all_gather_base and ReduceOp.AVG (emulated on gloo), a ZeRO-1 step.
@@ -203,7 +211,7 @@ describe('source lines of a capture (issue 35)', () => {
 });
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);
@@ -336,5 +344,23 @@ describe('planproof capture (live, Debian python3-torch)', function () {
     const r = await runCli(['capture', '--nproc', '2', '--out', join(d, 'plan.json'), '--', script]);
     assert.equal(r.code, 4);
     assert.match(r.stderr, /capture failed: .*\n[\s\S]*boom in the user script/);
+  });
+});
+
+describe('expert-parallel permutation ops (argsort, bincount, index_copy): refused where not exact', () => {
+  const graph = (...body: string[]): string => ['class g(torch.nn.Module):', '    def forward(self, v: "i64[4]", x: "f32[4, 3]"):', ...body.map((b) => `        ${b}`)].join('\n');
+  const lower = (...body: string[]): unknown => lowerGraph(parseFxGraph('g.py', graph(...body)));
+  it('argsort without stable=True (ties in an order PyTorch leaves unspecified)', () => {
+    assert.throws(() => lower('p: "i64[4]" = torch.ops.aten.argsort.default(v)', 'return (p,)'), /argsort without stable=True[\s\S]*torch\.argsort\(x, stable=True\)/);
+  });
+  it('a stable argsort lowers to exact integer ops', () => {
+    const low = lowerGraph(parseFxGraph('g.py', graph('p: "i64[4]" = torch.ops.aten.argsort.stable(v, stable = True)', 'return (p,)')));
+    assert.ok(low.ops.every((o) => ['reshape', 'compare', 'iota', 'mul', 'add', 'sum'].includes(o.op)), low.ops.map((o) => o.op).join(' '));
+  });
+  it('bincount of anything but routing choices (its length would depend on the largest value)', () => {
+    assert.throws(() => lower('c: "i64[3]" = torch.ops.aten.bincount.default(v, None, 3)', 'return (c,)'), /bincount[\s\S]*only counts of routing choices/);
+  });
+  it('index_copy by an index that is not an argsort permutation (repeated indices keep an unspecified write)', () => {
+    assert.throws(() => lower('y: "f32[4, 3]" = torch.ops.aten.index_copy.default(x, 0, v, x)', 'return (y,)'), /index_copy[\s\S]*permutation of every row/);
   });
 });

@@ -147,6 +147,15 @@ function scatterAdd(l: Lowerer, n: FxNode): Val {
   return scatterLast(l, n, true);
 }
 
+/** In place (F.one_hot's `zeros().scatter_(-1, ids, 1)`): the written tensor's name holds the result. */
+function scatterInPlace(accumulate: boolean): Rule {
+  return (l, n) => {
+    const r = scatterLast(l, n, accumulate);
+    l.write(n.args[0], l.tensor({ kind: 'name', name: n.name }, 'result'));
+    return r;
+  };
+}
+
 function scatterLast(l: Lowerer, n: FxNode, accumulate: boolean): Val {
   const x = l.tensor(n.args[0], 'self');
   let d = l.int(n.args[1], 'dim');
@@ -175,6 +184,8 @@ function scatterLast(l: Lowerer, n: FxNode, accumulate: boolean): Val {
 export const INDEX_RULES: Record<string, Rule> = {
   'aten.scatter': scatter,
   'aten.scatter_add': scatterAdd,
+  'aten.scatter_': scatterInPlace(false),
+  'aten.scatter_add_': scatterInPlace(true),
   'aten.gather': (l, n) => {
     // torch.gather(x, dim, index) along the last dim with index's leading dims x's: the registry's gather.
     const x = l.tensor(n.args[0], 'self');

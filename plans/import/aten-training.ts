@@ -8,6 +8,7 @@
 import type { AttrValue } from '../../ops/types.js';
 import type { FxArg, FxNode } from './fxtext.js';
 import { indexPutInt } from './aten-index.js';
+import { pinRouting } from './aten-sort.js';
 import { isNegInf, negInfFilled } from './aten-neginf.js';
 import { filled, type Lowerer, type Rule, type TensorVal, type Val } from './lower.js';
 
@@ -325,7 +326,9 @@ export const TRAINING_RULES: Record<string, Rule> = {
   // in Python is baked into the ops after it. Recorded: the plan is specialized to that value.
   'aten._local_scalar_dense': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
-    l.reads.push(`${n.loc ?? `${l.g.file}:${n.line}`}: the value of '${x.id}' read into Python`);
+    const where = n.loc ?? `${l.g.file}:${n.line}`;
+    l.reads.push(`${where}: the value of '${x.id}' read into Python`);
+    pinRouting(l, x.id, where);
     return l.bind(n, { kind: 'none' });
   },
   // torch.tensor(data) inside the step: the constant made from Python data, returned as is.

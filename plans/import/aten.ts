@@ -10,6 +10,7 @@ import type { RawParallelOp } from '../raw.js';
 import type { FxArg, FxGraph, FxNode } from './fxtext.js';
 import { TRAINING_RULES } from './aten-training.js';
 import { INDEX_RULES } from './aten-index.js';
+import { SORT_RULES } from './aten-sort.js';
 import { maskedSoftmax, negInfOf } from './aten-neginf.js';
 import { binary, filled, likeShape, type ConstValue, type Lowered, Lowerer, type LowerOptions, type OpaqueVal, REDUCE, refuseTruncation, reshape, type Rule, sameStrides, scaleBy, splitPieces, type TensorVal, uninitialized, unary, type Val, view, viewStrides } from './lower.js';
 
@@ -560,6 +561,7 @@ const RULES: Record<string, Rule> = {
   ...collectiveRules('c10d_functional'),
   ...TRAINING_RULES,
   ...INDEX_RULES,
+  ...SORT_RULES,
 };
 
 /**

@@ -189,6 +189,41 @@ def _wrap_collectives():
             cap.copy_into(output_tensor_list[0], input_tensor_list[0])
         return None
 
+    def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):
+        """Emulated with all_gather (gloo under torch 1.13 fails alltoall_base). Uneven split
+        sizes (Python ints, e.g. read with .tolist(): the plan is then specialized to them) are
+        traced exactly as an even all_to_all_single of chunks padded with zero rows to the
+        largest split of any member, the received rows sliced out of each padded chunk."""
+        cap = _CURRENT[-1]
+        size = _size(group)
+        n = input.shape[0]
+        ins = list(input_split_sizes) if input_split_sizes else [n // size] * size
+        m = output.shape[0]
+        outs = list(output_split_sizes) if output_split_sizes else [m // size] * size
+        if len(ins) != size or len(outs) != size or sum(ins) != n or sum(outs) != m:
+            raise UserError("all_to_all_single at %s: split sizes %r / %r do not match the tensors' %d / %d rows on %d members" % (cap.loc or "the step", ins, outs, n, m, size))
+        if cap.tracing and size == 1:
+            cap.copy_into(output, input)
+        cap.suspended += 1
+        try:
+            me = _group_rank(group)
+            peak = torch.tensor([max(ins)], dtype=torch.int64)
+            real_all_reduce(peak, op=dist.ReduceOp.MAX, group=group)
+            c = int(peak[0])
+            rest = tuple(input.shape[1:])
+            pad = [torch.cat([p, p.new_zeros((c - p.shape[0],) + rest)]) for p in input.detach().split(ins)]
+            flat_in = torch.cat(pad).contiguous()
+            everyone = [torch.empty_like(flat_in) for _ in range(size)]
+            real_all_gather(everyone, flat_in, group=group)
+            with torch.no_grad():
+                output.copy_(torch.cat([everyone[j][me * c:me * c + outs[j]] for j in range(size)]))
+        finally:
+            cap.suspended -= 1
+        if cap.tracing and size > 1:
+            cap.note_loc()
+            _trace_uneven(cap, output, input, ins, outs, c, size, group)
+        return _Done() if async_op else None
+
     real_send, real_recv = dist.send, dist.recv
 
     def send(tensor, dst, group=None, tag=0):
@@ -238,6 +273,7 @@ def _wrap_collectives():
     if hasattr(dist, "_reduce_scatter_base"):
         dist._reduce_scatter_base = reduce_scatter_tensor
     dist.all_to_all = all_to_all
+    dist.all_to_all_single = all_to_all_single
     real_isend, real_irecv = dist.isend, dist.irecv
     ours = (isend, irecv, real_isend, real_irecv)
 
@@ -343,6 +379,48 @@ class _DDP(torch.nn.Module):
 def _install_ddp():
     torch.nn.parallel.DistributedDataParallel = _DDP
     torch.nn.parallel.distributed.DistributedDataParallel = _DDP
+
+
+def _trace_uneven(cap, output, input, ins, outs, c, size, group):
+    """all_to_all_single with split sizes `ins` / `outs` (this member's) as planproof reads it:
+    each input chunk padded with zero rows to `c` (the largest split of any member), an even
+    all_to_all_single, and each received chunk's first `outs[j]` rows. Exact: the received
+    block j is member j's padded chunk for this member, whose first rows are the data."""
+    rest = tuple(input.shape[1:])
+    dt = DT.get(input.dtype, "f32")
+
+    def typ(rows):
+        return '"%s[%s]"' % (dt, ", ".join(str(d) for d in (rows,) + rest))
+    src = cap.fmt(input)
+    parts, at = [], 0
+    for k in ins:
+        if k > 0:
+            s = cap.fresh("slice")
+            cap.lines.append("%s: %s = torch.ops.aten.slice.Tensor(%s, 0, %d, %d)" % (s, typ(k), src, at, at + k))
+            parts.append(s)
+        if k < c:
+            z = cap.fresh("zeros")
+            cap.lines.append("%s: %s = torch.ops.aten.zeros.default([%s], dtype = %s)" % (z, typ(c - k), ", ".join(str(d) for d in (c - k,) + rest), input.dtype))
+            parts.append(z)
+        at += k
+    flat = cap.fresh("cat")
+    cap.lines.append("%s: %s = torch.ops.aten.cat.default([%s])" % (flat, typ(c * size), ", ".join(parts)))
+    a2a = cap.fresh("all_to_all")
+    cap.lines.append("%s: %s = torch.ops._c10d_functional.all_to_all_single.default(%s, None, None, '%s')" % (a2a, typ(c * size), flat, cap.group_name(group)))
+    got = []
+    for j, k in enumerate(outs):
+        if k > 0:
+            s = cap.fresh("slice")
+            cap.lines.append("%s: %s = torch.ops.aten.slice.Tensor(%s, 0, %d, %d)" % (s, typ(k), a2a, j * c, j * c + k))
+            got.append(s)
+    if not got:
+        raise UserError("all_to_all_single at %s receives no rows: empty tensors are not supported" % (cap.loc or "the step"))
+    if len(got) == 1:
+        cap.bind(output, got[0])
+        return
+    name = cap.fresh("cat")
+    cap.lines.append("%s: %s = torch.ops.aten.cat.default([%s])" % (name, typ(sum(outs)), ", ".join(got)))
+    cap.bind(output, name)
 
 
 def _wrap_rooted(real_all_reduce, real_all_gather):

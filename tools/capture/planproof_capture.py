@@ -329,6 +329,17 @@ class Capture:
                     g = self.fresh("getitem")
                     self.lines.append("%s: %s = %s[%d]" % (g, ann(o), name, i))
                     self.bind(o, g)
+            if str(func) == "aten.topk.default" and len(out) == 2 and out[1].numel() <= 4096:
+                # The routing choices as chosen: the importer pins them where a value read into
+                # Python (split sizes from .tolist()) depends on them (docs/capture.md).
+                r = self.fresh("routing")
+                self.suspended += 1
+                try:
+                    chosen = [int(v) for v in out[1].flatten().tolist()]
+                finally:
+                    self.suspended -= 1
+                self.lines.append("%s: %s = torch.ops.planproof.routing.default(%s, %s)" % (r, ann(out[1]), self.names[id(out[1])], repr(chosen)))
+                self.bind(out[1], r)
         elif out is None:
             self.lines.append("%s = %s" % (name, call))
 

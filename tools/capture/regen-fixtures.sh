@@ -64,6 +64,12 @@ moe_top1 moe_top1.py dp
 moe_top1-topk moe_top1.py dp --router topk
 moe_top1-argmax moe_top1.py dp --router argmax
 moe_top1-bug moe_top1.py dp --bug
+moe_ep_alltoall moe_ep_alltoall.py ep
+moe_ep_alltoall-onehot moe_ep_alltoall.py ep --counts onehot
+moe_ep_alltoall-histc moe_ep_alltoall.py ep --counts histc
+moe_ep_alltoall-top2 moe_ep_alltoall.py ep --top 2
+moe_ep_alltoall-bug moe_ep_alltoall.py ep --bug
+moe_ep_alltoall-bug-router moe_ep_alltoall.py ep --bug-router
 llama_tp-neginf llama_tp.py tp --neg-inf
 llama_tp-neginf-bug llama_tp.py tp --neg-inf --bug
 zero1_allgather zero1_allgather.py dp
