@@ -46,6 +46,8 @@ export function provedConstants(plan: LoadedPlan, deadlineMs = 5_000, targets?: 
   const t0 = performance.now();
   const lg = plan.logical;
   const wanted = targets === undefined ? undefined : ancestorOps(plan, targets);
+  // Logical order positions, once: each region is sorted by them.
+  const pos = new Map(lg.order.map((o, i) => [o, i]));
   const runs = [1, 2].map((seed) => {
     const rnd = mulberry32(seed);
     const u = (): number => rnd() * 2 - 1;
@@ -65,7 +67,7 @@ export function provedConstants(plan: LoadedPlan, deadlineMs = 5_000, targets?: 
       return es;
     });
     if (cand.every((es) => es.length === 0)) continue;
-    const region = regionOf(plan, op, (x) => out.get(x)?.size === numel(lg.shapes[x] ?? []));
+    const region = regionOf(plan, op, pos, (x) => out.get(x)?.size === numel(lg.shapes[x] ?? []));
     if (region === undefined) continue;
     const T = new TermStore(OP_TERM_BUDGET, false);
     // An op whose region blows up (an optimizer step over a gradient's whole expression) is
@@ -145,7 +147,7 @@ const REGION_DEPTH = 3;
  * Undefined when `op` alone is past it. Tensors proved constant throughout are not expanded. Any region is sound (what it does not produce is
  * symbolic); a deeper one sees more relations (an attention output that is its v).
  */
-function regionOf(plan: LoadedPlan, op: number, constant: (tensor: number) => boolean): number[] | undefined {
+function regionOf(plan: LoadedPlan, op: number, pos: ReadonlyMap<number, number>, constant: (tensor: number) => boolean): number[] | undefined {
   const lg = plan.logical;
   const size = (o: number): number => [...lg.ops.opInputs(o), ...lg.ops.opOutputs(o)].reduce((s, t) => s + numel(lg.shapes[t] ?? []), 0);
   let total = size(op);
@@ -167,7 +169,6 @@ function regionOf(plan: LoadedPlan, op: number, constant: (tensor: number) => bo
       }
     frontier = next;
   }
-  const pos = new Map(lg.order.map((o, i) => [o, i]));
   return [...region].sort((a, b) => (pos.get(a) ?? 0) - (pos.get(b) ?? 0));
 }
 
