@@ -11,7 +11,7 @@
  * only sorts and filters the table.
  */
 import type { LoadedPlan } from '../lineage/load.js';
-import { ranksText, type StageReport, type VerifyReport } from '../stages/report.js';
+import { DECIDED_BY_TEXT, ranksText, type StageReport, type VerifyReport } from '../stages/report.js';
 import { planStages, stageView, type StageView } from '../stages/decompose/stageview.js';
 import { stageDot } from './dot.js';
 import { stageOp } from './junit.js';
@@ -148,7 +148,7 @@ export async function htmlReport(r: VerifyReport & { readonly reduction?: { read
   for (const s of r.stages) counts[s.status]++;
   const head = r.verdict === 'verified' ? 'VERIFIED' : r.verdict === 'not_equivalent' ? 'NOT EQUIVALENT' : 'UNKNOWN';
   const rows = r.stages.map((s) => {
-    const by = s.status !== 'proved' ? '' : s.decidedBy === 'tensor' ? 'tensor level' : s.decidedBy === 'z3' ? 'Z3' : 'normal form';
+    const by = s.status !== 'proved' ? '' : s.decidedBy === 'z3' ? 'Z3' : DECIDED_BY_TEXT[s.decidedBy ?? 'normal'];
     const extra = s.coveredBy === undefined ? '' : ` (same canonical stage as #${s.coveredBy})`;
     const link = s.status === 'proved' ? esc(s.logical) : `<a href="#stage-${s.index}">${esc(s.logical)}</a>`;
     return `<tr class="${s.status}" data-status="${s.status}"><td class="n" data-v="${s.index}">${s.index}</td><td>${link}</td><td>${esc(stageOp(s))}</td><td>${esc(s.rankCount === undefined ? ranksText(s.ranks) : `${s.rankCount} rank(s)`)}</td><td data-v="${s.status}"><span class="badge ${s.status}">${STATUS[s.status]}</span></td><td>${esc(by + extra)}</td><td class="n" data-v="${s.ms}">${s.ms.toFixed(1)}</td></tr>`;

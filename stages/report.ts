@@ -1,12 +1,22 @@
 /** The human-readable verification report: for the person who has to fix the bug. */
 import type { Mismatch } from './witness/numeric.js';
 import type { Cause } from './witness/diagnose.js';
+import type { DecidedBy } from './decompose/prove.js';
 
 /** The decision procedure a run used: the exact normal form, or Z3 alone (a cross-check). */
 export type Engine = 'normal' | 'z3';
 
 /** A plan's or a stage's outcome (stages/verify.ts's module comment says the evidence each needs). */
 export type Verdict = 'verified' | 'not_equivalent' | 'unknown';
+
+/** How the text and HTML reports name what proved a stage (StageReport.decidedBy). */
+export const DECIDED_BY_TEXT: Readonly<Record<'normal' | DecidedBy, string>> = {
+  normal: 'normal form',
+  tensor: 'tensor level',
+  z3: 'by Z3',
+  constants: "with the plan's constants",
+  'per-stage': 'per stage, on a reduced copy',
+};
 
 export interface StageReport {
   readonly index: number;
@@ -28,8 +38,11 @@ export interface StageReport {
   readonly logicalOps: number;
   readonly parallelOps: number;
   readonly ms: number;
-  /** Which method proved the stage: the exact normal form, or Z3 where the normal form left it open or gave up. */
-  readonly decidedBy?: 'normal' | 'z3' | 'tensor';
+  /**
+   * Which method proved the stage: the exact normal form, tensor level, or the record of the
+   * per-stage portfolio (stages/portfolio.ts) that proved what the proofs left open.
+   */
+  readonly decidedBy?: 'normal' | DecidedBy;
   /** Stage number (1-based) whose proof covers this one: equal canonical forms (stages/cache/dedup.ts). */
   readonly coveredBy?: number;
   /** The covering proof was read from the proof cache. */
@@ -149,7 +162,7 @@ export function formatReport(r: VerifyReport, verbose = false): string {
     if (skipped(s)) notAttempted++;
     else if (!show(s)) hidden++;
     if (!show(s)) continue;
-    out.push(`  ${String(s.index).padStart(wi)} ${fit(s.logical).padEnd(w)}  ${opText(s).padEnd(wo)} ${rk(s).padEnd(wr)} ${mark[s.status]}${s.decidedBy === 'z3' ? ' (by Z3)' : s.decidedBy === 'tensor' ? ' (tensor level)' : ''}${s.coveredBy === undefined ? '' : ` (same canonical stage as #${s.coveredBy})`}${s.cached === true ? ' (from the proof cache)' : ''}`);
+    out.push(`  ${String(s.index).padStart(wi)} ${fit(s.logical).padEnd(w)}  ${opText(s).padEnd(wo)} ${rk(s).padEnd(wr)} ${mark[s.status]}${s.decidedBy === undefined || s.decidedBy === 'normal' ? '' : ` (${DECIDED_BY_TEXT[s.decidedBy]})`}${s.coveredBy === undefined ? '' : ` (same canonical stage as #${s.coveredBy})`}${s.cached === true ? ' (from the proof cache)' : ''}`);
     if (s.status === 'proved') continue;
     if (s.op?.loc !== undefined) out.push(`        source: ${s.op.loc}`);
     if (s.templates !== undefined && verbose) out.push(`        obligations: ${s.templates.map((t) => `'${t.tensor}' of ${t.program} on ${t.ranks} rank(s)`).join('; ')}`);

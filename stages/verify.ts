@@ -11,12 +11,11 @@ import { type LoadedPlan } from '../lineage/load.js';
 import { verifyPerTemplate } from './decompose/template-verify.js';
 import { registry } from '../ops/registry.js';
 import { logicalOrder } from '../sdfg/execute.js';
-import { numericCheck, type InputDraw, type Mismatch, type NumericReport } from './witness/numeric.js';
-import { certifiedMismatch, certifiedReason, certifyWitness, type Certified } from './engines/interval.js';
-import { constantCount, provedConstants } from './engines/constants.js';
+import { numericCheck, type Mismatch, type NumericReport } from './witness/numeric.js';
 import { diagnose, tensorValues, type Diagnosis, type TensorValues } from './witness/diagnose.js';
-import { decompose, Prover, StageBuilder, type Stage, type StageResult } from './decompose/prove.js';
-import { newPool, notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './engines/pool.js';
+import { decompose, Prover, type Stage, type StageResult } from './decompose/prove.js';
+import { notAttempted, proveInPool, timeLeft, type PoolOptions, type TimeLimit } from './engines/pool.js';
+import { CONSTANTS_MS, earlyCertificate, runStageMethods, runStageMethodsInThread, type StageFallback } from './portfolio.js';
 
 export type { TimeLimit } from './engines/pool.js';
 import { Z3Prover } from './engines/z3.js';
@@ -88,8 +87,9 @@ export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyRe
     const later = stages.filter((s) => s.index > cert.stage && !known.has(s.index));
     for (const r of proveInProcess(plan, later, undefined, witnessed, undefined, SETTLED_DEADLINE_MS)) results[r.stage.index] = r.status === 'proved' ? r : refutedBefore(r.stage, cert.stage);
   }
-  const numeric = witnessSearch(plan, results, first);
-  const decided = constantsFallback(plan, results, numeric, CONSTANTS_MS);
+  // The portfolio's records that run in one thread (stages/portfolio.ts), in the pool path's
+  // order and with its conditions: a library caller's report names the same deciding records.
+  const { results: decided, numeric } = runStageMethodsInThread({ plan, text: '', engine: 'normal', sharded: false, merge: false, deadlineMs: CONSTANTS_MS, results, numeric: first });
   return withTensorReasons(assemble(plan, decided, numeric, numeric.seed, t0), tl?.open);
 }
 
@@ -111,47 +111,6 @@ function withTensorReasons(r: VerifyReport, open: ReadonlyMap<number, string> | 
 function tooLargeToDecompose(plan: LoadedPlan, seed: number, t0: number, maxEntries = MAX_STAGE_ENTRIES, tensorLevel?: boolean): VerifyReport | undefined {
   if (stageWorkTooLarge(plan, maxEntries) === undefined) return undefined;
   return verifyPerTemplate(plan, { seed, maxStageEntries: maxEntries, t0, ...(tensorLevel === undefined ? {} : { tensorLevel }) });
-}
-
-/** Extra seeds tried when a stage differs in normal form but the first run shows no difference. */
-const WITNESS_RETRIES = 4;
-
-/**
- * The draws a witness search tries after the first (seed `seed`, uniform): more uniform seeds,
- * then magnitudes over many decades (stages/witness/numeric.ts 'log': a changed epsilon shows only where
- * a value is as small as it). Deterministic in the seed, so --seed reproduces a witness.
- */
-export function retryDraws(seed: number): { seed: number; draw: InputDraw }[] {
-  const uniform = Array.from({ length: WITNESS_RETRIES }, (_, k) => ({ seed: seed + k + 1, draw: 'uniform' as const }));
-  const log = Array.from({ length: WITNESS_RETRIES }, (_, k) => ({ seed: seed + k, draw: 'log' as const }));
-  return [...uniform, ...log];
-}
-
-/**
- * A normal-form difference with no witness at the first seed: draw again (a few seeds) before
- * calling the stage open. Random ids or routings can coincide (both ranks route alike), which
- * hides a real difference. The report keeps the seed that witnessed the most, so --seed
- * reproduces it.
- */
-export function witnessSearch(plan: LoadedPlan, results: readonly StageResult[], first: NumericReport, skip?: (rank: number, tensor: number) => boolean, limit?: TimeLimit): NumericReport {
-  if (!first.evaluated) return first;
-  const open = (n: NumericReport): number => results.filter((r) => r.status === 'differs' && !n.failingTensors.includes(plan.logical.tensors.name(r.stage.logical))).length;
-  let best = first;
-  for (const d of retryDraws(first.seed)) {
-    if (open(best) === 0 || timeLeft(limit) <= 0) break;
-    const n = numericCheck(plan, d.seed, skip, d.draw);
-    if (open(n) < open(best) && best.failingTensors.every((t) => n.failingTensors.includes(t))) best = n;
-  }
-  // No draw shows it above the witness tolerance (an eps of 1.1e-8 against 1e-8): interval
-  // arithmetic on the first draw may still separate the two sides, which is a witness in exact
-  // arithmetic (stages/engines/interval.ts). Only when no retry witnessed more, so one draw explains
-  // every witness of the report.
-  if (best === first && open(first) > 0 && timeLeft(limit) > 0) {
-    const targets = [...new Set(results.filter((r) => r.status === 'differs' && !first.failingTensors.includes(plan.logical.tensors.name(r.stage.logical))).map((r) => r.stage.logical))];
-    const c = certifyWitness(plan, first.seed, targets, skip === undefined ? () => true : (r, t) => !skip(r, t));
-    if ('certified' in c && c.logical !== undefined) return withCertified(plan, first, c.logical, c.certified);
-  }
-  return best;
 }
 
 /** Indices of the stages whose logical tensor the numeric run shows differing. */
@@ -231,9 +190,6 @@ export type ShardResult = Omit<StageResult, 'stage'>;
 
 /** A merge asked for a stage no part proved (parts of other runs, or a part missing). */
 export class MergeError extends Error {}
-
-/** Second chance for undecided stages: new results (same order) and the numeric evidence with their witnesses added. */
-type StageFallback = (plan: LoadedPlan, results: readonly StageResult[], numeric: NumericReport, limit?: TimeLimit) => { results: StageResult[]; numeric: NumericReport };
 
 /** Results for every stage: the known ones as given, the others proved by `prove`. */
 async function proveRest(stages: readonly Stage[], known: ReadonlyMap<number, StageResult> | undefined, prove: (some: readonly Stage[]) => Promise<StageResult[]>): Promise<StageResult[]> {
@@ -371,18 +327,10 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   const sharded = opts.shard !== undefined;
   if (sharded) results = results.map((r, i) => (known?.has(i) === true || ownedDone.has(i) || ownedDone.has(repOf.get(i) ?? i) ? r : { ...r, status: 'unknown', reason: 'left to another shard (--shard): planproof merge gives the verdict', failingRanks: [] }));
   if (cert !== undefined && settledByCertificate) first = cert.numeric;
-  if (!sharded && opts.proved === undefined) {
-    const found = openStageWitness(plan, results, first, limit);
-    if (found !== undefined) ({ results, numeric: first } = found);
-  }
-  let numeric = sharded ? first : witnessSearch(plan, results, first, undefined, limit);
-  clock.lap('witnessSearch');
-  if (engine === 'normal' && !sharded) results = constantsFallback(plan, results, numeric, opts.deadlineMs, limit);
-  clock.lap('constants');
-  if (engine === 'normal' && !sharded) results = await z3Fallback(plan, text, results, numeric, opts.deadlineMs, limit, opts.worker);
-  clock.lap('z3Fallback');
-  if (engine === 'normal' && !sharded && opts.fallback !== undefined) ({ results, numeric } = opts.fallback(plan, results, numeric, limit));
-  clock.lap('perStageFallback');
+  // Then the portfolio for what the proofs left open (stages/portfolio.ts STAGE_METHODS, in order).
+  const x = { plan, text, engine, sharded, merge: opts.proved !== undefined, deadlineMs: opts.deadlineMs, results, numeric: first, ...(limit === undefined ? {} : { limit }), ...(opts.worker === undefined ? {} : { worker: opts.worker }), ...(opts.fallback === undefined ? {} : { fallback: opts.fallback }) };
+  const { results: decidedResults, numeric } = await runStageMethods(x, clock.lap);
+  results = decidedResults;
   const assembled = withTensorReasons(assemble(plan, results, numeric, numeric.seed, t0), tl?.open);
   clock.lap('report');
   const reached = limit !== undefined && results.some((r) => (r.reason ?? '').includes('(--time-limit)'));
@@ -391,71 +339,8 @@ export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: Poo
   return engine === 'z3' ? { ...report, engine, stages: report.stages.map((s) => (s.status === 'proved' ? { ...s, decidedBy: 'z3' as const } : s)) } : report;
 }
 
-/**
- * Stages the engines leave open (too large, not reducible, past a deadline) while the first
- * draw shows every claim agreeing: other uniform draws may show one differing (a routing that
- * sends no token to an expert at one seed makes two gradient pieces both zero), and interval
- * arithmetic at that draw certifies it (earlyCertificate's argument). The stage is then
- * refuted, and the numeric report is that draw's, so --seed reproduces the witness. Before
- * the Z3 and per-stage fallbacks, which a one-sided MoE edit kept busy for 78 s to no verdict.
- */
-export function openStageWitness(plan: LoadedPlan, results: readonly StageResult[], first: NumericReport, limit?: TimeLimit): { results: StageResult[]; numeric: NumericReport } | undefined {
-  if (!first.evaluated || first.failingTensors.length > 0) return undefined;
-  const open = results.filter((r) => r.status === 'unknown' && /too large|not reducible|deadline|stopped/.test(r.reason ?? ''));
-  if (open.length === 0) return undefined;
-  const names = new Set(open.map((r) => plan.logical.tensors.name(r.stage.logical)));
-  for (const d of retryDraws(first.seed)) {
-    if (d.draw !== 'uniform' || timeLeft(limit) <= 0) continue;
-    const n = numericCheck(plan, d.seed, undefined, 'uniform');
-    const hit = open.filter((r) => n.failingTensors.includes(plan.logical.tensors.name(r.stage.logical)));
-    if (hit.length === 0 || !n.failingTensors.every((t) => names.has(t))) continue;
-    const stages = hit.map((r) => r.stage);
-    const cert = earlyCertificate(plan, stages, n);
-    if (cert === undefined) continue;
-    const out = results.map((r) => (r.stage.index === cert.stage ? { ...cert.result, stage: r.stage } : r));
-    return { results: out, numeric: cert.numeric };
-  }
-  return undefined;
-}
-
 /** The deadline of the refuted stage's own proof after a certificate (as stages/infer/boundary.ts gives settled stages). */
 const SETTLED_DEADLINE_MS = 2_000;
-
-/**
- * A certified refutation before any stage proof. The numeric run shows claims differing in
- * Float64, which alone is no witness (rounding); interval arithmetic on the same inputs
- * (stages/engines/interval.ts) that separates the two sides is one in exact arithmetic. A stage whose
- * claim is refuted so needs no normal form: a one-sided edit inside a stage too large for it
- * (a llama cp2 gradient) spent 90 s in per-stage reduction to find what the numbers showed in
- * 0.7 s. The earliest certified stage in the decomposition's order is settled "differs".
- */
-export function earlyCertificate(plan: LoadedPlan, stages: readonly Stage[], first: NumericReport): { stage: number; result: StageResult; numeric: NumericReport } | undefined {
-  if (!first.evaluated || first.failingTensors.length === 0) return undefined;
-  const failing = new Set(first.failingTensors);
-  const targets = stages.filter((s) => failing.has(plan.logical.tensors.name(s.logical))).map((s) => s.logical);
-  const t0 = performance.now();
-  const c = certifyWitness(plan, first.seed, [...new Set(targets)], () => true);
-  if (!('certified' in c) || c.logical === undefined) return undefined;
-  const st = stages.find((s) => s.logical === c.logical) as Stage;
-  const w = c.certified;
-  const reason = certifiedReason(plan.logical.tensors.name(c.logical), w);
-  return {
-    stage: st.index,
-    result: { stage: st, status: 'differs', reason, failingRanks: [w.rank], logicalOps: 0, parallelOps: 0, terms: 0, ms: performance.now() - t0 },
-    numeric: withCertified(plan, first, c.logical, w),
-  };
-}
-
-/** The numeric report with a certified witness of logical tensor `logical` among its mismatches. */
-function withCertified(plan: LoadedPlan, n: NumericReport, logical: number, w: Certified): NumericReport {
-  const prod = plan.logical.producer[logical] as number;
-  const m = certifiedMismatch(plan, logical, w, prod < 0 ? -1 : logicalOrder(plan).indexOf(prod));
-  // The certified claim may be one the float run already counted: it replaces that entry, so
-  // the count is the same whichever path (single run, shards and merge) reports it.
-  const same = (x: Mismatch): boolean => x.logical === m.logical && x.rank === m.rank && x.tensor === m.tensor && x.element.join() === m.element.join();
-  const mismatches = [...n.mismatches.filter((x) => !same(x)), m].sort((a, b) => a.order - b.order || a.rank - b.rank);
-  return { ...n, mismatches, failingTensors: [...new Set(mismatches.map((x) => x.logical))] };
-}
 
 function refutedBefore(s: Stage, at: number): StageResult {
   return { stage: s, status: 'unknown', reason: `left open: the plan is already refuted at stage ${at + 1} (a certified witness), and later stages get ${SETTLED_DEADLINE_MS / 1000} s each`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
@@ -464,93 +349,6 @@ function refutedBefore(s: Stage, at: number): StageResult {
 /** A stage the run's time limit left unattempted: "unknown", never a verdict. */
 function unattempted(s: Stage, limit: TimeLimit): StageResult {
   return { stage: s, status: 'unknown', reason: notAttempted(limit), failingRanks: [...new Set(s.obligations.map((o) => o.rank))], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 };
-}
-
-/**
- * The layered decision: stages the normal form leaves open (a difference with no numeric
- * witness, or a division it cannot show nonzero) go to Z3, which knows max/min as If-terms
- * and nonlinear real arithmetic. A Z3 proof is taken; anything else keeps the first answer.
- */
-/** The stages constantsFallback takes up: open ones the normal form could decide with more facts. */
-const CONSTANTS_OPEN = /no numeric witness|side condition|too large for the exact normal form/;
-
-/**
- * Stages left open with no witness, proved again with the plan's constant elements for their
- * input symbols (stages/engines/constants.ts): a gradient that is exactly 0 at these shapes
- * (one key per query) makes an edit behind it change nothing, which a stage that assumes its
- * inputs arbitrary cannot see. Only a proof is taken from it; a stage it does not prove keeps
- * its result. Never for shards and merges, and its proofs never reach the proof cache (they
- * rest on facts outside the stage).
- */
-export function constantsFallback(plan: LoadedPlan, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit): StageResult[] {
-  const t0 = performance.now();
-  const witnessed = new Set(numeric.failingTensors);
-  const name = (r: StageResult): string => plan.logical.tensors.name(r.stage.logical);
-  // The candidates come from two Float64 runs of the logical graph: not for a plan the numeric
-  // run found too large to evaluate.
-  if (!numeric.evaluated) return results;
-  // A plan already refuted with a witness keeps its verdict whatever is proved here.
-  if (results.some((r) => r.status === 'differs' && witnessed.has(name(r)))) return results;
-  const open = results.filter((r) => !witnessed.has(name(r)) && ((r.status === 'unknown' && CONSTANTS_OPEN.test(r.reason ?? '')) || r.status === 'differs')).slice(0, CONSTANTS_MAX_STAGES);
-  const left = (): number => Math.min(CONSTANTS_TOTAL_MS - (performance.now() - t0), limit === undefined ? Infinity : timeLeft(limit));
-  if (open.length === 0 || left() <= 0) return results;
-  // Only the constants of the tensors the open stages take as inputs (and their ancestors).
-  const builder = new StageBuilder(plan);
-  const inputsOf = new Map(open.map((r) => [r, new Set([...builder.closure(r.stage).inputs.values()].map((nf) => nf.logical))]));
-  const targets = new Set([...inputsOf.values()].flatMap((s) => [...s]));
-  const constants = provedConstants(plan, Math.min(CONSTANTS_MS, left()), targets);
-  if (constantCount(constants) === 0) return results;
-  const prover = new Prover(plan);
-  const out = results.slice();
-  for (const r of open) {
-    // A stage none of whose inputs holds a constant would be proved as before.
-    if (![...(inputsOf.get(r) ?? [])].some((L) => constants.has(L)) || left() <= 0) continue;
-    const p = prover.prove(r.stage, false, { at: performance.now() + Math.min(deadlineMs, CONSTANTS_MS, left()), reason: 'stopped' }, constants);
-    if (p.status === 'proved') out[results.indexOf(r)] = { ...p, ms: r.ms + p.ms };
-  }
-  return out;
-}
-
-/** What constantsFallback spends on finding the constants and on one stage; on everything; and how many open stages it takes. */
-const CONSTANTS_MS = 10_000;
-const CONSTANTS_TOTAL_MS = 30_000;
-const CONSTANTS_MAX_STAGES = 64;
-
-async function z3Fallback(plan: LoadedPlan, text: string, results: StageResult[], numeric: NumericReport, deadlineMs: number, limit?: TimeLimit, worker?: PoolOptions['worker']): Promise<StageResult[]> {
-  const witnessed = new Set(numeric.failingTensors);
-  // The portfolio: also a stage the normal form gave up on (its work budget), within the stage deadline.
-  // Past a stage refuted with a witness the verdict is settled and that stage is the likely root
-  // cause: later open stages stay unknown instead of each spending a Z3 deadline (a tiny
-  // refuted plan took 85 s here, issue 13 defect 3). Open stages before it are still decided.
-  const refuted = results.findIndex((r) => r.status === 'differs' && witnessed.has(plan.logical.tensors.name(r.stage.logical)));
-  const open = results.filter((r, i) => (refuted < 0 || i < refuted) && ((r.status === 'differs' && !witnessed.has(plan.logical.tensors.name(r.stage.logical))) || (r.status === 'unknown' && /side condition|no numeric witness|too large for the exact normal form/.test(r.reason ?? ''))));
-  const out = results.map((r, i) =>
-    refuted >= 0 && i > refuted && (r.status === 'differs' || r.status === 'unknown') && !witnessed.has(plan.logical.tensors.name(r.stage.logical))
-      ? { ...r, reason: `${r.reason ?? 'undecided'} (not sent to Z3: the plan is already refuted at an earlier stage)` }
-      : r,
-  );
-  if (open.length === 0) return out;
-  // Z3 runs in a worker thread even when the normal form ran in this one: Z3 (wasm) aborts its
-  // process when it runs out of memory (a mutant's stage took the CLI down with exit 4 and no
-  // report); in a worker it takes only that stage's attempt with it.
-  const pool = newPool(1, undefined, worker);
-  try {
-    for (const r of open) {
-      const i = results.indexOf(r);
-      const left = timeLeft(limit);
-      if (limit !== undefined && left <= 0) {
-        out[i] = { ...r, reason: `${r.reason ?? 'undecided'} (not sent to Z3: the run's time limit of ${limit.seconds} s (--time-limit) was reached)` };
-        continue;
-      }
-      // Within the stage's deadline: what the normal form spent on it is deducted; and within the run's time limit.
-      const [z] = await proveInPool(plan.file, text, [r.stage], { jobs: 1, pool, engine: 'z3', deadlineMs: Math.max(1000, deadlineMs - r.ms), ...(limit === undefined ? {} : { timeLimit: limit }) });
-      if (z?.status === 'proved') out[i] = { ...r, status: 'proved', failingRanks: [], decidedBy: 'z3', ms: r.ms + z.ms };
-      else if (z !== undefined && /the worker proving this stage failed/.test(z.reason ?? '')) out[i] = { ...r, reason: `${r.reason ?? 'undecided'} (Z3 did not decide it: ${z.reason ?? ''})` };
-    }
-  } finally {
-    await pool.destroy();
-  }
-  return out;
 }
 
 export function engineError(s: Stage, e: unknown): StageResult {

@@ -15,7 +15,7 @@ import { FULL } from './optional.js';
 import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
 import { numericCheck } from '../stages/witness/numeric.js';
 import { decompose, type StageResult } from '../stages/decompose/prove.js';
-import { openStageWitness } from '../stages/verify.js';
+import { openStageWitness } from '../stages/portfolio.js';
 import { logicalOrder } from '../sdfg/execute.js';
 
 interface RawOp {

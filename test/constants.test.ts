@@ -6,7 +6,8 @@
  */
 import { strict as assert } from 'node:assert';
 import { loadPlanObject } from '../lineage/load.js';
-import { verifyPlan } from '../stages/verify.js';
+import { verifyPlan, verifyPlanInPool } from '../stages/verify.js';
+import { formatReport } from '../stages/report.js';
 import { provedConstants } from '../stages/engines/constants.js';
 import { runCli } from './helpers.js';
 
@@ -70,6 +71,19 @@ describe('constant elements: stages whose input is identically a constant', () =
     assert.deepEqual([...(c.get(z) ?? new Map()).entries()], [[0, '0/1'], [1, '0/1'], [2, '0/1']]);
     const r = verifyPlan(p);
     assert.equal(r.verdict, 'verified', r.summary);
+  });
+
+  it('the report names the record that proved y (`constants`), in verifyPlan and in the pool path alike', async () => {
+    const raw = plan(ZERO, T, 'x');
+    const p = loadPlanObject('zero.json', raw);
+    const lib = verifyPlan(p);
+    const pool = await verifyPlanInPool(p, JSON.stringify(raw), { jobs: 0, deadlineMs: 10_000 });
+    for (const r of [lib, pool]) {
+      assert.equal(r.verdict, 'verified', r.summary);
+      assert.equal(r.stages.find((s) => s.logical === 'y')?.decidedBy, 'constants');
+      assert.match(formatReport(r), /y .*proved \(with the plan's constants\)/);
+    }
+    assert.deepEqual(pool.stages.map((s) => [s.logical, s.decidedBy]), lib.stages.map((s) => [s.logical, s.decidedBy]));
   });
 
   it('its twin with z = exp(0) = 1 is NOT EQUIVALENT with a witness (the constant is 1, so reading x for w matters)', () => {

@@ -1,8 +1,8 @@
 /**
  * The one verify pipeline (stages/pipeline.ts, issue 36): a library caller gets the verdict
  * `planproof verify` gives, on every example, the equivalence fixtures, a sample of the captures and
- * a stripped plan (the inference record), and docs/engine.md's first table lists the pipeline's
- * records in order.
+ * a stripped plan (the inference record), docs/engine.md's first table lists the pipeline's
+ * records in order, and its second table the per-stage portfolio's (stages/portfolio.ts).
  */
 import { strict as assert } from 'node:assert';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -14,6 +14,7 @@ import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 import { reportOf, ROUTES, verifyPipeline, type RouteName } from '../stages/pipeline.js';
+import { STAGE_METHODS } from '../stages/portfolio.js';
 import { EXAMPLES, FIXTURES, ROOT, runCli } from './helpers.js';
 import { fullUnless } from './optional.js';
 
@@ -78,11 +79,56 @@ describe('verify pipeline: library = CLI', function () {
   }
 
   it("docs/engine.md opens with the pipeline's records, in order, each with its soundness link", () => {
-    const doc = readFileSync(`${ROOT}docs/engine.md`, 'utf8');
-    const table = doc.slice(doc.indexOf('## The pipeline'), doc.indexOf('\n## ', doc.indexOf('## The pipeline') + 5));
+    const table = pipelineSection().split(PER_STAGE)[0] as string;
     const rows = [...table.matchAll(/^\| `([a-z-]+)` \|.*\]\(([^)]*)\)/gm)].map((m) => [m[1], m[2]]);
     assert.deepEqual(rows.map((r) => r[0]), ROUTES.map((r) => r.name));
     // Each row links the section that argues its record sound (Route.soundness, in this file).
     for (const [i, r] of ROUTES.entries()) assert.equal((rows[i] as string[])[1], r.soundness.replace('docs/engine.md', ''));
   });
+
+  it("docs/engine.md's per-stage table: one row per record of STAGE_METHODS, in order, after the proofs' rows", () => {
+    const rows = tableRows(pipelineSection().split(PER_STAGE)[1] as string);
+    const cells = rows.map((r) => r.split(' | ').map((c) => c.trim()));
+    const isRecord = (c: string[]): boolean => /^`[a-z0-9-]+`$/.test(c[0] as string);
+    const first = cells.findIndex(isRecord);
+    assert.ok(first > 0, 'the proofs\' rows come first');
+    const records = cells.slice(first);
+    assert.ok(records.every(isRecord), 'no proof row after a record');
+    assert.deepEqual(records.map((c) => (c[0] as string).slice(1, -1)), STAGE_METHODS.map((m) => m.name));
+    // Each row says what its record says (applies, returns, cost) and links its soundness section.
+    for (const [i, m] of STAGE_METHODS.entries()) {
+      const [, applies, returns, cost, soundness] = records[i] as string[];
+      assert.deepEqual([applies, returns, cost], [m.applies, m.returns, m.cost], m.name);
+      assert.match(soundness as string, new RegExp(`\\]\\(${m.soundness.replace('docs/engine.md', '')}\\)`), m.name);
+    }
+  });
+
+  it('what a stage can be decided by is in the report schema: `normal`, `tensor`, and the records that prove (by their names)', () => {
+    const schema = readFileSync(`${ROOT}cli/report-v1.schema.json`, 'utf8');
+    const m = /"decidedBy": \{[^}]*"enum": (\[[^\]]*\])/.exec(schema);
+    const values = JSON.parse(m?.[1] ?? '[]') as string[];
+    const proves = STAGE_METHODS.flatMap((r) => (r.proves === undefined ? [] : [r.proves]));
+    for (const r of STAGE_METHODS) if (r.proves !== undefined) assert.equal(r.proves, r.name, 'a record proves under its own name');
+    // The proofs' rows name theirs in backticks (`tensor`, `normal`).
+    const proofRows = tableRows(pipelineSection().split(PER_STAGE)[1] as string).filter((r) => !r.startsWith('`'));
+    const named = proofRows.flatMap((r) => [...(r.split(' | ')[0] as string).matchAll(/\(`([a-z0-9-]+)`\)/g)].map((x) => x[1] as string)).filter((n) => n !== 'earlyCertificate');
+    assert.deepEqual(named, ['tensor', 'normal']);
+    assert.deepEqual([...values].sort(), [...new Set([...named, ...proves])].sort());
+  });
 });
+
+/** The opening section of docs/engine.md ("The pipeline"). */
+function pipelineSection(): string {
+  const doc = readFileSync(`${ROOT}docs/engine.md`, 'utf8');
+  const at = doc.indexOf('## The pipeline');
+  return doc.slice(at, doc.indexOf('\n## ', at + 5));
+}
+
+/** Where the section's second table (the per-stage one) is introduced. */
+const PER_STAGE = 'Inside `rank-by-rank`';
+
+/** A markdown table's body rows, without their outer pipes (the header and rule rows dropped). */
+function tableRows(text: string): string[] {
+  const rows = text.split('\n').filter((l) => l.startsWith('| ')).map((l) => l.slice(2, l.endsWith(' |') ? -2 : undefined));
+  return rows.slice(1);
+}

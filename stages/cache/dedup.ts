@@ -7,7 +7,7 @@
  * and witness.
  */
 import type { LoadedPlan } from '../../lineage/load.js';
-import type { Stage, StageResult } from '../decompose/prove.js';
+import type { DecidedBy, Stage, StageResult } from '../decompose/prove.js';
 import { groupStages, type StageClass } from './canon.js';
 import type { ProofCache } from './cache.js';
 import type { VerifyReport } from '../report.js';
@@ -78,7 +78,7 @@ export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], 
   for (const c of classes) {
     const rep = results[c.rep] as StageResult;
     if (rep.status === 'proved') {
-      if (fromCache[c.rep] === 0 && c.form !== '') cache?.store(c.hash, c.form, rep.decidedBy);
+      if (fromCache[c.rep] === 0 && c.form !== '' && cacheable(rep.decidedBy)) cache?.store(c.hash, c.form, rep.decidedBy);
       for (const m of c.members) {
         if (m === c.rep) continue;
         results[m] = { ...rep, stage: stages[m] as Stage, ms: 0 };
@@ -98,6 +98,16 @@ export async function proveDistinct(plan: LoadedPlan, stages: readonly Stage[], 
     for (const r of more) results[r.stage.index] = r;
   }
   return { results: results as StageResult[], coveredBy, fromCache, classes: classes.length, proofsRun, cacheHits, tensorLevel: known?.size ?? 0 };
+}
+
+/**
+ * A proof the cache may hold: the stage's own (normal form, tensor level, Z3). A stage proved
+ * with facts from outside it (the plan's constants) is never stored, nor one proved on a
+ * reduced copy; neither reaches here today (the portfolio runs after the proofs), and this keeps
+ * it so if one ever did.
+ */
+function cacheable(by: DecidedBy | undefined): by is 'z3' | 'tensor' | undefined {
+  return by === undefined || by === 'z3' || by === 'tensor';
 }
 
 /** Adds to a report which proof covers each stage, and "N stages, K distinct proofs". */

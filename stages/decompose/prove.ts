@@ -78,8 +78,14 @@ export interface StageResult {
   readonly terms: number;
   readonly ms: number;
   /** Which procedure decided a proved stage, when not the normal form. */
-  readonly decidedBy?: 'z3' | 'tensor';
+  readonly decidedBy?: DecidedBy;
 }
+
+/**
+ * What decided a proved stage other than the exact normal form: tensor level, or a record of the
+ * per-stage portfolio (stages/portfolio.ts STAGE_METHODS, by its name) that can prove one.
+ */
+export type DecidedBy = 'tensor' | 'z3' | 'constants' | 'per-stage';
 
 /** One stage per logical tensor with produced claims, in topological order of the logical graph. */
 export function decompose(plan: LoadedPlan, order: readonly number[]): Stage[] {

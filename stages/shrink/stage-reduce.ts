@@ -21,7 +21,8 @@ import { decompose, Prover, type Stage, type StageResult, type Stop } from '../d
 import { analyzeReduction, prefixPlan, reducePlan, ReductionError, zeroCutPlan, type ReducedClass } from './reduce.js';
 import { extractStage, ExtractionError, extractStageRaw, loadExtracted, stageClosure, stageOf, withOutputFallback } from '../decompose/extract.js';
 import { batchClasses, checkComponent, ComponentError, componentRaw, loadComponent, rankStage, renamedText, splitsByRank, windowsOf, type ClassInfo } from './components.js';
-import { assemble, retryDraws } from '../verify.js';
+import { assemble } from '../verify.js';
+import { retryDraws } from '../portfolio.js';
 import { type VerifyReport } from '../report.js';
 import { timeLeft, type TimeLimit } from '../engines/pool.js';
 
