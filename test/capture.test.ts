@@ -171,6 +171,20 @@ describe('-inf fills (masked_fill(mask, float("-inf"))): only softmax may read t
   });
 });
 
+describe('additive -inf masks (softmax(scores + full(-inf).triu(1))): only softmax may read them', () => {
+  const graph = (body: string): string =>
+    ['class g(torch.nn.Module):', '    def forward(self, x: "f32[2, 3, 3]"):', '        f: "f32[3, 3]" = torch.ops.aten.full.default([3, 3], -inf)', '        u: "f32[3, 3]" = torch.ops.aten.triu.default(f, 1)', '        a: "f32[2, 3, 3]" = torch.ops.aten.add.Tensor(x, u)', body].join('\n');
+  it('softmax of scores plus the mask is the masked softmax', () => {
+    const low = lowerGraph(parseFxGraph('g.py', graph('        s: "f32[2, 3, 3]" = torch.ops.aten._softmax.default(a, -1, False)\n        return (s,)')));
+    assert.deepEqual(low.ops.filter((o) => o.op === 'softmax').length, 1);
+    assert.ok(low.ops.some((o) => o.op === 'div'));
+  });
+  it('log_softmax (or any other reader) of it is an import error naming where the -inf was made', () => {
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', graph('        s: "f32[2, 3, 3]" = torch.ops.aten._log_softmax.default(a, -1, False)\n        return (s,)'))), /the -inf fill made at g\.py:3 is read by an op other than softmax/);
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', graph('        s: "f32[2, 3, 3]" = torch.ops.aten.mul.Tensor(a, 2.0)\n        return (s,)'))), /the -inf fill made at g\.py:3 is read by an op other than softmax/);
+  });
+});
+
 /** The imported logical graph of a committed capture, run in Float64 on the captured inputs. */
 function logicalOutputs(name: string): { got: Map<string, readonly number[]>; want: Record<string, number[]> } {
   const dir = `${FIXTURES}capture/${name}`;

@@ -93,5 +93,7 @@ clip_contrastive clip_contrastive.py dp
 clip_contrastive-bug clip_contrastive.py dp --bug
 pipeline_1f1b pipeline_1f1b.py pp
 pipeline_1f1b-bug pipeline_1f1b.py pp --bug
+additive_mask_dp additive_mask_dp.py dp
+additive_mask_dp-bug additive_mask_dp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
