@@ -108,14 +108,7 @@ export function roundsLimit(timeLimitS: number | undefined, ownMs: number = TIME
 const SETTLED_DEADLINE_MS = 2_000;
 /** Deadline of a hint stage (a hint is meant to cut a short stage). */
 const HINT_DEADLINE_MS = 10_000;
-/**
- * The normal form's work budget for a hint stage proved in this thread: a tenth of the default
- * per rank the stage proves an obligation of, at most the default. The stage of one logical
- * tensor holds every rank's copy, and each rank's copy is its own work (data-parallel ranks
- * compute different rows, so the memo shares nothing): one budget for them all dropped the
- * logits-gradient hint of a 2-rank GPT block whose one-rank copy proves in 2 s
- * (additive_mask_dp), and every stage after it merged past the normal form's reach.
- */
+/** The normal form's work budget for a hint stage proved in this thread (a tenth of the default). */
 const HINT_TERM_BUDGET = Math.floor(DEFAULT_TERM_BUDGET / 10);
 
 /** Verifies a plan object, inferring cut points where it has no lineage. */
@@ -169,6 +162,8 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   const cache = new Map<string, StageResult>();
   // Logical tensors whose hints are proved one decomposition at a time (after a joint stage failed).
   const split = new Set<number>();
+  // Logical tensors whose hint stage went past its work budget: one stage per rank (below).
+  const splitRanks = new Set<number>();
   let weakened = false;
   let searched = false;
   let timedOut = false;
@@ -219,7 +214,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         builder = new StageBuilder(plan);
       }
       const hinted = isHint(plan);
-      const stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split);
+      const stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split, splitRanks);
       // The numeric run never compares hints: a hint that does not hold is dropped, not a witness.
       if (!numericDone) {
         numeric = numericCheck(plan, seed, hinted);
@@ -277,7 +272,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       const stop = { stopAt: t0 + limitMs, stopWhy: limitWhy };
       // In this thread a hint stage is bounded by a tenth of the normal form's budget: a hint is
       // meant to cut a short stage, and one that needs more is dropped like one past its deadline.
-      const hintBudget = isHintRound && inThread && opts.budget === undefined ? { budgetPerRank: HINT_TERM_BUDGET } : {};
+      const hintBudget = isHintRound && inThread && opts.budget === undefined ? { budget: HINT_TERM_BUDGET } : {};
       const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, ...hintBudget, ...stop, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : { ...opts, ...stop }, poolOf);
       if (process.env['PLANPROOF_TRACE'] === '1') {
         process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s (sum ${(fresh.reduce((a, r) => a + r.ms, 0) / 1000).toFixed(2)} s, max ${(Math.max(0, ...fresh.map((r) => r.ms)) / 1000).toFixed(2)}, tl ${fresh.filter((r) => r.decidedBy === 'tensor').length}); hints ${hints.length}; t ${((performance.now() - t0) / 1000).toFixed(1)}\n`);
@@ -336,6 +331,20 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         if (hintStage(r.stage) && !blameAll && assumesFailed(r.stage)) continue;
         if (!split.has(r.stage.logical) && hintStage(r.stage) && new Set(r.stage.obligations.map((o) => groupOf(o))).size > 1) {
           split.add(r.stage.logical);
+          splitMore = true;
+          continue;
+        }
+        // A hint stage past its work budget holds every rank's copy of the tensor, and when the
+        // ranks compute different rows each copy is its own work (the memo shares nothing): one
+        // stage per rank then, each within the budget (and proved once when the copies have
+        // one canonical form, stages/cache/dedup.ts). The logits-gradient hint of a two-rank
+        // data-parallel GPT block (additive_mask_dp) proves per rank in 2 s but needs just over
+        // the budget for both; dropped, every stage after it merged past the normal form's
+        // reach and the plan ended UNKNOWN at the inference's 120 s. (A budget per rank instead
+        // let failing tensor-parallel hint stages run to their 10 s deadline: llama_tp-neginf
+        // went from 6 s to 58 s.)
+        if (!splitRanks.has(r.stage.logical) && hintStage(r.stage) && r.status === 'unknown' && /too large for the exact normal form/.test(r.reason ?? '') && new Set(r.stage.obligations.map((o) => o.rank)).size > 1) {
+          splitRanks.add(r.stage.logical);
           splitMore = true;
           continue;
         }
@@ -563,7 +572,7 @@ function logicalElements(plan: LoadedPlan): number {
 }
 
 /** `poolOf` starts (or returns) the rounds' worker pool; undefined proves in this thread. */
-async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions & { readonly stopAt: number; readonly stopWhy: string; readonly budgetPerRank?: number }, poolOf: (() => Piscina) | undefined): Promise<StageResult[]> {
+async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions & { readonly stopAt: number; readonly stopWhy: string }, poolOf: (() => Piscina) | undefined): Promise<StageResult[]> {
   if (todo.length === 0) return [];
   // Tensor-level proofs first (stages/engines/tensorlevel/prover.ts), as in verify: whole-tensor relations
   // cost nothing next to the normal form, and a stage they do not prove goes on to it.
@@ -603,15 +612,7 @@ async function proveStages(plan: LoadedPlan, file: string, text: string, todo: r
   if (poolOf !== undefined && opts.jobs > 0) {
     return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, stopWhy: opts.stopWhy, engine: 'normal' as Engine, pool: poolOf(), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   }
-  // One prover per budget (the budget is per rank of a stage under budgetPerRank).
-  const provers = new Map<number, Prover>();
-  const proverFor = (s: Stage): Prover => {
-    const per = opts.budgetPerRank;
-    const budget = per === undefined ? (opts.budget ?? DEFAULT_TERM_BUDGET) : Math.min(DEFAULT_TERM_BUDGET, per * new Set(s.obligations.map((o) => o.rank)).size);
-    let p = provers.get(budget);
-    if (p === undefined) provers.set(budget, (p = new Prover(plan, budget)));
-    return p;
-  };
+  const prover = opts.budget === undefined ? new Prover(plan) : new Prover(plan, opts.budget);
   return todo.map((s, i) => {
     let r: StageResult;
     // In this thread no stage starts past the limit, and a running one stops at the clock below.
@@ -621,7 +622,7 @@ async function proveStages(plan: LoadedPlan, file: string, text: string, todo: r
     const now = performance.now();
     const stop = now + opts.deadlineMs <= opts.stopAt ? { at: now + opts.deadlineMs, reason: `deadline of ${(opts.deadlineMs / 1000).toFixed(1)} s exceeded; the proof was stopped` } : { at: opts.stopAt, reason: stoppedBy(opts.stopAt - now, 'proof', opts.stopWhy) };
     try {
-      r = proverFor(s).prove(s, witnessed.has(s.index), stop);
+      r = prover.prove(s, witnessed.has(s.index), stop);
     } catch (e) {
       r = engineError(s, e);
     }
