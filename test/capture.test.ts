@@ -127,6 +127,19 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'pipeline_1f1b', script: 'pipeline_1f1b.py', args: [], axis: 'pp', code: 0 },
   { name: 'pipeline_1f1b-bug', script: 'pipeline_1f1b.py', args: ['--bug'], axis: 'pp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((loss|[wb][01]_new), op 'return\.(loss|[wb][01]_new)'\)/ },
   { name: 'llama_tp-neginf-bug', script: 'llama_tp.py', args: ['--neg-inf', '--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  // Additive -inf causal masks added to the scores before softmax (plans/import/aten-neginf.ts):
+  // a buffer `full(-inf).triu(1)` sliced in forward (a constant holding -inf), the same built in
+  // forward, and `zeros.masked_fill(~tril(ones(bool)), -inf)`. The twins average no gradient.
+  { name: 'additive_mask_dp', script: 'additive_mask_dp.py', args: [], axis: 'dp', code: 0 },
+  { name: 'additive_mask_dp-bug', script: 'additive_mask_dp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(lm_head_weight_new, op 'return\.lm_head_weight_new'\)/ },
+  { name: 'additive_mask_dp-triu', script: 'additive_mask_dp.py', args: ['--mask', 'triu'], axis: 'dp', code: 0 },
+  { name: 'additive_mask_dp-triu-bug', script: 'additive_mask_dp.py', args: ['--mask', 'triu', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(lm_head_weight_new, op 'return\.lm_head_weight_new'\)/ },
+  { name: 'additive_mask_dp-fill', script: 'additive_mask_dp.py', args: ['--mask', 'fill'], axis: 'dp', code: 0 },
+  { name: 'additive_mask_dp-fill-bug', script: 'additive_mask_dp.py', args: ['--mask', 'fill', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(lm_head_weight_new, op 'return\.lm_head_weight_new'\)/ },
+  // Context parallelism: each rank adds the mask's rows of its own positions; the twin takes
+  // rows 0..n on every rank (the offset forgotten), wrong on rank 1 only.
+  { name: 'additive_mask_cp', script: 'additive_mask_cp.py', args: [], axis: 'cp', code: 0 },
+  { name: 'additive_mask_cp-bug', script: 'additive_mask_cp.py', args: ['--bug'], axis: 'cp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(lm_head_weight_new, op 'return\.lm_head_weight_new'\)/ },
 ];
 
 async function verifyPlan(plan: string): Promise<{ code: number; stdout: string }> {
@@ -171,6 +184,20 @@ describe('-inf fills (masked_fill(mask, float("-inf"))): only softmax may read t
   });
 });
 
+describe('additive -inf masks (softmax(scores + full(-inf).triu(1))): only softmax may read them', () => {
+  const graph = (body: string): string =>
+    ['class g(torch.nn.Module):', '    def forward(self, x: "f32[2, 3, 3]"):', '        f: "f32[3, 3]" = torch.ops.aten.full.default([3, 3], -inf)', '        u: "f32[3, 3]" = torch.ops.aten.triu.default(f, 1)', '        a: "f32[2, 3, 3]" = torch.ops.aten.add.Tensor(x, u)', body].join('\n');
+  it('softmax of scores plus the mask is the masked softmax', () => {
+    const low = lowerGraph(parseFxGraph('g.py', graph('        s: "f32[2, 3, 3]" = torch.ops.aten._softmax.default(a, -1, False)\n        return (s,)')));
+    assert.deepEqual(low.ops.filter((o) => o.op === 'softmax').length, 1);
+    assert.ok(low.ops.some((o) => o.op === 'div'));
+  });
+  it('log_softmax (or any other reader) of it is an import error naming where the -inf was made', () => {
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', graph('        s: "f32[2, 3, 3]" = torch.ops.aten._log_softmax.default(a, -1, False)\n        return (s,)'))), /the -inf fill made at g\.py:3 is read by an op other than softmax/);
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', graph('        s: "f32[2, 3, 3]" = torch.ops.aten.mul.Tensor(a, 2.0)\n        return (s,)'))), /the -inf fill made at g\.py:3 is read by an op other than softmax/);
+  });
+});
+
 /** The imported logical graph of a committed capture, run in Float64 on the captured inputs. */
 function logicalOutputs(name: string): { got: Map<string, readonly number[]>; want: Record<string, number[]> } {
   const dir = `${FIXTURES}capture/${name}`;
@@ -211,7 +238,7 @@ describe('source lines of a capture (issue 35)', () => {
 });
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);
@@ -336,6 +363,30 @@ describe('planproof capture (live, Debian python3-torch)', function () {
     assert.equal(cap.code, 0, cap.stderr);
     const v = await verifyPlan(plan);
     assert.equal(v.code, 0, v.stdout);
+  });
+  it('dist.scatter into a non-contiguous tensor is exit 2: gloo ignores its strides, so what ran is not a scatter @full', async () => {
+    // (torch.distributed.nn.functional.all_gather's gloo backward does this when the gathered
+    // tensor's gradient is not contiguous: the plan would describe a program other than the one run.)
+    const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));
+    const script = join(d, 'strided.py');
+    (await import('node:fs')).writeFileSync(
+      script,
+      [
+        'import torch, torch.distributed as dist',
+        'def step(cap):',
+        '    ws, rank = dist.get_world_size(), dist.get_rank()',
+        '    x = cap.replicate(torch.arange(6.0 * ws).reshape(2 * ws, 3), name="x")',
+        '    with cap.trace():',
+        '        out = torch.empty(3, 2).t()',
+        '        dist.scatter(out, list(x.chunk(ws, 0)) if rank == 0 else None, src=0)',
+        '        y = out * 2',
+        '    cap.output("y", y, "R")',
+        '',
+      ].join('\n'),
+    );
+    const r = await runCli(['capture', '--nproc', '2', '--axis', 'dp', '--out', join(d, 'plan.json'), '--', script]);
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, /dist\.scatter into a non-contiguous tensor \(shape \[2, 3\], strides \[1, 2\]\) at .*strided\.py:7 in step/);
   });
   it('a script error is exit 4 with the Python error, never a plan @full', async () => {
     const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));

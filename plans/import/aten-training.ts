@@ -71,6 +71,24 @@ function maskedFill(inPlace: boolean): Rule {
   };
 }
 
+/**
+ * triu / tril (`torch.tril(torch.ones(T, T))`, a causal mask): x where the column index minus the
+ * row index is ≥ k (triu) or ≤ k (tril), 0 elsewhere; the indices are exact integers (iota).
+ */
+function triangle(upper: boolean): Rule {
+  return (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const k = l.int(l.arg(n, 1, 'diagonal'), 'diagonal', 0);
+    if (x.shape.length < 2) l.fail(`${n.target} of a ${x.shape.length}-D tensor (torch needs at least 2 dims)`);
+    const rc = x.shape.slice(-2);
+    const col = l.one('iota', [l.constant(0)], { shape: rc, dim: 1, step: 1 }, undefined, 'int64');
+    const row = l.one('iota', [l.constant(0)], { shape: rc, dim: 0, step: 1 }, undefined, 'int64');
+    const keep = l.one('compare', [l.one('sub', [col, row], {}, undefined, 'int64'), l.constant(k)], { rel: upper ? 'ge' : 'le' }, undefined, 'bool');
+    // (x·[keep]: of booleans, their and; of numbers, x or 0)
+    return l.bind(n, l.one('mul', [x, keep], {}, l.out(n), x.dtype));
+  };
+}
+
 /** max(x, lo) and / or min(x, hi) (clamp; ReLU is clamp at 0). */
 function clampRule(which: 'both' | 'min' | 'max', inPlace: boolean): Rule {
   return (l, n) => {
@@ -322,6 +340,8 @@ export const TRAINING_RULES: Record<string, Rule> = {
   'aten.new_ones': newFilled(1),
   'aten.new_full': newFilled('arg'),
   'aten.arange': arange,
+  'aten.triu': triangle(true),
+  'aten.tril': triangle(false),
   // `.item()`, `float(t)`, `bool(t)`: the value leaves the graph; what the program does with it
   // in Python is baked into the ops after it. Recorded: the plan is specialized to that value.
   'aten._local_scalar_dense': (l, n) => {

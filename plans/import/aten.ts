@@ -11,7 +11,7 @@ import type { FxArg, FxGraph, FxNode } from './fxtext.js';
 import { TRAINING_RULES } from './aten-training.js';
 import { INDEX_RULES } from './aten-index.js';
 import { SORT_RULES } from './aten-sort.js';
-import { maskedSoftmax, negInfOf } from './aten-neginf.js';
+import { maskedSoftmax, negInfOf, withNegInf } from './aten-neginf.js';
 import { binary, filled, likeShape, type ConstValue, type Lowered, Lowerer, type LowerOptions, type OpaqueVal, REDUCE, refuseTruncation, reshape, type Rule, sameStrides, scaleBy, splitPieces, type TensorVal, uninitialized, unary, type Val, view, viewStrides } from './lower.js';
 
 export type { Lowered, TensorVal } from './lower.js';
@@ -598,12 +598,15 @@ function layerNormBackwardOf(l: Lowerer, n: FxNode, g: TensorVal, x: TensorVal, 
   return l.bind(n, { kind: 'list', items: [mask[0] === false ? { kind: 'none' } : dx, some(dw), some(db)] });
 }
 
+/** The rules, with tensors holding -inf carried to the softmax that reads them (aten-neginf.ts). */
+const ALL_RULES = withNegInf(RULES);
+
 /** The logits and dim of each log_softmax output (for the cross-entropy pattern). */
 const logSoftmaxOf = new WeakMap<TensorVal, { logits: TensorVal; dim: number }>();
 
 /** Lowers the parsed graphs of one program (one graph, or a forward and a backward); ImportError on anything unsupported. */
 export function lowerGraph(g: FxGraph | readonly FxGraph[], opts: LowerOptions = {}): Lowered {
-  return new Lowerer(Array.isArray(g) ? (g as readonly FxGraph[]) : [g as FxGraph], RULES, opts).run();
+  return new Lowerer(Array.isArray(g) ? (g as readonly FxGraph[]) : [g as FxGraph], ALL_RULES, opts).run();
 }
 
 /** A constant's value as a tensor: a scalar, or nested lists (each element an exact constant). */

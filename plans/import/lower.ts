@@ -228,6 +228,20 @@ export class Lowerer {
     if (v === undefined) this.fail(`'${a.name}' is not defined before line ${this.node?.line ?? 0}`);
     return v;
   }
+  /**
+   * Runs `f` with `name` bound to `v`, then restores what it held: lowers a rule on one part of
+   * a value that is not a tensor (the finite part and the mask of an -inf tensor, aten-neginf.ts).
+   */
+  withValue<T>(name: string, v: Val, f: () => T): T {
+    const before = this.vals.get(name);
+    this.vals.set(name, v);
+    try {
+      return f();
+    } finally {
+      if (before === undefined) this.vals.delete(name);
+      else this.vals.set(name, before);
+    }
+  }
   private readonly materialized = new WeakMap<OpaqueVal, TensorVal>();
   tensor(a: FxArg | undefined, what: string): TensorVal {
     const v = this.val(a, what);
@@ -595,8 +609,11 @@ export function unary(op: string): Rule {
 
 /** A constant tensor: the scalar constant expanded (`ones_like`, `full`, `zeros`, ...). */
 export function filled(l: Lowerer, n: FxNode, value: number, shape: readonly number[]): Val {
-  const c = l.constant(value);
-  return l.bind(n, l.one('expand', [c], { shape: [...shape] }, l.out(n), n.type?.dtype ?? 'float32'));
+  const dtype = n.type?.dtype ?? 'float32';
+  // A boolean fill (`torch.ones(T, T, dtype=torch.bool)`) stays boolean: the constant is an
+  // integer input, so its truth value is taken first (else logical ops would see an int64).
+  const c = dtype === 'bool' ? l.one('compare', [l.constant(value), l.constant(0)], { rel: 'ne' }, undefined, 'bool') : l.constant(value);
+  return l.bind(n, l.one('expand', [c], { shape: [...shape] }, l.out(n), dtype));
 }
 
 const INTEGER = new Set(['int64', 'int32', 'int16', 'int8', 'uint8', 'bool']);

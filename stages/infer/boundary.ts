@@ -162,6 +162,8 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   const cache = new Map<string, StageResult>();
   // Logical tensors whose hints are proved one decomposition at a time (after a joint stage failed).
   const split = new Set<number>();
+  // Logical tensors whose hint stage went past its work budget: one stage per rank (below).
+  const splitRanks = new Set<number>();
   let weakened = false;
   let searched = false;
   let timedOut = false;
@@ -212,7 +214,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         builder = new StageBuilder(plan);
       }
       const hinted = isHint(plan);
-      const stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split);
+      const stages = splitHints(decompose(plan, logicalOrder(plan)), hinted, split, splitRanks);
       // The numeric run never compares hints: a hint that does not hold is dropped, not a witness.
       if (!numericDone) {
         numeric = numericCheck(plan, seed, hinted);
@@ -329,6 +331,20 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         if (hintStage(r.stage) && !blameAll && assumesFailed(r.stage)) continue;
         if (!split.has(r.stage.logical) && hintStage(r.stage) && new Set(r.stage.obligations.map((o) => groupOf(o))).size > 1) {
           split.add(r.stage.logical);
+          splitMore = true;
+          continue;
+        }
+        // A hint stage past its work budget holds every rank's copy of the tensor, and when the
+        // ranks compute different rows each copy is its own work (the memo shares nothing): one
+        // stage per rank then, each within the budget (and proved once when the copies have
+        // one canonical form, stages/cache/dedup.ts). The logits-gradient hint of a two-rank
+        // data-parallel GPT block (additive_mask_dp) proves per rank in 2 s but needs just over
+        // the budget for both; dropped, every stage after it merged past the normal form's
+        // reach and the plan ended UNKNOWN at the inference's 120 s. (A budget per rank instead
+        // let failing tensor-parallel hint stages run to their 10 s deadline: llama_tp-neginf
+        // went from 6 s to 58 s.)
+        if (!splitRanks.has(r.stage.logical) && hintStage(r.stage) && r.status === 'unknown' && /too large for the exact normal form/.test(r.reason ?? '') && new Set(r.stage.obligations.map((o) => o.rank)).size > 1) {
+          splitRanks.add(r.stage.logical);
           splitMore = true;
           continue;
         }

@@ -52,18 +52,19 @@ export const isHint = (plan: LoadedPlan) => (r: number, t: number): boolean => (
  * The hints of one logical tensor form one stage, apart from the user's claims of it; after
  * that stage fails, one stage per hinted tensor (its replicas on every rank; addends of one
  * decomposition together), so that a hint that fails names itself and the others keep their
- * cut.
+ * cut; after such a stage goes past its work budget (`splitRanks`), one per rank.
  * Each stage proves its obligations from the same assumed boundaries, so splitting a stage
  * changes nothing in the argument.
  */
-export function splitHints(stages: readonly Stage[], hinted: (r: number, t: number) => boolean, split: ReadonlySet<number>): Stage[] {
+export function splitHints(stages: readonly Stage[], hinted: (r: number, t: number) => boolean, split: ReadonlySet<number>, splitRanks: ReadonlySet<number> = new Set()): Stage[] {
   const out: Stage[] = [];
   for (const s of stages) {
     const user = s.obligations.filter((o) => !hinted(o.rank, o.tensor));
     const byGroup = new Map<string, Stage['obligations']>();
     for (const o of s.obligations) {
       if (!hinted(o.rank, o.tensor)) continue;
-      const k = split.has(s.logical) ? groupOf(o) : '';
+      // (Addends of one decomposition stay together across ranks: their sum is the obligation.)
+      const k = `${split.has(s.logical) ? groupOf(o) : ''}${splitRanks.has(s.logical) && o.nf.value.n === 1 ? `|r${o.rank}` : ''}`;
       const l = byGroup.get(k);
       if (l === undefined) byGroup.set(k, [o]);
       else l.push(o);

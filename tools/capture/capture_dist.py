@@ -510,6 +510,14 @@ def _wrap_rooted(real_all_reduce, real_all_gather):
         of its shape, which a broadcast ignores), each member taking its own slice."""
         cap = _CURRENT[-1]
         size = _size(group)
+        if cap.tracing and not tensor.is_contiguous():
+            # gloo (torch 1.13) writes the received elements into the output's memory in
+            # row-major order, ignoring its strides: the tensor then holds a permutation of what
+            # was scattered, not the scatter this traces. torch.distributed.nn.functional.
+            # all_gather's gloo backward (an all-to-all of scatters into empty_like of each
+            # gradient) does this whenever a gathered tensor's gradient is not contiguous.
+            cap.note_loc()
+            raise UserError("dist.scatter into a non-contiguous tensor (shape %s, strides %s) at %s: gloo writes the received elements in row-major order into its memory, ignoring its strides, so the tensor does not hold what was scattered (a torch bug; torch.distributed.nn.functional.all_gather's backward on gloo hits it when the gathered tensor's gradient is not contiguous). Scatter into a contiguous tensor, or gather with an autograd Function whose backward is an all-reduce and this rank's chunk (as Megatron's sequence-parallel gather is written)" % (list(tensor.shape), list(tensor.stride()), cap.loc or "the step"))
         cap.suspended += 1
         try:
             dist.distributed_c10d.scatter(tensor, scatter_list, src=src, group=group)

@@ -269,6 +269,25 @@ class Capture:
         if self.read_notes and any(not capture_reads.simple(v) or v in self.tracked_all for v in vals[:EXACT_CONST]):
             # A tensor made from Python numbers after a read (torch.tensor([x])): it may hold one.
             capture_reads.escape(self)
+        if any(math.isnan(v) or v == math.inf for v in vals) or (len(vals) > EXACT_CONST and -math.inf in vals):
+            raise UserError("a constant of shape %s used at %s holds NaN, +inf, or -inf in more than %d elements: not exact real values (only a small 0/-inf mask added to scores before a softmax is supported)" % (list(a.shape), where, EXACT_CONST))
+        if -math.inf in vals:
+            # An additive mask buffer (0 and -inf, `torch.full(..., -inf).triu(1)`): written as
+            # its finite part with -inf filled where it holds -inf, the same values in a form
+            # the import reads (only softmax may read it, docs/import.md).
+            # (made untraced: they are the capture's, not the program's)
+            self.suspended += 1
+            try:
+                parts = (torch.tensor([0.0 if v == -math.inf else v for v in vals], dtype=a.dtype).view(a.shape),
+                         torch.tensor([v == -math.inf for v in vals]).view(a.shape))
+            finally:
+                self.suspended -= 1
+            fin, inf = (self.undeclared(t) for t in parts)
+            self.names[id(a)] = name
+            self.consts[name] = {"shape": list(a.shape), "values": vals, "where": where, "embedded": True}
+            dims = ", ".join(str(d) for d in a.shape)
+            self.lines.append('%s: "%s[%s]" = torch.ops.aten.masked_fill.Scalar(%s, %s, -inf)' % (name, DT[a.dtype], dims, fin, inf))
+            return name
         if 0 < len(vals) <= EXACT_CONST:
             self.consts[name]["embedded"] = True
             dt = DT[a.dtype]

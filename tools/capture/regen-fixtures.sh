@@ -93,5 +93,13 @@ clip_contrastive clip_contrastive.py dp
 clip_contrastive-bug clip_contrastive.py dp --bug
 pipeline_1f1b pipeline_1f1b.py pp
 pipeline_1f1b-bug pipeline_1f1b.py pp --bug
+additive_mask_dp additive_mask_dp.py dp
+additive_mask_dp-bug additive_mask_dp.py dp --bug
+additive_mask_dp-triu additive_mask_dp.py dp --mask triu
+additive_mask_dp-triu-bug additive_mask_dp.py dp --mask triu --bug
+additive_mask_dp-fill additive_mask_dp.py dp --mask fill
+additive_mask_dp-fill-bug additive_mask_dp.py dp --mask fill --bug
+additive_mask_cp additive_mask_cp.py cp
+additive_mask_cp-bug additive_mask_cp.py cp --bug
 LIST
 rm -rf tools/capture/__pycache__
