@@ -45,9 +45,11 @@ const verdictCode = { verified: ExitCode.verified, not_equivalent: ExitCode.notE
 interface Out {
   log(s: string): void;
   err(s: string): void;
+  /** Text as is, in pieces (gen streams a plan to stdout with it). */
+  write?(s: string): void;
 }
 
-const stdio: Out = { log: (s) => process.stdout.write(s + '\n'), err: (s) => process.stderr.write(s + '\n') };
+const stdio: Out = { log: (s) => process.stdout.write(s + '\n'), err: (s) => process.stderr.write(s + '\n'), write: (s) => process.stdout.write(s) };
 
 interface Loaded {
   plan: LoadedPlan;

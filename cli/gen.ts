@@ -3,12 +3,12 @@
  * divide), the configuration a command line asks for, checked before anything is generated
  * (sizes that do not fit together are one usage error naming the flags), and the command.
  */
-import { writeFileSync } from 'node:fs';
 import { ExitCode } from '../plans/errors.js';
 import { ADAMW, generatePlan } from '../plans/gen/plan.js';
 import { BUGS, bugById } from '../plans/gen/bugs.js';
 import { PRESETS, type Preset } from '../plans/gen/presets.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
+import { stringifyChunks, writeJsonFile } from '../plans/gen/write.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import type { Parallelism } from '../plans/gen/net.js';
 import type { RawPlan } from '../plans/raw.js';
@@ -18,6 +18,8 @@ import { nearest } from './usage.js';
 interface Out {
   log(s: string): void;
   err(s: string): void;
+  /** Writes text as is (no newline added); without it the plan goes to log as one string. */
+  write?(s: string): void;
 }
 
 /** The preset a command line without --preset starts from. */
@@ -226,16 +228,29 @@ export function gen(a: GenArgs, out: Out): number {
       plan = stripToBoundary(plan);
     }
     next(`writing ${a.out ?? 'the plan to stdout'}`);
-    const text = JSON.stringify(plan, null, 1);
-    if (a.out === undefined) out.log(text);
-    else writeFileSync(a.out, text + '\n');
+    // In pieces, never one string (plans/gen/write.ts): the same bytes as JSON.stringify(plan, null, 1).
+    const bytes = a.out === undefined ? toStdout(plan, out) : writeJsonFile(a.out, plan);
     bar?.update(steps, steps, `wrote ${a.out ?? 'the plan to stdout'}`);
     bar?.stop();
-    summary(plan, a, Buffer.byteLength(text) + 1, performance.now() - t0, out);
+    summary(plan, a, bytes, performance.now() - t0, out);
     return 0;
   } finally {
     bar?.stop();
   }
+}
+
+/** The plan and a newline on `out`, in pieces where it takes them; returns the bytes. */
+function toStdout(plan: RawPlan, out: Out): number {
+  let bytes = 0;
+  const pieces: string[] = [];
+  stringifyChunks(plan, (s) => {
+    bytes += Buffer.byteLength(s);
+    if (out.write === undefined) pieces.push(s);
+    else out.write(s);
+  });
+  if (out.write === undefined) out.log(pieces.join(''));
+  else out.write('\n');
+  return bytes + 1;
 }
 
 /** gen's one line on stderr after a plan is written (a JSON object with --json): what it holds, where, how large. */

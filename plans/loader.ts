@@ -196,11 +196,16 @@ export function loadStructure(file: string, raw: unknown, opts: LoadOptions = {}
   sink.throwIfAny();
   lap('shapes');
 
+  // What buildCollectives reads of the plan as written: its multi-rank entries only. perRank
+  // below keeps this, not the parse tree (ops, tensors, lineage: most of a large plan, 230 MB
+  // of the 405B one), alive for as long as the loaded plan lives, so a caller that drops the
+  // tree frees it.
+  const collPlan: RawPlan = { format: plan.format, mesh: plan.mesh, contract: plan.contract, logical: { tensors: [], ops: [] }, parallel: { programs: [], ...(plan.parallel.collectives === undefined ? {} : { collectives: plan.parallel.collectives }) } };
   let allCollectives: CollectiveInstance[] | undefined;
   const perRank = (): CollectiveInstance[] => {
     if (allCollectives === undefined) {
       const s = new IssueSink(file);
-      allCollectives = buildCollectives(plan, mesh, programs, rankProgram, view, s);
+      allCollectives = buildCollectives(collPlan, mesh, programs, rankProgram, view, s);
       if (s.size > 0) throw new Error(`internal inconsistency: the per-template checks passed but per-rank matching finds: ${s.issues.map((i) => i.message).join('; ')}`);
     }
     return allCollectives;

@@ -16,6 +16,38 @@ import { rankEnv } from './mesh.js';
 import { type LineageSpec, parsePlacement, LineageError, type Reduce } from './model.js';
 import { MAX_ELEMENTS, checkOpShapes } from './logical.js';
 
+/**
+ * A coordinate-dependent expression at one place in the plan. Plans hold millions of these
+ * (the 405B plan: a lineage range or shape per tensor), so each is one small object: the
+ * shared compiled expression and where it was written, as a base path and the keys below it
+ * (a path string, or a closure to build one, per occurrence cost hundreds of megabytes). The
+ * path is built only when an evaluation fails, to name it.
+ */
+class SiteExpr implements CompiledExpr {
+  readonly source: string;
+  readonly vars: readonly string[];
+  declare readonly affine?: CompiledExpr['affine'];
+  constructor(
+    private readonly e: CompiledExpr,
+    private readonly base: string,
+    private readonly keys: readonly (string | number)[],
+  ) {
+    this.source = e.source;
+    this.vars = e.vars;
+    // Only when there is one: `affine` absent and `affine: undefined` read the same to the checks.
+    if (e.affine !== undefined) (this as { affine?: CompiledExpr['affine'] }).affine = e.affine;
+  }
+  eval(env: (name: string) => number): number {
+    try {
+      return this.e.eval(env);
+    } catch (err) {
+      // Evaluation errors (e.g. inexact division for some rank) name the expression's path.
+      if (err instanceof ExprError) err.path ??= jpath(this.base, ...this.keys, 'expr');
+      throw err;
+    }
+  }
+}
+
 class ExprCompiler {
   readonly vars: Set<string>;
   private readonly bound: (name: string) => readonly [number, number];
@@ -24,11 +56,9 @@ class ExprCompiler {
     this.vars = new Set([...mesh.axes, 'rank']);
     this.bound = (name) => (name === 'rank' ? [0, mesh.size - 1] : [0, (mesh.sizes[mesh.axisIndex(name)] ?? 1) - 1]);
   }
-  /** Number or compiled expression; constant expressions fold to numbers. */
-  int(raw: RawInt, where: string | (() => string), sink: IssueSink): IntSpec {
+  /** Number or compiled expression, written at jpath(base, ...keys); constant expressions fold to numbers. */
+  int(raw: RawInt, base: string, sink: IssueSink, ...keys: (string | number)[]): IntSpec {
     if (typeof raw === 'number') return raw;
-    // Paths are built only when an error needs one: plans hold millions of these.
-    const path = (): string => (typeof where === 'string' ? where : where());
     try {
       // Generated plans repeat a few expressions thousands of times: parse each source once.
       let e = this.cache.get(raw.expr);
@@ -37,23 +67,10 @@ class ExprCompiler {
         if (this.cache.size < 100_000) this.cache.set(raw.expr, e);
       }
       if (e.vars.length === 0) return e.eval(() => 0);
-      // Evaluation errors (e.g. inexact division for some rank) name the expression's path.
-      return {
-        source: e.source,
-        vars: e.vars,
-        ...(e.affine === undefined ? {} : { affine: e.affine }),
-        eval: (env) => {
-          try {
-            return e.eval(env);
-          } catch (err) {
-            if (err instanceof ExprError) err.path ??= jpath(path(), 'expr');
-            throw err;
-          }
-        },
-      };
+      return new SiteExpr(e, base, keys);
     } catch (err) {
       if (err instanceof ExprError) {
-        sink.add(jpath(path(), 'expr'), err.message);
+        sink.add(jpath(base, ...keys, 'expr'), err.message);
         return 0;
       }
       throw err;
@@ -127,9 +144,10 @@ function compileLineage(raw: RawLineage, path: string, logical: LogicalGraph, me
   const dims = raw.index?.map((d, i): IntSpec[] | undefined => {
     if (d === '*') return undefined;
     const ranges = isRange(d) ? [d] : (d as RawInt[][]);
+    const one = isRange(d);
     return ranges.flatMap((r, k) => {
-      const rp = (j: number): string => (isRange(d) ? jpath(path, 'index', i, j) : jpath(path, 'index', i, k, j));
-      return [note(ec.int(r[0] as RawInt, () => rp(0), sink)), note(ec.int(r[1] as RawInt, () => rp(1), sink))];
+      const at = one ? ['index', i] : ['index', i, k];
+      return [note(ec.int(r[0] as RawInt, path, sink, ...at, 0)), note(ec.int(r[1] as RawInt, path, sink, ...at, 1))];
     });
   });
   let idx: IntSpec = 0;
@@ -140,13 +158,13 @@ function compileLineage(raw: RawLineage, path: string, logical: LogicalGraph, me
   const v = raw.value;
   if (v !== undefined) {
     if (Array.isArray(v)) {
-      idx = note(ec.int(v[0], () => jpath(path, 'value', 0), sink));
+      idx = note(ec.int(v[0], path, sink, 'value', 0));
       n = v[1];
       const r = v[2] ?? 'sum';
       if (r === 'avg') divisor = n;
       else reduce = r;
     } else {
-      idx = note(ec.int(v.chunk, () => jpath(path, 'value', 'chunk'), sink));
+      idx = note(ec.int(v.chunk, path, sink, 'value', 'chunk'));
       n = v.of;
       reduce = v.reduce ?? 'sum';
       divisor = v.divisor ?? 1;
@@ -174,7 +192,7 @@ function compileAttrs(attrs: Record<string, AttrValue>, path: string, ec: ExprCo
   const walk = (v: AttrValue, keys: string[]): AttrValue => {
     if (v !== null && typeof v === 'object') {
       if (!Array.isArray(v) && Object.keys(v).length === 1 && typeof v['expr'] === 'string') {
-        const s = ec.int({ expr: v['expr'] }, jpath(path, ...keys), sink);
+        const s = ec.int({ expr: v['expr'] }, path, sink, ...keys);
         if (typeof s === 'number') return s;
         exprs.push([keys, s]);
         return 0;
@@ -203,8 +221,8 @@ export function instantiateAttrs(spec: AttrSpec, env: (n: string) => number): At
 }
 
 function compileGroup(g: RawGroup, path: string, mesh: Mesh, ec: ExprCompiler, sink: IssueSink): GroupSpec {
-  if (Array.isArray(g)) return { kind: 'ranks', ranks: g.map((r, k) => ec.int(r, jpath(path, k), sink)) };
-  if ('ranks' in g) return { kind: 'ranks', ranks: g.ranks.map((r, k) => ec.int(r, jpath(path, 'ranks', k), sink)) };
+  if (Array.isArray(g)) return { kind: 'ranks', ranks: g.map((r, k) => ec.int(r, path, sink, k)) };
+  if ('ranks' in g) return { kind: 'ranks', ranks: g.ranks.map((r, k) => ec.int(r, path, sink, 'ranks', k)) };
   const axes: number[] = [];
   g.axes.forEach((a, k) => {
     const i = mesh.axisIndex(a);
@@ -262,7 +280,7 @@ function buildProgram(rp: RawProgram, index: number, mesh: Mesh, logical: Logica
       sink.add(tp, `tensor id '${t.id}' is declared twice in this program (first at ${tensors.paths[tensors.id(t.id)]})`);
       return;
     }
-    const shape = t.shape.map((d, k) => ec.int(d, () => jpath(tp, 'shape', k), sink));
+    const shape = t.shape.map((d, k) => ec.int(d, tp, sink, 'shape', k));
     if (shape.some((d) => typeof d !== 'number')) coordDependent = true;
     shapeSpecs.push(shape);
     dtypes.push(t.dtype);
