@@ -61,6 +61,14 @@ describe('SP gradients summed along two labels, per template (issue 37)', () => 
     assert.ok((s.witness ?? []).length > 0);
   });
 
+  it('injects sp-norm-grad-not-reduced where pipelined accumulators are numbered apart (accum.<norm>#k)', () => {
+    const raw = generatePlan({ model: { family: 'llama', layers: 2, hidden: 8, heads: 2, kvHeads: 2, seq: 2, vocab: 4, batch: 8, ffn: 4 }, par: { dp: 2, tp: 2, micro: 4, pp: 2, sp: true }, optimizer: ADAMW });
+    const tpNorm = (): number => (raw.parallel.programs[0]?.ops ?? []).filter((o) => o.op === 'all_reduce' && /^accum\.l0\.attn_norm#[0-9]+$/.test(o.inputs[0] ?? '')).length;
+    assert.equal(tpNorm(), 1);
+    bugById('sp-norm-grad-not-reduced')?.inject(raw, { dp: 2, tp: 2, micro: 4, pp: 2, sp: true, family: 'llama' });
+    assert.equal(tpNorm(), 0);
+  });
+
   it('cuts micro-batch addends past the holder bound when the start is itself an addend', () => {
     // dp4 tp2 micro2: the start (a tp addend) has 8 holders, its micro-batch addends 16; a part
     // of at most 8 holders refutes by assuming the 16 as claimed, and proves nothing wrong.
