@@ -435,8 +435,9 @@ export const BUGS: Bug[] = [
     kind: 'missing-communication',
     applies: (c) => c.sp === true && c.tp > 1 && c.family !== 'mlp',
     inject: (p) => {
-      // The reducer of an accumulated norm-weight gradient (accum.<param>, param a norm).
-      const o = find(program(p).ops, (x) => isAr('tp')(x) && /^accum\.(.*\.)?(ln[0-9a-z]*|[a-z_]*norm)(\.w)?$/.test(x.inputs[0] ?? ''), 'norm weight gradient all-reduce');
+      // The reducer of an accumulated norm-weight gradient (accum.<param>, param a norm; a
+      // suffix #k where the generator numbered the accumulator apart, as with 16 micro-batches).
+      const o = find(program(p).ops, (x) => isAr('tp')(x) && /^accum\.(.*\.)?(ln[0-9a-z]*|[a-z_]*norm)(\.w)?(#[0-9]+)?$/.test(x.inputs[0] ?? ''), 'norm weight gradient all-reduce');
       return toIdentity(o);
     },
   },

@@ -154,9 +154,10 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
     if (l.length > maxHolders) throw new PartError(`an addend group of '${plan.logical.tensors.name(logical)}' has ${l.length} holders (at most ${maxHolders} in a part)`);
     for (const x of l) stack.push(x);
   };
-  // The start is a complete value whose stage also holds addends (micro-batch partial
-  // gradients summed into it): when their group is too large to join, the start's own
-  // addends are cut as inputs, assumed as claimed (docs/engine.md, "Witnesses per template").
+  // The start's stage also holds addends of other groups (micro-batch partial gradients summed
+  // into it; under SP, dp x tp x micro of them): when such a group is too large to join, its
+  // members are cut as inputs, assumed as claimed (docs/engine.md, "Witnesses per template").
+  // The start's own group (an addend start) is always joined whole: its check needs every member.
   const startNF = nf(rank, tensor);
   let cutAddends = 0;
   const bigGroup = (c: LineageNF): boolean => groupHolders(c).length > maxHolders;
@@ -171,7 +172,7 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
     const p = plan.programs[pi] as Program;
     const op = producerOp(pi, t);
     const claim = nf(r, t);
-    const cut = claim !== undefined && claim.logical === logical && op >= 0 && claim.value.n > 1 && key !== `${rank}:${tensor}` && startNF?.value.n === 1 && bigGroup(claim);
+    const cut = claim !== undefined && claim.logical === logical && op >= 0 && claim.value.n > 1 && key !== `${rank}:${tensor}` && startNF !== undefined && (startNF.value.n === 1 || groupOf(claim) !== groupOf(startNF)) && bigGroup(claim);
     if (claim !== undefined && (claim.logical !== logical || op < 0 || cut)) {
       if (op < 0 && p.inferred?.has(t) === true) throw new PartError(`'${p.tensors.name(t)}' has only an inferred hint and no producer`);
       inputs.set(key, claim);

@@ -62,7 +62,7 @@ export abstract class TemplateRules extends CollectiveRules {
         const spec = prog.lineage[part.tensor];
         const whole = spec?.kind === 'placements' && spec.placements.every((pl, a) => pl.k !== 'P' || (frame.sets[a]?.length ?? 0) === (this.plan.mesh.sizes[a] as number));
         if (whole && sameAddend(d, claim)) continue;
-        return { why: `${name}: addends over ${points} coordinates` };
+        return { why: `${name}: addends over ${points} coordinates`, part: pix };
       }
       const bad = everyPoint(axes, frame.sets, frame.x0, (x) => {
           const at = (c: Relation): Relation => substValue(c, axes, x, frame.x0) as Relation;
@@ -78,7 +78,7 @@ export abstract class TemplateRules extends CollectiveRules {
           g.byIdx.set(idx, dx);
           return undefined;
       });
-      if (bad !== undefined) return { why: `${name}: ${bad}` };
+      if (bad !== undefined) return { why: `${name}: ${bad}`, part: pix };
     }
     for (const [gk, g] of groups) {
       if (g.byIdx.size !== g.n) return { why: `addends ${gk}: ${g.byIdx.size} of ${g.n} are computed in this stage` };
