@@ -383,6 +383,22 @@ describe('import-graphs: attention heads and the vocab-parallel embedding as cut
     assert.deepEqual(bad.failing, ['ctx']);
   });
 
+  it('at micro-batch 8 a rank holds 8 pieces of the merged dim, each a striped cut point: VERIFIED with every hint kept; merging heads back batch-major on rank 1 is NOT EQUIVALENT @full', async () => {
+    const B8 = 'test/fixtures/import-attn-heads-b8';
+    const r = await importDir(copy(B8));
+    assert.equal(r.code, 0, r.stderr);
+    const inf = await runCli(['infer-lineage', r.out]);
+    const hinted = JSON.parse(inf.stdout) as { parallel: { programs: { ranks: number[]; tensors: { id: string; lineage?: { index?: unknown[] } }[] }[] } };
+    const view1 = hinted.parallel.programs.find((p) => p.ranks.includes(1))?.tensors.find((t) => t.id === 'view')?.lineage?.index;
+    assert.deepEqual(view1, ['*', Array.from({ length: 8 }, (_, b) => [4 * b + 2, 4 * b + 4]), '*']);
+    const ok = await verdict(copy(B8));
+    assert.equal(ok.code, 0);
+    assert.equal(ok.boundary.dropped, 0);
+    const bad = await verdict(copy(B8, { 'rank1.py': (s) => s.replace('permute.default(view_5, [2, 0, 1, 3])', 'permute.default(view_5, [2, 1, 0, 3])').replace('permute: "f32[4, 8, 2, 2]"', 'permute: "f32[4, 2, 8, 2]"').replace('clone: "f32[4, 8, 2, 2]"', 'clone: "f32[4, 2, 8, 2]"') }));
+    assert.equal(bad.code, 1);
+    assert.deepEqual(bad.failing, ['ctx']);
+  });
+
   it('GPT tp2 + SP, 1 layer, forward and loss as Megatron prints it (megatron-fx gpt_tp2_l1): VERIFIED; with the attention scale 0.25 on rank 1 NOT EQUIVALENT at the loss @full', async () => {
     const ok = await importDir(copy(join(CORPUS, 'gpt_tp2_l1')));
     assert.equal(ok.code, 0, ok.stderr);
