@@ -273,7 +273,20 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       // In this thread a hint stage is bounded by a tenth of the normal form's budget: a hint is
       // meant to cut a short stage, and one that needs more is dropped like one past its deadline.
       const hintBudget = isHintRound && inThread && opts.budget === undefined ? { budget: HINT_TERM_BUDGET } : {};
-      const fresh = await proveStages(plan, file, JSON.stringify(obj), todo, witnessed, isHintRound || settled ? { ...opts, ...hintBudget, ...stop, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : { ...opts, ...stop }, poolOf);
+      // Except a hint stage that starts from user claims only (contract inputs, parameters):
+      // dropping its hint cannot cut anything shorter, since every stage that assumes it would
+      // reach back through the same ops to the same claims. It gets the budget and deadline of
+      // a user stage (Megatron's vocab-parallel embedding over 32 ids needs more than a tenth;
+      // dropped, every stage after it merged up to the loss, past the normal form's bound).
+      const rooted = isHintRound && !settled ? rootedHintStages(todo, builder, hinted) : new Set<number>();
+      const text = JSON.stringify(obj);
+      const short = todo.filter((s) => !rooted.has(s.index));
+      const long = todo.filter((s) => rooted.has(s.index));
+      const proveShort = proveStages(plan, file, text, short, witnessed, isHintRound || settled ? { ...opts, ...hintBudget, ...stop, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : { ...opts, ...stop }, poolOf);
+      const byIndex = new Map<number, StageResult>();
+      (await proveShort).forEach((r, j) => byIndex.set((short[j] as Stage).index, r));
+      (await proveStages(plan, file, text, long, witnessed, { ...opts, ...stop }, poolOf)).forEach((r, j) => byIndex.set((long[j] as Stage).index, r));
+      const fresh = todo.map((s) => byIndex.get(s.index) as StageResult);
       if (process.env['PLANPROOF_TRACE'] === '1') {
         process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s (sum ${(fresh.reduce((a, r) => a + r.ms, 0) / 1000).toFixed(2)} s, max ${(Math.max(0, ...fresh.map((r) => r.ms)) / 1000).toFixed(2)}, tl ${fresh.filter((r) => r.decidedBy === 'tensor').length}); hints ${hints.length}; t ${((performance.now() - t0) / 1000).toFixed(1)}\n`);
         fresh.forEach((r) => {
@@ -572,6 +585,19 @@ function logicalElements(plan: LoadedPlan): number {
 }
 
 /** `poolOf` starts (or returns) the rounds' worker pool; undefined proves in this thread. */
+/**
+ * Indices of the hint stages (of `todo`) whose closure starts at user claims only, none at a
+ * hint: a stage as short as dropping its hint could ever make one.
+ */
+function rootedHintStages(todo: readonly Stage[], builder: StageBuilder, hinted: (r: number, t: number) => boolean): Set<number> {
+  const out = new Set<number>();
+  for (const s of todo) {
+    const inputs = [...builder.closure(s).inputs.keys()].map((k) => k.split(':').map(Number) as [number, number]);
+    if (inputs.every(([r, t]) => !hinted(r, t))) out.add(s.index);
+  }
+  return out;
+}
+
 async function proveStages(plan: LoadedPlan, file: string, text: string, todo: readonly Stage[], witnessed: ReadonlySet<number>, opts: BoundaryOptions & { readonly stopAt: number; readonly stopWhy: string }, poolOf: (() => Piscina) | undefined): Promise<StageResult[]> {
   if (todo.length === 0) return [];
   // Tensor-level proofs first (stages/engines/tensorlevel/prover.ts), as in verify: whole-tensor relations

@@ -40,6 +40,12 @@ const MAX_FIT_TRIES = 64;
 /** Candidates kept per tensor besides the first. */
 const MAX_ALTERNATIVES = 3;
 /**
+ * Piece counts a striped slice is looked for with: zig-zag context parallelism needs 2; a
+ * merged [b·np] dim with the heads split gives one piece per batch row of a rank, so up to 8
+ * rows (Megatron's attention reshapes at micro-batch 8).
+ */
+const STRIPE_PIECES = [2, 3, 4, 5, 6, 7, 8];
+/**
  * Extra random inputs every candidate must also hold on. One run can match by coincidence: a
  * token's capacity slot in an MoE dispatch buffer depends on how the other tokens route, so a
  * local buffer equals a block of the logical one on some inputs only. Such a hint fails its
@@ -653,11 +659,11 @@ function pieceOf(data: ArrayLike<number>, shape: readonly number[], dim: number,
   return { data: out, shape: ps };
 }
 
-/** Striped matches: k equal pieces along one dim (k = 2, or the dim's size up to 4), each a block of the same logical tensor at the same offsets on the other dims. */
+/** Striped matches: k equal pieces along one dim (k in STRIPE_PIECES, the fewest that match), each a block of the same logical tensor at the same offsets on the other dims. */
 function stripeMatches(matchSlices: (data: ArrayLike<number>, shape: readonly number[]) => Match[], data: ArrayLike<number>, shape: readonly number[]): { L: number; dim: number; k: number; starts: number[][] }[] {
   const out: { L: number; dim: number; k: number; starts: number[][] }[] = [];
   shape.forEach((size, dim) => {
-    for (const k of [2, 3, 4]) {
+    for (const k of STRIPE_PIECES) {
       if (size < k || size % k !== 0) continue;
       const per = Array.from({ length: k }, (_, j) => {
         const pc = pieceOf(data, shape, dim, k, j);
