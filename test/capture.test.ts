@@ -43,7 +43,7 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // Issue 33: written as Llama and DDP code is written (pow/rsqrt RMSNorm, rotate_half by
   // slicing, an arange causal mask with masked_fill, Megatron's autograd Functions; ReLU,
   // LayerNorm, clip_grad_norm_, momentum SGD).
-  { name: 'llama_tp', script: 'llama_tp.py', args: [], axis: 'tp', code: 0 },
+  { name: 'llama_tp', script: 'llama_tp.py', args: [], axis: 'tp', code: 0, heavy: true },
   { name: 'llama_tp-bug', script: 'llama_tp.py', args: ['--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
   { name: 'llama_tp-bug-grad', script: 'llama_tp.py', args: ['--bug-grad'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/ },
   { name: 'ddp_clip', script: 'ddp_clip.py', args: ['--micro', '1'], axis: 'dp', code: 0 },
@@ -67,14 +67,14 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'lm_label_smoothing', script: 'lm_label_smoothing.py', args: [], axis: 'dp', code: 0 },
   { name: 'lm_label_smoothing-bug', script: 'lm_label_smoothing.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/ },
   // Integer ids, comparisons, index_put_ with boolean masks (Megatron's VocabParallelEmbedding).
-  { name: 'vocab_parallel_embedding', script: 'vocab_parallel_embedding.py', args: [], axis: 'tp', code: 0 },
+  { name: 'vocab_parallel_embedding', script: 'vocab_parallel_embedding.py', args: [], axis: 'tp', code: 0, heavy: true },
   { name: 'vocab_parallel_embedding-bug', script: 'vocab_parallel_embedding.py', args: ['--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
   { name: 'ddp_adamw-bug', script: 'ddp_adamw.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug', script: 'ddp_clip.py', args: ['--micro', '1', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-bug-avg', script: 'ddp_clip.py', args: ['--micro', '1', '--bug-avg'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   // Two micro-batches (the script's default): each rank's micro-batch gradients are addends of
   // the logical run's accumulated gradient; the loss seeds 1/2 are constants, not cut points.
-  { name: 'ddp_clip-micro2', script: 'ddp_clip.py', args: [], axis: 'dp', code: 0 },
+  { name: 'ddp_clip-micro2', script: 'ddp_clip.py', args: [], axis: 'dp', code: 0, heavy: true },
   { name: 'ddp_clip-micro2-bug', script: 'ddp_clip.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_clip-micro2-bug-avg', script: 'ddp_clip.py', args: ['--bug-avg'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   // Top-1 MoE routing as written: max(dim=-1), torch.topk, argmax + gather; their backward
@@ -132,9 +132,9 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // forward, and `zeros.masked_fill(~tril(ones(bool)), -inf)`. The twins average no gradient.
   { name: 'additive_mask_dp', script: 'additive_mask_dp.py', args: [], axis: 'dp', code: 0 },
   { name: 'additive_mask_dp-bug', script: 'additive_mask_dp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(lm_head_weight_new, op 'return\.lm_head_weight_new'\)/ },
-  { name: 'additive_mask_dp-triu', script: 'additive_mask_dp.py', args: ['--mask', 'triu'], axis: 'dp', code: 0 },
+  { name: 'additive_mask_dp-triu', script: 'additive_mask_dp.py', args: ['--mask', 'triu'], axis: 'dp', code: 0, heavy: true },
   { name: 'additive_mask_dp-triu-bug', script: 'additive_mask_dp.py', args: ['--mask', 'triu', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(lm_head_weight_new, op 'return\.lm_head_weight_new'\)/ },
-  { name: 'additive_mask_dp-fill', script: 'additive_mask_dp.py', args: ['--mask', 'fill'], axis: 'dp', code: 0 },
+  { name: 'additive_mask_dp-fill', script: 'additive_mask_dp.py', args: ['--mask', 'fill'], axis: 'dp', code: 0, heavy: true },
   { name: 'additive_mask_dp-fill-bug', script: 'additive_mask_dp.py', args: ['--mask', 'fill', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(lm_head_weight_new, op 'return\.lm_head_weight_new'\)/ },
   // Context parallelism: each rank adds the mask's rows of its own positions; the twin takes
   // rows 0..n on every rank (the offset forgotten), wrong on rank 1 only.

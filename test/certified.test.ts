@@ -89,7 +89,7 @@ describe('certified witnesses under the numeric tolerance', function () {
     assert.equal(r.code, 0, r.stdout.slice(-2000));
   });
 
-  it('a one-sided edit inside a stage past the normal form is refuted by a certified witness; stages after it get a brief deadline, the open ones in one line', async () => {
+  it('a one-sided edit inside a stage past the normal form is refuted by a certified witness; stages after it get a brief deadline, the open ones in one line @full', async () => {
     // llama with zig-zag CP (keys and values all-gathered): the silu gradient reads the SwiGLU
     // output instead of the gate's linear. The stage is past the normal form at full shapes
     // (the edit ties dims shape reduction needs); it took 170 s before the certificate.

@@ -115,7 +115,7 @@ describe('constant elements: stages whose input is identically a constant', () =
     assert.notEqual(edited.verdict, 'verified', edited.summary);
   });
 
-  it('a generated MoE plan at seq 1 with an edit behind the gradient of k (exactly 0 there) is VERIFIED; the same edit at seq 2 is NOT EQUIVALENT', async () => {
+  it('a generated MoE plan at seq 1 with an edit behind the gradient of k (exactly 0 there) is VERIFIED; the same edit at seq 2 is NOT EQUIVALENT @full', async () => {
     const ok = await runCli(['verify', '--no-cache', 'test/fixtures/constants/moe-seq1-edit.json']);
     assert.equal(ok.code, 0, ok.stdout);
     assert.match(ok.stdout, /VERIFIED/);

@@ -106,7 +106,7 @@ describe('plans of a million ranks (issue 32)', function () {
     }
   });
 
-  it('their buggy twins are never VERIFIED: what the symbolic sum does not take is per rank, refused past --max-ranks (exit 2) within 10 s', () => {
+  it('their buggy twins are never VERIFIED: what the symbolic sum does not take is per rank, refused past --max-ranks (exit 2) within 10 s @full', () => {
     const twins: [string, (p: PlanJ) => void, [string, number][]][] = [
       ['ar-avg.json', (p) => void ((arOf(p).attrs as Record<string, unknown>)['reduce'] = 'avg'), [['dp', N]]],
       ['ar-x.json', (p) => void (opsOf(p).find((o) => o.id === 'sum') as OpJ).inputs.splice(0, 1, 'x'), [['dp', N]]],
