@@ -208,8 +208,10 @@ export function sameAddend(d: Relation, claim: Relation): boolean {
   if (dc.kind === 'idx') return dc.cover.length === 1 && icmp(dc.cover[0] as Int, c) === 0;
   return dc.cover.length === 2 && icmp(dc.cover[0] as Int, c) === 0 && icmp(dc.cover[1] as Int, iadd(c, 1)) === 0;
 }
+/** One component's cover as a key (affine bounds by their interned text). */
+const compKey = (c: Comp): string => c.cover.map(ikey).join(',');
 function coverKey(p: Part | undefined): string {
-  return p === undefined ? '' : p.comps.map((c) => c.cover.join(',')).join(';');
+  return p === undefined ? '' : p.comps.map(compKey).join(';');
 }
 
 /** The relation a lineage claim states, or why it has none here (striped regions, max/min addends). */
@@ -361,10 +363,9 @@ function unionGrid(ps: readonly Part[], i: number): Comp[] | undefined {
     const c = p.comps[i];
     if (p.key !== p0.key || p.comps.length !== p0.comps.length || c === undefined || c.kind !== c0.kind || c.total !== c0.total) return undefined;
   }
-  const coverKey1 = (c: Comp): string => c.cover.map(ikey).join(',');
   const groups = new Map<string, Part[]>();
   for (const p of ps) {
-    const k = coverKey1(p.comps[i] as Comp);
+    const k = compKey(p.comps[i] as Comp);
     const g = groups.get(k);
     if (g === undefined) groups.set(k, [p]);
     else g.push(p);
@@ -380,7 +381,7 @@ function unionGrid(ps: readonly Part[], i: number): Comp[] | undefined {
   for (const g of groups.values()) {
     const r = unionGrid(g, i + 1);
     if (r === undefined) return undefined;
-    const k = r.map(coverKey1).join(';');
+    const k = r.map(compKey).join(';');
     if (rest === undefined) [rest, restKey] = [r, k];
     else if (k !== restKey) return undefined;
   }
