@@ -31,6 +31,7 @@ function planOf(preset: string, ctx: BugContext, bug?: string): RawPlan {
 }
 
 const perTemplate = (make: () => RawPlan): ReturnType<typeof verifyPerTemplate> => verifyPerTemplate(loadPlanObject('p.json', make()), { witness: { raw: make, provePart } });
+const perTemplateWith = (make: () => RawPlan, prove: typeof provePart): ReturnType<typeof verifyPerTemplate> => verifyPerTemplate(loadPlanObject('p.json', make()), { witness: { raw: make, provePart: prove } });
 
 describe('witnesses per template (one rank\'s part of an open stage)', () => {
   const llama: BugContext = { dp: 2, tp: 2, micro: 2, family: 'llama' };
@@ -111,6 +112,63 @@ describe('witnesses per template (one rank\'s part of an open stage)', () => {
       const ok = run(() => planOf(preset, ctx));
       assert.notEqual(ok.verdict, 'not_equivalent', `${preset}: ${ok.summary}`);
     }
+  }).timeout(600_000);
+
+  it('an all-reduce group larger than a part is folded: the bug refuted with a witness, the correct plan proved on the part, a fold that cannot hold left open', () => {
+    // D3's clipping all-reduce spans its 2,048 ranks (pp x dp x tp, the experts split over dp);
+    // here pp2 dp4 tp2 spans 16, and a part of at most 8 ranks forces the fold (stages/shrink/fold.ts).
+    const ctx: BugContext = { dp: 4, tp: 2, micro: 1, pp: 2, ep: true, family: 'moe' };
+    const p = PRESETS['moe-tiny'];
+    assert.ok(p !== undefined);
+    const make = (bug?: string): RawPlan => {
+      const raw = generatePlan({ model: { ...p.model, layers: 2, experts: 4, batch: 4 }, par: { ...p.par, ...ctx }, optimizer: OPT }) as unknown as RawPlan;
+      if (bug !== undefined) BUGS.find((b) => b.id === bug)?.inject(raw, ctx);
+      return raw;
+    };
+    const fold = partProver({ maxRanks: 8 });
+    const clipPart = (raw: RawPlan): ReturnType<typeof fold> => {
+      const plan = loadPlanObject('p.json', structuredClone(raw));
+      const prog = plan.programs[plan.rankProgram[1] as number];
+      assert.ok(prog !== undefined);
+      const logical = plan.logical.tensors.id('clip');
+      return fold(plan, raw, { index: 0, logical, obligations: [] }, 1, prog.tensors.id('clip'), 1);
+    };
+    // The correct plan: its folded part is proved in exact arithmetic (the fold computes the
+    // stage exactly at inputs zero outside the part's slices), on 5 of the 16 ranks.
+    const ok = clipPart(make());
+    assert.ok(!('why' in ok), 'why' in ok ? ok.why : '');
+    assert.equal(ok.result.status, 'proved', ok.result.reason);
+    assert.match(ok.result.reason ?? '', /'clip_tp\/all_reduce' over 16 ranks kept as 5/);
+    assert.equal(ok.ranks.length, 5);
+    const scales = ok.raw.parallel.programs.flatMap((q) => q.ops.filter((o) => o.op === 'scale' && /^part\/(fold|zero)\//.test(o.id)).map((o) => String(o.attrs?.['factor'])));
+    assert.ok(scales.includes('8') && scales.includes('3') && scales.includes('0'), `multiplicities and zeros in the part: ${scales.join(' ')}`);
+    assert.ok(ok.raw.logical.ops.some((o) => o.op === 'pad') && ok.raw.logical.ops.some((o) => o.op === 'scale'), 'logical inputs masked');
+    // One rank's norm term uses g instead of g^2: refuted per template, with a witness, on the folded part.
+    const bad = perTemplateWith(() => make('square-exponent-one-rank'), fold);
+    assert.equal(bad.verdict, 'not_equivalent', bad.summary);
+    const st = bad.stages.find((s) => s.status === 'not_equivalent');
+    assert.match(st?.logical ?? '', /^clip/);
+    assert.match(st?.reason ?? '', /folded for a witness/);
+    assert.ok((st?.witness?.length ?? 0) > 0, 'a witness');
+    // A fold whose condition fails: stage 1's total also runs a tp all-reduce (a bug: pp 1's
+    // terms counted twice), so a member's contribution runs a further collective. The part says
+    // so and stays open; with a part large enough for the group the same plan is refuted.
+    const twice = (): RawPlan => {
+      const raw = make();
+      const stage1 = raw.parallel.programs.find((q) => q.name === 'stage1');
+      assert.ok(stage1 !== undefined);
+      const i = stage1.ops.findIndex((o) => o.id === 'clip_tp/all_reduce');
+      const ar = stage1.ops[i];
+      assert.ok(ar !== undefined);
+      stage1.ops.splice(i, 0, { id: 'clip_tp/extra', op: 'all_reduce', inputs: [...ar.inputs], outputs: ['clip_tp/extra'], attrs: { reduce: 'sum' }, group: { axes: ['tp'] } });
+      ar.inputs = ['clip_tp/extra'];
+      stage1.tensors?.push({ id: 'clip_tp/extra', shape: [] });
+      return raw;
+    };
+    const open = clipPart(twice());
+    assert.ok('why' in open && /cannot be folded: a member's contribution runs a further collective \('clip_tp\/extra'\)/.test(open.why), JSON.stringify(open).slice(0, 300));
+    assert.notEqual(perTemplateWith(twice, fold).verdict, 'not_equivalent');
+    assert.equal(perTemplateWith(twice, partProver()).verdict, 'not_equivalent', 'a real bug, refuted without the fold');
   }).timeout(600_000);
 
   it('an epsilon changed on one rank under the real learning rate: refuted with log-uniform draws where uniform ones show nothing', () => {

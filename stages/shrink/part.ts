@@ -17,7 +17,7 @@ import type { LoadedPlan } from '../../lineage/load.js';
 import { loadPartObject } from '../../lineage/load.js';
 import { PlanError } from '../../plans/errors.js';
 import type { Program } from '../../plans/model.js';
-import type { RawParallelOp, RawParallelTensor, RawPlan, RawProgram } from '../../plans/raw.js';
+import type { RawOp, RawParallelOp, RawParallelTensor, RawPlan, RawProgram } from '../../plans/raw.js';
 import type { AttrValue } from '../../ops/types.js';
 import { registry } from '../../ops/registry.js';
 import { evalLineage, groupKey, type LineageNF } from '../../lineage/model.js';
@@ -28,6 +28,7 @@ import { reducePlan, ReductionError } from './reduce.js';
 import { cutList, prefixWitness, proveStage, twoDraws, zeroCutWitness } from './stage-reduce.js';
 import { diagnoseWitness } from '../verify.js';
 import { axisSites } from '../engines/tensorlevel/frames.js';
+import { foldCall, foldMasks, newFoldState, reduceOf, type FoldState } from './fold.js';
 
 /** Most ranks a part may reach (a dp all-reduce over 64 ranks reaches 64). */
 const MAX_PART_RANKS = 1024;
@@ -76,7 +77,7 @@ function pairedSend(plan: LoadedPlan, r: number, op: number): { peer: number; se
 }
 
 /** The closure walk of one rank's obligation, per template: ops per rank, claims assumed, ranks reached. */
-function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number, maxHolders = MAX_PART_RANKS): { ops: Map<number, Set<number>>; inputs: Map<string, LineageNF>; obligations: Map<string, LineageNF>; groups: Map<string, number[]>; peers: Map<string, number>; cutAddends: number } {
+function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number, maxHolders = MAX_PART_RANKS, maxRanks = MAX_PART_RANKS): { ops: Map<number, Set<number>>; inputs: Map<string, LineageNF>; obligations: Map<string, LineageNF>; groups: Map<string, number[]>; peers: Map<string, number>; cutAddends: number; fold?: { state: FoldState; masks: Map<number, number[][] | undefined>; scales: Map<string, string> } } {
   const mesh = plan.mesh;
   const local = new Map<number, Int32Array>();
   const producerOp = (pi: number, t: number): number => {
@@ -108,7 +109,7 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
     let s = ops.get(r);
     if (s === undefined) {
       ops.set(r, (s = new Set()));
-      if (ops.size > MAX_PART_RANKS) throw new PartError(`the part reaches more than ${MAX_PART_RANKS} ranks`);
+      if (ops.size > maxRanks) throw new PartError(`the part reaches more than ${maxRanks} ranks`);
     }
     s.add(op);
   };
@@ -162,6 +163,10 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
   let cutAddends = 0;
   const bigGroup = (c: LineageNF): boolean => groupHolders(c).length > maxHolders;
   const joined = new Set<string>();
+  // All-reduce calls whose groups are larger than a part may be: folded once the rest of the
+  // walk is done (stages/shrink/fold.ts), keyed by call instance.
+  const deferred = new Map<string, { name: string; reduce: string; members: number[]; site: (m: number) => number }>();
+  const drain = (): void => {
   while (stack.length > 0) {
     const [r, t] = stack.pop() as [number, number];
     const key = `${r}:${t}`;
@@ -213,20 +218,59 @@ function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number
     if (g === undefined || g.kind !== 'axes') throw new PartError(`'${p.ops.ids.name(op)}' (${kind}) has no axis group`);
     const k = onAxes(pi, g.axes).indexOf(op);
     const members = [...mesh.groupAlong(r, g.axes)];
-    if (members.length > MAX_PART_RANKS) throw new PartError(`'${p.ops.ids.name(op)}' (${kind}) has a group of ${members.length} ranks (at most ${MAX_PART_RANKS} in a part)`);
     for (let i = 1; i < members.length; i++) if ((members[i] as number) <= (members[i - 1] as number)) throw new PartError(`the group of '${p.ops.ids.name(op)}' is not in rank order`);
-    for (const m of members) {
+    const site = (m: number): number => {
       const qi = plan.rankProgram[m] as number;
       const q = plan.programs[qi] as Program;
       const qs = qi === pi ? op : (onAxes(qi, g.axes)[k] ?? -1);
       if (qs < 0 || q.ops.kind[qs] !== p.ops.kind[op]) throw new PartError(`no call matches '${p.ops.ids.name(op)}' on rank ${m}`);
+      return qs;
+    };
+    if (members.length > maxRanks) {
+      const reduce = reduceOf(plan, r, op);
+      if (reduce === undefined) throw new PartError(`'${p.ops.ids.name(op)}' (${kind}) has a group of ${members.length} ranks (at most ${maxRanks} in a part; only an all-reduce is folded)`);
+      // This rank's own contribution is walked now; the other members' once the walk is done.
+      const qs = site(r);
+      add(r, qs);
+      const x = p.ops.opInputs(qs)[0];
+      if (x !== undefined) stack.push([r, x]);
+      const call = `${members[0] as number}|${g.axes.join(',')}|${k}`;
+      if (!deferred.has(call)) deferred.set(call, { name: p.ops.ids.name(op), reduce, members, site });
+      continue;
+    }
+    for (const m of members) {
+      const qs = site(m);
       add(m, qs);
       groups.set(`${m}:${qs}`, members);
-      const x = q.ops.opInputs(qs)[0];
+      const x = (plan.programs[plan.rankProgram[m] as number] as Program).ops.opInputs(qs)[0];
       if (x !== undefined) stack.push([m, x]);
     }
   }
-  return { ops, inputs, obligations, groups, peers, cutAddends };
+  };
+  drain();
+  if (deferred.size === 0) return { ops, inputs, obligations, groups, peers, cutAddends };
+  // Fold each large all-reduce into one representative per class of members (fold.ts), walk
+  // the representatives' contributions, then check the zeros against everything the part holds.
+  const state = newFoldState();
+  const scales = new Map<string, string>();
+  for (const d of deferred.values()) {
+    const f = foldCall(plan, logical, d.name, d.reduce, d.members, d.site, inputs, new Set([...ops.keys(), ...[...inputs.keys()].map((key) => Number(key.split(':')[0]))]), state);
+    if (typeof f === 'string') throw new PartError(`'${d.name}' (all_reduce) has a group of ${d.members.length} ranks (at most ${maxRanks} in a part) and cannot be folded: ${f}`);
+    const kept = [...f.kept.keys()].sort((a, b) => a - b);
+    for (const m of kept) {
+      const qs = d.site(m);
+      add(m, qs);
+      groups.set(`${m}:${qs}`, kept);
+      const factor = f.factor(m);
+      if (factor !== undefined) scales.set(`${m}:${qs}`, factor);
+      const x = (plan.programs[plan.rankProgram[m] as number] as Program).ops.opInputs(qs)[0];
+      if (x !== undefined) stack.push([m, x]);
+    }
+  }
+  drain();
+  const masks = foldMasks(plan, inputs, state);
+  if (typeof masks === 'string') throw new PartError(`a group too large for a part cannot be folded: ${masks}`);
+  return { ops, inputs, obligations, groups, peers, cutAddends, fold: { state, masks, scales } };
 }
 
 /**
@@ -329,13 +373,14 @@ function stageStartsOnce(plan: LoadedPlan, logical: number): Set<number> {
 }
 
 /** The part as a plan file: its ranks renumbered 0..n-1 on a one-axis mesh, programs instantiated. */
-function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typeof closure>): { raw: RawPlan; ranks: number[] } {
+function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typeof closure>, maxRanks = MAX_PART_RANKS): { raw: RawPlan; ranks: number[] } {
   const ranks = [...c.ops.keys(), ...[...c.inputs.keys()].map((k) => Number(k.split(':')[0]))].filter((r, i, a) => a.indexOf(r) === i).sort((a, b) => a - b);
-  if (ranks.length > MAX_PART_RANKS) throw new PartError(`the part reaches ${ranks.length} ranks (at most ${MAX_PART_RANKS})`);
+  if (ranks.length > maxRanks) throw new PartError(`the part reaches ${ranks.length} ranks (at most ${maxRanks})`);
   const id = new Map(ranks.map((r, i) => [r, i]));
   const lg = plan.logical;
   // Logical side: the ops the stage's value is computed by, from the logical tensors the part's inputs name.
   const lpart = extractLogicalRaw(plan, raw, stage, logicalClosure(plan, stage.logical, c.inputs.values(), stageStarts(plan, stage.logical)));
+  if (c.fold !== undefined) maskLogical(lpart, c.fold.masks, plan);
   const rawOps = new Map<number, Map<string, RawParallelOp>>();
   const programs: RawProgram[] = ranks.map((r) => {
     const pi = plan.rankProgram[r] as number;
@@ -367,6 +412,7 @@ function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typ
       const dtype = p.dtypes[t];
       return { id: p.tensors.name(t), shape: [...(v.shapes[t] ?? [])], ...(dtype === undefined ? {} : { dtype }), ...(claim === undefined ? {} : { lineage: rawLineage(plan, claim, new Map()) }) };
     });
+    if (c.fold !== undefined) foldProgram(r, p, mine, ops, tensors, c.fold);
     return { name: `rank ${r}`, ranks: [id.get(r) as number], tensors, ops };
   });
   const target = lg.tensors.name(stage.logical);
@@ -384,6 +430,97 @@ function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typ
   };
 }
 
+/** What a fold did, for the report: calls, ranks kept, tensors masked. */
+function foldText(plan: LoadedPlan, fold: NonNullable<ReturnType<typeof closure>['fold']>): string {
+  const calls = fold.state.calls.map((f) => `'${f.name}' over ${f.members} ranks kept as ${f.kept.size} (rank(s) ${[...f.kept].slice(0, 6).map(([m, n]) => `${m} x${n}`).join(', ')}${f.kept.size > 6 ? ', ...' : ''})`).join('; ');
+  const whole = [...fold.masks.values()].filter((b) => b === undefined).length;
+  const names = [...fold.masks.keys()].slice(0, 3).map((l) => `'${plan.logical.tensors.name(l)}'`).join(', ');
+  return `folded for a witness (docs/engine.md, "Groups too large for a part"): ${calls}, each kept rank standing for the members that run the same ops on the same slices or on zeros; the witness is zero outside the slices the part holds in ${fold.masks.size} logical tensor(s) (${names}${fold.masks.size > 3 ? ', ...' : ''}; ${whole} zero everywhere)`;
+}
+
+/** A name not in `taken` (and now taken), from `base`. */
+function fresh(taken: Set<string>, base: string): string {
+  let n = base;
+  for (let i = 1; taken.has(n); i++) n = `${base}#${i}`;
+  taken.add(n);
+  return n;
+}
+
+/**
+ * A rank's program in a folded part (stages/shrink/fold.ts): its inputs whose slices the
+ * witness sets to zero are scaled by 0 before any op reads them, and a representative's
+ * input to a folded all-reduce is scaled by the count of members it stands for.
+ */
+function foldProgram(r: number, p: Program, mine: readonly number[], ops: RawParallelOp[], tensors: RawParallelTensor[], fold: NonNullable<ReturnType<typeof closure>['fold']>): void {
+  const taken = new Set(tensors.map((t) => t.id));
+  const shapeOf = new Map(tensors.map((t) => [t.id, t]));
+  const head: RawParallelOp[] = [];
+  const rename = new Map<string, string>();
+  for (const [key] of fold.state.zero) {
+    const [rr, t] = key.split(':').map(Number) as [number, number];
+    if (rr !== r) continue;
+    const name = p.tensors.name(t);
+    const z = fresh(taken, `${name}@zero`);
+    const src = shapeOf.get(name);
+    tensors.push({ id: z, shape: [...(src?.shape ?? [])], ...(src?.dtype === undefined ? {} : { dtype: src.dtype }) });
+    head.push({ id: fresh(taken, `part/zero/${name}`), op: 'scale', inputs: [name], outputs: [z], attrs: { factor: '0' } });
+    rename.set(name, z);
+  }
+  for (const o of ops) o.inputs = o.inputs.map((x) => rename.get(x) ?? x);
+  const out: RawParallelOp[] = [...head];
+  mine.forEach((op, i) => {
+    const o = ops[i] as RawParallelOp;
+    const factor = fold.scales.get(`${r}:${op}`);
+    if (factor !== undefined) {
+      const x = o.inputs[0] as string;
+      const y = fresh(taken, `${x}@fold`);
+      const src = shapeOf.get(p.tensors.name(p.ops.opInputs(op)[0] as number));
+      tensors.push({ id: y, shape: [...(src?.shape ?? [])], ...(src?.dtype === undefined ? {} : { dtype: src.dtype }) });
+      out.push({ id: fresh(taken, `part/fold/${o.id}`), op: 'scale', inputs: [x], outputs: [y], attrs: { factor } });
+      o.inputs = [y, ...o.inputs.slice(1)];
+    }
+    out.push(o);
+  });
+  ops.splice(0, ops.length, ...out);
+}
+
+/**
+ * The logical side of a folded part reads each tensor with zero slices masked: equal to the
+ * input inside the box of the slices the part holds, zero outside (a slice and a zero pad per
+ * dim that the box narrows; a scale by 0 when the part holds none of it).
+ */
+function maskLogical(lpart: ReturnType<typeof extractLogicalRaw>, masks: ReadonlyMap<number, number[][] | undefined>, plan: LoadedPlan): void {
+  const taken = new Set(lpart.tensors.map((t) => t.id));
+  const head: RawOp[] = [];
+  const rename = new Map<string, string>();
+  for (const [l, box] of masks) {
+    const name = plan.logical.tensors.name(l);
+    const src = lpart.tensors.find((t) => t.id === name);
+    if (src === undefined) continue;
+    const shape = [...src.shape];
+    const add = (op: string, input: string, attrs: Record<string, AttrValue>, sh: number[], what: string): string => {
+      const y = fresh(taken, `${name}@${what}`);
+      lpart.tensors.push({ id: y, shape: sh, role: 'activation', ...(src.dtype === undefined ? {} : { dtype: src.dtype }) });
+      head.push({ id: fresh(taken, `part/mask/${y}`), op, inputs: [input], outputs: [y], attrs });
+      return y;
+    };
+    let cur = name;
+    if (box === undefined) cur = add('scale', cur, { factor: '0' }, shape, 'zero');
+    else {
+      box.forEach(([lo, hi], d) => {
+        const n = shape[d] as number;
+        if ((lo as number) <= 0 && (hi as number) >= n) return;
+        const cut = shape.map((x, i) => (i === d ? (hi as number) - (lo as number) : x));
+        const s = add('slice', cur, { dim: d, start: lo as number, end: hi as number }, cut, `box${d}`);
+        cur = add('pad', s, { dim: d, before: lo as number, after: n - (hi as number) }, shape, `mask${d}`);
+      });
+    }
+    if (cur !== name) rename.set(name, cur);
+  }
+  for (const o of lpart.ops) o.inputs = o.inputs.map((x) => rename.get(x) ?? x);
+  lpart.ops.unshift(...head);
+}
+
 /**
  * The obligation of `tensor` on `rank` (stage `stage` of the logical tensor), extracted with its
  * closure, reduced and proved with a numeric run; or why it could not be.
@@ -391,10 +528,10 @@ function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typ
 export const provePart: ProvePart = (plan, raw, stage, rank, tensor, seed) => partProver()(plan, raw, stage, rank, tensor, seed);
 
 /** provePart with the exact engine's term budget set (tests lower it to reach "too large" at small sizes). */
-export const partProver = (opts: { readonly termBudget?: number; readonly maxHolders?: number } = {}): ProvePart => (plan, raw, stage, rank, tensor, seed) => {
+export const partProver = (opts: { readonly termBudget?: number; readonly maxHolders?: number; readonly maxRanks?: number } = {}): ProvePart => (plan, raw, stage, rank, tensor, seed) => {
   try {
-    const c = closure(plan, stage.logical, rank, tensor, opts.maxHolders);
-    const { raw: pr, ranks } = partRaw(plan, raw, stage, c);
+    const c = closure(plan, stage.logical, rank, tensor, opts.maxHolders, opts.maxRanks);
+    const { raw: pr, ranks } = partRaw(plan, raw, stage, c, opts.maxRanks);
     let part: LoadedPlan;
     try {
       part = loadPartObject(`${plan.file} (stage ${stage.index + 1}, rank ${rank})`, JSON.parse(JSON.stringify(pr)));
@@ -452,6 +589,7 @@ export const partProver = (opts: { readonly termBudget?: number; readonly maxHol
     // Back to the full plan's ranks.
     const witness = numeric.mismatches.filter((m) => m.logical === target).map((m) => ({ ...m, rank: ranks[m.rank] ?? m.rank }));
     const failingRanks = result.failingRanks.map((r) => ranks[r] ?? r);
+    if (c.fold !== undefined) result = { ...result, reason: `${result.reason ?? ''}; ${foldText(plan, c.fold)}` };
     if (c.cutAddends > 0) result = { ...result, reason: `${result.reason ?? ''}; assumed as claimed: ${c.cutAddends} addend(s) of '${target}' on the part's ranks (their group has more holders than a part takes; they are obligations of this stage too, so the stage fails whether or not they hold)` };
     // Witness-only evidence: the part's values are at its own (cut) shapes and rank numbers.
     const diagnosis = witness.length === 0 ? undefined : diagnoseWitness(witness, result.reason ?? '');
