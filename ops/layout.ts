@@ -259,8 +259,10 @@ export const ops: OpDef[] = withZeroTails([
     dims: ([a], at) => resizeOneDim(a as Shape, attrNum(at, 'dim')),
   },
 ],
-// Zero extension (OpDef.zeroTails): dims permuted, values moved; ops with size attributes are not cut.
-{ transpose: ZERO_ALWAYS, permute: ZERO_ALWAYS });
+// Zero extension (OpDef.zeroTails): dims permuted, values moved. A slice or pad keeps zeros along
+// every dim but the one it narrows or pads, whose class is fixed (resizeOneDim) and so never cut
+// whatever the rule says; reshape, concat and split, whose sizes are spelled, have no rule.
+{ transpose: ZERO_ALWAYS, permute: ZERO_ALWAYS, slice: ZERO_ALWAYS, pad: ZERO_ALWAYS });
 
 /**
  * Reshape on a slice (tensor-level proofs): dims are grouped where the two shapes' running

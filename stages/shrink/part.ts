@@ -497,6 +497,8 @@ function maskLogical(lpart: ReturnType<typeof extractLogicalRaw>, masks: Readonl
     const name = plan.logical.tensors.name(l);
     const src = lpart.tensors.find((t) => t.id === name);
     if (src === undefined) continue;
+    // Masking a tensor the part computes would not make the stage's own value zero there.
+    if (!lpart.contractInputs.includes(name)) throw new PartError(`'${name}' has zero slices but the part's logical side computes it`);
     const shape = [...src.shape];
     const add = (op: string, input: string, attrs: Record<string, AttrValue>, sh: number[], what: string): string => {
       const y = fresh(taken, `${name}@${what}`);
