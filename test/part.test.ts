@@ -114,7 +114,7 @@ describe('witnesses per template (one rank\'s part of an open stage)', () => {
     }
   }).timeout(600_000);
 
-  it('an all-reduce group larger than a part is folded: the bug refuted with a witness, the correct plan proved on the part, a fold that cannot hold left open', () => {
+  it('an all-reduce group larger than a part is folded: the bug refuted with a witness, the correct plan proved on the part, a fold that cannot hold left open @full', () => {
     // D3's clipping all-reduce spans its 2,048 ranks (pp x dp x tp, the experts split over dp);
     // here pp2 dp4 tp2 spans 16, and a part of at most 8 ranks forces the fold (stages/shrink/fold.ts).
     const ctx: BugContext = { dp: 4, tp: 2, micro: 1, pp: 2, ep: true, family: 'moe' };

@@ -26,7 +26,7 @@ import { neededDomains } from '../witness/domains.js';
 /** Regions as LineageNF writes them: per dim, [s0, e0, s1, e1, ...]. */
 type Ranges = readonly (readonly number[])[];
 
-/** The bounding box of regions (per dim one range), or undefined for none. */
+/** The bounding box of region `b` and box `a` (per dim one range [lo, hi]). */
 function bbox(a: Ranges | undefined, b: Ranges): number[][] {
   return b.map((r, d) => {
     let lo = Infinity;
