@@ -82,7 +82,7 @@ function contribution(p: Program, producers: Int32Array, sites: ReadonlySet<numb
 }
 
 /** A folded call: the members kept, each with how many members it stands for. */
-export interface FoldedCall {
+interface FoldedCall {
   readonly name: string;
   readonly members: number;
   /** Kept member -> its class's size (itself included). */
