@@ -143,6 +143,12 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // rows 0..n on every rank (the offset forgotten), wrong on rank 1 only.
   { name: 'additive_mask_cp', script: 'additive_mask_cp.py', args: [], axis: 'cp', code: 0 },
   { name: 'additive_mask_cp-bug', script: 'additive_mask_cp.py', args: ['--bug'], axis: 'cp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(lm_head_weight_new, op 'return\.lm_head_weight_new'\)/ },
+  // A DDP CNN classifier (plans/import/aten-conv.ts: convolution, pooling and their backwards);
+  // the twin applies conv1 outside the DDP-wrapped module, so its gradient is never averaged.
+  { name: 'ddp_cnn', script: 'ddp_cnn.py', args: [], axis: 'dp', code: 0 },
+  { name: 'ddp_cnn-bug', script: 'ddp_cnn.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(conv1_(weight|bias)_new, op 'return\.conv1_(weight|bias)_new'\)/ },
+  { name: 'ddp_cnn-geometry', script: 'ddp_cnn.py', args: ['--geometry'], axis: 'dp', code: 0, heavy: true },
+  { name: 'ddp_cnn-ties', script: 'ddp_cnn.py', args: ['--ties'], axis: 'dp', code: 0, heavy: true },
 ];
 
 async function verifyPlan(plan: string): Promise<{ code: number; stdout: string }> {
@@ -241,7 +247,7 @@ describe('source lines of a capture (issue 35)', () => {
 });
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -8,10 +8,18 @@ each rank takes its rows `rank::world` of the batch (as `DistributedSampler` giv
 step, so the plan is the first step). Small sizes: 1x8x8 images, batch 4 per rank.
 
 `--bug`: conv1 is built outside the DDP-wrapped module and applied in front of it (a stem
-"shared" between models, or a preprocessing layer someone made trainable), so DDP never
+kept out of the wrapper, or a preprocessing layer someone made trainable), so DDP never
 all-reduces conv1's gradient: each rank steps it with its own rows' gradient.
-`--pool-stride`: max pooling with overlapping windows (kernel 3, stride 2, padding 1, as
-ResNet's stem pools) instead of 2x2.
+
+Variants that exercise the mapping (plans/import/aten-conv.ts; their fixtures check it against
+PyTorch's numbers): `--geometry`: conv1 with stride 2 and padding 1, conv2 with dilation 2,
+overlapping max pooling (kernel 3, stride 1), `F.avg_pool2d` with padding and
+`F.adaptive_avg_pool2d`; `--ties`: integer images and conv weights, so max pooling windows
+hold equal maxima (the gradient goes to the first, as ATen's CPU kernel sends it).
+
+Rows are taken as `data.chunk(ws)[rank]`; with `rank::ws` rows (DistributedSampler's) verify
+ends UNKNOWN here: each rank's activation gradients are twice a strided selection of the
+logical ones, a relation the inference does not propose, so the backward is one stage too large.
 """
 import sys
 
@@ -22,7 +30,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 BUG = "--bug" in sys.argv
-POOL_STRIDE = "--pool-stride" in sys.argv
+GEOMETRY = "--geometry" in sys.argv
+TIES = "--ties" in sys.argv
 BATCH = 8  # 4 rows per rank on 2 processes
 C1, C2, HIDDEN, CLASSES = 2, 3, 8, 4
 
@@ -31,15 +40,19 @@ class Net(nn.Module):
     def __init__(self, conv1):
         super().__init__()
         self.conv1 = conv1
-        self.conv2 = nn.Conv2d(C1, C2, 3, stride=1, padding=1)
-        self.fc1 = nn.Linear(C2 * 3 * 3, HIDDEN)
+        self.conv2 = nn.Conv2d(C1, C2, 3, padding=2, dilation=2) if GEOMETRY else nn.Conv2d(C1, C2, 3, stride=1, padding=1)
+        self.fc1 = nn.Linear(C2 * (1 if GEOMETRY else 3 * 3), HIDDEN)
         self.fc2 = nn.Linear(HIDDEN, CLASSES)
 
     def forward(self, x):
         if self.conv1 is not None:
             x = F.relu(self.conv1(x))
         x = F.relu(self.conv2(x))
-        x = F.max_pool2d(x, 3, 2, 1) if POOL_STRIDE else F.max_pool2d(x, 2)
+        if GEOMETRY:  # 4x4 -> 2x2 -> 3x3 -> 1x1
+            x = F.avg_pool2d(F.max_pool2d(x, 3, stride=1), 2, stride=1, padding=1)
+            x = F.adaptive_avg_pool2d(x, (1, 1))
+        else:  # 6x6 -> 3x3
+            x = F.max_pool2d(x, 2)
         x = torch.flatten(x, 1)
         x = F.relu(self.fc1(x))
         x = self.fc2(x)
@@ -49,8 +62,14 @@ class Net(nn.Module):
 def step(cap):
     ws, rank = dist.get_world_size(), dist.get_rank()
     torch.manual_seed(0)
-    conv1 = nn.Conv2d(1, C1, 3, stride=1)  # 8x8 -> 6x6
+    conv1 = nn.Conv2d(1, C1, 3, stride=2, padding=1) if GEOMETRY else nn.Conv2d(1, C1, 3, stride=1)  # 8x8 -> 4x4 or 6x6
     net = Net(None if BUG else conv1)
+    g = torch.Generator().manual_seed(1)
+    if TIES:
+        with torch.no_grad():
+            for c in (conv1, net.conv2):
+                c.weight.copy_(torch.randint(-1, 2, c.weight.shape, generator=g))
+                c.bias.copy_(torch.randint(-1, 2, c.bias.shape, generator=g))
     for name, p in conv1.named_parameters():
         cap.replicate(p, name="conv1_" + name, role="param")
     for name, p in net.named_parameters():
@@ -58,8 +77,8 @@ def step(cap):
             cap.replicate(p, name=name.replace(".", "_"), role="param")
     model = DDP(net)
     params = list(model.parameters()) + (list(conv1.parameters()) if BUG else [])
-    g = torch.Generator().manual_seed(1)
-    data = cap.replicate(torch.randn(BATCH, 1, 8, 8, generator=g), name="data")
+    images = torch.randint(-2, 3, (BATCH, 1, 8, 8), generator=g).float() if TIES else torch.randn(BATCH, 1, 8, 8, generator=g)
+    data = cap.replicate(images, name="data")
     target = cap.replicate(torch.randint(0, CLASSES, (BATCH,), generator=g), name="target", values=(0, CLASSES))
     opt = torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=5e-4)
     with cap.trace():
