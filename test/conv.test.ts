@@ -71,6 +71,31 @@ describe('convolution: stride, padding, dilation against values torch 1.13 compu
   });
 });
 
+describe('average pooling against values torch 1.13 computed', () => {
+  const R = { placements: ['R'] };
+  const ramp = Array.from({ length: 16 }, (_, i) => i);
+  it('_adaptive_avg_pool2d of a 4x4 ramp to 2x2, and its backward', () => {
+    const text = graph('x: "f32[1, 1, 4, 4]", g: "f32[1, 1, 2, 2]"', [
+      'y: "f32[1, 1, 2, 2]" = torch.ops.aten._adaptive_avg_pool2d.default(x, [2, 2])',
+      'dx: "f32[1, 1, 4, 4]" = torch.ops.aten._adaptive_avg_pool2d_backward.default(g, x)',
+      'return (y, dx)',
+    ]);
+    const [y, dx] = run(text, { x: R, g: R }, { x: ramp, g: [1, 2, 3, 4] }, ['y', 'dx']);
+    assert.deepEqual(y, [2.5, 4.5, 10.5, 12.5]);
+    assert.deepEqual(dx, [0.25, 0.25, 0.5, 0.5, 0.25, 0.25, 0.5, 0.5, 0.75, 0.75, 1, 1, 0.75, 0.75, 1, 1]);
+  });
+  it('avg_pool2d with kernel 2, stride 2, padding 1 (the zeros counted), and its backward', () => {
+    const text = graph('x: "f32[1, 1, 4, 4]", g: "f32[1, 1, 3, 3]"', [
+      'y: "f32[1, 1, 3, 3]" = torch.ops.aten.avg_pool2d.default(x, [2, 2], [2, 2], [1, 1])',
+      'dx: "f32[1, 1, 4, 4]" = torch.ops.aten.avg_pool2d_backward.default(g, x, [2, 2], [2, 2], [1, 1], False, True, None)',
+      'return (y, dx)',
+    ]);
+    const [y, dx] = run(text, { x: R, g: R }, { x: ramp, g: Array.from({ length: 9 }, (_, i) => i) }, ['y', 'dx']);
+    assert.deepEqual(y, [0, 0.75, 0.75, 3, 7.5, 4.5, 3, 6.75, 3.75]);
+    assert.deepEqual(dx, [0, 0.25, 0.25, 0.5, 0.75, 1, 1, 1.25, 0.75, 1, 1, 1.25, 1.5, 1.75, 1.75, 2]);
+  });
+});
+
 describe('convolutions and pooling that are not mapped are refused with the reason', () => {
   const conv = (args: string, w = '"f32[2, 1, 3, 3]"'): string =>
     graph(`x: "f32[1, 2, 5, 5]", w: ${w}`, [`y: "f32[1, 2, 3, 3]" = torch.ops.aten.convolution.default(x, w, None, ${args})`, 'return (y,)']);

@@ -3,7 +3,7 @@
 
 `nn.Conv2d` layers with `F.relu`, `F.max_pool2d`, `torch.flatten`, `nn.Linear`,
 `F.log_softmax` and `F.nll_loss`, wrapped in `torch.nn.parallel.DistributedDataParallel`;
-each rank takes its rows `rank::world` of the batch (as `DistributedSampler` gives them);
+each rank takes its contiguous share of the batch, `data.chunk(world)[rank]` (see the end);
 `torch.optim.SGD(momentum=0.9, weight_decay=5e-4)` as-is (its momentum buffers made inside the
 step, so the plan is the first step). Small sizes: 1x8x8 images, batch 4 per rank.
 
@@ -17,7 +17,13 @@ overlapping max pooling (kernel 3, stride 1), `F.avg_pool2d` with padding and
 `F.adaptive_avg_pool2d`; `--ties`: integer images and conv weights, so max pooling windows
 hold equal maxima (the gradient goes to the first, as ATen's CPU kernel sends it).
 
-Rows are taken as `data.chunk(ws)[rank]`; with `rank::ws` rows (DistributedSampler's) verify
+`--bn`: an `nn.BatchNorm2d` after conv1, as written, under DDP without `SyncBatchNorm`: each
+rank normalizes by its own rows' mean and variance, which is not what the single-device step
+computes on the whole batch. verify says NOT EQUIVALENT, first at the running mean (the
+average over the ranks of their batch means is the logical one: an all-reduce is missing,
+which is what SyncBatchNorm adds); the parameters differ too. A correct answer, not a bug twin.
+
+Rows: with `data[rank::world]` (DistributedSampler's rows) instead of chunks, verify
 ends UNKNOWN here: each rank's activation gradients are twice a strided selection of the
 logical ones, a relation the inference does not propose, so the backward is one stage too large.
 """
@@ -32,6 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 BUG = "--bug" in sys.argv
 GEOMETRY = "--geometry" in sys.argv
 TIES = "--ties" in sys.argv
+BN = "--bn" in sys.argv
 BATCH = 8  # 4 rows per rank on 2 processes
 C1, C2, HIDDEN, CLASSES = 2, 3, 8, 4
 
@@ -40,13 +47,15 @@ class Net(nn.Module):
     def __init__(self, conv1):
         super().__init__()
         self.conv1 = conv1
+        self.bn1 = nn.BatchNorm2d(C1) if BN else None
         self.conv2 = nn.Conv2d(C1, C2, 3, padding=2, dilation=2) if GEOMETRY else nn.Conv2d(C1, C2, 3, stride=1, padding=1)
         self.fc1 = nn.Linear(C2 * (1 if GEOMETRY else 3 * 3), HIDDEN)
         self.fc2 = nn.Linear(HIDDEN, CLASSES)
 
     def forward(self, x):
         if self.conv1 is not None:
-            x = F.relu(self.conv1(x))
+            x = self.conv1(x)
+            x = F.relu(self.bn1(x) if BN else x)
         x = F.relu(self.conv2(x))
         if GEOMETRY:  # 4x4 -> 2x2 -> 3x3 -> 1x1
             x = F.avg_pool2d(F.max_pool2d(x, 3, stride=1), 2, stride=1, padding=1)
@@ -92,6 +101,9 @@ def step(cap):
         opt.step()
     for name, p in conv1.named_parameters():
         cap.output("conv1_" + name + "_new", p, "R")
+    if BN:
+        cap.output("bn1_running_mean_new", net.bn1.running_mean, "R")
+        cap.output("bn1_running_var_new", net.bn1.running_var, "R")
     for name, p in net.named_parameters():
         if not name.startswith("conv1."):
             cap.output(name.replace(".", "_") + "_new", p, "R")

@@ -19,6 +19,12 @@
  *   when each output cell's window has one size (the input a multiple of the output): sums of
  *   the slices over the divisor.
  *
+ * - `native_batch_norm` (+ backward), training and eval: the batch statistics per channel
+ *   over (N, *space), mean and biased variance, `(x − mean) / sqrt(var + eps) · w + b`; the
+ *   running statistics written in place as ATen writes them (momentum, unbiased variance).
+ *   Under DDP without SyncBatchNorm each rank normalizes by its own rows' statistics: not the
+ *   logical batch's, and verify says so (examples/torch/ddp_cnn.py --bn).
+ *
  * Refused with the reason: groups ≠ 1, transposed convolutions, max pooling with padding (its
  * `-inf` border is not an exact real), `ceil_mode` where it changes the output size, average
  * pooling with padding not counted, adaptive pooling with uneven windows.
@@ -343,6 +349,87 @@ const adaptiveAvgPoolBackward: Rule = (l, n) => {
   return l.bind(n, l.one('identity', [parts.reduce((a, b) => l.one('add', [a, b]))], {}, l.out(n)));
 };
 
+/** A per-channel [C] tensor viewed to broadcast against [N, C, *space]. */
+const perChannel = (l: Lowerer, t: TensorVal, rank: number): TensorVal => l.one('reshape', [t], { shape: [t.shape[0] as number, ...Array.from({ length: rank - 2 }, () => 1)] });
+
+/** native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps) -> (out, save_mean, save_invstd). */
+const batchNorm: Rule = (l, n) => {
+  const x = l.tensor(n.args[0], 'input');
+  if (x.shape.length < 2) l.fail(`${n.target}: input [${x.shape.join(', ')}]: [N, C, ...] expected`);
+  const w = l.optTensor(l.arg(n, 1, 'weight'), 'weight');
+  const b = l.optTensor(l.arg(n, 2, 'bias'), 'bias');
+  const rm = l.optTensor(l.arg(n, 3, 'running_mean'), 'running_mean');
+  const rv = l.optTensor(l.arg(n, 4, 'running_var'), 'running_var');
+  const training = l.bool(l.arg(n, 5, 'training'), 'training', true);
+  const momentum = l.num(l.arg(n, 6, 'momentum'), 'momentum');
+  const eps = l.num(l.arg(n, 7, 'eps'), 'eps');
+  const r = x.shape.length;
+  const dims = [0, ...x.shape.slice(2).map((_, i) => 2 + i)];
+  const M = x.shape[0] as number * prod(x.shape.slice(2));
+  let mean: TensorVal;
+  let varB: TensorVal;
+  if (training) {
+    mean = l.one('mean', [x], { dims });
+    const d = l.one('sub', [x, perChannel(l, mean, r)]);
+    varB = l.one('mean', [l.one('mul', [d, d])], { dims });
+  } else {
+    if (rm === undefined || rv === undefined) return l.fail(`${n.target}: eval mode without running statistics`);
+    [mean, varB] = [rm, rv];
+  }
+  const invstd = l.one('div', [l.constant(1), l.one('sqrt', [l.one('add', [varB, l.constant(eps)])])]);
+  let y = l.one('mul', [l.one('sub', [x, perChannel(l, mean, r)]), perChannel(l, invstd, r)]);
+  if (w !== undefined) y = l.one('mul', [y, perChannel(l, w, r)]);
+  if (b !== undefined) y = l.one('add', [y, perChannel(l, b, r)]);
+  if (training && rm !== undefined && rv !== undefined) {
+    // ATen updates the running statistics in place: the mean, and the unbiased variance.
+    if (M < 2) l.fail(`${n.target}: one value per channel: the unbiased variance is undefined`);
+    const keep = (t: TensorVal): TensorVal => l.one('scale', [t], { factor: 1 - momentum });
+    l.write(l.arg(n, 3, 'running_mean'), l.one('add', [keep(rm), l.one('scale', [mean], { factor: momentum })]));
+    l.write(l.arg(n, 4, 'running_var'), l.one('add', [keep(rv), l.one('mul', [l.one('scale', [varB], { factor: momentum }), l.one('div', [l.constant(M), l.constant(M - 1)])])]));
+  }
+  const out = l.one('identity', [y], {}, `${l.out(n)}.0`, x.dtype);
+  // (eval mode saves empty tensors: nothing may read them but the backward, which recomputes)
+  const saved = (t: TensorVal, what: string): Val => (training ? t : { kind: 'opaque', what, data: { x: x.id } });
+  return l.bind(n, { kind: 'list', items: [out, saved(mean, 'the BatchNorm saved mean (eval)'), saved(invstd, 'the BatchNorm saved invstd (eval)')] });
+};
+
+/**
+ * native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean,
+ * save_invstd, train, eps, output_mask). Training: over the saved statistics, x̂ = (x − mean)·invstd,
+ * dx = w·invstd·(g − mean(g) − x̂·mean(g·x̂)), dw = Σ g·x̂, db = Σ g (per channel). Eval: the
+ * running statistics are constants of the forward, dx = w·invstd·g.
+ */
+const batchNormBackward: Rule = (l, n) => {
+  const g = l.tensor(n.args[0], 'grad_out');
+  const x = l.tensor(n.args[1], 'input');
+  const w = l.optTensor(l.arg(n, 2, 'weight'), 'weight');
+  const train = l.bool(l.arg(n, 7, 'train'), 'train', true);
+  const eps = l.num(l.arg(n, 8, 'eps'), 'eps');
+  const maskArg = l.arg(n, 9, 'output_mask');
+  const mask = maskArg?.kind === 'list' ? maskArg.items.map((v, i) => l.bool(v, `output_mask[${i}]`, true)) : [true, true, true];
+  const r = x.shape.length;
+  const dims = [0, ...x.shape.slice(2).map((_, i) => 2 + i)];
+  let mean: TensorVal;
+  let invstd: TensorVal;
+  if (train) {
+    mean = l.tensor(l.arg(n, 5, 'save_mean'), 'save_mean');
+    invstd = l.tensor(l.arg(n, 6, 'save_invstd'), 'save_invstd');
+  } else {
+    mean = l.tensor(l.arg(n, 3, 'running_mean'), 'running_mean');
+    invstd = l.one('div', [l.constant(1), l.one('sqrt', [l.one('add', [l.tensor(l.arg(n, 4, 'running_var'), 'running_var'), l.constant(eps)])])]);
+  }
+  const xhat = l.one('mul', [l.one('sub', [x, perChannel(l, mean, r)]), perChannel(l, invstd, r)]);
+  const scale = w === undefined ? perChannel(l, invstd, r) : perChannel(l, l.one('mul', [w, invstd]), r);
+  const items: Val[] = [{ kind: 'none' }, { kind: 'none' }, { kind: 'none' }];
+  if (mask[0] === true) {
+    const centred = train ? l.one('sub', [l.one('sub', [g, l.one('mean', [g], { dims, keepdim: true })]), l.one('mul', [xhat, l.one('mean', [l.one('mul', [g, xhat])], { dims, keepdim: true })])]) : g;
+    items[0] = l.one('mul', [centred, scale], {}, `${l.out(n)}.grad_input`, g.dtype);
+  }
+  if (mask[1] === true) items[1] = l.one('sum', [l.one('mul', [g, xhat])], { dims }, `${l.out(n)}.grad_weight`);
+  if (mask[2] === true) items[2] = l.one('sum', [g], { dims }, `${l.out(n)}.grad_bias`);
+  return l.bind(n, { kind: 'list', items });
+};
+
 export const CONV_RULES: Record<string, Rule> = {
   'aten.convolution': convolution,
   'aten.convolution_backward': convolutionBackward,
@@ -358,4 +445,6 @@ export const CONV_RULES: Record<string, Rule> = {
   'aten.adaptive_avg_pool2d': adaptiveAvgPool,
   'aten._adaptive_avg_pool2d': adaptiveAvgPool,
   'aten._adaptive_avg_pool2d_backward': adaptiveAvgPoolBackward,
+  'aten.native_batch_norm': batchNorm,
+  'aten.native_batch_norm_backward': batchNormBackward,
 };
