@@ -105,5 +105,6 @@ ddp_cnn ddp_cnn.py dp
 ddp_cnn-bug ddp_cnn.py dp --bug
 ddp_cnn-geometry ddp_cnn.py dp --geometry
 ddp_cnn-ties ddp_cnn.py dp --ties
+ddp_cnn-bn ddp_cnn.py dp --bn
 LIST
 rm -rf tools/capture/__pycache__
