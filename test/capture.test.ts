@@ -154,7 +154,7 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // which is not the single-device step (the running mean is the first to differ). Without
   // inference: past BatchNorm no tensor is a slice of a logical one, so --infer spends its 120 s
   // on hints and, under load, stops before the small running-mean stage (UNKNOWN, tried);
-  // --no-infer refutes that stage whatever the load (104–155 s wall, 40 s CPU, at load 16–17).
+  // --no-infer refutes that stage whatever the load (104–155 s wall, about 40 s CPU, at load 8–17).
   { name: 'ddp_cnn-bn', script: 'ddp_cnn.py', args: ['--bn'], axis: 'dp', code: 1, heavy: true, verify: ['--no-infer'], at: /the avg over ranks 0, 1 is the logical value, so an all-reduce \(avg\) over those ranks is missing[\s\S]*NOT EQUIVALENT: stage \d+ \(bn1_running_mean_new, op 'return\.bn1_running_mean_new'\)/ },
 ];
 
