@@ -21,7 +21,8 @@ import { executeLogical } from '../sdfg/execute.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
 import type { Dense } from '../ops/algebra.js';
 
-const CASES: { name: string; script: string; args: string[]; axis: string; code: number; at?: RegExp; heavy?: true }[] = [
+// `verify`: the verify options instead of --infer (default).
+const CASES: { name: string; script: string; args: string[]; axis: string; code: number; at?: RegExp; heavy?: true; verify?: string[] }[] = [
   { name: 'tp_mlp', script: 'tp_mlp.py', args: [], axis: 'tp', code: 0 },
   { name: 'tp_mlp-bug', script: 'tp_mlp.py', args: ['--bug'], axis: 'tp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
   { name: 'ddp_mlp', script: 'ddp_mlp.py', args: [], axis: 'dp', code: 0 },
@@ -143,10 +144,22 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // rows 0..n on every rank (the offset forgotten), wrong on rank 1 only.
   { name: 'additive_mask_cp', script: 'additive_mask_cp.py', args: [], axis: 'cp', code: 0 },
   { name: 'additive_mask_cp-bug', script: 'additive_mask_cp.py', args: ['--bug'], axis: 'cp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(lm_head_weight_new, op 'return\.lm_head_weight_new'\)/ },
+  // A DDP CNN classifier (plans/import/aten-conv.ts: convolution, pooling and their backwards);
+  // the twin applies conv1 outside the DDP-wrapped module, so its gradient is never averaged.
+  { name: 'ddp_cnn', script: 'ddp_cnn.py', args: [], axis: 'dp', code: 0 },
+  { name: 'ddp_cnn-bug', script: 'ddp_cnn.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(conv1_(weight|bias)_new, op 'return\.conv1_(weight|bias)_new'\)/ },
+  { name: 'ddp_cnn-geometry', script: 'ddp_cnn.py', args: ['--geometry'], axis: 'dp', code: 0, heavy: true },
+  { name: 'ddp_cnn-ties', script: 'ddp_cnn.py', args: ['--ties'], axis: 'dp', code: 0, heavy: true },
+  // BatchNorm2d under DDP without SyncBatchNorm: each rank normalizes by its own rows' statistics,
+  // which is not the single-device step (the running mean is the first to differ). Without
+  // inference: past BatchNorm no tensor is a slice of a logical one, so --infer spends its 120 s
+  // on hints and, under load, stops before the small running-mean stage (UNKNOWN, tried);
+  // --no-infer refutes that stage whatever the load (104–155 s wall, about 40 s CPU, at load 8–17).
+  { name: 'ddp_cnn-bn', script: 'ddp_cnn.py', args: ['--bn'], axis: 'dp', code: 1, heavy: true, verify: ['--no-infer'], at: /the avg over ranks 0, 1 is the logical value, so an all-reduce \(avg\) over those ranks is missing[\s\S]*NOT EQUIVALENT: stage \d+ \(bn1_running_mean_new, op 'return\.bn1_running_mean_new'\)/ },
 ];
 
-async function verifyPlan(plan: string): Promise<{ code: number; stdout: string }> {
-  return runCli(['verify', '--infer', '--jobs', '0', plan]);
+async function verifyPlan(plan: string, opts: readonly string[] = ['--infer']): Promise<{ code: number; stdout: string }> {
+  return runCli(['verify', ...opts, '--jobs', '0', plan]);
 }
 
 describe('capture fixtures (committed captures of examples/torch)', function () {
@@ -159,7 +172,7 @@ describe('capture fixtures (committed captures of examples/torch)', function () 
       const out = join(mkdtempSync(join(tmpdir(), 'pp-cap-')), 'plan.json');
       const imp = await runCli(['import-graphs', '--dir', `${FIXTURES}capture/${c.name}`, '-o', out]);
       assert.equal(imp.code, 0, imp.stderr);
-      const v = await verifyPlan(out);
+      const v = await verifyPlan(out, c.verify);
       assert.equal(v.code, c.code, v.stdout);
       if (c.at !== undefined) assert.match(v.stdout, c.at);
     });
@@ -241,7 +254,7 @@ describe('source lines of a capture (issue 35)', () => {
 });
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);
@@ -269,7 +282,7 @@ describe('planproof capture (live, Debian python3-torch)', function () {
       const mesh = c.axis.includes('=') ? ['--mesh', c.axis] : ['--nproc', '2', '--axis', c.axis];
       const cap = await runCli(['capture', ...mesh, '--out', out, '--', `${EXAMPLES}torch/${c.script}`, ...c.args]);
       assert.equal(cap.code, 0, cap.stderr);
-      const v = await verifyPlan(out);
+      const v = await verifyPlan(out, c.verify);
       assert.equal(v.code, c.code, v.stdout);
       if (c.at !== undefined) assert.match(v.stdout, c.at);
     });

@@ -101,5 +101,10 @@ additive_mask_dp-fill additive_mask_dp.py dp --mask fill
 additive_mask_dp-fill-bug additive_mask_dp.py dp --mask fill --bug
 additive_mask_cp additive_mask_cp.py cp
 additive_mask_cp-bug additive_mask_cp.py cp --bug
+ddp_cnn ddp_cnn.py dp
+ddp_cnn-bug ddp_cnn.py dp --bug
+ddp_cnn-geometry ddp_cnn.py dp --geometry
+ddp_cnn-ties ddp_cnn.py dp --ties
+ddp_cnn-bn ddp_cnn.py dp --bn
 LIST
 rm -rf tools/capture/__pycache__
