@@ -192,8 +192,6 @@ interface StageBuild<S> {
   readonly unsupported?: string;
   /** Set when the stage's tensors hold more elements than a symbolic stage may. */
   readonly tooLarge?: string;
-  /** Input logical tensors the logical value does not read (`StageBuilder.unreachedInputs`). */
-  readonly unreached?: number;
 }
 
 /**
@@ -318,43 +316,70 @@ export class StageBuilder {
     const { inputs, seen } = this.closure(stage);
     const tooLarge = this.tooLarge(stage, inputs, seen);
     if (tooLarge !== undefined) return { pairs: [], logicalOps: 0, parallelOps: 0, tooLarge };
-    const unreached = this.unreachedInputs(stage, inputs, constants);
-    const defined = expand ? unreached : new Set<number>();
+    const defined = expand ? this.definedInputs(stage, inputs, constants) : new Set<number>();
     const syms = this.inputSymbols(ctx, inputs, constants, defined);
     if ('unsupported' in syms) return { pairs: [], logicalOps: 0, parallelOps: 0, unsupported: syms.unsupported };
     const evalLogical = this.logicalEvaluator(ctx, syms.logical, constants);
     const target = evalLogical(stage.logical);
-    // Expanded inputs: their logical definition, cut at the other inputs' symbols (docs/engine.md, "Inputs the logical side does not reach").
+    // Defined inputs: their logical definition, cut at the other inputs' symbols (docs/engine.md, "Inputs defined by their logical ops").
     for (const L of defined) {
       const why = this.symbolsOf(ctx, L, inputs, constants, syms, evalLogical(L).data);
       if (why !== undefined) return { pairs: [], logicalOps: 0, parallelOps: 0, unsupported: why };
     }
     src.parallelStart?.();
     const evalPar = this.parallelValues(ctx, inputs, syms);
-    return { ...this.equalities(ctx, evalPar, target, syms.chunks), unreached: unreached.size };
+    return this.equalities(ctx, evalPar, target, syms.chunks);
   }
 
   /**
-   * Logical tensors the stage's inputs name that its logical value does not read: walking back
-   * from the stage's logical tensor through logical producers, stopping at input tensors and
-   * at tensors `constants` holds whole, these are never met. As symbols they are free on the
-   * parallel side only (a hint claimed for one of two equal logical tensors, the consumer's
-   * logical op reading the other).
+   * Input logical tensors a stage may take by their logical definition instead of as free
+   * symbols, for a retry of a stage left differing (`Prover`): those computed from the other
+   * inputs alone (a logical tensor that only splits another, both named by hints), and
+   * those the logical value does not read at all, walking back from the stage's logical tensor
+   * through the others (a hint claimed for one of two equal logical tensors, the consumer's
+   * logical op reading the other). Free, either says nothing about what the stage computes.
    */
-  private unreachedInputs(stage: Stage, inputs: ReadonlyMap<string, LineageNF>, constants?: Constants): Set<number> {
+  definedInputs(stage: Stage, inputs?: ReadonlyMap<string, LineageNF>, constants?: Constants): Set<number> {
     const lg = this.plan.logical;
-    const named = new Set<number>([...inputs.values()].map((nf) => nf.logical));
-    const seen = new Set<number>();
+    const named = new Set<number>([...(inputs ?? this.closure(stage).inputs).values()].map((nf) => nf.logical));
+    const leaf = (x: number): boolean => (lg.producer[x] as number) < 0 || (constants?.get(x)?.size ?? -1) === numel(lg.shapes[x] ?? []);
+    const ins = (x: number): readonly number[] => (leaf(x) ? [] : [...lg.ops.opInputs(lg.producer[x] as number)]);
+    // Whether x is a named tensor or a function of named tensors and constants alone
+    // (memoized, iterative: graphs are deep). A contract input no claim names is not.
+    const known = new Map<number, boolean>();
+    const determined = (root: number): boolean => {
+      const stack: [number, boolean][] = [[root, false]];
+      while (stack.length > 0) {
+        const [x, after] = stack.pop() as [number, boolean];
+        if (known.has(x)) continue;
+        if (named.has(x) || leaf(x)) {
+          known.set(x, named.has(x) || (lg.producer[x] as number) >= 0);
+          continue;
+        }
+        if (!after) {
+          stack.push([x, true]);
+          for (const y of ins(x)) if (!known.has(y)) stack.push([y, false]);
+          continue;
+        }
+        known.set(x, ins(x).every((y) => known.get(y) === true));
+      }
+      return known.get(root) === true;
+    };
+    // Inputs computed from the others alone (a split or reshape of one): defined, they add no
+    // free symbol, only what the logical graph says about them.
+    const defined = new Set([...named].filter((L) => !leaf(L) && ins(L).every(determined)));
+    // What the logical value reads, through defined inputs to the symbols they are computed from.
+    const read = new Set<number>();
     const stack = [stage.logical];
     while (stack.length > 0) {
       const x = stack.pop() as number;
-      if (seen.has(x)) continue;
-      seen.add(x);
-      if (named.has(x) || (constants?.get(x)?.size ?? -1) === numel(lg.shapes[x] ?? [])) continue;
-      const op = lg.producer[x] as number;
-      if (op >= 0) for (const y of lg.ops.opInputs(op)) stack.push(y);
+      if (read.has(x)) continue;
+      read.add(x);
+      if (named.has(x) && !defined.has(x)) continue;
+      stack.push(...ins(x));
     }
-    return new Set([...named].filter((L) => !seen.has(L)));
+    for (const L of named) if (!read.has(L)) defined.add(L);
+    return defined;
   }
 
   /** The algebra a build runs on: `src`'s, with the requirements ops declare collected, and where they were declared. */
@@ -662,7 +687,7 @@ export class Prover {
     const eager = (): StageResult | undefined => (lazy && T.lazySums > 0 ? this.proveWithin(stage, t0, false, witnessed, constants, expand) : undefined);
     if (failing.size > 0) {
       const r = (witnessed ? undefined : eager()) ?? result(stage, 'differs', firstResidual, [...failing], b, T.size, t0);
-      return r.status === 'proved' || witnessed || expand || lazy === false || (b.unreached ?? 0) === 0 ? r : (this.expanded(stage, t0, constants) ?? r);
+      return r.status === 'proved' || witnessed || expand || !lazy ? r : (this.expanded(stage, t0, constants) ?? r);
     }
     for (const c of T.conditions) {
       if (logicalConds.has(c) || T.provablyNonzero(c)) continue;
@@ -673,13 +698,13 @@ export class Prover {
   }
 
   /**
-   * The stage again with the input logical tensors its logical value does not read defined by
-   * their logical ops (`StageBuilder.unreachedInputs`): the proof when that one proves, else
-   * undefined (the first answer stands; past the work budget too). Sound either way: a
-   * logical tensor's value is its logical definition on every run (docs/engine.md, "Inputs
-   * the logical side does not reach").
+   * The stage again with input logical tensors defined by their logical ops
+   * (`StageBuilder.definedInputs`): the proof when that one proves, else undefined (the first
+   * answer stands; past the work budget too). Sound either way: a logical tensor's value is its
+   * logical definition on every run (docs/engine.md, "Inputs defined by their logical ops").
    */
   private expanded(stage: Stage, t0: number, constants?: Constants): StageResult | undefined {
+    if (this.builder.definedInputs(stage, undefined, constants).size === 0) return undefined;
     try {
       const r = this.proveWithin(stage, t0, true, false, constants, true);
       return r.status === 'proved' ? r : undefined;
