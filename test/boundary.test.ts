@@ -530,17 +530,28 @@ describe('boundary lineage: hints never cost a proof the plan has without them',
    * y = 4x + x computed twice in the logical graph (u2 = (x + x) + (x + x) feeds z, v2 = 2·2·x
    * feeds y); the parallel program computes y from its own x + x chain, whose two tensors carry
    * hints naming u1 and u2. Both hints hold and prove, but y's stage then starts from u2's
-   * symbols, which say nothing about v2: "unknown" at the last stop, after the rounds had
-   * dropped one hint (the weakening round) and still started from the other.
+   * symbols. `readsU2`: y also reads u2, in u2 − u2, and u1 adds k − k of an input k that y's
+   * stage does not read, so u2 (and u1, once u2's hint is dropped) stays a free symbol of y's
+   * stage (read, and not computed from its other inputs alone), which then says nothing about
+   * v2: "unknown" at the last stop,
+   * after the rounds had dropped one hint (the weakening round) and still started from the
+   * other. Without it, u2 is an input y's logical value does not read, and the stage defines
+   * it by its logical ops (4x).
    */
-  function aliasPlan(bug: boolean): Json {
+  function aliasPlan(bug: boolean, readsU2 = true): Json {
+    const fy = readsU2
+      ? [op('fy0', 'add', ['v2', 'x'], ['y0']), op('fw', 'sub', ['u2', 'u2'], ['w']), op('fy', 'add', ['y0', 'w'], ['y'])]
+      : [op('fy', 'add', ['v2', 'x'], ['y'])];
+    const fu = readsU2
+      ? [op('a1', 'add', ['x', 'x'], ['u0']), op('ak', 'sub', ['k', 'k'], ['kz']), op('a1k', 'add', ['u0', 'kz'], ['u1'])]
+      : [op('a1', 'add', ['x', 'x'], ['u1'])];
     return {
       format: 'planproof/v1',
       name: 'alias',
       mesh: { axes: [{ name: 'dp', size: 2 }] },
       logical: {
-        tensors: [T('x', 'input'), ...['u1', 'u2', 'v1', 'v2', 'y', 'z'].map((t) => T(t, 'activation'))],
-        ops: [op('a1', 'add', ['x', 'x'], ['u1']), op('a2', 'add', ['u1', 'u1'], ['u2']), op('b1', 'scale', ['x'], ['v1'], { factor: 2 }), op('b2', 'scale', ['v1'], ['v2'], { factor: 2 }), op('fy', 'add', ['v2', 'x'], ['y']), op('fz', 'add', ['u2', 'x'], ['z'])],
+        tensors: [T('x', 'input'), ...(readsU2 ? [T('k', 'input')] : []), ...['u1', 'u2', 'v1', 'v2', 'y', 'z', ...(readsU2 ? ['y0', 'w', 'u0', 'kz'] : [])].map((t) => T(t, 'activation'))],
+        ops: [...fu, op('a2', 'add', ['u1', 'u1'], ['u2']), op('b1', 'scale', ['x'], ['v1'], { factor: 2 }), op('b2', 'scale', ['v1'], ['v2'], { factor: 2 }), ...fy, op('fz', 'add', ['u2', 'x'], ['z'])],
       },
       parallel: {
         programs: [
@@ -549,6 +560,7 @@ describe('boundary lineage: hints never cost a proof the plan has without them',
             ranks: 'all',
             tensors: [
               { id: 'x', shape: [2, 2], lineage: { logical: 'x', placements: ['R'] } },
+              ...(readsU2 ? [{ id: 'k', shape: [2, 2], lineage: { logical: 'k', placements: ['R'] } }] : []),
               { id: 'p1', shape: [2, 2], lineage: { logical: 'u1', placements: ['R'], inferred: true } },
               { id: 'p2', shape: [2, 2], lineage: { logical: 'u2', placements: ['R'], inferred: true } },
               { id: 'q', shape: [2, 2], lineage: { logical: 'y', placements: ['R'] } },
@@ -561,7 +573,7 @@ describe('boundary lineage: hints never cost a proof the plan has without them',
           },
         ],
       },
-      contract: { inputs: ['x'], outputs: ['y', 'z'] },
+      contract: { inputs: readsU2 ? ['x', 'k'] : ['x'], outputs: ['y', 'z'] },
     };
   }
   it('a stage its hints leave open is proved on the plan as written; the buggy twin is refuted', async () => {
@@ -572,6 +584,15 @@ describe('boundary lineage: hints never cost a proof the plan has without them',
     const t = await verifyBoundary('alias.json', aliasPlan(false), { jobs: 0, deadlineMs: 60_000, infer: false, direct: false, asWritten: false });
     assert.equal(t.verdict, 'unknown', t.summary);
     const b = await run(aliasPlan(true), false);
+    assert.equal(b.verdict, 'not_equivalent', b.summary);
+    assert.equal(b.stages.find((s) => s.status === 'not_equivalent')?.logical, 'y');
+  }).timeout(60_000);
+  it('a hint naming a logical tensor the consumer\'s logical value does not read: the stage defines it by its logical ops, and proves; the buggy twin is refuted', async () => {
+    // The rounds alone (no plan as written, no Z3): before, y's stage differed in normal form.
+    const r = await verifyBoundary('alias.json', aliasPlan(false, false), { jobs: 0, deadlineMs: 60_000, infer: false, direct: false, asWritten: false, portfolio: false });
+    assert.equal(r.verdict, 'verified', r.summary);
+    assert.equal(r.boundary.dropped, 0, r.summary);
+    const b = await verifyBoundary('alias.json', aliasPlan(true, false), { jobs: 0, deadlineMs: 60_000, infer: false, direct: false, asWritten: false, portfolio: false });
     assert.equal(b.verdict, 'not_equivalent', b.summary);
     assert.equal(b.stages.find((s) => s.status === 'not_equivalent')?.logical, 'y');
   }).timeout(60_000);

@@ -95,6 +95,14 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // the mul that reads it: values stop holding there, and the line names its inputs as suspects.
   { name: 'moe_ep_alltoall-bug', script: 'moe_ep_alltoall.py', args: ['--bug'], axis: 'ep', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(router_new, op 'return\.router_new'\)[\s\S]*likely cause: op '(index_\d+\.op' \(embedding\)|mul\.op' \(mul\) computes a value no logical tensor holds from inputs that hold[\s\S]*\(its attributes, group or inputs\))/ },
   { name: 'moe_ep_alltoall-bug-router', script: 'moe_ep_alltoall.py', args: ['--bug-router'], axis: 'ep', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(router_new, op 'return\.router_new'\)/ },
+  // Top-2 of 2 experts: every token goes to both experts, so the experts' inputs are equal
+  // logical tensors (a hint names one, the consumer reads the other: the stage defines it by its
+  // logical ops) and the two gates sum to 1 (an expert's gradient is also an addend of the loss
+  // gradient: replaced by its scaled block when too weak).
+  { name: 'moe_ep_alltoall-top2', script: 'moe_ep_alltoall.py', args: ['--top', '2'], axis: 'ep', code: 0, heavy: true, at: /VERIFIED \(for the values the program read into Python\)[\s\S]*specialized: logical run: \S*moe_ep_alltoall\.py:\d+: the routing choices 'routing' pinned/ },
+  // The un-permute gathers: the forward output is wrong, so is every gradient; the first user stage in order is b2's update.
+  { name: 'moe_ep_alltoall-top2-bug', script: 'moe_ep_alltoall.py', args: ['--top', '2', '--bug'], axis: 'ep', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \((b2|w1|router)_new, op 'return\.(b2|w1|router)_new'\)[\s\S]*likely cause: op 'index_\d+\.op' \(embedding\)/ },
+  { name: 'moe_ep_alltoall-top2-bug-router', script: 'moe_ep_alltoall.py', args: ['--top', '2', '--bug-router'], axis: 'ep', code: 1, heavy: true, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(router_new, op 'return\.router_new'\)/ },
   // The causal mask as masked_fill(mask, float('-inf')) before softmax: read exactly (masked entries get probability 0).
   { name: 'llama_tp-neginf', script: 'llama_tp.py', args: ['--neg-inf'], axis: 'tp', code: 0, heavy: true },
   // all_gather_into_tensor / _all_gather_base and ReduceOp.AVG (emulated on gloo), a ZeRO-1 step.

@@ -13,15 +13,19 @@ import { runCli } from './helpers.js';
 
 /**
  * Logical: z = f(x) by `zOps`, y = z * w. Parallel (one rank): the same z, then y = z * `yReads`
- * (`w` is right; `x` is an edit that only matters where z is not 0).
+ * (`w` is right; `x` and `v` are edits that only matter where z is not 0). With `v` (an input
+ * y alone reads, logically y = z * (w + 0 * v)), z is no function of y's stage's other
+ * inputs: only the constant elements say it is 0 (with `x`, the stage's retry computes z
+ * from x, docs/engine.md "Inputs defined by their logical ops").
  */
-function plan(zOps: object[], zTensors: object[], yReads: 'w' | 'x'): unknown {
+function plan(zOps: object[], zTensors: object[], yReads: 'w' | 'x' | 'v'): unknown {
+  const v = yReads === 'v';
   return {
     format: 'planproof/v1',
     mesh: { axes: [{ name: 'dp', size: 1 }] },
     logical: {
-      tensors: [{ id: 'x', shape: [3], role: 'input' }, { id: 'w', shape: [3], role: 'param' }, ...zTensors.map((t) => ({ ...t, role: 'activation' })), { id: 'z', shape: [3], role: 'activation' }, { id: 'y', shape: [3], role: 'output' }],
-      ops: [...zOps, { id: 'y', op: 'mul', inputs: ['z', 'w'], outputs: ['y'] }],
+      tensors: [{ id: 'x', shape: [3], role: 'input' }, { id: 'w', shape: [3], role: 'param' }, ...(v ? [{ id: 'v', shape: [3], role: 'param' }, { id: 'v0', shape: [3], role: 'activation' }, { id: 'wv', shape: [3], role: 'activation' }] : []), ...zTensors.map((t) => ({ ...t, role: 'activation' })), { id: 'z', shape: [3], role: 'activation' }, { id: 'y', shape: [3], role: 'output' }],
+      ops: [...zOps, ...(v ? [{ id: 'v0', op: 'scale', inputs: ['v'], outputs: ['v0'], attrs: { factor: 0 } }, { id: 'wv', op: 'add', inputs: ['w', 'v0'], outputs: ['wv'] }] : []), { id: 'y', op: 'mul', inputs: ['z', v ? 'wv' : 'w'], outputs: ['y'] }],
     },
     parallel: {
       programs: [
@@ -30,6 +34,7 @@ function plan(zOps: object[], zTensors: object[], yReads: 'w' | 'x'): unknown {
           tensors: [
             { id: 'x', shape: [3], lineage: { logical: 'x' } },
             { id: 'w', shape: [3], lineage: { logical: 'w' } },
+            ...(v ? [{ id: 'v', shape: [3], lineage: { logical: 'v' } }] : []),
             ...zTensors,
             { id: 'z', shape: [3], lineage: { logical: 'z' } },
             { id: 'y', shape: [3], lineage: { logical: 'y' } },
@@ -38,7 +43,7 @@ function plan(zOps: object[], zTensors: object[], yReads: 'w' | 'x'): unknown {
         },
       ],
     },
-    contract: { inputs: ['x', 'w'], outputs: ['y'] },
+    contract: { inputs: v ? ['x', 'w', 'v'] : ['x', 'w'], outputs: ['y'] },
   };
 }
 
@@ -64,17 +69,21 @@ const MAXC = [
 ];
 
 describe('constant elements: stages whose input is identically a constant', () => {
-  it('y = z * x for y = z * w, where z = 2x - (x + x) = 0: VERIFIED only with the constant; the stage alone cannot see it', () => {
-    const p = loadPlanObject('zero.json', plan(ZERO, T, 'x'));
+  it('y = z * v for y = z * w, where z = 2x - (x + x) = 0: VERIFIED only with the constant; the stage alone cannot see it', () => {
+    const p = loadPlanObject('zero.json', plan(ZERO, T, 'v'));
     const c = provedConstants(p);
     const z = p.logical.tensors.id('z');
     assert.deepEqual([...(c.get(z) ?? new Map()).entries()], [[0, '0/1'], [1, '0/1'], [2, '0/1']]);
     const r = verifyPlan(p);
     assert.equal(r.verdict, 'verified', r.summary);
+    // Reading x instead, z is a function of the stage's other input: its normal form proves it.
+    const rx = verifyPlan(loadPlanObject('zero-x.json', plan(ZERO, T, 'x')));
+    assert.equal(rx.verdict, 'verified', rx.summary);
+    assert.equal(rx.stages.find((s) => s.logical === 'y')?.decidedBy, 'normal');
   });
 
   it('the report names the record that proved y (`constants`), in verifyPlan and in the pool path alike', async () => {
-    const raw = plan(ZERO, T, 'x');
+    const raw = plan(ZERO, T, 'v');
     const p = loadPlanObject('zero.json', raw);
     const lib = verifyPlan(p);
     const pool = await verifyPlanInPool(p, JSON.stringify(raw), { jobs: 0, deadlineMs: 10_000 });

@@ -311,17 +311,75 @@ export class StageBuilder {
    * (`logicalValue`), the parallel values on demand (`parallelValues`), and the equalities
    * between them (`equalities`).
    */
-  build<S>(stage: Stage, src: SymbolSource<S>, constants?: Constants): StageBuild<S> {
+  build<S>(stage: Stage, src: SymbolSource<S>, constants?: Constants, expand = false): StageBuild<S> {
     const ctx = this.context(stage, src);
     const { inputs, seen } = this.closure(stage);
     const tooLarge = this.tooLarge(stage, inputs, seen);
     if (tooLarge !== undefined) return { pairs: [], logicalOps: 0, parallelOps: 0, tooLarge };
-    const syms = this.inputSymbols(ctx, inputs, constants);
+    const defined = expand ? this.definedInputs(stage, inputs, constants) : new Set<number>();
+    const syms = this.inputSymbols(ctx, inputs, constants, defined);
     if ('unsupported' in syms) return { pairs: [], logicalOps: 0, parallelOps: 0, unsupported: syms.unsupported };
-    const target = this.logicalValue(ctx, syms.logical, constants);
+    const evalLogical = this.logicalEvaluator(ctx, syms.logical, constants);
+    const target = evalLogical(stage.logical);
+    // Defined inputs: their logical definition, cut at the other inputs' symbols (docs/engine.md, "Inputs defined by their logical ops").
+    for (const L of defined) {
+      const why = this.symbolsOf(ctx, L, inputs, constants, syms, evalLogical(L).data);
+      if (why !== undefined) return { pairs: [], logicalOps: 0, parallelOps: 0, unsupported: why };
+    }
     src.parallelStart?.();
     const evalPar = this.parallelValues(ctx, inputs, syms);
     return this.equalities(ctx, evalPar, target, syms.chunks);
+  }
+
+  /**
+   * Input logical tensors a stage may take by their logical definition instead of as free
+   * symbols, for a retry of a stage left differing (`Prover`): those computed from the other
+   * inputs alone (a logical tensor that only splits another, both named by hints), and
+   * those the logical value does not read at all, walking back from the stage's logical tensor
+   * through the others (a hint claimed for one of two equal logical tensors, the consumer's
+   * logical op reading the other). Free, either says nothing about what the stage computes.
+   */
+  definedInputs(stage: Stage, inputs?: ReadonlyMap<string, LineageNF>, constants?: Constants): Set<number> {
+    const lg = this.plan.logical;
+    const named = new Set<number>([...(inputs ?? this.closure(stage).inputs).values()].map((nf) => nf.logical));
+    const leaf = (x: number): boolean => (lg.producer[x] as number) < 0 || (constants?.get(x)?.size ?? -1) === numel(lg.shapes[x] ?? []);
+    const ins = (x: number): readonly number[] => (leaf(x) ? [] : [...lg.ops.opInputs(lg.producer[x] as number)]);
+    // Whether x is a named tensor or a function of named tensors and constants alone
+    // (memoized, iterative: graphs are deep). A contract input no claim names is not.
+    const known = new Map<number, boolean>();
+    const determined = (root: number): boolean => {
+      const stack: [number, boolean][] = [[root, false]];
+      while (stack.length > 0) {
+        const [x, after] = stack.pop() as [number, boolean];
+        if (known.has(x)) continue;
+        if (named.has(x) || leaf(x)) {
+          known.set(x, named.has(x) || (lg.producer[x] as number) >= 0);
+          continue;
+        }
+        if (!after) {
+          stack.push([x, true]);
+          for (const y of ins(x)) if (!known.has(y)) stack.push([y, false]);
+          continue;
+        }
+        known.set(x, ins(x).every((y) => known.get(y) === true));
+      }
+      return known.get(root) === true;
+    };
+    // Inputs computed from the others alone (a split or reshape of one): defined, they add no
+    // free symbol, only what the logical graph says about them.
+    const defined = new Set([...named].filter((L) => !leaf(L) && ins(L).every(determined)));
+    // What the logical value reads, through defined inputs to the symbols they are computed from.
+    const read = new Set<number>();
+    const stack = [stage.logical];
+    while (stack.length > 0) {
+      const x = stack.pop() as number;
+      if (read.has(x)) continue;
+      read.add(x);
+      if (named.has(x) && !defined.has(x)) continue;
+      stack.push(...ins(x));
+    }
+    for (const L of named) if (!read.has(L)) defined.add(L);
+    return defined;
   }
 
   /** The algebra a build runs on: `src`'s, with the requirements ops declare collected, and where they were declared. */
@@ -357,67 +415,80 @@ export class StageBuilder {
    * (stages/engines/constants.ts) is that constant instead of a symbol; held as addends of a
    * sum, all but one addend of each group stay free and the last makes up the constant.
    */
-  private inputSymbols<S>(ctx: BuildContext<S>, inputs: ReadonlyMap<string, LineageNF>, constants?: Constants): InputSymbols<S> | { unsupported: string } {
-    const lg = this.plan.logical;
-    const { src, alg, combine } = ctx;
-    const inputLogical = new Set<number>([...inputs.values()].map((nf) => nf.logical));
-    const logicalSyms = new Map<number, S[]>();
-    const chunkTerms = new Map<string, S>();
-    for (const L of inputLogical) {
-      const shape = lg.shapes[L] ?? [];
-      const name = lg.tensors.name(L);
-      const groupsAt = new Map<number, Map<string, LineageNF>>();
-      for (const nf of inputs.values()) {
-        if (nf.logical !== L || (nf.value.n === 1 && nf.value.divisor === 1)) continue;
-        const idx = logicalIndexer(nf, shape);
-        const cnt = nf.ranges.reduce((p, r) => p * r.reduce((s, _, i) => (i % 2 === 0 ? s + ((r[i + 1] as number) - (r[i] as number)) : s), 0), 1);
-        const gk = groupKey(nf.value);
-        for (let f = 0; f < cnt; f++) {
-          const e = idx(f);
-          let m = groupsAt.get(e);
-          if (m === undefined) groupsAt.set(e, (m = new Map()));
-          if (!m.has(gk)) m.set(gk, nf);
-        }
-      }
-      const vals: S[] = new Array<S>(numel(shape));
-      const domain = lg.domains[L];
-      const known = constants?.get(L);
-      for (let e = 0; e < vals.length; e++) {
-        const gs = groupsAt.get(e);
-        const c = known?.get(e);
-        if (gs === undefined) {
-          vals[e] = c !== undefined ? alg.constant(c) : src.sym(`${name}[${e}]`, domain);
-          continue;
-        }
-        if (domain !== undefined) return { unsupported: `integer tensor '${name}' is held as partial addends` };
-        let value: S | undefined = c !== undefined && [...gs.values()].every((nf) => nf.value.reduce === 'sum') ? alg.constant(c) : undefined;
-        for (const [gk, nf] of gs) {
-          const v = nf.value;
-          const chunks: S[] = [];
-          if (value === undefined) {
-            for (let i = 0; i < v.n; i++) chunks.push(src.sym(`${name}[${e}]#${i}/${v.n}`));
-            value = combine(v.reduce, v.divisor, chunks);
-          } else {
-            if (v.reduce !== 'sum') return { unsupported: `logical '${name}' is assumed as two partial decompositions, one of them ${v.reduce}` };
-            for (let i = 0; i < v.n - 1; i++) chunks.push(src.sym(`${name}[${e}]#${i}/${v.n}'`));
-            chunks.push(alg.sub(alg.mul(value, alg.constant(v.divisor)), alg.sum(chunks)));
-          }
-          chunks.forEach((c, i) => chunkTerms.set(`${L}|${gk}|${e}|${i}`, c));
-        }
-        vals[e] = value as S;
-      }
-      logicalSyms.set(L, vals);
+  private inputSymbols<S>(ctx: BuildContext<S>, inputs: ReadonlyMap<string, LineageNF>, constants: Constants | undefined, defined: ReadonlySet<number>): InputSymbols<S> | { unsupported: string } {
+    const syms: InputSymbols<S> = { logical: new Map(), chunks: new Map() };
+    for (const L of new Set<number>([...inputs.values()].map((nf) => nf.logical))) {
+      if (defined.has(L)) continue;
+      const why = this.symbolsOf(ctx, L, inputs, constants, syms);
+      if (why !== undefined) return { unsupported: why };
     }
-    return { logical: logicalSyms, chunks: chunkTerms };
+    return syms;
   }
 
   /**
-   * The logical value of the stage's tensor, from the input logical tensors' symbols. A tensor
-   * the stage does not take as input is computed from its producers, unless `constants` holds
+   * The values of input logical tensor `L` into `syms` (why not, when its relation cannot be
+   * encoded): symbols, or `preset` (its logical definition) with the partial addends of each
+   * element made up to it as a constant's are.
+   */
+  private symbolsOf<S>(ctx: BuildContext<S>, L: number, inputs: ReadonlyMap<string, LineageNF>, constants: Constants | undefined, syms: InputSymbols<S>, preset?: readonly S[]): string | undefined {
+    const lg = this.plan.logical;
+    const { src, alg, combine } = ctx;
+    const shape = lg.shapes[L] ?? [];
+    const name = lg.tensors.name(L);
+    const groupsAt = new Map<number, Map<string, LineageNF>>();
+    for (const nf of inputs.values()) {
+      if (nf.logical !== L || (nf.value.n === 1 && nf.value.divisor === 1)) continue;
+      const idx = logicalIndexer(nf, shape);
+      const cnt = nf.ranges.reduce((p, r) => p * r.reduce((s, _, i) => (i % 2 === 0 ? s + ((r[i + 1] as number) - (r[i] as number)) : s), 0), 1);
+      const gk = groupKey(nf.value);
+      for (let f = 0; f < cnt; f++) {
+        const e = idx(f);
+        let m = groupsAt.get(e);
+        if (m === undefined) groupsAt.set(e, (m = new Map()));
+        if (!m.has(gk)) m.set(gk, nf);
+      }
+    }
+    const vals: S[] = new Array<S>(numel(shape));
+    const domain = lg.domains[L];
+    const known = constants?.get(L);
+    for (let e = 0; e < vals.length; e++) {
+      const gs = groupsAt.get(e);
+      const c = known?.get(e);
+      const fixed = preset?.[e] ?? (c !== undefined ? alg.constant(c) : undefined);
+      if (gs === undefined) {
+        vals[e] = fixed ?? src.sym(`${name}[${e}]`, domain);
+        continue;
+      }
+      if (domain !== undefined && preset === undefined) return `integer tensor '${name}' is held as partial addends`;
+      const sums = [...gs.values()].every((nf) => nf.value.reduce === 'sum');
+      if (preset !== undefined && !sums) return `logical '${name}' is defined by its logical ops and held as ${[...gs.values()].find((nf) => nf.value.reduce !== 'sum')?.value.reduce ?? ''} addends`;
+      let value: S | undefined = fixed !== undefined && sums ? fixed : undefined;
+      for (const [gk, nf] of gs) {
+        const v = nf.value;
+        const chunks: S[] = [];
+        if (value === undefined) {
+          for (let i = 0; i < v.n; i++) chunks.push(src.sym(`${name}[${e}]#${i}/${v.n}`));
+          value = combine(v.reduce, v.divisor, chunks);
+        } else {
+          if (v.reduce !== 'sum') return `logical '${name}' is assumed as two partial decompositions, one of them ${v.reduce}`;
+          for (let i = 0; i < v.n - 1; i++) chunks.push(src.sym(`${name}[${e}]#${i}/${v.n}'`));
+          chunks.push(alg.sub(alg.mul(value, alg.constant(v.divisor)), alg.sum(chunks)));
+        }
+        chunks.forEach((c, i) => syms.chunks.set(`${L}|${gk}|${e}|${i}`, c));
+      }
+      vals[e] = value as S;
+    }
+    syms.logical.set(L, vals);
+    return undefined;
+  }
+
+  /**
+   * The logical values (the stage's tensor, and expanded inputs), from the input logical
+   * tensors' symbols. A tensor the stage does not take as input is computed from its producers, unless `constants` holds
    * every element of it (then it is those constants: a logical op reading another output of a
    * split than the parallel side reads need not pull in the whole graph behind it).
    */
-  private logicalValue<S>(ctx: BuildContext<S>, logicalSyms: ReadonlyMap<number, S[]>, constants?: Constants): Dense<S> {
+  private logicalEvaluator<S>(ctx: BuildContext<S>, logicalSyms: ReadonlyMap<number, S[]>, constants?: Constants): (x: number) => Dense<S> {
     const lg = this.plan.logical;
     const { src, alg, here } = ctx;
     const lvals = new Map<number, Dense<S>>();
@@ -446,7 +517,7 @@ export class StageBuilder {
       lg.ops.opOutputs(op).forEach((t, k) => lvals.set(t, outs[k] as Dense<S>));
       return lvals.get(x) as Dense<S>;
     };
-    return evalLogical(ctx.stage.logical);
+    return evalLogical;
   }
 
   /** Parallel values: the inputs from the symbols, then each tensor's producer on demand (`evalPar(rank, tensor)`). */
@@ -592,7 +663,7 @@ export class Prover {
    * that leaves a difference or an open side condition, again with every sum expanded, so
    * the answer is the eager normal form's whenever the lazy one does not prove.
    */
-  private proveWithin(stage: Stage, t0: number, lazy: boolean, witnessed: boolean, constants?: Constants): StageResult {
+  private proveWithin(stage: Stage, t0: number, lazy: boolean, witnessed: boolean, constants?: Constants, expand = false): StageResult {
     const T = new TermStore(this.budget, lazy);
     T.stopAt = this.stopAt;
     let logicalConds = new Set<TermId>();
@@ -602,7 +673,7 @@ export class Prover {
       parallelStart: () => {
         logicalConds = new Set(T.conditions);
       },
-    }, constants);
+    }, constants, expand);
     const ranks = stage.obligations.map((o) => o.rank);
     if (b.tooLarge !== undefined) return result(stage, 'unknown', `the stage is too large: ${b.tooLarge}`, ranks, b, T.size, t0);
     if (b.unsupported !== undefined) return result(stage, 'unknown', `unsupported input relation: ${b.unsupported}`, ranks, b, T.size, t0);
@@ -613,14 +684,34 @@ export class Prover {
       failing.add(p.rank);
       firstResidual ??= `${p.what}: parallel - logical = ${T.render(T.sub(p.par, p.log), 300)}`;
     }
-    const eager = (): StageResult | undefined => (lazy && T.lazySums > 0 ? this.proveWithin(stage, t0, false, witnessed, constants) : undefined);
-    if (failing.size > 0) return (witnessed ? undefined : eager()) ?? result(stage, 'differs', firstResidual, [...failing], b, T.size, t0);
+    const eager = (): StageResult | undefined => (lazy && T.lazySums > 0 ? this.proveWithin(stage, t0, false, witnessed, constants, expand) : undefined);
+    if (failing.size > 0) {
+      const r = (witnessed ? undefined : eager()) ?? result(stage, 'differs', firstResidual, [...failing], b, T.size, t0);
+      return r.status === 'proved' || witnessed || expand || !lazy ? r : (this.expanded(stage, t0, constants) ?? r);
+    }
     for (const c of T.conditions) {
       if (logicalConds.has(c) || T.provablyNonzero(c)) continue;
       if ([...logicalConds].some((l) => T.equal(l, c) || T.equal(l, T.neg(c)))) continue;
       return eager() ?? result(stage, 'unknown', `side condition not discharged: ${T.render(c, 200)} != 0 (the parallel plan divides by it, the logical one does not)`, ranks, b, T.size, t0);
     }
     return result(stage, 'proved', undefined, [], b, T.size, t0);
+  }
+
+  /**
+   * The stage again with input logical tensors defined by their logical ops
+   * (`StageBuilder.definedInputs`): the proof when that one proves, else undefined (the first
+   * answer stands; past the work budget too). Sound either way: a logical tensor's value is its
+   * logical definition on every run (docs/engine.md, "Inputs defined by their logical ops").
+   */
+  private expanded(stage: Stage, t0: number, constants?: Constants): StageResult | undefined {
+    if (this.builder.definedInputs(stage, undefined, constants).size === 0) return undefined;
+    try {
+      const r = this.proveWithin(stage, t0, true, false, constants, true);
+      return r.status === 'proved' ? r : undefined;
+    } catch (e) {
+      if (e instanceof TermBudgetError) return undefined;
+      throw e;
+    }
   }
 }
 

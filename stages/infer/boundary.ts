@@ -106,6 +106,8 @@ export function roundsLimit(timeLimitS: number | undefined, ownMs: number = TIME
 }
 /** Deadline of a user stage before a certified refutation (the verdict is settled; it only confirms which stage fails first). */
 const SETTLED_DEADLINE_MS = 2_000;
+/** An alternative lineage that holds the whole value on each rank (a slice or a scaled block), not one addend of it. */
+const complete = (l: Record<string, unknown>): boolean => ((l['value'] as { of?: unknown } | undefined)?.of ?? 1) === 1;
 /** Deadline of a hint stage (a hint is meant to cut a short stage). */
 const HINT_DEADLINE_MS = 10_000;
 /** The normal form's work budget for a hint stage proved in this thread (a tenth of the default). */
@@ -365,14 +367,17 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         // too weak: an addend is a free symbol, so a mask that zeroes it on some tokens is lost
         // (the in-vocabulary half of a vocab-parallel embedding gradient is an addend of the
         // gradient, but the embedding backward that consumes it needs the mask). Those inputs
-        // are dropped first, with their alternatives; the stage is blamed only without them.
+        // are replaced by their next complete alternative (a scaled block: top-2 of 2 experts
+        // makes each rank's expert gradient an addend of the loss gradient, the gate
+        // probabilities summing to 1, but its consumers need the rank's own block) or dropped;
+        // the stage is blamed only without them.
         if (hintStage(r.stage)) {
           const weak = [...builder.closure(r.stage).inputs.entries()].filter(([k, nf]) => nf.value.n > 1 && hinted(...(k.split(':').map(Number) as [number, number])));
           for (const [k] of weak) {
             const [rk, t] = k.split(':').map(Number) as [number, number];
             const name = (plan.programs[plan.rankProgram[rk] as number] as Program).tensors.name(t);
             const h = hints.find((x) => x.program === plan.rankProgram[rk] && x.tensor === name);
-            if (h !== undefined) h.alternatives.length = 0;
+            if (h !== undefined) h.alternatives.splice(0, h.alternatives.length, ...h.alternatives.filter(complete));
             bad.add(`${plan.rankProgram[rk]}|${name}`);
           }
           if (weak.length > 0) continue;

@@ -246,7 +246,11 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
             }
           }
         }
-        if (out.length === 0 && !striped) {
+        // Also behind addends alone: a sum over ranks can equal a block by an identity of
+        // the values (top-2 of 2 experts: the two gate probabilities sum to 1, so the experts'
+        // scaled output gradients add up to the loss gradient), and that addend hint is then too
+        // weak for the consumers, which need each rank's scaled block.
+        if (!striped && out.every((c) => c.kind === 'addend')) {
           for (const k of scales) for (const m of matchSlices(v.data.map((y) => y / k), v.shape)) out.push({ L: m.L, kind: 'scaled', axes: [], n: 1, divisor: k, start: m.start, sameOp: sameOp(m.L) });
         }
         // Slices before addends before scaled copies; op matches first; among equal values

@@ -68,6 +68,8 @@ moe_ep_alltoall moe_ep_alltoall.py ep
 moe_ep_alltoall-onehot moe_ep_alltoall.py ep --counts onehot
 moe_ep_alltoall-histc moe_ep_alltoall.py ep --counts histc
 moe_ep_alltoall-top2 moe_ep_alltoall.py ep --top 2
+moe_ep_alltoall-top2-bug moe_ep_alltoall.py ep --top 2 --bug
+moe_ep_alltoall-top2-bug-router moe_ep_alltoall.py ep --top 2 --bug-router
 moe_ep_alltoall-bug moe_ep_alltoall.py ep --bug
 moe_ep_alltoall-bug-router moe_ep_alltoall.py ep --bug-router
 llama_tp-neginf llama_tp.py tp --neg-inf
