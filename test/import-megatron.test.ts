@@ -16,6 +16,7 @@ import { ImportError, parseFxGraph } from '../plans/import/fxtext.js';
 import { checkOpMap } from '../plans/import/opmap.js';
 import { SHIPPED_OPMAPS } from '../plans/import/opmaps.js';
 import { loadPlanObject } from '../lineage/load.js';
+import { verifyBoundary } from '../stages/infer/boundary.js';
 
 const CORPUS = 'test/fixtures/megatron-fx';
 const INDEX = 'test/fixtures/import-index';
@@ -420,6 +421,25 @@ describe('import-graphs: attention heads and the vocab-parallel embedding as cut
     const ok = await verdict(copy(EMB));
     assert.equal(ok.code, 0);
     assert.equal(ok.boundary.dropped, 0);
+  });
+
+  // Every hint stage past a tiny budget: a hint past its bound is dropped with its alternatives
+  // (views of the same values, each past the same bound a round later); before, 13 replacements
+  // took 22 rounds. Never "not equivalent" from a dropped hint; the off-by-one twin still is.
+  it('hint stages past their work budget are dropped with their alternatives (no replacement round); the plan is never refuted for it, its off-by-one twin is', async () => {
+    const run = async (d: string): Promise<{ verdict: string; replaced: number; dropped: number; rounds: number }> => {
+      const r = await importDir(d);
+      assert.equal(r.code, 0, r.stderr);
+      const rep = await verifyBoundary(r.out, JSON.parse(readFileSync(r.out, 'utf8')) as Record<string, unknown>, { jobs: 0, deadlineMs: 60_000, budget: 3000, portfolio: false });
+      return { verdict: rep.verdict, ...rep.boundary };
+    };
+    const ok = await run(copy(EMB));
+    assert.equal(ok.verdict, 'unknown');
+    assert.equal(ok.replaced, 0);
+    assert.equal(ok.dropped, 14);
+    assert.ok(ok.rounds <= 12, `rounds ${ok.rounds}`);
+    const bad = await run(copy(EMB, { 'rank1.py': (s) => s.replace('torch.ops.aten.sub.Tensor(clone, 16)', 'torch.ops.aten.sub.Tensor(clone, 15)') }));
+    assert.equal(bad.verdict, 'not_equivalent');
   });
 
   it('its twin with rank 1 off by one in its vocabulary range (token - 15) is NOT EQUIVALENT at the output', async () => {
