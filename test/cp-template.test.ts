@@ -72,4 +72,20 @@ describe('context-parallel zig-zag chunks per template (issue 37)', () => {
     assert.ok(s !== undefined && /^grad\//.test(s.logical), s?.logical);
     assert.ok((s.witness ?? []).length > 0);
   });
+
+  it(`proves per template nothing the element engine refutes rank by rank, on the plan and three bugs${FULL}`, () => {
+    for (const bug of [undefined, 'cp-grad-not-reduced', 'cp-loss-scaled-by-cp', 'sp-norm-grad-not-reduced']) {
+      const raw = cpPlan(2, 2, 2, 2, bug);
+      const tpl = verifyPerTemplate(loadPlanObject('t.json', raw));
+      const element = verifyPlan(loadPlanObject('e.json', raw), { tensorLevel: false });
+      if (bug !== undefined) {
+        assert.notEqual(tpl.verdict, 'verified', bug);
+        assert.equal(element.verdict, 'not_equivalent', bug);
+      }
+      const status = new Map(element.stages.map((s) => [s.logical, s.status]));
+      for (const s of tpl.stages) if (s.status === 'proved') assert.notEqual(status.get(s.logical), 'not_equivalent', `${bug ?? 'correct'}: '${s.logical}' proved per template`);
+      // The stages that carry the bug are left open per template.
+      if (bug !== undefined) assert.ok(tpl.stages.some((s) => s.status !== 'proved' && status.get(s.logical) === 'not_equivalent'), bug);
+    }
+  }).timeout(900_000);
 });
