@@ -13,6 +13,7 @@ import { verifyPerTemplate } from '../stages/decompose/template-verify.js';
 import { partProver } from '../stages/shrink/part.js';
 import { coversAll, unionParts, type Relation } from '../stages/engines/tensorlevel/relations.js';
 import { restripe, stripeChunk, stripeOf, stripeRange } from '../stages/engines/tensorlevel/stripes.js';
+import { reshapeRegions } from '../ops/layout.js';
 import { FULL } from './optional.js';
 
 /** A llama of tiny widths under SP and zig-zag CP (ring attention): dp x cp x tp ranks. */
@@ -51,6 +52,14 @@ describe('context-parallel zig-zag chunks per template (issue 37)', () => {
     // Reduce-scatter of the stripes over 2: each member's chunk is one piece.
     assert.deepEqual(stripeChunk(a, 2, 1), [6, 8]);
     assert.deepEqual(stripeChunk(a, 4, 1), [1, 2]);
+  });
+
+  it('reshape regions: a sample row and a chunk of its sequence merged are one flat block', () => {
+    // [2, 4, 8] -> [8, 8]: sample 1, positions [1, 3) are flat rows [5, 7).
+    assert.deepEqual(reshapeRegions([2, 4, 8], [8, 8], [[1, 2], [1, 3], [0, 8]]), [[[5, 7], [0, 8]]]);
+    // Two samples of a chunk are not contiguous; a whole outer dim before a slice is not either.
+    assert.equal(typeof reshapeRegions([2, 4, 8], [8, 8], [[0, 2], [1, 3], [0, 8]]), 'string');
+    assert.equal(typeof reshapeRegions([2, 4, 8], [2, 32], [[1, 2], [0, 4], [2, 4]]), 'string');
   });
 
   it(`proves dp2 tp2 cp2 SP per template with no stage open for stripes; gradients at tensor level${FULL}`, () => {
