@@ -19,7 +19,7 @@
  */
 import type { LineageNF } from '../../../lineage/model.js';
 import { iadd, iaxes, icmp, iconst, ikey, imul, isub, type Int } from './sym.js';
-import { claimRelation, isRouted, isSum, type Comp, type Derived, type Range, type Relation, type Value } from './relations.js';
+import { claimRelation, isRouted, isSum, type Comp, type Derived, type Range, type Relation } from './relations.js';
 
 const SPAN = 2 ** 40;
 /**
@@ -107,7 +107,7 @@ export function badRange(rg: Range): boolean {
 }
 
 /** A claim's normal form with each striped dim as its placeholder pair (numbers, as the claim's other ranges). */
-export function stripedNF(nf: LineageNF): LineageNF | string {
+function stripedNF(nf: LineageNF): LineageNF | string {
   if (nf.ranges.every((r) => r.length === 2)) return nf;
   const ranges: (readonly number[])[] = [];
   for (const r of nf.ranges) {
@@ -133,7 +133,7 @@ export function claimWithStripes(nf: LineageNF): Relation | string {
 /** A striped region as text (messages). */
 export function showRange(rg: Range, show: (a: Int) => string): string {
   const p = stripeOf(rg);
-  return p === undefined ? `${show(rg[0])}:${show(rg[1])}` : p.map(([a, b]) => `${a}:${b}`).join('+');
+  return p === undefined ? `${show(rg[0])}:${show(rg[1])}` : p.map(([a, b]) => `${show(a)}:${show(b)}`).join('+');
 }
 
 /**
@@ -178,12 +178,6 @@ export function restripe(d: Derived): Derived {
     return { terms };
   }
   return rel(d);
-}
-
-/** Whether a value holds a striped dim (rules that do not know stripes refuse it by restripe). */
-export function hasStripe(v: Value): boolean {
-  if (isRouted(v)) return false;
-  return (isSum(v) ? v.terms : [v]).some((t) => t.ranges.some((rg) => stripeOf(rg) !== undefined));
 }
 
 /**
@@ -237,8 +231,6 @@ export function stripeChunk(rg: Range, g: number, me: Int): Range | string | und
   return [lo, iadd(lo, w)];
 }
 
-/** For messages: a region with its stripes spelled out. */
-export const stripeKey = (rg: Range): string => showRange(rg, ikey);
 
 /**
  * A layout op with a region map (OpDef.sliceRegions: reshape) on a striped input, piece by
