@@ -306,19 +306,25 @@ export function reshapeRegions(inShape: Shape, outShape: Shape, reg: readonly (r
 
 /** The region of a group as one flat range, or why it is not contiguous. */
 function flatRange(dims: Shape, reg: readonly (readonly [number, number])[]): [number, number] | string {
+  // j: the last dim not held whole. Row-major, the block is contiguous when every dim before j
+  // is one index (a context-parallel sequence chunk of one sample's row: [dp, dp + 1) x [s, e)).
   let j = -1;
   for (let d = 0; d < dims.length; d++) {
     const [a, b] = reg[d] as [number, number];
-    if (a === 0 && b === dims[d]) continue;
-    if (j >= 0) return 'sliced along two dims of one merged group';
-    j = d;
+    if (!(a === 0 && b === dims[d])) j = d;
   }
   const total = dims.reduce((p, d) => p * d, 1);
   if (j < 0) return [0, total];
-  for (let d = 0; d < j; d++) if (dims[d] !== 1) return 'sliced along an inner dim of a merged group';
+  let off = 0;
+  for (let d = 0; d < j; d++) {
+    const [a, b] = reg[d] as [number, number];
+    if (b - a !== 1) return a === 0 && b === dims[d] ? 'sliced along an inner dim of a merged group' : 'sliced along two dims of one merged group';
+    off = off * (dims[d] as number) + a;
+  }
   const inner = dims.slice(j + 1).reduce((p, d) => p * d, 1);
   const [a, b] = reg[j] as [number, number];
-  return [a * inner, b * inner];
+  const base = off * (dims[j] as number) * inner;
+  return [base + a * inner, base + b * inner];
 }
 
 /** [A, B) of a group's flat index as a block (outer dims one index, one dim a range, inner dims whole). */

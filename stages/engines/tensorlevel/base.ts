@@ -12,6 +12,7 @@ import type { Program } from '../../../plans/model.js';
 import { type TemplateFrame, templateFrame, evalNF } from './frames.js';
 import { type Range, type Frac, ONE, fmul, feq, type Relation, type Value, type Derived, isSum, isRouted, valueKey, regionKey, type StageRef, type Ctx, type Shared, type Sig } from './relations.js';
 import type { Int } from './sym.js';
+import { showRange } from './stripes.js';
 import { AttrUse, LogicalWorld } from './world.js';
 
 export abstract class ProverBase {
@@ -134,7 +135,7 @@ export abstract class ProverBase {
     const s = r.scale.num === 1 && r.scale.den === 1 ? '' : `${r.scale.num}/${r.scale.den} x `;
     const f = (a: Int): string => this.showInt(a);
     const p = r.part === undefined ? '' : ` (addends ${r.part.comps.map((c) => `${c.cover.map(f).join(',')} of ${c.total}`).join(' + ')})`;
-    return `${s}${this.world.name(r.logical)}[${r.ranges.map(([a, b]) => `${f(a)}:${f(b)}`).join(',')}]${p}`;
+    return `${s}${this.world.name(r.logical)}[${r.ranges.map((rg) => showRange(rg, f)).join(',')}]${p}`;
   }
 
   /** A rank-dependent bound in the mesh's words: "16032*tp + 16032" (coordinates from the program's base). */

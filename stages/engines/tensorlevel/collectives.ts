@@ -7,6 +7,7 @@ import type { Attrs, Shape } from '../../../ops/types.js';
 import { everyPoint } from './frames.js';
 import { type Range, type Frac, ONE, frac, fmul, feq, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, isRouted, termsOf, termKey, addTerms, sameRel, chunkOf, coversAll, unionParts, MAX_LIFT_POINTS, type Shared } from './relations.js';
 import { RoutedRules } from './routed.js';
+import { concatStripes, stripeChunk } from './stripes.js';
 import { iaxes, ieval, ikey, Sym, type Int } from './sym.js';
 
 export abstract class CollectiveRules extends RoutedRules {
@@ -53,7 +54,10 @@ export abstract class CollectiveRules extends RoutedRules {
         const comb = this.materialize(comb0);
         if (typeof comb === 'string') return comb;
         const d = this.normDim(attrs['dim'], comb.ranges.length);
-        const chunk = chunkOf(comb.ranges[d] as Range, g, me);
+        // A striped dim: chunk me of the local positions, mapped through the pieces (stripes.ts).
+        const striped = stripeChunk(comb.ranges[d] as Range, g, me);
+        if (typeof striped === 'string') return striped;
+        const chunk = striped ?? chunkOf(comb.ranges[d] as Range, g, me);
         if (chunk === undefined) return 'reduce_scatter of a region not divisible by the group';
         const ranges = comb.ranges.map((x, i) => (i === d ? chunk : x));
         return this.checked({ ...comb, ranges }, outShape);
@@ -101,7 +105,11 @@ export abstract class CollectiveRules extends RoutedRules {
     for (const x of present) {
       if (x.logical !== first.logical || x.part !== undefined || x.bcast !== undefined || !feq(x.scale, first.scale)) return `${what} of inputs that are not slices of one value`;
       if (x.ranges.some((rg, i) => i !== d && (rg[0] !== (first.ranges[i] as Range)[0] || rg[1] !== (first.ranges[i] as Range)[1]))) return `${what} of slices that differ outside dim ${d}`;
-      if ((x.ranges[d] as Range)[0] !== end) return `${what} of slices that are not contiguous in group order`;
+      if ((x.ranges[d] as Range)[0] !== end) {
+        // Not contiguous (context parallelism's zig-zag chunks): a striped region, or why not.
+        const st = concatStripes(present, d);
+        return typeof st === 'string' ? `${what} of slices that are not contiguous in group order (${st})` : st;
+      }
       end = (x.ranges[d] as Range)[1];
     }
     return { logical: first.logical, scale: first.scale, ranges: first.ranges.map((x, i) => (i === d ? ([(first.ranges[d] as Range)[0], end] as Range) : x)) };

@@ -8,6 +8,7 @@ import { evalLineage, type LineageNF } from '../../../lineage/model.js';
 import { programBox } from '../../../plans/mesh.js';
 import type { Program } from '../../../plans/model.js';
 import { type Relation, type Value, isSum, isRouted } from './relations.js';
+import { substRange } from './stripes.js';
 import { isubst, type Int } from './sym.js';
 
 /**
@@ -85,7 +86,7 @@ export function substValue(v: Value, axes: readonly number[], at: readonly numbe
   const sub = (a: Int): Int => isubst(a, axes, at, x0);
   const rel = (r: Relation): Relation => ({
     ...r,
-    ranges: r.ranges.map(([a, b]) => [sub(a), sub(b)] as const),
+    ranges: r.ranges.map((rg) => substRange(rg, sub)),
     ...(r.part === undefined ? {} : { part: { ...r.part, comps: r.part.comps.map((c) => ({ ...c, cover: c.cover.map(sub) })) } }),
   });
   if (isRouted(v)) return { ...v, region: v.region.map(([a, b]) => [sub(a), sub(b)] as const), blocks: v.blocks.map(([a, b]) => [sub(a), sub(b)] as const) };

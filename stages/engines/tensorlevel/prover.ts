@@ -27,7 +27,8 @@ import { registry } from '../../../ops/registry.js';
 import type { Program } from '../../../plans/model.js';
 import { checkRunClock, TimeLimitReached } from '../../clock.js';
 import { result, type Producer, type Stage, type StageResult } from '../../decompose/prove.js';
-import { type Frac, feq, fdiv, type Comp, type Part, isMaxPart, type Relation, type Value, type Derived, regionKey, sameRel, claimRelation, coversAll, unionPart, MAX_DEPTH, type StageRef, type Ctx, type Shared } from './relations.js';
+import { type Frac, feq, fdiv, type Comp, type Part, isMaxPart, type Relation, type Value, type Derived, regionKey, sameRel, coversAll, unionPart, MAX_DEPTH, type StageRef, type Ctx, type Shared } from './relations.js';
+import { claimWithStripes, restripe } from './stripes.js';
 import { TemplateRules } from './template.js';
 
 /** A relation derived from claims (TensorLevelProver.deriveFromClaims), in a rank's numbers. */
@@ -53,7 +54,7 @@ export class TensorLevelProver extends TemplateRules {
     // Partial obligations: by region and decomposition, the derived parts must partition the value.
     const groups = new Map<string, { claim: Relation; parts: Relation[] }>();
     for (const o of stage.obligations) {
-      const claim = this.canonical(claimRelation(o.nf));
+      const claim = this.canonical(claimWithStripes(o.nf));
       if (typeof claim === 'string') return { why: `rank ${o.rank}: the claim is ${claim}` };
       const d0 = derive(o.rank, o.tensor, 0);
       const d = typeof d0 === 'string' ? d0 : this.materialize(d0);
@@ -118,6 +119,8 @@ export class TensorLevelProver extends TemplateRules {
     const ranges: [number, number][] = [];
     for (const [a, b] of d.ranges) {
       if (typeof a !== 'number' || typeof b !== 'number') return 'a rank-dependent range';
+      // A placeholder (stripes.ts) is no range a lineage spec could state as one pair.
+      if (a < 0) return 'a striped region (several ranges along one dim)';
       ranges.push([a, b]);
     }
     let part: DerivedClaim['part'];
@@ -193,7 +196,7 @@ export class TensorLevelProver extends TemplateRules {
       if (hit !== undefined) return hit;
       const nf = this.claimNF(r, t);
       if (nf === undefined) return 'no lineage';
-      const rel = this.canonical(claimRelation(nf));
+      const rel = this.canonical(claimWithStripes(nf));
       if (this.claimCache.size > 2_000_000) this.claimCache.clear();
       this.claimCache.set(ck, rel);
       return rel;
@@ -222,7 +225,7 @@ export class TensorLevelProver extends TemplateRules {
     const me = c.group.indexOf(r);
     // A broadcast's value is its source member's input (other members may pass a buffer).
     const src = typeof c.attrs['src'] === 'number' ? c.group.indexOf(c.attrs['src']) : -1;
-    return this.deriveCollective(registry.get(c.kind).name, c.attrs, shared, me, c.group.length, plan.view(r).shapes[t] ?? [], src);
+    return restripe(this.deriveCollective(registry.get(c.kind).name, c.attrs, shared, me, c.group.length, plan.view(r).shapes[t] ?? [], src));
   }
 
   /**

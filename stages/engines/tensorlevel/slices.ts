@@ -8,6 +8,7 @@ import { attrScalar, numel, type AttrValue, type Attrs, type DimLabel, type OpDe
 import type { Program } from '../../../plans/model.js';
 import { ProverBase } from './base.js';
 import { type Range, ONE, fmul, feq, fkey, fdiv, parseFrac, type Comp, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, termsOf, addTerms, attrsKey, dimAttr, PRODUCT, isProduct, type Sig, trailingUnits } from './relations.js';
+import { concatStripes, restripe, stripeOf, stripedLayout } from './stripes.js';
 import { iadd, icmp, iconst, iscale, isub, Sym, type Int } from './sym.js';
 import type { OpRef } from './world.js';
 
@@ -97,7 +98,7 @@ export abstract class SliceRules extends ProverBase {
     const p = plan.programs[plan.rankProgram[r] as number] as Program;
     const view = plan.view(r);
     const vocab = this.vocabRule(r, op, t, depth, derive);
-    if (vocab !== undefined) return vocab;
+    if (vocab !== undefined) return restripe(vocab);
     const vals: Value[] = [];
     for (const x of p.ops.opInputs(op)) {
       const d = derive(r, x, depth + 1);
@@ -121,7 +122,7 @@ export abstract class SliceRules extends ProverBase {
     const mkey = `${plan.rankProgram[r] as number}|${op}|${t}|${osig}|${vals.map((v) => this.valueId(v)).join(',')}`;
     const hit = this.opMemo.get(mkey);
     if (hit !== undefined) return hit;
-    const d = this.deriveOpFrom(r, op, t, vals);
+    const d = restripe(this.deriveOpFrom(r, op, t, vals));
     if (this.opMemo.size > 500_000) this.opMemo.clear();
     this.opMemo.set(mkey, d);
     return d;
@@ -372,6 +373,13 @@ export abstract class SliceRules extends ProverBase {
       const n = def.narrows !== undefined ? this.narrowed(r, op, x, local[0] ?? [], attrs, def.narrows, outShape) : this.padded(r, op, x, local[0] ?? [], attrs, def.zeroPads as NonNullable<OpDef['zeroPads']>, outShape);
       if (n !== undefined) return n;
     }
+    if (typeof d === 'string' && def.name === 'concat' && ins.length > 1 && ins.every((x) => x.part === undefined && x.bcast === undefined)) {
+      // A concat with no logical counterpart of slices of one value (context parallelism's
+      // zig-zag rope tables): the value at their ranges in order, striped where not contiguous.
+      const dim = dimAttr(attrs, 'dim', outShape.length);
+      const c = dim === undefined ? 'a concat without a dim' : concatStripes(ins, dim);
+      if (typeof c !== 'string') return this.checked(c, outShape);
+    }
     if (typeof d === 'string' && kind === this.reshapeKind && ins.length === 1 && trailingUnits(local[0] ?? [], outShape) !== undefined) {
       // Trailing unit dims added or dropped: the same reshape of the logical tensor, on any region.
       const u = this.unitLog(ins[0] as Relation, local[0] ?? [], outShape);
@@ -456,9 +464,32 @@ export abstract class SliceRules extends ProverBase {
         const outShapes = o.outputs.map((y) => w.shape(y));
         // Keyed by everything the map reads: the op kind, shapes and both attribute sets.
         const memoKey = `${kind}|${JSON.stringify(inShapes)}|${JSON.stringify(outShapes)}|${attrsKey(o.attrs)}|${attrsKey(attrs)}`;
-        const regs = this.lifted(ins.map((y) => y.ranges), (rs) => slice(inShapes, outShapes, rs, o.attrs, attrs), memoKey);
+        const sd = x.ranges.findIndex((rg) => stripeOf(rg) !== undefined);
+        const regs =
+          sd < 0
+            ? this.lifted(ins.map((y) => y.ranges), (rs) => slice(inShapes, outShapes, rs, o.attrs, attrs), memoKey)
+            : // A striped input, piece by piece (stripes.ts stripedLayout): one output, local shapes as held.
+              o.outputs.length !== 1
+              ? `'${name}' of a striped region with several outputs`
+              : [
+                  stripedLayout(
+                    x.ranges,
+                    sd,
+                    outShape,
+                    (rs) => {
+                      const m = this.lifted([rs], (q) => slice(inShapes, outShapes, q, o.attrs, attrs), memoKey);
+                      return typeof m === 'string' ? m : (m[0] ?? 'no output');
+                    },
+                    (inShape, rs) => {
+                      const m = slice([inShape], [outShape], [rs], attrs, attrs);
+                      return typeof m === 'string' ? m : (m[0] ?? 'no output');
+                    },
+                  ),
+                ];
         if (typeof regs === 'string') return regs;
-        const reg = regs[k];
+        const reg0 = regs[k];
+        if (typeof reg0 === 'string') return reg0;
+        const reg = reg0;
         if (reg === undefined) return `'${name}' has no output ${k}`;
         d = { logical: out, ranges: reg, scale: x.scale, ...(x.part === undefined ? {} : { part: { key: `lin|${q}|0|${k}|${x.part.key}`, comps: x.part.comps } }) };
       } else {

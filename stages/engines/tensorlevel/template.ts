@@ -11,6 +11,7 @@ import { checkRunClock } from '../../clock.js';
 import { CollectiveRules } from './collectives.js';
 import { axisSites, type TemplateStageRef, type TemplateFrame, everyPoint, sameSetsOutside, substValue } from './frames.js';
 import { type Range, type Frac, frac, fmul, feq, type Comp, type Part, type Relation, type Value, type Derived, regionKey, sameRel, sameAddend, attrsKey, coversAll, unionParts, MAX_LIFT_POINTS, evenPlacements, type StageRef, type Ctx, type Shared } from './relations.js';
+import { badRange, rangeAxes, restripe, stripeRange } from './stripes.js';
 import { iadd, iaxes, icmp, iconst, ieval, ikey, Sym, type Int } from './sym.js';
 
 export abstract class TemplateRules extends CollectiveRules {
@@ -150,7 +151,7 @@ export abstract class TemplateRules extends CollectiveRules {
     }
     const kind = registry.get(p.ops.kind[site] as number).name;
     if (kind === 'broadcast') return 'per template: a broadcast (its source is a rank, not a place in the group)';
-    return this.deriveCollective(kind, plan.view(r).attrs[site] ?? {}, shared, Sym.of(pos, k), shared.ins.length, plan.view(r).shapes[t] ?? [], -1);
+    return restripe(this.deriveCollective(kind, plan.view(r).attrs[site] ?? {}, shared, Sym.of(pos, k), shared.ins.length, plan.view(r).shapes[t] ?? [], -1));
   }
 
   /**
@@ -195,7 +196,7 @@ export abstract class TemplateRules extends CollectiveRules {
     const c = comp.cover[0] as Int;
     const one = comp.kind === 'idx' ? comp.cover.length === 1 : comp.cover.length === 2 && icmp(comp.cover[1] as Int, iadd(c, 1)) === 0;
     if (!one || icmp(c, pos) !== 0) return no("its addend index is not the member's position in the group");
-    if (d.ranges.some(([lo, hi]) => [...iaxes(lo), ...iaxes(hi)].some((a) => written.includes(a)))) return no('its region moves along the group axes');
+    if (d.ranges.some((rg) => rangeAxes(rg).some((a) => written.includes(a)))) return no('its region moves along the group axes');
     const scale = red === 'avg' ? fmul(d.scale, frac(1, n) as Frac) : d.scale;
     if (scale === undefined) return 'scale overflow';
     return this.checked({ logical: d.logical, ranges: d.ranges, scale }, plan.view(r).shapes[t] ?? []);
@@ -330,15 +331,13 @@ export abstract class TemplateRules extends CollectiveRules {
     const local = plan.view(r).shapes[t] ?? [];
     const nfAt = (x: readonly number[]): LineageNF => evalLineage(spec, mesh, mesh.rankOf(x), lshape, local);
     // Flattened to numbers: [ranges..., idx], with the constant parts as text.
+    // Striped dims (several ranges) are fitted piece by piece; the piece counts are part of the fixed text.
     const flat = (nf: LineageNF): { nums: number[]; fixed: string } | string => {
       const nums: number[] = [];
-      for (const rg of nf.ranges) {
-        if (rg.length !== 2) return 'a striped region (several ranges along one dim)';
-        nums.push(rg[0] as number, rg[1] as number);
-      }
+      for (const rg of nf.ranges) for (const x of rg) nums.push(x);
       const v = nf.value;
       nums.push(v.n === 1 ? 0 : v.idx);
-      return { nums, fixed: `${nf.logical}|${v.divisor}|${v.n}|${v.reduce}|${groupKey(v)}` };
+      return { nums, fixed: `${nf.logical}|${v.divisor}|${v.n}|${v.reduce}|${groupKey(v)}|${nf.ranges.map((rg) => rg.length).join(',')}` };
     };
     const x0 = [...frame.x0];
     const nf0 = nfAt(x0);
@@ -371,7 +370,16 @@ export abstract class TemplateRules extends CollectiveRules {
         });
     if (bad !== undefined) return bad;
     const ranges: Range[] = [];
-    for (let d = 0; d + 1 < sym.length; d += 2) ranges.push([sym[d] as Int, sym[d + 1] as Int]);
+    let at = 0;
+    for (const rg of nf0.ranges) {
+      const pieces: Range[] = [];
+      for (let i = 0; i < rg.length; i += 2, at += 2) pieces.push([sym[at] as Int, sym[at + 1] as Int]);
+      // A striped dim as its placeholder (stages/engines/tensorlevel/stripes.ts).
+      const one = pieces.length === 1 ? (pieces[0] as Range) : stripeRange(pieces);
+      if (typeof one === 'string') return `the claim is ${one}`;
+      ranges.push(one);
+    }
+    if (ranges.some(badRange)) return 'a region out of range';
     const v = nf0.value;
     const scale = frac(v.divisor, 1);
     if (scale === undefined) return 'a divisor that is not an integer';
