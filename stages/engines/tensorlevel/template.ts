@@ -10,9 +10,10 @@ import type { Program } from '../../../plans/model.js';
 import { checkRunClock } from '../../clock.js';
 import { CollectiveRules } from './collectives.js';
 import { axisSites, type TemplateStageRef, type TemplateFrame, everyPoint, sameSetsOutside, substValue } from './frames.js';
-import { type Range, type Frac, frac, fmul, feq, type Comp, type Part, type Relation, type Value, type Derived, regionKey, sameRel, sameAddend, attrsKey, coversAll, unionParts, MAX_LIFT_POINTS, evenPlacements, type StageRef, type Ctx, type Shared } from './relations.js';
+import { type Range, type Frac, frac, fmul, feq, type Comp, type Relation, type Value, type Derived, regionKey, sameRel, sameAddend, attrsKey, MAX_LIFT_POINTS, evenPlacements, type StageRef, type Ctx, type Shared } from './relations.js';
+import { AddendGroups } from './addends.js';
 import { badRange, rangeAxes, restripe, stripeRange } from './stripes.js';
-import { iadd, iaxes, icmp, iconst, ieval, ikey, Sym, type Int } from './sym.js';
+import { iadd, iaxes, icmp, ieval, ikey, Sym, type Int } from './sym.js';
 
 export abstract class TemplateRules extends CollectiveRules {
   /**
@@ -28,7 +29,7 @@ export abstract class TemplateRules extends CollectiveRules {
     const tmpl = this.tmpl;
     if (tmpl === undefined) return { why: 'not a per-template prover' };
     const derive = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set() });
-    const groups = new Map<string, { n: number; byIdx: Map<number, Relation> }>();
+    const groups = new AddendGroups();
     for (const [pix, part] of stage.parts.entries()) {
       const prog = this.plan.programs[part.program] as Program;
       const frame = tmpl[part.program];
@@ -65,27 +66,11 @@ export abstract class TemplateRules extends CollectiveRules {
         if (whole && sameAddend(d, claim)) continue;
         return { why: `${name}: addends over ${points} coordinates`, part: pix };
       }
-      const bad = everyPoint(axes, frame.sets, frame.x0, (x) => {
-          const at = (c: Relation): Relation => substValue(c, axes, x, frame.x0) as Relation;
-          const cl = at(claim);
-          const dx = at(d);
-          const idx = iconst(((cl.part as Part).comps[0] as Comp).cover[0] as Int);
-          if (idx === undefined) return 'an addend index that depends on the coordinates';
-          const gk = `${(claim.part as Part).key}@${regionKey(cl)}`;
-          let g = groups.get(gk);
-          if (g === undefined) groups.set(gk, (g = { n, byIdx: new Map() }));
-          const prev = g.byIdx.get(idx);
-          if (prev !== undefined && !sameRel(prev, dx)) return `replicas of addend ${idx} derive different values`;
-          g.byIdx.set(idx, dx);
-          return undefined;
-      });
+      const bad = groups.walk(claim, d, axes, frame, n);
       if (bad !== undefined) return { why: `${name}: ${bad}`, part: pix };
     }
-    for (const [gk, g] of groups) {
-      if (g.byIdx.size !== g.n) return { why: `addends ${gk}: ${g.byIdx.size} of ${g.n} are computed in this stage` };
-      const u = unionParts([...g.byIdx.values()].map((r) => r.part as Part));
-      if (u === undefined || !coversAll(u)) return { why: `the claimed addends ${gk} do not add up to the whole value` };
-    }
+    const bad = groups.check();
+    if (bad !== undefined) return { why: bad };
     return { proved: true };
   }
 

@@ -165,7 +165,8 @@ export class LogicalWorld {
       // A decomposition (clip_grad_norm as its parts): each output is the expression's value.
       const dec = factors.every((f) => feq(f, ONE)) ? def.decompose?.(inputs.length, attrs, inShapes, [...lg.ops.opInputs(op)].map((x) => this.domains[x])) : undefined;
       if (dec !== undefined) {
-        const ids = dec.map((e) => this.build(e, inputs));
+        const seen = new Map<DecompExpr, number | undefined>();
+        const ids = dec.map((e) => this.build(e, inputs, seen));
         if (ids.every((x) => x !== undefined)) outs.forEach((t, i) => this.alias(t, ids[i] as number, ONE));
         continue;
       }
@@ -245,17 +246,27 @@ export class LogicalWorld {
     return undefined;
   }
 
-  private build(e: DecompExpr, inputs: readonly number[]): number | undefined {
+  /**
+   * The tensor an expression names over these inputs. `seen` holds the subexpressions already
+   * built over the same inputs: a decomposition shares them between its outputs (clip_grad_norm's
+   * sum of squares, one object in each of its n outputs), and building that sum again per output
+   * was n^2 lookups (10^6 at 405B, ~12 s). A subexpression over the same inputs names the same
+   * tensor the second time (opFor finds the op it registered), so the memo changes no id.
+   */
+  private build(e: DecompExpr, inputs: readonly number[], seen = new Map<DecompExpr, number | undefined>()): number | undefined {
     if ('input' in e) return inputs[e.input];
+    if (seen.has(e)) return seen.get(e);
+    let id: number | undefined;
     if ('sum' in e) {
-      const ids = e.sum.map((x) => this.build(x, inputs));
-      if (ids.some((x) => x === undefined)) return undefined;
-      return this.sumOf(ids.map((id) => ({ id: id as number, coef: ONE })));
+      const ids = e.sum.map((x) => this.build(x, inputs, seen));
+      id = ids.some((x) => x === undefined) ? undefined : this.sumOf(ids.map((x) => ({ id: x as number, coef: ONE })));
+    } else {
+      const args = e.args.map((x) => this.build(x, inputs, seen));
+      const q = args.some((x) => x === undefined) ? undefined : this.opFor(registry.id(e.op), e.attrs, args as number[]);
+      id = q === undefined ? undefined : (this.ops[q] as OpRef).outputs[e.output ?? 0];
     }
-    const args = e.args.map((x) => this.build(x, inputs));
-    if (args.some((x) => x === undefined)) return undefined;
-    const q = this.opFor(registry.id(e.op), e.attrs, args as number[]);
-    return q === undefined ? undefined : (this.ops[q] as OpRef).outputs[e.output ?? 0];
+    seen.set(e, id);
+    return id;
   }
 
   /**
