@@ -39,6 +39,7 @@ BUG = "--bug" in sys.argv
 GEOMETRY = "--geometry" in sys.argv
 TIES = "--ties" in sys.argv
 BN = "--bn" in sys.argv
+STRIDED = "--rows" in sys.argv and sys.argv[sys.argv.index("--rows") + 1] == "strided"
 BATCH = 8  # 4 rows per rank on 2 processes
 C1, C2, HIDDEN, CLASSES = 4, 6, 16, 10
 
@@ -91,7 +92,10 @@ def step(cap):
     target = cap.replicate(torch.randint(0, CLASSES, (BATCH,), generator=g), name="target", values=(0, CLASSES))
     opt = torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=5e-4)
     with cap.trace():
-        x, y = data.chunk(ws)[rank], target.chunk(ws)[rank]
+        if STRIDED:  # DistributedSampler's rows (shuffle=False): r, r + ws, r + 2·ws, ...
+            x, y = data[rank::ws], target[rank::ws]
+        else:
+            x, y = data.chunk(ws)[rank], target.chunk(ws)[rank]
         opt.zero_grad()
         if BUG:
             x = F.relu(conv1(x))
