@@ -3,7 +3,8 @@
 
 `nn.Conv2d` layers with `F.relu`, `F.max_pool2d`, `torch.flatten`, `nn.Linear`,
 `F.log_softmax` and `F.nll_loss`, wrapped in `torch.nn.parallel.DistributedDataParallel`;
-each rank takes its contiguous share of the batch, `data.chunk(world)[rank]` (see the end);
+each rank takes its contiguous share of the batch, `data.chunk(world)[rank]` (or strided
+rows, `--rows strided`, see the end);
 `torch.optim.SGD(momentum=0.9, weight_decay=5e-4)` as-is (its momentum buffers made inside the
 step, so the plan is the first step). 1x8x8 images, 4 per rank; conv 1-4-6, Linear 54-16-10.
 
@@ -23,9 +24,12 @@ computes on the whole batch. verify says NOT EQUIVALENT, first at the running me
 average over the ranks of their batch means is the logical one: an all-reduce is missing,
 which is what SyncBatchNorm adds); the parameters differ too. A correct answer, not a bug twin.
 
-Rows: with `data[rank::world]` (DistributedSampler's rows) instead of chunks, verify
-ends UNKNOWN here: each rank's activation gradients are twice a strided selection of the
-logical ones, a relation the inference does not propose, so the backward is one stage too large.
+`--rows strided`: rank r takes rows r, r + world, r + 2·world, ... (`data[rank::world]`, as
+DistributedSampler without shuffling hands them out) instead of its chunk. Each rank's
+activation gradients are then twice a strided selection of the logical ones (its loss is a
+mean over 4 rows, the logical one over 8; DDP's average restores the parameter gradients):
+verify --infer proposes them as scaled striped slices, proves them and says VERIFIED; with
+`--bug` too, NOT EQUIVALENT at conv1's parameters.
 """
 import sys
 
@@ -39,6 +43,7 @@ BUG = "--bug" in sys.argv
 GEOMETRY = "--geometry" in sys.argv
 TIES = "--ties" in sys.argv
 BN = "--bn" in sys.argv
+STRIDED = "--rows" in sys.argv and sys.argv[sys.argv.index("--rows") + 1] == "strided"
 BATCH = 8  # 4 rows per rank on 2 processes
 C1, C2, HIDDEN, CLASSES = 4, 6, 16, 10
 
@@ -91,7 +96,10 @@ def step(cap):
     target = cap.replicate(torch.randint(0, CLASSES, (BATCH,), generator=g), name="target", values=(0, CLASSES))
     opt = torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=5e-4)
     with cap.trace():
-        x, y = data.chunk(ws)[rank], target.chunk(ws)[rank]
+        if STRIDED:  # DistributedSampler's rows (shuffle=False): r, r + ws, r + 2·ws, ...
+            x, y = data[rank::ws], target[rank::ws]
+        else:
+            x, y = data.chunk(ws)[rank], target.chunk(ws)[rank]
         opt.zero_grad()
         if BUG:
             x = F.relu(conv1(x))

@@ -250,8 +250,14 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         // the values (top-2 of 2 experts: the two gate probabilities sum to 1, so the experts'
         // scaled output gradients add up to the loss gradient), and that addend hint is then too
         // weak for the consumers, which need each rank's scaled block.
-        if (!striped && out.every((c) => c.kind === 'addend')) {
-          for (const k of scales) for (const m of matchSlices(v.data.map((y) => y / k), v.shape)) out.push({ L: m.L, kind: 'scaled', axes: [], n: 1, divisor: k, start: m.start, sameOp: sameOp(m.L) });
+        if (out.every((c) => c.kind === 'addend')) {
+          for (const k of scales) {
+            const scaled = v.data.map((y) => y / k);
+            if (!striped) for (const m of matchSlices(scaled, v.shape)) out.push({ L: m.L, kind: 'scaled', axes: [], n: 1, divisor: k, start: m.start, sameOp: sameOp(m.L) });
+            // Scaled striped slices: DistributedSampler's rows (rank r takes r, r + ws, ...) and
+            // a per-rank mean loss make each activation gradient ws times a strided selection.
+            else for (const st of stripeMatches(matchSlices, scaled, v.shape)) out.push({ L: st.L, kind: 'scaled', axes: [], n: 1, divisor: k, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
+          }
         }
         // Slices before addends before scaled copies; op matches first; among equal values
         // (a clip factor of 1, a copy), the logical tensor earliest in topological order; the

@@ -108,5 +108,7 @@ ddp_cnn-bug ddp_cnn.py dp --bug
 ddp_cnn-geometry ddp_cnn.py dp --geometry
 ddp_cnn-ties ddp_cnn.py dp --ties
 ddp_cnn-bn ddp_cnn.py dp --bn
+ddp_cnn-strided ddp_cnn.py dp --rows strided
+ddp_cnn-strided-bug ddp_cnn.py dp --rows strided --bug
 LIST
 rm -rf tools/capture/__pycache__
