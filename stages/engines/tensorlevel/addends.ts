@@ -20,7 +20,7 @@
  * outermost), so the answer is the same.
  */
 import { substValue, type TemplateFrame } from './frames.js';
-import { type Comp, type Part, type Relation, regionKey, sameRel, unionParts, coversAll, isProduct } from './relations.js';
+import { type Comp, type Part, type Relation, regionKey, sameRel, unionCover, unionParts, coversAll, isProduct } from './relations.js';
 import type { Int } from './sym.js';
 
 /** One part's walk: its derived relation and its slots' numbers at every coordinate. */
@@ -194,8 +194,8 @@ export class AddendGroups {
 
 /**
  * What `coversAll(unionParts(parts))` answers for these addends, computed on their numbers
- * (relations.ts's unionParts, unionGrid and unionCover, step for step, on covers that are
- * numbers: no Part objects, no text keys; 4 million addends in SP's weight gradients at 405B).
+ * (relations.ts's unionParts and unionGrid step for step, with its unionCover, on covers that
+ * are numbers: no Part objects, no text keys; 4 million addends in SP's weight gradients at 405B).
  * Undefined where that path would leave the numbers (two addends or fewer, decompositions or
  * components that differ, a product's pairwise merges): the caller then runs unionParts.
  */
@@ -218,7 +218,7 @@ function unionCoversAll(es: readonly Entry[]): boolean | undefined {
     for (let i = 0; i < p0.comps.length; i++) {
       const all: number[] = [];
       for (const c of covers) for (const x of c[i] as number[]) all.push(x);
-      const ui = coverN((p0.comps[i] as Comp).kind, all);
+      const ui = unionCover((p0.comps[i] as Comp).kind, [], all) as number[] | undefined;
       if (ui === undefined) return false;
       u.push(ui);
     }
@@ -243,29 +243,6 @@ function coversOf(e: Entry): number[][] {
   });
 }
 
-/** unionCover(kind, [], all) on numbers. */
-function coverN(kind: Comp['kind'], all: readonly number[]): number[] | undefined {
-  if (kind === 'idx') {
-    const s = new Set<number>();
-    for (const x of all) {
-      if (s.has(x)) return undefined;
-      s.add(x);
-    }
-    return [...s].sort((a, b) => a - b);
-  }
-  const pairs: [number, number][] = [];
-  for (let i = 0; i < all.length; i += 2) pairs.push([all[i] as number, all[i + 1] as number]);
-  pairs.sort((x, y) => Math.sign(x[0] - y[0]));
-  const out: number[] = [];
-  for (const [s, e] of pairs) {
-    const last = out.length - 1;
-    if (last > 0 && s < (out[last] as number)) return undefined;
-    if (last > 0 && s === out[last]) out[last] = e;
-    else out.push(s, e);
-  }
-  return out;
-}
-
 /** A cover as a map key (compKey's text; a lone number as itself). */
 const keyN = (c: readonly number[]): string | number => (c.length === 1 ? (c[0] as number) : c.join(','));
 
@@ -280,7 +257,7 @@ function gridN(ps: readonly (readonly number[][])[], comps: readonly Comp[], i: 
   }
   const all: number[] = [];
   for (const g of groups.values()) for (const x of (g[0] as number[][])[i] as number[]) all.push(x);
-  const head = coverN((comps[i] as Comp).kind, all);
+  const head = unionCover((comps[i] as Comp).kind, [], all) as number[] | undefined;
   if (head === undefined) return undefined;
   if (i + 1 === comps.length) return groups.size === ps.length ? [head] : undefined;
   let rest: number[][] | undefined;
