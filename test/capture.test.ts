@@ -162,6 +162,11 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // selection of the logical ones (inferred as scaled striped slices); the twin as ddp_cnn-bug.
   { name: 'ddp_cnn-strided', script: 'ddp_cnn.py', args: ['--rows', 'strided'], axis: 'dp', code: 0, heavy: true },
   { name: 'ddp_cnn-strided-bug', script: 'ddp_cnn.py', args: ['--rows', 'strided', '--bug'], axis: 'dp', code: 1, heavy: true, at: /NOT EQUIVALENT: stage \d+ \(conv1_(weight|bias)_new, op 'return\.conv1_(weight|bias)_new'\)/ },
+  // Dropout under DDP with no cap.mask_placement: the masks are paired by order, split like the batch.
+  { name: 'mingpt_ddp', script: 'mingpt_ddp.py', args: [], axis: 'dp', code: 0 },
+  { name: 'mingpt_ddp-bug', script: 'mingpt_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT[^:]*: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  { name: 'ddp_transformer', script: 'ddp_transformer.py', args: [], axis: 'dp', code: 0 },
+  { name: 'ddp_transformer-bug', script: 'ddp_transformer.py', args: ['--bug'], axis: 'dp', code: 1, heavy: true, at: /NOT EQUIVALENT[^:]*: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)[\s\S]*head_weight_new/ },
   // BatchNorm2d under DDP without SyncBatchNorm: each rank normalizes by its own rows' statistics,
   // which is not the single-device step (the running mean is the first to differ). Without
   // inference: past BatchNorm no tensor is a slice of a logical one, so --infer spends its 120 s
@@ -265,8 +270,14 @@ describe('source lines of a capture (issue 35)', () => {
   });
 });
 
+/** Packed QKV biases whose key part has an exactly-zero gradient, under AdamW (its lr; d the model width). */
+const NOISY_KEY_BIAS: Record<string, { re: RegExp; d: number; lr: number }> = {
+  mingpt_ddp: { re: /^h_attn_c_attn_bias_new$/, d: 8, lr: 3e-4 },
+  ddp_transformer: { re: /^backbone_enc_layers_0_self_attn_in_proj_bias_new$/, d: 8, lr: 1e-3 },
+};
+
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'mingpt_ddp', 'ddp_transformer']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);
@@ -275,7 +286,13 @@ describe('the ATen mapping computes what PyTorch computed (committed captures wi
         assert.equal(data.length, w.length, `${o}: size`);
         // float32 examples (tp_mlp, ddp_mlp) to 1e-5 relative; ops_mix runs in float64.
         const tol = name === 'ops_mix' ? 1e-9 : 1e-5;
-        data.forEach((v, i) => assert.ok(Math.abs(v - (w[i] as number)) <= tol * Math.max(1, Math.abs(w[i] as number)), `${name} ${o}[${i}]: planproof ${v}, PyTorch ${w[i]}`));
+        // An attention key bias's gradient is 0 exactly (it adds one number to a whole row of
+        // scores, which softmax ignores); PyTorch's float32 gives noise of about 1e-9 there,
+        // and the first AdamW step turns any nonzero gradient into about lr x its sign. There
+        // (and only there: the key third of the packed QKV bias) the step may differ by lr.
+        const keyBias = NOISY_KEY_BIAS[name];
+        const noisy = (i: number): boolean => keyBias !== undefined && keyBias.re.test(o) && i >= keyBias.d && i < 2 * keyBias.d;
+        data.forEach((v, i) => assert.ok(Math.abs(v - (w[i] as number)) <= (noisy(i) ? keyBias?.lr ?? 0 : tol * Math.max(1, Math.abs(w[i] as number))), `${name} ${o}[${i}]: planproof ${v}, PyTorch ${w[i]}`));
       }
     });
   }

@@ -180,7 +180,7 @@ function dropoutPlacements(mesh: Relations['mesh'], local: readonly number[], wh
   if (local.length !== whole.length) return `rank [${local.join(', ')}] and logical [${whole.join(', ')}] differ in rank`;
   const differ = whole.flatMap((d, i) => (d !== local[i] ? [i] : []));
   if (differ.length === 0) return mesh.axes.map(() => 'R');
-  if (mesh.axes.length !== 1 || differ.length !== 1) return `rank [${local.join(', ')}] of the logical [${whole.join(', ')}]: the shapes do not say how (state it in "inputs")`;
+  if (mesh.axes.length !== 1 || differ.length !== 1) return `rank [${local.join(', ')}] of the logical [${whole.join(', ')}]: the shapes do not say how (state it in "inputs"; in a captured script, cap.mask_placement before the dropout)`;
   const d = differ[0] as number;
   if ((local[d] as number) * (mesh.axes[0] as { size: number }).size !== whole[d]) return `dim ${d}: ${local[d]} is not the logical ${whole[d]} split over ${(mesh.axes[0] as { size: number }).size} ranks`;
   return [`S(${d})`];
@@ -243,9 +243,10 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const masks = (g: Lowered): { id: string; shape: readonly number[] }[] => g.extra.filter((e) => e.constant === undefined && e.unspecified !== true);
   if (rel.dropout === 'auto') {
     const lm = masks(logical);
+    const paired = new Map<string, LineageSpec>();
     for (const g of ranks) {
       const rm = masks(g);
-      if (rm.length !== lm.length) throw new ImportError(rf, 0, `"dropout": "auto": ${g.file} samples ${rm.length} dropout mask(s), ${logical.file} ${lm.length}: pair them by hand in "inputs"`);
+      if (rm.length !== lm.length) throw new ImportError(rf, 0, `"dropout": "auto": ${g.file} samples ${rm.length} dropout mask(s), ${logical.file} ${lm.length}: pair them by hand in "inputs" (in a captured script, cap.mask_placement before each dropout)`);
       rm.forEach((m, k) => {
         const l = lm[k] as { id: string; shape: readonly number[] };
         inputsSpec[l.id] ??= {};
@@ -253,8 +254,10 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
         const pl = dropoutPlacements(rel.mesh, m.shape, l.shape);
         if (typeof pl === 'string') throw new ImportError(rf, 0, `"dropout": "auto": mask ${k + 1} ('${m.id}' of ${g.file}, '${l.id}' of ${logical.file}): ${pl}`);
         const want: LineageSpec = { ...(m.id === l.id ? {} : { logical: l.id }), placements: pl };
-        const prev = inputsSpec[m.id];
-        if (prev !== undefined && prev !== inputsSpec[l.id] && JSON.stringify(prev) !== JSON.stringify(want)) throw new ImportError(rf, 0, `"dropout": "auto": mask '${m.id}' pairs differently on different ranks: state it in "inputs"`);
+        // Ranks that name a mask alike must pair it alike (one relation serves them all).
+        const prev = paired.get(m.id) ?? (inputsSpec[m.id] === inputsSpec[l.id] ? undefined : inputsSpec[m.id]);
+        if (prev !== undefined && JSON.stringify(prev) !== JSON.stringify(want)) throw new ImportError(rf, 0, `"dropout": "auto": mask '${m.id}' pairs differently on different ranks (${JSON.stringify(prev.placements)} and ${JSON.stringify(want.placements)}): state it in "inputs" (in a captured script, cap.mask_placement before the dropout)`);
+        paired.set(m.id, want);
         if (m.id === l.id) Object.assign(inputsSpec[l.id] as object, want);
         else inputsSpec[m.id] = want;
       });

@@ -168,6 +168,9 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   const split = new Set<number>();
   // Logical tensors whose hint stage went past its work budget: one stage per rank (below).
   const splitRanks = new Set<number>();
+  // Logical tensors whose hint stages, already split per rank, went past a tenth of the budget
+  // in this thread: proved once more at the full budget before they are dropped.
+  const fullBudget = new Set<number>();
   let weakened = false;
   let searched = false;
   let timedOut = false;
@@ -235,7 +238,12 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         if (t === undefined) memo.text.set(nf, (t = JSON.stringify(nf)));
         return t;
       };
+      // (A stage given the full budget is a new attempt: its key says so.)
       const keys = stages.map((s) => {
+        const k = stageKey(s);
+        return fullBudget.has(s.logical) ? `${k}|full` : k;
+      });
+      function stageKey(s: Stage): string {
         const own = `${s.logical}|${s.obligations.map((o) => `${o.rank}:${o.tensor}=${nfText(o.nf)}`).join(',')}`;
         let k = memo.byStage.get(own);
         if (k !== undefined) return k;
@@ -246,7 +254,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         k = `${own}|${[...c.inputs.entries()].map(([x, nf]) => `${x}=${nfText(nf)}`).sort().join(',')}`;
         memo.byStage.set(own, k);
         return k;
-      });
+      }
       // Stages of hints first, until every hint proves; then the user's claims, once.
       const hintStage = (s: Stage): boolean => s.obligations.every((o) => hinted(o.rank, o.tensor));
       const todo = stages.filter((s, i) => !cache.has(keys[i] as string) && hintStage(s));
@@ -283,6 +291,11 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       // a user stage (Megatron's vocab-parallel embedding over 32 ids needs more than a tenth;
       // dropped, every stage after it merged up to the loss, past the normal form's bound).
       const rooted = isHintRound && !settled ? rootedHintStages(todo, builder, hinted) : new Set<number>();
+      // A hint that the tenth could not prove even per rank gets what a worker gives it (the
+      // full budget) before it is dropped, so that --jobs 0 keeps the hints the pool keeps (a
+      // minGPT block's log-softmax gradient under DDP: dropped here, its consumers merged past
+      // the normal form's bound; kept by the pool, the plan verified).
+      if (isHintRound && !settled && inThread) for (const s of todo) if (fullBudget.has(s.logical)) rooted.add(s.index);
       const text = JSON.stringify(obj);
       const short = todo.filter((s) => !rooted.has(s.index));
       const long = todo.filter((s) => rooted.has(s.index));
@@ -343,6 +356,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       // failing hint stage assumes a failed hint, none would be blamed and the loop would end
       // with them open: then they are all blamed (dropping a hint is always sound).
       const blameAll = !results.some((r) => r.status !== 'proved' && hintStage(r.stage) && !assumesFailed(r.stage));
+      const hadFullBudget = new Set(fullBudget);
       for (const r of results) {
         if (r.status === 'proved') continue;
         if (hintStage(r.stage) && !blameAll && assumesFailed(r.stage)) continue;
@@ -362,6 +376,12 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         // went from 6 s to 58 s.)
         if (!splitRanks.has(r.stage.logical) && hintStage(r.stage) && r.status === 'unknown' && /too large for the exact normal form/.test(r.reason ?? '') && new Set(r.stage.obligations.map((o) => o.rank)).size > 1) {
           splitRanks.add(r.stage.logical);
+          splitMore = true;
+          continue;
+        }
+        // (Every rank's stage of that tensor: the set is read as it was before this round.)
+        if (inThread && opts.budget === undefined && !hadFullBudget.has(r.stage.logical) && hintStage(r.stage) && r.status === 'unknown' && /too large for the exact normal form/.test(r.reason ?? '')) {
+          fullBudget.add(r.stage.logical);
           splitMore = true;
           continue;
         }

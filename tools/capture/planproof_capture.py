@@ -95,6 +95,7 @@ class Capture:
         self.outputs = []        # (name, tensor name, placements)
         self.values = {}         # input and output name -> values (float64, flattened)
         self.masks = []          # placements of the next dropout masks, in order
+        self.auto_masks = 0      # masks sampled with no cap.mask_placement: paired by order
         self.lines = []
         self.counts = {}
         self.tracing = False
@@ -184,6 +185,15 @@ class Capture:
         """The placement of the next dropout's mask (a plan input, `<dropout node>.mask`): the
         placement of the activation it masks, e.g. "S(1)" after a column-parallel linear."""
         self.masks.append(placement)
+
+    def mask_relation(self, mask):
+        """A dropout mask's relation: the placement cap.mask_placement stated, else none here and
+        the masks are paired by order with placements read from the shapes ("dropout": "auto",
+        docs/import.md), as torch DDP with nn.Dropout needs (the mask is split like the batch)."""
+        if self.masks:
+            self.relations[mask] = {"placements": self.placements(self.masks.pop(0), "dropout mask")}
+        else:
+            self.auto_masks += 1
 
     def output(self, name, t, placement):
         if not self.enabled:
@@ -326,7 +336,7 @@ class Capture:
         call = "torch.ops.%s(%s)" % (str(func), ", ".join([self.fmt_arg(func, i, a) for i, a in enumerate(args)] + ["%s = %s" % (k, self.fmt_arg(func, k, v)) for k, v in kwargs.items()]))
         if str(func) in ("aten.bernoulli_.float", "aten.bernoulli_.Tensor"):
             # CPU dropout's mask: a plan input (docs/import.md), with its relation and values.
-            self.relations[name + ".mask"] = {"placements": self.placements(self.masks.pop(0) if self.masks else "R", "dropout mask")}
+            self.mask_relation(name + ".mask")
             self.values[name + ".mask"] = out.detach().double().flatten().tolist()
         if isinstance(out, torch.Tensor):
             if func._schema.arguments and func._schema.arguments[0].alias_info is not None and func._schema.arguments[0].alias_info.is_write and isinstance(args[0], torch.Tensor):
@@ -341,7 +351,7 @@ class Capture:
             self.lines.append("%s = %s" % (name, call))
             if str(func) == "aten.native_dropout.default" and len(out) == 2:
                 # The sampled mask is a plan input (docs/import.md): its relation and its values.
-                self.relations[name + ".mask"] = {"placements": self.placements(self.masks.pop(0) if self.masks else "R", "dropout mask")}
+                self.mask_relation(name + ".mask")
                 self.values[name + ".mask"] = out[1].detach().double().flatten().tolist()
             for i, o in enumerate(out):
                 if isinstance(o, torch.Tensor):
@@ -559,7 +569,7 @@ def _run_one_traced(rank, world, script, outdir, port, args, bench, values):
     with open(os.path.join(outdir, name), "w") as f:
         f.write(cap.text())
     meta = {"relations": cap.relations, "outputs": [[n, p, t] for n, t, p in cap.outputs], "ops": cap.ops, "ms": ms,
-            "groups": {v[0]: v[1] for v in _GROUPS.values()}, "consts": cap.consts}
+            "groups": {v[0]: v[1] for v in _GROUPS.values()}, "consts": cap.consts, "auto_masks": cap.auto_masks}
     meta.update(timing)
     if world == 1 and values:
         # The logical run's input and output values: what the imported logical graph must compute.
@@ -673,6 +683,8 @@ def main():
     for m in metas:
         groups.update(m["groups"])
     rel["groups"] = {k: {"ranks": v} for k, v in groups.items()}
+    if any(m.get("auto_masks", 0) > 0 for m in metas + [logical]):
+        rel["dropout"] = "auto"
     with open(os.path.join(a.out, "relations.json"), "w") as f:
         json.dump(rel, f, indent=1)
     stats = {"seconds": time.perf_counter() - t0, "logical_ops": logical["ops"], "rank_ops": [m["ops"] for m in metas],

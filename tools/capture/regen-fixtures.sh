@@ -110,5 +110,9 @@ ddp_cnn-ties ddp_cnn.py dp --ties
 ddp_cnn-bn ddp_cnn.py dp --bn
 ddp_cnn-strided ddp_cnn.py dp --rows strided
 ddp_cnn-strided-bug ddp_cnn.py dp --rows strided --bug
+mingpt_ddp mingpt_ddp.py dp
+mingpt_ddp-bug mingpt_ddp.py dp --bug
+ddp_transformer ddp_transformer.py dp
+ddp_transformer-bug ddp_transformer.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
