@@ -277,7 +277,7 @@ const NOISY_KEY_BIAS: Record<string, { re: RegExp; d: number; lr: number }> = {
 };
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'mingpt_ddp', 'ddp_transformer']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'mingpt_ddp', 'ddp_transformer', 'lstm_lm_ddp']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

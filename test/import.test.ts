@@ -231,6 +231,29 @@ describe('printed-graph reader', () => {
     assert.throws(() => lowerGraph(fx), /g\.py:6: 'getitem' is read after its storage was written in place at line 5/);
   });
 
+  it("an in-place write to one split piece leaves the other pieces readable (an LSTM cell's gates), but not the split input", () => {
+    const body = (tail: string[]): string =>
+      g(
+        [
+          '        split = torch.ops.aten.unsafe_split.Tensor(x, 1)',
+          '        getitem: "f32[1, 3]" = split[0]',
+          '        getitem_1: "f32[1, 3]" = split[1]',
+          '        sigmoid_: "f32[1, 3]" = torch.ops.aten.sigmoid_.default(getitem)',
+          '        detach: "f32[1, 3]" = torch.ops.aten.detach.default(getitem_1)',
+          '        tanh_: "f32[1, 3]" = torch.ops.aten.tanh_.default(getitem_1)',
+          ...tail,
+        ].join('\n'),
+      );
+    const low = lowerGraph(parseFxGraph('g.py', body(['        mul: "f32[1, 3]" = torch.ops.aten.mul.Tensor(getitem, getitem_1)', '        return (mul, detach)'])));
+    // Each gate holds its own activation: sigmoid of piece 0 times tanh of piece 1; detach (made
+    // before the write, the same value) follows the write.
+    assert.deepEqual(low.ops.filter((o) => ['sigmoid', 'tanh', 'mul'].includes(o.op)).map((o) => o.op), ['sigmoid', 'tanh', 'mul']);
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', body(['        add: "f32[2, 3]" = torch.ops.aten.add.Tensor(x, x)', '        return (add,)']))), /g\.py:9: 'x' is read after its storage was written in place at line 6/);
+    // unbind's pieces are views of its input too.
+    const ub = g(['        unbind = torch.ops.aten.unbind.int(x)', '        getitem: "f32[3]" = unbind[0]', '        mul_: "f32[3]" = torch.ops.aten.mul_.Tensor(getitem, 2)', '        add: "f32[2, 3]" = torch.ops.aten.add.Tensor(x, x)', '        return (add,)'].join('\n'));
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', ub)), /g\.py:6: 'x' is read after its storage was written in place at line 5/);
+  });
+
   it('hostile text is a located error, never a crash: deep nesting, long lines, binary, huge shapes', () => {
     const cases: [string, RegExp][] = [
       [g(`        a: "f32[2, 3]" = torch.ops.aten.view.default(x, ${'['.repeat(5000)}${']'.repeat(5000)})\n        return (a,)`), /g\.py:3: arguments nested too deeply/],

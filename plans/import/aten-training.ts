@@ -318,6 +318,20 @@ export const TRAINING_RULES: Record<string, Rule> = {
     const u = l.one('reshape', [g], { shape: [...g.shape.slice(0, d), 1, ...g.shape.slice(d)] });
     return padInto(l, n, u, sizes, d, l.int(n.args[3], 'index'));
   },
+  // unbind(x, d) (LSTM's steps over time, `q, k, v = qkv.unbind(0)`): the pieces of a split
+  // into size-1 pieces along d, each reshaped without d. A view: the list's strides are the
+  // input's without d (lower.ts, read by each getitem).
+  'aten.unbind.int': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    let d = l.int(l.arg(n, 1, 'dim'), 'dim', 0);
+    if (d < 0) d += x.shape.length;
+    const size = x.shape[d] ?? l.fail(`dim ${d} out of range`);
+    const shape = x.shape.filter((_, k) => k !== d);
+    const pieces = size === 1 ? [x] : l.emit('split', [x], { dim: d, sizes: new Array<number>(size).fill(1) }, Array.from({ length: size }, (_, i) => `${l.out(n)}.s${i}`), x.dtype);
+    const outs = pieces.map((p, i) => l.one('reshape', [p], { shape }, `${l.out(n)}.${i}`));
+    // Views of the input: a write through a piece makes the input stale.
+    return l.bind(n, { kind: 'list', items: outs }, (n.args[0] as { name?: string }).name);
+  },
   'aten.stack': (l, n) => {
     const xs = n.args[0];
     if (xs?.kind !== 'list' || xs.items.length === 0) return l.fail('expected a non-empty list of tensors');

@@ -215,9 +215,11 @@ const RULES: Record<string, Rule> = {
     const i = l.int(n.args[1], 'index');
     if (v.kind !== 'list') return l.fail('indexing a value that is not a tuple');
     const item = v.items[i] ?? l.fail(`index ${i} out of range`);
-    // Items share the tuple's storage root: split pieces are views of the split input (and an
-    // in-place write through one item conservatively makes the others unreadable).
-    return l.bind(n, item, (n.args[0] as { name?: string }).name);
+    // Items share the tuple's storage root: split pieces are views of the split input. Pieces
+    // of a split are disjoint (a write through one leaves the others readable); the items of
+    // any other tuple conservatively go stale together.
+    const list = (n.args[0] as { name?: string }).name;
+    return list !== undefined && l.splitLists.has(list) ? l.bindPiece(n, item, list, i) : l.bind(n, item, list);
   },
   getattr: (l, n) => {
     // A module-attribute tensor (`self._tensor_constant0`, what `torch.tensor(0)` in the
@@ -319,6 +321,10 @@ const RULES: Record<string, Rule> = {
     if (k <= 0) l.fail('split_size must be positive');
     return splitPieces(l, n, x, d, size, k);
   },
+  // unsafe_split / unsafe_split_with_sizes (LSTM's gates): the same values as split (only
+  // autograd's view tracking differs).
+  'aten.unsafe_split': (l, n) => (RULES['aten.split'] as Rule)(l, n),
+  'aten.unsafe_split_with_sizes': (l, n) => (RULES['aten.split_with_sizes'] as Rule)(l, n),
   'aten.split_with_sizes': (l, n) => {
     const x = l.tensor(n.args[0], 'self');
     const sizes = l.ints(n.args[1], 'split_sizes');
@@ -346,6 +352,13 @@ const RULES: Record<string, Rule> = {
   'aten.tanh': unary('tanh'),
   'aten.sigmoid': unary('sigmoid'),
   'aten.silu': unary('silu'),
+  'aten.neg_': unary('neg', true),
+  'aten.exp_': unary('exp', true),
+  'aten.sqrt_': unary('sqrt', true),
+  'aten.log_': unary('log', true),
+  'aten.tanh_': unary('tanh', true),
+  'aten.sigmoid_': unary('sigmoid', true),
+  'aten.silu_': unary('silu', true),
   'aten.mm': (l, n) => l.bind(n, l.one('matmul', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'mat2')], {}, l.out(n))),
   'aten.bmm': (l, n) => l.bind(n, l.one('matmul', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'mat2')], {}, l.out(n))),
   'aten.matmul': (l, n) => l.bind(n, l.one('matmul', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'other')], {}, l.out(n))),
@@ -499,9 +512,17 @@ const RULES: Record<string, Rule> = {
   'aten.embedding_dense_backward': (l, n) => {
     const g = l.tensor(n.args[0], 'grad_output');
     const ids = l.tensor(n.args[1], 'indices');
-    if (l.int(n.args[3], 'padding_idx', -1) !== -1) l.fail('embedding with padding_idx is not supported');
     if (l.bool(n.args[4], 'scale_grad_by_freq', false)) l.fail('embedding with scale_grad_by_freq is not supported');
-    return l.bind(n, l.one('embedding_backward', [g, ids], { num_embeddings: l.int(n.args[2], 'num_weights') }, l.out(n)));
+    // nn.Embedding(padding_idx=p): ATen skips the positions whose id is p, so row p gets no
+    // gradient: the same sum with those positions' gradients zeroed first.
+    const pad = l.int(n.args[3], 'padding_idx', -1);
+    let gg = g;
+    if (pad !== -1) {
+      const at = l.one('compare', [ids, l.constant(pad)], { rel: 'eq' }, undefined, 'bool');
+      const wide = l.one('expand', [l.one('reshape', [at], { shape: [...ids.shape, 1] }, undefined, 'bool')], { shape: [...g.shape] }, undefined, 'bool');
+      gg = l.one('where', [wide, l.constantLike(g, 0), g], {}, undefined, g.dtype);
+    }
+    return l.bind(n, l.one('embedding_backward', [gg, ids], { num_embeddings: l.int(n.args[2], 'num_weights') }, l.out(n)));
   },
   'aten.native_dropout': (l, n) => {
     const x = l.tensor(n.args[0], 'input');

@@ -110,6 +110,15 @@ export class Lowerer {
   private readonly root = new Map<string, string>();
   /** Names whose storage was written in place through another name: reading them is refused. */
   private readonly stale = new Map<string, number>();
+  /**
+   * Names inside one piece of a split (split, chunk, unsafe_split, unbind: `list#i`), and the
+   * views of them: pieces of one split are disjoint, so a write through one leaves the others
+   * readable (an LSTM cell's `sigmoid_` on each gate of `unsafe_split`). The split's input and
+   * any other view of its storage still go stale.
+   */
+  private readonly piece = new Map<string, string>();
+  /** Lists whose items are disjoint pieces of their input. */
+  readonly splitLists = new Set<string>();
   private node: FxNode | undefined;
   private fresh = 0;
   /** The graph being lowered, and its tensor-name prefix (empty for the first graph of a rank). */
@@ -135,6 +144,16 @@ export class Lowerer {
     this.vals.set(name, v);
     this.stale.delete(name);
     this.root.set(name, viewOf === undefined ? name : (this.root.get(viewOf) ?? viewOf));
+    const tag = viewOf === undefined ? undefined : this.piece.get(viewOf);
+    if (tag === undefined) this.piece.delete(name);
+    else this.piece.set(name, tag);
+  }
+
+  /** Item i of a split's list, bound as a view inside piece i. */
+  bindPiece(n: FxNode, item: Val, list: string, i: number): Val {
+    const v = this.bind(n, item, list);
+    this.piece.set(n.name, `${list}#${i}`);
+    return v;
   }
 
   /** Tensors whose values are integers by construction (integer inputs, relations' `values`, sums and products of them). */
@@ -400,7 +419,14 @@ export class Lowerer {
     if (v.kind === 'tensor') this.strides.set(n.name, stridesOf(this, n, v.shape));
     // The pieces of a split are views with their input's strides (only the offset moves):
     // recorded on the list, read by each getitem.
-    else if (v.kind === 'list' && /^aten\.split(_with_sizes)?\./.test(n.target)) this.strides.set(n.name, this.stridesAt(n.args[0]));
+    else if (v.kind === 'list' && /^aten\.(unsafe_)?split(_with_sizes)?\./.test(n.target)) this.strides.set(n.name, this.stridesAt(n.args[0]));
+    if (v.kind === 'list' && /^aten\.((unsafe_)?split(_with_sizes)?|unsafe_chunk|chunk|unbind)\./.test(n.target)) this.splitLists.add(n.name);
+    else if (v.kind === 'list' && n.target === 'aten.unbind.int') {
+      const st = this.stridesAt(n.args[0]);
+      const x = this.val(n.args[0], 'self');
+      const d = x.kind === 'tensor' ? ((this.int(this.arg(n, 1, 'dim'), 'dim', 0) % x.shape.length) + x.shape.length) % x.shape.length : -1;
+      this.strides.set(n.name, st?.filter((_, k) => k !== d));
+    }
     return v;
   }
 
@@ -430,14 +456,20 @@ export class Lowerer {
     if (target?.kind !== 'name') this.fail('in-place op on something that is not a named tensor');
     const r = this.root.get(target.name) ?? target.name;
     const before = this.vals.get(target.name);
+    const tag = this.piece.get(target.name);
+    const list = tag?.slice(0, tag.lastIndexOf('#'));
     for (const [name, rt] of this.root) {
       if (rt !== r || name === target.name || this.stale.has(name)) continue;
+      // Another piece of the same split (or a view inside one): disjoint storage, untouched.
+      const other = this.piece.get(name);
+      if (tag !== undefined && other !== undefined && other !== tag && other.slice(0, other.lastIndexOf('#')) === list) continue;
       // A name holding the very value the target held (detach, alias, a same-shape view) sees
       // every element written: it holds the new value. Any other view of the storage goes stale.
       if (before !== undefined && this.vals.get(name) === before) this.vals.set(name, v);
       else this.stale.set(name, this.node?.line ?? 0);
     }
     this.define(target.name, v, target.name === r ? undefined : r);
+    if (tag !== undefined) this.piece.set(target.name, tag);
   }
 
   /** Output of a node's single result: named after the node (prefixed in the second and later graph of a rank). */
@@ -603,8 +635,14 @@ export function scaleBy(l: Lowerer, x: TensorVal, op: 'mul' | 'div', c: number, 
   return l.one('div', [x, l.constant(c)], {}, out, x.dtype);
 }
 
-export function unary(op: string): Rule {
-  return (l, n) => l.bind(n, l.one(op, [l.tensor(n.args[0], 'self')], {}, l.out(n)));
+export function unary(op: string, inPlace = false): Rule {
+  if (!inPlace) return (l, n) => l.bind(n, l.one(op, [l.tensor(n.args[0], 'self')], {}, l.out(n)));
+  // `x.sigmoid_()` (LSTM's gates, nn.SiLU(inplace=True)): the written tensor's name holds the result.
+  return (l, n) => {
+    const r = l.one(op, [l.tensor(n.args[0], 'self')], {});
+    l.write(n.args[0], r);
+    return l.bind(n, r);
+  };
 }
 
 /** A constant tensor: the scalar constant expanded (`ones_like`, `full`, `zeros`, ...). */

@@ -114,5 +114,6 @@ mingpt_ddp mingpt_ddp.py dp
 mingpt_ddp-bug mingpt_ddp.py dp --bug
 ddp_transformer ddp_transformer.py dp
 ddp_transformer-bug ddp_transformer.py dp --bug
+lstm_lm_ddp lstm_lm_ddp.py dp
 LIST
 rm -rf tools/capture/__pycache__
