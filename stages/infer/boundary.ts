@@ -24,7 +24,7 @@ import { newPool, notStarted, proveInPool, stoppedBy } from '../engines/pool.js'
 import type { Piscina } from 'piscina';
 import { proveTensorLevel } from '../engines/tensorlevel/prover.js';
 import { groupStages } from '../cache/canon.js';
-import { certifiedReason, certifyWitness } from '../engines/interval.js';
+import { certifiedReason, certifyWitness, type CertifyResult } from '../engines/interval.js';
 import { inferClaims, unclaimedCount } from './infer.js';
 import { structuralClaims } from './infer-struct.js';
 import { assemble, engineError, witnessedStages } from '../verify.js';
@@ -172,6 +172,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   let searched = false;
   let timedOut = false;
   let settled = false;
+  const certMemo = new Map<string, CertifyResult & { logical?: number }>();
   let dropped = 0;
   let replaced = 0;
   let rounds = 0;
@@ -223,6 +224,14 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       if (!numericDone) {
         numeric = numericCheck(plan, seed, hinted);
         numericDone = true;
+        // A certified witness needs no hint (interval arithmetic over both whole graphs), so it
+        // is tried before the hint rounds: when it refutes the plan, the verdict is settled and
+        // the hint stages only serve the confirmation of which user stage fails first, so they
+        // get the settled deadline and no rooted budget. (ddp_cnn --bn: 66 s of 70 went to three
+        // hint stages past the budget, rooted at user claims, before the user round certified.)
+        // The user round certifies again on its own decomposition (stage indices change as
+        // hints are dropped); the interval run is memoized (`certMemo`).
+        settled = certify(plan, stages, numeric, hinted, certMemo) !== undefined;
       }
       const witnessed = witnessedStages(plan, stages, numeric);
       // A stage is unchanged when its obligations and the boundaries it starts from are.
@@ -255,7 +264,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         // (stages/engines/interval.ts) settles the verdict whatever the stage's size: that stage is
         // refuted without a normal form, and the stages after it are not attempted (the
         // stages downstream of a bug get no hints that hold, so they are the plan's largest).
-        const cert = certify(plan, stages, numeric, hinted);
+        const cert = certify(plan, stages, numeric, hinted, certMemo);
         settled = cert !== undefined;
         for (const [i, s] of stages.entries()) {
           const k = keys[i] as string;
@@ -310,7 +319,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: ${limitWhy} was reached with hints still being proved`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
         results = results.map((r, i) => ({ ...r, stage: stages[i] as Stage }));
         // A certified witness needs no hint and no stage proof: it still settles a refuted plan.
-        const cert = certify(plan, stages, numeric, hinted);
+        const cert = certify(plan, stages, numeric, hinted, certMemo);
         if (cert !== undefined) results[cert.stage] = cert.result(stages[cert.stage] as Stage);
         break;
       }
@@ -713,13 +722,19 @@ interface Cert {
  * The first user stage, in stage order, whose tensor the numeric run shows failing and whose
  * failure interval arithmetic certifies (stages/engines/interval.ts); undefined when there is none.
  */
-function certify(plan: LoadedPlan, stages: readonly Stage[], numeric: NumericReport, hinted: (r: number, t: number) => boolean): Cert | undefined {
+function certify(plan: LoadedPlan, stages: readonly Stage[], numeric: NumericReport, hinted: (r: number, t: number) => boolean, memo: Map<string, CertifyResult & { logical?: number }>): Cert | undefined {
   if (numeric.failingTensors.length === 0) return undefined;
   const t0 = performance.now();
   const failing = new Set(numeric.failingTensors);
   const user = stages.filter((s) => failing.has(plan.logical.tensors.name(s.logical)) && s.obligations.some((o) => !hinted(o.rank, o.tensor)));
   if (user.length === 0) return undefined;
-  const c = certifyWitness(plan, numeric.seed, [...new Set(user.map((s) => s.logical))], (r, t) => !hinted(r, t));
+  // Memoized by the tensors asked and the seed: hints never change a value (they are claims on
+  // tensors ops produce; the inputs' claims are the user's), and the claims compared are the
+  // user's, the same in every round's plan.
+  const tensors = [...new Set(user.map((s) => s.logical))];
+  const key = `${numeric.seed}|${tensors.join(',')}`;
+  let c = memo.get(key);
+  if (c === undefined) memo.set(key, (c = certifyWitness(plan, numeric.seed, tensors, (r, t) => !hinted(r, t))));
   if (!('certified' in c) || c.logical === undefined) {
     if (process.env['PLANPROOF_TRACE'] === '1') process.stderr.write(`certified witness: none (${'undecided' in c ? c.undecided : ''})\n`);
     return undefined;
