@@ -163,6 +163,11 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // selection of the logical ones (inferred as scaled striped slices); the twin as ddp_cnn-bug.
   { name: 'ddp_cnn-strided', script: 'ddp_cnn.py', args: ['--rows', 'strided'], axis: 'dp', code: 0, heavy: true },
   { name: 'ddp_cnn-strided-bug', script: 'ddp_cnn.py', args: ['--rows', 'strided', '--bug'], axis: 'dp', code: 1, heavy: true, at: /NOT EQUIVALENT: stage \d+ \(conv1_(weight|bias)_new, op 'return\.conv1_(weight|bias)_new'\)/ },
+  // A real DistributedSampler batch: 16 rows per rank (--batch 32), each activation gradient 16
+  // one-row pieces of a strided selection, past the former limit of 8 pieces (STRIPE_PIECES);
+  // the stride is now found from the first two pieces' matches and checked on the rest.
+  { name: 'ddp_cnn-strided-b32', script: 'ddp_cnn.py', args: ['--rows', 'strided', '--batch', '32'], axis: 'dp', code: 0, heavy: true },
+  { name: 'ddp_cnn-strided-b32-bug', script: 'ddp_cnn.py', args: ['--rows', 'strided', '--batch', '32', '--bug'], axis: 'dp', code: 1, heavy: true, at: /NOT EQUIVALENT: stage \d+ \(conv1_(weight|bias)_new, op 'return\.conv1_(weight|bias)_new'\)/ },
   // BatchNorm2d under DDP without SyncBatchNorm: each rank normalizes by its own rows' statistics,
   // which is not the single-device step (the running mean is the first to differ). Past
   // BatchNorm no tensor is a slice of a logical one; --infer certifies the difference in interval
@@ -296,7 +301,7 @@ describe('source lines of a capture (issue 35)', () => {
 });
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'ddp_cnn-strided-b32']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -43,7 +43,7 @@ export interface BoundaryOptions {
   /** The Z3 portfolio for stages the normal form leaves open or gives up on (default true). */
   readonly portfolio?: boolean;
   readonly onStage?: (done: number, total: number) => void;
-  /** Work budget of the normal form, in this thread (jobs 0); tests set it low to exercise the portfolio. */
+  /** Work budget of the normal form (in this thread, and in workers when set); tests set it low to exercise the portfolio. */
   readonly budget?: number;
   /** Wall-clock limit of the inference rounds (default TIME_LIMIT_MS): past it, open stages are "unknown". */
   readonly timeLimitMs?: number;
@@ -172,6 +172,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   let searched = false;
   let timedOut = false;
   let settled = false;
+  let certifiedEarly = false;
   const certMemo = new Map<string, CertifyResult & { logical?: number }>();
   let dropped = 0;
   let replaced = 0;
@@ -226,12 +227,16 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         numericDone = true;
         // A certified witness needs no hint (interval arithmetic over both whole graphs), so it
         // is tried before the hint rounds: when it refutes the plan, the verdict is settled and
-        // the hint stages only serve the confirmation of which user stage fails first, so they
-        // get the settled deadline and no rooted budget. (ddp_cnn --bn: 66 s of 70 went to three
-        // hint stages past the budget, rooted at user claims, before the user round certified.)
+        // the hint stages only serve the confirmation of which user stage fails first, so none
+        // gets more than a hint's share of the work (a tenth of the budget, also in workers; no
+        // rooted stage with a user stage's budget). ddp_cnn --bn spent 66 s of 70 on three
+        // rooted hint stages past the budget, split per rank, one round each, before the user
+        // round certified. Their deadline stays the hint's: a shorter one (the settled 2 s)
+        // dropped a hint that proves in 2 to 3 s under load (the log-softmax gradient of
+        // ddp_cnn --rows strided --batch 32), and every stage after it merged, one round each.
         // The user round certifies again on its own decomposition (stage indices change as
         // hints are dropped); the interval run is memoized (`certMemo`).
-        settled = certify(plan, stages, numeric, hinted, certMemo) !== undefined;
+        certifiedEarly = certify(plan, stages, numeric, hinted, certMemo) !== undefined;
       }
       const witnessed = witnessedStages(plan, stages, numeric);
       // A stage is unchanged when its obligations and the boundaries it starts from are.
@@ -285,13 +290,13 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       const stop = { stopAt: t0 + limitMs, stopWhy: limitWhy };
       // In this thread a hint stage is bounded by a tenth of the normal form's budget: a hint is
       // meant to cut a short stage, and one that needs more is dropped like one past its deadline.
-      const hintBudget = isHintRound && inThread && opts.budget === undefined ? { budget: HINT_TERM_BUDGET } : {};
+      const hintBudget = isHintRound && (inThread || certifiedEarly) && opts.budget === undefined ? { budget: HINT_TERM_BUDGET } : {};
       // Except a hint stage that starts from user claims only (contract inputs, parameters):
       // dropping its hint cannot cut anything shorter, since every stage that assumes it would
       // reach back through the same ops to the same claims. It gets the budget and deadline of
       // a user stage (Megatron's vocab-parallel embedding over 32 ids needs more than a tenth;
       // dropped, every stage after it merged up to the loss, past the normal form's bound).
-      const rooted = isHintRound && !settled ? rootedHintStages(todo, builder, hinted) : new Set<number>();
+      const rooted = isHintRound && !settled && !certifiedEarly ? rootedHintStages(todo, builder, hinted) : new Set<number>();
       const text = JSON.stringify(obj);
       const short = todo.filter((s) => !rooted.has(s.index));
       const long = todo.filter((s) => rooted.has(s.index));
@@ -664,7 +669,7 @@ async function proveStages(plan: LoadedPlan, file: string, text: string, todo: r
     }
   }
   if (poolOf !== undefined && opts.jobs > 0) {
-    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, stopWhy: opts.stopWhy, engine: 'normal' as Engine, pool: poolOf(), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
+    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, stopWhy: opts.stopWhy, engine: 'normal' as Engine, pool: poolOf(), ...(opts.budget === undefined ? {} : { budget: opts.budget }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   }
   const prover = opts.budget === undefined ? new Prover(plan) : new Prover(plan, opts.budget);
   return todo.map((s, i) => {
