@@ -27,6 +27,7 @@ import { evalLineage, type LineageNF } from '../lineage/model.js';
 import type { Program } from '../plans/model.js';
 import { certifyWitness, intervalAlgebra, Undecided, type Iv } from '../stages/engines/interval.js';
 import { realFunctions, type RealFn } from '../ops/algebra.js';
+import { relate } from '../ops/compare.js';
 import { verifyPlan } from '../stages/verify.js';
 import { EXAMPLES, runCli } from './helpers.js';
 import { FULL, fullUnless } from './optional.js';
@@ -320,6 +321,33 @@ describe('boundary lineage: moe-tiny, certified witnesses, short spans, the time
     assert.throws(() => A.topk([{ lo: 0, hi: 1 }, { lo: 0.5, hi: 2 }], 1), Undecided);
     assert.deepEqual(A.topk([{ lo: 0, hi: 1 }, { lo: 1.5, hi: 2 }], 1), [{ lo: 1, hi: 1 }]);
     assert.equal(A.known(A.add(A.constant(2), A.constant(3))), 5, 'integer sums stay points');
+  });
+
+  it('one interval object is one value: x - x is 0 and a certain max keeps its object; other intervals are not equated', () => {
+    const A = intervalAlgebra;
+    const x: Iv = { lo: 0.5, hi: 0.5000001 };
+    const twin: Iv = { lo: 0.5, hi: 0.5000001 };
+    assert.deepEqual(A.sub(x, x), { lo: 0, hi: 0 });
+    // The same bounds in another object may be two different reals: not equated.
+    const d = A.sub(x, twin);
+    assert.ok(d.lo < 0 && d.hi > 0);
+    assert.throws(() => A.gt0(d), Undecided);
+    // Max pooling's backward: [x >= max(x, y)] for the window's winner, decided only through the object.
+    const y: Iv = { lo: 0.1, hi: 0.4 };
+    const m = A.max([y, x]);
+    assert.equal(m, x, 'the certain winner is returned as itself');
+    assert.equal(A.known(relate(A, 'ge', x, m)), 1);
+    assert.equal(A.known(relate(A, 'ge', y, m)), 0);
+    assert.equal(A.min([x, y]), y);
+    // Overlapping candidates: no winner, a new enclosure, and the comparison gives up.
+    const z: Iv = { lo: 0.45, hi: 0.55 };
+    const mz = A.max([x, z]);
+    assert.ok(mz !== x && mz !== z && mz.lo === 0.5 && mz.hi === 0.55);
+    assert.throws(() => relate(A, 'ge', x, mz), Undecided);
+    // NaN (one shared object, standing for no value) is never equal to itself.
+    const nan = A.div(A.one, { lo: -1, hi: 1 });
+    assert.ok(Number.isNaN(A.sub(nan, nan).lo));
+    assert.ok(Number.isNaN(A.max([nan, x]).lo), 'no winner over NaN');
   });
 
   it('a certified witness refutes a bug, and nothing is certified on the correct plan', () => {

@@ -30,6 +30,9 @@ activation gradients are then twice a strided selection of the logical ones (its
 mean over 4 rows, the logical one over 8; DDP's average restores the parameter gradients):
 verify --infer proposes them as scaled striped slices, proves them and says VERIFIED; with
 `--bug` too, NOT EQUIVALENT at conv1's parameters.
+
+`--batch N`: the global batch (default 8); `--batch 64 --rows strided` gives each of 2 ranks 32
+rows, as a DistributedSampler hands out a real batch.
 """
 import sys
 
@@ -44,7 +47,7 @@ GEOMETRY = "--geometry" in sys.argv
 TIES = "--ties" in sys.argv
 BN = "--bn" in sys.argv
 STRIDED = "--rows" in sys.argv and sys.argv[sys.argv.index("--rows") + 1] == "strided"
-BATCH = 8  # 4 rows per rank on 2 processes
+BATCH = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 8  # 4 rows per rank on 2 processes
 C1, C2, HIDDEN, CLASSES = 4, 6, 16, 10
 
 

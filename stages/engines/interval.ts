@@ -50,6 +50,30 @@ function nextUp(x: number): number {
 const nextDown = (x: number): number => -nextUp(-x);
 
 const pt = (x: number): Iv => ({ lo: x, hi: x });
+const ZERO: Iv = pt(0);
+
+/**
+ * Two operands that are one interval object hold one exact value. An object is made by the op
+ * that computed the value and is only passed along by reference where the value is passed
+ * along unchanged (views, copies, the input a `winner` returns), never reused for another value;
+ * the shared NaN is excluded (it stands for no value). `mul` reads x * x so already.
+ */
+const sameValue = (a: Iv, b: Iv): boolean => a === b && a.lo <= a.hi;
+
+/**
+ * The input that is certainly the max (sign 1) or min (-1) of `xs`, as that very object: its
+ * exact value is at least every other's (lo >= the others' hi), so it is the exact max, and
+ * keeping its object lets a later comparison with it (max pooling's backward: `x >= max(x, ..)`)
+ * see one value instead of an interval difference around 0. Undefined when none is certain.
+ */
+function winner(xs: readonly Iv[], sign: 1 | -1): Iv | undefined {
+  for (const x of xs) {
+    if (!(x.lo <= x.hi)) return undefined;
+    const lo = sign === 1 ? x.lo : -x.hi;
+    if (xs.every((y) => y === x || lo >= (sign === 1 ? y.hi : -y.lo))) return x;
+  }
+  return undefined;
+}
 /**
  * Not enclosed: an op outside its domain at some point of the interval (a division by an
  * interval holding 0, a square root reaching below 0). NaN compares false with everything, so
@@ -178,14 +202,15 @@ export const intervalAlgebra: Algebra<Iv> = {
     return outLibm(n / d, n / d);
   },
   add: (a, b) => check(add(a, b)),
-  sub: (a, b) => check(add(a, neg(b))),
+  // One object is one exact value (see `sameValue`): x - x is exactly 0, however wide x is.
+  sub: (a, b) => (sameValue(a, b) ? ZERO : check(add(a, neg(b)))),
   mul: (a, b) => check(mul(a, b)),
   div: (a, b) => check(div(a, b)),
   neg,
   sum: (xs) => check(xs.reduce(add, pt(0))),
   exp: (a) => check(inc(Math.exp)(a)),
-  max: (xs) => check({ lo: xs.reduce((m, x) => Math.max(m, x.lo), -Infinity), hi: xs.reduce((m, x) => Math.max(m, x.hi), -Infinity) }),
-  min: (xs) => check({ lo: xs.reduce((m, x) => Math.min(m, x.lo), Infinity), hi: xs.reduce((m, x) => Math.min(m, x.hi), Infinity) }),
+  max: (xs) => winner(xs, 1) ?? check({ lo: xs.reduce((m, x) => Math.max(m, x.lo), -Infinity), hi: xs.reduce((m, x) => Math.max(m, x.hi), -Infinity) }),
+  min: (xs) => winner(xs, -1) ?? check({ lo: xs.reduce((m, x) => Math.min(m, x.lo), Infinity), hi: xs.reduce((m, x) => Math.min(m, x.hi), Infinity) }),
   fn: (name, a) => check(fn(name, a)),
   test: (a, pred) => (decideTest(a, pred) ? pt(1) : pt(0)),
   gt0: (a) => {

@@ -52,6 +52,8 @@ export interface PoolOptions {
   readonly custom?: boolean;
   /** Stage indices the numeric run shows differing (no eager retry after a lazy difference). */
   readonly witnessed?: ReadonlySet<number>;
+  /** The normal form's work budget, when not the default (one budget per pool: a worker keeps one budgeted prover). */
+  readonly budget?: number;
   /**
    * A pool the caller keeps across calls (newPool; the caller destroys it). Starting workers
    * costs more than a small round of stages (stages/infer/boundary.ts proves hints in rounds), and a
@@ -140,7 +142,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
         const left = Math.min(runLeft, stopLeft);
         const cut = left < opts.deadlineMs;
         const deadlineMs = Math.max(1, Math.floor(Math.min(opts.deadlineMs, left)));
-        const task: StageTask = { key, file, plan: shared, limits, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}) };
+        const task: StageTask = { key, file, plan: shared, limits, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.budget === undefined ? {} : { budget: opts.budget }), ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}) };
         let result: StageResult;
         // Deadlines are whole milliseconds (a timer set to the floor of what is left can fire a
         // fraction of one before the limit): under a millisecond left is the limit reached, not a

@@ -26,9 +26,11 @@ export interface StageTask {
   readonly witnessed?: boolean;
   /** A stage built by the caller (stages/infer/boundary.ts splits stages per hint): its logical tensor and obligations as [rank, tensor]. */
   readonly custom?: { readonly logical: number; readonly obligations: readonly (readonly [number, number])[] };
+  /** The normal form's work budget when not the default (hint stages after a certified refutation). */
+  readonly budget?: number;
 }
 
-let cached: { key: string; plan: LoadedPlan; stages: Stage[]; prover: Prover; z3?: Z3Prover } | undefined;
+let cached: { key: string; plan: LoadedPlan; stages: Stage[]; prover: Prover; budgeted?: Prover; z3?: Z3Prover } | undefined;
 
 export default async function proveStage(task: StageTask): Promise<StageResult> {
   if (cached?.key !== task.key) {
@@ -42,7 +44,8 @@ export default async function proveStage(task: StageTask): Promise<StageResult> 
     cached.z3 ??= new Z3Prover(cached.plan);
     return cached.z3.prove(stage, task.deadlineMs);
   }
-  return cached.prover.prove(stage, task.witnessed === true);
+  if (task.budget !== undefined) cached.budgeted ??= new Prover(cached.plan, task.budget);
+  return (task.budget === undefined ? cached.prover : (cached.budgeted as Prover)).prove(stage, task.witnessed === true);
 }
 
 /**

@@ -24,7 +24,7 @@ import { newPool, notStarted, proveInPool, stoppedBy } from '../engines/pool.js'
 import type { Piscina } from 'piscina';
 import { proveTensorLevel } from '../engines/tensorlevel/prover.js';
 import { groupStages } from '../cache/canon.js';
-import { certifiedReason, certifyWitness } from '../engines/interval.js';
+import { certifiedReason, certifyWitness, type CertifyResult } from '../engines/interval.js';
 import { inferClaims, unclaimedCount } from './infer.js';
 import { structuralClaims } from './infer-struct.js';
 import { assemble, engineError, witnessedStages } from '../verify.js';
@@ -43,7 +43,7 @@ export interface BoundaryOptions {
   /** The Z3 portfolio for stages the normal form leaves open or gives up on (default true). */
   readonly portfolio?: boolean;
   readonly onStage?: (done: number, total: number) => void;
-  /** Work budget of the normal form, in this thread (jobs 0); tests set it low to exercise the portfolio. */
+  /** Work budget of the normal form (in this thread, and in workers when set); tests set it low to exercise the portfolio. */
   readonly budget?: number;
   /** Wall-clock limit of the inference rounds (default TIME_LIMIT_MS): past it, open stages are "unknown". */
   readonly timeLimitMs?: number;
@@ -175,6 +175,8 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   let searched = false;
   let timedOut = false;
   let settled = false;
+  let certifiedEarly = false;
+  const certMemo = new Map<string, CertifyResult & { logical?: number }>();
   let dropped = 0;
   let replaced = 0;
   let rounds = 0;
@@ -226,6 +228,18 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       if (!numericDone) {
         numeric = numericCheck(plan, seed, hinted);
         numericDone = true;
+        // A certified witness needs no hint (interval arithmetic over both whole graphs), so it
+        // is tried before the hint rounds: when it refutes the plan, the verdict is settled and
+        // the hint stages only serve the confirmation of which user stage fails first, so none
+        // gets more than a hint's share of the work (a tenth of the budget, also in workers; no
+        // rooted stage with a user stage's budget). ddp_cnn --bn spent 66 s of 70 on three
+        // rooted hint stages past the budget, split per rank, one round each, before the user
+        // round certified. Their deadline stays the hint's: a shorter one (the settled 2 s)
+        // dropped a hint that proves in 2 to 3 s under load (the log-softmax gradient of
+        // ddp_cnn --rows strided --batch 32), and every stage after it merged, one round each.
+        // The user round certifies again on its own decomposition (stage indices change as
+        // hints are dropped); the interval run is memoized (`certMemo`).
+        certifiedEarly = certify(plan, stages, numeric, hinted, certMemo) !== undefined;
       }
       const witnessed = witnessedStages(plan, stages, numeric);
       // A stage is unchanged when its obligations and the boundaries it starts from are.
@@ -263,7 +277,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         // (stages/engines/interval.ts) settles the verdict whatever the stage's size: that stage is
         // refuted without a normal form, and the stages after it are not attempted (the
         // stages downstream of a bug get no hints that hold, so they are the plan's largest).
-        const cert = certify(plan, stages, numeric, hinted);
+        const cert = certify(plan, stages, numeric, hinted, certMemo);
         settled = cert !== undefined;
         for (const [i, s] of stages.entries()) {
           const k = keys[i] as string;
@@ -284,18 +298,18 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       const stop = { stopAt: t0 + limitMs, stopWhy: limitWhy };
       // In this thread a hint stage is bounded by a tenth of the normal form's budget: a hint is
       // meant to cut a short stage, and one that needs more is dropped like one past its deadline.
-      const hintBudget = isHintRound && inThread && opts.budget === undefined ? { budget: HINT_TERM_BUDGET } : {};
+      const hintBudget = isHintRound && (inThread || certifiedEarly) && opts.budget === undefined ? { budget: HINT_TERM_BUDGET } : {};
       // Except a hint stage that starts from user claims only (contract inputs, parameters):
       // dropping its hint cannot cut anything shorter, since every stage that assumes it would
       // reach back through the same ops to the same claims. It gets the budget and deadline of
       // a user stage (Megatron's vocab-parallel embedding over 32 ids needs more than a tenth;
       // dropped, every stage after it merged up to the loss, past the normal form's bound).
-      const rooted = isHintRound && !settled ? rootedHintStages(todo, builder, hinted) : new Set<number>();
+      const rooted = isHintRound && !settled && !certifiedEarly ? rootedHintStages(todo, builder, hinted) : new Set<number>();
       // A hint that the tenth could not prove even per rank gets what a worker gives it (the
       // full budget) before it is dropped, so that --jobs 0 keeps the hints the pool keeps (a
       // minGPT block's log-softmax gradient under DDP: dropped here, its consumers merged past
       // the normal form's bound; kept by the pool, the plan verified).
-      if (isHintRound && !settled && inThread) for (const s of todo) if (fullBudget.has(s.logical)) rooted.add(s.index);
+      if (isHintRound && !settled && !certifiedEarly && inThread) for (const s of todo) if (fullBudget.has(s.logical)) rooted.add(s.index);
       const text = JSON.stringify(obj);
       const short = todo.filter((s) => !rooted.has(s.index));
       const long = todo.filter((s) => rooted.has(s.index));
@@ -323,7 +337,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: ${limitWhy} was reached with hints still being proved`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
         results = results.map((r, i) => ({ ...r, stage: stages[i] as Stage }));
         // A certified witness needs no hint and no stage proof: it still settles a refuted plan.
-        const cert = certify(plan, stages, numeric, hinted);
+        const cert = certify(plan, stages, numeric, hinted, certMemo);
         if (cert !== undefined) results[cert.stage] = cert.result(stages[cert.stage] as Stage);
         break;
       }
@@ -380,7 +394,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
           continue;
         }
         // (Every rank's stage of that tensor: the set is read as it was before this round.)
-        if (inThread && opts.budget === undefined && !hadFullBudget.has(r.stage.logical) && hintStage(r.stage) && r.status === 'unknown' && /too large for the exact normal form/.test(r.reason ?? '')) {
+        if (inThread && !certifiedEarly && opts.budget === undefined && !hadFullBudget.has(r.stage.logical) && hintStage(r.stage) && r.status === 'unknown' && /too large for the exact normal form/.test(r.reason ?? '')) {
           fullBudget.add(r.stage.logical);
           splitMore = true;
           continue;
@@ -675,7 +689,7 @@ async function proveStages(plan: LoadedPlan, file: string, text: string, todo: r
     }
   }
   if (poolOf !== undefined && opts.jobs > 0) {
-    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, stopWhy: opts.stopWhy, engine: 'normal' as Engine, pool: poolOf(), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
+    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, stopWhy: opts.stopWhy, engine: 'normal' as Engine, pool: poolOf(), ...(opts.budget === undefined ? {} : { budget: opts.budget }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   }
   const prover = opts.budget === undefined ? new Prover(plan) : new Prover(plan, opts.budget);
   return todo.map((s, i) => {
@@ -733,13 +747,19 @@ interface Cert {
  * The first user stage, in stage order, whose tensor the numeric run shows failing and whose
  * failure interval arithmetic certifies (stages/engines/interval.ts); undefined when there is none.
  */
-function certify(plan: LoadedPlan, stages: readonly Stage[], numeric: NumericReport, hinted: (r: number, t: number) => boolean): Cert | undefined {
+function certify(plan: LoadedPlan, stages: readonly Stage[], numeric: NumericReport, hinted: (r: number, t: number) => boolean, memo: Map<string, CertifyResult & { logical?: number }>): Cert | undefined {
   if (numeric.failingTensors.length === 0) return undefined;
   const t0 = performance.now();
   const failing = new Set(numeric.failingTensors);
   const user = stages.filter((s) => failing.has(plan.logical.tensors.name(s.logical)) && s.obligations.some((o) => !hinted(o.rank, o.tensor)));
   if (user.length === 0) return undefined;
-  const c = certifyWitness(plan, numeric.seed, [...new Set(user.map((s) => s.logical))], (r, t) => !hinted(r, t));
+  // Memoized by the tensors asked and the seed: hints never change a value (they are claims on
+  // tensors ops produce; the inputs' claims are the user's), and the claims compared are the
+  // user's, the same in every round's plan.
+  const tensors = [...new Set(user.map((s) => s.logical))];
+  const key = `${numeric.seed}|${tensors.join(',')}`;
+  let c = memo.get(key);
+  if (c === undefined) memo.set(key, (c = certifyWitness(plan, numeric.seed, tensors, (r, t) => !hinted(r, t))));
   if (!('certified' in c) || c.logical === undefined) {
     if (process.env['PLANPROOF_TRACE'] === '1') process.stderr.write(`certified witness: none (${'undecided' in c ? c.undecided : ''})\n`);
     return undefined;

@@ -40,11 +40,13 @@ const MAX_FIT_TRIES = 64;
 /** Candidates kept per tensor besides the first. */
 const MAX_ALTERNATIVES = 3;
 /**
- * Piece counts a striped slice is looked for with: zig-zag context parallelism needs 2; a
- * merged [b·np] dim with the heads split gives one piece per batch row of a rank, so up to 8
- * rows (Megatron's attention reshapes at micro-batch 8).
+ * Pieces of a striped slice found by a value search each (`matchSlices`) besides the first two,
+ * per dim and piece count. Pieces in arithmetic progression (DistributedSampler's rows r,
+ * r + ws, ...; one block of heads per batch row of Megatron's merged [b·np] dim) are checked
+ * where the first two put them, at no search; a layout that breaks the progression gets this
+ * many searches (up to 10 pieces in all: the former limit, from a list of piece counts, was 8).
  */
-const STRIPE_PIECES = [2, 3, 4, 5, 6, 7, 8];
+const STRIPE_SEARCHES = 8;
 /**
  * Extra random inputs every candidate must also hold on. One run can match by coincidence: a
  * token's capacity slot in an MoE dispatch buffer depends on how the other tokens route, so a
@@ -218,7 +220,7 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
         // Asked when no contiguous candidate fits every rank: equal pieces along one dim, each a
         // block of one logical tensor (zig-zag sequence chunks: rank r holds chunks r and
         // 2·cp-1-r). Some ranks' pieces can also be one block by coincidence (repeated tokens).
-        if (striped) for (const st of stripeMatches(matchSlices, v.data, v.shape)) out.push({ L: st.L, kind: 'slice', axes: [], n: 1, divisor: 1, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
+        if (striped) for (const st of stripeMatches(matchSlices, logical, v.data, v.shape)) out.push({ L: st.L, kind: 'slice', axes: [], n: 1, divisor: 1, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
         {
           for (const A of axisSets) {
             const c = coords(r);
@@ -241,8 +243,8 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
             // Striped partial values (a row-parallel output inside context parallelism).
             if (striped && g.sum !== undefined) {
               const sum = g.sum;
-              for (const st of stripeMatches(matchSlices, sum, v.shape)) out.push({ L: st.L, kind: 'addend', axes: A, n, divisor: 1, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
-              for (const st of stripeMatches(matchSlices, sum.map((y) => y / n), v.shape)) out.push({ L: st.L, kind: 'addend', axes: A, n, divisor: n, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
+              for (const st of stripeMatches(matchSlices, logical, sum, v.shape)) out.push({ L: st.L, kind: 'addend', axes: A, n, divisor: 1, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
+              for (const st of stripeMatches(matchSlices, logical, sum.map((y) => y / n), v.shape)) out.push({ L: st.L, kind: 'addend', axes: A, n, divisor: n, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
             }
           }
         }
@@ -256,7 +258,7 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
             if (!striped) for (const m of matchSlices(scaled, v.shape)) out.push({ L: m.L, kind: 'scaled', axes: [], n: 1, divisor: k, start: m.start, sameOp: sameOp(m.L) });
             // Scaled striped slices: DistributedSampler's rows (rank r takes r, r + ws, ...) and
             // a per-rank mean loss make each activation gradient ws times a strided selection.
-            else for (const st of stripeMatches(matchSlices, scaled, v.shape)) out.push({ L: st.L, kind: 'scaled', axes: [], n: 1, divisor: k, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
+            else for (const st of stripeMatches(matchSlices, logical, scaled, v.shape)) out.push({ L: st.L, kind: 'scaled', axes: [], n: 1, divisor: k, start: st.starts[0] as number[], sameOp: sameOp(st.L), stripes: st });
           }
         }
         // Slices before addends before scaled copies; op matches first; among equal values
@@ -669,29 +671,69 @@ function pieceOf(data: ArrayLike<number>, shape: readonly number[], dim: number,
   return { data: out, shape: ps };
 }
 
-/** Striped matches: k equal pieces along one dim (k in STRIPE_PIECES, the fewest that match), each a block of the same logical tensor at the same offsets on the other dims. */
-function stripeMatches(matchSlices: (data: ArrayLike<number>, shape: readonly number[]) => Match[], data: ArrayLike<number>, shape: readonly number[]): { L: number; dim: number; k: number; starts: number[][] }[] {
+/**
+ * Striped matches: k equal pieces along one dim (k >= 2 a divisor of the dim's size, the fewest
+ * that match), each a block of the same logical tensor at the same offsets on the other dims.
+ * Per k, the first two pieces are searched by value; every later piece is first checked where
+ * the progression of the first two puts it (`blockEquals`, no search), and searched only when
+ * it is not there, at most STRIPE_SEARCHES times. So 32 or 256 rows per rank taken with a
+ * stride cost two searches and one pass over the values per divisor of the size, where a list
+ * of piece counts tried every k up to 8 with k searches each and found nothing past it.
+ */
+function stripeMatches(matchSlices: (data: ArrayLike<number>, shape: readonly number[]) => Match[], logical: readonly (Dense<number> | undefined)[], data: ArrayLike<number>, shape: readonly number[]): { L: number; dim: number; k: number; starts: number[][] }[] {
   const out: { L: number; dim: number; k: number; starts: number[][] }[] = [];
   shape.forEach((size, dim) => {
-    for (const k of STRIPE_PIECES) {
-      if (size < k || size % k !== 0) continue;
-      const per = Array.from({ length: k }, (_, j) => {
-        const pc = pieceOf(data, shape, dim, k, j);
-        return matchSlices(pc.data, pc.shape);
-      });
+    for (let k = 2; k <= size; k++) {
+      if (size % k !== 0) continue;
+      const pieces = new Map<number, { data: Float64Array; shape: number[] }>();
+      const piece = (j: number): { data: Float64Array; shape: number[] } => {
+        let pc = pieces.get(j);
+        if (pc === undefined) pieces.set(j, (pc = pieceOf(data, shape, dim, k, j)));
+        return pc;
+      };
+      const found = new Map<number, Match[]>();
+      let searches = 0;
+      let exhausted = false;
+      // Piece j's value matches, searched once (the first two always; later ones within the bound).
+      const search = (j: number): Match[] => {
+        let ms = found.get(j);
+        if (ms !== undefined) return ms;
+        if (j >= 2 && ++searches > STRIPE_SEARCHES) {
+          exhausted = true;
+          return [];
+        }
+        const pc = piece(j);
+        found.set(j, (ms = matchSlices(pc.data, pc.shape)));
+        return ms;
+      };
       // Every combination of piece matches on one logical tensor at the same offsets on the
       // other dims (repeated values, such as a repeated token's embedding, match several).
       const grow = (starts: number[][], L: number): void => {
-        if (out.length >= MAX_MATCHES) return;
+        if (out.length >= MAX_MATCHES || exhausted) return;
         const j = starts.length;
         if (j === k) {
           out.push({ L, dim, k, starts });
           return;
         }
-        for (const m of per[j] as Match[]) if (m.L === L && m.start.every((x, d) => d === dim || x === (starts[0] as number[])[d])) grow([...starts, m.start], L);
+        if (j >= 2) {
+          const s0 = starts[0] as number[];
+          const step = ((starts[1] as number[])[dim] as number) - (s0[dim] as number);
+          const next = s0.map((x, d) => (d === dim ? x + j * step : x));
+          const lv = logical[L];
+          const pc = piece(j);
+          const S = lv?.shape ?? [];
+          if (lv !== undefined && (next[dim] as number) >= 0 && (next[dim] as number) + (pc.shape[dim] as number) <= (S[dim] as number) && blockEquals(pc.data, pc.shape, 1, lv, next)) {
+            grow([...starts, next], L);
+            return;
+          }
+        }
+        for (const m of search(j)) if (m.L === L && m.start.every((x, d) => d === dim || x === (starts[0] as number[])[d])) grow([...starts, m.start], L);
       };
-      for (const m0 of per[0] as Match[]) grow([m0.start], m0.L);
+      for (const m0 of search(0)) grow([m0.start], m0.L);
       if (out.length > 0) return;
+      // Piece 0 matches nothing: no larger k can match either unless its smaller pieces do; a
+      // piece of a finer split is part of this one, so keep looking (rows strided inside a
+      // piece make the coarse piece no block at all).
     }
   });
   return out;

@@ -110,6 +110,8 @@ ddp_cnn-ties ddp_cnn.py dp --ties
 ddp_cnn-bn ddp_cnn.py dp --bn
 ddp_cnn-strided ddp_cnn.py dp --rows strided
 ddp_cnn-strided-bug ddp_cnn.py dp --rows strided --bug
+ddp_cnn-strided-b32 ddp_cnn.py dp --rows strided --batch 32
+ddp_cnn-strided-b32-bug ddp_cnn.py dp --rows strided --batch 32 --bug
 mingpt_ddp mingpt_ddp.py dp
 mingpt_ddp-bug mingpt_ddp.py dp --bug
 ddp_transformer ddp_transformer.py dp
