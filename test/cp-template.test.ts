@@ -93,13 +93,15 @@ describe('context-parallel zig-zag chunks per template (issue 37)', () => {
     }
   }).timeout(900_000);
 
-  it(`refutes the twin whose parameter gradient is not all-reduced over cp, with a witness${FULL}`, () => {
-    const make = (): RawPlan => cpPlan(2, 2, 2, 2, 'cp-grad-not-reduced');
-    const r = verifyPerTemplate(loadPlanObject('bug.json', make()), { witness: { raw: make, provePart: partProver() } });
-    assert.equal(r.verdict, 'not_equivalent');
-    const s = r.stages.find((x) => x.status === 'not_equivalent');
-    assert.ok(s !== undefined && /^grad\//.test(s.logical), s?.logical);
-    assert.ok((s.witness ?? []).length > 0);
+  it(`refutes the twins whose parameter gradient is not all-reduced over cp, and whose ring merge rescales by the wrong max, with a witness${FULL}`, () => {
+    for (const [bug, at] of [['cp-grad-not-reduced', /^grad\//], ['cp-ring-merge-wrong-max', RING]] as const) {
+      const make = (): RawPlan => cpPlan(2, 2, 2, 2, bug);
+      const r = verifyPerTemplate(loadPlanObject('bug.json', make()), { witness: { raw: make, provePart: partProver() } });
+      assert.equal(r.verdict, 'not_equivalent', bug);
+      const s = r.stages.find((x) => x.status === 'not_equivalent');
+      assert.ok(s !== undefined && at.test(s.logical), `${bug}: ${s?.logical}`);
+      assert.ok((s.witness ?? []).length > 0, bug);
+    }
   });
 
   it(`proves per template nothing the element engine refutes rank by rank, on the plan and three bugs${FULL}`, () => {
