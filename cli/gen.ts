@@ -9,6 +9,7 @@ import { BUGS, bugById } from '../plans/gen/bugs.js';
 import { PRESETS, type Preset } from '../plans/gen/presets.js';
 import { stripToBoundary } from '../plans/gen/strip.js';
 import { stringifyChunks, writeJsonFile } from '../plans/gen/write.js';
+import { MAX_PLAN_BYTES } from '../plans/json.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import type { Parallelism } from '../plans/gen/net.js';
 import type { RawPlan } from '../plans/raw.js';
@@ -228,8 +229,9 @@ export function gen(a: GenArgs, out: Out): number {
       plan = stripToBoundary(plan);
     }
     next(`writing ${a.out ?? 'the plan to stdout'}`);
-    // In pieces, never one string (plans/gen/write.ts): the same bytes as JSON.stringify(plan, null, 1).
-    const bytes = a.out === undefined ? toStdout(plan, out) : writeJsonFile(a.out, plan);
+    // In pieces, never one string (plans/gen/write.ts): the same bytes as JSON.stringify(plan, null, 1),
+    // or without whitespace where that would pass what verify reads by default.
+    const bytes = a.out === undefined ? toStdout(plan, out) : writeJsonFile(a.out, plan, MAX_PLAN_BYTES);
     bar?.update(steps, steps, `wrote ${a.out ?? 'the plan to stdout'}`);
     bar?.stop();
     summary(plan, a, bytes, performance.now() - t0, out);

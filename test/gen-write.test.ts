@@ -41,6 +41,12 @@ describe('gen: plans written in pieces', () => {
       { toJSON: () => ({ replaced: [1, 2] }) },
     ];
     for (const v of cases) assert.equal(pieces(v).join(''), JSON.stringify(v, null, 1), JSON.stringify(v));
+    // Without whitespace: JSON.stringify(v)'s bytes.
+    for (const v of cases) {
+      const out: string[] = [];
+      stringifyChunks(v, (s) => out.push(s), 0);
+      assert.equal(out.join(''), JSON.stringify(v), JSON.stringify(v));
+    }
   });
 
   it('gives the bytes of JSON.stringify(plan, null, 1) on generated plans, in bounded pieces', () => {
@@ -67,6 +73,17 @@ describe('gen: plans written in pieces', () => {
       const b = readFileSync(f);
       assert.equal(b.toString('utf8'), JSON.stringify(v, null, 1) + '\n');
       assert.equal(n, b.length);
+      // Past its bound the indented text is replaced by the value without whitespace, from the start.
+      const g = join(dir, 'w.json');
+      const big = generatePlan(PRESETS['llama-tiny-sp'] as GenOptions);
+      const m = writeJsonFile(g, big, 4096);
+      const c = readFileSync(g);
+      assert.equal(c.toString('utf8'), JSON.stringify(big) + '\n');
+      assert.equal(m, c.length);
+      assert.ok(m < JSON.stringify(big, null, 1).length, 'smaller than the indented text');
+      // Under its bound, indented as before.
+      assert.equal(writeJsonFile(g, v, 1 << 30), n);
+      assert.equal(readFileSync(g).toString('utf8'), JSON.stringify(v, null, 1) + '\n');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -5,8 +5,12 @@
  * times its size in memory on top of the plan (issue 37 item 4). Here the containers near the
  * root (and any long array) are walked by hand, and everything below them (an op, a tensor, a
  * shape) is JSON.stringify'd whole (native, fast, small), re-indented to its depth.
+ *
+ * A plan whose indented text would pass what `verify` reads by default (MAX_PLAN_BYTES: the
+ * 405B plan with SP and CP is 572 MB indented) is written without whitespace instead
+ * (`JSON.stringify(plan)`, about half the bytes): the same JSON value, so the same plan.
  */
-import { closeSync, openSync, writeSync } from 'node:fs';
+import { closeSync, ftruncateSync, openSync, writeSync } from 'node:fs';
 
 /** Containers this shallow are walked by hand ($ > parallel > programs > [i] > ops > [j] is depth 5). */
 const WALK_DEPTH = 5;
@@ -26,7 +30,7 @@ function absent(v: unknown): boolean {
  * everything below the walked containers go through JSON.stringify itself, so its rules
  * (toJSON, dropped members, escapes, number formats) are its own, not copied here.
  */
-export function stringifyChunks(value: unknown, emit: (piece: string) => void): void {
+export function stringifyChunks(value: unknown, emit: (piece: string) => void, indent: 0 | 1 = 1): void {
   let buf = '';
   const put = (s: string): void => {
     buf += s;
@@ -37,12 +41,13 @@ export function stringifyChunks(value: unknown, emit: (piece: string) => void): 
   };
   // Indentation by depth, built once per depth.
   const pads: string[] = ['\n'];
-  const nl = (depth: number): string => (pads[depth] ??= '\n' + ' '.repeat(depth));
+  const nl = (depth: number): string => (indent === 0 ? '' : (pads[depth] ??= '\n' + ' '.repeat(depth)));
+  const colon = indent === 0 ? ':' : ': ';
   const whole = (v: unknown, depth: number): void => {
-    const s = JSON.stringify(v, null, 1) as string | undefined;
+    const s = (indent === 0 ? JSON.stringify(v) : JSON.stringify(v, null, 1)) as string | undefined;
     if (s === undefined) return;
     // JSON escapes newlines inside strings, so every '\n' here is indentation: shift it by depth.
-    put(depth === 0 || !s.includes('\n') ? s : s.replaceAll('\n', nl(depth)));
+    put(depth === 0 || indent === 0 || !s.includes('\n') ? s : s.replaceAll('\n', nl(depth)));
   };
   const walk = (v: unknown, depth: number): void => {
     // Boxed primitives and toJSON are JSON.stringify's to interpret.
@@ -65,7 +70,7 @@ export function stringifyChunks(value: unknown, emit: (piece: string) => void): 
     for (const k of Object.keys(v)) {
       const x: unknown = (v as Record<string, unknown>)[k];
       if (absent(x)) continue;
-      put((first ? '' : ',') + nl(depth + 1) + JSON.stringify(k) + ': ');
+      put((first ? '' : ',') + nl(depth + 1) + JSON.stringify(k) + colon);
       first = false;
       walk(x, depth + 1);
     }
@@ -75,23 +80,38 @@ export function stringifyChunks(value: unknown, emit: (piece: string) => void): 
   if (buf.length > 0) emit(buf);
 }
 
+/** Stops an indented write that passes its bound (then the value is written without whitespace). */
+class TooLong extends Error {}
+
 /**
  * Writes `JSON.stringify(value, null, 1)` and a newline to `file`, piece by piece; returns the
- * bytes written. The file is opened (truncated) first, so an unwritable path fails before the
- * work of stringifying.
+ * bytes written. When that text would pass `maxIndented` bytes, the file is rewritten (from
+ * its start) as `JSON.stringify(value)` and a newline: the same value in about half the bytes,
+ * so that what gen writes stays within what verify reads. The file is opened (truncated) first,
+ * so an unwritable path fails before the work of stringifying.
  */
-export function writeJsonFile(file: string, value: unknown): number {
+export function writeJsonFile(file: string, value: unknown, maxIndented = Infinity): number {
   const fd = openSync(file, 'w');
   let bytes = 0;
   try {
     const write = (s: string): void => {
       const b = Buffer.from(s, 'utf8');
+      if (bytes + b.length > maxIndented) throw new TooLong();
       let off = 0;
-      while (off < b.length) off += writeSync(fd, b, off, b.length - off);
+      while (off < b.length) off += writeSync(fd, b, off, b.length - off, bytes + off);
       bytes += b.length;
     };
-    stringifyChunks(value, write);
-    write('\n');
+    try {
+      stringifyChunks(value, write);
+      write('\n');
+    } catch (e) {
+      if (!(e instanceof TooLong)) throw e;
+      ftruncateSync(fd, 0);
+      bytes = 0;
+      maxIndented = Infinity;
+      stringifyChunks(value, write, 0);
+      write('\n');
+    }
   } finally {
     closeSync(fd);
   }

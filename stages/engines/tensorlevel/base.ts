@@ -10,7 +10,7 @@ import { registry } from '../../../ops/registry.js';
 import type { Attrs, OpDef, Shape } from '../../../ops/types.js';
 import type { Program } from '../../../plans/model.js';
 import { type TemplateFrame, templateFrame, evalNF } from './frames.js';
-import { type Range, type Frac, ONE, fmul, feq, type Relation, type Value, type Derived, isSum, isRouted, valueKey, regionKey, type StageRef, type Ctx, type Shared, type Sig } from './relations.js';
+import { type Range, type Frac, ONE, fmul, feq, type Relation, type Value, type Derived, isSum, isRouted, isSoftmax, isPack, valueKey, regionKey, type StageRef, type Ctx, type Shared, type Sig } from './relations.js';
 import type { Int } from './sym.js';
 import { showRange } from './stripes.js';
 import { AttrUse, LogicalWorld } from './world.js';
@@ -104,6 +104,8 @@ export abstract class ProverBase {
   /** A sum as one relation: complete terms of one region are the region of their tensor sum. */
   protected materialize(v: Value): Relation | string {
     if (isRouted(v)) return `a routed MoE buffer (${this.world.name(v.of)}: its rows are a routing-dependent permutation of the tokens' slots) read by an op with no routing rule`;
+    if (isSoftmax(v)) return `ring attention's softmax statistics of ${this.world.name(v.op)} read as a tensor region`;
+    if (isPack(v)) return 'a concat of values that are not one region, read other than by a split at its pieces';
     if (!isSum(v)) return v;
     const first = v.terms[0] as Relation;
     if (v.terms.some((t) => t.part !== undefined || t.bcast !== undefined || regionKey({ ...t, logical: first.logical }) !== regionKey(first))) return `a sum of ${v.terms.length} values that are not all whole, or not one region`;

@@ -5,7 +5,7 @@
  */
 import type { Attrs, Shape } from '../../../ops/types.js';
 import { everyPoint } from './frames.js';
-import { type Range, type Frac, ONE, frac, fmul, feq, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, isRouted, termsOf, termKey, addTerms, sameRel, chunkOf, coversAll, unionParts, MAX_LIFT_POINTS, type Shared } from './relations.js';
+import { type Range, type Frac, ONE, frac, fmul, feq, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, isRouted, isOpaque, termsOf, termKey, addTerms, sameRel, chunkOf, coversAll, unionParts, MAX_LIFT_POINTS, type Shared } from './relations.js';
 import { RoutedRules } from './routed.js';
 import { concatStripes, stripeChunk } from './stripes.js';
 import { iaxes, ieval, ikey, Sym, type Int } from './sym.js';
@@ -21,8 +21,9 @@ export abstract class CollectiveRules extends RoutedRules {
       return v;
     };
     const values = ins.filter((x): x is Value => x !== undefined);
-    if (values.some(isRouted)) {
+    if (values.some(isOpaque)) {
       if (kind === 'send' || kind === 'recv' || kind === 'send_recv') return me === 1 && ins[0] !== undefined ? ins[0] : 'a point-to-point transfer with no input from its sender';
+      if (!values.some(isRouted)) return `'${kind}' of ring attention's statistics or a pack of several values`;
       if (kind !== 'all_to_all') return `'${kind}' of a routed MoE buffer`;
       if (values.length !== g || !values.every(isRouted)) return 'all_to_all of routed and plain buffers';
       return this.routedA2a(values, attrs, me, g, outShape);
@@ -117,7 +118,7 @@ export abstract class CollectiveRules extends RoutedRules {
 
   /** all_reduce / reduce_scatter of the members' inputs: a partition of addends, or replicas. */
   protected combine(xs0: readonly Value[], red: string, g: number): Derived {
-    if (xs0.some(isRouted)) return `${red} over routed MoE buffers`;
+    if (xs0.some(isOpaque)) return `${red} over routed MoE buffers, softmax statistics or packs`;
     const xs = xs0 as readonly (Relation | Sum)[];
     if (red === 'max' && xs.every((x) => !isSum(x) && isMaxPart(x))) {
       // Max-addends of one value over a partition of the maxed range: their max is the value.

@@ -7,7 +7,7 @@ import type { LoadedPlan } from '../../../lineage/load.js';
 import { evalLineage, type LineageNF } from '../../../lineage/model.js';
 import { programBox } from '../../../plans/mesh.js';
 import type { Program } from '../../../plans/model.js';
-import { type Relation, type Value, isSum, isRouted } from './relations.js';
+import { type Relation, type Value, isSum, isRouted, isSoftmax, isPack } from './relations.js';
 import { substRange } from './stripes.js';
 import { isubst, type Int } from './sym.js';
 
@@ -89,6 +89,8 @@ export function substValue(v: Value, axes: readonly number[], at: readonly numbe
     ranges: r.ranges.map((rg) => substRange(rg, sub)),
     ...(r.part === undefined ? {} : { part: { ...r.part, comps: r.part.comps.map((c) => ({ ...c, cover: c.cover.map(sub) })) } }),
   });
+  if (isSoftmax(v)) return { ...v, rows: v.rows.map((rg) => substRange(rg, sub)), keys: v.keys.map(sub) };
+  if (isPack(v)) return { ...v, items: v.items.map(rel) };
   if (isRouted(v)) return { ...v, region: v.region.map(([a, b]) => [sub(a), sub(b)] as const), blocks: v.blocks.map(([a, b]) => [sub(a), sub(b)] as const) };
   return isSum(v) ? { terms: v.terms.map(rel) } : rel(v);
 }

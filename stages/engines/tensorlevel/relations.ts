@@ -114,15 +114,48 @@ export interface Routed {
   readonly factor: Frac;
   readonly padZero: boolean;
 }
-export type Value = Relation | Sum | Routed;
+/**
+ * Ring attention's online-softmax statistics (docs/engine.md, rule 14; ring.ts): output `out`
+ * (0 the block-normalized output, 1 the row max, 2 the row sum of exp(score - max)) of
+ * attention_partial over the rows `rows` (batch dims, query heads, query positions) of the
+ * logical attention op `op`, restricted to the key positions `keys` (a cover: [start, end)
+ * pairs, ascending) and the logical op's mask. Never a region of a tensor: only ring.ts's rules
+ * read it (materialize refuses it).
+ */
+export interface Softmax {
+  readonly softmax: true;
+  readonly op: number;
+  readonly out: number;
+  readonly rows: readonly Range[];
+  readonly keys: readonly Int[];
+}
+/**
+ * Values side by side along `dim` that are no one region (a concat of addends of different
+ * decompositions, as ring attention packs its gradient accumulators for one send): item i is
+ * local positions [off_i, off_i + sizes[i]) along dim. Only a split at the items' bounds reads
+ * it (ring.ts); materialize refuses it.
+ */
+export interface Pack {
+  readonly pack: true;
+  readonly dim: number;
+  readonly items: readonly Relation[];
+  readonly sizes: readonly number[];
+}
+export type Value = Relation | Sum | Routed | Softmax | Pack;
 export type Derived = Value | string;
 export const isSum = (v: Value): v is Sum => 'terms' in v;
 export const isRouted = (v: Value): v is Routed => 'routed' in v;
+export const isSoftmax = (v: Value): v is Softmax => 'softmax' in v;
+export const isPack = (v: Value): v is Pack => 'pack' in v;
+/** Values no region rule reads: routed buffers, softmax statistics, packs. */
+export const isOpaque = (v: Value): v is Routed | Softmax | Pack => isRouted(v) || isSoftmax(v) || isPack(v);
 export const termsOf = (v: Relation | Sum): readonly Relation[] => (isSum(v) ? v.terms : [v]);
 /** The slots a routed buffer holds, in order: equal keys mean aligned rows. */
 export const slotKey = (v: Routed): string => `${v.idx}|${v.experts}|${v.k}|${v.blocks.map(([a, b]) => `${ikey(a)}:${ikey(b)}`).join(',')}`;
 /** Everything a value says, as text (memo keys). */
 export function valueKey(v: Value): string {
+  if (isSoftmax(v)) return `S${v.op}.${v.out}@${v.rows.map(([a, b]) => `${ikey(a)}:${ikey(b)}`).join(',')}|${v.keys.map(ikey).join(',')}`;
+  if (isPack(v)) return `P${v.dim}|${v.sizes.join(',')}|${v.items.map((r) => valueKey(r)).join('|')}`;
   if (isRouted(v)) return `R${v.of}@${v.region.map(([a, b]) => `${ikey(a)}:${ikey(b)}`).join(',')}|${v.edim},${v.sdim}|${slotKey(v)}*${fkey(v.factor)}${v.padZero ? 'z' : ''}`;
   return termsOf(v)
     .map((r) => `${relKey(r)}#${coverKey(r.part)}`)

@@ -8,11 +8,11 @@ import { registry } from '../../../ops/registry.js';
 import { numel, type Attrs, type DimLabel, type OpDef, type Shape } from '../../../ops/types.js';
 import type { Program } from '../../../plans/model.js';
 import { type Range, ONE, fmul, feq, fkey, type Relation, type Routed, type Value, type Derived, isRouted, slotKey, attrsKey, unionCover, chunkOf } from './relations.js';
-import { SliceRules } from './slices.js';
+import { RingRules } from './ring.js';
 import { iadd, iconst, ikey, imul, isub, type Int } from './sym.js';
 import type { OpRef } from './world.js';
 
-export abstract class RoutedRules extends SliceRules {
+export abstract class RoutedRules extends RingRules {
   /** All values of the logical ids lie in [0, V): a partition of [0, V) covers every id. */
   protected idsBelow(rel: Relation, V: number): string | undefined {
     const dom = this.world.domain(rel.logical);

@@ -7,7 +7,7 @@ import { registry } from '../../../ops/registry.js';
 import { attrScalar, numel, type AttrValue, type Attrs, type DimLabel, type OpDef, type Shape } from '../../../ops/types.js';
 import type { Program } from '../../../plans/model.js';
 import { ProverBase } from './base.js';
-import { type Range, ONE, fmul, feq, fkey, fdiv, parseFrac, type Comp, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, termsOf, addTerms, attrsKey, dimAttr, PRODUCT, isProduct, type Sig, trailingUnits } from './relations.js';
+import { type Range, ONE, fmul, feq, fkey, fdiv, parseFrac, type Comp, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, isSoftmax, isPack, termsOf, addTerms, attrsKey, dimAttr, PRODUCT, isProduct, type Sig, trailingUnits } from './relations.js';
 import { concatStripes, restripe, stripeOf, stripedLayout } from './stripes.js';
 import { iadd, icmp, iconst, iscale, isub, Sym, type Int } from './sym.js';
 import type { OpRef } from './world.js';
@@ -320,6 +320,10 @@ export abstract class SliceRules extends ProverBase {
     const def = registry.get(kind);
     const routed = this.routedOp(kind, def, attrs, k, vals, outShape);
     if (routed !== undefined) return routed;
+    // Ring attention and the packs around its sends (ring.ts); their values meet no other rule.
+    const ring = this.ringOp(r, op, k, def, vals, attrs, outShape);
+    if (ring !== undefined) return ring;
+    if (vals.some((v) => isSoftmax(v) || isPack(v))) return `'${def.name}' of ring attention's statistics or of a pack`;
     const vals0 = vals as readonly (Relation | Sum)[];
     // Rules that need no logical counterpart.
     if (kind === this.scaleKind && vals.length === 1) {
@@ -380,6 +384,16 @@ export abstract class SliceRules extends ProverBase {
       const c = dim === undefined ? 'a concat without a dim' : concatStripes(ins, dim);
       if (typeof c !== 'string') return this.checked(c, outShape);
     }
+    if (typeof d === 'string' && def.name === 'concat' && ins.length > 1) {
+      // Anything else side by side (ring attention's gradient accumulators, one send): a pack.
+      const pk = this.packOf(ins, local, attrs, outShape);
+      if (typeof pk !== 'string') return pk;
+    }
+    if (typeof d === 'string' && def.name === 'split' && ins.length === 1) {
+      // A split with no logical counterpart (a zig-zag shard into its chunks): windows of the region.
+      const sp = this.splitRel(ins[0] as Relation, local[0] ?? [], attrs, k, outShape);
+      if (sp !== undefined) return sp;
+    }
     if (typeof d === 'string' && kind === this.reshapeKind && ins.length === 1 && trailingUnits(local[0] ?? [], outShape) !== undefined) {
       // Trailing unit dims added or dropped: the same reshape of the logical tensor, on any region.
       const u = this.unitLog(ins[0] as Relation, local[0] ?? [], outShape);
@@ -425,6 +439,10 @@ export abstract class SliceRules extends ProverBase {
    * Same op on a slice (or a plain-sum addend) of a logical op with these logical inputs, or
    * of a virtual op with the parallel op's own attributes.
    */
+  protected abstract ringOp(r: number, op: number, k: number, def: OpDef, vals: readonly Value[], attrs: Attrs, outShape: Shape): Derived | undefined;
+  protected abstract packOf(ins: readonly Value[], local: readonly Shape[], attrs: Attrs, outShape: Shape): Value | string;
+  protected abstract splitRel(x: Value, inShape: Shape, attrs: Attrs, k: number, outShape: Shape): Relation | undefined;
+
   protected sliced(kind: number, ins0: readonly Relation[], attrs: Attrs, k: number, outShape: Shape, name: string, virtual = true): Relation | string {
     const w = this.world;
     let ins = ins0;

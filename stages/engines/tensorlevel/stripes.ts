@@ -19,7 +19,7 @@
  */
 import type { LineageNF } from '../../../lineage/model.js';
 import { iadd, iaxes, icmp, iconst, ikey, imul, isub, type Int } from './sym.js';
-import { claimRelation, isRouted, isSum, type Comp, type Derived, type Range, type Relation } from './relations.js';
+import { claimRelation, isPack, isRouted, isSoftmax, isSum, type Comp, type Derived, type Range, type Relation } from './relations.js';
 
 const SPAN = 2 ** 40;
 /**
@@ -168,6 +168,17 @@ export function restripe(d: Derived): Derived {
     }
     return { ...r, part: { ...r.part, comps } };
   };
+  // Softmax statistics hold plain rows and keys only (ring.ts never builds them from pieces).
+  if (isSoftmax(d)) return d.rows.some(([a, b]) => wild(a) || wild(b)) || d.keys.some(wild) ? 'softmax statistics over a striped region' : d;
+  if (isPack(d)) {
+    const items: Relation[] = [];
+    for (const t of d.items) {
+      const x = rel(t);
+      if (typeof x === 'string') return x;
+      items.push(x);
+    }
+    return { ...d, items };
+  }
   if (isSum(d)) {
     const terms: Relation[] = [];
     for (const t of d.terms) {
