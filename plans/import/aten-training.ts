@@ -9,6 +9,7 @@ import type { AttrValue } from '../../ops/types.js';
 import type { FxArg, FxNode } from './fxtext.js';
 import { indexPutInt } from './aten-index.js';
 import { pinRouting } from './aten-sort.js';
+import { maskPut, positional } from './aten-mask.js';
 import { isNegInf, negInfFilled } from './aten-neginf.js';
 import { filled, type Lowerer, type Rule, type TensorVal, type Val } from './lower.js';
 
@@ -186,6 +187,13 @@ function indexPut(inPlace: boolean): Rule {
     }
     if (idx.items.length !== 1) return l.fail(`${n.target}: only one boolean mask index is supported (x[mask] = v)`);
     const mask = first;
+    const vals = n.args[2]?.kind === 'name' ? l.tensor(n.args[2], 'values') : undefined;
+    if (vals !== undefined && positional(l, x, mask, vals)) {
+      // y[mask] = v with one row of v per selected element (MoE dispatch by mask): by position.
+      const r = maskPut(l, n, x, mask, vals, accumulate, inPlace ? undefined : l.out(n));
+      if (inPlace) l.write(n.args[0], r);
+      return l.bind(n, r);
+    }
     if (accumulate) l.fail(`${n.target}: accumulate=True with a boolean mask is not supported`);
     if (mask.shape.length > x.shape.length || mask.shape.some((d, i) => d !== x.shape[i])) l.fail(`${n.target}: the mask [${mask.shape.join(', ')}] must be x's leading dims [${x.shape.join(', ')}]`);
     // The mask's dims lead; where broadcasts from the trailing end, so give it x's rank.

@@ -319,11 +319,35 @@ class Capture:
             elif isinstance(x, (list, tuple)):
                 self.name_undeclared(x)
 
+    def positions(self, mask):
+        """The positions of a mask's nonzero elements as the run found them (nonzero's result), or
+        None past MASK_POSITIONS elements. The importer uses them only where it can show the mask
+        is a function of constants and pinned routing choices (docs/capture.md, "Dispatch by mask")."""
+        if mask.numel() > MASK_POSITIONS:
+            return None
+        self.suspended += 1
+        try:
+            return [int(v) for v in torch.nonzero(mask).flatten().tolist()]
+        finally:
+            self.suspended -= 1
+
     def record(self, func, args, kwargs, out):
         self.ops += 1
         self.note_loc()
         name = self.fresh(func.__name__.split(".")[0] if hasattr(func, "__name__") else "op")
         call = "torch.ops.%s(%s)" % (str(func), ", ".join([self.fmt_arg(func, i, a) for i, a in enumerate(args)] + ["%s = %s" % (k, self.fmt_arg(func, k, v)) for k, v in kwargs.items()]))
+        if str(func) == "aten.nonzero.default" and isinstance(args[0], torch.Tensor):
+            # A size that depends on the data: written with the positions the run found.
+            pos = self.positions(args[0])
+            if pos is not None:
+                call = "torch.ops.planproof.positions.default(%s, %s)" % (self.fmt_arg(func, 0, args[0]), repr(pos))
+        if str(func) in MASK_INDEXING and len(args) > 1 and isinstance(args[1], (list, tuple)):
+            # x[mask], x[mask] = v: each boolean index's positions, for the importer to index by.
+            for m in args[1]:
+                if isinstance(m, torch.Tensor) and m.dtype == torch.bool and m.dim() > 0 and id(m) in self.names:
+                    pos = self.positions(m)
+                    if pos is not None:
+                        self.lines.append("%s: \"i64[%d, %d]\" = torch.ops.planproof.positions.default(%s, %s)" % (self.fresh("positions"), len(pos) // max(1, m.dim()), m.dim(), self.names[id(m)], repr(pos)))
         if str(func) in ("aten.bernoulli_.float", "aten.bernoulli_.Tensor"):
             # CPU dropout's mask: a plan input (docs/import.md), with its relation and values.
             self.relations[name + ".mask"] = {"placements": self.placements(self.masks.pop(0) if self.masks else "R", "dropout mask")}
@@ -453,6 +477,8 @@ class Capture:
 
 
 EXACT_CONST = 4096  # elements up to which an undeclared tensor is written into the graph exactly
+MASK_POSITIONS = 4096  # elements of a mask up to which nonzero's positions are written (docs/capture.md)
+MASK_INDEXING = ("aten.index.Tensor", "aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default")
 
 
 class UserError(Exception):
