@@ -7,7 +7,7 @@
  * `topk` (uninterpreted but the same on both sides for the same scores).
  */
 import type { AttrValue } from '../../ops/types.js';
-import type { FxArg, FxNode } from './fxtext.js';
+import type { FxNode } from './fxtext.js';
 import { maskIndices } from './aten-mask.js';
 import { splitPieces, type Lowerer, type OpaqueVal, type Rule, type TensorVal, type Val } from './lower.js';
 
