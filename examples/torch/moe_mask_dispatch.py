@@ -9,6 +9,11 @@ applied to `hidden_states[None, top_x]`, scaled by `routing_weights[top_x, idx, 
 accumulated with `index_add_`. Each rank takes its sequences; gradients are all-reduced and
 averaged by hand; SGD.
 
+`--style mistral`: the MoE layer as mistral-src's `MoeLayer` writes it instead: `torch.topk` of the
+router logits, softmax over the top-2, and per expert `batch_idx, nth_expert =
+torch.where(selected_experts == i)`, `results[batch_idx] += weights[batch_idx, nth_expert, None] *
+expert(inputs[batch_idx])`.
+
 `--bug`: rank 1 does not renormalise its top-2 routing weights (its config has
 `norm_topk_prob=False`, the checkpoint's other ranks `True`).
 `--bug-router`: the router's gradient is not all-reduced (only the experts' are, as when the
@@ -23,6 +28,7 @@ import torch.nn.functional as F
 
 BUG = "--bug" in sys.argv
 BUG_ROUTER = "--bug-router" in sys.argv
+STYLE = sys.argv[sys.argv.index("--style") + 1] if "--style" in sys.argv else "mixtral"
 HIDDEN, FFN, NUM_EXPERTS, TOP_K = 4, 6, 3, 2
 
 
@@ -88,10 +94,49 @@ class MixtralSparseMoeBlock(nn.Module):
         return final_hidden_states, router_logits
 
 
+class MoeLayer(nn.Module):
+    """mistral-src's MoeLayer (the gate and experts given)."""
+
+    def __init__(self, experts, gate, num_experts_per_tok, normalize=True):
+        super().__init__()
+        self.experts = nn.ModuleList(experts)
+        self.gate = gate
+        self.num_experts_per_tok = num_experts_per_tok
+        self.normalize = normalize
+
+    def forward(self, inputs):
+        gate_logits = self.gate(inputs)
+        weights, selected_experts = torch.topk(gate_logits, self.num_experts_per_tok)
+        if self.normalize:
+            weights = F.softmax(weights, dim=1, dtype=torch.float).to(inputs.dtype)
+        else:
+            weights = F.softmax(gate_logits, dim=1, dtype=torch.float).gather(1, selected_experts).to(inputs.dtype)
+        results = torch.zeros_like(inputs)
+        for i, expert in enumerate(self.experts):
+            batch_idx, nth_expert = torch.where(selected_experts == i)
+            results[batch_idx] += weights[batch_idx, nth_expert, None] * expert(inputs[batch_idx])
+        return results
+
+
+class MistralBlock(nn.Module):
+    """The same parameters as MixtralSparseMoeBlock (gate, experts), run by mistral-src's MoeLayer."""
+
+    def __init__(self, hidden_dim, ffn_dim, num_experts, top_k, norm_topk_prob=True):
+        super().__init__()
+        self.gate = nn.Linear(hidden_dim, num_experts, bias=False)
+        self.experts = nn.ModuleList([MixtralBlockSparseTop2MLP(hidden_dim, ffn_dim) for _ in range(num_experts)])
+        self.moe = MoeLayer(self.experts, self.gate, top_k, normalize=norm_topk_prob)
+
+    def forward(self, hidden_states):
+        b, t, h = hidden_states.shape
+        return self.moe(hidden_states.view(-1, h)).view(b, t, h), None
+
+
 def step(cap):
     ws, rank = dist.get_world_size(), dist.get_rank()
     torch.manual_seed(0)
-    model = MixtralSparseMoeBlock(HIDDEN, FFN, NUM_EXPERTS, TOP_K, norm_topk_prob=not (BUG and rank == 1))
+    block = MistralBlock if STYLE == "mistral" else MixtralSparseMoeBlock
+    model = block(HIDDEN, FFN, NUM_EXPERTS, TOP_K, norm_topk_prob=not (BUG and rank == 1))
     for name, p in model.named_parameters():
         cap.replicate(p, name=name.replace(".", "_"), role="param")
     g = torch.Generator().manual_seed(1)

@@ -34,11 +34,45 @@ function recorded(l: Lowerer): Map<string, Recorded> {
   return m;
 }
 
+/** Per lowering: the values of the constant index tensors made here (row-major), by tensor id. */
+const KNOWN = new WeakMap<Lowerer, Map<string, readonly number[]>>();
+
+/** The values of a constant index tensor this module made (positions, their columns), if it is one. */
+export function knownInts(l: Lowerer, id: string): readonly number[] | undefined {
+  return KNOWN.get(l)?.get(id);
+}
+
 /** A constant int64 tensor of `shape` holding `values` (row-major). */
-function constInts(l: Lowerer, values: readonly number[], shape: number[]): TensorVal {
+function constInts(l: Lowerer, values: readonly number[], shape: number[], out?: string): TensorVal {
   const one = values.map((v) => l.one('reshape', [l.constant(v)], { shape: [1] }, undefined, I64));
   const flat = one.length === 1 ? (one[0] as TensorVal) : l.one('concat', one, { dim: 0 }, undefined, I64);
-  return l.one('reshape', [flat], { shape }, undefined, I64);
+  const t = l.one('reshape', [flat], { shape }, out, I64);
+  let m = KNOWN.get(l);
+  if (m === undefined) KNOWN.set(l, (m = new Map()));
+  m.set(t.id, values);
+  return t;
+}
+
+/**
+ * x[ids] = v (accumulate False) with ids a constant of distinct values (a mask's positions):
+ * those rows replaced by v's (broadcast), each written once, the others kept. Undefined when
+ * ids are not such a constant; repeated ids are refused (ATen keeps one write, unspecified which).
+ */
+export function putDistinct(l: Lowerer, n: FxNode, x: TensorVal, ids: TensorVal, v: TensorVal, out: string | undefined): TensorVal | undefined {
+  const vals = knownInts(l, ids.id);
+  if (vals === undefined || ids.shape.length !== 1) return undefined;
+  if (new Set(vals).size !== vals.length) l.fail(`${n.target}: x[ids] = v with repeated ids keeps one write, unspecified which`);
+  const rows = x.shape[0] as number;
+  const rest = x.shape.slice(1);
+  const width = prod(rest);
+  const k = vals.length;
+  const full = [k, ...rest];
+  const g = l.one('reshape', [v.shape.length === full.length && v.shape.every((d, i) => d === full[i]) ? v : l.one('expand', [v], { shape: full })], { shape: [k, width] });
+  const placed = l.one('embedding_backward', [g, ids], { num_embeddings: rows });
+  const hitRows = new Set(vals);
+  const hit = l.one('compare', [constInts(l, Array.from({ length: rows }, (_, r) => (hitRows.has(r) ? 1 : 0)), [rows, 1]), l.constant(0)], { rel: 'ne' }, undefined, 'bool');
+  const r = l.one('where', [hit, placed, l.one('reshape', [x], { shape: [rows, width] })]);
+  return l.one('reshape', [r], { shape: [...x.shape] }, out, x.dtype);
 }
 
 /**
@@ -144,7 +178,7 @@ function positions(l: Lowerer, n: FxNode): Val {
 }
 
 /** index_add(self, 0, index, source, alpha): self + the source rows summed at their ids (any ids, repeated ones add). */
-function indexAdd(l: Lowerer, n: FxNode): Val {
+const indexAdd = (inPlace: boolean): Rule => (l, n) => {
   const x = l.tensor(n.args[0], 'self');
   const dim = l.int(n.args[1], 'dim');
   if (dim !== 0 && dim !== -x.shape.length) l.fail(`${n.target}: only dim 0 is supported`);
@@ -157,10 +191,11 @@ function indexAdd(l: Lowerer, n: FxNode): Val {
   if (src.shape[0] !== k || prod(src.shape.slice(1)) !== width) l.fail(`${n.target}: source [${src.shape.join(', ')}] does not match ${k} rows of [${x.shape.join(', ')}]`);
   const g = l.one('reshape', [alpha === 1 ? src : l.one('scale', [src], { factor: alpha })], { shape: [k, width] });
   const added = l.one('embedding_backward', [g, ids], { num_embeddings: x.shape[0] as number });
-  const r = l.one('add', [x, x.shape.length === 2 ? added : l.one('reshape', [added], { shape: [...x.shape] })], {}, n.target.endsWith('_') ? undefined : l.out(n), x.dtype);
-  if (n.target.endsWith('_')) l.write(n.args[0], r);
+  const r = l.one('add', [x, x.shape.length === 2 ? added : l.one('reshape', [added], { shape: [...x.shape] })], {}, inPlace ? undefined : l.out(n), x.dtype);
+  // In place (Mixtral's final_hidden_states.index_add_): the written tensor's name holds the sum.
+  if (inPlace) l.write(n.args[0], r);
   return l.bind(n, r);
-}
+};
 
 /** unbind(x, dim): each slice along dim, without it. */
 function unbind(l: Lowerer, n: FxNode): Val {
@@ -169,6 +204,13 @@ function unbind(l: Lowerer, n: FxNode): Val {
   if (d < 0) d += x.shape.length;
   const size = x.shape[d] ?? l.fail(`dim ${d} out of range`);
   const shape = x.shape.filter((_, i) => i !== d);
+  const known = knownInts(l, x.id);
+  if (known !== undefined && x.shape.length === 2) {
+    // A mask's positions: each column a constant (so x[ids] = v can tell its ids are distinct).
+    const cols = x.shape[1] as number;
+    const pick = (i: number): number[] => (d === 1 ? known.filter((_, j) => j % cols === i) : known.slice(i * cols, (i + 1) * cols));
+    return l.bind(n, { kind: 'list', items: Array.from({ length: size }, (_, i) => constInts(l, pick(i), shape)) });
+  }
   const items: TensorVal[] = [];
   for (let i = 0; i < size; i++) items.push(l.one('reshape', [l.one('slice', [x], { dim: d, start: i, end: i + 1 })], { shape }, undefined, x.dtype));
   return l.bind(n, { kind: 'list', items });
@@ -176,7 +218,7 @@ function unbind(l: Lowerer, n: FxNode): Val {
 
 export const MASK_RULES: Record<string, Rule> = {
   'planproof.positions': positions,
-  'aten.index_add': indexAdd,
-  'aten.index_add_': indexAdd,
+  'aten.index_add': indexAdd(false),
+  'aten.index_add_': indexAdd(true),
   'aten.unbind': unbind,
 };
