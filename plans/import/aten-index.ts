@@ -8,7 +8,7 @@
  */
 import type { AttrValue } from '../../ops/types.js';
 import type { FxNode } from './fxtext.js';
-import { maskIndices } from './aten-mask.js';
+import { maskIndices, putDistinct } from './aten-mask.js';
 import { splitPieces, type Lowerer, type OpaqueVal, type Rule, type TensorVal, type Val } from './lower.js';
 
 const prod = (s: readonly number[]): number => s.reduce((a, b) => a * b, 1);
@@ -155,6 +155,8 @@ export function indexPutInt(l: Lowerer, n: FxNode, x: TensorVal, idx: readonly T
     if (!accumulate) return l.one('where', [hit, val, x], {}, out, x.dtype);
     return l.one('add', [x, l.one('where', [hit, val, l.constantLike(x, 0)])], {}, out, x.dtype);
   }
+  const distinct = idx.length === 1 && !accumulate ? putDistinct(l, n, x, idx[0] as TensorVal, v, out) : undefined;
+  if (distinct !== undefined) return distinct;
   if (accumulate && idx.length <= x.shape.length && idx.every((t) => same(t.shape, (idx[0] as TensorVal).shape))) {
     // x[i0, ..., ik-1] += v (the backward of x[i0, i1] on leading dims): the flat index of each
     // element, i0 * (s1 * ...) + i1 * (...) + ..., exact integers; repeated ones add.
