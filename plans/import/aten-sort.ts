@@ -248,6 +248,9 @@ export function pinRouting(l: Lowerer, id: string, where: string): void {
     if (r.done || !seen.has(r.id)) continue;
     r.op.inputs[0] = r.pinned;
     for (const op of l.ops.slice(r.from)) op.inputs.forEach((t, k) => t === r.values && (op.inputs[k] = r.pinnedValues));
+    // and the ops lowered after the pin (a mask's positions pin it mid-layer, before the gates are read)
+    const pv = l.tensors.get(r.pinnedValues);
+    if (pv !== undefined) l.redirect(r.values, pv);
     r.done = true;
     l.reads.push(`${r.loc}: the routing choices '${r.id}' pinned to those the run made (the value read at ${where} depends on them)`);
   }
