@@ -130,3 +130,53 @@ describe('MoE dispatch by mask (y[mask] = expert(x[mask]), backward index_put wi
     assert.deepEqual(returned(low, run(low, { s: SCORES }), 0), SCORES.map((v) => (v > 0.45 ? 0 : v)));
   });
 });
+
+describe('Switch capacity (HF SwitchTransformersTop1Router: argmax, one_hot, cumsum, token_priority <= capacity, .bool())', () => {
+  // 1 sequence of 4 tokens, argmax routing [0, 0, 1, 0] pinned; capacity 2: the third token of expert 0 is dropped.
+  const text = [
+    'class g(torch.nn.Module):',
+    '    def forward(self, s: "f32[1, 4, 2]", x: "f32[1, 4, 2]"):',
+    '        a: "i64[1, 4]" = torch.ops.aten.argmax.default(s, -1)',
+    '        r: "i64[1, 4]" = torch.ops.planproof.routing.default(a, [0, 0, 1, 0])',
+    '        z: "i64[1, 4, 2]" = torch.ops.aten.zeros.default([1, 4, 2], dtype = torch.int64)',
+    '        u: "i64[1, 4, 1]" = torch.ops.aten.unsqueeze.default(r, -1)',
+    '        oh: "i64[1, 4, 2]" = torch.ops.aten.scatter_.value(z, -1, u, 1)',
+    '        c: "i64[1, 4, 2]" = torch.ops.aten.cumsum.default(z, -2)',
+    '        le: "b8[1, 4, 2]" = torch.ops.aten.le.Scalar(c, 2)',
+    '        m: "i64[1, 4, 2]" = torch.ops.aten.mul.Tensor(z, le)',
+    '        mx = torch.ops.aten.max.dim(s, -1)',
+    '        p: "f32[1, 4]" = mx[0]',
+    '        sel: "i64[1, 4]" = torch.ops.aten.select.int(m, 2, 0)',
+    '        b: "b8[1, 4]" = torch.ops.aten._to_copy.default(sel, dtype = torch.bool)',
+    '        pos: "i64[2, 2]" = torch.ops.planproof.positions.default(b, [0, 0, 0, 1])',
+    '        h: "f32[2, 2]" = torch.ops.aten.index.Tensor(x, [b])',
+    '        y: "f32[2, 2]" = torch.ops.aten.mul.Tensor(h, 10.0)',
+    '        n: "f32[1, 4, 2]" = torch.ops.aten.clone.default(x)',
+    '        o: "f32[1, 4, 2]" = torch.ops.aten.index_put_.default(n, [b], y)',
+    '        q: "f32[1, 4, 1]" = torch.ops.aten.unsqueeze.default(p, -1)',
+    '        f: "f32[1, 4, 2]" = torch.ops.aten.mul.Tensor(q, n)',
+    '        return (c, f)',
+  ].join('\n');
+  const S = [0.9, 0.1, 0.8, 0.2, 0.3, 0.7, 0.6, 0.4];
+
+  it('cumsum is the running count; the capacity mask, .bool() and the row maximum are what PyTorch computes', () => {
+    const low = lowerGraph(parseFxGraph('g.py', text));
+    const vals = run(low, { s: S, x: X });
+    assert.deepEqual(returned(low, vals, 0), [1, 0, 2, 0, 2, 1, 3, 1]);
+    // PyTorch: tokens 0 and 1 (expert 0, within capacity) get 10·x, tokens 2 and 3 keep x; all times their max score.
+    const want = [0.9 * 10, 0.9 * 20, 0.8 * 30, 0.8 * 40, 0.7 * 5, 0.7 * 6, 0.6 * 7, 0.6 * 8];
+    returned(low, vals, 1).forEach((o, k) => assert.ok(Math.abs(o - (want[k] as number)) < 1e-12, `f[${k}]: ${o}, PyTorch ${want[k]}`));
+  });
+
+  it('pinned, the row maximum of the scores a top-1 choice was made from is the score at the choice (no amax left)', () => {
+    const low = lowerGraph(parseFxGraph('g.py', text));
+    assert.equal(low.reads.length, 1);
+    const amax = low.ops.filter((o) => o.op === 'amax').flatMap((o) => o.outputs);
+    assert.ok(!low.ops.some((o) => o.inputs.some((i) => amax.includes(i))), 'nothing reads an amax of the scores');
+  });
+
+  it('.bool() of an integer is x != 0, not the integer (a 2 stays true, not 2)', () => {
+    const low = lowerGraph(parseFxGraph('g.py', ['class g(torch.nn.Module):', '    def forward(self, v: "i64[3]"):', '        b: "b8[3]" = torch.ops.aten._to_copy.default(v, dtype = torch.bool)', '        return (b,)'].join('\n')));
+    assert.deepEqual(returned(low, run(low, { v: [0, 2, -1] }), 0), [0, 1, 1]);
+  });
+});

@@ -14,8 +14,19 @@ router logits, softmax over the top-2, and per expert `batch_idx, nth_expert =
 torch.where(selected_experts == i)`, `results[batch_idx] += weights[batch_idx, nth_expert, None] *
 expert(inputs[batch_idx])`.
 
+`--style switch`: a top-1 Switch Transformer layer with expert capacity as Hugging Face's
+`SwitchTransformersTop1Router` / `SwitchTransformersSparseMLP` write it: `torch.argmax` of the
+router probabilities, `F.one_hot`, token priority `torch.cumsum(expert_index, dim=-2)` within each
+sequence, `expert_index * (token_priority <= expert_capacity)`, `torch.max(probs, dim=-1).values`,
+then per expert `token_indices = router_mask[:, :, idx].bool()`,
+`next_states[token_indices] = expert(hidden_states[token_indices])` (tokens over capacity keep
+their input), scaled by the router probability.
+
 `--bug`: rank 1 does not renormalise its top-2 routing weights (its config has
 `norm_topk_prob=False`, the checkpoint's other ranks `True`).
+With `--style switch`, `--bug` counts the token priority over the rank's whole batch
+(`cumsum` over the flattened tokens, a capacity shared by the sequences of the batch): the tokens
+dropped depend on how the batch is split.
 `--bug-router`: the router's gradient is not all-reduced (only the experts' are, as when the
 gate is left out of the data-parallel gradient group).
 """
@@ -94,6 +105,59 @@ class MixtralSparseMoeBlock(nn.Module):
         return final_hidden_states, router_logits
 
 
+class SwitchTransformersTop1Router(nn.Module):
+    def __init__(self, hidden_size, num_experts, expert_capacity):
+        super().__init__()
+        self.num_experts = num_experts
+        self.expert_capacity = expert_capacity
+        self.classifier = nn.Linear(hidden_size, num_experts, bias=False)
+
+    def forward(self, hidden_states):
+        router_logits = self.classifier(hidden_states)
+        router_probs = nn.functional.softmax(router_logits, dim=-1, dtype=torch.float32)
+        expert_index = torch.argmax(router_probs, dim=-1)
+        expert_index = torch.nn.functional.one_hot(expert_index, num_classes=self.num_experts)
+        if BUG:
+            # the priority counted over the whole batch, not per sequence
+            token_priority = torch.cumsum(expert_index.view(-1, self.num_experts), dim=0).view(expert_index.shape)
+        else:
+            # Mask tokens outside expert capacity. Sum over each sequence
+            token_priority = torch.cumsum(expert_index, dim=-2)
+        # mask if the token routed to to the expert will overflow
+        expert_capacity_mask = token_priority <= self.expert_capacity
+        expert_index = expert_index * expert_capacity_mask
+        router_probs = torch.max(router_probs, dim=-1).values.unsqueeze(-1)
+        return expert_index, router_probs, router_logits
+
+
+class SwitchTransformersDenseActDense(nn.Module):
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.wi = nn.Linear(d_model, d_ff, bias=False)
+        self.wo = nn.Linear(d_ff, d_model, bias=False)
+        self.act = nn.GELU()
+
+    def forward(self, hidden_states):
+        return self.wo(self.act(self.wi(hidden_states)))
+
+
+class SwitchTransformersSparseMLP(nn.Module):
+    def __init__(self, hidden_dim, ffn_dim, num_experts, expert_capacity=2):
+        super().__init__()
+        self.gate = SwitchTransformersTop1Router(hidden_dim, num_experts, expert_capacity)
+        self.experts = nn.ModuleDict({f"expert_{i}": SwitchTransformersDenseActDense(hidden_dim, ffn_dim) for i in range(num_experts)})
+
+    def forward(self, hidden_states):
+        router_mask, router_probs, router_logits = self.gate(hidden_states)
+        expert_index = torch.argmax(router_mask, dim=-1)
+        next_states = hidden_states.clone()
+        for idx, expert in enumerate(self.experts.values()):
+            token_indices = router_mask[:, :, idx].bool()
+            next_states[token_indices] = expert(hidden_states[token_indices]).to(next_states.dtype)
+        hidden_states = router_probs * next_states
+        return hidden_states, (router_logits, expert_index)
+
+
 class MoeLayer(nn.Module):
     """mistral-src's MoeLayer (the gate and experts given)."""
 
@@ -134,9 +198,13 @@ class MistralBlock(nn.Module):
 
 def step(cap):
     ws, rank = dist.get_world_size(), dist.get_rank()
-    torch.manual_seed(0)
-    block = MistralBlock if STYLE == "mistral" else MixtralSparseMoeBlock
-    model = block(HIDDEN, FFN, NUM_EXPERTS, TOP_K, norm_topk_prob=not (BUG and rank == 1))
+    # (seed 3 for Switch: with seed 0 no token of rank 0 picks expert 2, an empty selection)
+    torch.manual_seed(3 if STYLE == "switch" else 0)
+    if STYLE == "switch":
+        model = SwitchTransformersSparseMLP(HIDDEN, FFN, NUM_EXPERTS)
+    else:
+        block = MistralBlock if STYLE == "mistral" else MixtralSparseMoeBlock
+        model = block(HIDDEN, FFN, NUM_EXPERTS, TOP_K, norm_topk_prob=not (BUG and rank == 1))
     for name, p in model.named_parameters():
         cap.replicate(p, name=name.replace(".", "_"), role="param")
     g = torch.Generator().manual_seed(1)
@@ -154,6 +222,11 @@ def step(cap):
             dist.all_reduce(p.grad)
             p.grad /= ws
         opt.step()
-    cap.output("gate_new", model.gate.weight, "R")
-    cap.output("experts_0_w1_new", model.experts[0].w1.weight, "R")
-    cap.output("experts_2_w2_new", model.experts[2].w2.weight, "R")
+    if STYLE == "switch":
+        cap.output("gate_new", model.gate.classifier.weight, "R")
+        cap.output("experts_0_wi_new", model.experts["expert_0"].wi.weight, "R")
+        cap.output("experts_2_wo_new", model.experts["expert_2"].wo.weight, "R")
+    else:
+        cap.output("gate_new", model.gate.weight, "R")
+        cap.output("experts_0_w1_new", model.experts[0].w1.weight, "R")
+        cap.output("experts_2_w2_new", model.experts[2].w2.weight, "R")

@@ -216,7 +216,34 @@ function unbind(l: Lowerer, n: FxNode): Val {
   return l.bind(n, { kind: 'list', items });
 }
 
+/**
+ * cumsum(x, dim): out_i = Σ_j [j ≤ i]·x_j along dim, a sum against the 0/1 triangle (exact;
+ * Switch's token priority `cumsum(one_hot(expert), dim=-2)`). Up to 1,024 along dim.
+ */
+function cumsum(l: Lowerer, n: FxNode): Val {
+  const x = l.tensor(n.args[0], 'self');
+  const nd = x.shape.length;
+  let d = l.int(n.args[1], 'dim');
+  if (d < 0) d += nd;
+  const len = x.shape[d] ?? l.fail(`dim ${d} out of range`);
+  if (len > 1024) l.fail(`${n.target}: ${len} elements along dim ${d}: at most 1,024 are supported`);
+  const dtype = n.type?.dtype ?? (x.dtype === 'bool' ? I64 : x.dtype);
+  const dims = x.shape.map((_, i) => i);
+  const front = [d, ...dims.filter((i) => i !== d)];
+  const xp = d === 0 ? x : l.one('permute', [x], { dims: front });
+  const rest = xp.shape.slice(1);
+  const xe = l.one('reshape', [xp], { shape: [len, 1, ...rest] });
+  const j = l.one('iota', [l.constant(0)], { shape: [len, len], dim: 0, step: 1 }, undefined, I64);
+  const i = l.one('iota', [l.constant(0)], { shape: [len, len], dim: 1, step: 1 }, undefined, I64);
+  const tri = l.one('reshape', [l.one('compare', [j, i], { rel: 'le' }, undefined, I64)], { shape: [len, len, ...rest.map(() => 1)] }, undefined, I64);
+  const sum = l.one('sum', [l.one('mul', [xe, tri], {}, undefined, xe.dtype)], { dims: [0] }, d === 0 ? l.out(n) : undefined, dtype);
+  if (d === 0) return l.bind(n, sum);
+  const back = dims.map((k) => front.indexOf(k));
+  return l.bind(n, l.one('permute', [sum], { dims: back }, l.out(n), dtype));
+}
+
 export const MASK_RULES: Record<string, Rule> = {
+  'aten.cumsum': cumsum,
   'planproof.positions': positions,
   'aten.index_add': indexAdd(false),
   'aten.index_add_': indexAdd(true),
