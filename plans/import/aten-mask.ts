@@ -38,7 +38,7 @@ function recorded(l: Lowerer): Map<string, Recorded> {
 const KNOWN = new WeakMap<Lowerer, Map<string, readonly number[]>>();
 
 /** The values of a constant index tensor this module made (positions, their columns), if it is one. */
-export function knownInts(l: Lowerer, id: string): readonly number[] | undefined {
+function knownInts(l: Lowerer, id: string): readonly number[] | undefined {
   return KNOWN.get(l)?.get(id);
 }
 
