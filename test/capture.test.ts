@@ -104,6 +104,17 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // The un-permute gathers: the forward output is wrong, so is every gradient; the first user stage in order is b2's update.
   { name: 'moe_ep_alltoall-top2-bug', script: 'moe_ep_alltoall.py', args: ['--top', '2', '--bug'], axis: 'ep', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \((b2|w1|router)_new, op 'return\.(b2|w1|router)_new'\)[\s\S]*likely cause: op 'index_\d+\.op' \(embedding\)/ },
   { name: 'moe_ep_alltoall-top2-bug-router', script: 'moe_ep_alltoall.py', args: ['--top', '2', '--bug-router'], axis: 'ep', code: 1, heavy: true, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(router_new, op 'return\.router_new'\)/ },
+  // Dispatch by boolean mask (Mixtral's torch.where(expert_mask[e]) + index_add_; mistral-src's
+  // results[batch_idx] += ...): the positions pinned with the routing; the twins at a parameter.
+  { name: 'moe_mask_dispatch', script: 'moe_mask_dispatch.py', args: [], axis: 'dp', code: 0, at: /VERIFIED \(for the values the program read into Python\)[\s\S]*specialized: logical run: \S*moe_mask_dispatch\.py:\d+: the routing choices 'routing' pinned[^\n]*\(the positions of a mask\)/ },
+  { name: 'moe_mask_dispatch-bug', script: 'moe_mask_dispatch.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \((gate|experts_\d_w\d)_new, op 'return\.(gate|experts_\d_w\d)_new'\)/ },
+  { name: 'moe_mask_dispatch-bug-router', script: 'moe_mask_dispatch.py', args: ['--bug-router'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(gate_new, op 'return\.gate_new'\)[\s\S]*an all-reduce \(avg\) over those ranks is missing/ },
+  { name: 'moe_mask_dispatch-mistral', script: 'moe_mask_dispatch.py', args: ['--style', 'mistral'], axis: 'dp', code: 0, at: /VERIFIED \(for the values the program read into Python\)/ },
+  { name: 'moe_mask_dispatch-mistral-bug', script: 'moe_mask_dispatch.py', args: ['--style', 'mistral', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \((gate|experts_\d_w\d)_new, op 'return\.(gate|experts_\d_w\d)_new'\)/ },
+  // HF Switch Transformers: argmax routing pinned, capacity by cumsum, next_states[mask] = expert(hidden[mask]).
+  { name: 'moe_mask_dispatch-switch', script: 'moe_mask_dispatch.py', args: ['--style', 'switch'], axis: 'dp', code: 0, at: /VERIFIED \(for the values the program read into Python\)[\s\S]*the routing choices 'routing' pinned[^\n]*\(the positions of a mask\)/ },
+  { name: 'moe_mask_dispatch-switch-bug', script: 'moe_mask_dispatch.py', args: ['--style', 'switch', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \((gate|experts_\d_w[io])_new, op 'return\.(gate|experts_\d_w[io])_new'\)/ },
+  { name: 'moe_mask_dispatch-switch-bug-router', script: 'moe_mask_dispatch.py', args: ['--style', 'switch', '--bug-router'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(gate_new, op 'return\.gate_new'\)/ },
   // The causal mask as masked_fill(mask, float('-inf')) before softmax: read exactly (masked entries get probability 0).
   { name: 'llama_tp-neginf', script: 'llama_tp.py', args: ['--neg-inf'], axis: 'tp', code: 0, heavy: true },
   // all_gather_into_tensor / _all_gather_base and ReduceOp.AVG (emulated on gloo), a ZeRO-1 step.
@@ -312,7 +323,7 @@ const NOISY_KEY_BIAS: Record<string, { re: RegExp; d: number; lr: number }> = {
 };
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'ddp_cnn-strided-b32', 'mingpt_ddp', 'ddp_transformer', 'lstm_lm_ddp']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'moe_mask_dispatch', 'moe_mask_dispatch-mistral', 'moe_mask_dispatch-switch', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'ddp_cnn-strided-b32', 'mingpt_ddp', 'ddp_transformer', 'lstm_lm_ddp']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -7,7 +7,8 @@
  * `topk` (uninterpreted but the same on both sides for the same scores).
  */
 import type { AttrValue } from '../../ops/types.js';
-import type { FxArg, FxNode } from './fxtext.js';
+import type { FxNode } from './fxtext.js';
+import { maskIndices, putDistinct } from './aten-mask.js';
 import { splitPieces, type Lowerer, type OpaqueVal, type Rule, type TensorVal, type Val } from './lower.js';
 
 const prod = (s: readonly number[]): number => s.reduce((a, b) => a * b, 1);
@@ -25,31 +26,56 @@ export function isPositions(l: Lowerer, t: TensorVal, len: number): boolean {
   return false;
 }
 
-/** x[i0, ..., ik-1] with k integer index tensors on the leading dims (advanced indexing). */
+/**
+ * x[i0, ..., ik-1] (advanced indexing): k integer index tensors on consecutive dims after
+ * leading Nones (`x[None, ids]`, `x[:, ids]`); a boolean mask stands for its positions'
+ * integer indices, one per mask dim (aten-mask.ts: recorded by the capture, used only where
+ * the mask is a function of routing choices and constants).
+ */
 function indexTensor(l: Lowerer, n: FxNode): Val {
   const x = l.tensor(n.args[0], 'self');
   const list = n.args[1];
   if (list?.kind !== 'list' || list.items.length === 0) return l.fail(`${n.target}: expected a list of index tensors`);
-  if (list.items.length > x.shape.length) l.fail(`${n.target}: ${list.items.length} indices for a ${x.shape.length}-dim tensor`);
-  const idx = list.items.map((a: FxArg, i) => (a.kind === 'none' ? l.fail(`${n.target}: an index list with None (x[:, ids]) is not supported; only indices on the leading dims`) : l.tensor(a, `indices[${i}]`)));
-  for (const [i, t] of idx.entries()) {
-    if (t.dtype === 'bool' || t.dtype === 'uint8') l.fail(`${n.target}: a boolean mask index (x[mask]) selects a number of elements that depends on the data; only integer indices are supported (indices[${i}])`);
+  let lead = 0;
+  while (list.items[lead]?.kind === 'none') lead++;
+  const idx: TensorVal[] = [];
+  for (const [i, a] of list.items.entries()) {
+    if (i < lead) continue;
+    if (a.kind === 'none') l.fail(`${n.target}: an index list with None between or after index tensors is not supported; only leading ones (x[:, ids])`);
+    const t = l.tensor(a, `indices[${i}]`);
+    if (t.dtype === 'bool' || t.dtype === 'uint8') idx.push(...maskIndices(l, n, t, `indices[${i}]`));
+    else idx.push(t);
   }
+  if (idx.length === 0) l.fail(`${n.target}: no index tensor`);
+  if (lead + idx.length > x.shape.length) l.fail(`${n.target}: ${lead + idx.length} indices for a ${x.shape.length}-dim tensor`);
+  const out = l.out(n);
+  if (lead === 0) return l.bind(n, indexLeading(l, x, idx, out));
+  // x[:, ids]: the indexed dims moved to the front, indexed, and the result's index dims put back after the leading ones.
+  const k = idx.length;
+  const dims = x.shape.map((_, i) => i);
+  const front = [...dims.slice(lead, lead + k), ...dims.slice(0, lead), ...dims.slice(lead + k)];
+  const r = indexLeading(l, l.one('permute', [x], { dims: front }), idx, l.tmp());
+  const b = r.shape.length - (x.shape.length - k);
+  const rd = r.shape.map((_, i) => i);
+  return l.bind(n, l.one('permute', [r], { dims: [...rd.slice(b, b + lead), ...rd.slice(0, b), ...rd.slice(b + lead)] }, out));
+}
+
+/** x[i0, ..., ik-1] with k integer index tensors on the leading dims. */
+function indexLeading(l: Lowerer, x: TensorVal, idx: readonly TensorVal[], out: string): TensorVal {
   const k = idx.length;
   const rest = x.shape.slice(k);
-  const out = l.out(n);
   if (k === 1) {
     // weight[ids]: an embedding lookup of the rows (the trailing dims flattened into one).
     const ids = idx[0] as TensorVal;
     const w = rest.length === 1 ? x : l.one('reshape', [x], { shape: [x.shape[0] as number, prod(rest)] });
     const e = l.one('embedding', [ids, w], {}, rest.length === 1 ? out : undefined, x.dtype);
-    return l.bind(n, rest.length === 1 ? e : l.one('reshape', [e], { shape: [...ids.shape, ...rest] }, out));
+    return rest.length === 1 ? e : l.one('reshape', [e], { shape: [...ids.shape, ...rest] }, out);
   }
   const [i0, i1] = idx as [TensorVal, TensorVal];
   if (k === 2 && rest.length === 0 && i1.shape.length === 1 && isPositions(l, i0, x.shape[0] as number) && i1.shape[0] === x.shape[0]) {
     // logits[arange(n), target]: one element per row, a gather along the last dim.
     const g = l.one('gather', [x, l.one('reshape', [i1], { shape: [i1.shape[0] as number, 1] }, undefined, i1.dtype)]);
-    return l.bind(n, l.one('reshape', [g], { shape: [i1.shape[0] as number] }, out));
+    return l.one('reshape', [g], { shape: [i1.shape[0] as number] }, out);
   }
   // In general: one flat index over the indexed dims, i0 * (s1 * ... ) + i1 * (...) + ...,
   // exact integer arithmetic, then an embedding lookup of the flattened rows.
@@ -64,7 +90,7 @@ function indexTensor(l: Lowerer, n: FxNode): Val {
   const f = flat as TensorVal;
   const w = l.one('reshape', [x], { shape: [stride, Math.max(1, prod(rest))] });
   const e = l.one('embedding', [f, w], {}, undefined, x.dtype);
-  return l.bind(n, l.one('reshape', [e], { shape: [...f.shape, ...rest] }, out));
+  return l.one('reshape', [e], { shape: [...f.shape, ...rest] }, out);
 }
 
 /** slice_scatter(self, src, dim, start, end, step 1): self with src written over the slice. */
@@ -129,7 +155,29 @@ export function indexPutInt(l: Lowerer, n: FxNode, x: TensorVal, idx: readonly T
     if (!accumulate) return l.one('where', [hit, val, x], {}, out, x.dtype);
     return l.one('add', [x, l.one('where', [hit, val, l.constantLike(x, 0)])], {}, out, x.dtype);
   }
-  return l.fail(`${n.target}: integer indices other than x[ids] += v and x[arange(n), ids] (= or +=) on a 2-D x are not supported`);
+  const distinct = idx.length === 1 && !accumulate ? putDistinct(l, n, x, idx[0] as TensorVal, v, out) : undefined;
+  if (distinct !== undefined) return distinct;
+  if (accumulate && idx.length <= x.shape.length && idx.every((t) => same(t.shape, (idx[0] as TensorVal).shape))) {
+    // x[i0, ..., ik-1] += v (the backward of x[i0, i1] on leading dims): the flat index of each
+    // element, i0 * (s1 * ...) + i1 * (...) + ..., exact integers; repeated ones add.
+    const k = idx.length;
+    let flat: TensorVal | undefined;
+    let stride = 1;
+    for (let j = k - 1; j >= 0; j--) {
+      const t = idx[j] as TensorVal;
+      const term = stride === 1 ? t : l.one('scale', [t], { factor: stride }, undefined, t.dtype);
+      flat = flat === undefined ? term : l.one('add', [term, flat], {}, undefined, t.dtype);
+      stride *= x.shape[j] as number;
+    }
+    const f = l.one('reshape', [flat as TensorVal], { shape: [prod((idx[0] as TensorVal).shape)] }, undefined, 'int64');
+    const rest = x.shape.slice(k);
+    const width = Math.max(1, prod(rest));
+    const full = [...(idx[0] as TensorVal).shape, ...rest];
+    const g = l.one('reshape', [same(v.shape, full) ? v : l.one('expand', [v], { shape: full })], { shape: [f.shape[0] as number, width] });
+    const added = l.one('embedding_backward', [g, f], { num_embeddings: stride });
+    return l.one('add', [x, l.one('reshape', [added], { shape: [...x.shape] })], {}, out, x.dtype);
+  }
+  return l.fail(`${n.target}: integer indices other than x[ids] += v, x[i0, i1, ...] += v and x[arange(n), ids] (= or +=) on a 2-D x are not supported`);
 }
 
 /**
@@ -265,7 +313,8 @@ export const INDEX_RULES: Record<string, Rule> = {
     const ix = argmaxLast(l, n, x, l.bool(l.arg(n, 2, 'keepdim'), 'keepdim', false), d);
     return l.bind(n, l.tensor({ kind: 'name', name: bindTemp(l, n, ix) }, 'argmax'));
   },
-  'aten.nonzero': (l, n) => l.fail(`${n.target}: its size depends on the data (which elements are nonzero); data-dependent sizes are not supported`),
+  // planproof capture writes it as planproof.positions (aten-mask.ts); another graph's is refused.
+  'aten.nonzero': (l, n) => l.fail(`${n.target}: its size depends on the data (which elements are nonzero); data-dependent sizes are not supported (planproof capture records the positions of masks computed from routing choices)`),
   'aten.sym_size': (l, n) => l.fail(`${n.target}: a symbolic size (the graph was traced with dynamic shapes); export it with static shapes`),
 };
 

@@ -200,6 +200,8 @@ interface Routing {
   /** topk's values, and the scores gathered at the pinned choices that replace them. */
   readonly values: string;
   readonly pinnedValues: string;
+  /** A top-1 choice: its score kept as [..., 1] and flat, and the scores it was chosen from. */
+  readonly rowMax?: { readonly keep: string; readonly flat: string; readonly scores: string; readonly last: number };
   /** Ops from this index on read the routing (the ones before made it). */
   readonly from: number;
   readonly loc: string;
@@ -215,18 +217,38 @@ function routing(l: Lowerer, n: FxNode): Val {
   const one = chosen.map((v) => l.one('reshape', [l.constant(v)], { shape: [1] }, undefined, I64));
   const flat = one.length === 1 ? (one[0] as TensorVal) : l.one('concat', one, { dim: 0 }, undefined, I64);
   const pinned = l.one('reshape', [flat], { shape: [...ix.shape] }, undefined, I64);
-  const top = l.ops.find((o) => o.op === 'topk' && o.outputs[1] === ix.id);
+  // The topk that chose them (argmax / max.dim's indices: a topk of 1, reshaped when keepdim is False).
+  let src = ix.id;
+  let top: RawParallelOp | undefined;
+  for (let i = l.ops.length - 1; i >= 0 && top === undefined; i--) {
+    const o = l.ops[i] as RawParallelOp;
+    if (!o.outputs.includes(src)) continue;
+    if (o.op === 'topk' && o.outputs[1] === src) top = o;
+    else if (o.op === 'reshape' && o.inputs[0] !== undefined) src = o.inputs[0];
+    else break;
+  }
   const scores = top === undefined ? undefined : l.tensors.get(top.inputs[0] as string);
-  if (top === undefined || scores === undefined) return l.fail(`${n.target}: expected the indices of a topk`);
+  const topIx = l.tensors.get(src);
+  if (top === undefined || scores === undefined || topIx === undefined) return l.fail(`${n.target}: expected the indices of a topk`);
   // Pinned, topk's values are the scores at the pinned choices (the same on the inputs that
   // route as the run did), so the whole plan is one analytic formula.
-  const pinnedValues = l.one('gather', [scores, pinned], {}, undefined, scores.dtype);
+  const pinnedValues = l.one('gather', [scores, topIx.id === ix.id ? pinned : l.one('reshape', [pinned], { shape: [...topIx.shape] }, undefined, I64)], {}, undefined, scores.dtype);
+  // A top-1 choice: the row maximum (max.dim's values, torch.max(...).values) is its score too.
+  const k = (top.attrs as { k?: number } | undefined)?.k;
+  const rowMax = k === 1 ? { keep: pinnedValues.id, flat: l.one('reshape', [pinnedValues], { shape: scores.shape.slice(0, -1) }).id, scores: scores.id, last: scores.shape.length - 1 } : undefined;
   const r = l.one('identity', [ix], {}, l.out(n), ix.dtype);
   const op = l.ops[l.ops.length - 1] as RawParallelOp;
   let list = ROUTINGS.get(l);
   if (list === undefined) ROUTINGS.set(l, (list = []));
-  list.push({ id: r.id, op, pinned: pinned.id, values: top.outputs[0] as string, pinnedValues: pinnedValues.id, from: l.ops.length, loc: n.loc ?? `${l.g.file}:${n.line}`, done: false });
+  list.push({ id: r.id, op, pinned: pinned.id, values: top.outputs[0] as string, pinnedValues: pinnedValues.id, ...(rowMax === undefined ? {} : { rowMax }), from: l.ops.length, loc: n.loc ?? `${l.g.file}:${n.line}`, done: false });
   return l.bind(n, r);
+}
+
+/** Ops from `from` on read `to` where they read `id`, and so do the names bound to it. */
+function replaceFrom(l: Lowerer, from: number, id: string, to: string): void {
+  for (const op of l.ops.slice(from)) op.inputs.forEach((t, k) => t === id && (op.inputs[k] = to));
+  const tv = l.tensors.get(to);
+  if (tv !== undefined) l.redirect(id, tv);
 }
 
 /** Pins every routing choice the tensor `id` (a value read into Python at `where`) depends on. */
@@ -247,7 +269,18 @@ export function pinRouting(l: Lowerer, id: string, where: string): void {
   for (const r of list) {
     if (r.done || !seen.has(r.id)) continue;
     r.op.inputs[0] = r.pinned;
-    for (const op of l.ops.slice(r.from)) op.inputs.forEach((t, k) => t === r.values && (op.inputs[k] = r.pinnedValues));
+    // (and the ops lowered after the pin: a mask's positions pin it mid-layer, before the gates are read)
+    replaceFrom(l, r.from, r.values, r.pinnedValues);
+    const m = r.rowMax;
+    if (m !== undefined) {
+      // The row maximum of the scores a top-1 choice was made from is the score at the choice
+      // on the inputs that route as the run did (with ties too: the choice is a maximum).
+      for (const op of l.ops) {
+        const a = (op.attrs ?? {}) as { dims?: number[]; keepdim?: boolean };
+        if (op.op !== 'amax' || op.inputs[0] !== m.scores || a.dims?.length !== 1 || a.dims[0] !== m.last) continue;
+        replaceFrom(l, r.from, op.outputs[0] as string, a.keepdim === true ? m.keep : m.flat);
+      }
+    }
     r.done = true;
     l.reads.push(`${r.loc}: the routing choices '${r.id}' pinned to those the run made (the value read at ${where} depends on them)`);
   }

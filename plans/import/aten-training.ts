@@ -9,6 +9,7 @@ import type { AttrValue } from '../../ops/types.js';
 import type { FxArg, FxNode } from './fxtext.js';
 import { indexPutInt } from './aten-index.js';
 import { pinRouting } from './aten-sort.js';
+import { maskPut, positional } from './aten-mask.js';
 import { isNegInf, negInfFilled } from './aten-neginf.js';
 import { filled, type Lowerer, type Rule, type TensorVal, type Val } from './lower.js';
 
@@ -186,6 +187,13 @@ function indexPut(inPlace: boolean): Rule {
     }
     if (idx.items.length !== 1) return l.fail(`${n.target}: only one boolean mask index is supported (x[mask] = v)`);
     const mask = first;
+    const vals = n.args[2]?.kind === 'name' ? l.tensor(n.args[2], 'values') : undefined;
+    if (vals !== undefined && positional(l, x, mask, vals)) {
+      // y[mask] = v with one row of v per selected element (MoE dispatch by mask): by position.
+      const r = maskPut(l, n, x, mask, vals, accumulate, inPlace ? undefined : l.out(n));
+      if (inPlace) l.write(n.args[0], r);
+      return l.bind(n, r);
+    }
     if (accumulate) l.fail(`${n.target}: accumulate=True with a boolean mask is not supported`);
     if (mask.shape.length > x.shape.length || mask.shape.some((d, i) => d !== x.shape[i])) l.fail(`${n.target}: the mask [${mask.shape.join(', ')}] must be x's leading dims [${x.shape.join(', ')}]`);
     // The mask's dims lead; where broadcasts from the trailing end, so give it x's rank.
@@ -317,20 +325,6 @@ export const TRAINING_RULES: Record<string, Rule> = {
     if (d < 0) d += sizes.length;
     const u = l.one('reshape', [g], { shape: [...g.shape.slice(0, d), 1, ...g.shape.slice(d)] });
     return padInto(l, n, u, sizes, d, l.int(n.args[3], 'index'));
-  },
-  // unbind(x, d) (LSTM's steps over time, `q, k, v = qkv.unbind(0)`): the pieces of a split
-  // into size-1 pieces along d, each reshaped without d. A view: the list's strides are the
-  // input's without d (lower.ts, read by each getitem).
-  'aten.unbind.int': (l, n) => {
-    const x = l.tensor(n.args[0], 'self');
-    let d = l.int(l.arg(n, 1, 'dim'), 'dim', 0);
-    if (d < 0) d += x.shape.length;
-    const size = x.shape[d] ?? l.fail(`dim ${d} out of range`);
-    const shape = x.shape.filter((_, k) => k !== d);
-    const pieces = size === 1 ? [x] : l.emit('split', [x], { dim: d, sizes: new Array<number>(size).fill(1) }, Array.from({ length: size }, (_, i) => `${l.out(n)}.s${i}`), x.dtype);
-    const outs = pieces.map((p, i) => l.one('reshape', [p], { shape }, `${l.out(n)}.${i}`));
-    // Views of the input: a write through a piece makes the input stale.
-    return l.bind(n, { kind: 'list', items: outs }, (n.args[0] as { name?: string }).name);
   },
   'aten.stack': (l, n) => {
     const xs = n.args[0];

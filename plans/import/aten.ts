@@ -12,6 +12,7 @@ import { TRAINING_RULES } from './aten-training.js';
 import { INDEX_RULES } from './aten-index.js';
 import { SORT_RULES } from './aten-sort.js';
 import { CONV_RULES } from './aten-conv.js';
+import { MASK_RULES } from './aten-mask.js';
 import { maskedSoftmax, negInfOf, withNegInf } from './aten-neginf.js';
 import { binary, filled, likeShape, type ConstValue, type Lowered, Lowerer, type LowerOptions, type OpaqueVal, REDUCE, refuseTruncation, reshape, type Rule, sameStrides, scaleBy, splitPieces, type TensorVal, uninitialized, unary, type Val, view, viewStrides } from './lower.js';
 
@@ -200,6 +201,8 @@ const RULES: Record<string, Rule> = {
     // A cast between floating types, or from integers to floats, keeps the exact value
     // (docs/engine.md: values are exact reals whatever the dtype); one to an integer type
     // truncates, which no op here computes.
+    // A cast to bool is `x != 0` (`.bool()` of a 0/1 mask; an identity would keep a 2 a 2).
+    if (to === 'bool' && x.dtype !== 'bool') return l.bind(n, l.one('compare', [x, l.constant(0)], { rel: 'ne' }, l.out(n), 'bool'));
     refuseTruncation(l, x, to);
     return l.bind(n, x.dtype === to ? x : l.one('identity', [x], {}, l.out(n), to));
   },
@@ -585,6 +588,7 @@ const RULES: Record<string, Rule> = {
   ...INDEX_RULES,
   ...SORT_RULES,
   ...CONV_RULES,
+  ...MASK_RULES,
 };
 
 /**

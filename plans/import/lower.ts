@@ -451,6 +451,19 @@ export class Lowerer {
     return v;
   }
 
+  /**
+   * Every name bound to the tensor `from` (alone or in a list) holds `to` from now on: a value
+   * equal to it wherever the plan makes its claim (a pinned routing's scores, aten-sort.ts), so
+   * ops lowered after the pin read it as the ops before it were rewritten to.
+   */
+  redirect(from: string, to: TensorVal): void {
+    const swap = (v: Val): Val => (v.kind === 'tensor' && v.id === from ? to : v.kind === 'list' && v.items.some((i) => i.kind === 'tensor' && i.id === from) ? { kind: 'list', items: v.items.map(swap) } : v);
+    for (const [name, v] of this.vals) {
+      const w = swap(v);
+      if (w !== v) this.vals.set(name, w);
+    }
+  }
+
   /** An in-place write to `target`: its name now holds `v`; other names of its storage go stale. */
   write(target: FxArg | undefined, v: TensorVal): void {
     if (target?.kind !== 'name') this.fail('in-place op on something that is not a named tensor');

@@ -329,11 +329,46 @@ class Capture:
             elif isinstance(x, (list, tuple)):
                 self.name_undeclared(x)
 
+    def routing_choices(self, ix):
+        """Writes planproof.routing after a top-k / top-1 choice: the indices as the run chose them."""
+        r = self.fresh("routing")
+        self.suspended += 1
+        try:
+            chosen = [int(v) for v in ix.flatten().tolist()]
+        finally:
+            self.suspended -= 1
+        self.lines.append("%s: %s = torch.ops.planproof.routing.default(%s, %s)" % (r, ann(ix), self.names[id(ix)], repr(chosen)))
+        self.bind(ix, r)
+
+    def positions(self, mask):
+        """The positions of a mask's nonzero elements as the run found them (nonzero's result), or
+        None past MASK_POSITIONS elements. The importer uses them only where it can show the mask
+        is a function of constants and pinned routing choices (docs/capture.md, "Dispatch by mask")."""
+        if mask.numel() > MASK_POSITIONS:
+            return None
+        self.suspended += 1
+        try:
+            return [int(v) for v in torch.nonzero(mask).flatten().tolist()]
+        finally:
+            self.suspended -= 1
+
     def record(self, func, args, kwargs, out):
         self.ops += 1
         self.note_loc()
         name = self.fresh(func.__name__.split(".")[0] if hasattr(func, "__name__") else "op")
         call = "torch.ops.%s(%s)" % (str(func), ", ".join([self.fmt_arg(func, i, a) for i, a in enumerate(args)] + ["%s = %s" % (k, self.fmt_arg(func, k, v)) for k, v in kwargs.items()]))
+        if str(func) == "aten.nonzero.default" and isinstance(args[0], torch.Tensor):
+            # A size that depends on the data: written with the positions the run found.
+            pos = self.positions(args[0])
+            if pos is not None:
+                call = "torch.ops.planproof.positions.default(%s, %s)" % (self.fmt_arg(func, 0, args[0]), repr(pos))
+        if str(func) in MASK_INDEXING and len(args) > 1 and isinstance(args[1], (list, tuple)):
+            # x[mask], x[mask] = v: each boolean index's positions, for the importer to index by.
+            for m in args[1]:
+                if isinstance(m, torch.Tensor) and m.dtype == torch.bool and m.dim() > 0 and id(m) in self.names:
+                    pos = self.positions(m)
+                    if pos is not None:
+                        self.lines.append("%s: \"i64[%d, %d]\" = torch.ops.planproof.positions.default(%s, %s)" % (self.fresh("positions"), len(pos) // max(1, m.dim()), m.dim(), self.names[id(m)], repr(pos)))
         if str(func) in ("aten.bernoulli_.float", "aten.bernoulli_.Tensor"):
             # CPU dropout's mask: a plan input (docs/import.md), with its relation and values.
             self.mask_relation(name + ".mask")
@@ -347,6 +382,9 @@ class Capture:
                 return
             self.lines.append("%s: %s = %s" % (name, ann(out), call))
             self.bind(out, name)
+            if str(func) == "aten.argmax.default" and _last_dim(args) and out.numel() <= 4096:
+                # A top-1 routing choice (Switch's argmax), recorded as topk's are.
+                self.routing_choices(out)
         elif isinstance(out, (tuple, list)):
             self.lines.append("%s = %s" % (name, call))
             if str(func) == "aten.native_dropout.default" and len(out) == 2:
@@ -358,17 +396,10 @@ class Capture:
                     g = self.fresh("getitem")
                     self.lines.append("%s: %s = %s[%d]" % (g, ann(o), name, i))
                     self.bind(o, g)
-            if str(func) == "aten.topk.default" and len(out) == 2 and out[1].numel() <= 4096:
+            if (str(func) == "aten.topk.default" or (str(func) == "aten.max.dim" and _last_dim(args))) and len(out) == 2 and out[1].numel() <= 4096:
                 # The routing choices as chosen: the importer pins them where a value read into
                 # Python (split sizes from .tolist()) depends on them (docs/capture.md).
-                r = self.fresh("routing")
-                self.suspended += 1
-                try:
-                    chosen = [int(v) for v in out[1].flatten().tolist()]
-                finally:
-                    self.suspended -= 1
-                self.lines.append("%s: %s = torch.ops.planproof.routing.default(%s, %s)" % (r, ann(out[1]), self.names[id(out[1])], repr(chosen)))
-                self.bind(out[1], r)
+                self.routing_choices(out[1])
         elif out is None:
             self.lines.append("%s = %s" % (name, call))
 
@@ -463,6 +494,13 @@ class Capture:
 
 
 EXACT_CONST = 4096  # elements up to which an undeclared tensor is written into the graph exactly
+MASK_POSITIONS = 4096  # elements of a mask up to which nonzero's positions are written (docs/capture.md)
+MASK_INDEXING = ("aten.index.Tensor", "aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default")
+
+
+def _last_dim(args):
+    """Is the op's dim argument (args[1]) the last dim of args[0]? (a top-1 choice over experts)"""
+    return len(args) > 1 and isinstance(args[0], torch.Tensor) and isinstance(args[1], int) and args[1] in (-1, args[0].dim() - 1)
 
 
 class UserError(Exception):
