@@ -80,12 +80,15 @@ function normForward(kind: 'layer' | 'rms') {
  *   grad_weight = sum over rows of grad_out xhat; grad_bias = sum over rows of grad_out.
  */
 function normBackward(kind: 'layer' | 'rms') {
-  return <S>(alg: Algebra<S>, ins: readonly Dense<S>[], attrs: Attrs): Dense<S>[] => {
+  return <S>(alg: Algebra<S>, ins: readonly Dense<S>[], attrs: Attrs, want?: readonly boolean[]): Dense<S>[] => {
     const g = arg(ins, 0);
     const x = arg(ins, 1);
     const w = ins[2];
     const n = trailing(x.shape, attrs);
     const eps = alg.constant(attrScalar(attrs, 'eps'));
+    // grad_x multiplies xhat by a sum over the row of gh·xhat: per element, the product of two
+    // sums over the row, by far the dearest output symbolically. Left out (empty) when unread.
+    const wantGx = want?.[0] !== false;
     const gx: S[] = [];
     const gwAcc: S[][] = Array.from({ length: n }, () => []);
     const gbAcc: S[][] = Array.from({ length: n }, () => []);
@@ -93,14 +96,19 @@ function normBackward(kind: 'layer' | 'rms') {
     rows(x, n).forEach((row, i) => {
       const { xhat, r } = (kind === 'layer' ? layerStats : rmsStats)(alg, row, eps);
       const go = grows[i] as S[];
-      const gh = go.map((v, j) => (w === undefined ? v : alg.mul(v, w.data[j] as S)));
-      const m2 = mean(alg, gh.map((v, j) => alg.mul(v, xhat[j] as S)));
-      const m1 = kind === 'layer' ? mean(alg, gh) : undefined;
-      gh.forEach((v, j) => {
-        let t = alg.sub(v, alg.mul(xhat[j] as S, m2));
-        if (m1 !== undefined) t = alg.sub(t, m1);
-        gx.push(alg.mul(r, t));
-        (gwAcc[j] as S[]).push(alg.mul(go[j] as S, xhat[j] as S));
+      if (wantGx) {
+        const gh = go.map((v, j) => (w === undefined ? v : alg.mul(v, w.data[j] as S)));
+        const m2 = mean(alg, gh.map((v, j) => alg.mul(v, xhat[j] as S)));
+        const m1 = kind === 'layer' ? mean(alg, gh) : undefined;
+        gh.forEach((v, j) => {
+          let t = alg.sub(v, alg.mul(xhat[j] as S, m2));
+          if (m1 !== undefined) t = alg.sub(t, m1);
+          gx.push(alg.mul(r, t));
+        });
+      }
+      if (w === undefined) return;
+      go.forEach((v, j) => {
+        (gwAcc[j] as S[]).push(alg.mul(v, xhat[j] as S));
         (gbAcc[j] as S[]).push(go[j] as S);
       });
     });

@@ -71,8 +71,12 @@ export interface OpDef {
    * Values of the outputs, over any scalar domain: Float64 for numeric evaluation, exact terms
    * for symbolic evaluation. Inputs have passed the shape rule. Collectives apply as a group of
    * one here; see CollectiveRule.applyGroup.
+   * `want` (optional, one flag per output): the outputs the caller will read. An op may then
+   * leave an unwanted output's `data` empty instead of computing it (a stage that needs a
+   * LayerNorm's weight gradient need not pay for its input gradient); the caller stores only
+   * wanted outputs. Without it, every output is computed.
    */
-  apply<S>(alg: Algebra<S>, inputs: readonly Dense<S>[], attrs: Attrs): Dense<S>[];
+  apply<S>(alg: Algebra<S>, inputs: readonly Dense<S>[], attrs: Attrs, want?: readonly boolean[]): Dense<S>[];
   /** Present on communication ops. */
   readonly collective?: CollectiveRule;
   /** Input gradients as ops, or 'none' when the op is not differentiated (see ops/grad.ts). */

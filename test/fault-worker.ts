@@ -9,7 +9,8 @@ import type { StageResult } from '../stages/decompose/prove.js';
 
 export interface Fault {
   readonly stage: number;
-  readonly kind: 'hang' | 'crash';
+  /** hang: a busy loop; wait: a wait that uses no CPU; crash: the worker exits. */
+  readonly kind: 'hang' | 'wait' | 'crash';
 }
 
 const fault = workerData as Fault;
@@ -17,6 +18,7 @@ const fault = workerData as Fault;
 export default async function faultyStage(task: StageTask): Promise<StageResult> {
   if (task.stage === fault.stage) {
     if (fault.kind === 'crash') process.exit(70);
+    if (fault.kind === 'wait') await new Promise(() => undefined);
     for (;;) {
       // A stuck proof: only the deadline ends it.
     }

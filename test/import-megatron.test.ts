@@ -416,6 +416,43 @@ describe('import-graphs: attention heads and the vocab-parallel embedding as cut
     assert.deepEqual(rep.stages.filter((s) => s.status === 'not_equivalent').map((s) => s.logical), ['loss']);
   }).timeout(2_400_000);
 
+  // Forward + backward (17 gradients): VERIFIED once a LayerNorm weight-gradient stage stopped
+  // computing grad_x and the cross-entropy's id stages were proved ids first (docs/engine.md,
+  // "Outputs a stage does not read", "Ids first"); before, UNKNOWN after 900 s. Each twin is
+  // refuted only at gradients its bug breaks (megatron-fx/README.md, "The bugs").
+  const FWBW = ['--infer', '--infer-time-limit', '900', '--deadline', '60', '--json'];
+  const LN = ['decoder.layers.0.input_layernorm', 'decoder.layers.0.pre_mlp_layernorm', 'decoder.final_layernorm'].flatMap((m) => [`grad.${m}.weight`, `grad.${m}.bias`]);
+  const refutedAt = async (config: string): Promise<{ code: number; failing: string[] }> => {
+    const r = await importDir(copy(join(CORPUS, config)));
+    assert.equal(r.code, 0, r.stderr);
+    const v = await runCli(['verify', ...FWBW, r.out]);
+    const rep = JSON.parse(v.stdout) as { verdict: string; stages: { status: string; logical: string }[] };
+    return { code: v.code, failing: rep.stages.filter((s) => s.status === 'not_equivalent').map((s) => s.logical) };
+  };
+  it('GPT tp2 + SP, 1 layer, forward and backward with all 17 gradients (megatron-fx gpt_tp2_l1_fwbw): VERIFIED @full', async () => {
+    const ok = await importDir(copy(join(CORPUS, 'gpt_tp2_l1_fwbw')));
+    assert.equal(ok.code, 0, ok.stderr);
+    const v = await runCli(['verify', ...FWBW, ok.out]);
+    assert.equal(v.code, 0, v.stdout.slice(0, 2000));
+    const rep = JSON.parse(v.stdout) as { verdict: string; stages: { status: string; logical: string }[] };
+    assert.equal(rep.verdict, 'verified');
+    // Every gradient is an obligation that was proved, not left out.
+    for (const g of [...LN, 'grad.output_layer.weight', 'grad.embedding.word_embeddings.weight']) assert.ok(rep.stages.some((s) => s.logical === g && s.status === 'proved'), g);
+  }).timeout(2_400_000);
+
+  it('its twin without the SP LayerNorm-gradient all-reduce is NOT EQUIVALENT only at LayerNorm and row-parallel bias gradients @full', async () => {
+    const r = await refutedAt('gpt_tp2_l1_fwbw.bug_sp_ln_grad');
+    assert.equal(r.code, 1);
+    const wrong = new Set([...LN, 'grad.decoder.layers.0.self_attention.linear_proj.bias', 'grad.decoder.layers.0.mlp.linear_fc2.bias']);
+    assert.ok(r.failing.length > 0 && r.failing.every((g) => wrong.has(g)), r.failing.join(', '));
+  }).timeout(2_400_000);
+
+  it("its twin that keeps the output layer's unreduced input gradient is NOT EQUIVALENT only at gradients upstream of the output layer @full", async () => {
+    const r = await refutedAt('gpt_tp2_l1_fwbw.bug_vocab_input_grad');
+    assert.equal(r.code, 1);
+    assert.ok(r.failing.length > 0 && r.failing.every((g) => g.startsWith('grad.') && g !== 'grad.output_layer.weight'), r.failing.join(', '));
+  }).timeout(2_400_000);
+
   const EMB = 'test/fixtures/import-vocab-emb';
   it("a hint stage that starts from user claims only gets a user stage's budget: Megatron's vocab-parallel embedding (index.Tensor, index_put masks, all_reduce) is kept as a cut point and the plan VERIFIED (dropped at a tenth of the budget, every stage merged and it ended UNKNOWN)", async () => {
     const ok = await verdict(copy(EMB));

@@ -124,6 +124,22 @@ describe('worker pool with deadlines', () => {
     assert.equal(r.stages.filter((s) => s.status === 'proved').length, 10);
   });
 
+  it('with deadlines in CPU time too (inference rounds), a busy stage is stopped once the process has used its deadline, one that waits at 10 times it', async () => {
+    const stages = decompose(plan, logicalOrder(plan)).slice(0, 1);
+    const run = async (kind: Fault['kind']): Promise<{ reason: string; ms: number }> => {
+      const t0 = performance.now();
+      const [r] = await proveInPool(file, JSON.stringify(JSON.parse(text)), stages, { jobs: 1, deadlineMs: 300, cpuDeadline: true, worker: faulty({ stage: stages[0]?.index ?? 0, kind }) });
+      assert.equal(r?.status, 'unknown');
+      return { reason: r?.reason ?? '', ms: performance.now() - t0 };
+    };
+    const busy = await run('hang');
+    assert.equal(busy.reason, 'deadline of 0.3 s exceeded; the worker was stopped');
+    assert.ok(busy.ms >= 300, `${busy.ms}`);
+    const idle = await run('wait');
+    assert.equal(idle.reason, 'deadline of 0.3 s exceeded; the worker was stopped');
+    assert.ok(idle.ms >= 3000, `stopped after ${idle.ms} ms, before 10 times the deadline`);
+  });
+
   it("a caller's stop time is named in the reasons of the stages it stops, never as the run's time limit (issue 35)", async () => {
     // verify --infer's rounds stop at their own 120 s: its stages read "stopped at the time
     // limit after 2.9 s" under a --time-limit of 1800 s.

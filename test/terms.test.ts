@@ -2,7 +2,8 @@ import { strict as assert } from 'node:assert';
 import fc from 'fast-check';
 import { TermStore, type TermId } from '../sdfg/terms.js';
 import { q, qFromNumber, qToNumber, qParse } from '../ops/rational.js';
-import { realUf } from '../sdfg/algebras.js';
+import { realUf, termAlgebra } from '../sdfg/algebras.js';
+import { registry } from '../ops/registry.js';
 
 const syms = (T: TermStore, prefix: string, n: number): TermId[] => Array.from({ length: n }, (_, i) => T.sym(`${prefix}${i}`));
 
@@ -436,5 +437,58 @@ describe('comparisons of real values (gt0)', () => {
     const id = T.categorical('id', [0, 1, 2, 3]);
     const ge2 = T.gt0(T.sub(id, T.const(q(3n, 2n))));
     assert.equal(ge2, T.test(id, (v) => v >= 2));
+  });
+});
+
+describe('work saved without changing a value', () => {
+  it("a LayerNorm backward asked only for its weight and bias gradients gives the same terms and leaves grad_x out; asked for all, the same as without `want`", () => {
+    const T = new TermStore();
+    const alg = termAlgebra(T);
+    const ln = registry.get(registry.id('layer_norm_backward'));
+    const dense = (p: string, shape: number[]) => ({ shape, data: syms(T, p, shape.reduce((a, b) => a * b, 1)) });
+    const ins = [dense('g', [3, 4]), dense('x', [3, 4]), dense('w', [4])];
+    const attrs = { eps: 1e-5, normalized_dims: 1 };
+    const full = ln.apply(alg, ins, attrs);
+    const part = ln.apply(alg, ins, attrs, [false, true, true]);
+    assert.equal(full[0]?.data.length, 12);
+    assert.equal(part[0]?.data.length, 0);
+    assert.deepEqual(part[1]?.data, full[1]?.data);
+    assert.deepEqual(part[2]?.data, full[2]?.data);
+    assert.deepEqual(ln.apply(alg, ins, attrs, [true, true, true]).map((d) => d.data), full.map((d) => d.data));
+    // The weight gradient is what the rule says: sum over rows of g · xhat (not a stale table).
+    const n = ins[1] as { data: TermId[] };
+    const xh = (r: number, j: number): TermId => {
+      const row = n.data.slice(4 * r, 4 * r + 4);
+      const mu = T.scale(T.sum(row), q(1n, 4n));
+      const c = row.map((v) => T.sub(v, mu));
+      const r2 = alg.fn('rsqrt', T.add(T.scale(T.sum(c.map((v) => T.mul(v, v))), q(1n, 4n)), T.const(1e-5)));
+      return T.mul(c[j] as TermId, r2);
+    };
+    const g = (ins[0] as { data: TermId[] }).data;
+    assert.ok(T.equal(part[1]?.data[2] as TermId, T.sum([0, 1, 2].map((r) => T.mul(g[4 * r + 2] as TermId, xh(r, 2))))));
+  });
+
+  it('comparisons of an id against many constants (one table per id, shared up to a constant) are the indicator sums of a case split, exactly (property)', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: -2, max: 2 }), fc.integer({ min: 1, max: 3 }), fc.array(fc.tuple(fc.integer({ min: -6, max: 8 }), fc.integer({ min: 1, max: 3 })), { minLength: 1, maxLength: 6 }), (a, b, offsets) => {
+        const T = new TermStore();
+        const xs = [0, 1, 2];
+        const ys = [0, 2, 5];
+        const x = T.categorical('x', xs);
+        const y = T.categorical('y', ys);
+        const t = T.add(T.scale(x, q(BigInt(a))), T.scale(y, q(BigInt(b))));
+        // Reference: [x = u]·[y = w] summed over the assignments where the predicate holds.
+        const ref = (pred: (v: number) => boolean): TermId =>
+          T.sum(xs.flatMap((u) => ys.filter((w) => pred(a * u + b * w)).map((w) => T.mul(T.test(x, (v) => v === u), T.test(y, (v) => v === w)))));
+        for (const [n, d] of offsets) {
+          const c = n / d;
+          // gt0(c − t) and gt0(t − c): both terms differ from ±t by a constant; c may be a fraction.
+          assert.ok(T.equal(T.gt0(T.sub(T.const(q(BigInt(n), BigInt(d))), t)), ref((v) => c - v > 0)), `gt0(${n}/${d} - t)`);
+          assert.ok(T.equal(T.gt0(T.sub(t, T.const(q(BigInt(n), BigInt(d))))), ref((v) => v - c > 0)), `gt0(t - ${n}/${d})`);
+          assert.ok(T.equal(T.test(T.add(t, T.const(q(BigInt(n)))), (v) => v === 0), ref((v) => v + n === 0)), `[t + ${n} = 0]`);
+        }
+      }),
+      { numRuns: 60 },
+    );
   });
 });

@@ -327,7 +327,7 @@ export class StageBuilder {
       if (why !== undefined) return { pairs: [], logicalOps: 0, parallelOps: 0, unsupported: why };
     }
     src.parallelStart?.();
-    const evalPar = this.parallelValues(ctx, inputs, syms);
+    const evalPar = this.parallelValues(ctx, inputs, syms, seen);
     return this.equalities(ctx, evalPar, target, syms.chunks);
   }
 
@@ -513,15 +513,22 @@ export class StageBuilder {
       ctx.logicalOps++;
       const ins = [...lg.ops.opInputs(op)].map(evalLogical);
       here.what = `logical op '${lg.ops.ids.name(op)}'`;
-      const outs = registry.get(lg.ops.kind[op] as number).apply(alg, ins, lg.attrs[op] as Attrs);
-      lg.ops.opOutputs(op).forEach((t, k) => lvals.set(t, outs[k] as Dense<S>));
+      // Only the output asked for: an op may skip the others (a LayerNorm backward's grad_x
+      // when the stage is its weight gradient); one asked for later runs the op again, its
+      // shared terms memoized. Only computed outputs are kept.
+      const outIds = lg.ops.opOutputs(op);
+      const want = outIds.length > 1 ? [...outIds].map((t) => t === x) : undefined;
+      const outs = registry.get(lg.ops.kind[op] as number).apply(alg, ins, lg.attrs[op] as Attrs, want);
+      outIds.forEach((t, k) => {
+        if (want?.[k] !== false) lvals.set(t, outs[k] as Dense<S>);
+      });
       return lvals.get(x) as Dense<S>;
     };
     return evalLogical;
   }
 
   /** Parallel values: the inputs from the symbols, then each tensor's producer on demand (`evalPar(rank, tensor)`). */
-  private parallelValues<S>(ctx: BuildContext<S>, inputs: ReadonlyMap<string, LineageNF>, syms: InputSymbols<S>): (r: number, t: number) => Dense<S> {
+  private parallelValues<S>(ctx: BuildContext<S>, inputs: ReadonlyMap<string, LineageNF>, syms: InputSymbols<S>, seen: ReadonlySet<string>): (r: number, t: number) => Dense<S> {
     const plan = this.plan;
     const lg = plan.logical;
     const { alg, here } = ctx;
@@ -553,8 +560,13 @@ export class StageBuilder {
         const ins = [...p.ops.opInputs(pr.op)].map((x) => evalPar(r, x));
         here.what = `rank ${r} op '${p.ops.ids.name(pr.op)}'`;
         here.rank = r;
-        const outs = registry.get(p.ops.kind[pr.op] as number).apply(alg, ins, plan.view(r).attrs[pr.op] as Attrs);
-        p.ops.opOutputs(pr.op).forEach((x, k) => pvals.set(`${r}:${x}`, outs[k] as Dense<S>));
+        // Only the outputs the stage's closure reaches (as on the logical side).
+        const outIds = p.ops.opOutputs(pr.op);
+        const want = outIds.length > 1 ? [...outIds].map((x) => x === t || seen.has(`${r}:${x}`)) : undefined;
+        const outs = registry.get(p.ops.kind[pr.op] as number).apply(alg, ins, plan.view(r).attrs[pr.op] as Attrs, want);
+        outIds.forEach((x, k) => {
+          if (want?.[k] !== false) pvals.set(`${r}:${x}`, outs[k] as Dense<S>);
+        });
       } else {
         const c = this.instance(pr.inst);
         if (c === undefined) throw new Error('missing collective');
@@ -648,7 +660,19 @@ export class Prover {
     const t0 = performance.now();
     this.stopAt = stop?.at ?? Infinity;
     try {
-      return this.proveWithin(stage, t0, true, witnessed, constants);
+      // Ids first: when an input that is an integer tensor (a categorical variable) is a
+      // function of the other inputs, its free symbol is independent of them, so the stage's
+      // ids range over the product of their values (Megatron's vocab-parallel target, its range
+      // masks and the labels: 2 · 2 · 32 · 32 joint values per token instead of 32) and the
+      // stage differs anyway. Defined by its logical op first, the retry that follows a
+      // difference is tried before it, not after (docs/engine.md, "Inputs defined by their
+      // logical ops"): an exact proof either way; when it does not prove, the usual order.
+      const defined = witnessed ? undefined : this.idsDefinedFirst(stage, constants);
+      if (defined !== undefined) {
+        const r = this.expanded(stage, t0, constants, defined);
+        if (r !== undefined) return r;
+      }
+      return this.proveWithin(stage, t0, true, witnessed, constants, false, defined !== undefined);
     } catch (e) {
       if (e instanceof TermStopError) return result(stage, 'unknown', stop?.reason ?? 'stopped', stage.obligations.map((o) => o.rank), { logicalOps: 0, parallelOps: 0 }, 0, t0);
       if (e instanceof TermUnsupportedError) return result(stage, 'unknown', `outside the exact normal form: ${e.message}`, stage.obligations.map((o) => o.rank), { logicalOps: 0, parallelOps: 0 }, 0, t0);
@@ -663,7 +687,15 @@ export class Prover {
    * that leaves a difference or an open side condition, again with every sum expanded, so
    * the answer is the eager normal form's whenever the lazy one does not prove.
    */
-  private proveWithin(stage: Stage, t0: number, lazy: boolean, witnessed: boolean, constants?: Constants, expand = false): StageResult {
+  /** The inputs `definedInputs` gives when one of them is an integer tensor (has a value domain), else undefined. */
+  private idsDefinedFirst(stage: Stage, constants?: Constants): Set<number> | undefined {
+    const d = this.builder.definedInputs(stage, undefined, constants);
+    const lg = this.builder.plan.logical;
+    return [...d].some((L) => lg.domains[L] !== undefined) ? d : undefined;
+  }
+
+  /** `expandTried`: the retry with defined inputs was made already (ids first) and is not made again. */
+  private proveWithin(stage: Stage, t0: number, lazy: boolean, witnessed: boolean, constants?: Constants, expand = false, expandTried = false): StageResult {
     const T = new TermStore(this.budget, lazy);
     T.stopAt = this.stopAt;
     let logicalConds = new Set<TermId>();
@@ -684,10 +716,10 @@ export class Prover {
       failing.add(p.rank);
       firstResidual ??= `${p.what}: parallel - logical = ${T.render(T.sub(p.par, p.log), 300)}`;
     }
-    const eager = (): StageResult | undefined => (lazy && T.lazySums > 0 ? this.proveWithin(stage, t0, false, witnessed, constants, expand) : undefined);
+    const eager = (): StageResult | undefined => (lazy && T.lazySums > 0 ? this.proveWithin(stage, t0, false, witnessed, constants, expand, expandTried) : undefined);
     if (failing.size > 0) {
       const r = (witnessed ? undefined : eager()) ?? result(stage, 'differs', firstResidual, [...failing], b, T.size, t0);
-      return r.status === 'proved' || witnessed || expand || !lazy ? r : (this.expanded(stage, t0, constants) ?? r);
+      return r.status === 'proved' || witnessed || expand || !lazy || expandTried ? r : (this.expanded(stage, t0, constants) ?? r);
     }
     for (const c of T.conditions) {
       if (logicalConds.has(c) || T.provablyNonzero(c)) continue;
@@ -703,8 +735,8 @@ export class Prover {
    * answer stands; past the work budget too). Sound either way: a logical tensor's value is its
    * logical definition on every run (docs/engine.md, "Inputs defined by their logical ops").
    */
-  private expanded(stage: Stage, t0: number, constants?: Constants): StageResult | undefined {
-    if (this.builder.definedInputs(stage, undefined, constants).size === 0) return undefined;
+  private expanded(stage: Stage, t0: number, constants?: Constants, defined?: ReadonlySet<number>): StageResult | undefined {
+    if ((defined ?? this.builder.definedInputs(stage, undefined, constants)).size === 0) return undefined;
     try {
       const r = this.proveWithin(stage, t0, true, false, constants, true);
       return r.status === 'proved' ? r : undefined;

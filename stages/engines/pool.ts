@@ -73,6 +73,40 @@ export interface PoolOptions {
    * for --time-limit.
    */
   readonly stopWhy?: string;
+  /**
+   * The deadline counts the process's CPU time as well as the wall clock: a stage is stopped
+   * once both have passed it (still at `stopAt`, the time limit and 10 times the deadline). On a
+   * machine shared with other work a stage of 1 s of CPU took past 10 s of wall time, and
+   * inference dropped its hint for it (docs/engine.md, "Workers and deadlines").
+   */
+  readonly cpuDeadline?: boolean;
+}
+
+/**
+ * An abort signal for one stage: at `ms` of wall time, or, with `cpu`, once the process has
+ * also used `ms` of CPU time since `cpu0` (re-armed for what is missing), never after `hardMs`.
+ */
+function stageSignal(ms: number, hardMs: number, cpu: boolean): { signal: AbortSignal; clear: () => void } {
+  if (!cpu) return { signal: AbortSignal.timeout(ms), clear: () => undefined };
+  const ctl = new AbortController();
+  const t0 = performance.now();
+  const cpu0 = process.cpuUsage();
+  let timer: NodeJS.Timeout | undefined;
+  const check = (): void => {
+    const used = process.cpuUsage(cpu0);
+    const cpuMs = (used.user + used.system) / 1000;
+    const wall = performance.now() - t0;
+    const wait = Math.min(ms - cpuMs, hardMs - wall);
+    if (wait < 1) {
+      const e = new Error('deadline');
+      e.name = 'AbortError';
+      ctl.abort(e);
+      return;
+    }
+    timer = setTimeout(check, Math.ceil(wait));
+  };
+  timer = setTimeout(check, Math.min(ms, hardMs));
+  return { signal: ctl.signal, clear: () => clearTimeout(timer) };
 }
 
 /** What stopAt is when the caller does not say. */
@@ -140,7 +174,7 @@ export async function proveInPool(file: string, text: string, stages: readonly S
         }
         const runLeft = timeLeft(opts.timeLimit);
         const left = Math.min(runLeft, stopLeft);
-        const cut = left < opts.deadlineMs;
+        let cut = left < opts.deadlineMs;
         const deadlineMs = Math.max(1, Math.floor(Math.min(opts.deadlineMs, left)));
         const task: StageTask = { key, file, plan: shared, limits, stage: stage.index, engine: opts.engine ?? 'normal', deadlineMs, witnessed: opts.witnessed?.has(stage.index) === true, ...(opts.budget === undefined ? {} : { budget: opts.budget }), ...(opts.custom === true ? { custom: { logical: stage.logical, obligations: stage.obligations.map((o) => [o.rank, o.tensor] as const) } } : {}) };
         let result: StageResult;
@@ -150,9 +184,18 @@ export async function proveInPool(file: string, text: string, stages: readonly S
         const reached = opts.timeLimit !== undefined && runLeft < 1;
         try {
           if (opts.timeLimit !== undefined && reached) throw new Error(notAttempted(opts.timeLimit));
-          result = (await pool.run(task, { signal: AbortSignal.timeout(deadlineMs) })) as StageResult;
+          // Past a cut deadline (the time limit, the caller's stop) the wall clock alone stops it.
+          // (A stage that waits without using CPU is still stopped at 10 times its deadline.)
+          const sig = stageSignal(deadlineMs, cut ? deadlineMs : Math.max(1, Math.floor(Math.min(left, 10 * deadlineMs))), opts.cpuDeadline === true && !cut);
+          try {
+            result = (await pool.run(task, { signal: sig.signal })) as StageResult;
+          } finally {
+            sig.clear();
+          }
         } catch (e) {
           const err = e as Error;
+          // A CPU-time deadline may run on to the caller's stop: then that stopped it.
+          if (!cut && opts.cpuDeadline === true && performance.now() - t0 >= left - 1 && left < 10 * deadlineMs) cut = true;
           const reason =
             opts.timeLimit !== undefined && reached
               ? notAttempted(opts.timeLimit)

@@ -689,7 +689,9 @@ async function proveStages(plan: LoadedPlan, file: string, text: string, todo: r
     }
   }
   if (poolOf !== undefined && opts.jobs > 0) {
-    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, stopWhy: opts.stopWhy, engine: 'normal' as Engine, pool: poolOf(), ...(opts.budget === undefined ? {} : { budget: opts.budget }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
+    // Deadlines in CPU time as well (pool.ts `cpuDeadline`): hint stages have 10 s, and a
+    // shared machine gave a 1 s stage less than a tenth of a core.
+    return proveInPool(file, text, todo, { jobs: opts.jobs, witnessed, custom: true, cpuDeadline: true, deadlineMs: opts.deadlineMs, stopAt: opts.stopAt, stopWhy: opts.stopWhy, engine: 'normal' as Engine, pool: poolOf(), ...(opts.budget === undefined ? {} : { budget: opts.budget }), ...(opts.onStage === undefined ? {} : { onStage: opts.onStage }) });
   }
   const prover = opts.budget === undefined ? new Prover(plan) : new Prover(plan, opts.budget);
   return todo.map((s, i) => {
