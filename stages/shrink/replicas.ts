@@ -32,6 +32,12 @@ import { cutList } from './stage-reduce.js';
 const MAX_REPLICA_ELEMENTS = 20_000_000;
 /** Ranks of the program tried as the second replica (one step along each mesh axis, then the next ranks). */
 const MAX_CANDIDATES = 3;
+/**
+ * Milliseconds replicas may take per plan: they run before each open stage's part, so replicas
+ * that agree (stages open for another reason) must not eat the witness search's budget.
+ */
+const REPLICA_BUDGET_MS = 30_000;
+const SPENT = new WeakMap<LoadedPlan, number>();
 
 /** Whether two claims' regions meet (per dim, some range of each overlaps). */
 function overlap(a: LineageNF, b: LineageNF): boolean {
@@ -116,6 +122,16 @@ function disagreements(part: LoadedPlan, target: string, seed: number, ranks: re
  */
 export function replicaWitness(plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: number, tensor: number, seed: number): PartResult | { why: string } {
   const target = plan.logical.tensors.name(stage.logical);
+  if ((SPENT.get(plan) ?? 0) >= REPLICA_BUDGET_MS) return { why: `replicas: their ${REPLICA_BUDGET_MS / 1000} s for this plan are spent` };
+  const started = performance.now();
+  try {
+    return replicaPairs(plan, raw, stage, rank, tensor, seed, target);
+  } finally {
+    SPENT.set(plan, (SPENT.get(plan) ?? 0) + performance.now() - started);
+  }
+}
+
+function replicaPairs(plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: number, tensor: number, seed: number, target: string): PartResult | { why: string } {
   const others = candidates(plan, rank, tensor);
   if (others.length === 0) return { why: 'no other rank holds a complete replica of its slice' };
   const whys: string[] = [];
