@@ -15,7 +15,7 @@ import type { RawPlan } from '../plans/raw.js';
 import type { StageResult } from './decompose/prove.js';
 import { PER_TEMPLATE_FIRST, verifiedPerTemplate, verifyPerTemplate } from './decompose/template-verify.js';
 import { shutdownZ3 } from './engines/z3.js';
-import { provePart } from './shrink/part.js';
+import { provePartOrReplicas as provePart } from './shrink/replicas.js';
 import { REDUCTION_NOT_NEEDED, verifyReduced, type ReducedVerifyReport } from './shrink/reduced-verify.js';
 import { perStageFallback, verifyPerStage, type FallbackInfo } from './shrink/stage-reduce.js';
 import { roundsLimit, verifyBoundary, wantsInference, type BoundaryReport } from './infer/boundary.js';

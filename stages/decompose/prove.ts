@@ -34,7 +34,7 @@ import type { Constants } from '../engines/constants.js';
  * live here so that stages/decompose/template.ts, which is handed the hook, and part.ts, which implements
  * it, need not import each other (part.ts reaches template.ts through verify.ts).
  */
-interface PartResult {
+export interface PartResult {
   /** The rank whose obligation was extracted, and every rank its closure reaches. */
   readonly rank: number;
   readonly ranks: readonly number[];

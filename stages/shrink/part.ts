@@ -35,7 +35,7 @@ const MAX_PART_RANKS = 1024;
 /** Most (rank, tensor) entries a part's closure may visit. */
 const MAX_PART_ENTRIES = 200_000;
 
-class PartError extends Error {}
+export class PartError extends Error {}
 
 /** The peer rank of a send or receive on rank r, when the plan gives it as a shift along mesh axes. */
 function shiftPeer(plan: LoadedPlan, r: number, op: number): number | undefined {
@@ -77,7 +77,7 @@ function pairedSend(plan: LoadedPlan, r: number, op: number): { peer: number; se
 }
 
 /** The closure walk of one rank's obligation, per template: ops per rank, claims assumed, ranks reached. */
-function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number, maxHolders = MAX_PART_RANKS, maxRanks = MAX_PART_RANKS): { ops: Map<number, Set<number>>; inputs: Map<string, LineageNF>; obligations: Map<string, LineageNF>; groups: Map<string, number[]>; peers: Map<string, number>; cutAddends: number; fold?: { state: FoldState; masks: Map<number, number[][] | undefined>; scales: Map<string, string> } } {
+export function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number, maxHolders = MAX_PART_RANKS, maxRanks = MAX_PART_RANKS): { ops: Map<number, Set<number>>; inputs: Map<string, LineageNF>; obligations: Map<string, LineageNF>; groups: Map<string, number[]>; peers: Map<string, number>; cutAddends: number; fold?: { state: FoldState; masks: Map<number, number[][] | undefined>; scales: Map<string, string> } } {
   const mesh = plan.mesh;
   const local = new Map<number, Int32Array>();
   const producerOp = (pi: number, t: number): number => {
@@ -373,13 +373,14 @@ function stageStartsOnce(plan: LoadedPlan, logical: number): Set<number> {
 }
 
 /** The part as a plan file: its ranks renumbered 0..n-1 on a one-axis mesh, programs instantiated. */
-function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typeof closure>, maxRanks = MAX_PART_RANKS): { raw: RawPlan; ranks: number[] } {
+export function partRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, c: ReturnType<typeof closure>, maxRanks = MAX_PART_RANKS, logicalSide?: ReturnType<typeof extractLogicalRaw>): { raw: RawPlan; ranks: number[] } {
   const ranks = [...c.ops.keys(), ...[...c.inputs.keys()].map((k) => Number(k.split(':')[0]))].filter((r, i, a) => a.indexOf(r) === i).sort((a, b) => a - b);
   if (ranks.length > maxRanks) throw new PartError(`the part reaches ${ranks.length} ranks (at most ${maxRanks})`);
   const id = new Map(ranks.map((r, i) => [r, i]));
   const lg = plan.logical;
   // Logical side: the ops the stage's value is computed by, from the logical tensors the part's inputs name.
-  const lpart = extractLogicalRaw(plan, raw, stage, logicalClosure(plan, stage.logical, c.inputs.values(), stageStarts(plan, stage.logical)));
+  // The stage's logical side, unless the caller gives its own (stages/shrink/replicas.ts: inputs only).
+  const lpart = logicalSide ?? extractLogicalRaw(plan, raw, stage, logicalClosure(plan, stage.logical, c.inputs.values(), stageStarts(plan, stage.logical)));
   if (c.fold !== undefined) maskLogical(lpart, c.fold.masks, plan);
   const rawOps = new Map<number, Map<string, RawParallelOp>>();
   const programs: RawProgram[] = ranks.map((r) => {
