@@ -114,6 +114,15 @@ const HINT_DEADLINE_MS = 10_000;
 const PAST_BOUND = /too large for the exact normal form|deadline of [\d.]+ s exceeded/;
 /** The normal form's work budget for a hint stage proved in this thread (a tenth of the default). */
 const HINT_TERM_BUDGET = Math.floor(DEFAULT_TERM_BUDGET / 10);
+/**
+ * The one retry of a hint stage past that tenth, in this thread: 4 tenths. minGPT's hints under
+ * DDP need between one and four; the full budget let llama_tp's hopeless ones run to their 10 s
+ * deadline, four a round (5 s became 98 s).
+ */
+const HINT_RETRY_BUDGET = Math.floor((DEFAULT_TERM_BUDGET * 4) / 10);
+/** ... within 2 s each, and for at most 4 stages a run: a bounded cost where the retry cannot help. */
+const HINT_RETRY_DEADLINE_MS = 2_000;
+const HINT_RETRY_STAGES = 4;
 
 /** Verifies a plan object, inferring cut points where it has no lineage. */
 export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOptions): Promise<BoundaryReport> {
@@ -171,6 +180,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   // Logical tensors whose hint stages, already split per rank, went past a tenth of the budget
   // in this thread: proved once more at the full budget before they are dropped.
   const fullBudget = new Set<number>();
+  let retried = 0;
   let weakened = false;
   let searched = false;
   let timedOut = false;
@@ -305,18 +315,22 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       // a user stage (Megatron's vocab-parallel embedding over 32 ids needs more than a tenth;
       // dropped, every stage after it merged up to the loss, past the normal form's bound).
       const rooted = isHintRound && !settled && !certifiedEarly ? rootedHintStages(todo, builder, hinted) : new Set<number>();
-      // A hint that the tenth could not prove even per rank gets what a worker gives it (the
-      // full budget) before it is dropped, so that --jobs 0 keeps the hints the pool keeps (a
-      // minGPT block's log-softmax gradient under DDP: dropped here, its consumers merged past
-      // the normal form's bound; kept by the pool, the plan verified).
-      if (isHintRound && !settled && !certifiedEarly && inThread) for (const s of todo) if (fullBudget.has(s.logical)) rooted.add(s.index);
+      // A hint that the tenth could not prove even per rank is tried once more with a larger
+      // budget (HINT_RETRY_*) before it is dropped, so that --jobs 0 keeps the hints the pool
+      // keeps (a minGPT block's log-softmax gradient under DDP: dropped here, its consumers
+      // merged past the normal form's bound; kept by the pool, the plan verified).
+      // (It keeps the hint deadline: a stage that needs more is dropped, as in the pool.)
+      const full = new Set(isHintRound && !settled && !certifiedEarly && inThread ? todo.filter((s) => fullBudget.has(s.logical) && !rooted.has(s.index)).map((s) => s.index) : []);
+      retried += full.size;
       const text = JSON.stringify(obj);
-      const short = todo.filter((s) => !rooted.has(s.index));
+      const short = todo.filter((s) => !rooted.has(s.index) && !full.has(s.index));
       const long = todo.filter((s) => rooted.has(s.index));
+      const fullStages = todo.filter((s) => full.has(s.index));
       const proveShort = proveStages(plan, file, text, short, witnessed, isHintRound || settled ? { ...opts, ...hintBudget, ...stop, deadlineMs: Math.min(opts.deadlineMs, settled ? SETTLED_DEADLINE_MS : HINT_DEADLINE_MS) } : { ...opts, ...stop }, poolOf);
       const byIndex = new Map<number, StageResult>();
       (await proveShort).forEach((r, j) => byIndex.set((short[j] as Stage).index, r));
       (await proveStages(plan, file, text, long, witnessed, { ...opts, ...stop }, poolOf)).forEach((r, j) => byIndex.set((long[j] as Stage).index, r));
+      if (fullStages.length > 0) (await proveStages(plan, file, text, fullStages, witnessed, { ...opts, ...stop, budget: HINT_RETRY_BUDGET, deadlineMs: Math.min(opts.deadlineMs, HINT_RETRY_DEADLINE_MS) }, poolOf)).forEach((r, j) => byIndex.set((fullStages[j] as Stage).index, r));
       const fresh = todo.map((s) => byIndex.get(s.index) as StageResult);
       if (process.env['PLANPROOF_TRACE'] === '1') {
         process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s (sum ${(fresh.reduce((a, r) => a + r.ms, 0) / 1000).toFixed(2)} s, max ${(Math.max(0, ...fresh.map((r) => r.ms)) / 1000).toFixed(2)}, tl ${fresh.filter((r) => r.decidedBy === 'tensor').length}); hints ${hints.length}; t ${((performance.now() - t0) / 1000).toFixed(1)}\n`);
@@ -394,7 +408,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
           continue;
         }
         // (Every rank's stage of that tensor: the set is read as it was before this round.)
-        if (inThread && !certifiedEarly && opts.budget === undefined && !hadFullBudget.has(r.stage.logical) && hintStage(r.stage) && r.status === 'unknown' && /too large for the exact normal form/.test(r.reason ?? '')) {
+        if (inThread && !certifiedEarly && retried < HINT_RETRY_STAGES && opts.budget === undefined && !hadFullBudget.has(r.stage.logical) && hintStage(r.stage) && r.status === 'unknown' && /too large for the exact normal form/.test(r.reason ?? '')) {
           fullBudget.add(r.stage.logical);
           splitMore = true;
           continue;
