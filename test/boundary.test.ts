@@ -29,7 +29,7 @@ import { certifyWitness, intervalAlgebra, Undecided, type Iv } from '../stages/e
 import { realFunctions, type RealFn } from '../ops/algebra.js';
 import { relate } from '../ops/compare.js';
 import { verifyPlan } from '../stages/verify.js';
-import { EXAMPLES, runCli } from './helpers.js';
+import { EXAMPLES, FIXTURES, runCli } from './helpers.js';
 import { FULL, fullUnless } from './optional.js';
 
 type Json = Record<string, unknown>;
@@ -508,31 +508,41 @@ describe('boundary lineage: round 0 and inference by default', () => {
     assert.equal(r.verdict, 'not_equivalent', r.summary);
     assert.ok(r.boundary.rounds > 0 && r.boundary.span !== undefined);
   }).timeout(180_000);
-  // Stripped llama with context parallelism (zig-zag chunks, ring attention): tensor level
-  // leaves its attention stages open (llama-tiny-sp was the example before products, rule 11).
+  // Stripped llama with context parallelism (zig-zag chunks, ring attention). Tensor level left
+  // its attention stages open until ring attention per template (rule 14): now it proves the
+  // stripped plan whole, with no hints. A plan whose open stages span hundreds of ops is a
+  // capture (lineage on inputs and outputs only): the llama_tp capture.
   const cpPlan = (): RawPlan => {
     const pr = PRESETS['llama-tiny'] as { model: ModelConfig; par: Parallelism };
     return generatePlan({ model: { ...pr.model, seq: 4, batch: 1 }, par: { ...pr.par, dp: 1, tp: 1, micro: 1, cp: 2 }, optimizer: OPT });
   };
-  it('wantsInference: never on the hand-written examples, on stripped llama cp2 (a merged span of hundreds of ops)', () => {
+  const capturePlan = async (): Promise<string> => {
+    const f = join(mkdtempSync(join(tmpdir(), 'pp-bl-')), 'cap.json');
+    const imp = await runCli(['import-graphs', '--dir', `${FIXTURES}capture/llama_tp`, '-o', f]);
+    assert.equal(imp.code, 0, imp.stderr);
+    return f;
+  };
+  it('wantsInference: never on the hand-written examples nor stripped llama cp2 (rule 14); on a capture (a merged span of hundreds of ops)', async () => {
     const files = [...readdirSync(EXAMPLES).filter((f) => f.endsWith('.json') && f !== 'manifest.json').map((f) => EXAMPLES + f), ...readdirSync(EXAMPLES + 'buggy').filter((f) => f.endsWith('.json')).map((f) => `${EXAMPLES}buggy/${f}`)];
     assert.ok(files.length >= 10);
     for (const f of files) assert.equal(wantsInference(loadPlanObject(f, JSON.parse(readFileSync(f, 'utf8')) as Json)), false, f);
-    // (The full-lineage CP plan leaves ring attention's chunk slices, partial attentions and
-    // combines unclaimed: it is inferred too. Full llama-tiny claims every tensor tensor level needs.)
     const lt = PRESETS['llama-tiny'] as { model: ModelConfig; par: Parallelism };
     assert.equal(wantsInference(loadPlanObject('f.json', generatePlan({ model: lt.model, par: lt.par, optimizer: OPT }))), false);
-    assert.equal(wantsInference(loadPlanObject('s.json', stripToBoundary(cpPlan()))), true);
+    assert.equal(wantsInference(loadPlanObject('s.json', stripToBoundary(cpPlan()))), false);
+    const cap = await capturePlan();
+    assert.equal(wantsInference(loadPlanObject(cap, JSON.parse(readFileSync(cap, 'utf8')) as Json)), true);
   }).timeout(60_000);
-  it('verify infers by default when a stage is a merged span (stripped llama cp2; stripped llama-tiny-sp, before rule 11, ran 30 minutes to "unknown")', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'pp-bl-'));
-    const f = join(dir, 's.json');
-    writeFileSync(f, JSON.stringify(stripToBoundary(cpPlan())));
-    const v = await runCli(['verify', f, '--json', '--jobs', '0']);
+  it('verify infers by default when a stage is a merged span (a capture; stripped llama-tiny-sp, before rule 11, ran 30 minutes to "unknown"); stripped llama cp2 verifies with no hints', async () => {
+    const v = await runCli(['verify', await capturePlan(), '--json', '--jobs', '0']);
     assert.equal(v.code, 0, v.stdout);
     const rep = JSON.parse(v.stdout) as { verdict: string; boundary?: { kept: number } };
     assert.equal(rep.verdict, 'verified');
     assert.ok(rep.boundary !== undefined && rep.boundary.kept > 0, 'the report has its boundary section');
+    const f = join(mkdtempSync(join(tmpdir(), 'pp-bl-')), 's.json');
+    writeFileSync(f, JSON.stringify(stripToBoundary(cpPlan())));
+    const w = await runCli(['verify', f, '--json', '--jobs', '0']);
+    assert.equal(w.code, 0, w.stdout);
+    assert.equal((JSON.parse(w.stdout) as { verdict: string }).verdict, 'verified');
   }).timeout(180_000);
 });
 
