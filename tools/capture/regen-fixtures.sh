@@ -110,5 +110,8 @@ ddp_cnn-ties ddp_cnn.py dp --ties
 ddp_cnn-bn ddp_cnn.py dp --bn
 ddp_cnn-strided ddp_cnn.py dp --rows strided
 ddp_cnn-strided-bug ddp_cnn.py dp --rows strided --bug
+llama_meta_tp llama_meta_tp.py tp
+llama_meta_tp-bug llama_meta_tp.py tp --bug
+llama_meta_tp-bug-grad llama_meta_tp.py tp --bug-grad
 LIST
 rm -rf tools/capture/__pycache__
