@@ -113,5 +113,7 @@ ddp_cnn-strided-bug ddp_cnn.py dp --rows strided --bug
 llama_meta_tp llama_meta_tp.py tp
 llama_meta_tp-bug llama_meta_tp.py tp --bug
 llama_meta_tp-bug-grad llama_meta_tp.py tp --bug-grad
+ddp_mha ddp_mha.py dp
+ddp_mha-bug ddp_mha.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
