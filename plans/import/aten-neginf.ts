@@ -162,12 +162,33 @@ function addThrough(rule: Rule): Rule {
   };
 }
 
+/**
+ * `baddbmm(mask, q, k)` with an -inf mask as `self` (torch 1.13's nn.MultiheadAttention adds its
+ * float `attn_mask` so: `baddbmm(attn_mask, q, k.transpose(-2, -1))`): β·(x, m) + α·q@k is
+ * (β·x + α·q@k, m) for β > 0 (β·-inf = -inf); the finite part is the rule on x. β = 0 does not
+ * read self; β < 0 would make +inf: refused.
+ */
+function baddbmmThrough(rule: Rule): Rule {
+  return (l, n) => {
+    const f = negInfOf(l, n.args[0]);
+    if (f === undefined || n.args[0]?.kind !== 'name') return rule(l, n);
+    const beta = l.num(n.kwargs['beta'], 'beta', 1);
+    if (beta === 0) return rule(l, n);
+    const { x, where, origin } = partsOf(f);
+    if (beta < 0) l.fail(`${n.target} with beta ${beta} of the -inf fill made at ${origin}: -inf times a negative number is +inf, not supported`);
+    const r = l.withValue(n.args[0].name, x, () => rule(l, { ...n, name: `${n.name}.x`, type: undefined }));
+    if (r.kind !== 'tensor') return l.fail(`${n.target} of the -inf fill made at ${origin}: not a tensor`);
+    return l.bind(n, pair(l, r, where, origin));
+  };
+}
+
 /** The rules with -inf tensors carried through the ops above (the others refuse them). */
 export function withNegInf(rules: Readonly<Record<string, Rule>>): Record<string, Rule> {
   const r: Record<string, Rule> = { ...rules };
   for (const k of THROUGH) if (r[k] !== undefined) r[k] = through(r[k]);
   if (r['aten._to_copy'] !== undefined) r['aten._to_copy'] = castThrough(r['aten._to_copy']);
   if (r['aten.add'] !== undefined) r['aten.add'] = addThrough(r['aten.add']);
+  if (r['aten.baddbmm'] !== undefined) r['aten.baddbmm'] = baddbmmThrough(r['aten.baddbmm']);
   const full = r['aten.full'];
   if (full !== undefined) r['aten.full'] = fullNegInf(full, 1, (l, n) => l.ints(n.args[0], 'size'));
   const fullLike = r['aten.full_like'];

@@ -76,6 +76,8 @@ type Tok = { t: 'name' | 'num' | 'str' | 'punct'; v: string; p: number };
 const DTYPES: Record<string, string> = {
   f64: 'float64', f32: 'float32', f16: 'float16', bf16: 'bfloat16', i64: 'int64', i32: 'int32', i16: 'int16', i8: 'int8', u8: 'uint8', b8: 'bool',
   'f8e4m3fn': 'float8_e4m3', 'f8e5m2': 'float8_e5m2',
+  // (complex values are read as pairs of reals: plans/import/aten-complex.ts)
+  c32: 'complex32', c64: 'complex64', c128: 'complex128',
 };
 
 function isIdStart(c: string): boolean {

@@ -96,6 +96,9 @@ export interface Lowered {
   readonly byTarget: ReadonlyMap<string, number>;
 }
 
+/** Complex dtypes (their values are pairs of reals, plans/import/aten-complex.ts). */
+const COMPLEX = /^complex/;
+
 /** ATen reduce-op names of the functional collectives to planproof's. */
 export const REDUCE: Record<string, string> = { sum: 'sum', avg: 'avg', max: 'max', min: 'min' };
 
@@ -344,6 +347,8 @@ export class Lowerer {
           this.define(p.name, prev);
           continue;
         }
+        // (a complex input would be a tensor of complex values no op here reads: its pairs are, docs/import.md)
+        if (COMPLEX.test(p.type.dtype)) throw new ImportError(g.file, p.line, `input '${p.name}' is ${p.type.dtype}: complex graph inputs are not supported; pass torch.view_as_real of it (a real tensor of (re, im) pairs) and view_as_complex it in the graph`);
         const t = this.addTensor(p.name, p.type.shape, p.type.dtype);
         this.define(p.name, t);
         inputs.push(t);
@@ -392,6 +397,8 @@ export class Lowerer {
   }
 
   private checkAnnotation(n: FxNode, v: Val): void {
+    // A complex result is a complex value (plans/import/aten-complex.ts), never a real tensor of that shape.
+    if (v.kind === 'tensor' && n.type !== undefined && COMPLEX.test(n.type.dtype)) this.fail(`${n.target} with a complex (${n.type.dtype}) result: not supported (docs/import.md, "Complex tensors", lists the ops read on complex values)`);
     if (v.kind === 'tensor' && n.type !== undefined && (v.shape.length !== n.type.shape.length || v.shape.some((d, i) => d !== n.type?.shape[i]))) {
       this.fail(`${n.target}: the graph says ${n.name} has shape [${n.type.shape.join(', ')}], the mapped op gives [${v.shape.join(', ')}]`);
     }
@@ -576,6 +583,12 @@ function stridesOf(l: Lowerer, n: FxNode, shape: readonly number[]): readonly nu
     case 'aten.detach':
     case 'aten.alias':
       return inp();
+    case 'aten.view_as_real': {
+      // The pairs of a complex value: their strides where its rule knew them (aten-complex.ts).
+      const c = l.val(n.args[0], 'self');
+      const st = c.kind === 'opaque' ? c.data['pairStrides'] : undefined;
+      return typeof st === 'string' ? (JSON.parse(st) as number[]) : undefined;
+    }
     case 'aten.clone': {
       const mf = n.kwargs['memory_format'];
       return mf !== undefined && JSON.stringify(mf).includes('contiguous_format') ? strides(shape) : inp();
@@ -586,10 +599,28 @@ function stridesOf(l: Lowerer, n: FxNode, shape: readonly number[]): readonly nu
     case 'getitem':
       // A split piece (the list's recorded strides); any other tuple element: unknown.
       return l.strides.has((n.args[0] as { name?: string }).name ?? '') ? inp() : undefined;
+    case 'aten.unsqueeze': {
+      // ATen's inferUnsqueezeGeometry: the new dim's stride is sizes[d] * strides[d] (1 at the end).
+      // (repeat_kv's `x[:, :, :, None, :].expand(...).reshape(...)` is a view through it.)
+      const st = inp();
+      const x = l.val(n.args[0], 'self');
+      if (st === undefined || x.kind !== 'tensor') return undefined;
+      let d = l.int(n.args[1], 'dim');
+      if (d < 0) d += x.shape.length + 1;
+      const s = d >= x.shape.length ? 1 : (x.shape[d] as number) * (st[d] as number);
+      return [...st.slice(0, d), s, ...st.slice(d)];
+    }
+    case 'aten.squeeze': {
+      // The strides of the dims kept.
+      const st = inp();
+      const x = l.val(n.args[0], 'self');
+      if (st === undefined || x.kind !== 'tensor') return undefined;
+      const dims = n.args[1] === undefined ? x.shape.map((_, i) => i) : l.ints(n.args[1], 'dim').map((d) => (d < 0 ? d + x.shape.length : d));
+      const kept = st.filter((_, i) => !(x.shape[i] === 1 && dims.includes(i)));
+      return kept.length === shape.length ? kept : undefined;
+    }
     case 'aten.split':
     case 'aten.split_with_sizes':
-    case 'aten.unsqueeze':
-    case 'aten.squeeze':
     case 'aten.copy_':
       return undefined;
     default:

@@ -35,7 +35,8 @@ import capture_dist
 import capture_reads
 
 DT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
-      torch.int64: "i64", torch.int32: "i32", torch.bool: "b8", torch.uint8: "u8", torch.int8: "i8"}
+      torch.int64: "i64", torch.int32: "i32", torch.bool: "b8", torch.uint8: "u8", torch.int8: "i8",
+      torch.complex64: "c64", torch.complex128: "c128"}
 REDUCE = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MAX: "max", dist.ReduceOp.MIN: "min"}
 if hasattr(dist.ReduceOp, "AVG"):
     REDUCE[dist.ReduceOp.AVG] = "avg"
@@ -266,6 +267,22 @@ class Capture:
             raise UserError("a parameter of shape %s is used at %s but not declared: declare it with cap.param, cap.shard or cap.replicate(..., role=\"param\")" % (list(a.shape), where))
         if a.dtype not in DT:
             raise UserError("a tensor of dtype %s (shape %s) is used at %s: not supported" % (a.dtype, list(a.shape), where))
+        if a.is_complex():
+            # A complex buffer (Llama's freqs_cis): its (re, im) pairs as a real constant, viewed
+            # as complex in the graph, view_as_complex(view_as_real(a)) being a itself. (Made
+            # untraced: the capture's work; resolve_conj gives the values of a conjugate view.)
+            self.suspended += 1
+            try:
+                pairs = torch.view_as_real(a.detach().resolve_conj()).clone()
+            finally:
+                self.suspended -= 1
+            real = self.undeclared(pairs)
+            name = "const%d" % len(self.consts)
+            self.names[id(a)] = name
+            self.keep.append(a)
+            self.consts[name] = {"shape": list(a.shape), "values": [], "where": where, "embedded": True}
+            self.lines.append('%s: %s = torch.ops.aten.view_as_complex.default(%s)' % (name, ann(a), real))
+            return name
         name = "const%d" % len(self.consts)
         self.names[id(a)] = name
         self.keep.append(a)

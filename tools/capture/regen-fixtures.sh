@@ -125,5 +125,10 @@ mingpt_ddp-bug mingpt_ddp.py dp --bug
 ddp_transformer ddp_transformer.py dp
 ddp_transformer-bug ddp_transformer.py dp --bug
 lstm_lm_ddp lstm_lm_ddp.py dp
+llama_meta_tp llama_meta_tp.py tp
+llama_meta_tp-bug llama_meta_tp.py tp --bug
+llama_meta_tp-bug-grad llama_meta_tp.py tp --bug-grad
+ddp_mha ddp_mha.py dp
+ddp_mha-bug ddp_mha.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
