@@ -27,7 +27,8 @@ import { producedSets } from '../decompose/prove.js';
 import { registry } from '../../ops/registry.js';
 import { logicalOrder } from '../../sdfg/execute.js';
 import { fixedTensors } from './fixed.js';
-import { blockEquals, MAX_MATCHES, type Match, pieceOf, stripeMatches, strides } from './stripes.js';
+import { strides } from '../../ops/dense.js';
+import { blockEquals, MAX_MATCHES, type Match, pieceOf, stripeMatches } from './stripes.js';
 
 /** Plans whose logical tensors hold more elements than this are not fingerprinted. */
 const MAX_INFER_ELEMENTS = 4_000_000;

@@ -6,6 +6,7 @@
  * a verdict.
  */
 import type { Dense } from '../../ops/algebra.js';
+import { strides } from '../../ops/dense.js';
 import { differs } from '../witness/numeric.js';
 
 /** Matches kept per probe. */
@@ -14,13 +15,6 @@ export const MAX_MATCHES = 32;
 export interface Match {
   readonly L: number;
   readonly start: number[];
-}
-
-/** Row-major strides of a shape. */
-export function strides(shape: readonly number[]): number[] {
-  const s = new Array<number>(shape.length).fill(1);
-  for (let d = shape.length - 2; d >= 0; d--) s[d] = (s[d + 1] as number) * (shape[d + 1] as number);
-  return s;
 }
 
 /**
