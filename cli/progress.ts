@@ -24,6 +24,8 @@ interface Style {
   readonly format: string;
   /** The bar appears only once the work has run this long: a run that ends sooner prints nothing. */
   readonly delayMs: number;
+  /** Tests only (PLANPROOF_BAR_PACE_MS): draw every step and hold it this long, so a terminal sampled every 40 ms sees each step of a fast run. */
+  readonly paceMs?: number;
 }
 
 /** Whether a bar may draw on `stream`. */
@@ -70,6 +72,12 @@ function bar(style: Style, stream: NodeJS.WriteStream, relayed: boolean): StepBa
       }
       if (b.getTotal() !== all) b.setTotal(all);
       b.update(done, payload);
+      if ((style.paceMs ?? 0) > 0) {
+        b.render();
+        // A synchronous wait: the steps of gen and import-graphs run in one loop.
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, style.paceMs);
+        return;
+      }
       // A synchronous loop (verify per template, gen, import) never lets the bar's timer fire:
       // draw at most every 100 ms from here.
       const now = performance.now();
@@ -108,5 +116,6 @@ export function stepBar(label: string, enabled: boolean, opts: { readonly eta?: 
   const delay = Number(process.env['PLANPROOF_BAR_DELAY_MS'] ?? 500);
   // Steps of very unequal cost (capture's two runs, then quick import steps) make a poor ETA: the time so far instead.
   const time = opts.eta === false ? '{duration_formatted}' : 'ETA {eta_formatted}';
-  return bar({ format: `${label} [{bar}] {value}/{total} steps | ${time} | {what}`, delayMs: Number.isFinite(delay) ? delay : 500 }, stream, d.relayed);
+  const pace = Number(process.env['PLANPROOF_BAR_PACE_MS'] ?? 0);
+  return bar({ format: `${label} [{bar}] {value}/{total} steps | ${time} | {what}`, delayMs: Number.isFinite(delay) ? delay : 500, paceMs: Number.isFinite(pace) ? Math.min(Math.max(pace, 0), 1000) : 0 }, stream, d.relayed);
 }

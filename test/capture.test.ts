@@ -183,7 +183,10 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'mingpt_ddp', script: 'mingpt_ddp.py', args: [], axis: 'dp', code: 0 },
   { name: 'mingpt_ddp-bug', script: 'mingpt_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT[^:]*: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'ddp_transformer', script: 'ddp_transformer.py', args: [], axis: 'dp', code: 0 },
-  { name: 'ddp_transformer-bug', script: 'ddp_transformer.py', args: ['--bug'], axis: 'dp', code: 1, heavy: true, at: /NOT EQUIVALENT[^:]*: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)[\s\S]*head_weight_new/ },
+  // The head's gradient, never averaged, reaches every update through clip_grad_norm_'s total
+  // norm: which update is refuted first is not fixed (in this thread: the embedding's), so the
+  // check is a refuted update whose ranks each hold their own part of an average.
+  { name: 'ddp_transformer-bug', script: 'ddp_transformer.py', args: ['--bug'], axis: 'dp', code: 1, heavy: true, at: /NOT EQUIVALENT[^:]*: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)[\s\S]*the avg over ranks 0, 1 is the logical value, so an all-reduce \(avg\) over those ranks is missing/ },
   // BatchNorm2d under DDP without SyncBatchNorm: each rank normalizes by its own rows' statistics,
   // which is not the single-device step (the running mean is the first to differ). Past
   // BatchNorm no tensor is a slice of a logical one; --infer certifies the difference in interval

@@ -209,11 +209,11 @@ describe('witnesses per template (one rank\'s part of an open stage)', () => {
   }).timeout(120_000);
 
   it('correct plans with stages open per template are never refuted @full', () => {
-    // Llama with context parallelism leaves stages open per template (ring attention's chunks;
-    // llama-tiny-sp did until products of decompositions, docs/engine.md rule 12, proved it).
+    // Llama with context parallelism whose keys and values are all-gathered leaves stages open per
+    // template (ring CP did until rule 14, llama-tiny-sp until rule 12 of docs/engine.md).
     const lt = PRESETS['llama-tiny'];
     assert.ok(lt !== undefined);
-    const cp = (): RawPlan => generatePlan({ model: { ...lt.model, seq: 4, batch: 2 }, par: { ...lt.par, dp: 2, tp: 1, micro: 1, cp: 2, pp: 1 }, optimizer: OPT }) as unknown as RawPlan;
+    const cp = (): RawPlan => generatePlan({ model: { ...lt.model, seq: 4, batch: 2 }, par: { ...lt.par, dp: 2, tp: 1, micro: 1, cp: 2, pp: 1, cpComm: 'allgather' }, optimizer: OPT }) as unknown as RawPlan;
     const r = perTemplate(cp);
     assert.ok(r.stages.some((s) => s.status !== 'proved'), 'some stage open per template (else this checks nothing)');
     assert.notEqual(r.verdict, 'not_equivalent', r.summary);

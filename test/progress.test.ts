@@ -40,7 +40,9 @@ describe('progress bars of gen, capture and import-graphs (issue 35, deliver 4)'
   this.timeout(300_000);
   let dir = '';
   // The bars appear after 0.5 s of work; at 0 here, a fast machine's short run still shows one.
-  const run = `PLANPROOF_BAR_DELAY_MS=0 ${process.execPath} ${CLI}`;
+  // Each step is held 150 ms (PLANPROOF_BAR_PACE_MS) so the pane, sampled every 40 ms, sees a
+  // partial count however fast the import is (CI once saw only 0 and 13).
+  const run = `PLANPROOF_BAR_DELAY_MS=0 PLANPROOF_BAR_PACE_MS=150 ${process.execPath} ${CLI}`;
   before(function () {
     dir = mkdtempSync(join(tmpdir(), 'planproof-progress-'));
   });
