@@ -108,8 +108,11 @@ export function roundsLimit(timeLimitS: number | undefined, ownMs: number = TIME
 const SETTLED_DEADLINE_MS = 2_000;
 /** An alternative lineage that holds the whole value on each rank (a slice or a scaled block), not one addend of it. */
 const complete = (l: Record<string, unknown>): boolean => ((l['value'] as { of?: unknown } | undefined)?.of ?? 1) === 1;
+/** Hint rounds after a certified refutation (they only pick the stage named first; downstream of a bug they merged until 120 s). */
+const SETTLED_ROUNDS_MS = 20_000;
 /** Deadline of a hint stage (a hint is meant to cut a short stage). */
 const HINT_DEADLINE_MS = 10_000;
+const SETTLED_WHY = `the plan is already refuted by a certified witness, and the hint rounds stop ${SETTLED_ROUNDS_MS / 1000} s after it`;
 /** Reasons of a stage that went past its work budget or its deadline (not a difference). */
 const PAST_BOUND = /too large for the exact normal form|deadline of [\d.]+ s exceeded/;
 /** The normal form's work budget for a hint stage proved in this thread (a tenth of the default). */
@@ -186,6 +189,8 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   let timedOut = false;
   let settled = false;
   let certifiedEarly = false;
+  // When the hint rounds end (moved earlier once a certified witness settles the verdict).
+  let roundsEnd = Infinity;
   const certMemo = new Map<string, CertifyResult & { logical?: number }>();
   let dropped = 0;
   let replaced = 0;
@@ -250,6 +255,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
         // The user round certifies again on its own decomposition (stage indices change as
         // hints are dropped); the interval run is memoized (`certMemo`).
         certifiedEarly = certify(plan, stages, numeric, hinted, certMemo) !== undefined;
+        if (certifiedEarly) roundsEnd = performance.now() + SETTLED_ROUNDS_MS;
       }
       const witnessed = witnessedStages(plan, stages, numeric);
       // A stage is unchanged when its obligations and the boundaries it starts from are.
@@ -305,7 +311,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       const isHintRound = todo.every(hintStage);
       // The time limit holds inside a round too: no stage starts past it and a running one is
       // stopped at it (a round of hint stages up to their deadline each ran 80 s past it).
-      const stop = { stopAt: t0 + limitMs, stopWhy: limitWhy };
+      const stop = isHintRound && roundsEnd < t0 + limitMs ? { stopAt: roundsEnd, stopWhy: SETTLED_WHY } : { stopAt: t0 + limitMs, stopWhy: limitWhy };
       // In this thread a hint stage is bounded by a tenth of the normal form's budget: a hint is
       // meant to cut a short stage, and one that needs more is dropped like one past its deadline.
       const hintBudget = isHintRound && (inThread || certifiedEarly) && opts.budget === undefined ? { budget: HINT_TERM_BUDGET } : {};
@@ -346,9 +352,11 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       const pending = stages.some((_, i) => !cache.has(keys[i] as string));
       // Past the time limit no round starts: what is left open is "unknown" (below), never
       // taken as proved.
-      if (performance.now() - t0 >= limitMs) {
+      const settledOut = isHintRound && performance.now() >= roundsEnd;
+      if (performance.now() - t0 >= limitMs || settledOut) {
         timedOut = true;
-        results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: ${limitWhy} was reached with hints still being proved`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
+        const why = performance.now() - t0 >= limitMs ? `${limitWhy} was reached with hints still being proved` : SETTLED_WHY;
+        results = stages.map((s, i) => cache.get(keys[i] as string) ?? { stage: s, status: 'unknown', reason: `not attempted: ${why}`, failingRanks: [], logicalOps: 0, parallelOps: 0, terms: 0, ms: 0 });
         results = results.map((r, i) => ({ ...r, stage: stages[i] as Stage }));
         // A certified witness needs no hint and no stage proof: it still settles a refuted plan.
         const cert = certify(plan, stages, numeric, hinted, certMemo);

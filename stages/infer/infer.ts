@@ -98,6 +98,24 @@ interface Cand {
 const key = (x: number): string | undefined => (Number.isFinite(x) ? (x === 0 ? '0' : x.toPrecision(9)) : undefined);
 
 
+/**
+ * The earliest logical position (`topo`) among the claims of the tensors `t`'s consumers in
+ * its program produce, or undefined when none is claimed. Direct consumers only: a walk on
+ * through unclaimed tensors reaches claims that take `t` as one of many parts (Megatron's
+ * flattened LayerNorm gradients, all-reduced and sliced back: a slice per layer, each claimed
+ * for its own layer's gradient) and dropped claims the stages needed.
+ */
+function consumerTopo(cons: readonly (readonly number[])[], p: Program, t: number, claimL: Int32Array, topo: Int32Array): number | undefined {
+  let best: number | undefined;
+  for (const op of cons[t] ?? []) {
+    for (const u of p.ops.opOutputs(op)) {
+      const L = claimL[u] as number;
+      if (L >= 0) best = Math.min(best ?? Infinity, topo[L] as number);
+    }
+  }
+  return best;
+}
+
 /** Parallel tensors some op produces that carry no lineage, counted once per program. */
 export function unclaimedCount(plan: LoadedPlan): number {
   const produced = producedSets(plan);
@@ -164,6 +182,8 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
     }
     // The logical tensor each program tensor is claimed for (given, or chosen so far).
     const claimL = new Int32Array(p.tensors.size).fill(-1);
+    // Inferred claims of this program: their index in `claims` and every candidate that fitted.
+    const foundAt = new Map<number, { claim: number; found: { c: Cand; lineage: Json }[] }>();
     p.lineage.forEach((l, t) => {
       if (l !== undefined) claimL[t] = l.logical;
     });
@@ -343,9 +363,33 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
       }
       const [first, ...rest] = found;
       if (first !== undefined) claimL[t] = first.c.L;
-      if (first !== undefined) claims.push({ program: pi, tensor: name, logical: lg.tensors.name(first.c.L), kind: first.c.kind, lineage: first.lineage, alternatives: rest.map((f) => f.lineage) });
+      if (first !== undefined) {
+        foundAt.set(t, { claim: claims.length, found });
+        claims.push({ program: pi, tensor: name, logical: lg.tensors.name(first.c.L), kind: first.c.kind, lineage: first.lineage, alternatives: rest.map((f) => f.lineage) });
+      }
+    }
+    // A claim for a logical tensor computed after one a consumer is claimed for cuts nothing:
+    // the consumer's stage computes its logical tensor without it, so that stage runs from the
+    // iteration's inputs (Megatron's value gradient per head at tp 4, [8, 2, 4] of the
+    // logical [8, 8, 4] along batch x heads, also equals a contiguous block of the fused QKV
+    // gradient [8, 2, 48] further down: claimed for that, the stage of the consumer went past
+    // the normal form's bound, twice per round). Such a tensor takes its first candidate that
+    // no consumer precedes, or no claim: its consumers' stages then walk through it.
+    const cons: number[][] = Array.from({ length: p.tensors.size }, () => []);
+    for (let op = 0; op < p.ops.size; op++) for (const x of p.ops.opInputs(op)) (cons[x] as number[]).push(op);
+    for (const [t, { claim, found }] of foundAt) {
+      const after = consumerTopo(cons, p, t, claimL, topo);
+      if (after === undefined) continue;
+      const keep = found.filter((f) => (topo[f.c.L] as number) <= after);
+      const old = claims[claim] as InferredClaim;
+      const [k0, ...krest] = keep;
+      if (k0 === found[0]) continue;
+      claimL[t] = k0 === undefined ? -1 : k0.c.L;
+      claims[claim] = k0 === undefined ? { ...old, lineage: undefined as unknown as Json } : { ...old, logical: lg.tensors.name(k0.c.L), kind: k0.c.kind, lineage: k0.lineage, alternatives: krest.map((f) => f.lineage) };
     }
   });
+  // (Claims dropped above.)
+  for (let i = claims.length - 1; i >= 0; i--) if ((claims[i] as InferredClaim).lineage === undefined) claims.splice(i, 1);
   accumulationAddends(plan, claims);
   return { claims, unclaimed, integer };
 }

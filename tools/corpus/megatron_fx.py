@@ -14,6 +14,7 @@ See test/fixtures/megatron-fx/README.md for what each config is.
 
 import argparse
 import json
+import re
 import os
 import sys
 
@@ -219,19 +220,43 @@ CONFIGS = {
     "gpt_tp2_l1_fwbw.bug_vocab_input_grad": lambda out: gen_gpt_train(out, "gpt_tp2_l1_fwbw.bug_vocab_input_grad",
                                                                       2, 1, "fwbw", "vocab_input_grad"),
     "gpt_tp2_l1_joint": lambda out: gen_gpt_train(out, "gpt_tp2_l1_joint", 2, 1, "joint"),
+    # issue 34's acceptance: tp 2 and 4 x 1 and 2 layers, forward + backward, each with both twins
+    **{"gpt_tp%d_l%d_fwbw%s" % (T, n, b and ".bug_" + b): (lambda out, T=T, n=n, b=b: gen_gpt_train(
+        out, "gpt_tp%d_l%d_fwbw%s" % (T, n, b and ".bug_" + b), T, n, "fwbw", b or None))
+       for T, n in [(2, 2), (4, 1), (4, 2)] for b in ["", "sp_ln_grad", "vocab_input_grad"]},
     "switchmlp_tp2": lambda out: gen_switch(out, "switchmlp_tp2", 2),
     "switchmlp_tp2.bug_router_grad": lambda out: gen_switch(out, "switchmlp_tp2.bug_router_grad", 2, "router_grad"),
 }
+
+
+def config(name):
+    """A config of CONFIGS, or gpt_tp<T>_l<L>[_fwbw|_joint][.bug_<bug>] at any T dividing the 4
+    heads (and the vocabulary and sequence) and any layer count."""
+    if name in CONFIGS:
+        return CONFIGS[name]
+    m = re.fullmatch(r"gpt_tp(\d+)_l(\d+)(?:_(fwbw|joint))?(?:\.bug_(sp_ln_grad|vocab_input_grad))?", name)
+    if m is None:
+        raise SystemExit("unknown config %r: one of %s, or gpt_tp<T>_l<L>[_fwbw|_joint][.bug_sp_ln_grad|.bug_vocab_input_grad]"
+                         % (name, ", ".join(CONFIGS)))
+    T, layers, mode, bug = int(m.group(1)), int(m.group(2)), m.group(3), m.group(4)
+    if T < 1 or HEADS % T or VOCAB % T or SEQ % T or layers < 1:
+        raise SystemExit("%s: tp %d must divide the heads (%d), vocabulary (%d) and sequence (%d); layers >= 1"
+                         % (name, T, HEADS, VOCAB, SEQ))
+    if mode is None:
+        if bug is not None:
+            raise SystemExit("%s: bug twins are training configs (_fwbw or _joint)" % name)
+        return lambda out: gen_gpt_fw(out, name, T, layers)
+    return lambda out: gen_gpt_train(out, name, T, layers, mode, bug)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                                   "test", "fixtures", "megatron-fx"))
-    ap.add_argument("configs", nargs="*", help="default: all (%s)" % ", ".join(CONFIGS))
+    ap.add_argument("configs", nargs="*", help="default: all (%s); also gpt_tp<T>_l<L>[_fwbw|_joint][.bug_<bug>]" % ", ".join(CONFIGS))
     a = ap.parse_args()
     for c in a.configs or list(CONFIGS):
-        CONFIGS[c](os.path.normpath(a.out))
+        config(c)(os.path.normpath(a.out))
         print("wrote", os.path.join(os.path.normpath(a.out), c))
 
 
