@@ -292,8 +292,67 @@ export class TermCore {
 
   private polyMul(a: Poly, b: Poly): Poly {
     const acc = new Map<number, Q>();
+    if (a.ind && b.ind && a.monos.length * b.monos.length > 64) {
+      this.polyMulByClass(acc, a, b);
+      return this.polyFromMap(acc);
+    }
     for (let i = 0; i < b.monos.length; i++) this.polyMulInto(acc, a, b.coefs[i] as Q, b.monos[i] as number);
     return this.polyFromMap(acc);
+  }
+
+  /** The positive-power indicator atom of categorical group g in monomial m, or -1. */
+  private classIn(m: number, g: number): number {
+    const M = this.monos[m] as Mono;
+    for (let k = 0; k < M.atoms.length; k++) {
+      const at = this.atoms[M.atoms[k] as number] as Atom;
+      if (at.kind === 'ind' && at.group === g && qSign(M.pows[k] as Q) > 0) return M.atoms[k] as number;
+    }
+    return -1;
+  }
+
+  /**
+   * a · b for two polynomials in the indicators of one id (a mask times a lookup: Megatron's
+   * vocab-parallel embedding at tp 8 spent its budget on products of two different values'
+   * indicators, each zero). The monomials of b are bucketed by their indicator of one group;
+   * a monomial of a with an indicator of that group meets only b's monomials with the same
+   * one or none: the pairs skipped are exactly those `monoMulPow` turns into zero, so the
+   * product is the one `polyMulInto` computes, with only the pairs that can survive charged.
+   */
+  private polyMulByClass(acc: Map<number, Q>, a: Poly, b: Poly): void {
+    let g = -1;
+    for (const m of a.monos) {
+      const M = this.monos[m] as Mono;
+      if (!M.ind) continue;
+      const at = M.atoms.map((x) => this.atoms[x] as Atom).find((x) => x.kind === 'ind');
+      if (at !== undefined) {
+        g = at.group;
+        break;
+      }
+    }
+    const none: number[] = [];
+    const byClass = new Map<number, number[]>();
+    b.monos.forEach((m, j) => {
+      const c = g < 0 ? -1 : this.classIn(m, g);
+      if (c < 0) none.push(j);
+      else {
+        let l = byClass.get(c);
+        if (l === undefined) byClass.set(c, (l = []));
+        l.push(j);
+      }
+    });
+    const all = b.monos.map((_, j) => j);
+    for (let i = 0; i < a.monos.length; i++) {
+      const c = g < 0 ? -1 : this.classIn(a.monos[i] as number, g);
+      const js = c < 0 ? all : [...(byClass.get(c) ?? []), ...none];
+      this.charge(js.length);
+      for (const j of js) {
+        const m = this.monoMulPow(a.monos[i] as number, b.monos[j] as number, Q1);
+        if (m === ZERO_MONO) continue;
+        const v = qMul(a.coefs[i] as Q, b.coefs[j] as Q);
+        const prev = acc.get(m);
+        acc.set(m, prev === undefined ? v : qAdd(prev, v));
+      }
+    }
   }
 
   /** Expands c · M · Π f^k (all k > 0) into a polynomial. */

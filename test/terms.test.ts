@@ -468,6 +468,33 @@ describe('work saved without changing a value', () => {
     assert.ok(T.equal(part[1]?.data[2] as TermId, T.sum([0, 1, 2].map((r) => T.mul(g[4 * r + 2] as TermId, xh(r, 2))))));
   });
 
+  it('a product of two sums over one id\'s indicators (the class-bucketed product) equals the sum of its termwise products, exactly (property)', () => {
+    // Each factor: terms c · [x = u]^{0|1} · [y = w]^{0|1} · s_k^{0|1}, at least 9 of them, so
+    // the product takes sdfg/term-core.ts polyMulByClass (more than 64 pairs); the reference
+    // multiplies one-term factors only (the plain path) and adds them up.
+    const term = fc.tuple(fc.integer({ min: -3, max: 3 }), fc.integer({ min: -1, max: 3 }), fc.integer({ min: -1, max: 2 }), fc.integer({ min: -1, max: 2 }));
+    fc.assert(
+      fc.property(fc.array(term, { minLength: 9, maxLength: 14 }), fc.array(term, { minLength: 9, maxLength: 14 }), (fa, fb) => {
+        const T = new TermStore();
+        const x = T.categorical('x', [0, 1, 2, 3]);
+        const y = T.categorical('y', [0, 1, 2]);
+        const s = syms(T, 's', 3);
+        const one = ([c, u, w, k]: [number, number, number, number]): TermId => {
+          let t = T.const(q(BigInt(c === 0 ? 1 : c)));
+          if (u >= 0) t = T.mul(t, T.test(x, (v) => v === u));
+          if (w >= 0) t = T.mul(t, T.test(y, (v) => v === w));
+          if (k >= 0) t = T.mul(t, s[k] as TermId);
+          return t;
+        };
+        const ta = fa.map(one);
+        const tb = fb.map(one);
+        const ref = T.sum(ta.flatMap((a) => tb.map((b) => T.mul(a, b))));
+        assert.ok(T.equal(T.mul(T.sum(ta), T.sum(tb)), ref));
+      }),
+      { numRuns: 80 },
+    );
+  });
+
   it('comparisons of an id against many constants (one table per id, shared up to a constant) are the indicator sums of a case split, exactly (property)', () => {
     fc.assert(
       fc.property(fc.integer({ min: -2, max: 2 }), fc.integer({ min: 1, max: 3 }), fc.array(fc.tuple(fc.integer({ min: -6, max: 8 }), fc.integer({ min: 1, max: 3 })), { minLength: 1, maxLength: 6 }), (a, b, offsets) => {

@@ -9,6 +9,11 @@ from fxir import INT_MAX, Graph, contiguous_strides, partition, render  # noqa: 
 from atenops import B8, F32, I32, I64, Ops  # noqa: E402,F401
 # ------------------------------------------------------------------ sizes
 HIDDEN, HEADS, SEQ, MBS, VOCAB, FFN = 16, 4, 8, 2, 32, 64
+# MFX_HEADS=8 (for tp 8): 8 heads of the same head dim, hidden and FFN scaled with them. Not
+# used by the committed fixtures; for timing larger configs (docs/benchmarks.md).
+if os.environ.get("MFX_HEADS"):
+    HEADS = int(os.environ["MFX_HEADS"])
+    HIDDEN, FFN = 4 * HEADS, 16 * HEADS
 HEAD_DIM = HIDDEN // HEADS
 EPS = 1e-05
 P_DROP = 0.1
