@@ -208,6 +208,19 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // through it) and torch.einsum under DDP; the twin scales each rank's loss by the world size.
   { name: 'ddp_mha', script: 'ddp_mha.py', args: [], axis: 'dp', code: 0 },
   { name: 'ddp_mha-bug', script: 'ddp_mha.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/ },
+  // Hugging Face GPT-2 as modeling_gpt2.py writes it: Conv1D by addmm, torch.where with a finfo.min
+  // tensor, hand-written tanh GELU, tied LM head, the shifted loss; rank 0's labels on rank 1 in the bug.
+  { name: 'hf_gpt2_ddp', script: 'hf_gpt2_ddp.py', args: [], axis: 'dp', code: 0, at: /VERIFIED \(for the values the program read into Python\)/ },
+  { name: 'hf_gpt2_ddp-bug', script: 'hf_gpt2_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  // ViT as timm writes it: Conv2d patches, flatten(2).transpose(1, 2), an expanded cls token and cat,
+  // nn.MultiheadAttention(batch_first=True), SGD momentum + cosine schedule; the bug assigns the cls
+  // token after DDP wrapped the model (DDP averages only the parameters it was built with).
+  { name: 'vit_ddp', script: 'vit_ddp.py', args: [], axis: 'dp', code: 0 },
+  { name: 'vit_ddp-bug', script: 'vit_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(cls_token_new, op 'return\.cls_token_new'\)/ },
+  // torch.utils.checkpoint.checkpoint(block, x) (reentrant, 1.13's default): the recomputation and
+  // the nested backward are traced; the bug scales rank 1's loss.
+  { name: 'checkpoint_ddp', script: 'checkpoint_ddp.py', args: [], axis: 'dp', code: 0 },
+  { name: 'checkpoint_ddp-bug', script: 'checkpoint_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
 ];
 
 async function verifyPlan(plan: string, opts: readonly string[] = ['--infer']): Promise<{ code: number; stdout: string }> {
@@ -352,7 +365,7 @@ const NOISY_KEY_BIAS: Record<string, { re: RegExp; d: number; lr: number }> = {
 };
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'moe_mask_dispatch', 'moe_mask_dispatch-mistral', 'moe_mask_dispatch-switch', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'ddp_cnn-strided-b32', 'mingpt_ddp', 'ddp_transformer', 'lstm_lm_ddp', 'llama_meta_tp', 'ddp_mha']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'moe_mask_dispatch', 'moe_mask_dispatch-mistral', 'moe_mask_dispatch-switch', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'ddp_cnn-strided-b32', 'mingpt_ddp', 'ddp_transformer', 'lstm_lm_ddp', 'llama_meta_tp', 'ddp_mha', 'hf_gpt2_ddp', 'vit_ddp', 'checkpoint_ddp']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -343,9 +343,12 @@ class _DDP(torch.nn.Module):
         with torch.no_grad():
             for p in module.parameters():
                 dist.broadcast(p.data, src=0, group=process_group)
-        for p in module.parameters():
-            if p.requires_grad:
-                p.register_hook(self._grad_hook)
+        # As DDP's reducer: the parameters it averages are those the module had at construction.
+        # A parameter assigned to the module afterwards is not averaged (iterating
+        # module.parameters() at sync time averaged it, and a real bug was VERIFIED).
+        self._params = [p for p in module.parameters() if p.requires_grad]
+        for p in self._params:
+            p.register_hook(self._grad_hook)
 
     def forward(self, *args, **kwargs):
         # As DDP: whether this iteration's backward syncs is decided by its forward.
@@ -370,7 +373,7 @@ class _DDP(torch.nn.Module):
     def _sync(self):
         self._queued = False
         ws = dist.get_world_size(self.process_group) if self.process_group is not None else dist.get_world_size()
-        for p in self.module.parameters():
+        for p in self._params:
             if p.grad is not None:
                 dist.all_reduce(p.grad, group=self.process_group)
                 p.grad.div_(ws)

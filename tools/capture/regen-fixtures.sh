@@ -130,5 +130,11 @@ llama_meta_tp-bug llama_meta_tp.py tp --bug
 llama_meta_tp-bug-grad llama_meta_tp.py tp --bug-grad
 ddp_mha ddp_mha.py dp
 ddp_mha-bug ddp_mha.py dp --bug
+hf_gpt2_ddp hf_gpt2_ddp.py dp
+hf_gpt2_ddp-bug hf_gpt2_ddp.py dp --bug
+vit_ddp vit_ddp.py dp
+vit_ddp-bug vit_ddp.py dp --bug
+checkpoint_ddp checkpoint_ddp.py dp
+checkpoint_ddp-bug checkpoint_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
