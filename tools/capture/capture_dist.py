@@ -338,6 +338,7 @@ class _DDP(torch.nn.Module):
         self.module = module
         self.process_group = process_group
         self.require_backward_grad_sync = True
+        self._find_unused = find_unused_parameters
         self._sync_this_backward = False
         self._queued = False
         with torch.no_grad():
@@ -346,6 +347,7 @@ class _DDP(torch.nn.Module):
         # As DDP's reducer: the parameters it averages are those the module had at construction.
         # A parameter assigned to the module afterwards is not averaged (iterating
         # module.parameters() at sync time averaged it, and a real bug was VERIFIED).
+        self._names = [n for n, p in module.named_parameters() if p.requires_grad]
         self._params = [p for p in module.parameters() if p.requires_grad]
         for p in self._params:
             p.register_hook(self._grad_hook)
@@ -373,10 +375,19 @@ class _DDP(torch.nn.Module):
     def _sync(self):
         self._queued = False
         ws = dist.get_world_size(self.process_group) if self.process_group is not None else dist.get_world_size()
+        # A wrapped parameter without a gradient: real DDP either never finishes the reduction of
+        # its bucket (find_unused_parameters=False: the bucket's other gradients stay this rank's
+        # own, and the next iteration raises) or averages it with the ranks that did use it.
+        # Neither is what averaging the others computes, so the capture refuses it.
+        for n, p in zip(self._names, self._params):
+            if p.grad is None:
+                raise UserError("DistributedDataParallel: parameter '%s' got no gradient in this backward (unused in the forward); "
+                                "torch's DDP does not average such a bucket as the capture would (find_unused_parameters=%s), "
+                                "so it is not captured: remove the unused parameter or keep it out of the wrapped module"
+                                % (n, self._find_unused))
         for p in self._params:
-            if p.grad is not None:
-                dist.all_reduce(p.grad, group=self.process_group)
-                p.grad.div_(ws)
+            dist.all_reduce(p.grad, group=self.process_group)
+            p.grad.div_(ws)
 
 
 def _install_ddp():
