@@ -208,6 +208,19 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // through it) and torch.einsum under DDP; the twin scales each rank's loss by the world size.
   { name: 'ddp_mha', script: 'ddp_mha.py', args: [], axis: 'dp', code: 0 },
   { name: 'ddp_mha-bug', script: 'ddp_mha.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/ },
+  // Losses besides cross-entropy under DDP (plans/import/aten-loops.ts): MSE (mean, and summed
+  // over the local batch), Huber, SmoothL1, BCE with logits and pos_weight, KL distillation
+  // (xlogy of a softmax). Twins: targets taken strided while inputs are chunked (the logged loss).
+  { name: 'ddp_losses', script: 'ddp_losses.py', args: [], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-bug', script: 'ddp_losses.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  { name: 'ddp_losses-mse_sum', script: 'ddp_losses.py', args: ['--loss', 'mse_sum'], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-huber', script: 'ddp_losses.py', args: ['--loss', 'huber'], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-huber-bug', script: 'ddp_losses.py', args: ['--loss', 'huber', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  { name: 'ddp_losses-smoothl1', script: 'ddp_losses.py', args: ['--loss', 'smoothl1'], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-bce', script: 'ddp_losses.py', args: ['--loss', 'bce'], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-bce-bug', script: 'ddp_losses.py', args: ['--loss', 'bce', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  { name: 'ddp_losses-kl', script: 'ddp_losses.py', args: ['--loss', 'kl'], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-kl-bug', script: 'ddp_losses.py', args: ['--loss', 'kl', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
 ];
 
 async function verifyPlan(plan: string, opts: readonly string[] = ['--infer']): Promise<{ code: number; stdout: string }> {
@@ -352,7 +365,7 @@ const NOISY_KEY_BIAS: Record<string, { re: RegExp; d: number; lr: number }> = {
 };
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'moe_mask_dispatch', 'moe_mask_dispatch-mistral', 'moe_mask_dispatch-switch', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'ddp_cnn-strided-b32', 'mingpt_ddp', 'ddp_transformer', 'lstm_lm_ddp', 'llama_meta_tp', 'ddp_mha']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'moe_mask_dispatch', 'moe_mask_dispatch-mistral', 'moe_mask_dispatch-switch', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'ddp_cnn-strided-b32', 'mingpt_ddp', 'ddp_transformer', 'lstm_lm_ddp', 'llama_meta_tp', 'ddp_mha', 'ddp_losses', 'ddp_losses-mse_sum', 'ddp_losses-huber', 'ddp_losses-smoothl1', 'ddp_losses-bce', 'ddp_losses-kl']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -130,5 +130,15 @@ llama_meta_tp-bug llama_meta_tp.py tp --bug
 llama_meta_tp-bug-grad llama_meta_tp.py tp --bug-grad
 ddp_mha ddp_mha.py dp
 ddp_mha-bug ddp_mha.py dp --bug
+ddp_losses ddp_losses.py dp
+ddp_losses-bug ddp_losses.py dp --bug
+ddp_losses-mse_sum ddp_losses.py dp --loss mse_sum
+ddp_losses-huber ddp_losses.py dp --loss huber
+ddp_losses-huber-bug ddp_losses.py dp --loss huber --bug
+ddp_losses-smoothl1 ddp_losses.py dp --loss smoothl1
+ddp_losses-bce ddp_losses.py dp --loss bce
+ddp_losses-bce-bug ddp_losses.py dp --loss bce --bug
+ddp_losses-kl ddp_losses.py dp --loss kl
+ddp_losses-kl-bug ddp_losses.py dp --loss kl --bug
 LIST
 rm -rf tools/capture/__pycache__
