@@ -140,5 +140,12 @@ ddp_losses-bce ddp_losses.py dp --loss bce
 ddp_losses-bce-bug ddp_losses.py dp --loss bce --bug
 ddp_losses-kl ddp_losses.py dp --loss kl
 ddp_losses-kl-bug ddp_losses.py dp --loss kl --bug
+ddp_optim ddp_optim.py dp
+ddp_optim-bug ddp_optim.py dp --bug
+ddp_optim-rmsprop ddp_optim.py dp --opt rmsprop
+ddp_optim-adagrad ddp_optim.py dp --opt adagrad
+ddp_optim-amsgrad ddp_optim.py dp --opt amsgrad
+ddp_optim-groups ddp_optim.py dp --opt groups
+ddp_optim-groups-bug ddp_optim.py dp --opt groups --bug
 LIST
 rm -rf tools/capture/__pycache__
