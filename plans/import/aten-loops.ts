@@ -111,6 +111,8 @@ export const LOOPS_RULES: Record<string, Rule> = {
     if (w !== undefined) e = l.one('mul', [e, w]);
     return reduce(l, n, e, reductionOf(l, n, 4));
   },
+  // |x| = max(x, −x) (clip_grad_norm_ with norm_type=inf or 1 takes it first).
+  'aten.abs': (l, n) => l.bind(n, l.one('maximum', [l.tensor(n.args[0], 'self'), l.one('neg', [l.tensor(n.args[0], 'self')])], {}, l.out(n))),
   'aten.xlogy': (l, n) => {
     const x = l.operand(n.args[0], 'self');
     const y = l.tensor(n.args[1], 'other');

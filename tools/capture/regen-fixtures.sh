@@ -147,5 +147,10 @@ ddp_optim-adagrad ddp_optim.py dp --opt adagrad
 ddp_optim-amsgrad ddp_optim.py dp --opt amsgrad
 ddp_optim-groups ddp_optim.py dp --opt groups
 ddp_optim-groups-bug ddp_optim.py dp --opt groups --bug
+ddp_gradtricks ddp_gradtricks.py dp
+ddp_gradtricks-bug ddp_gradtricks.py dp --bug
+ddp_gradtricks-inf ddp_gradtricks.py dp --clip inf
+ddp_gradtricks-inf-bug ddp_gradtricks.py dp --clip inf --bug
+ddp_gradtricks-l1 ddp_gradtricks.py dp --clip l1
 LIST
 rm -rf tools/capture/__pycache__
