@@ -2,7 +2,7 @@
  * ATen losses of training loops as people write them besides cross-entropy (issue 33):
  * Huber / SmoothL1, binary cross-entropy with logits (with `pos_weight` and `weight`), and
  * `xlogy` (what `F.kl_div` runs). Each rule lowers to planproof ops whose exact real meaning
- * is the ATen kernel's value (docs/import.md, "Losses"):
+ * is the ATen kernel's value (docs/import.md, the ATen ops table):
  *
  *   huber(d; δ)     = ½c² + δ(|d| − |c|),  c = clamp(d, −δ, δ), |d| = max(d, −d)
  *                     (= ½d² for |d| < δ, δ(|d| − ½δ) otherwise, the kernel's two branches)
