@@ -221,6 +221,37 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // the nested backward are traced; the bug scales rank 1's loss.
   { name: 'checkpoint_ddp', script: 'checkpoint_ddp.py', args: [], axis: 'dp', code: 0 },
   { name: 'checkpoint_ddp-bug', script: 'checkpoint_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  // Losses besides cross-entropy under DDP (plans/import/aten-loops.ts): MSE (mean, and summed
+  // over the local batch), Huber, SmoothL1, BCE with logits and pos_weight, KL distillation
+  // (xlogy of a softmax). Twins: targets taken strided while inputs are chunked (the logged loss).
+  { name: 'ddp_losses', script: 'ddp_losses.py', args: [], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-bug', script: 'ddp_losses.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  { name: 'ddp_losses-mse_sum', script: 'ddp_losses.py', args: ['--loss', 'mse_sum'], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-huber', script: 'ddp_losses.py', args: ['--loss', 'huber'], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-huber-bug', script: 'ddp_losses.py', args: ['--loss', 'huber', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  { name: 'ddp_losses-smoothl1', script: 'ddp_losses.py', args: ['--loss', 'smoothl1'], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-bce', script: 'ddp_losses.py', args: ['--loss', 'bce'], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-bce-bug', script: 'ddp_losses.py', args: ['--loss', 'bce', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  { name: 'ddp_losses-kl', script: 'ddp_losses.py', args: ['--loss', 'kl'], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-kl-bug', script: 'ddp_losses.py', args: ['--loss', 'kl', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  // Optimizers as configured in training loops, two steps per capture: SGD with Nesterov momentum
+  // and weight decay, RMSprop, Adagrad, Adam(amsgrad), AdamW with no-decay groups and a warmup
+  // LambdaLR. Twins: rank 1 skips zero_grad, so its second step adds the first's gradient.
+  { name: 'ddp_optim', script: 'ddp_optim.py', args: [], axis: 'dp', code: 0 },
+  { name: 'ddp_optim-bug', script: 'ddp_optim.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  { name: 'ddp_optim-rmsprop', script: 'ddp_optim.py', args: ['--opt', 'rmsprop'], axis: 'dp', code: 0 },
+  { name: 'ddp_optim-adagrad', script: 'ddp_optim.py', args: ['--opt', 'adagrad'], axis: 'dp', code: 0 },
+  { name: 'ddp_optim-amsgrad', script: 'ddp_optim.py', args: ['--opt', 'amsgrad'], axis: 'dp', code: 0 },
+  { name: 'ddp_optim-groups', script: 'ddp_optim.py', args: ['--opt', 'groups'], axis: 'dp', code: 0 },
+  { name: 'ddp_optim-groups-bug', script: 'ddp_optim.py', args: ['--opt', 'groups', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  // Accumulation with loss / accum_steps and DDP no_sync, clip_grad_value_, clip_grad_norm_ with
+  // norm_type inf and 1 (|x| as max(x, -x)), zero_grad(set_to_none=True), parameters_to_vector.
+  // Twins: rank 1 does not divide its micro-batch losses by accum_steps.
+  { name: 'ddp_gradtricks', script: 'ddp_gradtricks.py', args: [], axis: 'dp', code: 0 },
+  { name: 'ddp_gradtricks-bug', script: 'ddp_gradtricks.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((loss|params_flat), op 'return\.(loss|params_flat)'\)/ },
+  { name: 'ddp_gradtricks-inf', script: 'ddp_gradtricks.py', args: ['--clip', 'inf'], axis: 'dp', code: 0 },
+  { name: 'ddp_gradtricks-inf-bug', script: 'ddp_gradtricks.py', args: ['--clip', 'inf', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((loss|params_flat), op 'return\.(loss|params_flat)'\)/ },
+  { name: 'ddp_gradtricks-l1', script: 'ddp_gradtricks.py', args: ['--clip', 'l1'], axis: 'dp', code: 0 },
 ];
 
 async function verifyPlan(plan: string, opts: readonly string[] = ['--infer']): Promise<{ code: number; stdout: string }> {
@@ -365,7 +396,7 @@ const NOISY_KEY_BIAS: Record<string, { re: RegExp; d: number; lr: number }> = {
 };
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'moe_mask_dispatch', 'moe_mask_dispatch-mistral', 'moe_mask_dispatch-switch', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'ddp_cnn-strided-b32', 'mingpt_ddp', 'ddp_transformer', 'lstm_lm_ddp', 'llama_meta_tp', 'ddp_mha', 'hf_gpt2_ddp', 'vit_ddp', 'checkpoint_ddp']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'moe_mask_dispatch', 'moe_mask_dispatch-mistral', 'moe_mask_dispatch-switch', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'ddp_cnn-strided-b32', 'mingpt_ddp', 'ddp_transformer', 'lstm_lm_ddp', 'llama_meta_tp', 'ddp_mha', 'hf_gpt2_ddp', 'vit_ddp', 'checkpoint_ddp', 'ddp_losses', 'ddp_losses-mse_sum', 'ddp_losses-huber', 'ddp_losses-smoothl1', 'ddp_losses-bce', 'ddp_losses-kl', 'ddp_optim', 'ddp_optim-rmsprop', 'ddp_optim-adagrad', 'ddp_optim-amsgrad', 'ddp_optim-groups', 'ddp_gradtricks', 'ddp_gradtricks-inf', 'ddp_gradtricks-l1']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

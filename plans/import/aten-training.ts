@@ -135,9 +135,16 @@ function dimsArg(l: Lowerer, a: FxArg | undefined, rank: number): number[] | und
 /** The 2-norm over dims (clip_grad_norm_'s per-gradient norms): sqrt of the sum of squares. */
 function norm2(l: Lowerer, n: FxNode, x: TensorVal, p: FxArg | undefined, dimArg: FxArg | undefined, keepdimArg: FxArg | undefined): Val {
   const ord = p === undefined || p.kind === 'none' ? 2 : l.num(p, 'p');
-  if (ord !== 2) l.fail(`${n.target}: the ${ord}-norm is not supported (the 2-norm is)`);
+  if (ord !== 2 && ord !== 1 && ord !== Infinity) l.fail(`${n.target}: the ${ord}-norm is not supported (the 1-, 2- and inf-norms are)`);
   const dims = dimsArg(l, dimArg, x.shape.length);
   const keepdim = l.bool(keepdimArg, 'keepdim', false);
+  if (ord !== 2) {
+    // clip_grad_norm_(norm_type=1 or inf): the sum or the maximum of |x| = max(x, −x), exact.
+    const a = l.one('maximum', [x, l.one('neg', [x])]);
+    const all = x.shape.map((_, i) => i);
+    if (ord === 1) return l.bind(n, l.one('sum', [a], dims === undefined ? (keepdim ? { dims: all, keepdim: true } : {}) : { dims, keepdim }, l.out(n)));
+    return l.bind(n, l.one('amax', [a], { dims: dims ?? all, keepdim }, l.out(n)));
+  }
   const sq = l.one('mul', [x, x]);
   const s = dims === undefined ? l.one('sum', [sq], keepdim ? { dims: x.shape.map((_, i) => i), keepdim: true } : {}) : l.one('sum', [sq], { dims, keepdim });
   return l.bind(n, l.one('sqrt', [s], {}, l.out(n)));

@@ -13,6 +13,7 @@ import { INDEX_RULES } from './aten-index.js';
 import { SORT_RULES } from './aten-sort.js';
 import { CONV_RULES } from './aten-conv.js';
 import { MASK_RULES } from './aten-mask.js';
+import { LOOPS_RULES } from './aten-loops.js';
 import { withComplex } from './aten-complex.js';
 import { maskedSoftmax, negInfOf, withNegInf } from './aten-neginf.js';
 import { binary, filled, likeShape, type ConstValue, type Lowered, Lowerer, type LowerOptions, type OpaqueVal, REDUCE, refuseTruncation, reshape, type Rule, sameStrides, scaleBy, splitPieces, type TensorVal, uninitialized, unary, type Val, view, viewStrides } from './lower.js';
@@ -590,6 +591,7 @@ const RULES: Record<string, Rule> = {
   ...SORT_RULES,
   ...CONV_RULES,
   ...MASK_RULES,
+  ...LOOPS_RULES,
 };
 
 /**

@@ -136,5 +136,27 @@ vit_ddp vit_ddp.py dp
 vit_ddp-bug vit_ddp.py dp --bug
 checkpoint_ddp checkpoint_ddp.py dp
 checkpoint_ddp-bug checkpoint_ddp.py dp --bug
+ddp_losses ddp_losses.py dp
+ddp_losses-bug ddp_losses.py dp --bug
+ddp_losses-mse_sum ddp_losses.py dp --loss mse_sum
+ddp_losses-huber ddp_losses.py dp --loss huber
+ddp_losses-huber-bug ddp_losses.py dp --loss huber --bug
+ddp_losses-smoothl1 ddp_losses.py dp --loss smoothl1
+ddp_losses-bce ddp_losses.py dp --loss bce
+ddp_losses-bce-bug ddp_losses.py dp --loss bce --bug
+ddp_losses-kl ddp_losses.py dp --loss kl
+ddp_losses-kl-bug ddp_losses.py dp --loss kl --bug
+ddp_optim ddp_optim.py dp
+ddp_optim-bug ddp_optim.py dp --bug
+ddp_optim-rmsprop ddp_optim.py dp --opt rmsprop
+ddp_optim-adagrad ddp_optim.py dp --opt adagrad
+ddp_optim-amsgrad ddp_optim.py dp --opt amsgrad
+ddp_optim-groups ddp_optim.py dp --opt groups
+ddp_optim-groups-bug ddp_optim.py dp --opt groups --bug
+ddp_gradtricks ddp_gradtricks.py dp
+ddp_gradtricks-bug ddp_gradtricks.py dp --bug
+ddp_gradtricks-inf ddp_gradtricks.py dp --clip inf
+ddp_gradtricks-inf-bug ddp_gradtricks.py dp --clip inf --bug
+ddp_gradtricks-l1 ddp_gradtricks.py dp --clip l1
 LIST
 rm -rf tools/capture/__pycache__
