@@ -76,7 +76,7 @@ def step(cap):
         for s in range(STEPS):
             x, y = data[s].chunk(ws)[rank], target[s].chunk(ws)[rank]
             if not BUG or rank == 0:
-                opt.zero_grad(set_to_none=True)
+                opt.zero_grad()
             loss = F.mse_loss(model(x), y)
             loss.backward()
             opt.step()

@@ -83,6 +83,15 @@ function isSoftmax(l: Lowerer, id: string): boolean {
   return false;
 }
 
+/** x.zero_() / x.fill_(value): x's shape and dtype, every element the constant, written through x. */
+function inPlaceFill(l: Parameters<Rule>[0], n: Parameters<Rule>[1], value: number): ReturnType<Rule> {
+  const x = l.tensor(n.args[0], 'self');
+  const c = x.dtype === 'bool' ? l.one('compare', [l.constant(value), l.constant(0)], { rel: 'ne' }, undefined, 'bool') : l.constant(value);
+  const v = l.one('expand', [c], { shape: [...x.shape] }, l.out(n), x.dtype);
+  l.write(n.args[0], v);
+  return l.bind(n, v);
+}
+
 export const LOOPS_RULES: Record<string, Rule> = {
   'aten.huber_loss': (l, n) => {
     const delta = positive(l, l.num(l.arg(n, 3, 'delta'), 'delta', 1), 'delta');
@@ -112,6 +121,10 @@ export const LOOPS_RULES: Record<string, Rule> = {
     return reduce(l, n, e, reductionOf(l, n, 4));
   },
   // |x| = max(x, −x) (clip_grad_norm_ with norm_type=inf or 1 takes it first).
+  // optimizer.zero_grad() (torch 1.13's default set_to_none=False) and tensor.fill_(v): the
+  // target and every alias of it hold the constant afterwards (Lowerer.write).
+  'aten.zero_': (l, n) => inPlaceFill(l, n, 0),
+  'aten.fill_': (l, n) => inPlaceFill(l, n, l.num(n.args[1], 'value')),
   'aten.abs': (l, n) => l.bind(n, l.one('maximum', [l.tensor(n.args[0], 'self'), l.one('neg', [l.tensor(n.args[0], 'self')])], {}, l.out(n))),
   'aten.xlogy': (l, n) => {
     const x = l.operand(n.args[0], 'self');

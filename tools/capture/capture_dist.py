@@ -375,16 +375,23 @@ class _DDP(torch.nn.Module):
     def _sync(self):
         self._queued = False
         ws = dist.get_world_size(self.process_group) if self.process_group is not None else dist.get_world_size()
-        # A wrapped parameter without a gradient: real DDP either never finishes the reduction of
-        # its bucket (find_unused_parameters=False: the bucket's other gradients stay this rank's
-        # own, and the next iteration raises) or averages it with the ranks that did use it.
-        # Neither is what averaging the others computes, so the capture refuses it.
-        for n, p in zip(self._names, self._params):
-            if p.grad is None:
+        # A wrapped parameter without a gradient (unused in the forward). Real DDP with
+        # find_unused_parameters=False launches a bucket's all-reduce only when every parameter
+        # in it is ready, so that bucket is never reduced: its gradients stay each rank's own
+        # (and the next iteration raises). A model within DDP's first bucket (1 MiB) is one
+        # bucket: then no gradient is averaged, which the stand-in does too. Larger models (the
+        # bucket assignment is the reducer's) and find_unused_parameters=True (a locally unused
+        # parameter averaged with the ranks that used it) are refused.
+        unused = [n for n, p in zip(self._names, self._params) if p.grad is None]
+        if unused:
+            nbytes = sum(p.numel() * p.element_size() for p in self._params)
+            first = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024)
+            if self._find_unused or nbytes > first:
                 raise UserError("DistributedDataParallel: parameter '%s' got no gradient in this backward (unused in the forward); "
-                                "torch's DDP does not average such a bucket as the capture would (find_unused_parameters=%s), "
-                                "so it is not captured: remove the unused parameter or keep it out of the wrapped module"
-                                % (n, self._find_unused))
+                                "with find_unused_parameters=%s and %d bytes of parameters (DDP's first bucket holds %d), the capture "
+                                "does not model which gradients torch's reducer averages: remove the unused parameter or keep it "
+                                "out of the wrapped module" % (unused[0], self._find_unused, nbytes, first))
+            return
         for p in self._params:
             dist.all_reduce(p.grad, group=self.process_group)
             p.grad.div_(ws)
