@@ -26,6 +26,14 @@ export interface Match {
  */
 const STRIPE_SEARCHES = 8;
 
+/**
+ * Combinations of piece matches tried per dim and piece count. Pieces whose values match many
+ * blocks (zero rows: the tokens an expert was not routed) made the combinations grow as the
+ * product of their match counts: 163 s of a SwitchMLP joint graph's 184 s (megatron-fx
+ * switchmlp_tp2), which then verified in seconds. Candidates only: a bound costs completeness.
+ */
+const STRIPE_COMBINATIONS = 4096;
+
 /** Piece j of k equal pieces of `data` (of `shape`) along `dim`. */
 export function pieceOf(data: ArrayLike<number>, shape: readonly number[], dim: number, k: number, j: number): { data: Float64Array; shape: number[] } {
   const ps = shape.map((x, d) => (d === dim ? x / k : x));
@@ -59,6 +67,7 @@ export function stripeMatches(matchSlices: (data: ArrayLike<number>, shape: read
       };
       const found = new Map<number, Match[]>();
       let searches = 0;
+      let combinations = 0;
       let exhausted = false;
       // Piece j's value matches, searched once (the first two always; later ones within the bound).
       const search = (j: number): Match[] => {
@@ -76,6 +85,10 @@ export function stripeMatches(matchSlices: (data: ArrayLike<number>, shape: read
       // other dims (repeated values, such as a repeated token's embedding, match several).
       const grow = (starts: number[][], L: number): void => {
         if (out.length >= MAX_MATCHES || exhausted) return;
+        if (++combinations > STRIPE_COMBINATIONS) {
+          exhausted = true;
+          return;
+        }
         const j = starts.length;
         if (j === k) {
           out.push({ L, dim, k, starts });
