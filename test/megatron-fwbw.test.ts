@@ -103,9 +103,11 @@ describe('megatron-fx forward + backward at tp 2 and 4, 1 and 2 layers, with bug
       const wrong = new Set([...layerNorms(layers), ...biases]);
       const failing = rep.stages.filter((s) => s.status === 'not_equivalent').map((s) => s.logical);
       assert.ok(failing.length > 0 && failing.every((g) => wrong.has(g)), failing.join(', '));
-      // The hint rounds stopped 20 s after the certificate (before: every round to the 120 s limit).
+      // The hint rounds stopped 20 s after the certificate (before: every round ran to the
+      // 120 s limit, and the stages left were "not attempted" for that limit).
       const open = rep.stages.filter((s) => s.status === 'unknown');
-      assert.ok(open.every((s) => /^not attempted: the plan is already refuted/.test(s.reason ?? '')), JSON.stringify(open.slice(0, 2)));
+      assert.ok(open.some((s) => /^not attempted: the plan is already refuted/.test(s.reason ?? '')), JSON.stringify(open.slice(0, 2)));
+      assert.ok(!open.some((s) => /own limit of 120 s/.test(s.reason ?? '')), JSON.stringify(open.filter((s) => /120 s/.test(s.reason ?? '')).slice(0, 2)));
     });
 
     it(`${config}.bug_vocab_input_grad (the output layer's input gradient not all-reduced): NOT EQUIVALENT only upstream of the output layer @full`, async () => {
