@@ -255,6 +255,30 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'ddp_gradtricks-l1', script: 'ddp_gradtricks.py', args: ['--clip', 'l1'], axis: 'dp', code: 0 },
 ];
 
+const HOOK = [
+  "import sys",
+  "import torch, torch.nn as nn, torch.distributed as dist",
+  "from torch.nn.parallel import DistributedDataParallel as DDP",
+  "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks",
+  "",
+  "def step(cap):",
+  "    ws, rank = dist.get_world_size(), dist.get_rank()",
+  "    torch.manual_seed(0)",
+  "    net = nn.Linear(8, 4)",
+  "    for name, p in net.named_parameters():",
+  "        cap.replicate(p, name=name, role=\"param\")",
+  "    model = DDP(net)",
+  "    model.register_comm_hook(None, default_hooks.fp16_compress_hook if \"--fp16\" in sys.argv else default_hooks.allreduce_hook)",
+  "    x = cap.replicate(torch.randn(4, 8), name=\"x\")",
+  "    opt = torch.optim.SGD(model.parameters(), lr=0.1)",
+  "    with cap.trace():",
+  "        model(x.chunk(ws)[rank]).pow(2).mean().backward()",
+  "        opt.step()",
+  "    for name, p in net.named_parameters():",
+  "        cap.output(name + \"_new\", p, \"R\")",
+  '',
+].join('\n');
+
 async function verifyPlan(plan: string, opts: readonly string[] = ['--infer']): Promise<{ code: number; stdout: string }> {
   // (in this thread unless the case names its --jobs)
   return runCli(['verify', ...opts, ...(opts.includes('--jobs') ? [] : ['--jobs', '0']), plan]);
@@ -544,6 +568,18 @@ describe('planproof capture (live, Debian python3-torch)', function () {
     const ok = await runCli(['capture', '--nproc', '2', '--axis', 'dp', '--out', plan, '--', script]);
     assert.equal(ok.code, 0, ok.stderr);
     assert.equal((await verifyPlan(plan)).code, 0);
+  });
+  it("DDP's register_comm_hook: allreduce_hook is captured and VERIFIED; fp16_compress_hook (rounds the gradients) is exit 2 naming it @full", async () => {
+    const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));
+    const script = join(d, 'hook.py');
+    (await import('node:fs')).writeFileSync(script, HOOK);
+    const plan = join(d, 'a.json');
+    const ok = await runCli(['capture', '--nproc', '2', '--axis', 'dp', '--out', plan, '--', script]);
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.equal((await verifyPlan(plan)).code, 0);
+    const fp16 = await runCli(['capture', '--nproc', '2', '--axis', 'dp', '--out', join(d, 'b.json'), '--', script, '--fp16']);
+    assert.equal(fp16.code, 2, fp16.stderr);
+    assert.match(fp16.stderr, /register_comm_hook\(fp16_compress_hook\)/);
   });
   it('all_gather_into_tensor into its stack form with async_op=True, dist.gather of 0-d tensors: VERIFIED @full', async () => {
     const d = mkdtempSync(join(tmpdir(), 'pp-cap-'));

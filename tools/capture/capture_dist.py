@@ -352,6 +352,18 @@ class _DDP(torch.nn.Module):
         for p in self._params:
             p.register_hook(self._grad_hook)
 
+    def register_comm_hook(self, state, hook):
+        # torch's allreduce_hook is what the stand-in already does (sum, then divide by the group
+        # size); any other hook (fp16/bf16 compression rounds the gradients, PowerSGD approximates
+        # them, a user hook is arbitrary C++-bucket code) is not captured.
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        if hook is default_hooks.allreduce_hook and state in (None, self.process_group):
+            return
+        raise UserError("DistributedDataParallel.register_comm_hook(%s): only torch's default_hooks.allreduce_hook "
+                        "(what DDP does without a hook) is captured; compression hooks round the gradients, which no "
+                        "exact rule states, and other hooks run on the reducer's buckets the capture does not see"
+                        % getattr(hook, "__name__", repr(hook)))
+
     def forward(self, *args, **kwargs):
         # As DDP: whether this iteration's backward syncs is decided by its forward.
         self._sync_this_backward = self.require_backward_grad_sync
