@@ -319,15 +319,11 @@ export class TermCore {
    * product is the one `polyMulInto` computes, with only the pairs that can survive charged.
    */
   private polyMulByClass(acc: Map<number, Q>, a: Poly, b: Poly): void {
+    // The group of a's first indicator.
     let g = -1;
-    for (const m of a.monos) {
-      const M = this.monos[m] as Mono;
-      if (!M.ind) continue;
-      const at = M.atoms.map((x) => this.atoms[x] as Atom).find((x) => x.kind === 'ind');
-      if (at !== undefined) {
-        g = at.group;
-        break;
-      }
+    for (let i = 0; i < a.monos.length && g < 0; i++) {
+      const M = this.monos[a.monos[i] as number] as Mono;
+      if (M.ind) for (const x of M.atoms) if ((this.atoms[x] as Atom).kind === 'ind') g = Math.max(g, (this.atoms[x] as Atom).group);
     }
     const none: number[] = [];
     const byClass = new Map<number, number[]>();
@@ -340,18 +336,24 @@ export class TermCore {
         l.push(j);
       }
     });
-    const all = b.monos.map((_, j) => j);
+    const pair = (i: number, j: number): void => {
+      const m = this.monoMulPow(a.monos[i] as number, b.monos[j] as number, Q1);
+      if (m === ZERO_MONO) return;
+      const v = qMul(a.coefs[i] as Q, b.coefs[j] as Q);
+      const prev = acc.get(m);
+      acc.set(m, prev === undefined ? v : qAdd(prev, v));
+    };
     for (let i = 0; i < a.monos.length; i++) {
       const c = g < 0 ? -1 : this.classIn(a.monos[i] as number, g);
-      const js = c < 0 ? all : [...(byClass.get(c) ?? []), ...none];
-      this.charge(js.length);
-      for (const j of js) {
-        const m = this.monoMulPow(a.monos[i] as number, b.monos[j] as number, Q1);
-        if (m === ZERO_MONO) continue;
-        const v = qMul(a.coefs[i] as Q, b.coefs[j] as Q);
-        const prev = acc.get(m);
-        acc.set(m, prev === undefined ? v : qAdd(prev, v));
+      if (c < 0) {
+        this.charge(b.monos.length);
+        for (let j = 0; j < b.monos.length; j++) pair(i, j);
+        continue;
       }
+      const same = byClass.get(c) ?? [];
+      this.charge(same.length + none.length);
+      for (const j of same) pair(i, j);
+      for (const j of none) pair(i, j);
     }
   }
 

@@ -43,15 +43,16 @@ function clampD(l: Lowerer, d: TensorVal, delta: number): TensorVal {
   return l.one('minimum', [l.one('maximum', [d, l.constant(-delta)]), l.constant(delta)]);
 }
 
-function abs(l: Lowerer, x: TensorVal): TensorVal {
-  return l.one('maximum', [x, l.one('neg', [x])]);
+/** |x| = max(x, −x): exact, and no comparison atom (also the 1- and inf-norms of aten-training.ts). */
+export function absOf(l: Lowerer, x: TensorVal, out?: string): TensorVal {
+  return l.one('maximum', [x, l.one('neg', [x])], {}, out);
 }
 
 /** huber(d; δ) element-wise, unscaled. */
 function huberOf(l: Lowerer, d: TensorVal, delta: number): TensorVal {
   const c = clampD(l, d, delta);
   const quad = l.one('scale', [l.one('mul', [c, c])], { factor: 0.5 });
-  const lin = l.one('scale', [l.one('sub', [abs(l, d), abs(l, c)])], { factor: delta });
+  const lin = l.one('scale', [l.one('sub', [absOf(l, d), absOf(l, c)])], { factor: delta });
   return l.one('add', [quad, lin]);
 }
 
@@ -83,8 +84,11 @@ function isSoftmax(l: Lowerer, id: string): boolean {
   return false;
 }
 
-/** x.zero_() / x.fill_(value): x's shape and dtype, every element the constant, written through x. */
-function inPlaceFill(l: Parameters<Rule>[0], n: Parameters<Rule>[1], value: number): ReturnType<Rule> {
+/**
+ * x.zero_() / x.fill_(value): x's shape and dtype (not the node's annotation, which an in-place
+ * op may lack), every element the constant, written through x.
+ */
+function inPlaceFill(l: Lowerer, n: FxNode, value: number): Val {
   const x = l.tensor(n.args[0], 'self');
   const c = x.dtype === 'bool' ? l.one('compare', [l.constant(value), l.constant(0)], { rel: 'ne' }, undefined, 'bool') : l.constant(value);
   const v = l.one('expand', [c], { shape: [...x.shape] }, l.out(n), x.dtype);
@@ -120,12 +124,11 @@ export const LOOPS_RULES: Record<string, Rule> = {
     if (w !== undefined) e = l.one('mul', [e, w]);
     return reduce(l, n, e, reductionOf(l, n, 4));
   },
-  // |x| = max(x, −x) (clip_grad_norm_ with norm_type=inf or 1 takes it first).
   // optimizer.zero_grad() (torch 1.13's default set_to_none=False) and tensor.fill_(v): the
   // target and every alias of it hold the constant afterwards (Lowerer.write).
   'aten.zero_': (l, n) => inPlaceFill(l, n, 0),
   'aten.fill_': (l, n) => inPlaceFill(l, n, l.num(n.args[1], 'value')),
-  'aten.abs': (l, n) => l.bind(n, l.one('maximum', [l.tensor(n.args[0], 'self'), l.one('neg', [l.tensor(n.args[0], 'self')])], {}, l.out(n))),
+  'aten.abs': (l, n) => l.bind(n, absOf(l, l.tensor(n.args[0], 'self'), l.out(n))),
   'aten.xlogy': (l, n) => {
     const x = l.operand(n.args[0], 'self');
     const y = l.tensor(n.args[1], 'other');

@@ -12,6 +12,7 @@ import { pinRouting } from './aten-sort.js';
 import { maskPut, positional } from './aten-mask.js';
 import { isNegInf, negInfFilled } from './aten-neginf.js';
 import { filled, type Lowerer, type Rule, type TensorVal, type Val } from './lower.js';
+import { absOf } from './aten-loops.js';
 
 type Rel = 'gt' | 'ge' | 'lt' | 'le' | 'eq' | 'ne';
 
@@ -140,7 +141,7 @@ function norm2(l: Lowerer, n: FxNode, x: TensorVal, p: FxArg | undefined, dimArg
   const keepdim = l.bool(keepdimArg, 'keepdim', false);
   if (ord !== 2) {
     // clip_grad_norm_(norm_type=1 or inf): the sum or the maximum of |x| = max(x, −x), exact.
-    const a = l.one('maximum', [x, l.one('neg', [x])]);
+    const a = absOf(l, x);
     const all = x.shape.map((_, i) => i);
     if (ord === 1) return l.bind(n, l.one('sum', [a], dims === undefined ? (keepdim ? { dims: all, keepdim: true } : {}) : { dims, keepdim }, l.out(n)));
     return l.bind(n, l.one('amax', [a], { dims: dims ?? all, keepdim }, l.out(n)));

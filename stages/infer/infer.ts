@@ -168,7 +168,9 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
   const groupCache = new Map<string, { sum?: Float64Array; ms: Match[][] }>();
   const scales = [...new Set([...bigAxes.map((a) => mesh.sizes[a] as number), mesh.size])].filter((k) => k > 1);
 
-  const claims: InferredClaim[] = [];
+  let claims: InferredClaim[] = [];
+  // Indices of claims no candidate of which cuts anything (below).
+  const dropped = new Set<number>();
   const integer: { program: number; tensor: string }[] = [];
   plan.programs.forEach((p, pi) => {
     const ranks = [...p.ranks];
@@ -380,16 +382,15 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
     for (const [t, { claim, found }] of foundAt) {
       const after = consumerTopo(cons, p, t, claimL, topo);
       if (after === undefined) continue;
-      const keep = found.filter((f) => (topo[f.c.L] as number) <= after);
-      const old = claims[claim] as InferredClaim;
-      const [k0, ...krest] = keep;
+      const [k0, ...krest] = found.filter((f) => (topo[f.c.L] as number) <= after);
       if (k0 === found[0]) continue;
       claimL[t] = k0 === undefined ? -1 : k0.c.L;
-      claims[claim] = k0 === undefined ? { ...old, lineage: undefined as unknown as Json } : { ...old, logical: lg.tensors.name(k0.c.L), kind: k0.c.kind, lineage: k0.lineage, alternatives: krest.map((f) => f.lineage) };
+      const old = claims[claim] as InferredClaim;
+      if (k0 === undefined) dropped.add(claim);
+      else claims[claim] = { ...old, logical: lg.tensors.name(k0.c.L), kind: k0.c.kind, lineage: k0.lineage, alternatives: krest.map((f) => f.lineage) };
     }
   });
-  // (Claims dropped above.)
-  for (let i = claims.length - 1; i >= 0; i--) if ((claims[i] as InferredClaim).lineage === undefined) claims.splice(i, 1);
+  if (dropped.size > 0) claims = claims.filter((_, i) => !dropped.has(i));
   accumulationAddends(plan, claims);
   return { claims, unclaimed, integer };
 }
