@@ -7,7 +7,7 @@
  */
 import type { Algebra, Dense } from './algebra.js';
 import { arg, broadcastReader, generate } from './dense.js';
-import { broadcastSig, fixedDim } from './dims.js';
+import { batchDim, broadcastSig, fixedDim, shapeAttrAtLanes } from './dims.js';
 import { type GradRef, one, unbroadcast } from './grad.js';
 import { attrInts, attrNum, attrObject, type Attrs, attrScalar, broadcastShapes, fixed, noAttrs, type OpDef, scalarSchema, ShapeError, type Shape, withZeroTails } from './types.js';
 
@@ -131,6 +131,10 @@ export const ops: OpDef[] = withZeroTails(
       backward: () => [undefined],
       // Values are positions: no dim may be shrunk.
       dims: (_ins, at) => ({ inputs: [[]], outputs: [(attrInts(at, 'shape') ?? []).map((_, i) => fixedDim(`o${i}`))] }),
+      // Lanes: a value reads only its index along `dim`, so every other dim is SIMD (each of
+      // its elements holds the same value) and divides with its spelled size; `dim` stays fixed.
+      lanes: (_ins, at) => ({ inputs: [[]], outputs: [(attrInts(at, 'shape') ?? []).map((_, i) => (i === attrNum(at, 'dim') ? fixedDim(`o${i}`) : batchDim(`o${i}`)))] }),
+      laneAttrs: shapeAttrAtLanes,
     },
   ],
   // max(0, 0) = 0 = min(0, 0) where both inputs carry the class (not against a broadcast

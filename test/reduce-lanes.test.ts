@@ -32,6 +32,8 @@ export const LANE_SAMPLES: LaneSample[] = [
   { op: 'expand', shapes: [[4, 1]], attrs: { shape: [-1, 6] } },
   { op: 'expand', shapes: [[2, 4]], attrs: { shape: [2, -1] } },
   { op: 'expand', shapes: [[4]], attrs: { shape: [6, 4] } },
+  { op: 'iota', shapes: [[]], attrs: { shape: [4, 6], dim: 1, step: 1 } },
+  { op: 'iota', shapes: [[]], attrs: { shape: [6, 4, 2], dim: 0, step: 2 } },
 ];
 
 const divisors = (n: number): number[] => Array.from({ length: n }, (_, i) => i + 1).filter((f) => f > 1 && n % f === 0);
@@ -154,5 +156,13 @@ describe('lane labels of ops whose attributes spell sizes (shape reduction)', ()
     // and a rewritten attribute that does not match the lanes is caught too
     const bad: OpDef = { ...def, laneAttrs: (at) => at };
     assert.ok(laneDiff(bad, [[2, 6]], { shape: [12] }, reshapeLanes([2, 6], [12]), new Map([['g0', 2]])) !== undefined);
+  });
+
+  it("catches an iota whose position dim is labeled batch (its values are the positions), and keeps it fixed", () => {
+    const def = registry.get(registry.id('iota'));
+    const at = { shape: [4, 6], dim: 1, step: 1 };
+    assert.deepEqual(def.lanes?.([[]], at).outputs[0]?.map((l) => l.role), ['batch', 'fixed']);
+    const wrong: DimSig = { inputs: [[]], outputs: [[{ label: 'a', role: 'batch' }, { label: 'b', role: 'batch' }]] };
+    assert.ok(laneDiff(def, [[]], at, wrong, new Map([['b', 2]])) !== undefined);
   });
 });

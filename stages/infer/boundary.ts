@@ -32,6 +32,7 @@ import { witnessSearch } from '../portfolio.js';
 import type { Engine, VerifyReport } from '../report.js';
 import { type Json, type Hint, hintOf, fileHints, withHints, hintsKey, isHint, splitHints, groupOf, loadHinted } from './hints.js';
 import { type Span, localize } from './localize.js';
+import { newReducedRounds, proveTooLargeReduced } from './reduced.js';
 
 export interface BoundaryOptions {
   readonly seed?: number;
@@ -192,6 +193,7 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
   // When the hint rounds end (moved earlier once a certified witness settles the verdict).
   let roundsEnd = Infinity;
   const certMemo = new Map<string, CertifyResult & { logical?: number }>();
+  const reducedRounds = newReducedRounds();
   let dropped = 0;
   let replaced = 0;
   let rounds = 0;
@@ -337,7 +339,8 @@ export async function verifyBoundary(file: string, raw: Json, opts: BoundaryOpti
       (await proveShort).forEach((r, j) => byIndex.set((short[j] as Stage).index, r));
       (await proveStages(plan, file, text, long, witnessed, { ...opts, ...stop }, poolOf)).forEach((r, j) => byIndex.set((long[j] as Stage).index, r));
       if (fullStages.length > 0) (await proveStages(plan, file, text, fullStages, witnessed, { ...opts, ...stop, budget: HINT_RETRY_BUDGET, deadlineMs: Math.min(opts.deadlineMs, HINT_RETRY_DEADLINE_MS) }, poolOf)).forEach((r, j) => byIndex.set((fullStages[j] as Stage).index, r));
-      const fresh = todo.map((s) => byIndex.get(s.index) as StageResult);
+      // Too large at full shapes: extracted and reduced on its own (stages/infer/reduced.ts).
+      const fresh = proveTooLargeReduced(plan, obj, todo.map((s) => byIndex.get(s.index) as StageResult), seed, stop.stopAt, reducedRounds, hintStage, opts.budget);
       if (process.env['PLANPROOF_TRACE'] === '1') {
         process.stderr.write(`round ${rounds}: ${todo.length} stage(s) in ${((performance.now() - tr) / 1000).toFixed(1)} s (sum ${(fresh.reduce((a, r) => a + r.ms, 0) / 1000).toFixed(2)} s, max ${(Math.max(0, ...fresh.map((r) => r.ms)) / 1000).toFixed(2)}, tl ${fresh.filter((r) => r.decidedBy === 'tensor').length}); hints ${hints.length}; t ${((performance.now() - t0) / 1000).toFixed(1)}\n`);
         fresh.forEach((r) => {

@@ -14,6 +14,9 @@ HIDDEN, HEADS, SEQ, MBS, VOCAB, FFN = 16, 4, 8, 2, 32, 64
 if os.environ.get("MFX_HEADS"):
     HEADS = int(os.environ["MFX_HEADS"])
     HIDDEN, FFN = 4 * HEADS, 16 * HEADS
+# MFX_DIMS=hidden,heads,seq,mbs,vocab,ffn: any widths (timing at real sizes only, not committed).
+if os.environ.get("MFX_DIMS"):
+    HIDDEN, HEADS, SEQ, MBS, VOCAB, FFN = (int(v) for v in os.environ["MFX_DIMS"].split(","))
 HEAD_DIM = HIDDEN // HEADS
 EPS = 1e-05
 P_DROP = 0.1
