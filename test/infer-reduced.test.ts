@@ -16,6 +16,7 @@ import { hintOf, isHint, loadHinted, withHints } from '../stages/infer/hints.js'
 import { decompose, Prover, type Stage, type StageResult } from '../stages/decompose/prove.js';
 import { logicalOrder } from '../sdfg/execute.js';
 import { newReducedRounds, proveTooLargeReduced } from '../stages/infer/reduced.js';
+import { prepareStage, proveStage } from '../stages/shrink/stage-reduce.js';
 import type { RawPlan } from '../plans/raw.js';
 
 async function hintedStages(config: string): Promise<{ plan: ReturnType<typeof loadPlanObject>; obj: Record<string, unknown>; stages: Stage[]; hint: (s: Stage) => boolean }> {
@@ -61,5 +62,27 @@ describe('inference rounds: too-large stages reduced on their own (stages/infer/
     // Nothing is tried past the rounds' end.
     const late = proveTooLargeReduced(plan, obj as unknown as RawPlan, [tooLarge(emb)], 1, performance.now() - 1, newReducedRounds(), hint);
     assert.equal(late[0]?.status, 'unknown');
+  });
+
+  it("extracts a stage that assumes another output of its own multi-output op (apex LayerNorm backward's weight and bias gradients, all-reduced in one buffer); the twin without that all-reduce still differs extracted", async () => {
+    for (const [config, want] of [['gpt_tp2_l1_fwbw', 'proved'], ['gpt_tp2_l1_fwbw.bug_sp_ln_grad', 'differs']] as const) {
+      const { plan, obj, stages, hint } = await hintedStages(config);
+      const name = (s: Stage): string => plan.logical.tensors.name(s.logical);
+      // The hint stage of the weight gradient reads the bias gradient's claim (Megatron's
+      // coalesced buffer): before, its extraction was refused ("a contract input but produced by").
+      const w = stages.find((s) => name(s) === 'g1:fused_layer_norm_affine_bwd__r.1' && hint(s));
+      assert.ok(w !== undefined);
+      const pw = prepareStage(plan, obj as unknown as RawPlan, w);
+      assert.notEqual(pw.info.mode, 'in-place', pw.info.reason);
+      assert.equal(proveStage(pw, 1).result.status, 'proved');
+      // The user stage of the same gradient: proved on the correct config, differs on the twin,
+      // extracted and reduced as in place.
+      const u = stages.find((s) => name(s) === 'grad.decoder.final_layernorm.weight');
+      assert.ok(u !== undefined);
+      const pu = prepareStage(plan, obj as unknown as RawPlan, u);
+      assert.equal(pu.info.mode, 'reduced');
+      assert.equal(proveStage(pu, 1).result.status, want, config);
+      assert.equal(new Prover(plan).prove(u, false).status, want, config);
+    }
   });
 });

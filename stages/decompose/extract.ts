@@ -140,7 +140,13 @@ export function extractLogicalRaw(plan: LoadedPlan, raw: RawPlan, stage: Stage, 
   const ltensors = new Set<string>([...closure.logicalInputs].map((t) => lg.tensors.name(t)));
   ltensors.add(target);
   for (const o of ops) for (const t of [...o.inputs, ...o.outputs]) ltensors.add(t);
-  const inputNames = new Set([...closure.logicalInputs].map((t) => lg.tensors.name(t)));
+  // A tensor the stage assumes that a kept op also computes (another output of the multi-output
+  // op its value comes from: apex's LayerNorm backward gives both weight and bias gradients, and
+  // Megatron all-reduces them in one buffer) is that op's output here, not a contract input.
+  // The stage then assumes the claim on it of the value the logical graph computes, which is
+  // what the claim states; a proof with the value free (in place) is no weaker an assumption.
+  const produced = new Set(ops.flatMap((o) => o.outputs));
+  const inputNames = new Set([...closure.logicalInputs].map((t) => lg.tensors.name(t)).filter((t) => !produced.has(t)));
   const tensors: RawLogicalTensor[] = raw.logical.tensors.filter((t) => ltensors.has(t.id)).map((t) => {
     const c = structuredClone(t);
     // Roles are descriptive; the extracted plan's inputs are the stage's assumed tensors.

@@ -57,16 +57,19 @@ export function proveTooLargeReduced(plan: LoadedPlan, raw: RawPlan | Record<str
       const p = prepareStage(plan, raw as RawPlan, r.stage);
       // Nothing shrank: the same stage at the same shapes, already too large.
       if (p.info.mode !== 'reduced') {
+        if (process.env['PLANPROOF_TRACE'] === '1') process.stderr.write(`  not reduced ${plan.logical.tensors.name(r.stage.logical)}: ${p.info.reason ?? ''}\n`);
         state.failed.add(key);
         continue;
       }
       const at = Math.min(stopAt, t0 + REDUCED_DEADLINE_MS);
       res = proveStage(p, seed, budget, { at, reason: 'the reduced stage was stopped at its deadline' }).result;
-    } catch {
+    } catch (e) {
+      if (process.env['PLANPROOF_TRACE'] === '1') process.stderr.write(`  reduction failed ${plan.logical.tensors.name(r.stage.logical)}: ${String(e).slice(0, 200)}\n`);
       // An extraction or reduction that does not check out proves nothing: the answer stays.
       state.failed.add(key);
       continue;
     }
+    if (process.env['PLANPROOF_TRACE'] === '1') process.stderr.write(`  reduced ${plan.logical.tensors.name(r.stage.logical)}: ${res.status} ${((performance.now() - t0) / 1000).toFixed(1)} s ${(res.reason ?? '').slice(0, 100)}\n`);
     if (res.status === 'proved') {
       state.proved++;
       out[j] = { stage: r.stage, status: 'proved', failingRanks: [], logicalOps: res.logicalOps, parallelOps: res.parallelOps, terms: res.terms, ms: r.ms + (performance.now() - t0), decidedBy: 'per-stage' };
