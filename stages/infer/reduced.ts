@@ -17,8 +17,8 @@ import type { RawPlan } from '../../plans/raw.js';
 import type { Stage, StageResult } from '../decompose/prove.js';
 import { prepareStage, proveStage } from '../shrink/stage-reduce.js';
 
-/** Why a stage may shrink: what the normal form and the size bound say when they give up. */
-const TOO_LARGE = /too large/;
+/** Why a stage may shrink: the normal form's budget, the size bound or the stage deadline (as verify's fallback). */
+const TOO_LARGE = /too large|deadline of/;
 
 /** Work per reduced stage: a reduced stage is meant to be small, and the rounds are bounded. */
 const REDUCED_DEADLINE_MS = 10_000;
