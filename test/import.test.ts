@@ -195,6 +195,9 @@ describe('printed-graph reader', () => {
 
   it('refuses symbolic sizes, unterminated strings and missing returns with the line', () => {
     assert.throws(() => parseFxGraph('g.py', g('        return (x,)', 'x: "Sym(s0)"')), (e: unknown) => e instanceof ImportError && /g\.py:2: unsupported type annotation "Sym\(s0\)"/.test(e.message));
+    // Both spellings say what to do: export with static shapes, or capture the run.
+    assert.throws(() => parseFxGraph('g.py', g('        return (x,)', 'x: "Sym(s0)"')), /symbolic size: .*export it with static shapes.*planproof capture/);
+    assert.throws(() => parseFxGraph('g.py', g('        return (x,)', 'x: "f32[s0, 3]"')), /g\.py:2: unsupported size 's0' in "f32\[s0, 3\]" \(a symbolic size: .*export it with static shapes/);
     assert.throws(() => parseFxGraph('g.py', g("        a: \"f32[2, 3]\" = torch.ops.aten.add.Tensor(x, 'oops)\n        return (a,)")), /g\.py:3: unterminated string/);
     assert.throws(() => parseFxGraph('g.py', g('        a: "f32[2, 3]" = torch.ops.aten.clone.default(x)')), /no 'return' statement/);
     assert.throws(() => parseFxGraph('g.py', 'x = 1\n'), /no 'def forward\(' found/);

@@ -241,10 +241,13 @@ class Cursor {
   }
 }
 
+/** What to do about a symbolic size: the proof is about concrete shapes. */
+const SYMBOLIC = 'a symbolic size: the graph was traced with dynamic shapes or through a data-dependent op such as nonzero; export it with static shapes (torch.export without dynamic_shapes, torch.compile(dynamic=False)), or capture the run with `planproof capture`, which records the sizes MoE routing took (docs/import.md)';
+
 /** `"f32[4, 8]"` to a dtype and shape; `Sym(...)` and other annotations are refused. */
 function parseType(s: string, fail: (why: string) => never): FxType {
   const b = s.indexOf('[');
-  if (b < 0 || !s.endsWith(']')) fail(`unsupported type annotation "${s}" (expected a tensor type such as "f32[4, 8]"; symbolic sizes are not supported)`);
+  if (b < 0 || !s.endsWith(']')) fail(`unsupported type annotation "${s}" (expected a tensor type such as "f32[4, 8]"${/^Sym\(/.test(s) ? `; ${SYMBOLIC}` : ''})`);
   const dtype = DTYPES[s.slice(0, b)];
   if (dtype === undefined) fail(`unsupported dtype '${s.slice(0, b)}' in "${s}"`);
   const inner = s.slice(b + 1, -1).trim();
@@ -252,7 +255,7 @@ function parseType(s: string, fail: (why: string) => never): FxType {
   if (inner !== '') {
     for (const part of inner.split(',')) {
       const p = part.trim();
-      if (!/^[0-9]{1,10}$/.test(p)) fail(`unsupported size '${p}' in "${s}" (symbolic sizes are not supported)`);
+      if (!/^[0-9]{1,10}$/.test(p)) fail(`unsupported size '${p}' in "${s}" (${SYMBOLIC})`);
       shape.push(Number(p));
     }
   }
