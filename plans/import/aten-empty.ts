@@ -107,6 +107,9 @@ const indexPut =
     if (emptyArg(l, n.args[0])) return bindEmpty(l, n);
     // The values have no rows only when the indices select none (shapes are checked by ATen).
     if (!emptyArg(l, n.args[2]) && !anyEmpty(l, n.args[1])) return undefined;
+    // Every index selects nothing: an empty one, or a mask meeting its condition (checkMasks).
+    const idx = n.args[1];
+    if (idx?.kind === 'list' && idx.items.some((a) => a.kind === 'name' && !emptyArg(l, a) && l.peek(a.name)?.kind === 'tensor' && (l.peek(a.name) as { dtype: string }).dtype !== 'bool')) return undefined;
     checkMasks(l, n, n.args[1]);
     return unchanged(l, n, inPlace);
   };
@@ -115,7 +118,8 @@ const indexAdd =
   (inPlace: boolean): EmptyRule =>
   (l, n) => {
     if (emptyArg(l, n.args[0])) return bindEmpty(l, n);
-    if (!emptyArg(l, n.args[2]) && !emptyArg(l, n.args[3])) return undefined;
+    // (no ids, hence no source rows: ATen checks the two agree)
+    if (!emptyArg(l, n.args[2])) return undefined;
     return unchanged(l, n, inPlace);
   };
 
