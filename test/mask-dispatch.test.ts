@@ -230,6 +230,22 @@ describe('empty selections (plans/import/aten-empty.ts: an expert that receives 
     assert.deepEqual(out(low), [0, 0, 0, 0, 0, 0]);
   });
 
+  it("split_with_sizes with a 0 (recv.split(counts) where a peer sent no rows) gives an empty piece; a slice of length 0 is empty", () => {
+    const text = [
+      'class g(torch.nn.Module):',
+      '    def forward(self, x: "f32[4, 2]"):',
+      '        sp = torch.ops.aten.split_with_sizes.default(x, [0, 3, 0, 1])',
+      '        a: "f32[0, 2]" = sp[0]',
+      '        b: "f32[3, 2]" = sp[1]',
+      '        c: "f32[1, 2]" = sp[3]',
+      '        z: "f32[0, 2]" = torch.ops.aten.slice.Tensor(x, 0, 2, 2)',
+      '        k: "f32[4, 2]" = torch.ops.aten.cat.default([a, b, z, c])',
+      '        return (k,)',
+    ].join('\n');
+    const low = lowerGraph(parseFxGraph('g.py', text));
+    assert.deepEqual(returned(low, run(low, { x: X }), 0), X);
+  });
+
   it('refused: mean over zero elements (NaN in PyTorch), an op with no rule for zero elements, an empty output, an empty mask computed from data', () => {
     assert.throws(() => lower('        a: "f32[2]" = torch.ops.aten.mean.dim(sel, [0])', '        return (a,)'), /the mean over zero elements \(an empty tensor\) is NaN in PyTorch/);
     assert.throws(() => lower('        a: "f32[2]" = torch.ops.aten.amax.default(sel, [0])', '        return (a,)'), /aten\.amax\.default reads a tensor with no elements[^\n]*no rule says what it computes on zero elements/);

@@ -76,8 +76,11 @@ const STATIC = new Set(
     .map((k) => `aten.${k}`)
     .concat(['getitem']),
 );
-/** Creation ops (no tensor operand): a 0-element result is the empty value. `aten.empty` stays uninitialized memory (op maps test its size). */
+/** Creation ops (no tensor operand), and slices of length 0 (literal bounds): a 0-element result is the empty value. `aten.empty` stays uninitialized memory (op maps test its size). */
 const CREATE = new Set(['aten.zeros', 'aten.ones', 'aten.full']);
+
+/** Ops whose list of pieces may hold a 0-size one though neither operand nor (untyped) result shows it. */
+const SIZED = new Set(['aten.split_with_sizes', 'aten.unsafe_split_with_sizes']);
 
 /** A rule for a node with an empty operand or result; undefined: no rewrite applies (the default handling follows). */
 type EmptyRule = (l: Lowerer, n: FxNode, base: Rule) => Val | undefined;
@@ -130,7 +133,35 @@ const zerosIfFull: EmptyRule = (l, n) => {
   return filled(l, n, 0, s);
 };
 
+/**
+ * split_with_sizes with a 0 among the sizes (`recv.split(recv_counts.tolist())` where an expert
+ * got no rows from some member): the split by the other sizes, an empty piece at each 0. The
+ * sizes are the graph's literals (values read into Python, listed with the verdict).
+ */
+const splitSizes: EmptyRule = (l, n, base) => {
+  const sizes = l.ints(n.args[1], 'split_sizes');
+  if (!sizes.includes(0)) return undefined;
+  const a = n.args[0];
+  const xv = a?.kind === 'name' ? l.peek(a.name) : undefined;
+  const shape = xv?.kind === 'tensor' ? xv.shape : xv?.kind === 'opaque' && xv.what === WHAT ? (JSON.parse(String(xv.data['shape'])) as number[]) : l.fail(`${n.target}: expected a tensor`);
+  const dtype = xv?.kind === 'tensor' ? xv.dtype : String((xv as OpaqueVal).data['dtype']);
+  let d = l.int(n.args[2], 'dim', 0);
+  if (d < 0) d += shape.length;
+  const piece = (): OpaqueVal => emptyVal(l, shape.map((s, i) => (i === d ? 0 : s)), dtype, originOf(l, n));
+  const kept = sizes.filter((k) => k > 0);
+  let items: readonly Val[] = [];
+  if (kept.length > 0) {
+    const sub = base(l, { ...n, args: [a as FxArg, { kind: 'list', items: kept.map((k) => ({ kind: 'num', value: k, text: String(k) })) }, ...n.args.slice(2)] });
+    if (sub.kind !== 'list' || sub.items.length !== kept.length) return l.fail(`${n.target}: expected ${kept.length} pieces`);
+    items = sub.items;
+  }
+  let j = 0;
+  return l.bind(n, { kind: 'list', items: sizes.map((k) => (k > 0 ? (items[j++] as Val) : piece())) }, (a as { name?: string }).name);
+};
+
 const RULES: Record<string, EmptyRule> = {
+  'aten.split_with_sizes': splitSizes,
+  'aten.unsafe_split_with_sizes': splitSizes,
   // nonzero of a mask selecting nothing: the mask's soundness condition, then the empty value.
   'planproof.positions': (l, n, base) => {
     if (l.ints(n.args[1], 'positions').length > 0) return undefined;
@@ -190,14 +221,14 @@ function emptyAware(base: Rule): Rule {
   return (l, n) => {
     const reads = n.args.some((a) => anyEmpty(l, a)) || Object.values(n.kwargs).some((a) => anyEmpty(l, a));
     const makes = n.type !== undefined && numel(n.type.shape) === 0;
-    if (!reads && !makes) return base(l, n);
     const key = baseKey(n);
+    if (!reads && !makes && !SIZED.has(key)) return base(l, n);
     // (an item of a list holding an empty one: only the empty items are rewritten)
     if (key === 'getitem' && !makes) return base(l, n);
     const special = RULES[key];
     const r = special?.(l, n, base);
     if (r !== undefined) return r;
-    if (makes && (STATIC.has(key) || CREATE.has(key)) && (reads || CREATE.has(key) || key === 'getitem')) return bindEmpty(l, n);
+    if (makes && (STATIC.has(key) || CREATE.has(key)) && (reads || CREATE.has(key) || key === 'getitem' || key === 'aten.slice')) return bindEmpty(l, n);
     // A 0-element result from operands with elements, not rewritten here: as before this module.
     if (!reads) return base(l, n);
     if (key.startsWith('_c10d_functional') || key.startsWith('c10d') || key.startsWith('planproof.')) l.fail(`${n.target} of a tensor with no elements: a collective or planproof op on an empty tensor is not supported`);

@@ -72,6 +72,8 @@ moe_ep_alltoall-top2-bug moe_ep_alltoall.py ep --top 2 --bug
 moe_ep_alltoall-top2-bug-router moe_ep_alltoall.py ep --top 2 --bug-router
 moe_ep_alltoall-bug moe_ep_alltoall.py ep --bug
 moe_ep_alltoall-bug-router moe_ep_alltoall.py ep --bug-router
+moe_ep_alltoall-tokens2 moe_ep_alltoall.py ep --tokens 2
+moe_ep_alltoall-tokens2-bug-router moe_ep_alltoall.py ep --tokens 2 --bug-router
 moe_mask_dispatch moe_mask_dispatch.py dp
 moe_mask_dispatch-bug moe_mask_dispatch.py dp --bug
 moe_mask_dispatch-bug-router moe_mask_dispatch.py dp --bug-router
