@@ -180,3 +180,77 @@ describe('Switch capacity (HF SwitchTransformersTop1Router: argmax, one_hot, cum
     assert.deepEqual(returned(low, run(low, { v: [0, 2, -1] }), 0), [0, 1, 1]);
   });
 });
+
+describe('empty selections (plans/import/aten-empty.ts: an expert that receives no token)', () => {
+  // Consistent scores: top-2 routing [[0, 2], [1, 0], [0, 1], [0, 1]]; no token's first choice is expert 2.
+  const S2 = [0.5, 0.1, 0.4, 0.3, 0.6, 0.1, 0.6, 0.3, 0.1, 0.7, 0.2, 0.1];
+  const head = [
+    'class g(torch.nn.Module):',
+    '    def forward(self, s: "f32[4, 3]", x: "f32[4, 2]"):',
+    '        topk = torch.ops.aten.topk.default(s, 2)',
+    '        v: "f32[4, 2]" = topk[0]',
+    '        i: "i64[4, 2]" = topk[1]',
+    '        r: "i64[4, 2]" = torch.ops.planproof.routing.default(i, [0, 2, 1, 0, 0, 1, 0, 1])',
+    '        first: "i64[4]" = torch.ops.aten.select.int(r, 1, 0)',
+    '        m: "b8[4]" = torch.ops.aten.eq.Scalar(first, 2)',
+    '        pm: "i64[0, 1]" = torch.ops.planproof.positions.default(m, [])',
+    '        sel: "f32[0, 2]" = torch.ops.aten.index.Tensor(x, [m])',
+  ];
+  const lower = (...body: string[]): Lowered => lowerGraph(parseFxGraph('g.py', [...head, ...body].join('\n')));
+  const out = (low: Lowered): number[] => returned(low, run(low, { s: S2, x: X }), 0);
+
+  it('x[mask] = expert(x[mask]) selecting nothing leaves x as it was (element-wise ops on the empty rows stay empty); the routing is pinned', () => {
+    const low = lower('        y: "f32[0, 2]" = torch.ops.aten.mul.Tensor(sel, 10.0)', '        o: "f32[4, 2]" = torch.ops.aten.index_put.default(x, [m], y)', '        return (o,)');
+    // PyTorch: y is empty, o equals x.
+    assert.deepEqual(out(low), X);
+    assert.equal(low.reads.length, 1);
+    assert.match(low.reads[0] ?? '', /the routing choices 'r' pinned to those the run made \(the value read at g\.py:\d+ \(the positions of a mask\) depends on them\)/);
+  });
+
+  it("mm contracting the empty rows (a linear's weight gradient) is zeros", () => {
+    const low = lower('        t: "f32[2, 0]" = torch.ops.aten.t.default(sel)', '        w: "f32[2, 2]" = torch.ops.aten.mm.default(t, sel)', '        return (w,)');
+    assert.deepEqual(out(low), [0, 0, 0, 0]);
+  });
+
+  it('sum over the empty dim (a bias gradient) is zeros', () => {
+    assert.deepEqual(out(lower('        b: "f32[2]" = torch.ops.aten.sum.dim_IntList(sel, [0])', '        return (b,)')), [0, 0]);
+  });
+
+  it("index_add_ of no rows (Mixtral's final_hidden_states.index_add_(0, top_x, ...)) leaves the target; the name read afterwards holds it", () => {
+    const low = lower('        c: "f32[4, 2]" = torch.ops.aten.clone.default(x)', '        u = torch.ops.aten.unbind.int(pm, 1)', '        top_x: "i64[0]" = u[0]', '        a: "f32[4, 2]" = torch.ops.aten.index_add_.default(c, 0, top_x, sel)', '        return (c,)');
+    assert.deepEqual(out(low), X);
+  });
+
+  it('cat with an empty piece is the cat of the others', () => {
+    assert.deepEqual(out(lower('        k: "f32[4, 2]" = torch.ops.aten.cat.default([x, sel])', '        return (k,)')), X);
+  });
+
+  it('embedding_dense_backward of no ids is zeros of the table', () => {
+    const low = lower('        u = torch.ops.aten.unbind.int(pm, 1)', '        ids: "i64[0]" = u[0]', '        e: "f32[3, 2]" = torch.ops.aten.embedding_dense_backward.default(sel, ids, 3, -1, False)', '        return (e,)');
+    assert.deepEqual(out(low), [0, 0, 0, 0, 0, 0]);
+  });
+
+  it("split_with_sizes with a 0 (recv.split(counts) where a peer sent no rows) gives an empty piece; a slice of length 0 is empty", () => {
+    const text = [
+      'class g(torch.nn.Module):',
+      '    def forward(self, x: "f32[4, 2]"):',
+      '        sp = torch.ops.aten.split_with_sizes.default(x, [0, 3, 0, 1])',
+      '        a: "f32[0, 2]" = sp[0]',
+      '        b: "f32[3, 2]" = sp[1]',
+      '        c: "f32[1, 2]" = sp[3]',
+      '        z: "f32[0, 2]" = torch.ops.aten.slice.Tensor(x, 0, 2, 2)',
+      '        k: "f32[4, 2]" = torch.ops.aten.cat.default([a, b, z, c])',
+      '        return (k,)',
+    ].join('\n');
+    const low = lowerGraph(parseFxGraph('g.py', text));
+    assert.deepEqual(returned(low, run(low, { x: X }), 0), X);
+  });
+
+  it('refused: mean over zero elements (NaN in PyTorch), an op with no rule for zero elements, an empty output, an empty mask computed from data', () => {
+    assert.throws(() => lower('        a: "f32[2]" = torch.ops.aten.mean.dim(sel, [0])', '        return (a,)'), /the mean over zero elements \(an empty tensor\) is NaN in PyTorch/);
+    assert.throws(() => lower('        a: "f32[2]" = torch.ops.aten.amax.default(sel, [0])', '        return (a,)'), /aten\.amax\.default reads a tensor with no elements[^\n]*no rule says what it computes on zero elements/);
+    assert.throws(() => lower('        return (sel,)'), /a tensor with no elements \[0, 2\][^\n]*is read by an op with no rule for zero elements/);
+    const fromData = ['class g(torch.nn.Module):', '    def forward(self, x: "f32[4, 2]"):', '        m: "b8[4, 2]" = torch.ops.aten.gt.Scalar(x, 100.0)', '        pm: "i64[0, 2]" = torch.ops.planproof.positions.default(m, [])', '        sel: "f32[0]" = torch.ops.aten.index.Tensor(x, [m])', '        o: "f32[4, 2]" = torch.ops.aten.index_put.default(x, [m], sel)', '        return (o,)'].join('\n');
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', fromData)), /the mask depends on 'x', not only on routing choices/);
+  });
+});

@@ -27,6 +27,9 @@ their input), scaled by the router probability.
 With `--style switch`, `--bug` counts the token priority over the rank's whole batch
 (`cumsum` over the flattened tokens, a capacity shared by the sequences of the batch): the tokens
 dropped depend on how the batch is split.
+`--seed N`: the parameters' seed (default 3 for Switch, 0 otherwise); with `--style switch
+--seed 0` no token of rank 0 picks expert 2 (an expert with an empty selection).
+`--seq-len N`: tokens per sequence (default 4); short sequences leave Mixtral's experts empty.
 `--bug-router`: the router's gradient is not all-reduced (only the experts' are, as when the
 gate is left out of the data-parallel gradient group).
 """
@@ -40,6 +43,8 @@ import torch.nn.functional as F
 BUG = "--bug" in sys.argv
 BUG_ROUTER = "--bug-router" in sys.argv
 STYLE = sys.argv[sys.argv.index("--style") + 1] if "--style" in sys.argv else "mixtral"
+SEQ = int(sys.argv[sys.argv.index("--seq-len") + 1]) if "--seq-len" in sys.argv else 4
+SEED = int(sys.argv[sys.argv.index("--seed") + 1]) if "--seed" in sys.argv else None
 HIDDEN, FFN, NUM_EXPERTS, TOP_K = 4, 6, 3, 2
 
 
@@ -199,7 +204,8 @@ class MistralBlock(nn.Module):
 def step(cap):
     ws, rank = dist.get_world_size(), dist.get_rank()
     # (seed 3 for Switch: with seed 0 no token of rank 0 picks expert 2, an empty selection)
-    torch.manual_seed(3 if STYLE == "switch" else 0)
+    # (`--seed N` overrides it: small runs leave experts empty all the time)
+    torch.manual_seed(SEED if SEED is not None else 3 if STYLE == "switch" else 0)
     if STYLE == "switch":
         model = SwitchTransformersSparseMLP(HIDDEN, FFN, NUM_EXPERTS)
     else:
@@ -208,8 +214,8 @@ def step(cap):
     for name, p in model.named_parameters():
         cap.replicate(p, name=name.replace(".", "_"), role="param")
     g = torch.Generator().manual_seed(1)
-    data = cap.replicate(torch.randn(4, 4, HIDDEN, generator=g), name="data")
-    target = cap.replicate(torch.randn(4, 4, HIDDEN, generator=g), name="target")
+    data = cap.replicate(torch.randn(4, SEQ, HIDDEN, generator=g), name="data")
+    target = cap.replicate(torch.randn(4, SEQ, HIDDEN, generator=g), name="target")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with cap.trace():
         x, y = data.chunk(ws)[rank], target.chunk(ws)[rank]

@@ -100,6 +100,17 @@ function requireDetermined(l: Lowerer, r: Recorded, what: string): void {
   }
 }
 
+/**
+ * A mask that selects nothing (x[mask] of no rows, aten-empty.ts): its recorded positions must
+ * be none, and it must be determined by pinned routing and constants as any other mask, so that
+ * it selects nothing on every input the verdict covers.
+ */
+export function requireEmptySelection(l: Lowerer, n: FxNode, mask: TensorVal): void {
+  const r = recorded(l).get(mask.id) ?? l.fail(`${n.target}: a boolean mask selects no element in the captured run, and the capture recorded no positions for it (a mask of at most 4096 elements, captured by planproof capture)`);
+  if (r.flat.length !== 0) l.fail(`${n.target}: the graph says the mask selects nothing, but its recorded positions are ${r.flat.length / mask.shape.length}`);
+  requireDetermined(l, r, `${n.target}`);
+}
+
 /** The recorded positions of `mask`, checked and pinned: one int64 index tensor per mask dim. */
 export function maskIndices(l: Lowerer, n: FxNode, mask: TensorVal, what: string): TensorVal[] {
   const r = recorded(l).get(mask.id) ?? l.fail(`${n.target}: a boolean mask index (x[mask]) selects a number of elements that depends on the data, and the capture recorded no positions for ${what} (a mask of at most 4096 elements, captured by planproof capture)`);

@@ -13,6 +13,7 @@ import { INDEX_RULES } from './aten-index.js';
 import { SORT_RULES } from './aten-sort.js';
 import { CONV_RULES } from './aten-conv.js';
 import { MASK_RULES } from './aten-mask.js';
+import { withEmpty } from './aten-empty.js';
 import { LOOPS_RULES } from './aten-loops.js';
 import { withComplex } from './aten-complex.js';
 import { maskedSoftmax, negInfOf, withNegInf } from './aten-neginf.js';
@@ -628,8 +629,8 @@ function layerNormBackwardOf(l: Lowerer, n: FxNode, g: TensorVal, x: TensorVal, 
   return l.bind(n, { kind: 'list', items: [mask[0] === false ? { kind: 'none' } : dx, some(dw), some(db)] });
 }
 
-/** The rules, with tensors holding -inf carried to the softmax that reads them (aten-neginf.ts) and complex values as pairs of reals (aten-complex.ts). */
-const ALL_RULES = withNegInf(withComplex(RULES));
+/** The rules, with tensors of no elements rewritten by what ops compute on them (aten-empty.ts), tensors holding -inf carried to the softmax that reads them (aten-neginf.ts) and complex values as pairs of reals (aten-complex.ts). */
+const ALL_RULES = withEmpty(withNegInf(withComplex(RULES)));
 
 /** The logits and dim of each log_softmax output (for the cross-entropy pattern). */
 const logSoftmaxOf = new WeakMap<TensorVal, { logits: TensorVal; dim: number }>();

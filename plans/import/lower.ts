@@ -264,6 +264,10 @@ export class Lowerer {
       else this.vals.set(name, before);
     }
   }
+  /** The value a name holds, without `val`'s checks (aten-empty.ts looks for empty tensors among a node's arguments). */
+  peek(name: string): Val | undefined {
+    return this.vals.get(name);
+  }
   private readonly materialized = new WeakMap<OpaqueVal, TensorVal>();
   tensor(a: FxArg | undefined, what: string): TensorVal {
     const v = this.val(a, what);

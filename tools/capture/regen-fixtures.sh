@@ -72,6 +72,8 @@ moe_ep_alltoall-top2-bug moe_ep_alltoall.py ep --top 2 --bug
 moe_ep_alltoall-top2-bug-router moe_ep_alltoall.py ep --top 2 --bug-router
 moe_ep_alltoall-bug moe_ep_alltoall.py ep --bug
 moe_ep_alltoall-bug-router moe_ep_alltoall.py ep --bug-router
+moe_ep_alltoall-tokens2 moe_ep_alltoall.py ep --tokens 2
+moe_ep_alltoall-tokens2-bug-router moe_ep_alltoall.py ep --tokens 2 --bug-router
 moe_mask_dispatch moe_mask_dispatch.py dp
 moe_mask_dispatch-bug moe_mask_dispatch.py dp --bug
 moe_mask_dispatch-bug-router moe_mask_dispatch.py dp --bug-router
@@ -80,6 +82,14 @@ moe_mask_dispatch-mistral-bug moe_mask_dispatch.py dp --style mistral --bug
 moe_mask_dispatch-switch moe_mask_dispatch.py dp --style switch
 moe_mask_dispatch-switch-bug moe_mask_dispatch.py dp --style switch --bug
 moe_mask_dispatch-switch-bug-router moe_mask_dispatch.py dp --style switch --bug-router
+moe_mask_dispatch-switch-seed0 moe_mask_dispatch.py dp --style switch --seed 0
+moe_mask_dispatch-switch-seed0-bug moe_mask_dispatch.py dp --style switch --seed 0 --bug
+moe_mask_dispatch-switch-empty moe_mask_dispatch.py dp --style switch --seed 0 --seq-len 1
+moe_mask_dispatch-switch-empty-bug moe_mask_dispatch.py dp --style switch --seed 0 --seq-len 1 --bug
+moe_mask_dispatch-empty moe_mask_dispatch.py dp --seed 0 --seq-len 1
+moe_mask_dispatch-empty-bug moe_mask_dispatch.py dp --seed 0 --seq-len 1 --bug
+moe_mask_dispatch-mistral-empty moe_mask_dispatch.py dp --style mistral --seed 0 --seq-len 1
+moe_mask_dispatch-mistral-empty-bug moe_mask_dispatch.py dp --style mistral --seed 0 --seq-len 1 --bug
 llama_tp-neginf llama_tp.py tp --neg-inf
 llama_tp-neginf-bug llama_tp.py tp --neg-inf --bug
 zero1_allgather zero1_allgather.py dp
