@@ -127,7 +127,10 @@ class Capture:
         rel = {"placements": self.placements(placement, "input %s" % name)}
         if role != "input":
             rel["role"] = role
-        if values is not None:
+        if isinstance(values, dict):
+            # {"range": [lo, hi], "also": [-100]}: an ignore index besides the range (docs/plan-format.md).
+            rel["values"] = {k: list(v) for k, v in values.items()}
+        elif values is not None:
             rel["values"] = {"range": list(values)}
         self.relations[name] = rel
         return t

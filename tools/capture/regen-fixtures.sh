@@ -158,5 +158,12 @@ ddp_gradtricks-bug ddp_gradtricks.py dp --bug
 ddp_gradtricks-inf ddp_gradtricks.py dp --clip inf
 ddp_gradtricks-inf-bug ddp_gradtricks.py dp --clip inf --bug
 ddp_gradtricks-l1 ddp_gradtricks.py dp --clip l1
+t5_encoder_ddp t5_encoder_ddp.py dp
+t5_encoder_ddp-bug t5_encoder_ddp.py dp --bug
+ddp_losses-nll_w ddp_losses.py dp --loss nll_w
+ddp_losses-nll_w-bug ddp_losses.py dp --loss nll_w --bug
+ddp_losses-nll_w_mean ddp_losses.py dp --loss nll_w_mean
+ddp_losses-cosine ddp_losses.py dp --loss cosine
+ddp_losses-cosine-bug ddp_losses.py dp --loss cosine --bug
 LIST
 rm -rf tools/capture/__pycache__
