@@ -165,5 +165,9 @@ ddp_losses-nll_w-bug ddp_losses.py dp --loss nll_w --bug
 ddp_losses-nll_w_mean ddp_losses.py dp --loss nll_w_mean
 ddp_losses-cosine ddp_losses.py dp --loss cosine
 ddp_losses-cosine-bug ddp_losses.py dp --loss cosine --bug
+ddp_optim-onecycle ddp_optim.py dp --opt onecycle
+ddp_optim-onecycle-bug ddp_optim.py dp --opt onecycle --bug
+ddp_optim-warmup_cosine ddp_optim.py dp --opt warmup_cosine
+ddp_optim-warmup_cosine-bug ddp_optim.py dp --opt warmup_cosine --bug
 LIST
 rm -rf tools/capture/__pycache__
