@@ -72,7 +72,8 @@ function nllBackward(l: Lowerer, n: FxNode, w: TensorVal): Val {
  * A float value into an integer x truncates: refused.
  */
 function fillTensor(l: Lowerer, n: FxNode, inPlace: boolean): Val {
-  const x = l.tensor(n.args[0], 'self');
+  // (uninitialized memory, `x.new_empty(()).fill_(v)`: every element is written, its shape and dtype are the empty's)
+  const x = isUninitialized(l, n) ? uninitializedShape(l, n) : l.tensor(n.args[0], 'self');
   const v = l.tensor(n.args[1], 'value');
   if (v.shape.length !== 0) l.fail(`${n.target}: the value has shape [${v.shape.join(', ')}]; fill_ takes a 0-d tensor`);
   const fl = (d: string): boolean => d.startsWith('float') || d === 'bfloat16';
@@ -89,14 +90,17 @@ function fillTensor(l: Lowerer, n: FxNode, inPlace: boolean): Val {
  * nothing of the uninitialized values can be read.
  */
 function fillUninitialized(l: Lowerer, n: FxNode, c: number): Val {
-  const d = l.val(n.args[0], 'self');
-  const shape = JSON.parse(String(d.kind === 'opaque' ? d.data['shape'] : '[]')) as number[];
-  const dtype = String(d.kind === 'opaque' ? d.data['dtype'] : 'float32');
+  const { shape, dtype } = uninitializedShape(l, n);
   if (!Number.isFinite(c)) l.fail(`${n.target}: the fill value ${c} is not a finite number`);
   const k = dtype === 'bool' ? l.one('compare', [l.constant(c), l.constant(0)], { rel: 'ne' }, undefined, 'bool') : l.constant(c);
   const v = l.one('expand', [k], { shape }, l.out(n), dtype);
   l.write(n.args[0], v);
   return l.bind(n, v);
+}
+
+function uninitializedShape(l: Lowerer, n: FxNode): { shape: number[]; dtype: string } {
+  const d = l.val(n.args[0], 'self');
+  return { shape: JSON.parse(String(d.kind === 'opaque' ? d.data['shape'] : '[]')) as number[], dtype: String(d.kind === 'opaque' ? d.data['dtype'] : 'float32') };
 }
 
 function isUninitialized(l: Lowerer, n: FxNode): boolean {
