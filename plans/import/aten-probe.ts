@@ -2,7 +2,8 @@
  * ATen ops of training scripts as people write them that the held-out probes trip on (issue 33):
  * class-weighted NLL (`F.nll_loss` / `F.cross_entropy` with `weight=`, with ignored labels as
  * Hugging Face pads them with -100), `fill_` with a 0-d tensor value, and `fill_` / `zero_` of
- * uninitialized memory (`empty_like(x).fill_(1)`: every element written). Each rule lowers to
+ * uninitialized memory (`empty_like(x).fill_(1)`: every element written), and the in-place
+ * layout ops `transpose_` / `t_` (torch 1.13's CPU GRU). Each rule lowers to
  * planproof ops whose exact real meaning is the ATen kernel's value (docs/import.md):
  *
  *   nll_w(lp, t; w, ii)  per row n: −w[t_n]·lp[n, t_n]·[t_n ≠ ii]
@@ -115,6 +116,22 @@ function isTensorArg(l: Lowerer, n: FxNode, k: number): boolean {
   return a !== undefined && a.kind === 'name' && l.val(a, 'value').kind === 'tensor';
 }
 
+/**
+ * x.transpose_(d0, d1) / x.t_() (what torch 1.13's CPU `nn.GRU` / `nn.RNN` do to their stacked
+ * outputs with batch_first): the op changes x's sizes and strides, not its storage, so the name
+ * x is rebound to the transposed view and every other alias of the storage keeps its own
+ * layout and values (nothing is written).
+ */
+function inPlaceView(base: Rule): Rule {
+  return (l, n) => {
+    const a = n.args[0];
+    if (a === undefined || a.kind !== 'name') return l.fail(`${n.target}: in-place op on something that is not a named tensor`);
+    const v = base(l, n);
+    l.bind({ ...n, name: a.name }, v, a.name);
+    return v;
+  };
+}
+
 /** `rules` with the weighted NLL forms and fill with a tensor value; every other form falls back to the rule given. */
 export function withProbe(rules: Record<string, Rule>): Record<string, Rule> {
   const fallback = (name: string): Rule => rules[name] ?? ((l: Lowerer, n: FxNode): Val => l.fail(`unsupported ATen op '${n.target}'`));
@@ -123,6 +140,8 @@ export function withProbe(rules: Record<string, Rule>): Record<string, Rule> {
   const fill = fallback('aten.fill_');
   const fillF = fallback('aten.fill');
   const zero = fallback('aten.zero_');
+  const transpose = fallback('aten.transpose');
+  const t = fallback('aten.t');
   return {
     ...rules,
     'aten.nll_loss_forward': (l, n) => {
@@ -137,6 +156,8 @@ export function withProbe(rules: Record<string, Rule>): Record<string, Rule> {
       if (isTensorArg(l, n, 1)) return fillTensor(l, n, true);
       return isUninitialized(l, n) ? fillUninitialized(l, n, l.num(n.args[1], 'value')) : fill(l, n);
     },
+    'aten.transpose_': inPlaceView(transpose),
+    'aten.t_': inPlaceView(t),
     'aten.zero_': (l, n) => (isUninitialized(l, n) ? fillUninitialized(l, n, 0) : zero(l, n)),
     'aten.fill': (l, n) => (isTensorArg(l, n, 1) ? fillTensor(l, n, false) : fillF(l, n)),
   };

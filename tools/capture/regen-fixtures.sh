@@ -171,5 +171,7 @@ ddp_optim-warmup_cosine ddp_optim.py dp --opt warmup_cosine
 ddp_optim-warmup_cosine-bug ddp_optim.py dp --opt warmup_cosine --bug
 bert_pad_ddp bert_pad_ddp.py dp
 bert_pad_ddp-bug bert_pad_ddp.py dp --bug
+gru_classifier_ddp gru_classifier_ddp.py dp
+gru_classifier_ddp-bug gru_classifier_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
