@@ -3,7 +3,7 @@
  * class-weighted NLL (`F.nll_loss` / `F.cross_entropy` with `weight=`, with ignored labels as
  * Hugging Face pads them with -100), `fill_` with a 0-d tensor value, and `fill_` / `zero_` of
  * uninitialized memory (`empty_like(x).fill_(1)`: every element written), and the in-place
- * layout ops `transpose_` / `t_` (torch 1.13's CPU GRU). Each rule lowers to
+ * layout ops `transpose_` / `t_` (torch 1.13's CPU GRU), and `flip` (reverse cumulative sums). Each rule lowers to
  * planproof ops whose exact real meaning is the ATen kernel's value (docs/import.md):
  *
  *   nll_w(lp, t; w, ii)  per row n: −w[t_n]·lp[n, t_n]·[t_n ≠ ii]
@@ -132,6 +132,39 @@ function inPlaceView(base: Rule): Rule {
   };
 }
 
+/**
+ * torch.flip(x, dims): along each dim d, out[i] = Σ_j [i + j = n − 1]·x[j] (n = x.shape[d]), a
+ * product with the 0/1 anti-identity (`iota`, `add`, `compare`) summed over j: exactly the
+ * reversal (one nonzero term per element), the dim moved to the front and back by `permute`.
+ */
+function flipDim(l: Lowerer, x: TensorVal, d: number, out?: string): TensorVal {
+  const len = x.shape[d] as number;
+  const dims = x.shape.map((_, i) => i);
+  const front = [d, ...dims.filter((i) => i !== d)];
+  const xp = d === 0 ? x : l.one('permute', [x], { dims: front });
+  const rest = xp.shape.slice(1);
+  const xe = l.one('reshape', [xp], { shape: [len, 1, ...rest] });
+  const j = l.one('iota', [l.constant(0)], { shape: [len, len], dim: 0, step: 1 }, undefined, 'int64');
+  const i = l.one('iota', [l.constant(0)], { shape: [len, len], dim: 1, step: 1 }, undefined, 'int64');
+  const anti = l.one('compare', [l.one('add', [j, i], {}, undefined, 'int64'), l.constant(len - 1)], { rel: 'eq' }, undefined, 'int64');
+  const am = l.one('reshape', [anti], { shape: [len, len, ...rest.map(() => 1)] }, undefined, 'int64');
+  const sum = l.one('sum', [l.one('mul', [xe, am], {}, undefined, x.dtype)], { dims: [0] }, d === 0 ? out : undefined, x.dtype);
+  return d === 0 ? sum : l.one('permute', [sum], { dims: dims.map((k) => front.indexOf(k)) }, out, x.dtype);
+}
+
+function flip(l: Lowerer, n: FxNode): Val {
+  const x = l.tensor(n.args[0], 'self');
+  const nd = x.shape.length;
+  const dims = [...new Set(l.ints(n.args[1], 'dims').map((d) => (d < 0 ? d + nd : d)))];
+  if (dims.some((d) => d < 0 || d >= nd)) l.fail(`${n.target}: a dim out of range for [${x.shape.join(', ')}]`);
+  if (dims.some((d) => (x.shape[d] as number) > 1024)) l.fail(`${n.target}: at most 1,024 elements along a flipped dim are supported`);
+  let v = x;
+  dims.forEach((d, k) => {
+    v = flipDim(l, v, d, k === dims.length - 1 ? l.out(n) : undefined);
+  });
+  return l.bind(n, dims.length === 0 ? l.one('identity', [x], {}, l.out(n)) : v);
+}
+
 /** `rules` with the weighted NLL forms and fill with a tensor value; every other form falls back to the rule given. */
 export function withProbe(rules: Record<string, Rule>): Record<string, Rule> {
   const fallback = (name: string): Rule => rules[name] ?? ((l: Lowerer, n: FxNode): Val => l.fail(`unsupported ATen op '${n.target}'`));
@@ -156,6 +189,7 @@ export function withProbe(rules: Record<string, Rule>): Record<string, Rule> {
       if (isTensorArg(l, n, 1)) return fillTensor(l, n, true);
       return isUninitialized(l, n) ? fillUninitialized(l, n, l.num(n.args[1], 'value')) : fill(l, n);
     },
+    'aten.flip': flip,
     'aten.transpose_': inPlaceView(transpose),
     'aten.t_': inPlaceView(t),
     'aten.zero_': (l, n) => (isUninitialized(l, n) ? fillUninitialized(l, n, 0) : zero(l, n)),

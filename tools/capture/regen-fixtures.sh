@@ -173,5 +173,7 @@ bert_pad_ddp bert_pad_ddp.py dp
 bert_pad_ddp-bug bert_pad_ddp.py dp --bug
 gru_classifier_ddp gru_classifier_ddp.py dp
 gru_classifier_ddp-bug gru_classifier_ddp.py dp --bug
+reinforce_ddp reinforce_ddp.py dp
+reinforce_ddp-bug reinforce_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
