@@ -30,13 +30,19 @@ _NOT_FACTORY = ("empty", "rand", "bernoulli", "normal", "uniform", "multinomial"
 
 
 def _storage(t):
-    s = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
-    return s.data_ptr()
+    """The address of t's storage, or None where it has none to read (a wrapper subclass)."""
+    try:
+        s = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+        return s.data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
 
 
 def mark(cap, t):
     """`t` (an exact constant of the graph, or a constant-derived op output) is constant-derived."""
-    cap.constlike[id(t)] = (t, _storage(t))
+    key = _storage(t)
+    if key is not None:
+        cap.constlike[id(t)] = (t, key)
 
 
 def _marked(cap, t):
@@ -50,6 +56,10 @@ def invalidate(cap, t):
     if not cap.constlike or not isinstance(t, torch.Tensor):
         return
     key = _storage(t)
+    if key is None:
+        # (no storage to compare: every mark goes, conservatively)
+        cap.constlike.clear()
+        return
     for k in [k for k, (v, _) in cap.constlike.items() if _storage(v) == key]:
         del cap.constlike[k]
 
