@@ -269,6 +269,40 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'ddp_gradtricks-inf', script: 'ddp_gradtricks.py', args: ['--clip', 'inf'], axis: 'dp', code: 0 },
   { name: 'ddp_gradtricks-inf-bug', script: 'ddp_gradtricks.py', args: ['--clip', 'inf', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \((loss|params_flat), op 'return\.(loss|params_flat)'\)/ },
   { name: 'ddp_gradtricks-l1', script: 'ddp_gradtricks.py', args: ['--clip', 'l1'], axis: 'dp', code: 0 },
+  // HF T5's relative position buckets (torch.log of arange positions, .to(torch.long)): the
+  // truncation of constants is folded into the run's constant (docs/capture.md, "Constant
+  // folding"). Twin: rank 1 buckets with bidirectional=False.
+  // Class-weighted cross-entropy with -100 padded labels: the sum over the all-reduced weight
+  // total verifies; each rank's weighted mean (what F.nll_loss(weight=) gives) does not.
+  { name: 'ddp_losses-nll_w', script: 'ddp_losses.py', args: ['--loss', 'nll_w'], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-nll_w-bug', script: 'ddp_losses.py', args: ['--loss', 'nll_w', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  { name: 'ddp_losses-nll_w_mean', script: 'ddp_losses.py', args: ['--loss', 'nll_w_mean'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  // nn.CosineEmbeddingLoss (empty_like(d).fill_(1): a fill of uninitialized memory) and
+  // 1 - F.cosine_similarity(...).mean(); twin: strided targets.
+  { name: 'ddp_losses-cosine', script: 'ddp_losses.py', args: ['--loss', 'cosine'], axis: 'dp', code: 0 },
+  { name: 'ddp_losses-cosine-bug', script: 'ddp_losses.py', args: ['--loss', 'cosine', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(loss, op 'return\.loss'\)/ },
+  // LR schedules stepped inside the captured steps: OneCycleLR (SGD, cycled momentum) and a
+  // LinearLR warmup then CosineAnnealingLR by SequentialLR (AdamW); twins: rank 1 skips zero_grad.
+  { name: 'ddp_optim-onecycle', script: 'ddp_optim.py', args: ['--opt', 'onecycle'], axis: 'dp', code: 0 },
+  { name: 'ddp_optim-onecycle-bug', script: 'ddp_optim.py', args: ['--opt', 'onecycle', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  { name: 'ddp_optim-warmup_cosine', script: 'ddp_optim.py', args: ['--opt', 'warmup_cosine'], axis: 'dp', code: 0 },
+  { name: 'ddp_optim-warmup_cosine-bug', script: 'ddp_optim.py', args: ['--opt', 'warmup_cosine', '--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  // A BERT classifier on padded batches as HF writes it: padding_idx, a position_ids buffer,
+  // masked_fill(~mask, torch.tensor(finfo.min)), tanh pooler; the logged loss kept by
+  // tracker.fill_(loss.detach()) (fill_ with a 0-d tensor). Twin: strided labels.
+  { name: 'bert_pad_ddp', script: 'bert_pad_ddp.py', args: [], axis: 'dp', code: 0, heavy: true },
+  { name: 'bert_pad_ddp-bug', script: 'bert_pad_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(loss, op 'return\.loss'\)/, verify: ['--infer', '--jobs', '2'] },
+  // A GRU text classifier as the tutorials write it (output[:, -1, :]; torch 1.13's CPU GRU
+  // transposes its stacked output in place, transpose_), Adam and clip_grad_norm_. Twin: the
+  // loss summed per rank (DDP averages the sums).
+  { name: 'gru_classifier_ddp', script: 'gru_classifier_ddp.py', args: [], axis: 'dp', code: 0, heavy: true },
+  { name: 'gru_classifier_ddp-bug', script: 'gru_classifier_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-zA-Z0-9_]+, op 'return\.[a-zA-Z0-9_]+'\)/, verify: ['--infer', '--jobs', '2'] },
+  // REINFORCE with rewards-to-go by flip-cumsum-flip (torch.flip as an anti-identity product).
+  // Twin: rank 1 drops the flips (rewards so far, not to go).
+  { name: 'reinforce_ddp', script: 'reinforce_ddp.py', args: [], axis: 'dp', code: 0 },
+  { name: 'reinforce_ddp-bug', script: 'reinforce_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(loss, op 'return\.loss'\)/ },
+  { name: 't5_encoder_ddp', script: 't5_encoder_ddp.py', args: [], axis: 'dp', code: 0 },
+  { name: 't5_encoder_ddp-bug', script: 't5_encoder_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-zA-Z0-9_]+_new, op 'return\.[a-zA-Z0-9_]+_new'\)/, verify: ['--infer', '--jobs', '2'] },
 ];
 
 const HOOK = [
@@ -437,7 +471,7 @@ const NOISY_KEY_BIAS: Record<string, { re: RegExp; d: number; lr: number }> = {
 };
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {
-  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'moe_ep_alltoall-tokens2', 'moe_mask_dispatch', 'moe_mask_dispatch-mistral', 'moe_mask_dispatch-switch', 'moe_mask_dispatch-switch-seed0', 'moe_mask_dispatch-switch-empty', 'moe_mask_dispatch-empty', 'moe_mask_dispatch-mistral-empty', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'ddp_cnn-strided-b32', 'mingpt_ddp', 'ddp_transformer', 'lstm_lm_ddp', 'llama_meta_tp', 'ddp_mha', 'hf_gpt2_ddp', 'vit_ddp', 'checkpoint_ddp', 'ddp_losses', 'ddp_losses-mse_sum', 'ddp_losses-huber', 'ddp_losses-smoothl1', 'ddp_losses-bce', 'ddp_losses-kl', 'ddp_optim', 'ddp_optim-rmsprop', 'ddp_optim-adagrad', 'ddp_optim-amsgrad', 'ddp_optim-groups', 'ddp_gradtricks', 'ddp_gradtricks-inf', 'ddp_gradtricks-l1']) {
+  for (const name of ['tp_mlp', 'ddp_mlp', 'ops_mix', 'adamw_mlp', 'gpt_block_sp', 'llama_tp', 'ddp_clip', 'lm_label_smoothing', 'ddp_nosync', 'pipeline_sendrecv', 'llama_tp-neginf', 'zero1_allgather', 'scatter_gather', 'sync_minmax', 'megatron_tp_pp', 'megatron_clip', 'clip_contrastive', 'pipeline_1f1b', 'moe_ep_alltoall', 'moe_ep_alltoall-onehot', 'moe_ep_alltoall-histc', 'moe_ep_alltoall-top2', 'moe_ep_alltoall-tokens2', 'moe_mask_dispatch', 'moe_mask_dispatch-mistral', 'moe_mask_dispatch-switch', 'moe_mask_dispatch-switch-seed0', 'moe_mask_dispatch-switch-empty', 'moe_mask_dispatch-empty', 'moe_mask_dispatch-mistral-empty', 'additive_mask_dp', 'additive_mask_dp-triu', 'additive_mask_dp-fill', 'additive_mask_cp', 'ddp_cnn', 'ddp_cnn-geometry', 'ddp_cnn-ties', 'ddp_cnn-bn', 'ddp_cnn-strided', 'ddp_cnn-strided-b32', 'mingpt_ddp', 'ddp_transformer', 'lstm_lm_ddp', 'llama_meta_tp', 'ddp_mha', 'hf_gpt2_ddp', 'vit_ddp', 'checkpoint_ddp', 'ddp_losses', 'ddp_losses-mse_sum', 'ddp_losses-huber', 'ddp_losses-smoothl1', 'ddp_losses-bce', 'ddp_losses-kl', 'ddp_optim', 'ddp_optim-rmsprop', 'ddp_optim-adagrad', 'ddp_optim-amsgrad', 'ddp_optim-groups', 'ddp_gradtricks', 'ddp_gradtricks-inf', 'ddp_gradtricks-l1', 't5_encoder_ddp', 'ddp_losses-nll_w', 'ddp_losses-nll_w_mean', 'ddp_losses-cosine', 'ddp_optim-onecycle', 'ddp_optim-warmup_cosine', 'bert_pad_ddp', 'gru_classifier_ddp', 'reinforce_ddp']) {
     it(`${name}: every output of the imported logical graph equals PyTorch's`, () => {
       const { got, want } = logicalOutputs(name);
       assert.ok(got.size >= 2);

@@ -9,7 +9,12 @@
   bce       F.binary_cross_entropy_with_logits(logits, labels, pos_weight=pos_weight) (multi-label)
   kl        F.kl_div(F.log_softmax(s / T, -1), F.softmax(t / T, -1), reduction='batchmean') * T * T
             (distillation from a frozen teacher)
-  nll_w     F.nll_loss(F.log_softmax(logits, 1), y, weight=class_weight)
+  nll_w     F.cross_entropy(logits, y, weight=class_weight, reduction='sum') over the class
+            weight of the labels of every rank (all-reduced), as the single-device mean
+            normalizes; labels padded with -100 (ignored), as Hugging Face pads them
+  nll_w_mean F.nll_loss(F.log_softmax(logits, 1), y, weight=class_weight): each rank's mean
+            over its own rows' weight, so DDP's average is not the single-device loss
+            (NOT EQUIVALENT: the common mistake, not a twin that should verify)
   cosine    nn.CosineEmbeddingLoss()(a, b, sign) and 1 - F.cosine_similarity(a, b).mean()
 The model is `nn.Sequential(Linear, ReLU, Linear)` wrapped in DistributedDataParallel; each rank
 takes `x.chunk(world)[rank]`; `torch.optim.SGD(lr=0.1)`.
@@ -49,8 +54,10 @@ def step(cap):
     if LOSS == "bce":
         target = cap.replicate(torch.randint(0, 2, (BATCH, OUT), generator=g).float(), name="target", values=(0, 2))
         pos_weight = torch.tensor([1.0, 2.0, 0.5, 3.0])
-    elif LOSS == "nll_w":
-        target = cap.replicate(torch.randint(0, OUT, (BATCH,), generator=g), name="target", values=(0, OUT))
+    elif LOSS in ("nll_w", "nll_w_mean"):
+        labels = torch.randint(0, OUT, (BATCH,), generator=g)
+        labels[[1, 6]] = -100  # padding
+        target = cap.replicate(labels, name="target", values={"range": (0, OUT), "also": (-100,)})
         class_weight = torch.tensor([1.0, 0.5, 2.0, 1.5])
     elif LOSS == "cosine":
         target = cap.replicate(torch.randn(BATCH, OUT, generator=g), name="target")
@@ -81,6 +88,11 @@ def step(cap):
                 t_logits = teacher(data[rank::ws])
             loss = F.kl_div(F.log_softmax(out / T, dim=-1), F.softmax(t_logits / T, dim=-1), reduction="batchmean") * T * T
         elif LOSS == "nll_w":
+            valid = y != -100
+            denom = (class_weight[y.masked_fill(~valid, 0)] * valid).sum()
+            dist.all_reduce(denom)
+            loss = F.cross_entropy(out, y, weight=class_weight, reduction="sum") * ws / denom
+        elif LOSS == "nll_w_mean":
             loss = F.nll_loss(F.log_softmax(out, dim=1), y, weight=class_weight)
         elif LOSS == "cosine":
             s = sign[rank::ws] if BUG else sign.chunk(ws)[rank]

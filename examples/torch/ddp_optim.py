@@ -8,6 +8,10 @@
   amsgrad   torch.optim.Adam(lr=1e-3, amsgrad=True)
   groups    AdamW with the usual two groups: no weight decay on biases and LayerNorm weights,
             and a linear-warmup LambdaLR stepped after optimizer.step()
+  onecycle  SGD(momentum=0.9) with OneCycleLR(max_lr=0.1, total_steps=10) (it cycles the
+            momentum too), stepped every batch
+  warmup_cosine  AdamW with SequentialLR: LinearLR(start_factor=0.1, total_iters=2) warmup,
+            then CosineAnnealingLR(T_max=8), as timm / Lightning recipes configure it
 Two training steps run in the captured step (`--steps`, default 2), each with zero_grad,
 forward, backward and step, as a training loop does.
 
@@ -58,6 +62,14 @@ def make_optimizer(model):
         warmup = 4
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
         return opt, sched
+    if OPT == "onecycle":
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        return opt, torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=10)
+    if OPT == "warmup_cosine":
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=0.1, total_iters=2)
+        cos = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=8)
+        return opt, torch.optim.lr_scheduler.SequentialLR(opt, [warm, cos], milestones=[2])
     raise SystemExit("unknown --opt " + OPT)
 
 

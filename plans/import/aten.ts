@@ -15,6 +15,7 @@ import { CONV_RULES } from './aten-conv.js';
 import { MASK_RULES } from './aten-mask.js';
 import { withEmpty } from './aten-empty.js';
 import { LOOPS_RULES } from './aten-loops.js';
+import { withProbe } from './aten-probe.js';
 import { withComplex } from './aten-complex.js';
 import { maskedSoftmax, negInfOf, withNegInf } from './aten-neginf.js';
 import { binary, filled, likeShape, type ConstValue, type Lowered, Lowerer, type LowerOptions, type OpaqueVal, REDUCE, refuseTruncation, reshape, type Rule, sameStrides, scaleBy, splitPieces, type TensorVal, uninitialized, unary, type Val, view, viewStrides } from './lower.js';
@@ -629,8 +630,8 @@ function layerNormBackwardOf(l: Lowerer, n: FxNode, g: TensorVal, x: TensorVal, 
   return l.bind(n, { kind: 'list', items: [mask[0] === false ? { kind: 'none' } : dx, some(dw), some(db)] });
 }
 
-/** The rules, with tensors of no elements rewritten by what ops compute on them (aten-empty.ts), tensors holding -inf carried to the softmax that reads them (aten-neginf.ts) and complex values as pairs of reals (aten-complex.ts). */
-const ALL_RULES = withEmpty(withNegInf(withComplex(RULES)));
+/** The rules, with tensors of no elements rewritten by what ops compute on them (aten-empty.ts), tensors holding -inf carried to the softmax that reads them (aten-neginf.ts), complex values as pairs of reals (aten-complex.ts), and weighted NLL and fill with a tensor value (aten-probe.ts). */
+const ALL_RULES = withEmpty(withNegInf(withComplex(withProbe(RULES))));
 
 /** The logits and dim of each log_softmax output (for the cross-entropy pattern). */
 const logSoftmaxOf = new WeakMap<TensorVal, { logits: TensorVal; dim: number }>();

@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import capture_dist
+import capture_fold
 import capture_reads
 
 DT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -107,6 +108,7 @@ class Capture:
         self.tracked = {}        # float value -> capture_reads.Tracked: numbers computed from reads
         self.tracked_all = set()  # every value a Tracked took (literal-looking ones too)
         self.read_notes = []     # capture_reads.ReadNote of each tracked read, in order
+        self.constlike = {}      # id -> tensor: constant-derived tensors (capture_fold)
         self.loc = None          # the user's source line of the op being recorded
         self.last_loc = None
         # The mesh axes, slowest first (--mesh; a 1-D mesh of --axis otherwise): placements are per axis.
@@ -125,7 +127,10 @@ class Capture:
         rel = {"placements": self.placements(placement, "input %s" % name)}
         if role != "input":
             rel["role"] = role
-        if values is not None:
+        if isinstance(values, dict):
+            # {"range": [lo, hi], "also": [-100]}: an ignore index besides the range (docs/plan-format.md).
+            rel["values"] = {k: list(v) for k, v in values.items()}
+        elif values is not None:
             rel["values"] = {"range": list(values)}
         self.relations[name] = rel
         return t
@@ -210,13 +215,18 @@ class Capture:
         self.counts[base] = k + 1
         return base if k == 0 else "%s_%d" % (base, k)
 
-    def bind(self, t, name):
+    def bind(self, t, name, written=True):
         self.names[id(t)] = name
         self.keep.append(t)
+        if written:
+            # A collective's result or a write outside dispatch: not a constant any more.
+            capture_fold.invalidate(self, t)
         base = self.alias.get(id(t))
         if base is not None:
             # A collective into `p.data` (dist.broadcast(p.data, src=0)) writes p.
             self.names[id(base)] = name
+            if written:
+                capture_fold.invalidate(self, base)
 
     def fmt_arg(self, func, key, a):
         """An op's argument; a float computed from a value read into Python is that traced
@@ -282,6 +292,7 @@ class Capture:
             self.keep.append(a)
             self.consts[name] = {"shape": list(a.shape), "values": [], "where": where, "embedded": True}
             self.lines.append('%s: %s = torch.ops.aten.view_as_complex.default(%s)' % (name, ann(a), real))
+            self.constant_derived(a)
             return name
         name = "const%d" % len(self.consts)
         self.names[id(a)] = name
@@ -314,6 +325,7 @@ class Capture:
             self.consts[name] = {"shape": list(a.shape), "values": vals, "where": where, "embedded": True}
             dims = ", ".join(str(d) for d in a.shape)
             self.lines.append('%s: "%s[%s]" = torch.ops.aten.masked_fill.Scalar(%s, %s, -inf)' % (name, DT[a.dtype], dims, fin, inf))
+            self.constant_derived(a)
             return name
         if 0 < len(vals) <= EXACT_CONST:
             self.consts[name]["embedded"] = True
@@ -329,6 +341,7 @@ class Capture:
                     self.lines.append('%s: "%s[1]" = torch.ops.aten.full.default([1], %s)' % (parts[-1], dt, num(v)))
                 self.lines.append('%s_flat: "%s[%d]" = torch.ops.aten.cat.default([%s])' % (name, dt, len(vals), ", ".join(parts)))
                 self.lines.append('%s: "%s[%s]" = torch.ops.aten.view.default(%s_flat, [%s])' % (name, dt, dims, name, dims))
+            self.constant_derived(a)
             return name
         self.inputs.append((name, a))
         self.relations[name] = {"placements": ["R"] * len(self.axes)}
@@ -337,6 +350,12 @@ class Capture:
             self.relations[name]["values"] = {"range": [int(min(vals)), int(max(vals)) + 1]}
         self.values[name] = self.consts[name]["values"]
         return name
+
+    def constant_derived(self, a):
+        """An exact constant written into the graph: constant-derived unless autograd tracks it
+        (computed from a parameter outside the step)."""
+        if not a.requires_grad:
+            capture_fold.mark(self, a)
 
     def name_undeclared(self, xs):
         for x in xs:
@@ -386,6 +405,17 @@ class Capture:
                     pos = self.positions(m)
                     if pos is not None:
                         self.lines.append("%s: \"i64[%d, %d]\" = torch.ops.planproof.positions.default(%s, %s)" % (self.fresh("positions"), len(pos) // max(1, m.dim()), m.dim(), self.names[id(m)], repr(pos)))
+        derived = capture_fold.derived(self, func, args, kwargs)
+        if capture_fold.foldable(self, func, args, kwargs, out) and 0 < out.numel() <= EXACT_CONST:
+            # A truncation of constants only (T5's buckets): the run's values, exact on every input.
+            self.consts[self.undeclared(out)]["folded"] = str(func)
+            return
+        try:
+            self.record_op(func, args, kwargs, out, name, call)
+        finally:
+            capture_fold.after(self, func, args, kwargs, out, derived)
+
+    def record_op(self, func, args, kwargs, out, name, call):
         if str(func) in ("aten.bernoulli_.float", "aten.bernoulli_.Tensor"):
             # CPU dropout's mask: a plan input (docs/import.md), with its relation and values.
             self.mask_relation(name + ".mask")
@@ -395,10 +425,10 @@ class Capture:
                 # In-place: the written tensor keeps its name (the reader rebinds it).
                 self.lines.append("%s: %s = %s" % (name, ann(out), call))
                 if out is not args[0]:
-                    self.bind(out, name)
+                    self.bind(out, name, written=False)
                 return
             self.lines.append("%s: %s = %s" % (name, ann(out), call))
-            self.bind(out, name)
+            self.bind(out, name, written=False)
             if str(func) == "aten.argmax.default" and _last_dim(args) and out.numel() <= 4096:
                 # A top-1 routing choice (Switch's argmax), recorded as topk's are.
                 self.routing_choices(out)
@@ -412,7 +442,7 @@ class Capture:
                 if isinstance(o, torch.Tensor):
                     g = self.fresh("getitem")
                     self.lines.append("%s: %s = %s[%d]" % (g, ann(o), name, i))
-                    self.bind(o, g)
+                    self.bind(o, g, written=False)
             if (str(func) == "aten.topk.default" or (str(func) == "aten.max.dim" and _last_dim(args))) and len(out) == 2 and out[1].numel() <= 4096:
                 # The routing choices as chosen: the importer pins them where a value read into
                 # Python (split sizes from .tolist()) depends on them (docs/capture.md).
@@ -435,6 +465,8 @@ class Capture:
     def collective(self, kind, t, op, group):
         if kind == "all_reduce":
             self.lines.append("%s: %s = torch.ops._c10d_functional.all_reduce_.default(%s, '%s', '%s')" % (self.fresh("all_reduce"), ann(t), self.fmt(t), self.reduce_name(op), self.group_name(group)))
+        # (after fmt, which may have named t as a constant)
+        capture_fold.invalidate(self, t)
 
     def note_loc(self):
         """The user's line of what is recorded next, as a `# File:` comment (as torch 2.x's

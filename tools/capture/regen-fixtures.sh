@@ -168,5 +168,22 @@ ddp_gradtricks-bug ddp_gradtricks.py dp --bug
 ddp_gradtricks-inf ddp_gradtricks.py dp --clip inf
 ddp_gradtricks-inf-bug ddp_gradtricks.py dp --clip inf --bug
 ddp_gradtricks-l1 ddp_gradtricks.py dp --clip l1
+t5_encoder_ddp t5_encoder_ddp.py dp
+t5_encoder_ddp-bug t5_encoder_ddp.py dp --bug
+ddp_losses-nll_w ddp_losses.py dp --loss nll_w
+ddp_losses-nll_w-bug ddp_losses.py dp --loss nll_w --bug
+ddp_losses-nll_w_mean ddp_losses.py dp --loss nll_w_mean
+ddp_losses-cosine ddp_losses.py dp --loss cosine
+ddp_losses-cosine-bug ddp_losses.py dp --loss cosine --bug
+ddp_optim-onecycle ddp_optim.py dp --opt onecycle
+ddp_optim-onecycle-bug ddp_optim.py dp --opt onecycle --bug
+ddp_optim-warmup_cosine ddp_optim.py dp --opt warmup_cosine
+ddp_optim-warmup_cosine-bug ddp_optim.py dp --opt warmup_cosine --bug
+bert_pad_ddp bert_pad_ddp.py dp
+bert_pad_ddp-bug bert_pad_ddp.py dp --bug
+gru_classifier_ddp gru_classifier_ddp.py dp
+gru_classifier_ddp-bug gru_classifier_ddp.py dp --bug
+reinforce_ddp reinforce_ddp.py dp
+reinforce_ddp-bug reinforce_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
