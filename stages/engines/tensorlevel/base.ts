@@ -10,6 +10,7 @@ import { registry } from '../../../ops/registry.js';
 import type { Attrs, OpDef, Shape } from '../../../ops/types.js';
 import type { Program } from '../../../plans/model.js';
 import { type TemplateFrame, templateFrame, evalNF } from './frames.js';
+import { pieceOf } from './pieces.js';
 import { type Range, type Frac, ONE, fmul, feq, type Relation, type Value, type Derived, isSum, isRouted, isSoftmax, isPack, valueKey, regionKey, type StageRef, type Ctx, type Shared, type Sig } from './relations.js';
 import type { Int } from './sym.js';
 import { showRange } from './stripes.js';
@@ -62,6 +63,24 @@ export abstract class ProverBase {
   protected readonly expandKind: number;
   /** Per program, per template (stages/decompose/template.ts plans): its base rank, coordinates and box. */
   protected readonly tmpl: readonly (TemplateFrame | string)[] | undefined;
+  /** Per program cut into pieces (pieces.ts): its sub-boxes, each derived as its own template. */
+  protected readonly pieces = new Map<number, readonly TemplateFrame[]>();
+  /** Cuts found by templateClaim for a claim not affine on its box, installed by proveTemplate. */
+  protected readonly wantPieces = new Map<number, readonly TemplateFrame[]>();
+  /** Per template: rank r's frame: its program's box, or the piece holding r when it is cut. */
+  protected frameAt(r: number): TemplateFrame | string | undefined {
+    const pi = this.plan.rankProgram[r] as number;
+    const ps = this.pieces.get(pi);
+    if (ps === undefined) return this.tmpl?.[pi];
+    return ps[pieceOf(ps, this.plan.mesh.coords(r))] ?? 'per template: a rank in no piece of its program';
+  }
+  /** A number per frame (program, or program and piece) for keys of call sites per template. */
+  protected frameNo(r: number): number {
+    const pi = this.plan.rankProgram[r] as number;
+    const ps = this.pieces.get(pi);
+    if (ps === undefined) return pi;
+    return pi + this.plan.programs.length * (1 + pieceOf(ps, this.plan.mesh.coords(r)));
+  }
   /** Per program: the collective call site writing each tensor, or -1 (per template only). */
   protected readonly siteProd: Int32Array[] = [];
   constructor(

@@ -56,7 +56,7 @@ export abstract class CollectiveRules extends RoutedRules {
         if (typeof comb === 'string') return comb;
         const d = this.normDim(attrs['dim'], comb.ranges.length);
         // A striped dim: chunk me of the local positions, mapped through the pieces (stripes.ts).
-        const striped = stripeChunk(comb.ranges[d] as Range, g, me);
+        const striped = stripeChunk(comb.ranges[d] as Range, g, me, this.pieces.size > 0 ? this.boundsOver(me) : undefined);
         if (typeof striped === 'string') return striped;
         const chunk = striped ?? chunkOf(comb.ranges[d] as Range, g, me);
         if (chunk === undefined) return 'reduce_scatter of a region not divisible by the group';
@@ -82,6 +82,25 @@ export abstract class CollectiveRules extends RoutedRules {
       default:
         return `collective '${kind}' has no tensor-level rule`;
     }
+  }
+
+  /** An affine value's least and largest value over the current box (this.frame), if any. */
+  protected boundsOver(a: Int): { lo: number; hi: number } | undefined {
+    const fr = this.frame;
+    if (typeof a === 'number' || fr === undefined) return undefined;
+    let lo = a.v;
+    let hi = a.v;
+    for (let i = 0; i < a.k.length; i++) {
+      const c = a.k[i] ?? 0;
+      const set = fr.sets[i];
+      if (c === 0 || set === undefined || set.length === 0) continue;
+      const x0 = fr.x0[i] as number;
+      const e1 = c * ((set[0] as number) - x0);
+      const e2 = c * ((set[set.length - 1] as number) - x0);
+      lo += Math.min(e1, e2);
+      hi += Math.max(e1, e2);
+    }
+    return { lo, hi };
   }
 
   protected gather(present: readonly Relation[], attrs: Attrs, outShape: Shape): Derived {

@@ -173,7 +173,7 @@ export abstract class SliceRules extends ProverBase {
       const v = (this.plan.view(r).attrs[op] ?? {})[key];
       return typeof v === 'number' && Number.isSafeInteger(v) ? v : undefined;
     }
-    const frame = this.tmpl[pi];
+    const frame = this.frameAt(r);
     const aff = e[1].affine;
     if (frame === undefined || typeof frame === 'string' || aff === undefined) return undefined;
     const mesh = this.plan.mesh;
@@ -200,7 +200,7 @@ export abstract class SliceRules extends ProverBase {
   /** The largest value over the current ranks (the program's box per template). */
   protected maxOver(r: number, a: Int): number | undefined {
     if (typeof a === 'number') return a;
-    const frame = this.tmpl?.[this.plan.rankProgram[r] as number];
+    const frame = this.frameAt(r);
     if (frame === undefined || typeof frame === 'string') return undefined;
     let m = a.v;
     a.k.forEach((c, i) => {

@@ -212,9 +212,10 @@ export function concatStripes(present: readonly Relation[], d: number): Relation
  * logical indices at local positions [me w, (me + 1) w), w = n / g. Per rank (me a number) the
  * window is mapped through the pieces; per template (me affine) only when the chunks are the
  * pieces themselves, equally long and equally spaced (s_j = s_0 + j delta: chunk me starts at
- * s_0 + me delta, affine in me).
+ * s_0 + me delta, affine in me), or when `within` (me's least and largest value on the
+ * current box) keeps every window inside one piece.
  */
-export function stripeChunk(rg: Range, g: number, me: Int): Range | string | undefined {
+export function stripeChunk(rg: Range, g: number, me: Int, within?: { readonly lo: number; readonly hi: number }): Range | string | undefined {
   const pieces = stripeOf(rg);
   if (pieces === undefined) return undefined;
   const n = iconst(isub(rg[1], rg[0])) as number;
@@ -232,6 +233,23 @@ export function stripeChunk(rg: Range, g: number, me: Int): Range | string | und
       off += len;
     }
     return stripeRange(out);
+  }
+  // Per piece of a program cut into pieces (pieces.ts): when me's every value on the piece
+  // ([lo, hi]) puts its window inside one stripe k, the chunk is that stripe's positions
+  // me w - off_k on: affine in me, and what the numeric branch above gives at each me.
+  if (within !== undefined) {
+    let off = 0;
+    for (const [a, b] of pieces) {
+      const len = iconst(isub(b, a));
+      if (len === undefined) break;
+      if (within.lo * w >= off && (within.hi + 1) * w <= off + len) {
+        const at = imul(me, w);
+        if (at === undefined) break;
+        const lo = iadd(iadd(a, -off), at);
+        return [lo, iadd(lo, w)];
+      }
+      off += len;
+    }
   }
   const s0 = (pieces[0] as Range)[0];
   const delta = pieces.length > 1 ? iconst(isub((pieces[1] as Range)[0], s0)) : 0;

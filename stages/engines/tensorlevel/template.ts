@@ -13,7 +13,10 @@ import { axisSites, type TemplateStageRef, type TemplateFrame, everyPoint, sameS
 import { type Range, type Frac, frac, fmul, feq, type Comp, type Relation, type Value, type Derived, regionKey, sameRel, sameAddend, attrsKey, MAX_LIFT_POINTS, evenPlacements, type StageRef, type Ctx, type Shared } from './relations.js';
 import { AddendGroups } from './addends.js';
 import { badRange, rangeAxes, restripe, stripeRange } from './stripes.js';
+import { cutAlong, cutAxis, splits } from './pieces.js';
 import { iadd, iaxes, icmp, ieval, ikey, Sym, type Int } from './sym.js';
+
+const NOT_AFFINE = 'a claim that is not affine in the coordinates';
 
 export abstract class TemplateRules extends CollectiveRules {
   /**
@@ -25,14 +28,43 @@ export abstract class TemplateRules extends CollectiveRules {
    * rank by rank.
    */
   proveTemplate(stage: TemplateStageRef): { proved: true } | { why: string; part?: number } {
+    // A claim found not affine on its program's box asks for the program cut into pieces
+    // (templateClaim): installed, the stage is derived again from scratch (a few times at most).
+    for (let tries = 0; ; tries++) {
+      const res = this.proveTemplateOnce(stage);
+      if ('proved' in res || this.wantPieces.size === 0 || tries >= 3) {
+        this.wantPieces.clear();
+        return res;
+      }
+      // The same cut on every program with the same coordinates along its axis, so that
+      // groups and transfers between programs still meet frames with equal sets (groupInputs).
+      for (const [pi, ps] of this.wantPieces) {
+        const whole = this.tmpl?.[pi] as TemplateFrame;
+        const a = cutAxis(whole, ps);
+        for (const [qi, f] of (this.tmpl ?? []).entries()) {
+          if (typeof f === 'string' || this.pieces.has(qi) || !sameSetsOutside(f, whole, whole.sets.map((_, b) => b).filter((b) => b !== a))) continue;
+          const cut = cutAlong(this.plan, f, a, ps.length);
+          if (cut !== undefined) this.pieces.set(qi, cut);
+        }
+      }
+      this.wantPieces.clear();
+      // Caches that may hold a whole box's answer for a piece's base rank or call site.
+      this.claimCache.clear();
+      this.across.clear();
+      for (const [k, v] of this.pure) if (typeof v === 'string') this.pure.delete(k);
+    }
+  }
+
+  private proveTemplateOnce(stage: TemplateStageRef): { proved: true } | { why: string; part?: number } {
     checkRunClock();
     const tmpl = this.tmpl;
     if (tmpl === undefined) return { why: 'not a per-template prover' };
     const derive = this.deriver(stage, { memo: new Map(), coll: new Map(), collImpure: new Set() });
     const groups = new AddendGroups();
-    for (const [pix, part] of stage.parts.entries()) {
+    // Each part once per frame: its program's box, or each piece of it (pieces.ts).
+    const frames = stage.parts.flatMap((part, pix) => (this.pieces.get(part.program) ?? [tmpl[part.program]]).map((frame) => ({ part, pix, frame })));
+    for (const { part, pix, frame } of frames) {
       const prog = this.plan.programs[part.program] as Program;
-      const frame = tmpl[part.program];
       if (frame === undefined || typeof frame === 'string') return { why: frame ?? 'no template' };
       if (part.ranks !== prog.ranks.length) return { why: `per template: ${part.ranks} of the ${prog.ranks.length} ranks of '${prog.name}' hold '${prog.tensors.name(part.tensor)}'` };
       this.frame = frame;
@@ -81,6 +113,20 @@ export abstract class TemplateRules extends CollectiveRules {
    * members' inputs as the base's input with the group's coordinates substituted.
    */
   protected deriveOneTemplate(stage: StageRef, r: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived, ctx: Ctx): Derived {
+    if (this.pieces.size === 0) return this.deriveOneTemplateIn(stage, r, t, depth, derive, ctx);
+    // With pieces, checks over the box (lifted, bounds) read r's own frame, not the part's.
+    const saved = this.frame;
+    const f = this.frameAt(r);
+    if (f === undefined || typeof f === 'string') return f ?? 'no template';
+    this.frame = f;
+    try {
+      return this.deriveOneTemplateIn(stage, r, t, depth, derive, ctx);
+    } finally {
+      this.frame = saved;
+    }
+  }
+
+  private deriveOneTemplateIn(stage: StageRef, r: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived, ctx: Ctx): Derived {
     const plan = this.plan;
     const pi = plan.rankProgram[r] as number;
     const p = plan.programs[pi] as Program;
@@ -110,7 +156,7 @@ export abstract class TemplateRules extends CollectiveRules {
       if (a !== undefined && a.exprs.length > 0) return `per template: op '${p.ops.ids.name(lop)}' has attributes that depend on the coordinates`;
       return this.deriveOp(r, lop, t, depth, derive);
     }
-    const frame = this.tmpl?.[pi];
+    const frame = this.frameAt(r);
     if (frame === undefined || typeof frame === 'string') return frame ?? 'no template';
     const attrSpec = p.attrSpecs[site];
     if (attrSpec !== undefined && attrSpec.exprs.length > 0) return `per template: collective '${p.ops.ids.name(site)}' has attributes that depend on the coordinates`;
@@ -121,7 +167,7 @@ export abstract class TemplateRules extends CollectiveRules {
     const mesh = plan.mesh;
     const members = axes.reduce((q, a) => q * (mesh.sizes[a] as number), 1);
     if (members > MAX_LIFT_POINTS) return this.bigGroupSum(r, pi, site, t, axes, members, depth, derive);
-    const key = -1 - (pi * this.opKey + site);
+    const key = -1 - (this.frameNo(r) * this.opKey + site);
     const shared = this.sharedCall(key, stage, ctx, (sub) => this.groupInputs(r, pi, site, g.axes, axes, depth, sub));
     if (typeof shared === 'string') return shared;
     // This rank's place in its group, affine in the group's coordinates.
@@ -153,7 +199,7 @@ export abstract class TemplateRules extends CollectiveRules {
     const plan = this.plan;
     const mesh = plan.mesh;
     const p = plan.programs[pi] as Program;
-    const frame = this.tmpl?.[pi] as TemplateFrame;
+    const frame = this.frameAt(r) as TemplateFrame;
     const kind = registry.get(p.ops.kind[site] as number).name;
     const red = String((plan.view(r).attrs[site] ?? {})['reduce']);
     const no = (why: string): string => `per template: a ${kind} over a group of ${n} members: ${why}`;
@@ -199,7 +245,7 @@ export abstract class TemplateRules extends CollectiveRules {
     const plan = this.plan;
     const mesh = plan.mesh;
     const p = plan.programs[pi] as Program;
-    const frame = this.tmpl?.[pi] as TemplateFrame;
+    const frame = this.frameAt(r) as TemplateFrame;
     const n = axes.reduce((q, a) => q * (mesh.sizes[a] as number), 1);
     if (n > MAX_LIFT_POINTS) return `per template: a group of ${n} members`;
     const k = this.sitesOn(pi, written).indexOf(site);
@@ -208,11 +254,16 @@ export abstract class TemplateRules extends CollectiveRules {
     for (const m of mesh.groupAlong(frame.r0, axes)) {
       const at = mesh.coords(m);
       const qi = plan.rankProgram[m] as number;
-      const qf = this.tmpl?.[qi];
+      const qf = this.frameAt(m);
       if (qf === undefined || typeof qf === 'string') return qf ?? 'no template';
+      // A member in another piece (of this program or of one cut the same way): its input is
+      // derived at that piece's base and substituted at its coordinates on the group axes, so
+      // the sets may differ there (and only there: elsewhere the residual affine values must
+      // mean the same, as between programs).
+      const skip = qf !== frame && (this.pieces.has(pi) || this.pieces.has(qi)) ? [...axes] : [];
       // Only axes neither program varies may differ (pipeline stages): where either varies, the
       // two bases agree, so affine values (and region maps checked on this frame) mean the same.
-      if (!sameSetsOutside(frame, qf, axes.filter((a) => (frame.sets[a]?.length ?? 0) === 1 && (qf.sets[a]?.length ?? 0) === 1))) return `per template: the group of '${p.ops.ids.name(site)}' reaches program '${(plan.programs[qi] as Program).name}', whose ranks differ outside the group`;
+      if (!sameSetsOutside(frame, qf, [...skip, ...axes.filter((a) => (frame.sets[a]?.length ?? 0) === 1 && (qf.sets[a]?.length ?? 0) === 1)])) return `per template: the group of '${p.ops.ids.name(site)}' reaches program '${(plan.programs[qi] as Program).name}', whose ranks differ outside the group`;
       const q = plan.programs[qi] as Program;
       let qs = site;
       if (qi !== pi) {
@@ -251,7 +302,7 @@ export abstract class TemplateRules extends CollectiveRules {
     const plan = this.plan;
     const mesh = plan.mesh;
     const p = plan.programs[pi] as Program;
-    const frame = this.tmpl?.[pi] as TemplateFrame;
+    const frame = this.frameAt(r) as TemplateFrame;
     const name = registry.get(p.ops.kind[site] as number).name;
     const peerOf = (q: Program, op: number, x0: readonly number[]): number | undefined => {
       const spec = q.peers[op];
@@ -271,7 +322,7 @@ export abstract class TemplateRules extends CollectiveRules {
     const peer = peerOf(p, site, frame.x0);
     if (peer === undefined) return `per template: '${p.ops.ids.name(site)}' has no peer`;
     const qi = plan.rankProgram[peer] as number;
-    const qf = this.tmpl?.[qi];
+    const qf = this.frameAt(peer);
     if (qf === undefined || typeof qf === 'string') return qf ?? 'no template';
     const shifted = spec.shift.map(([a]) => a);
     if (shifted.some((a) => (qf.sets[a]?.length ?? 0) !== 1) || !sameSetsOutside(frame, qf, shifted) || qf.r0 !== peer) return `per template: '${p.ops.ids.name(site)}' receives from program '${(plan.programs[qi] as Program).name}', whose ranks differ`;
@@ -291,11 +342,28 @@ export abstract class TemplateRules extends CollectiveRules {
    * at every point; constant parts (factor, addend count, reduction) must not vary.
    */
   protected templateClaim(r: number, t: number): Relation | string {
+    const pi = this.plan.rankProgram[r] as number;
+    const frame = this.frameAt(r);
+    if (frame === undefined || typeof frame === 'string') return frame ?? 'no template';
+    const rel = this.claimOn(frame, r, t);
+    if (rel !== NOT_AFFINE || this.pieces.has(pi) || this.wantPieces.has(pi)) return rel;
+    // Not affine on the whole box: the first cut (fewest pieces) on which this claim is
+    // affine on every piece, fitted and checked there as on a box (pieces.ts). proveTemplate
+    // installs it and derives the stage again; the claim stays refused on the whole box.
+    for (const ps of splits(this.plan, frame)) {
+      if (ps.every((f) => typeof this.claimOn(f, f.r0, t) !== 'string')) {
+        this.wantPieces.set(pi, ps);
+        break;
+      }
+    }
+    return rel;
+  }
+
+  /** templateClaim on one frame (a program's box or a piece of it); r is a rank of it. */
+  private claimOn(frame: TemplateFrame, r: number, t: number): Relation | string {
     const plan = this.plan;
     const pi = plan.rankProgram[r] as number;
     const p = plan.programs[pi] as Program;
-    const frame = this.tmpl?.[pi];
-    if (frame === undefined || typeof frame === 'string') return frame ?? 'no template';
     const spec = p.lineage[t];
     if (spec === undefined) return 'no lineage';
     if (spec.axes.includes(-1)) return 'a claim that reads the rank number';
@@ -340,7 +408,7 @@ export abstract class TemplateRules extends CollectiveRules {
       const step = next - (x0[a] as number);
       for (let i = 0; i < b.nums.length; i++) {
         const diff = ((f.nums[i] as number) - (b.nums[i] as number)) / step;
-        if (!Number.isInteger(diff)) return 'a claim that is not affine in the coordinates';
+        if (!Number.isInteger(diff)) return NOT_AFFINE;
         (coefs[i] as number[])[a] = diff;
       }
     }
@@ -351,7 +419,7 @@ export abstract class TemplateRules extends CollectiveRules {
       : everyPoint(axes, frame.sets, x0, (x) => {
           const f = flat(nfAt(x));
           if (typeof f === 'string') return f;
-          return f.fixed !== b.fixed || f.nums.some((v, i) => v !== ieval(sym[i] as Int, x, x0)) ? 'a claim that is not affine in the coordinates' : undefined;
+          return f.fixed !== b.fixed || f.nums.some((v, i) => v !== ieval(sym[i] as Int, x, x0)) ? NOT_AFFINE : undefined;
         });
     if (bad !== undefined) return bad;
     const ranges: Range[] = [];
