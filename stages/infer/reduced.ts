@@ -30,8 +30,13 @@ export interface ReducedRounds {
   /** Attempts made so far (all rounds), and how many proved. */
   tried: number;
   proved: number;
-  /** Stage texts already tried and not proved: a later round does not try them again. */
-  readonly failed: Set<string>;
+  /**
+   * Stages already tried and not proved on `plan` (the round's plan with its hints): a later
+   * round on the same plan does not try them again; a round whose hints changed (another plan:
+   * the stage's assumed inputs may differ) does.
+   */
+  failed: Set<string>;
+  plan?: LoadedPlan;
 }
 
 export const newReducedRounds = (): ReducedRounds => ({ tried: 0, proved: 0, failed: new Set() });
@@ -43,10 +48,14 @@ export const newReducedRounds = (): ReducedRounds => ({ tried: 0, proved: 0, fai
  */
 export function proveTooLargeReduced(plan: LoadedPlan, raw: RawPlan | Record<string, unknown>, results: readonly StageResult[], seed: number, stopAt: number, state: ReducedRounds, hintStage: (s: Stage) => boolean, budget?: number): StageResult[] {
   const out = [...results];
+  if (state.plan !== plan) {
+    state.plan = plan;
+    state.failed = new Set();
+  }
   for (const [j, r] of results.entries()) {
     if (r.status !== 'unknown' || !TOO_LARGE.test(r.reason ?? '')) continue;
     if (state.tried >= REDUCED_ATTEMPTS || performance.now() >= stopAt) break;
-    // (Keyed by the logical tensor and obligations: the same stage in a later round, same hints.)
+    // (Keyed by the logical tensor and obligations, on this round's plan.)
     const key = `${r.stage.logical}|${r.stage.obligations.map((o) => `${o.rank}:${o.tensor}`).join(',')}`;
     if (state.failed.has(key)) continue;
     state.tried++;
