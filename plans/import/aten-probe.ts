@@ -23,15 +23,24 @@ function reductionOf(l: Lowerer, v: number): Reduction {
   return (['none', 'mean', 'sum'] as const)[v] ?? l.fail('bad reduction');
 }
 
-/** The per-row pieces of weighted NLL over lp [N, C]: the 0/1 one-hot of the labels [N, C] and each row's weight w[t_n]·[t_n ≠ ii] as [N, 1]. */
-function rowWeights(l: Lowerer, lp: TensorVal, tgt: TensorVal, w: TensorVal, ii: number): { onehot: TensorVal; wv: TensorVal } {
-  if (lp.shape.length !== 2 || tgt.shape.length !== 1) l.fail('nll_loss with class weights: only [N, C] log-probabilities and [N] labels are supported');
+/**
+ * The label masks of NLL over lp [N, C] (shared with the unweighted rule, aten.ts `nllGrad`): the
+ * 0/1 one-hot of the labels [N, C] and [t_n ≠ ignore_index] as [N, 1].
+ */
+export function labelMasks(l: Lowerer, lp: TensorVal, tgt: TensorVal, ii: number, what: string): { onehot: TensorVal; valid: TensorVal } {
+  if (lp.shape.length !== 2 || tgt.shape.length !== 1) l.fail(`${what}: only [N, C] log-probabilities and [N] labels are supported`);
   const [N, C] = lp.shape as [number, number];
-  if (w.shape.length !== 1 || w.shape[0] !== C) l.fail(`nll_loss: the class weight has shape [${w.shape.join(', ')}], expected [${C}]`);
   const classes = l.one('iota', [l.constant(0)], { shape: [N, C], dim: 1, step: 1 }, undefined, 'int64');
   const col = l.one('reshape', [tgt], { shape: [N, 1] }, undefined, tgt.dtype);
   const onehot = l.one('compare', [classes, col], { rel: 'eq' }, undefined, 'bool');
-  const valid = l.one('compare', [col, l.constant(ii)], { rel: 'ne' }, undefined, 'bool');
+  return { onehot, valid: l.one('compare', [col, l.constant(ii)], { rel: 'ne' }, undefined, 'bool') };
+}
+
+/** The per-row pieces of weighted NLL over lp [N, C]: the one-hot of the labels [N, C] and each row's weight w[t_n]·[t_n ≠ ii] as [N, 1]. */
+function rowWeights(l: Lowerer, lp: TensorVal, tgt: TensorVal, w: TensorVal, ii: number): { onehot: TensorVal; wv: TensorVal } {
+  const { onehot, valid } = labelMasks(l, lp, tgt, ii, 'nll_loss with class weights');
+  const C = lp.shape[1] as number;
+  if (w.shape.length !== 1 || w.shape[0] !== C) l.fail(`nll_loss: the class weight has shape [${w.shape.join(', ')}], expected [${C}]`);
   // w[t_n] = Σ_c [c = t_n]·w_c; an ignored label (outside the classes) picks no weight and is masked anyway.
   const picked = l.one('sum', [l.one('mul', [onehot, w], {}, undefined, w.dtype)], { dims: [1], keepdim: true });
   return { onehot, wv: l.one('mul', [picked, valid], {}, undefined, w.dtype) };

@@ -15,7 +15,7 @@ import { CONV_RULES } from './aten-conv.js';
 import { MASK_RULES } from './aten-mask.js';
 import { withEmpty } from './aten-empty.js';
 import { LOOPS_RULES } from './aten-loops.js';
-import { withProbe } from './aten-probe.js';
+import { labelMasks, withProbe } from './aten-probe.js';
 import { withComplex } from './aten-complex.js';
 import { maskedSoftmax, negInfOf, withNegInf } from './aten-neginf.js';
 import { binary, filled, likeShape, type ConstValue, type Lowered, Lowerer, type LowerOptions, type OpaqueVal, REDUCE, refuseTruncation, reshape, type Rule, sameStrides, scaleBy, splitPieces, type TensorVal, uninitialized, unary, type Val, view, viewStrides } from './lower.js';
@@ -176,12 +176,9 @@ function stridedSlice(l: Lowerer, x: TensorVal, d: number, start: number, end: n
  * computes with its total weight).
  */
 function nllGrad(l: Lowerer, g: TensorVal, lp: TensorVal, tgt: TensorVal, reduction: string, ignore: number): TensorVal {
-  if (lp.shape.length !== 2) l.fail('nll_loss_backward read as a tensor: only [N, C] log-probabilities are supported');
-  const [N, C] = lp.shape as [number, number];
-  const classes = l.one('iota', [l.constant(0)], { shape: [N, C], dim: 1, step: 1 }, undefined, 'int64');
-  const col = l.one('reshape', [tgt], { shape: [N, 1] }, undefined, tgt.dtype);
-  const valid = l.one('compare', [col, l.constant(ignore)], { rel: 'ne' }, undefined, 'bool');
-  const w = l.one('mul', [l.one('compare', [classes, col], { rel: 'eq' }, undefined, 'bool'), valid], {}, undefined, 'float32');
+  const { onehot, valid } = labelMasks(l, lp, tgt, ignore, 'nll_loss_backward read as a tensor');
+  const N = lp.shape[0] as number;
+  const w = l.one('mul', [onehot, valid], {}, undefined, 'float32');
   const gw = reduction === 'none' ? l.one('mul', [l.one('reshape', [g], { shape: [N, 1] }), w]) : l.one('mul', [w, g]);
   const neg = l.one('neg', [gw]);
   return reduction === 'mean' ? l.one('div', [neg, l.one('sum', [valid])]) : neg;
