@@ -253,4 +253,16 @@ describe('empty selections (plans/import/aten-empty.ts: an expert that receives 
     const fromData = ['class g(torch.nn.Module):', '    def forward(self, x: "f32[4, 2]"):', '        m: "b8[4, 2]" = torch.ops.aten.gt.Scalar(x, 100.0)', '        pm: "i64[0, 2]" = torch.ops.planproof.positions.default(m, [])', '        sel: "f32[0]" = torch.ops.aten.index.Tensor(x, [m])', '        o: "f32[4, 2]" = torch.ops.aten.index_put.default(x, [m], sel)', '        return (o,)'].join('\n');
     assert.throws(() => lowerGraph(parseFxGraph('g.py', fromData)), /the mask depends on 'x', not only on routing choices/);
   });
+
+  it("a fill x[mask] = 0 by a data mask that selected nothing in the run is a where (its positions are never read); reading those positions is refused", () => {
+    // Megatron's vocab-parallel embedding: `masked_input[input_mask] = 0` where no id fell outside
+    // the shard in the captured run. The positions are written but the fill never reads them.
+    const head = ['class g(torch.nn.Module):', '    def forward(self, x: "f32[4, 2]"):', '        m: "b8[4, 2]" = torch.ops.aten.lt.Scalar(x, 0.0)', '        pm: "i64[0, 2]" = torch.ops.planproof.positions.default(m, [])'];
+    const fill = [...head, '        z: "f32[]" = torch.ops.aten.full.default([], 0.0)', '        o: "f32[4, 2]" = torch.ops.aten.index_put_.default(x, [m], z)', '        return (o,)'].join('\n');
+    const low = lowerGraph(parseFxGraph('g.py', fill));
+    // On inputs where the mask does select (negative entries), the fill is applied: a where, not the run's empty selection.
+    assert.deepEqual(returned(low, run(low, { x: [1, -2, 3, -4, 5, 6, -7, 8] }), 0), [1, 0, 3, 0, 5, 6, 0, 8]);
+    const read = [...head, '        r: "i64[0]" = torch.ops.aten.select.int(pm, 1, 0)', '        s: "f32[0, 2]" = torch.ops.aten.index_select.default(x, 0, r)', '        t: "f32[2]" = torch.ops.aten.sum.dim_IntList(s, [0])', '        return (t,)'].join('\n');
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', read)), /the mask depends on 'x', not only on routing choices/);
+  });
 });

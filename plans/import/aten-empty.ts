@@ -39,6 +39,32 @@ function emptyVal(l: Lowerer, shape: readonly number[], dtype: string, origin: s
   };
 }
 
+/**
+ * Checks owed by an empty value before anything reads it: a mask's empty positions (nonzero of
+ * a mask selecting nothing) are sound only under the mask's condition, which, like the
+ * positions of a non-empty mask, is checked where the positions are read, not where the
+ * capture wrote them (an `x[mask] = 0` fill never reads them).
+ */
+const owed = new WeakMap<OpaqueVal, () => void>();
+
+/** Runs (once) the checks owed by the empty values among an operand. */
+function settle(l: Lowerer, a: FxArg | undefined): void {
+  if (a === undefined) return;
+  if (a.kind === 'list') {
+    for (const x of a.items) settle(l, x);
+    return;
+  }
+  if (a.kind !== 'name') return;
+  const v = l.peek(a.name);
+  for (const x of v?.kind === 'list' ? v.items : [v]) {
+    if (x?.kind !== 'opaque') continue;
+    const check = owed.get(x);
+    if (check === undefined) continue;
+    owed.delete(x);
+    check();
+  }
+}
+
 const originOf = (l: Lowerer, n: FxNode): string => n.loc ?? `${l.g.file}:${n.line}`;
 
 /** Is v a value with no elements (an empty value, or a plan tensor with a 0-size dim)? */
@@ -166,8 +192,10 @@ const RULES: Record<string, EmptyRule> = {
   'planproof.positions': (l, n, base) => {
     if (l.ints(n.args[1], 'positions').length > 0) return undefined;
     base(l, n);
-    requireEmptySelection(l, n, l.tensor(n.args[0], 'mask'));
-    return bindEmpty(l, n);
+    const mask = l.tensor(n.args[0], 'mask');
+    const v = bindEmpty(l, n);
+    if (v.kind === 'opaque') owed.set(v, () => requireEmptySelection(l, n, mask));
+    return v;
   },
   // x[mask] selecting nothing (a data-dependent size: only a determined mask's), or x[ids] with no ids.
   'aten.index': (l, n) => {
@@ -223,6 +251,8 @@ function emptyAware(base: Rule): Rule {
     const makes = n.type !== undefined && numel(n.type.shape) === 0;
     const key = baseKey(n);
     if (!reads && !makes && !SIZED.has(key)) return base(l, n);
+    for (const a of n.args) settle(l, a);
+    for (const a of Object.values(n.kwargs)) settle(l, a);
     // (an item of a list holding an empty one: only the empty items are rewritten)
     if (key === 'getitem' && !makes) return base(l, n);
     const special = RULES[key];
