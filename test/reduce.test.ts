@@ -110,20 +110,24 @@ describe('shape reduction', function () {
 describe('shape reduction through reshape and expand (lane rules)', function () {
   this.timeout(120000);
 
-  it('shrinks the innermost dims of a reshape group and rewrites the `shape` attributes', () => {
+  it('shrinks the innermost dims of a reshape group and rewrites the `shape` attributes; a dim outer in a merge shrinks in a later round once the dims inside it are 1', () => {
     const raw = reshapePlan({ dp: 2, rows: 2, seq: 4, heads: 2, hd: 4, act: 'tanh', spelling: 'index', mutant: 'none' });
     const plan = load(raw);
     const red = reducePlan(plan, raw);
     assert.ok(red !== undefined);
     const shape = (t: string): readonly number[] => red.plan.logical.shapes[red.plan.logical.tensors.id(t)] ?? [];
-    assert.deepEqual(shape('x'), [4, 1, 2]); // seq 4 -> 1, heads x head dim 8 -> 2 (head dim 4 -> 1)
-    assert.deepEqual(shape('y'), [4, 2]); // rows x seq 16 -> 4
+    // Round 1: seq 4 -> 1 and head dim 4 -> 1 (innermost in their groups). Round 2: rows and
+    // heads are then the only dims of their groups: rows 4 -> 2 (dp's bounds), heads 2 -> 1.
+    assert.deepEqual(shape('x'), [2, 1, 1]);
+    assert.deepEqual(shape('y'), [2, 1]);
     const attr = (id: string): unknown => red.raw.logical.ops.find((o) => o.id === id)?.attrs?.['shape'];
-    assert.deepEqual(attr('split'), [4, 1, 2, 1]);
-    assert.deepEqual(attr('merge'), [4, 2]);
-    assert.deepEqual(attr('bx'), [4, 1, 2, 1]);
+    assert.deepEqual(attr('split'), [2, 1, 1, 1]);
+    assert.deepEqual(attr('merge'), [2, 1]);
+    assert.deepEqual(attr('bx'), [2, 1, 1, 1]);
     const par = red.raw.parallel.programs[0]?.ops.find((o) => o.id === 'merge')?.attrs?.['shape'];
-    assert.deepEqual(par, [2, -1]); // the local merge: 2 rows x seq 1, -1 kept
+    assert.deepEqual(par, [1, -1]); // the local merge: 1 row x seq 1, -1 kept
+    // The classes say what shrank over both rounds, at full sizes.
+    assert.deepEqual(red.analysis.classes.filter((c) => c.factor > 1).map((c) => `${c.dim} ${c.full}->${c.reduced}`).sort(), ["'x' dim 0 4->2", "'x' dim 1 4->1", "'x' dim 2 8->1"]);
     assert.equal(verifyPlan(red.plan).verdict, 'verified');
   });
 

@@ -47,6 +47,8 @@ export interface ReducedClass {
   readonly kept?: string;
   /** Members: logical dims, then parallel dims. */
   readonly members: number;
+  /** The named member: its program (-1: the logical graph), tensor and dim. */
+  readonly at?: { readonly program: number; readonly tensor: string; readonly dim: number };
 }
 
 export interface ReductionAnalysis {
@@ -368,12 +370,12 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
   // One entry per class, named by its first member.
   const classes: ReducedClass[] = [];
   const seen = new Map<number, number>();
-  const nameOf = (node: number): { dim: string; full: number } => {
+  const nameOf = (node: number): { dim: string; full: number; at?: ReducedClass['at'] } => {
     if (node < nLogical) {
       let t = 0;
       while (t + 1 < lBase.length && (lBase[t + 1] as number) <= node) t++;
       const d = node - (lBase[t] as number);
-      return { dim: `'${lg.tensors.name(t)}' dim ${d}`, full: (lg.shapes[t] as Shape)[d] as number };
+      return { dim: `'${lg.tensors.name(t)}' dim ${d}`, full: (lg.shapes[t] as Shape)[d] as number, at: { program: -1, tensor: lg.tensors.name(t), dim: d } };
     }
     for (const [pi, bases] of pBase.entries()) {
       for (const [t, b] of bases.entries()) {
@@ -381,7 +383,7 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
         const len = (p.shapeSpecs[t] ?? []).length;
         if (node >= b && node < b + len) {
           const r = (progRanks[pi] ?? [0])[0] as number;
-          return { dim: `'${p.tensors.name(t)}' dim ${node - b} (program '${p.name}')`, full: (plan.view(r).shapes[t] ?? [])[node - b] ?? 0 };
+          return { dim: `'${p.tensors.name(t)}' dim ${node - b} (program '${p.name}')`, full: (plan.view(r).shapes[t] ?? [])[node - b] ?? 0, at: { program: pi, tensor: p.tensors.name(t), dim: node - b } };
         }
       }
     }
@@ -396,11 +398,11 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
     const r = uf.find(x);
     if (seen.has(r)) continue;
     seen.set(r, classes.length);
-    const { dim, full } = nameOf(x);
+    const { dim, full, at } = nameOf(x);
     if (full <= 1) continue;
     const f = factorOf(x);
     const kept = keptOf(x);
-    classes.push({ dim, role: (['batch', 'contracted', 'fixed'] as const)[cRole[r] as number] as DimRole, full, reduced: full / f, factor: f, ...(kept === undefined ? {} : { kept }), members: members.get(r) ?? 0 });
+    classes.push({ dim, role: (['batch', 'contracted', 'fixed'] as const)[cRole[r] as number] as DimRole, full, reduced: full / f, factor: f, ...(kept === undefined ? {} : { kept }), members: members.get(r) ?? 0, ...(at === undefined ? {} : { at }) });
   }
   const roleName = ['batch', 'contracted', 'fixed'] as const;
   const logicalClass = lg.shapes.map((s, t) => s.map((_, d) => uf.find((lBase[t] as number) + d)));
@@ -537,6 +539,59 @@ export function reducedRaw(raw: RawPlan, plan: LoadedPlan, a: ReductionAnalysis)
  * check, and so is its reduction.
  */
 export function reducePlan(plan: LoadedPlan, raw: RawPlan, subset = false): Reduction | undefined {
+  let cur = reduceOnce(plan, raw, subset);
+  if (cur === undefined) return undefined;
+  // Rounds: a reduction can free dims the previous round kept. Megatron merges [s, b] into
+  // [s·b] with s outer: round 1 divides b and s·b by b (b's lanes), so b is 1; then s is the
+  // merge's only dim and shares its lanes (round 2). Each round is a reduction of the plan
+  // before it (loaded and checked against it), so the composition is one: the full plan is
+  // equivalent iff the last is, and a witness lifts through every round (docs/engine.md).
+  for (let round = 1; round < MAX_ROUNDS; round++) {
+    const next = reduceOnce(cur.plan, cur.raw, subset);
+    if (next === undefined) break;
+    cur = { analysis: composeAnalyses(plan, cur.plan, cur.analysis, next.analysis), raw: next.raw, text: next.text, plan: next.plan };
+  }
+  return cur;
+}
+
+/** Rounds of reduction at most (each divides some size by at least 2). */
+const MAX_ROUNDS = 8;
+
+/**
+ * The analysis of two reductions in a row, against the first's plan: factors multiply (the
+ * second's are looked up by tensor name in the middle plan); the classes are the first's
+ * reduced ones, then the second's reduced ones with their sizes at full shapes, then the
+ * second's kept ones.
+ */
+function composeAnalyses(full: LoadedPlan, mid: LoadedPlan, a: ReductionAnalysis, b: ReductionAnalysis): ReductionAnalysis {
+  const lf = full.logical.shapes.map((s, t) => {
+    const m = mid.logical.tensors.id(full.logical.tensors.name(t));
+    return s.map((_, d) => (a.logicalFactors[t]?.[d] ?? 1) * (b.logicalFactors[m]?.[d] ?? 1));
+  });
+  const pf = full.programs.map((p, pi) => {
+    const mp = mid.programs[pi] as Program;
+    return p.shapeSpecs.map((s, t) => {
+      const m = mp.tensors.id(p.tensors.name(t));
+      return s.map((_, d) => (a.programFactors[pi]?.[t]?.[d] ?? 1) * (b.programFactors[pi]?.[m]?.[d] ?? 1));
+    });
+  });
+  const earlier = (c: ReducedClass): number => {
+    if (c.at === undefined) return 1;
+    const { program, tensor, dim } = c.at;
+    if (program < 0) return a.logicalFactors[full.logical.tensors.id(tensor)]?.[dim] ?? 1;
+    const p = full.programs[program];
+    return p === undefined ? 1 : (a.programFactors[program]?.[p.tensors.id(tensor)]?.[dim] ?? 1);
+  };
+  const again = b.classes.filter((c) => c.factor > 1).map((c) => {
+    const e = earlier(c);
+    return { ...c, full: c.full * e, factor: c.factor * e };
+  });
+  const classes = [...a.classes.filter((c) => c.factor > 1 && !again.some((x) => x.dim === c.dim)), ...again, ...b.classes.filter((c) => c.factor === 1)];
+  const kept = full.logical.shapes.map((_, t) => b.logicalKept[mid.logical.tensors.id(full.logical.tensors.name(t))] ?? []);
+  return { classes, logicalFactors: lf, logicalKept: kept, programFactors: pf, reduces: true };
+}
+
+function reduceOnce(plan: LoadedPlan, raw: RawPlan, subset: boolean): Reduction | undefined {
   const analysis = analyzeReduction(plan);
   if (!analysis.reduces) return undefined;
   const rr = reducedRaw(raw, plan, analysis);

@@ -5,7 +5,7 @@
  */
 import type { Attrs, Shape } from '../../../ops/types.js';
 import { everyPoint } from './frames.js';
-import { type Range, type Frac, ONE, frac, fmul, feq, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, isRouted, isOpaque, termsOf, termKey, addTerms, sameRel, chunkOf, coversAll, unionParts, MAX_LIFT_POINTS, type Shared } from './relations.js';
+import { type Range, type Frac, ONE, frac, fmul, feq, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, isRouted, isOpaque, termsOf, termKey, addTerms, sameRel, chunkOf, coversAll, unionParts, MAX_LIFT_POINTS, type Shared, type Pack, isPack } from './relations.js';
 import { RoutedRules } from './routed.js';
 import { concatStripes, stripeChunk } from './stripes.js';
 import { iaxes, ieval, ikey, Sym, type Int } from './sym.js';
@@ -23,6 +23,9 @@ export abstract class CollectiveRules extends RoutedRules {
     const values = ins.filter((x): x is Value => x !== undefined);
     if (values.some(isOpaque)) {
       if (kind === 'send' || kind === 'recv' || kind === 'send_recv') return me === 1 && ins[0] !== undefined ? ins[0] : 'a point-to-point transfer with no input from its sender';
+      // A coalesced all-reduce (Megatron's grad buffer, DDP's bucket): packs alike on every
+      // member, reduced item by item.
+      if (kind === 'all_reduce' && values.every(isPack)) return once('combinePacks', () => this.combinePacks(values as Pack[], String(attrs['reduce']), g));
       if (!values.some(isRouted)) return `'${kind}' of ring attention's statistics or a pack of several values`;
       if (kind !== 'all_to_all') return `'${kind}' of a routed MoE buffer`;
       if (values.length !== g || !values.every(isRouted)) return 'all_to_all of routed and plain buffers';
@@ -136,6 +139,26 @@ export abstract class CollectiveRules extends RoutedRules {
   }
 
   /** all_reduce / reduce_scatter of the members' inputs: a partition of addends, or replicas. */
+  /**
+   * all_reduce of packs (a concat of values that are no one region, ring.ts): element-wise, so
+   * item i of the result is the reduction of every member's item i, when all members' packs
+   * have the same dim and item sizes (the same local positions hold item i everywhere).
+   */
+  private combinePacks(xs: readonly Pack[], red: string, g: number): Derived {
+    const first = xs[0];
+    if (first === undefined || xs.length !== g) return 'a member passes no input';
+    if (xs.some((x) => x.dim !== first.dim || x.sizes.length !== first.sizes.length || x.sizes.some((n, i) => n !== first.sizes[i]))) return 'all_reduce of packs whose items differ between members';
+    const items: Relation[] = [];
+    for (let i = 0; i < first.items.length; i++) {
+      const c = this.combine(xs.map((x) => x.items[i] as Relation), red, g);
+      if (typeof c === 'string') return `all_reduce of a pack, item ${i}: ${c}`;
+      const m = this.materialize(c);
+      if (typeof m === 'string') return `all_reduce of a pack, item ${i}: ${m}`;
+      items.push(m);
+    }
+    return { pack: true, dim: first.dim, items, sizes: first.sizes };
+  }
+
   protected combine(xs0: readonly Value[], red: string, g: number): Derived {
     if (xs0.some(isOpaque)) return `${red} over routed MoE buffers, softmax statistics or packs`;
     const xs = xs0 as readonly (Relation | Sum)[];

@@ -48,6 +48,7 @@ export abstract class RingRules extends SliceRules {
    */
   protected ringOp(r: number, op: number, k: number, def: OpDef, vals: readonly Value[], attrs: Attrs, outShape: Shape): Derived | undefined {
     if (def.name === 'split' && vals.length === 1 && isPack(vals[0] as Value)) return this.splitPack(vals[0] as Pack, attrs, k, outShape);
+    if (def.name === 'slice' && vals.length === 1 && isPack(vals[0] as Value)) return this.slicePack(vals[0] as Pack, attrs, outShape);
     if (def.name === 'attention_partial') return this.partial(r, op, k, vals, attrs);
     if (def.name === 'attention_combine') return this.combineStats(k, vals);
     if (def.name === 'attention_partial_backward') return this.partialBackward(r, op, k, vals, attrs);
@@ -215,6 +216,24 @@ export abstract class RingRules extends SliceRules {
       at += x.sizes[i] as number;
     }
     return 'a split of a pack not at its items';
+  }
+
+  /**
+   * A slice of a pack at one item's bounds (`buf[off:off + n]` after Megatron's coalesced
+   * gradient all-reduce, torch's `_unflatten_dense_tensors`): that item. Any other slice is refused.
+   */
+  private slicePack(x: Pack, attrs: Attrs, outShape: Shape): Derived {
+    const dim = dimAttr(attrs, 'dim', outShape.length);
+    const start = attrs['start'];
+    const end = attrs['end'];
+    if (dim !== x.dim || typeof start !== 'number' || typeof end !== 'number') return 'a slice of a pack along another dim';
+    let at = 0;
+    for (let i = 0; i < x.items.length; i++) {
+      const n = x.sizes[i] as number;
+      if (at === start && at + n === end) return x.items[i] as Relation;
+      at += n;
+    }
+    return 'a slice of a pack not at its items';
   }
 
   /**
