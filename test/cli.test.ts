@@ -190,7 +190,8 @@ describe('cli', () => {
     const j = JSON.parse(r.stdout) as { ms: number; phases: Record<string, number>; timeLimit: { seconds: number; reached: boolean } };
     for (const k of ['load', 'reduction', 'decompose', 'numeric', 'tensorLevel', 'stages', 'witnessSearch', 'z3Fallback', 'perStageFallback']) assert.ok(Number.isInteger(j.phases[k]), `phase ${k}: ${JSON.stringify(j.phases)}`);
     const inProof = Object.entries(j.phases).filter(([k]) => k !== 'load' && k !== 'reduction').reduce((n, [, ms]) => n + ms, 0);
-    assert.ok(Math.abs(inProof - j.ms) <= 20, `phases ${inProof} ms against ${j.ms} ms in all`);
+    // (20 ms, or 2% of a run slowed by a loaded machine: the gaps between phases are not phases)
+    assert.ok(Math.abs(inProof - j.ms) <= Math.max(20, 0.02 * j.ms), `phases ${inProof} ms against ${j.ms} ms in all`);
     assert.deepEqual(j.timeLimit, { seconds: 1800, reached: false });
     const t = await runCli(['verify', `${EXAMPLES}mlp-dp2.json`, '--no-cache']);
     assert.match(t.stdout, /\ntime {8}(load|stages|numeric|reduction|\w+) \d+\.\d\d s|\ntime {8}every phase under 10 ms/);
