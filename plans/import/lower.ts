@@ -122,6 +122,13 @@ export class Lowerer {
   private readonly piece = new Map<string, string>();
   /** Lists whose items are disjoint pieces of their input. */
   readonly splitLists = new Set<string>();
+  /**
+   * Tuple results whose items are fresh tensors (the ATen schema gives their returns no alias
+   * annotation: `native_batch_norm(...) -> (Tensor, Tensor, Tensor)`): each item is its own
+   * storage, so a write in place through one (ResNet's `out += identity` on BatchNorm's output)
+   * leaves the others (its saved mean and invstd, read by the backward) readable.
+   */
+  readonly freshLists = new Set<string>();
   private node: FxNode | undefined;
   private fresh = 0;
   /** The graph being lowered, and its tensor-name prefix (empty for the first graph of a rank). */
@@ -432,6 +439,7 @@ export class Lowerer {
     // recorded on the list, read by each getitem.
     else if (v.kind === 'list' && /^aten\.(unsafe_)?split(_with_sizes)?\./.test(n.target)) this.strides.set(n.name, this.stridesAt(n.args[0]));
     if (v.kind === 'list' && /^aten\.((unsafe_)?split(_with_sizes)?|unsafe_chunk|chunk|unbind)\./.test(n.target)) this.splitLists.add(n.name);
+    else if (v.kind === 'list' && FRESH_TUPLES.test(n.target)) this.freshLists.add(n.name);
     else if (v.kind === 'list' && n.target === 'aten.unbind.int') {
       const st = this.stridesAt(n.args[0]);
       const x = this.val(n.args[0], 'self');
@@ -631,6 +639,12 @@ function stridesOf(l: Lowerer, n: FxNode, shape: readonly number[]): readonly nu
       return strides(shape);
   }
 }
+
+/**
+ * Multi-output ATen ops whose returns are all fresh tensors (checked on torch 1.13's schemas:
+ * no alias annotation on any return). Any other tuple's items conservatively share a root.
+ */
+const FRESH_TUPLES = /^aten\.(native_batch_norm|native_batch_norm_backward|native_layer_norm|native_layer_norm_backward|native_group_norm|native_group_norm_backward|native_dropout|max_pool2d_with_indices|adaptive_max_pool2d|convolution_backward|topk|sort|max|min|var_mean|std_mean|aminmax|kthvalue|mode|median|cummax|cummin)\.(default|dim|stable|correction)$/;
 
 /** Same storage (a view or a no-op): the node's name aliases its input. */
 export const view = (l: Lowerer, n: FxNode, t: TensorVal): Val => l.bind(n, t, (n.args[0] as { name?: string }).name);
