@@ -584,7 +584,14 @@ function stridesOf(l: Lowerer, n: FxNode, shape: readonly number[]): readonly nu
     }
     case 'aten._reshape_alias':
       return l.ints(n.args[2], 'stride');
-    case 'aten.view':
+    case 'aten.view': {
+      // ATen's computeStride (viewStrides): a view of a strided tensor, such as a split
+      // piece's heads (`q.view(B, T, H, d)` of a fused QKV's piece, then permuted and
+      // reshaped as GPT-2's `_upcast_and_reordered_attn` does), has strides of its own.
+      const x = l.val(n.args[0], 'self');
+      const st = inp();
+      return x.kind === 'tensor' && st !== undefined ? viewStrides(x.shape, st, shape) : undefined;
+    }
     case 'aten._unsafe_view':
     case 'aten.reshape':
     case 'aten.view_copy': {

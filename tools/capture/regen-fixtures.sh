@@ -192,5 +192,7 @@ einsum_attn_tp-dp_tp-bug-ddp einsum_attn_tp.py dp=2,tp=2 --bug-ddp
 einsum_attn_tp-ddp einsum_attn_tp.py dp=2,tp=1 --tp 1
 resnet_syncbn_ddp resnet_syncbn_ddp.py dp
 resnet_syncbn_ddp-bug resnet_syncbn_ddp.py dp --bug
+hf_accum_cosine_ddp hf_accum_cosine_ddp.py dp
+hf_accum_cosine_ddp-bug hf_accum_cosine_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
