@@ -194,5 +194,7 @@ resnet_syncbn_ddp resnet_syncbn_ddp.py dp
 resnet_syncbn_ddp-bug resnet_syncbn_ddp.py dp --bug
 hf_accum_cosine_ddp hf_accum_cosine_ddp.py dp
 hf_accum_cosine_ddp-bug hf_accum_cosine_ddp.py dp --bug
+hetero_regression_ddp hetero_regression_ddp.py dp
+hetero_regression_ddp-bug hetero_regression_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
