@@ -352,6 +352,20 @@ const adaptiveAvgPoolBackward: Rule = (l, n) => {
 /** A per-channel [C] tensor viewed to broadcast against [N, C, *space]. */
 const perChannel = (l: Lowerer, t: TensorVal, rank: number): TensorVal => l.one('reshape', [t], { shape: [t.shape[0] as number, ...Array.from({ length: rank - 2 }, () => 1)] });
 
+/**
+ * x̂ = (x − mean)·invstd of each forward, by the value ids of x, mean and invstd: its backward
+ * (training) reads the saved mean and invstd and the same input, so it reads the forward's x̂
+ * rather than a second copy of it. A copy was another logical tensor of the same values, and a
+ * SyncBatchNorm's backward whose x̂ the proof names by the forward's could not be cut there.
+ * Same value ids, same op: the same values on every run, so nothing is assumed.
+ */
+const NORMALIZED = new WeakMap<Lowerer, Map<string, TensorVal>>();
+function normalizedBy(l: Lowerer): Map<string, TensorVal> {
+  let m = NORMALIZED.get(l);
+  if (m === undefined) NORMALIZED.set(l, (m = new Map()));
+  return m;
+}
+
 /** native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps) -> (out, save_mean, save_invstd). */
 const batchNorm: Rule = (l, n) => {
   const x = l.tensor(n.args[0], 'input');
@@ -368,16 +382,22 @@ const batchNorm: Rule = (l, n) => {
   const M = x.shape[0] as number * prod(x.shape.slice(2));
   let mean: TensorVal;
   let varB: TensorVal;
+  let d: TensorVal;
   if (training) {
     mean = l.one('mean', [x], { dims });
-    const d = l.one('sub', [x, perChannel(l, mean, r)]);
+    d = l.one('sub', [x, perChannel(l, mean, r)]);
     varB = l.one('mean', [l.one('mul', [d, d])], { dims });
   } else {
     if (rm === undefined || rv === undefined) return l.fail(`${n.target}: eval mode without running statistics`);
     [mean, varB] = [rm, rv];
+    d = l.one('sub', [x, perChannel(l, mean, r)]);
   }
   const invstd = l.one('div', [l.constant(1), l.one('sqrt', [l.one('add', [varB, l.constant(eps)])])]);
-  let y = l.one('mul', [l.one('sub', [x, perChannel(l, mean, r)]), perChannel(l, invstd, r)]);
+  // (x − mean) once, for the variance and the output: a second copy was another logical
+  // tensor of the same values, so a stage whose parallel side reads one centred tensor (a
+  // SyncBatchNorm computing both from it) named a tensor the logical output never reads.
+  let y = l.one('mul', [d, perChannel(l, invstd, r)]);
+  normalizedBy(l).set(`${x.id}|${mean.id}|${invstd.id}`, y);
   if (w !== undefined) y = l.one('mul', [y, perChannel(l, w, r)]);
   if (b !== undefined) y = l.one('add', [y, perChannel(l, b, r)]);
   if (training && rm !== undefined && rv !== undefined) {
@@ -418,14 +438,27 @@ const batchNormBackward: Rule = (l, n) => {
     mean = l.tensor(l.arg(n, 3, 'running_mean'), 'running_mean');
     invstd = l.one('div', [l.constant(1), l.one('sqrt', [l.one('add', [l.tensor(l.arg(n, 4, 'running_var'), 'running_var'), l.constant(eps)])])]);
   }
-  const xhat = l.one('mul', [l.one('sub', [x, perChannel(l, mean, r)]), perChannel(l, invstd, r)]);
+  const xhat = (train ? normalizedBy(l).get(`${x.id}|${mean.id}|${invstd.id}`) : undefined) ?? l.one('mul', [l.one('sub', [x, perChannel(l, mean, r)]), perChannel(l, invstd, r)]);
   const scale = w === undefined ? perChannel(l, invstd, r) : perChannel(l, l.one('mul', [w, invstd]), r);
   const items: Val[] = [{ kind: 'none' }, { kind: 'none' }, { kind: 'none' }];
+  // g·x̂ once, for the input and the weight gradients (two copies were two logical tensors of
+  // the same values, and a parallel side computing it once could be cut at only one).
+  let gx: TensorVal | undefined;
+  const gxhat = (): TensorVal => (gx ??= l.one('mul', [g, xhat]));
   if (mask[0] === true) {
-    const centred = train ? l.one('sub', [l.one('sub', [g, l.one('mean', [g], { dims, keepdim: true })]), l.one('mul', [xhat, l.one('mean', [l.one('mul', [g, xhat])], { dims, keepdim: true })])]) : g;
+    // g − mean(g) once per g: two BatchNorms whose outputs are summed (ResNet's downsample
+    // and its block's last BatchNorm) get the same g, and a second copy was a tensor the proof
+    // could not cut at (the parallel side's all-reduced mean named the first).
+    const centredG = (): TensorVal => {
+      const key = `${g.id}|g-mean(g)`;
+      const gc = normalizedBy(l).get(key) ?? l.one('sub', [g, l.one('mean', [g], { dims, keepdim: true })]);
+      normalizedBy(l).set(key, gc);
+      return gc;
+    };
+    const centred = train ? l.one('sub', [centredG(), l.one('mul', [xhat, l.one('mean', [gxhat()], { dims, keepdim: true })])]) : g;
     items[0] = l.one('mul', [centred, scale], {}, `${l.out(n)}.grad_input`, g.dtype);
   }
-  if (mask[1] === true) items[1] = l.one('sum', [l.one('mul', [g, xhat])], { dims }, `${l.out(n)}.grad_weight`);
+  if (mask[1] === true) items[1] = l.one('sum', [gxhat()], { dims }, `${l.out(n)}.grad_weight`);
   if (mask[2] === true) items[2] = l.one('sum', [g], { dims }, `${l.out(n)}.grad_bias`);
   return l.bind(n, { kind: 'list', items });
 };

@@ -211,6 +211,16 @@ function indexPut(inPlace: boolean): Rule {
 }
 
 /** The traced result's element count, which shows whether a mask selected everything. */
+/** softplus's βx, the mask βx > threshold and β (its arguments from position `at`). */
+function softplusArgs(l: Lowerer, n: FxNode, x: TensorVal, at: number): { bx: TensorVal; big: TensorVal; beta: TensorVal } {
+  const b = l.num(l.arg(n, at, 'beta'), 'beta', 1);
+  if (b === 0) l.fail(`${n.target}: beta 0 divides by zero`);
+  const beta = l.constant(b);
+  const bx = l.one('mul', [x, beta]);
+  const big = l.one('compare', [bx, l.constant(l.num(l.arg(n, at + 1, 'threshold'), 'threshold', 20))], { rel: 'gt' }, undefined, 'bool');
+  return { bx, big, beta };
+}
+
 const numel = (s: readonly number[]): number => s.reduce((a, b) => a * b, 1);
 
 export const TRAINING_RULES: Record<string, Rule> = {
@@ -300,6 +310,32 @@ export const TRAINING_RULES: Record<string, Rule> = {
     const r = l.one('maximum', [l.tensor(n.args[0], 'self'), l.constant(0)]);
     l.write(n.args[0], r);
     return l.bind(n, r);
+  },
+  // ---- softplus as ATen's CPU kernel computes it: x where βx > threshold, else
+  // log(1 + exp(βx)) / β; its backward g where βx > threshold, else g·z / (z + 1), z = exp(βx).
+  // (The threshold is a branch of the kernel, not an approximation: above it PyTorch returns x.)
+  'aten.softplus': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const { bx, big, beta } = softplusArgs(l, n, x, 1);
+    const soft = l.one('div', [l.one('log', [l.one('add', [l.constant(1), l.one('exp', [bx])])]), beta]);
+    return l.bind(n, l.one('where', [big, x, soft], {}, l.out(n), x.dtype));
+  },
+  'aten.softplus_backward': (l, n) => {
+    const g = l.tensor(n.args[0], 'grad_output');
+    const x = l.tensor(n.args[1], 'self');
+    const { bx, big } = softplusArgs(l, n, x, 2);
+    const z = l.one('exp', [bx]);
+    return l.bind(n, l.one('where', [big, g, l.one('mul', [g, l.one('div', [z, l.one('add', [z, l.constant(1)])])])], {}, l.out(n), g.dtype));
+  },
+  // any(x) / any(x, dim): the maximum of x != 0 (0 or 1) over the dims, a boolean. What
+  // F.gaussian_nll_loss checks (`if torch.any(var < 0): raise`), read into Python.
+  'aten.any': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const t = x.dtype === 'bool' ? x : l.one('compare', [x, l.constant(0)], { rel: 'ne' }, undefined, 'bool');
+    const all = x.shape.map((_, i) => i);
+    const dims = n.target === 'aten.any.dim' ? [((l.int(n.args[1], 'dim') % x.shape.length) + x.shape.length) % x.shape.length] : all;
+    if (x.shape.length === 0) return l.bind(n, l.one('identity', [t], {}, l.out(n), 'bool'));
+    return l.bind(n, l.one('amax', [t], { dims, keepdim: l.bool(l.arg(n, 2, 'keepdim'), 'keepdim', false) && n.target === 'aten.any.dim' }, l.out(n), 'bool'));
   },
   'aten.threshold_backward': (l, n) => {
     // grad where self > threshold, else 0 (ReLU's backward reads its output).

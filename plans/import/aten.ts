@@ -220,9 +220,11 @@ const RULES: Record<string, Rule> = {
     if (v.kind !== 'list') return l.fail('indexing a value that is not a tuple');
     const item = v.items[i] ?? l.fail(`index ${i} out of range`);
     // Items share the tuple's storage root: split pieces are views of the split input. Pieces
-    // of a split are disjoint (a write through one leaves the others readable); the items of
-    // any other tuple conservatively go stale together.
+    // of a split are disjoint (a write through one leaves the others readable); the items of a
+    // fresh tuple (lower.ts, FRESH_TUPLES) are separate storages; the items of any other tuple
+    // conservatively go stale together.
     const list = (n.args[0] as { name?: string }).name;
+    if (list !== undefined && l.freshLists.has(list)) return l.bind(n, item);
     return list !== undefined && l.splitLists.has(list) ? l.bindPiece(n, item, list, i) : l.bind(n, item, list);
   },
   getattr: (l, n) => {

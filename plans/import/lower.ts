@@ -122,6 +122,13 @@ export class Lowerer {
   private readonly piece = new Map<string, string>();
   /** Lists whose items are disjoint pieces of their input. */
   readonly splitLists = new Set<string>();
+  /**
+   * Tuple results whose items are fresh tensors (the ATen schema gives their returns no alias
+   * annotation: `native_batch_norm(...) -> (Tensor, Tensor, Tensor)`): each item is its own
+   * storage, so a write in place through one (ResNet's `out += identity` on BatchNorm's output)
+   * leaves the others (its saved mean and invstd, read by the backward) readable.
+   */
+  readonly freshLists = new Set<string>();
   private node: FxNode | undefined;
   private fresh = 0;
   /** The graph being lowered, and its tensor-name prefix (empty for the first graph of a rank). */
@@ -432,6 +439,7 @@ export class Lowerer {
     // recorded on the list, read by each getitem.
     else if (v.kind === 'list' && /^aten\.(unsafe_)?split(_with_sizes)?\./.test(n.target)) this.strides.set(n.name, this.stridesAt(n.args[0]));
     if (v.kind === 'list' && /^aten\.((unsafe_)?split(_with_sizes)?|unsafe_chunk|chunk|unbind)\./.test(n.target)) this.splitLists.add(n.name);
+    else if (v.kind === 'list' && FRESH_TUPLES.test(n.target)) this.freshLists.add(n.name);
     else if (v.kind === 'list' && n.target === 'aten.unbind.int') {
       const st = this.stridesAt(n.args[0]);
       const x = this.val(n.args[0], 'self');
@@ -576,7 +584,14 @@ function stridesOf(l: Lowerer, n: FxNode, shape: readonly number[]): readonly nu
     }
     case 'aten._reshape_alias':
       return l.ints(n.args[2], 'stride');
-    case 'aten.view':
+    case 'aten.view': {
+      // ATen's computeStride (viewStrides): a view of a strided tensor, such as a split
+      // piece's heads (`q.view(B, T, H, d)` of a fused QKV's piece, then permuted and
+      // reshaped as GPT-2's `_upcast_and_reordered_attn` does), has strides of its own.
+      const x = l.val(n.args[0], 'self');
+      const st = inp();
+      return x.kind === 'tensor' && st !== undefined ? viewStrides(x.shape, st, shape) : undefined;
+    }
     case 'aten._unsafe_view':
     case 'aten.reshape':
     case 'aten.view_copy': {
@@ -631,6 +646,12 @@ function stridesOf(l: Lowerer, n: FxNode, shape: readonly number[]): readonly nu
       return strides(shape);
   }
 }
+
+/**
+ * Multi-output ATen ops whose returns are all fresh tensors (checked on torch 1.13's schemas:
+ * no alias annotation on any return). Any other tuple's items conservatively share a root.
+ */
+const FRESH_TUPLES = /^aten\.(native_batch_norm|native_batch_norm_backward|native_layer_norm|native_layer_norm_backward|native_group_norm|native_group_norm_backward|native_dropout|max_pool2d_with_indices|adaptive_max_pool2d|convolution_backward|topk|sort|max|min|var_mean|std_mean|aminmax|kthvalue|mode|median|cummax|cummin)\.(default|dim|stable|correction)$/;
 
 /** Same storage (a view or a no-op): the node's name aliases its input. */
 export const view = (l: Lowerer, n: FxNode, t: TensorVal): Val => l.bind(n, t, (n.args[0] as { name?: string }).name);

@@ -1,7 +1,8 @@
 """torch.distributed as `planproof capture` runs it (docs/capture.md): the collectives a
 training script calls, wrapped so that each call is recorded in the trace with its group,
 reduce op and order, and run on gloo (emulated where gloo under torch 1.13 has none); and
-torch DDP's C++ reducer replaced by a Python module with DDP's semantics.
+torch DDP's C++ reducer replaced by a Python module with DDP's semantics (and SyncBatchNorm,
+GPU-only in torch 1.13, by capture_syncbn.py's stand-in).
 
 Installed into the capture module (planproof_capture.py) by `install(module)`: the trace in
 progress (`_CURRENT`), the named groups (`_GROUPS`) and the error type are that module's.
@@ -11,15 +12,20 @@ import contextlib
 import torch
 import torch.distributed as dist
 
+import capture_syncbn
+
 _CURRENT = _GROUPS = UserError = DT = ann = None
 
 
 def install(m):
-    """Wraps torch.distributed's collectives and installs the DDP module (once per process)."""
+    """Wraps torch.distributed's collectives, installs the DDP module and the SyncBatchNorm
+    stand-in (once per process)."""
     global _CURRENT, _GROUPS, UserError, DT, ann
     _CURRENT, _GROUPS, UserError, DT, ann = m._CURRENT, m._GROUPS, m.UserError, m.DT, m.ann
+    real_all_reduce = dist.all_reduce
     _wrap_collectives()
     _install_ddp()
+    capture_syncbn.install(_CURRENT, real_all_reduce)
 
 
 class _Done:
@@ -341,9 +347,13 @@ class _DDP(torch.nn.Module):
         self._find_unused = find_unused_parameters
         self._sync_this_backward = False
         self._queued = False
+        # As DDP's _sync_module_states: parameters and buffers from the group's first member
+        # (its rank 0 in the group, which is global rank 0 only for the whole world: a DDP over
+        # a data-parallel group [1, 3] of a dp x tp mesh broadcasts from rank 1).
+        src = 0 if process_group is None else dist.get_global_rank(process_group, 0)
         with torch.no_grad():
-            for p in module.parameters():
-                dist.broadcast(p.data, src=0, group=process_group)
+            for t in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(t.data, src=src, group=process_group)
         # As DDP's reducer: the parameters it averages are those the module had at construction.
         # A parameter assigned to the module afterwards is not averaged (iterating
         # module.parameters() at sync time averaged it, and a real bug was VERIFIED).

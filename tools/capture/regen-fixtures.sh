@@ -185,5 +185,16 @@ gru_classifier_ddp gru_classifier_ddp.py dp
 gru_classifier_ddp-bug gru_classifier_ddp.py dp --bug
 reinforce_ddp reinforce_ddp.py dp
 reinforce_ddp-bug reinforce_ddp.py dp --bug
+einsum_attn_tp einsum_attn_tp.py tp
+einsum_attn_tp-bug einsum_attn_tp.py tp --bug
+einsum_attn_tp-dp_tp einsum_attn_tp.py dp=2,tp=2
+einsum_attn_tp-dp_tp-bug-ddp einsum_attn_tp.py dp=2,tp=2 --bug-ddp
+einsum_attn_tp-ddp einsum_attn_tp.py dp=2,tp=1 --tp 1
+resnet_syncbn_ddp resnet_syncbn_ddp.py dp
+resnet_syncbn_ddp-bug resnet_syncbn_ddp.py dp --bug
+hf_accum_cosine_ddp hf_accum_cosine_ddp.py dp
+hf_accum_cosine_ddp-bug hf_accum_cosine_ddp.py dp --bug
+hetero_regression_ddp hetero_regression_ddp.py dp
+hetero_regression_ddp-bug hetero_regression_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
