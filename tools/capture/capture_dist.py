@@ -353,7 +353,14 @@ class _DDP(torch.nn.Module):
         src = 0 if process_group is None else dist.get_global_rank(process_group, 0)
         with torch.no_grad():
             for t in list(module.parameters()) + list(module.buffers()):
-                dist.broadcast(t.data, src=src, group=process_group)
+                if t.dtype == torch.bool:
+                    # gloo carries no bool ("Invalid scalar type": GPT-2's causal-mask buffer):
+                    # the same values as bytes, copied back.
+                    b = t.data.to(torch.uint8)
+                    dist.broadcast(b, src=src, group=process_group)
+                    t.data.copy_(b.to(torch.bool))
+                else:
+                    dist.broadcast(t.data, src=src, group=process_group)
         # As DDP's reducer: the parameters it averages are those the module had at construction.
         # A parameter assigned to the module afterwards is not averaged (iterating
         # module.parameters() at sync time averaged it, and a real bug was VERIFIED).
