@@ -6,7 +6,7 @@
  */
 import { evalLineage, groupKey, type LineageNF } from '../../../lineage/model.js';
 import { registry } from '../../../ops/registry.js';
-import type { Program } from '../../../plans/model.js';
+import type { AttrSpec, Program } from '../../../plans/model.js';
 import { checkRunClock } from '../../clock.js';
 import { CollectiveRules } from './collectives.js';
 import { axisSites, type TemplateStageRef, type TemplateFrame, everyPoint, sameSetsOutside, substValue } from './frames.js';
@@ -153,13 +153,13 @@ export abstract class TemplateRules extends CollectiveRules {
     if (!produced) return `'${p.tensors.name(t)}' has no producer and no lineage`;
     if (lop >= 0) {
       const a = p.attrSpecs[lop];
-      if (a !== undefined && a.exprs.length > 0) return `per template: op '${p.ops.ids.name(lop)}' has attributes that depend on the coordinates`;
+      if (a !== undefined && !this.fixedOnFrame(r, a)) return `per template: op '${p.ops.ids.name(lop)}' has attributes that depend on the coordinates`;
       return this.deriveOp(r, lop, t, depth, derive);
     }
     const frame = this.frameAt(r);
     if (frame === undefined || typeof frame === 'string') return frame ?? 'no template';
     const attrSpec = p.attrSpecs[site];
-    if (attrSpec !== undefined && attrSpec.exprs.length > 0) return `per template: collective '${p.ops.ids.name(site)}' has attributes that depend on the coordinates`;
+    if (attrSpec !== undefined && !this.fixedOnFrame(r, attrSpec)) return `per template: collective '${p.ops.ids.name(site)}' has attributes that depend on the coordinates`;
     const g = p.groups[site];
     if (g === undefined) return this.p2pTemplate(r, pi, site, depth, derive);
     if (g.kind !== 'axes') return `per template: collective '${p.ops.ids.name(site)}' has a group given by ranks (derived rank by rank)`;
@@ -183,6 +183,26 @@ export abstract class TemplateRules extends CollectiveRules {
     const kind = registry.get(p.ops.kind[site] as number).name;
     if (kind === 'broadcast') return 'per template: a broadcast (its source is a rank, not a place in the group)';
     return restripe(this.deriveCollective(kind, plan.view(r).attrs[site] ?? {}, shared, Sym.of(pos, k), shared.ins.length, plan.view(r).shapes[t] ?? [], -1));
+  }
+
+  /**
+   * The op's attributes are the same on every rank of r's frame: each expression in them reads
+   * only mesh axes that the frame holds at one coordinate (a CP program's zig-zag slice of the
+   * rope tables, `2048*cp`, in a program per cp coordinate). An expression is a function of the
+   * variables it reads, so r's attributes are every rank's; anything reading `rank` or an axis
+   * the frame varies is refused, as before (docs/engine.md, "Tensor level per template").
+   */
+  private fixedOnFrame(r: number, a: AttrSpec): boolean {
+    if (a.exprs.length === 0) return true;
+    const f = this.frameAt(r);
+    if (f === undefined || typeof f === 'string') return false;
+    const mesh = this.plan.mesh;
+    return a.exprs.every(([, e]) =>
+      e.vars.every((v) => {
+        const ax = v === 'rank' ? -1 : mesh.axisIndex(v);
+        return ax >= 0 && (f.sets[ax]?.length ?? 0) === 1;
+      }),
+    );
   }
 
   /**
