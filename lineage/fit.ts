@@ -90,7 +90,7 @@ export function fitOnBox(s: IntSpec, mesh: Mesh, box: Box): Aff | undefined {
 }
 
 /** The box with axis `a` restricted to `coords` (a non-empty subset of its set). */
-export function subBox(box: Box, a: number, coords: Int32Array): Box {
+function subBox(box: Box, a: number, coords: Int32Array): Box {
   const sets = box.sets.map((s, b) => (b === a ? coords : s));
   const lo = Int32Array.from(box.lo);
   const hi = Int32Array.from(box.hi);
