@@ -31,7 +31,7 @@ function checksOf(plan: LoadedPlan): PlanSummary['checks'] {
       `programs: ${st.boxPrograms} of ${plan.programs.length} run on a box of mesh coordinates`,
       `shapes: ${st.shapeChecks} tensor and op checks (each once per distinct coordinates it depends on)`,
       `collectives: ${c.symbolicSites} group call sites matched per template, ${c.perRankSites} rank by rank; send/recv ${c.p2p === 'symbolic' ? `per template (${c.p2pClasses} program-to-program classes)` : c.p2p}`,
-      `lineage: ${l.symbolicTensors} tensors checked per template, ${l.enumeratedTensors} per distinct coordinates (${l.enumeratedClaims} claims)`,
+      `lineage: ${l.symbolicTensors} tensors checked per template (${l.piecewiseTensors} of their boxes cut into pieces), ${l.enumeratedTensors} per distinct coordinates (${l.enumeratedClaims} claims)`,
     ],
     ms: st.ms,
   };

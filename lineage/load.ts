@@ -78,7 +78,7 @@ function load(file: string, raw: unknown, opts: LoadOptions, subset: boolean): L
     }
   };
   let coverage: Coverage[];
-  let lstats: LineageStats = { symbolicTensors: 0, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 };
+  let lstats: LineageStats = { symbolicTensors: 0, piecewiseTensors: 0, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 };
   if (subset) {
     claimList = claimsNow(sink);
     coverage = [];

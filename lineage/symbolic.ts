@@ -27,12 +27,8 @@ import { type Box, type Mesh, programBoxes } from '../plans/mesh.js';
 import { type Contract, type IntSpec, type LineageSpec, type LogicalGraph, placementStr, type Program, type RankView } from '../plans/model.js';
 import { type Claim, type Coverage, MAX_CELLS, checkContract, checkTiling, claimAxes, claimsOfSpec, lowerBound } from './check.js';
 import { groupKey, type ValueMap } from './model.js';
+import { type Aff, cutBox, fitOnBox } from './fit.js';
 
-/** An affine function of the mesh coordinates: c + sum k[a] * coord[a]. */
-interface Aff {
-  readonly c: number;
-  readonly k: number[];
-}
 
 const identityRanks = new WeakMap<Mesh, boolean>();
 function ranksAreRowMajor(mesh: Mesh): boolean {
@@ -66,6 +62,26 @@ function toAff(s: IntSpec, mesh: Mesh): Aff | undefined {
     } else k[mesh.axisIndex(v)] = (k[mesh.axisIndex(v)] as number) + x;
   }
   return { c: f.c, k };
+}
+
+/** toAff, or else one affine function on the box (fit.ts: checked at every coordinate it reads). */
+function toAffOn(s: IntSpec, mesh: Mesh, box: Box): Aff | undefined {
+  return toAff(s, mesh) ?? fitOnBox(s, mesh, box);
+}
+
+/** Mesh axes read by the spec's expressions that are not affine as written (where a box may be cut). */
+function nonAffineAxes(p: Program, t: number, spec: LineageSpec, mesh: Mesh): number[] {
+  const out = new Set<number>();
+  const note = (s: IntSpec | undefined): void => {
+    if (s === undefined || typeof s === 'number' || toAff(s, mesh) !== undefined) return;
+    for (const v of s.vars) if (v !== 'rank') out.add(mesh.axisIndex(v));
+  };
+  if (spec.kind === 'index') {
+    for (const d of spec.dims ?? []) for (const x of d ?? []) note(x);
+    note(spec.idx);
+  }
+  for (const d of p.shapeSpecs[t] ?? []) note(d);
+  return [...out].filter((a) => a >= 0).sort((a, b) => (mesh.sizes[a] as number) - (mesh.sizes[b] as number));
 }
 
 function add(a: Aff, b: Aff, s = 1): Aff {
@@ -110,7 +126,7 @@ interface AffineSpec {
 }
 
 /** The spec as affine functions, or undefined when some part is not affine (or `evalLineage` would reject it). */
-function affineSpec(spec: LineageSpec, mesh: Mesh, logicalShape: Shape): AffineSpec | undefined {
+function affineSpec(spec: LineageSpec, mesh: Mesh, logicalShape: Shape, box: Box): AffineSpec | undefined {
   const n = mesh.axes.length;
   if (spec.kind === 'index') {
     if (spec.dims !== undefined && spec.dims.length !== logicalShape.length) return undefined;
@@ -123,15 +139,15 @@ function affineSpec(spec: LineageSpec, mesh: Mesh, logicalShape: Shape): AffineS
       }
       const stripes: { lo: Aff; hi: Aff }[] = [];
       for (let i = 0; i + 1 < dim.length; i += 2) {
-        const lo = toAff(dim[i] as IntSpec, mesh);
-        const hi = toAff(dim[i + 1] as IntSpec, mesh);
+        const lo = toAffOn(dim[i] as IntSpec, mesh, box);
+        const hi = toAffOn(dim[i + 1] as IntSpec, mesh, box);
         if (lo === undefined || hi === undefined) return undefined;
         stripes.push({ lo, hi });
       }
       if (dim.length % 2 !== 0) return undefined;
       dims.push(stripes);
     }
-    const idx = toAff(spec.idx, mesh);
+    const idx = toAffOn(spec.idx, mesh, box);
     if (idx === undefined) return undefined;
     return { dims, idx, value: { n: spec.n, reduce: spec.reduce, divisor: spec.divisor, split: spec.split } };
   }
@@ -196,6 +212,8 @@ interface Family {
 export interface LineageStats {
   /** Tensors whose claims were checked as one family over their program's ranks. */
   symbolicTensors: number;
+  /** Of the boxes those tensors were checked on, how many were cut into pieces first (fit.ts). */
+  piecewiseTensors: number;
   /** Tensors whose claims were enumerated per distinct coordinates (and the claims). */
   enumeratedTensors: number;
   enumeratedClaims: number;
@@ -230,10 +248,11 @@ export function checkLineageSymbolic(
   sink: IssueSink,
   opts: { symbolic: boolean },
 ): { coverage: Coverage[] | undefined; stats: LineageStats } {
-  const stats: LineageStats = { symbolicTensors: 0, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 };
+  const stats: LineageStats = { symbolicTensors: 0, piecewiseTensors: 0, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 };
   const families = new Map<number, Family[]>();
   const refs = new Map<number, SpecRef[]>();
   const familyCache = new Map<string, Family | null>();
+  const pieceCache = new Map<string, Family[] | null>();
   const push = <T>(m: Map<number, T[]>, k: number, v: T): void => {
     let l = m.get(k);
     if (l === undefined) m.set(k, (l = []));
@@ -250,16 +269,38 @@ export function checkLineageSymbolic(
       if ((t & 255) === 0) checkRunClock();
       push(refs, spec.logical, { p, t, spec, ranks });
       const fams: Family[] = [];
+      let complete = boxes !== undefined;
       for (const [bi, box] of (boxes ?? []).entries()) {
         // Generated plans repeat a few hundred lineage patterns over hundreds of thousands of
         // tensors: a family depends only on the pattern, the shapes and the box.
         const sig = `${p.index}|${bi}|${(logical.shapes[spec.logical] as Shape).join(',')}|${(p.shapeSpecs[t] ?? []).map(intSig).join(',')}|${specSig(spec)}`;
         let hit = familyCache.get(sig);
         if (hit === undefined) familyCache.set(sig, (hit = familyOf(p, t, spec, box, box.count, mesh, logical) ?? null));
-        if (hit === null) break;
-        fams.push({ ...hit, logical: spec.logical, program: p.index, tensor: t, path: spec.path, holders: box.count });
+        if (hit !== null) {
+          fams.push({ ...hit, logical: spec.logical, program: p.index, tensor: t, path: spec.path, holders: box.count });
+          continue;
+        }
+        // Piecewise affine (SP shards under zig-zag CP): the box cut along an axis that a
+        // non-affine expression reads, one family per piece (fit.ts); else enumerated.
+        let cut = pieceCache.get(sig);
+        if (cut === undefined) {
+          const fit = new Map<Box, Family>();
+          const pieces = cutBox(box, nonAffineAxes(p, t, spec, mesh), (b) => {
+            const fam = familyOf(p, t, spec, b, b.count, mesh, logical);
+            if (fam !== undefined) fit.set(b, fam);
+            return fam !== undefined;
+          });
+          cut = pieces === undefined ? null : pieces.map((b) => fit.get(b) as Family);
+          pieceCache.set(sig, cut);
+        }
+        if (cut === null) {
+          complete = false;
+          break;
+        }
+        stats.piecewiseTensors++;
+        for (const fam of cut) fams.push({ ...fam, logical: spec.logical, program: p.index, tensor: t, path: spec.path });
       }
-      if (boxes !== undefined && fams.length === boxes.length) {
+      if (complete) {
         stats.symbolicTensors++;
         for (const fam of fams) push(families, spec.logical, fam);
         return;
@@ -357,9 +398,9 @@ function claimFamily(c: Claim, p: Program): Family {
 /** The tensor's claims over the whole box as one family, or undefined to enumerate them. */
 function familyOf(p: Program, t: number, spec: LineageSpec, box: Box, holders: number, mesh: Mesh, logical: LogicalGraph): Family | undefined {
   const lshape = logical.shapes[spec.logical] as Shape;
-  const f = affineSpec(spec, mesh, lshape);
+  const f = affineSpec(spec, mesh, lshape, box);
   if (f === undefined) return undefined;
-  const local = (p.shapeSpecs[t] ?? []).map((d) => toAff(d, mesh));
+  const local = (p.shapeSpecs[t] ?? []).map((d) => toAffOn(d, mesh, box));
   if (local.length !== lshape.length || local.some((d) => d === undefined)) return undefined;
   const all: Aff[] = [f.idx];
   for (const st of f.dims) for (const s of st) all.push(s.lo, s.hi, add(s.hi, s.lo, -1));

@@ -29,6 +29,56 @@ function tp8Plan(bug?: string): RawPlan {
   return raw as unknown as RawPlan;
 }
 
+/** Edits every program's ops (the plan has one program per cp coordinate). */
+function edited(edit: (ops: RawPlan['parallel']['programs'][number]['ops']) => void): () => RawPlan {
+  return () => {
+    const raw = tp8Plan();
+    for (const p of raw.parallel.programs) edit(p.ops);
+    return raw;
+  };
+}
+const sliceOf = (ops: RawPlan['parallel']['programs'][number]['ops'], id: string) => {
+  const o = ops.find((x) => x.id === id);
+  assert.ok(o !== undefined, id);
+  return o;
+};
+/** The cos table's zig-zag chunks taken in the wrong order (chunk 2cp-1-r first, then r). */
+const ropeSwapped = edited((ops) => {
+  const [a, b] = [sliceOf(ops, 'l0/cp/slice'), sliceOf(ops, 'l0/cp/slice#1')];
+  [a.attrs, b.attrs] = [b.attrs, a.attrs];
+});
+/** The sin table's second chunk right at tp 0 (each program's base rank) and one chunk early elsewhere. */
+const ropeRightAtBase = edited((ops) => {
+  sliceOf(ops, 'l0/cp/slice#3').attrs = { dim: 0, start: { expr: '-8*cp + 24 - 8*min(tp, 1)' }, end: { expr: '-8*cp + 32 - 8*min(tp, 1)' } };
+});
+
+describe('per template: attributes fixed on the frame, the rope tables under zig-zag CP (issue 37)', () => {
+  it('derives the slices at tensor level per template, refutes chunks in the wrong order, never proves a slice reading tp', () => {
+    // Programs are per cp coordinate, so `8*cp` is one number on each: the rope stages are at tensor level.
+    const ok = verifyPerTemplate(loadPlanObject('ok.json', tp8Plan()));
+    assert.equal(ok.verdict, 'verified', ok.stages.filter((s) => s.status !== 'proved').map((s) => `${s.logical}: ${s.reason ?? ''}`).join('\n'));
+    const rope = ok.stages.filter((s) => /^l0\/rope/.test(s.logical));
+    assert.equal(rope.length, 2);
+    for (const s of rope) assert.equal(s.decidedBy, 'tensor', s.logical);
+    // The chunks swapped: refuted per template with a witness on one rank's part.
+    const w = verifyPerTemplate(loadPlanObject('swap.json', ropeSwapped()), { witness: { raw: ropeSwapped, provePart: partProver() } });
+    assert.equal(w.verdict, 'not_equivalent');
+    const s = w.stages.find((x) => x.status === 'not_equivalent');
+    assert.ok(s !== undefined && /^l0\/rope/.test(s.logical) && (s.witness ?? []).length > 0, s?.logical);
+    // Right at every program's base rank, wrong at tp > 0: the expression reads tp, which the
+    // frame varies, so it is not derived at the base for every rank.
+    const b = verifyPerTemplate(loadPlanObject('base.json', ropeRightAtBase()));
+    assert.notEqual(b.verdict, 'verified');
+    assert.ok(b.stages.some((x) => /^l0\/rope/.test(x.logical) && x.status !== 'proved'));
+  });
+
+  it(`the twin right only at the base rank is not equivalent rank by rank${FULL}`, () => {
+    const r = verifyPlan(loadPlanObject('base.json', ropeRightAtBase()));
+    assert.equal(r.verdict, 'not_equivalent');
+    assert.ok(r.stages.some((s) => s.status === 'not_equivalent' && /^l0\/rope/.test(s.logical)));
+  }).timeout(600_000);
+});
+
 describe('piecewise-affine claims per template: programs cut into pieces (issue 37)', () => {
   it('reduce-scatters a striped region per piece only when every window of the piece lies in one stripe', () => {
     // Local positions [0, 16) are logical [0, 8) then [24, 32); 8 members, 2 positions each.

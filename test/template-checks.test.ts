@@ -123,10 +123,51 @@ function rowsPlan(dp: number, rows: number, lo: string, hi: string, value?: unkn
   };
 }
 
+/** rowsPlan over a 2-axis mesh dp x tp, 8 rows per dp coordinate, a row per rank. */
+function gridPlan(dp: number, lo: string): object {
+  const raw = rowsPlan(1, 8 * dp, lo, `${lo} + 1`) as { mesh: { axes: { name: string; size: number }[] } };
+  raw.mesh.axes = [
+    { name: 'dp', size: dp },
+    { name: 'tp', size: 8 },
+  ];
+  return raw;
+}
+/** Row 8 dp + tp for tp 0-3 and 8 dp + 11 - tp for tp 4-7 (the second half reversed, as zig-zag chunks): piecewise affine in tp. */
+const ZIGZAG = '8*dp + (1 - tp//4)*tp + (tp//4)*(11 - tp)';
+
+describe('piecewise-affine lineage per template (lineage/fit.ts, issue 37)', () => {
+  it('a correct piecewise lineage is families on pieces cut along tp, with the per-rank outcome', () => {
+    assert.equal(sameOutcome('zigzag', gridPlan(16, ZIGZAG)), 'accepted');
+    const p = loadPlanObject('zigzag.json', gridPlan(1024, ZIGZAG));
+    assert.deepEqual(p.stats.lineage, { symbolicTensors: 2, piecewiseTensors: 2, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 });
+    assert.deepEqual(p.coverage.map((c) => [c.holders, c.complete]), [[8192, true], [8192, true]]);
+  });
+  it('a wrong second half, or one coordinate off the fitted function, is rejected as per rank', () => {
+    // tp 4-7 hold 8 dp + 10 - tp: row 8 dp + 7 held by no rank.
+    assert.equal(sameOutcome('half', gridPlan(16, '8*dp + (1 - tp//4)*tp + (tp//4)*(10 - tp)')), 'rejected');
+    // Right at tp 4, 5, 6 (where a fit reads it), tp 7 holds row 8 dp + 5: row 8 dp + 4 held by no rank.
+    const off = `${ZIGZAG} + tp//7`;
+    assert.equal(sameOutcome('off', gridPlan(16, off)), 'rejected');
+    assert.throws(
+      () => loadPlanObject('off.json', gridPlan(1024, off)),
+      (e: unknown) => e instanceof PlanError && /elements \[4:5\] are held by no rank/.test(e.message),
+    );
+  });
+  it('SP at tp 8 under zig-zag CP loads with no claim enumerated, as per rank', () => {
+    const tp = 8;
+    const par = { dp: 2, tp, micro: 1, sp: true, cp: 2 };
+    const raw = generatePlan({ model: { family: 'llama', layers: 1, hidden: 4 * tp, heads: tp, kvHeads: tp, seq: 32, vocab: 2 * tp, batch: 2, ffn: 2 * tp }, par, optimizer: OPT });
+    assert.equal(sameOutcome('sp-cp', raw), 'accepted');
+    const p = loadPlanObject('sp-cp.json', raw);
+    assert.equal(p.stats.lineage.enumeratedTensors, 0);
+    assert.ok(p.stats.lineage.piecewiseTensors > 0);
+  });
+});
+
 describe('per-template checks at scale', () => {
   it('an affine lineage over 8192 ranks is one family per tensor, and its tiling is exact', () => {
     const p = loadPlanObject('rows.json', rowsPlan(8192, 8192, 'dp', 'dp + 1'));
-    assert.deepEqual(p.stats.lineage, { symbolicTensors: 2, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 });
+    assert.deepEqual(p.stats.lineage, { symbolicTensors: 2, piecewiseTensors: 0, enumeratedTensors: 0, enumeratedClaims: 0, explained: 0 });
     assert.deepEqual(p.coverage.map((c) => [c.claims, c.holders, c.complete]), [[8192, 8192, true], [8192, 8192, true]]);
   });
   it('a gap the family check finds is reported claim by claim, with the rank and region', () => {

@@ -6,7 +6,7 @@
  */
 import { evalLineage, groupKey, type LineageNF } from '../../../lineage/model.js';
 import { registry } from '../../../ops/registry.js';
-import type { Program } from '../../../plans/model.js';
+import { type AttrSpec, type IntSpec, type LineageSpec, placementStr, type Program } from '../../../plans/model.js';
 import { checkRunClock } from '../../clock.js';
 import { CollectiveRules } from './collectives.js';
 import { axisSites, type TemplateStageRef, type TemplateFrame, everyPoint, sameSetsOutside, substValue } from './frames.js';
@@ -17,6 +17,23 @@ import { cutAlong, cutAxis, splits } from './pieces.js';
 import { iadd, iaxes, icmp, ieval, ikey, Sym, type Int } from './sym.js';
 
 const NOT_AFFINE = 'a claim that is not affine in the coordinates';
+
+/** A claim fitted and checked over a frame's coordinates: its flattened affine values, range counts per dim, value map. */
+interface WalkedClaim {
+  readonly sym: readonly Int[];
+  readonly lens: readonly number[];
+  readonly value: LineageNF['value'];
+}
+
+const intKey = (x: IntSpec): string => (typeof x === 'number' ? String(x) : `(${x.source})`);
+/**
+ * Everything a claim's walk reads but the logical tensor's id: the spec as written (expressions
+ * by their source, evaluated in the rank's environment only), the logical and local shapes.
+ */
+function walkKey(spec: LineageSpec, lshape: readonly number[], local: readonly number[]): string {
+  const body = spec.kind === 'placements' ? `P${spec.placements.map(placementStr).join(',')}` : `I${spec.dims === undefined ? 'all' : spec.dims.map((d) => (d === undefined ? '*' : d.map(intKey).join(','))).join(';')}|${intKey(spec.idx)}|${spec.n}|${spec.reduce}|${spec.divisor}|${spec.split}`;
+  return `${body}|${lshape.join(',')}|${local.join(',')}`;
+}
 
 export abstract class TemplateRules extends CollectiveRules {
   /**
@@ -153,13 +170,13 @@ export abstract class TemplateRules extends CollectiveRules {
     if (!produced) return `'${p.tensors.name(t)}' has no producer and no lineage`;
     if (lop >= 0) {
       const a = p.attrSpecs[lop];
-      if (a !== undefined && a.exprs.length > 0) return `per template: op '${p.ops.ids.name(lop)}' has attributes that depend on the coordinates`;
+      if (a !== undefined && !this.fixedOnFrame(r, a)) return `per template: op '${p.ops.ids.name(lop)}' has attributes that depend on the coordinates`;
       return this.deriveOp(r, lop, t, depth, derive);
     }
     const frame = this.frameAt(r);
     if (frame === undefined || typeof frame === 'string') return frame ?? 'no template';
     const attrSpec = p.attrSpecs[site];
-    if (attrSpec !== undefined && attrSpec.exprs.length > 0) return `per template: collective '${p.ops.ids.name(site)}' has attributes that depend on the coordinates`;
+    if (attrSpec !== undefined && !this.fixedOnFrame(r, attrSpec)) return `per template: collective '${p.ops.ids.name(site)}' has attributes that depend on the coordinates`;
     const g = p.groups[site];
     if (g === undefined) return this.p2pTemplate(r, pi, site, depth, derive);
     if (g.kind !== 'axes') return `per template: collective '${p.ops.ids.name(site)}' has a group given by ranks (derived rank by rank)`;
@@ -183,6 +200,26 @@ export abstract class TemplateRules extends CollectiveRules {
     const kind = registry.get(p.ops.kind[site] as number).name;
     if (kind === 'broadcast') return 'per template: a broadcast (its source is a rank, not a place in the group)';
     return restripe(this.deriveCollective(kind, plan.view(r).attrs[site] ?? {}, shared, Sym.of(pos, k), shared.ins.length, plan.view(r).shapes[t] ?? [], -1));
+  }
+
+  /**
+   * The op's attributes are the same on every rank of r's frame: each expression in them reads
+   * only mesh axes that the frame holds at one coordinate (a CP program's zig-zag slice of the
+   * rope tables, `2048*cp`, in a program per cp coordinate). An expression is a function of the
+   * variables it reads, so r's attributes are every rank's; anything reading `rank` or an axis
+   * the frame varies is refused, as before (docs/engine.md, "Tensor level per template").
+   */
+  private fixedOnFrame(r: number, a: AttrSpec): boolean {
+    if (a.exprs.length === 0) return true;
+    const f = this.frameAt(r);
+    if (f === undefined || typeof f === 'string') return false;
+    const mesh = this.plan.mesh;
+    return a.exprs.every(([, e]) =>
+      e.vars.every((v) => {
+        const ax = v === 'rank' ? -1 : mesh.axisIndex(v);
+        return ax >= 0 && (f.sets[ax]?.length ?? 0) === 1;
+      }),
+    );
   }
 
   /**
@@ -359,6 +396,9 @@ export abstract class TemplateRules extends CollectiveRules {
     return rel;
   }
 
+  /** Claims walked over the coordinates, per frame and walkKey (see claimOn). */
+  private readonly walks = new WeakMap<TemplateFrame, Map<string, WalkedClaim | string>>();
+
   /** templateClaim on one frame (a program's box or a piece of it); r is a rank of it. */
   private claimOn(frame: TemplateFrame, r: number, t: number): Relation | string {
     const plan = this.plan;
@@ -392,6 +432,14 @@ export abstract class TemplateRules extends CollectiveRules {
       nums.push(v.n === 1 ? 0 : v.idx);
       return { nums, fixed: `${nf.logical}|${v.divisor}|${v.n}|${v.reduce}|${groupKey(v)}|${nf.ranges.map((rg) => rg.length).join(',')}` };
     };
+    // The walk reads the spec's expressions, the shapes and the frame, never the logical
+    // tensor's identity: tensors with the same pattern (every layer's) share it (walkKey).
+    const key = affineSpec ? undefined : walkKey(spec, lshape, local);
+    let memo = key === undefined ? undefined : this.walks.get(frame);
+    if (key !== undefined && memo === undefined) this.walks.set(frame, (memo = new Map()));
+    const hit = key === undefined ? undefined : memo?.get(key);
+    if (typeof hit === 'string') return hit;
+    if (hit !== undefined) return this.claimRelation(spec.logical, hit.sym, hit.lens, hit.value);
     const x0 = [...frame.x0];
     const nf0 = nfAt(x0);
     const b = flat(nf0);
@@ -421,25 +469,34 @@ export abstract class TemplateRules extends CollectiveRules {
           if (typeof f === 'string') return f;
           return f.fixed !== b.fixed || f.nums.some((v, i) => v !== ieval(sym[i] as Int, x, x0)) ? NOT_AFFINE : undefined;
         });
-    if (bad !== undefined) return bad;
+    if (bad !== undefined) {
+      if (key !== undefined) memo?.set(key, bad);
+      return bad;
+    }
+    const lens = nf0.ranges.map((rg) => rg.length);
+    if (key !== undefined) memo?.set(key, { sym, lens, value: nf0.value });
+    return this.claimRelation(nf0.logical, sym, lens, nf0.value);
+  }
+
+  /** A walked claim as a relation: ranges (striped dims as their placeholder), scale and addend. */
+  private claimRelation(logical: number, sym: readonly Int[], lens: readonly number[], v: LineageNF['value']): Relation | string {
     const ranges: Range[] = [];
     let at = 0;
-    for (const rg of nf0.ranges) {
+    for (const n of lens) {
       const pieces: Range[] = [];
-      for (let i = 0; i < rg.length; i += 2, at += 2) pieces.push([sym[at] as Int, sym[at + 1] as Int]);
+      for (let i = 0; i < n; i += 2, at += 2) pieces.push([sym[at] as Int, sym[at + 1] as Int]);
       // A striped dim as its placeholder (stages/engines/tensorlevel/stripes.ts).
       const one = pieces.length === 1 ? (pieces[0] as Range) : stripeRange(pieces);
       if (typeof one === 'string') return `the claim is ${one}`;
       ranges.push(one);
     }
     if (ranges.some(badRange)) return 'a region out of range';
-    const v = nf0.value;
     const scale = frac(v.divisor, 1);
     if (scale === undefined) return 'a divisor that is not an integer';
-    if (v.n === 1) return { logical: nf0.logical, ranges, scale };
+    if (v.n === 1) return { logical, ranges, scale };
     if (v.reduce !== 'sum') return `addends combined by ${v.reduce}`;
     const idx = sym[sym.length - 1] as Int;
-    return { logical: nf0.logical, ranges, scale, part: { key: `claim|${groupKey(v)}|${nf0.logical}|${ranges.map(([a, c]) => `${ikey(a)}:${ikey(c)}`).join(';')}`, comps: [{ kind: 'idx', cover: [idx], total: v.n }] } };
+    return { logical, ranges, scale, part: { key: `claim|${groupKey(v)}|${logical}|${ranges.map(([a, c]) => `${ikey(a)}:${ikey(c)}`).join(';')}`, comps: [{ kind: 'idx', cover: [idx], total: v.n }] } };
   }
 
 }
