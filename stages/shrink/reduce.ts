@@ -47,9 +47,16 @@ export interface ReducedClass {
   readonly kept?: string;
   /** Members: logical dims, then parallel dims. */
   readonly members: number;
-  /** The named member: its program (-1: the logical graph), tensor and dim. */
-  readonly at?: { readonly program: number; readonly tensor: string; readonly dim: number };
 }
+
+/** A class's named member: its program (-1: the logical graph), tensor and dim. */
+interface ClassAt {
+  readonly program: number;
+  readonly tensor: string;
+  readonly dim: number;
+}
+/** Where each class's named member is (for composing rounds); kept off the report's objects. */
+const classAt = new WeakMap<ReducedClass, ClassAt>();
 
 export interface ReductionAnalysis {
   readonly classes: ReducedClass[];
@@ -370,7 +377,7 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
   // One entry per class, named by its first member.
   const classes: ReducedClass[] = [];
   const seen = new Map<number, number>();
-  const nameOf = (node: number): { dim: string; full: number; at?: ReducedClass['at'] } => {
+  const nameOf = (node: number): { dim: string; full: number; at?: ClassAt } => {
     if (node < nLogical) {
       let t = 0;
       while (t + 1 < lBase.length && (lBase[t + 1] as number) <= node) t++;
@@ -402,7 +409,9 @@ export function analyzeReduction(plan: LoadedPlan, opts: { readonly lanes?: bool
     if (full <= 1) continue;
     const f = factorOf(x);
     const kept = keptOf(x);
-    classes.push({ dim, role: (['batch', 'contracted', 'fixed'] as const)[cRole[r] as number] as DimRole, full, reduced: full / f, factor: f, ...(kept === undefined ? {} : { kept }), members: members.get(r) ?? 0, ...(at === undefined ? {} : { at }) });
+    const cls: ReducedClass = { dim, role: (['batch', 'contracted', 'fixed'] as const)[cRole[r] as number] as DimRole, full, reduced: full / f, factor: f, ...(kept === undefined ? {} : { kept }), members: members.get(r) ?? 0 };
+    if (at !== undefined) classAt.set(cls, at);
+    classes.push(cls);
   }
   const roleName = ['batch', 'contracted', 'fixed'] as const;
   const logicalClass = lg.shapes.map((s, t) => s.map((_, d) => uf.find((lBase[t] as number) + d)));
@@ -576,15 +585,19 @@ function composeAnalyses(full: LoadedPlan, mid: LoadedPlan, a: ReductionAnalysis
     });
   });
   const earlier = (c: ReducedClass): number => {
-    if (c.at === undefined) return 1;
-    const { program, tensor, dim } = c.at;
+    const at = classAt.get(c);
+    if (at === undefined) return 1;
+    const { program, tensor, dim } = at;
     if (program < 0) return a.logicalFactors[full.logical.tensors.id(tensor)]?.[dim] ?? 1;
     const p = full.programs[program];
     return p === undefined ? 1 : (a.programFactors[program]?.[p.tensors.id(tensor)]?.[dim] ?? 1);
   };
   const again = b.classes.filter((c) => c.factor > 1).map((c) => {
     const e = earlier(c);
-    return { ...c, full: c.full * e, factor: c.factor * e };
+    const x: ReducedClass = { ...c, full: c.full * e, factor: c.factor * e };
+    const at = classAt.get(c);
+    if (at !== undefined) classAt.set(x, at);
+    return x;
   });
   const classes = [...a.classes.filter((c) => c.factor > 1 && !again.some((x) => x.dim === c.dim)), ...again, ...b.classes.filter((c) => c.factor === 1)];
   const kept = full.logical.shapes.map((_, t) => b.logicalKept[mid.logical.tensors.id(full.logical.tensors.name(t))] ?? []);
