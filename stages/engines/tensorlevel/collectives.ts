@@ -138,7 +138,6 @@ export abstract class CollectiveRules extends RoutedRules {
     return { logical: first.logical, scale: first.scale, ranges: first.ranges.map((x, i) => (i === d ? ([(first.ranges[d] as Range)[0], end] as Range) : x)) };
   }
 
-  /** all_reduce / reduce_scatter of the members' inputs: a partition of addends, or replicas. */
   /**
    * all_reduce of packs (a concat of values that are no one region, ring.ts): element-wise, so
    * item i of the result is the reduction of every member's item i, when all members' packs
@@ -159,6 +158,7 @@ export abstract class CollectiveRules extends RoutedRules {
     return { pack: true, dim: first.dim, items, sizes: first.sizes };
   }
 
+  /** all_reduce / reduce_scatter of the members' inputs: a partition of addends, or replicas. */
   protected combine(xs0: readonly Value[], red: string, g: number): Derived {
     if (xs0.some(isOpaque)) return `${red} over routed MoE buffers, softmax statistics or packs`;
     const xs = xs0 as readonly (Relation | Sum)[];
