@@ -39,6 +39,17 @@ const sameRanges = (a: readonly Range[], b: readonly Range[]): boolean => a.leng
 const sameCover = (a: readonly Int[], b: readonly Int[]): boolean => a.length === b.length && a.every((x, i) => eq(x, b[i] as Int));
 const plainRel = (v: Value | undefined): v is Relation => v !== undefined && !isSum(v) && !isOpaque(v) && v.part === undefined && v.bcast === undefined && feq(v.scale, ONE);
 
+/** The pack's item at local positions [off, off + n) along its dim, if one is exactly there. */
+function itemAt(x: Pack, off: number, n: number): Relation | undefined {
+  let at = 0;
+  for (let i = 0; i < x.items.length; i++) {
+    const m = x.sizes[i] as number;
+    if (at === off && m === n) return x.items[i] as Relation;
+    at += m;
+  }
+  return undefined;
+}
+
 export abstract class RingRules extends SliceRules {
   private kinds: { attn: number; bwd: number } | undefined;
 
@@ -210,12 +221,7 @@ export abstract class RingRules extends SliceRules {
     if (dim !== x.dim || !Array.isArray(sizes)) return 'a split of a pack along another dim';
     let off = 0;
     for (let i = 0; i < k; i++) off += Number(sizes[i]);
-    let at = 0;
-    for (let i = 0; i < x.items.length; i++) {
-      if (at === off && x.sizes[i] === outShape[dim]) return x.items[i] as Relation;
-      at += x.sizes[i] as number;
-    }
-    return 'a split of a pack not at its items';
+    return itemAt(x, off, outShape[dim] as number) ?? 'a split of a pack not at its items';
   }
 
   /**
@@ -227,13 +233,7 @@ export abstract class RingRules extends SliceRules {
     const start = attrs['start'];
     const end = attrs['end'];
     if (dim !== x.dim || typeof start !== 'number' || typeof end !== 'number') return 'a slice of a pack along another dim';
-    let at = 0;
-    for (let i = 0; i < x.items.length; i++) {
-      const n = x.sizes[i] as number;
-      if (at === start && at + n === end) return x.items[i] as Relation;
-      at += n;
-    }
-    return 'a slice of a pack not at its items';
+    return itemAt(x, start, end - start) ?? 'a slice of a pack not at its items';
   }
 
   /**
