@@ -60,6 +60,7 @@ export abstract class ProverBase {
   protected readonly reshapeKind: number;
   protected readonly subKind: number;
   protected readonly whereKind: number;
+  protected readonly compareKind: number;
   protected readonly expandKind: number;
   /** Per program, per template (stages/decompose/template.ts plans): its base rank, coordinates and box. */
   protected readonly tmpl: readonly (TemplateFrame | string)[] | undefined;
@@ -117,6 +118,7 @@ export abstract class ProverBase {
     this.reshapeKind = registry.id('reshape');
     this.subKind = registry.id('sub');
     this.whereKind = registry.id('where');
+    this.compareKind = registry.id('compare');
     this.expandKind = registry.id('expand');
   }
 

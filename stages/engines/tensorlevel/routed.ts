@@ -55,7 +55,9 @@ export abstract class RoutedRules extends RingRules {
       const [c, a, b] = ins as [number, number, number];
       const m = this.vocabOf(r, c, 'outside');
       if (m === undefined || !this.zeroOf(r, a, b)) return undefined;
-      const lb = this.unitBase(r, b);
+      // The lookup, through reshapes that keep flat positions (Megatron's [s, b] -> [s·b] views).
+      const bch = this.reshapeChain(r, b);
+      const lb = bch.base;
       const lop = this.prodOp(r, lb);
       const lk = lop < 0 ? undefined : registry.get(p.ops.kind[lop] as number).lookup;
       if (lk === undefined) return undefined;
@@ -64,7 +66,7 @@ export abstract class RoutedRules extends RingRules {
       const idx = lins[lk.index] as number;
       const tab = lins[lk.table] as number;
       const loc = this.vocabOf(r, idx, 'local');
-      if (loc === undefined || loc.ids !== m.ids || loc.s !== m.s || loc.e !== m.e) return undefined;
+      if (loc === undefined || loc.ids !== m.ids || loc.s !== m.s || (loc.e !== undefined && loc.e !== m.e)) return undefined;
       if (!this.alignedMask(sh(c), sh(b), sh(m.ids)) || numel(sh(idx)) !== numel(sh(m.ids))) return 'a vocab mask that does not line up with the lookup';
       const X = this.idsRel(r, m.ids, depth, derive);
       if (typeof X === 'string') return X;
@@ -78,7 +80,7 @@ export abstract class RoutedRules extends RingRules {
       if (tr[0] !== m.s || tr[1] !== m.e) return `a lookup into rows [${tr[0]}, ${tr[1]}) masked to ids in [${m.s}, ${m.e})`;
       const bad = this.idsBelow(X, V);
       if (bad !== undefined) return bad;
-      const idxLog = this.unitLog(X, sh(m.ids), sh(idx));
+      const idxLog = this.alongChain(r, X, this.reshapeChain(r, idx).ops);
       if (typeof idxLog === 'string') return idxLog;
       const whole: Relation = { ...T, ranges: T.ranges.map((x, i) => (i === td ? ([0, V] as Range) : x)) };
       const args: Relation[] = [];
@@ -87,7 +89,7 @@ export abstract class RoutedRules extends RingRules {
       const L = this.sliced(p.ops.kind[lop] as number, args, (view.attrs[lop] ?? {}) as Attrs, 0, sh(lb), registry.get(p.ops.kind[lop] as number).name);
       if (typeof L === 'string') return L;
       if (L.part !== undefined) return 'a masked lookup of an addend';
-      const out = this.unitLog(L, sh(lb), sh(b));
+      const out = this.alongChain(r, L, bch.ops);
       if (typeof out === 'string') return out;
       return this.checked({ ...out, part: { key: `vocab|${V}`, comps: [{ kind: 'range', cover: [m.s, m.e], total: V }] } }, outShape);
     }
@@ -119,10 +121,12 @@ export abstract class RoutedRules extends RingRules {
       if (wop < 0 || p.ops.kind[wop] !== this.whereKind) return undefined;
       const [c, g2, z] = p.ops.opInputs(wop) as unknown as [number, number, number];
       const m = this.vocabOf(r, c, 'outside');
-      if (g2 !== g || !this.zeroOf(r, z, g) || m === undefined || m.ids !== loc.ids || m.s !== loc.s || m.e !== loc.e) return undefined;
+      if (g2 !== g || !this.zeroOf(r, z, g) || m === undefined || m.ids !== loc.ids || m.s !== loc.s || (loc.e !== undefined && m.e !== loc.e)) return undefined;
+      // Local ids written as ids - s take their range's end from the mask they are paired with.
+      const e = (loc.e ?? m.e) as Int;
       if (this.coordAttrs(r, op)) return 'per template: a scatter whose attributes depend on the coordinates';
       const at = (view.attrs[op] ?? {}) as Attrs;
-      if (at[sc.size] !== iconst(isub(loc.e, loc.s))) return `a scatter of ${String(at[sc.size])} rows for ids in [${loc.s}, ${loc.e})`;
+      if (at[sc.size] !== iconst(isub(e, loc.s))) return `a scatter of ${String(at[sc.size])} rows for ids in [${String(loc.s)}, ${String(e)})`;
       if (!this.alignedMask(sh(c), sh(g), sh(loc.ids)) || numel(sh(idx)) !== numel(sh(loc.ids)) || numel(sh(G)) !== numel(sh(g))) return 'a vocab mask that does not line up with the scatter';
       const X = this.idsRel(r, loc.ids, depth, derive);
       if (typeof X === 'string') return X;
@@ -131,12 +135,12 @@ export abstract class RoutedRules extends RingRules {
       if (typeof gr === 'string') return gr;
       const dom = this.world.domain(X.logical);
       if (dom === undefined || dom.length === 0) return `the values of ${this.world.name(X.logical)} are not known`;
-      const eMax = this.maxOver(r, loc.e);
+      const eMax = this.maxOver(r, e);
       if (eMax === undefined) return 'a vocab range whose end is not bounded';
       const V = Math.max(eMax, (dom[dom.length - 1] as number) + 1);
       const bad = this.idsBelow(X, V);
       if (bad !== undefined) return bad;
-      const idxLog = this.unitLog(X, sh(loc.ids), sh(idx));
+      const idxLog = this.alongChain(r, X, this.reshapeChain(r, idx).ops);
       if (typeof idxLog === 'string') return idxLog;
       const gLog = this.unitLog(gr, sh(g), sh(G));
       if (typeof gLog === 'string') return gLog;
@@ -152,7 +156,7 @@ export abstract class RoutedRules extends RingRules {
       if (typeof S === 'string') return S;
       const sr = S.ranges[td] as Range;
       if (sr[0] !== 0 || sr[1] !== V) return 'a scatter that is not whole along its rows';
-      return this.checked({ ...S, ranges: S.ranges.map((x, i) => (i === td ? ([loc.s, loc.e] as Range) : x)) }, outShape);
+      return this.checked({ ...S, ranges: S.ranges.map((x, i) => (i === td ? ([loc.s, e] as Range) : x)) }, outShape);
     }
     return undefined;
   }

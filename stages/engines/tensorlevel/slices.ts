@@ -8,7 +8,7 @@ import { attrScalar, numel, type AttrValue, type Attrs, type DimLabel, type OpDe
 import type { Program } from '../../../plans/model.js';
 import { ProverBase } from './base.js';
 import { type Range, ONE, fmul, feq, fkey, fdiv, parseFrac, type Comp, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, isSoftmax, isPack, termsOf, addTerms, attrsKey, dimAttr, PRODUCT, isProduct, type Sig, trailingUnits } from './relations.js';
-import { concatStripes, restripe, stripeOf, stripedLayout } from './stripes.js';
+import { concatStripes, mergedLayout, restripe, stripeOf, stripedLayout } from './stripes.js';
 import { iadd, icmp, iconst, iscale, isub, Sym, type Int } from './sym.js';
 import type { OpRef } from './world.js';
 
@@ -150,15 +150,108 @@ export abstract class SliceRules extends ProverBase {
     return t;
   }
 
-  /** A vocab-range op (OpDef.vocabRange) writing t through unit reshapes: its ids and range. */
-  protected vocabOf(r: number, t: number, want: 'outside' | 'local'): { ids: number; s: Int; e: Int } | undefined {
+  /**
+   * Back through reshapes of any kind (each keeps every element at its flat position): the
+   * tensor they start from and the reshape ops, innermost first.
+   */
+  protected reshapeChain(r: number, t: number): { base: number; ops: number[] } {
     const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
-    const op = this.prodOp(r, this.unitBase(r, t));
-    if (op < 0 || registry.get(p.ops.kind[op] as number).vocabRange !== want) return undefined;
-    const s = this.attrInt(r, op, 'start');
-    const e = this.attrInt(r, op, 'end');
-    if (s === undefined || e === undefined) return undefined;
-    return { ids: p.ops.opInputs(op)[0] as number, s, e };
+    const ops: number[] = [];
+    for (let i = 0; i < 16; i++) {
+      const op = this.prodOp(r, t);
+      if (op < 0 || p.ops.kind[op] !== this.reshapeKind) break;
+      ops.push(op);
+      t = p.ops.opInputs(op)[0] as number;
+    }
+    return { base: t, ops: ops.reverse() };
+  }
+
+  /** A relation carried through reshape ops of the rank (reshapeChain's), by the reshape rule. */
+  protected alongChain(r: number, rel: Relation, ops: readonly number[]): Relation | string {
+    const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
+    let v = rel;
+    for (const op of ops) {
+      const d = this.deriveOpFrom(r, op, p.ops.opOutputs(op)[0] as number, [v]);
+      const m = typeof d === 'string' ? d : this.materialize(d);
+      if (typeof m === 'string') return m;
+      v = m;
+    }
+    return v;
+  }
+
+  /**
+   * A vocab-range value writing t through reshapes: its ids and range. Either an op whose
+   * record says so (OpDef.vocabRange), or Megatron's mask and local ids as exporters print them
+   * (docs/engine.md, "Vocab-parallel rules", Compare forms):
+   *  - outside: [[ids < s] + [ids >= e] > 0] (torch's `(ids < s) | (ids >= e)` as imported);
+   *  - local: ids - s, with e left to the mask it is paired with; or where(outside(ids), c,
+   *    ids - s) for a constant row c in [0, e - s) (`masked_input[mask] = 0`): the lookup then
+   *    reads row c where the ids are outside, and the masked lookup zeroes those positions.
+   */
+  protected vocabOf(r: number, t: number, want: 'outside' | 'local'): { ids: number; s: Int; e?: Int } | undefined {
+    const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
+    // Through reshapes: callers check that the value lines up with the ids by flat position.
+    const op = this.prodOp(r, this.reshapeChain(r, t).base);
+    if (op < 0) return undefined;
+    const kind = p.ops.kind[op] as number;
+    if (registry.get(kind).vocabRange === want) {
+      const s = this.attrInt(r, op, 'start');
+      const e = this.attrInt(r, op, 'end');
+      if (s === undefined || e === undefined) return undefined;
+      return { ids: p.ops.opInputs(op)[0] as number, s, e };
+    }
+    const ins = [...p.ops.opInputs(op)];
+    const sh = (x: number): string => (this.plan.view(r).shapes[x] ?? []).join(',');
+    const out = p.ops.opOutputs(op)[0] as number;
+    const rel = (o: number): string | undefined => (p.ops.kind[o] === this.compareKind && !this.coordAttrs(r, o) ? String((this.plan.view(r).attrs[o] ?? {}).rel) : undefined);
+    if (want === 'outside') {
+      // [x > 0] with x = [ids < s] + [ids >= e], every tensor of the ids' shape.
+      if (rel(op) !== 'gt' || ins.length !== 2 || this.constScalar(r, ins[1] as number) !== 0) return undefined;
+      const aop = this.prodOp(r, ins[0] as number);
+      if (aop < 0 || p.ops.kind[aop] !== this.addKind) return undefined;
+      let ids: number | undefined;
+      let s: number | undefined;
+      let e: number | undefined;
+      for (const c of p.ops.opInputs(aop)) {
+        const cop = this.prodOp(r, c);
+        const how = cop < 0 ? undefined : rel(cop);
+        const [x, k] = cop < 0 ? [] : [...p.ops.opInputs(cop)];
+        const v = k === undefined ? undefined : this.constScalar(r, k);
+        if (x === undefined || v === undefined || (ids !== undefined && x !== ids) || sh(x) !== sh(out) || sh(c) !== sh(out)) return undefined;
+        ids = x;
+        if (how === 'lt' && s === undefined) s = v;
+        else if (how === 'ge' && e === undefined) e = v;
+        else return undefined;
+      }
+      return ids === undefined || s === undefined || e === undefined || s >= e ? undefined : { ids, s, e };
+    }
+    if (kind === this.subKind && ins.length === 2) {
+      const s = this.constScalar(r, ins[1] as number);
+      return s === undefined || sh(ins[0] as number) !== sh(out) ? undefined : { ids: ins[0] as number, s };
+    }
+    if (kind === this.whereKind && ins.length === 3) {
+      const [c, k, x] = ins as [number, number, number];
+      const m = this.vocabOf(r, c, 'outside');
+      const loc = this.vocabOf(r, x, 'local');
+      const row = this.constScalar(r, k);
+      if (m === undefined || loc === undefined || loc.e !== undefined || row === undefined || sh(c) !== sh(out) || sh(x) !== sh(out)) return undefined;
+      if (loc.ids !== m.ids || loc.s !== m.s || typeof m.s !== 'number' || typeof m.e !== 'number' || row < 0 || row >= m.e - m.s) return undefined;
+      return { ids: m.ids, s: m.s, e: m.e };
+    }
+    return undefined;
+  }
+
+  /**
+   * A constant scalar: a rank input (no op or collective writes it) claimed as a whole logical
+   * scalar with exactly one value (the importer's `const.N`: values [N, N + 1)).
+   */
+  protected constScalar(r: number, t: number): number | undefined {
+    if (this.prodOp(r, t) >= 0 || this.collProd.has(r * this.tensorKey + t)) return undefined;
+    if (numel(this.plan.view(r).shapes[t] ?? []) !== 1) return undefined;
+    const nf = this.claimNF(r, t);
+    if (nf === undefined || nf.value.n !== 1 || nf.value.divisor !== 1 || numel(this.world.shape(nf.logical)) !== 1) return undefined;
+    const dom = this.world.domain(nf.logical);
+    return dom !== undefined && dom.length === 1 ? dom[0] : undefined;
   }
 
   /**
@@ -211,9 +304,10 @@ export abstract class SliceRules extends ProverBase {
     return m;
   }
 
-  /** Whether tensor z is 0 x tensor x (a scale by 0 of it). */
+  /** Whether tensor z is 0 x tensor x (a scale by 0 of it), or the constant scalar 0 (broadcast). */
   protected zeroOf(r: number, z: number, x: number): boolean {
     const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
+    if (this.constScalar(r, z) === 0) return true;
     const op = this.prodOp(r, z);
     if (op < 0 || p.ops.kind[op] !== this.scaleKind || p.ops.opInputs(op)[0] !== x || this.coordAttrs(r, op)) return false;
     const f = parseFrac(attrScalar(this.plan.view(r).attrs[op] ?? {}, 'factor'));
@@ -504,8 +598,24 @@ export abstract class SliceRules extends ProverBase {
                     },
                   ),
                 ];
-        if (typeof regs === 'string') return regs;
-        const reg0 = regs[k];
+        // A merge whose inner dim is sliced: the output striped along the merged dim (stripes.ts).
+        const merged =
+          typeof regs === 'string' && sd < 0 && o.outputs.length === 1 && ins.length === 1
+            ? mergedLayout(
+                x.ranges,
+                outShape,
+                (rs) => {
+                  const m = this.lifted([rs], (q) => slice(inShapes, outShapes, q, o.attrs, attrs), memoKey);
+                  return typeof m === 'string' ? m : (m[0] ?? 'no output');
+                },
+                (inShape, rs) => {
+                  const m = slice([inShape], [outShape], [rs], attrs, attrs);
+                  return typeof m === 'string' ? m : (m[0] ?? 'no output');
+                },
+              )
+            : undefined;
+        if (typeof regs === 'string' && merged === undefined) return regs;
+        const reg0 = merged ?? (regs as Exclude<typeof regs, string>)[k];
         if (typeof reg0 === 'string') return reg0;
         const reg = reg0;
         if (reg === undefined) return `'${name}' has no output ${k}`;

@@ -287,19 +287,79 @@ export function stripedLayout(
     if (n === undefined) return 'a region of varying size';
     localIn.push(n);
   }
+  const ps: LayoutPiece[] = [];
+  let off = 0;
+  for (const [a, b] of pieces) {
+    const len = iconst(isub(b, a)) as number;
+    ps.push({ logical: ranges.map((rg, i) => (i === sd ? ([a, b] as Range) : rg)), local: localIn.map((n, i) => (i === sd ? [off, off + len] : [0, n])) });
+    off += len;
+  }
+  const out = piecewiseLayout(ps, localIn, outShape, logical, local);
+  // A split that takes the pieces apart (heads merged with the batch, split back): one box.
+  return typeof out === 'string' && out === MOVES ? (joinedLayout(ps, localIn, outShape, logical, local) ?? out) : out;
+}
+
+/**
+ * A layout op on a plain region that one range per output dim cannot state: a merge whose inner
+ * dim is sliced (Megatron's [s, b, heads/tp, d] -> [s, b·heads/tp, d]). Dim `d` of the input
+ * is taken index by index: index i is a block of the merged dim, and the output is striped
+ * along it, the blocks in index order (as stripedLayout). Undefined when this does not apply.
+ */
+export function mergedLayout(
+  ranges: readonly Range[],
+  outShape: readonly number[],
+  logical: (rs: readonly Range[]) => readonly Range[] | string,
+  local: (inShape: readonly number[], rs: [number, number][]) => readonly (readonly [number, number])[] | string,
+): Range[] | undefined {
+  const localIn: number[] = [];
+  for (const [a, b] of ranges) {
+    const n = iconst(isub(b, a));
+    if (n === undefined || typeof a !== 'number') return undefined;
+    localIn.push(n);
+  }
+  for (let d = 0; d < ranges.length; d++) {
+    const n = localIn[d] as number;
+    const a = (ranges[d] as Range)[0] as number;
+    if (n < 2 || n > MAX_MERGED_PIECES) continue;
+    const ps: LayoutPiece[] = [];
+    for (let i = 0; i < n; i++) ps.push({ logical: ranges.map((rg, k) => (k === d ? ([a + i, a + i + 1] as Range) : rg)), local: localIn.map((m, k) => (k === d ? [i, i + 1] : [0, m])) });
+    const out = piecewiseLayout(ps, localIn, outShape, logical, local);
+    if (typeof out !== 'string') return out;
+  }
+  return undefined;
+}
+
+/** Most indices mergedLayout takes one by one (each is a layout computation). */
+const MAX_MERGED_PIECES = 4096;
+const MOVES = 'a layout op that moves a striped dim into others';
+
+/** One piece of a layout op's input: its region of the logical input and its local positions. */
+interface LayoutPiece {
+  readonly logical: readonly Range[];
+  readonly local: [number, number][];
+}
+
+/** stripedLayout's rule over any list of pieces in local order. */
+function piecewiseLayout(
+  pieces: readonly LayoutPiece[],
+  localIn: readonly number[],
+  outShape: readonly number[],
+  logical: (rs: readonly Range[]) => readonly Range[] | string,
+  local: (inShape: readonly number[], rs: [number, number][]) => readonly (readonly [number, number])[] | string,
+): Range[] | string {
   let e = -1;
   let base: readonly Range[] | undefined;
   const outPieces: Range[] = [];
   let off = 0;
-  for (const [a, b] of pieces) {
-    const len = iconst(isub(b, a)) as number;
-    const o = logical(ranges.map((rg, i) => (i === sd ? ([a, b] as Range) : rg)));
+  for (const p of pieces) {
+    const o = logical(p.logical);
     if (typeof o === 'string') return o;
-    const lo = local(localIn, localIn.map((n, i) => (i === sd ? [off, off + len] : [0, n])));
+    const lo = local(localIn, p.local);
     if (typeof lo === 'string') return lo;
     const cut = lo.flatMap(([x, y], i) => (x === 0 && y === outShape[i] ? [] : [i]));
     const c = cut[0];
-    if (cut.length !== 1 || c === undefined || (e >= 0 && c !== e) || (lo[c] as readonly number[])[0] !== off || (lo[c] as readonly number[])[1] !== off + len) return 'a layout op that moves a striped dim into others';
+    const len = c === undefined ? 0 : ((lo[c] as readonly number[])[1] as number) - ((lo[c] as readonly number[])[0] as number);
+    if (cut.length !== 1 || c === undefined || (e >= 0 && c !== e) || (lo[c] as readonly number[])[0] !== off) return MOVES;
     e = c;
     const oc = o[c] as Range;
     if (iconst(isub(oc[1], oc[0])) !== len) return 'a layout op that maps a piece of a striped dim to a block of another size';
@@ -312,4 +372,50 @@ export function stripedLayout(
   const rg = stripeRange(outPieces);
   if (typeof rg === 'string') return rg;
   return base.map((x, i) => (i === e ? rg : x));
+}
+
+/**
+ * Pieces that a layout op puts back together: piece j's local block and logical block are the
+ * same block shape, differ from piece 0's only along one output dim c, and follow each other
+ * along c (local [j u, (j + 1) u), logical [o + j u, o + (j + 1) u)); their local blocks fill
+ * the output. Then the output is one logical box: [o, o + J u) along c, piece 0's elsewhere.
+ */
+function joinedLayout(
+  pieces: readonly LayoutPiece[],
+  localIn: readonly number[],
+  outShape: readonly number[],
+  logical: (rs: readonly Range[]) => readonly Range[] | string,
+  local: (inShape: readonly number[], rs: [number, number][]) => readonly (readonly [number, number])[] | string,
+): Range[] | undefined {
+  const os: (readonly Range[])[] = [];
+  const los: (readonly (readonly [number, number])[])[] = [];
+  for (const p of pieces) {
+    const o = logical(p.logical);
+    const lo = local(localIn, p.local);
+    if (typeof o === 'string' || typeof lo === 'string' || lo.length !== outShape.length || o.length !== lo.length) return undefined;
+    os.push(o);
+    los.push(lo);
+  }
+  const o0 = os[0];
+  const l0 = los[0];
+  if (o0 === undefined || l0 === undefined || pieces.length < 2) return undefined;
+  const differs = l0.flatMap((_, i) => (los.some((l) => (l[i] as readonly number[])[0] !== (l0[i] as readonly number[])[0]) ? [i] : []));
+  const c = differs[0];
+  if (differs.length !== 1 || c === undefined) return undefined;
+  const u = ((l0[c] as readonly number[])[1] as number) - ((l0[c] as readonly number[])[0] as number);
+  const start = (o0[c] as Range)[0];
+  if (typeof start !== 'number') return undefined;
+  for (let j = 0; j < pieces.length; j++) {
+    const o = os[j] as readonly Range[];
+    const lo = los[j] as readonly (readonly [number, number])[];
+    for (let i = 0; i < lo.length; i++) {
+      const [la, lb] = lo[i] as readonly [number, number];
+      const [oa, ob] = o[i] as Range;
+      if (i === c) {
+        if (la !== j * u || lb !== (j + 1) * u || oa !== start + j * u || ob !== start + (j + 1) * u) return undefined;
+      } else if (la !== 0 || lb !== outShape[i] || oa !== (o0[i] as Range)[0] || ob !== (o0[i] as Range)[1] || iconst(isub(ob, oa)) !== lb) return undefined;
+    }
+  }
+  if (pieces.length * u !== outShape[c]) return undefined;
+  return o0.map((x, i) => (i === c ? ([start, start + pieces.length * u] as Range) : x));
 }

@@ -6,7 +6,7 @@
  */
 import type { LoadedPlan } from '../../../lineage/load.js';
 import { registry } from '../../../ops/registry.js';
-import type { Attrs, DecompExpr, Shape } from '../../../ops/types.js';
+import { attrScalar, numel, type Attrs, type DecompExpr, type Shape } from '../../../ops/types.js';
 import { logicalOrder } from '../../../sdfg/execute.js';
 import { type Frac, ONE, frac, fmul, feq, fkey, parseFrac, attrsKey } from './relations.js';
 
@@ -135,6 +135,7 @@ export class LogicalWorld {
     this.canonId = Int32Array.from({ length: lg.tensors.size }, (_, i) => i);
     this.canonScale = Array.from({ length: lg.tensors.size }, () => ONE);
     this.domains = [...lg.domains];
+    const prod = new Int32Array(lg.tensors.size).fill(-1);
     for (const op of logicalOrder(plan)) {
       const kind = lg.ops.kind[op] as number;
       const def = registry.get(kind);
@@ -150,6 +151,12 @@ export class LogicalWorld {
       // A logical identity is its input (a copy).
       if (def.name === 'identity' && outs.length === 1 && inputs.length === 1) {
         this.alias(outs[0] as number, lg.ops.opInputs(op)[0] as number, ONE);
+        continue;
+      }
+      for (const t of outs) prod[t] = op;
+      const kept = this.keeps(op, def.name, attrs, prod);
+      if (kept !== undefined) {
+        this.alias(outs[0] as number, kept, ONE);
         continue;
       }
       const key = `${kind}|${attrsKey(attrs)}|${inputs.map((x, i) => `${x}*${fkey(factors[i] as Frac)}`).join(',')}`;
@@ -178,6 +185,56 @@ export class LogicalWorld {
       if (v === undefined) continue;
       outs.forEach((t, i) => this.alias(t, (this.ops[v] as OpRef).outputs[i] as number, f));
     }
+  }
+
+  /**
+   * The input an op returns unchanged, by the values the plan declares (docs/engine.md,
+   * "Vocab-parallel rules", Compare forms): x - c and x x 1 for a constant 0 and a scale by 1;
+   * where(c, y, x) when c never holds. Megatron's single-device graph keeps the vocab masking
+   * of its parallel code with the whole range [0, V): with ids declared in [0, V) that mask is
+   * never set, so the masked ids and the masked target logits are the unmasked ones.
+   */
+  private keeps(op: number, name: string, attrs: Attrs, prod: Int32Array): number | undefined {
+    const lg = this.plan.logical;
+    const ins = [...lg.ops.opInputs(op)];
+    const out = lg.ops.opOutputs(op)[0] as number;
+    const same = (x: number): boolean => (lg.shapes[x] ?? []).join(',') === (lg.shapes[out] ?? []).join(',');
+    if (name === 'scale' && ins.length === 1) {
+      const f = parseFrac(attrScalar(attrs, 'factor'));
+      return f !== undefined && f.num === f.den && same(ins[0] as number) ? ins[0] : undefined;
+    }
+    if (name === 'sub' && ins.length === 2) return this.constOf(ins[1] as number) === 0 && same(ins[0] as number) ? ins[0] : undefined;
+    if (name === 'where' && ins.length === 3) return this.neverHolds(ins[0] as number, prod) && same(ins[2] as number) ? ins[2] : undefined;
+    return undefined;
+  }
+  /** The one value of a single-element tensor whose declared values are one value. */
+  private constOf(t: number): number | undefined {
+    const d = this.domains[t];
+    return d !== undefined && d.length === 1 && numel(this.plan.logical.shapes[t] ?? []) === 1 ? d[0] : undefined;
+  }
+  /** c = [[ids < s] + [ids >= e] > 0] with every declared value of the ids in [s, e): 0 everywhere. */
+  private neverHolds(c: number, prod: Int32Array): boolean {
+    const lg = this.plan.logical;
+    const rel = (o: number): unknown => (o >= 0 && registry.get(lg.ops.kind[o] as number).name === 'compare' ? (lg.attrs[o] ?? {})['rel'] : undefined);
+    const g = prod[c] as number;
+    if (rel(g) !== 'gt' || this.constOf(lg.ops.opInputs(g)[1] as number) !== 0) return false;
+    const a = prod[lg.ops.opInputs(g)[0] as number] as number;
+    if (a < 0 || registry.get(lg.ops.kind[a] as number).name !== 'add') return false;
+    let ids: number | undefined;
+    const bounds = new Map<unknown, number>();
+    for (const x of lg.ops.opInputs(a)) {
+      const o = prod[x] as number;
+      const how = rel(o);
+      if (how !== 'lt' && how !== 'ge') return false;
+      const [y, k] = [...lg.ops.opInputs(o)] as [number, number];
+      const v = this.constOf(k);
+      if (v === undefined || bounds.has(how) || (ids !== undefined && y !== ids)) return false;
+      ids = y;
+      bounds.set(how, v);
+    }
+    const d = ids === undefined ? undefined : this.domains[ids];
+    const [s, e] = [bounds.get('lt'), bounds.get('ge')];
+    return d !== undefined && d.length > 0 && s !== undefined && e !== undefined && (d[0] as number) >= s && (d[d.length - 1] as number) < e;
   }
 
   /** Logical tensor t equals factor x tensor `to` (itself canonical, or mapped through). */
