@@ -92,6 +92,15 @@ const BUGS: [string, Edits, boolean?][] = [
   ['the scores split back heads-major', { 'rank0.py': splitHeadsMajor, 'rank1.py': splitHeadsMajor }],
 ];
 
+const SMALL_FWBW = 'test/fixtures/megatron-fx/gpt_tp2_l1_fwbw';
+
+/** Bugs in the backward's vocab-parallel patterns (rank 1's backward graph). */
+const BACKWARD_BUGS: [string, Edits][] = [
+  ["the cross-entropy gradient's one-hot subtracts 2 - mask", { 'rank1.1.py': (s) => s.replace('rsub.Scalar(_to_copy_5, 1.0)', 'rsub.Scalar(_to_copy_5, 2.0)') }],
+  ["the cross-entropy gradient's one-hot added, not subtracted", { 'rank1.1.py': (s) => s.replace(/(sub_4: "f32\[\d+\]" = torch\.ops\.aten\.)sub(\.Tensor\(index_1, rsub\))/, '$1add$2') }],
+  ["the embedding gradient's out-of-range rows not masked", { 'rank1.1.py': (s) => s.replace(/(index_put_5: "f32\[[\d, ]+\]" = torch\.ops\.aten\.)index_put\.default\(transpose_16, \[bitwise_or\], zeros\)/, '$1clone.default(transpose_16)') }],
+];
+
 describe('Megatron forward graphs at exported widths, at tensor level (issue 34)', function () {
   this.timeout(600_000);
 
@@ -121,6 +130,29 @@ describe('Megatron forward graphs at exported widths, at tensor level (issue 34)
       const wide = await verifyDir(join(WIDE, 'gpt_tp2_l1'), edits);
       assert.notEqual(wide.code, 0, JSON.stringify(wide.stages));
       assert.ok(!wide.stages.some((s) => s.status === 'proved'), JSON.stringify(wide.stages));
+    });
+  }
+
+  it('gpt_tp2_l1_fwbw (AOT forward + backward) at exported widths: the loss and all 17 gradients VERIFIED at tensor level; its two bug twins never proved where they differ', async () => {
+    const v = await verifyDir(join(WIDE, 'gpt_tp2_l1_fwbw'));
+    assert.equal(v.code, 0, JSON.stringify(v.stages));
+    assert.equal(v.stages.length, 18);
+    assert.ok(v.stages.every((s) => s.status === 'proved' && s.decidedBy === 'tensor'), JSON.stringify(v.stages));
+    for (const twin of ['bug_sp_ln_grad', 'bug_vocab_input_grad']) {
+      const b = await verifyDir(join(WIDE, `gpt_tp2_l1_fwbw.${twin}`));
+      assert.notEqual(b.code, 0, twin);
+      assert.notEqual(b.stages.find((s) => s.logical === 'grad.decoder.final_layernorm.weight')?.status, 'proved', twin);
+    }
+  });
+
+  for (const [what, edits] of BACKWARD_BUGS) {
+    it(`${what}: NOT EQUIVALENT at test widths, not VERIFIED at exported widths`, async () => {
+      const small = await verifyDir(SMALL_FWBW, edits);
+      assert.equal(small.code, 1, JSON.stringify(small.stages));
+      assert.ok(small.stages.some((s) => s.status === 'not_equivalent'), JSON.stringify(small.stages));
+      const wide = await verifyDir(join(WIDE, 'gpt_tp2_l1_fwbw'), edits);
+      assert.notEqual(wide.code, 0, JSON.stringify(wide.stages));
+      assert.ok(wide.stages.some((s) => s.status !== 'proved'), JSON.stringify(wide.stages));
     });
   }
 });

@@ -52,6 +52,8 @@ export abstract class RoutedRules extends RingRules {
     const sh = (x: number): Shape => view.shapes[x] ?? [];
     const outShape = sh(t);
     if (kind === this.whereKind && ins.length === 3) {
+      const oh = this.oneHotRule(r, op, t, depth, derive);
+      if (oh !== undefined) return oh;
       const [c, a, b] = ins as [number, number, number];
       const m = this.vocabOf(r, c, 'outside');
       if (m === undefined || !this.zeroOf(r, a, b)) return undefined;
@@ -113,15 +115,27 @@ export abstract class RoutedRules extends RingRules {
         else if (zero(u, zu)) gm = v;
         else break;
       }
-      const sop = this.prodOp(r, gm);
-      if (sop < 0 || p.ops.kind[sop] !== this.subKind) return undefined;
-      const [g, w] = p.ops.opInputs(sop) as unknown as [number, number];
-      if (sh(w).join(',') !== sh(g).join(',') || sh(gm).join(',') !== sh(g).join(',')) return undefined;
-      const wop = this.prodOp(r, w);
-      if (wop < 0 || p.ops.kind[wop] !== this.whereKind) return undefined;
-      const [c, g2, z] = p.ops.opInputs(wop) as unknown as [number, number, number];
+      // g masked to inside ids: g - where(outside(ids), g, 0 x g) (autograd of `x - where`), or
+      // where(outside(ids), 0, g) (autograd of `out[mask] = 0`).
+      const masked = ((): { g: number; c: number } | undefined => {
+        const sop = this.prodOp(r, gm);
+        if (sop < 0) return undefined;
+        if (p.ops.kind[sop] === this.whereKind) {
+          const [c, z, g] = p.ops.opInputs(sop) as unknown as [number, number, number];
+          return sh(g).join(',') === sh(gm).join(',') && this.zeroOf(r, z, g) ? { g, c } : undefined;
+        }
+        if (p.ops.kind[sop] !== this.subKind) return undefined;
+        const [g, w] = p.ops.opInputs(sop) as unknown as [number, number];
+        if (sh(w).join(',') !== sh(g).join(',') || sh(gm).join(',') !== sh(g).join(',')) return undefined;
+        const wop = this.prodOp(r, w);
+        if (wop < 0 || p.ops.kind[wop] !== this.whereKind) return undefined;
+        const [c, g2, z] = p.ops.opInputs(wop) as unknown as [number, number, number];
+        return g2 === g && this.zeroOf(r, z, g) ? { g, c } : undefined;
+      })();
+      if (masked === undefined) return undefined;
+      const { g, c } = masked;
       const m = this.vocabOf(r, c, 'outside');
-      if (g2 !== g || !this.zeroOf(r, z, g) || m === undefined || m.ids !== loc.ids || m.s !== loc.s || (loc.e !== undefined && m.e !== loc.e)) return undefined;
+      if (m === undefined || m.ids !== loc.ids || m.s !== loc.s || (loc.e !== undefined && m.e !== loc.e)) return undefined;
       // Local ids written as ids - s take their range's end from the mask they are paired with.
       const e = (loc.e ?? m.e) as Int;
       if (this.coordAttrs(r, op)) return 'per template: a scatter whose attributes depend on the coordinates';
@@ -159,6 +173,79 @@ export abstract class RoutedRules extends RingRules {
       return this.checked({ ...S, ranges: S.ranges.map((x, i) => (i === td ? ([loc.s, e] as Range) : x)) }, outShape);
     }
     return undefined;
+  }
+
+  /**
+   * One-hot update on a vocab shard (Megatron's vocab-parallel cross-entropy backward,
+   * `grad[arange, masked_target] -= 1 - target_mask`; docs/engine.md rule 10): where([iota_1 ==
+   * local(ids)], X[., local(ids)] - (1 - outside(ids)), X), with X columns [s, e) of a logical
+   * Y over all its rows, and the ids whole, one per row. Inside the range row i changes at
+   * column ids_i - s by -1; outside, at the masked row c by 0. So it is columns [s, e) of
+   * Y - onehot(ids): the world's tensor for that (LogicalWorld.oneHot), which the single-device
+   * graph spells with a mask that never holds. Undefined when the pattern is not this one.
+   */
+  protected oneHotRule(r: number, op: number, t: number, depth: number, derive: (r: number, t: number, depth: number) => Derived): Derived | undefined {
+    const plan = this.plan;
+    const p = plan.programs[plan.rankProgram[r] as number] as Program;
+    const view = plan.view(r);
+    const sh = (x: number): Shape => view.shapes[x] ?? [];
+    const kindOf = (x: number): number => {
+      const o = this.prodOp(r, x);
+      return o < 0 ? -1 : (p.ops.kind[o] as number);
+    };
+    const inOf = (x: number): number[] => [...p.ops.opInputs(this.prodOp(r, x))];
+    const [c, a, x] = [...p.ops.opInputs(op)] as [number, number, number];
+    const xs = sh(x);
+    if (xs.length !== 2 || sh(t).join(',') !== xs.join(',') || kindOf(c) !== this.compareKind || this.coordAttrs(r, this.prodOp(r, c))) return undefined;
+    if ((view.attrs[this.prodOp(r, c)] ?? {})['rel'] !== 'eq') return undefined;
+    const [u, v] = inOf(c) as [number, number];
+    const iotaKind = registry.id('iota');
+    const [io, li] = kindOf(u) === iotaKind ? [u, v] : [v, u];
+    const iop = this.prodOp(r, io);
+    if (kindOf(io) !== iotaKind || this.coordAttrs(r, iop)) return undefined;
+    const at = view.attrs[iop] ?? {};
+    if (at['dim'] !== 1 || Number(at['step']) !== 1 || sh(io).join(',') !== xs.join(',') || this.constScalar(r, inOf(io)[0] as number) !== 0) return undefined;
+    const loc = this.vocabOf(r, li, 'local');
+    if (loc === undefined || numel(sh(li)) !== xs[0] || numel(sh(loc.ids)) !== xs[0]) return undefined;
+    // a = expand(X[., local] - (1 - outside)), through reshapes.
+    if (kindOf(a) !== this.expandKind) return undefined;
+    const sb = this.reshapeChain(r, inOf(a)[0] as number).base;
+    if (kindOf(sb) !== this.subKind) return undefined;
+    const [gv, rs] = inOf(sb) as [number, number];
+    const gb = this.reshapeChain(r, gv).base;
+    const gk = kindOf(gb);
+    const lk = gk < 0 ? undefined : registry.get(gk).lookup;
+    if (lk === undefined || lk.dim !== 'last' || lk.out !== 'aligned' || numel(sh(gv)) !== xs[0] || numel(sh(rs)) !== xs[0]) return undefined;
+    const gins = inOf(gb);
+    const gl = this.vocabOf(r, gins[lk.index] as number, 'local');
+    if (gins[lk.table] !== x || gl === undefined || gl.ids !== loc.ids || gl.s !== loc.s) return undefined;
+    if (kindOf(rs) !== this.subKind) return undefined;
+    const [one, mk] = inOf(rs) as [number, number];
+    let mb = mk;
+    for (let i = 0; i < 16 && (kindOf(mb) === this.identityKind || kindOf(mb) === this.reshapeKind); i++) mb = inOf(mb)[0] as number;
+    const m = this.vocabOf(r, mb, 'outside');
+    if (this.constScalar(r, one) !== 1 || m === undefined || m.ids !== loc.ids || m.s !== loc.s || (loc.e !== undefined && loc.e !== m.e) || (gl.e !== undefined && gl.e !== m.e)) return undefined;
+    if (numel(sh(mb)) !== xs[0] || typeof m.s !== 'number' || typeof m.e !== 'number' || xs[1] !== m.e - m.s) return undefined;
+    // The values: X is columns [s, e) of Y over all its rows; the ids are whole.
+    const X0 = derive(r, x, depth + 1);
+    const X = typeof X0 === 'string' ? X0 : this.materialize(X0);
+    if (typeof X === 'string') return X;
+    const I = this.idsRel(r, loc.ids, depth, derive);
+    if (typeof I === 'string') return I;
+    const w = this.world;
+    const ys = w.shape(X.logical);
+    const rows = X.ranges[0] as Range;
+    const cols = X.ranges[1] as Range;
+    if (X.part !== undefined || X.bcast !== undefined || !feq(X.scale, ONE) || ys.length !== 2 || rows[0] !== 0 || rows[1] !== ys[0] || cols[0] !== m.s || cols[1] !== m.e) return 'a one-hot update of a vocab shard that is not columns [s, e) of every row';
+    const is = w.shape(I.logical);
+    if (I.part !== undefined || I.bcast !== undefined || !feq(I.scale, ONE) || numel(is) !== ys[0] || I.ranges.some(([lo, hi], d) => lo !== 0 || hi !== is[d])) return 'a one-hot update whose ids are not the whole logical ids';
+    const bad = this.idsBelow(I, ys[1] as number);
+    if (bad !== undefined) return bad;
+    const [cy, fy] = w.canon(X.logical);
+    const [ci, fi] = w.canon(I.logical);
+    const z = feq(fy, ONE) && feq(fi, ONE) ? w.oneHot.get(`onehot|${cy}|${ci}`) : undefined;
+    if (z === undefined) return `no single-device one-hot update of ${w.name(X.logical)} by ${w.name(I.logical)}`;
+    return this.checked({ logical: z, ranges: [rows, cols], scale: ONE }, sh(t));
   }
 
   /** The region and slots must be what the parallel tensor holds: its local shape. */

@@ -304,11 +304,13 @@ export abstract class SliceRules extends ProverBase {
     return m;
   }
 
-  /** Whether tensor z is 0 x tensor x (a scale by 0 of it), or the constant scalar 0 (broadcast). */
+  /** Whether tensor z is 0 x tensor x (a scale by 0 of it), or the constant scalar 0 (broadcast, or expanded). */
   protected zeroOf(r: number, z: number, x: number): boolean {
     const p = this.plan.programs[this.plan.rankProgram[r] as number] as Program;
     if (this.constScalar(r, z) === 0) return true;
     const op = this.prodOp(r, z);
+    // A zeros tensor: the constant 0 expanded (autograd's `zeros` of a masked fill's gradient).
+    if (op >= 0 && p.ops.kind[op] === this.expandKind && this.constScalar(r, p.ops.opInputs(op)[0] as number) === 0) return true;
     if (op < 0 || p.ops.kind[op] !== this.scaleKind || p.ops.opInputs(op)[0] !== x || this.coordAttrs(r, op)) return false;
     const f = parseFrac(attrScalar(this.plan.view(r).attrs[op] ?? {}, 'factor'));
     return f !== undefined && f.num === 0;

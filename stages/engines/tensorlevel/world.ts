@@ -148,16 +148,20 @@ export class LogicalWorld {
         const ds = [...lg.ops.opInputs(op)].map((x) => this.domains[x]);
         if (ds.every((d) => d !== undefined)) outs.forEach((t) => (this.domains[t] = [...new Set(ds.flat() as number[])].sort((x, y) => x - y)));
       }
+      for (const t of outs) prod[t] = op;
       // A logical identity is its input (a copy).
       if (def.name === 'identity' && outs.length === 1 && inputs.length === 1) {
         this.alias(outs[0] as number, lg.ops.opInputs(op)[0] as number, ONE);
         continue;
       }
-      for (const t of outs) prod[t] = op;
       const kept = this.keeps(op, def.name, attrs, prod);
       if (kept !== undefined) {
         this.alias(outs[0] as number, kept, ONE);
         continue;
+      }
+      if (def.name === 'where') {
+        const k = this.oneHotKey(op, prod);
+        if (k !== undefined && !this.oneHot.has(k)) this.oneHot.set(k, outs[0] as number);
       }
       const key = `${kind}|${attrsKey(attrs)}|${inputs.map((x, i) => `${x}*${fkey(factors[i] as Frac)}`).join(',')}`;
       const prev = this.byKey.get(key);
@@ -207,6 +211,54 @@ export class LogicalWorld {
     if (name === 'where' && ins.length === 3) return this.neverHolds(ins[0] as number, prod) && same(ins[2] as number) ? ins[2] : undefined;
     return undefined;
   }
+  /**
+   * Logical tensors Y - onehot(ids) as Megatron's vocab-parallel cross-entropy backward spells
+   * them over the whole vocabulary (docs/engine.md, rule 10, One-hot update), by
+   * `onehot|<Y>|<ids>` (canonical ids): where([iota_1 == ids], Y[., ids] - (1 - m), Y) with
+   * iota_1 the column positions of Y (from 0, step 1), ids read through reshapes, and m a mask
+   * that never holds (compare form of outside(ids, 0, V), by the declared values).
+   */
+  readonly oneHot = new Map<string, number>();
+  private oneHotKey(op: number, prod: Int32Array): string | undefined {
+    const lg = this.plan.logical;
+    const name = (o: number): string | undefined => (o >= 0 ? registry.get(lg.ops.kind[o] as number).name : undefined);
+    const shp = (x: number): Shape => lg.shapes[x] ?? [];
+    // Back through reshapes and identities (flat positions kept).
+    const base = (x: number): number => {
+      for (let i = 0; i < 16 && (name(prod[x] as number) === 'reshape' || name(prod[x] as number) === 'identity'); i++) x = lg.ops.opInputs(prod[x] as number)[0] as number;
+      return x;
+    };
+    const [c, a, y] = [...lg.ops.opInputs(op)] as [number, number, number];
+    const ys = shp(y);
+    if (ys.length !== 2 || shp(lg.ops.opOutputs(op)[0] as number).join(',') !== ys.join(',')) return undefined;
+    const cop = prod[c] as number;
+    if (name(cop) !== 'compare' || (lg.attrs[cop] ?? {})['rel'] !== 'eq') return undefined;
+    const [u, v] = [...lg.ops.opInputs(cop)] as [number, number];
+    const [io, li] = name(prod[u] as number) === 'iota' ? [u, v] : [v, u];
+    const iop = prod[io] as number;
+    const at = lg.attrs[iop] ?? {};
+    if (name(iop) !== 'iota' || at['dim'] !== 1 || Number(at['step']) !== 1 || shp(io).join(',') !== ys.join(',') || this.constOf(lg.ops.opInputs(iop)[0] as number) !== 0) return undefined;
+    const ids = base(li);
+    if (numel(shp(ids)) !== ys[0] || numel(shp(li)) !== ys[0]) return undefined;
+    // a = expand(Y[., ids] - (1 - m)) through reshapes.
+    const eop = prod[a] as number;
+    if (name(eop) !== 'expand') return undefined;
+    const sop = prod[base(lg.ops.opInputs(eop)[0] as number)] as number;
+    if (name(sop) !== 'sub') return undefined;
+    const [gv, rs] = [...lg.ops.opInputs(sop)] as [number, number];
+    const gop = prod[base(gv)] as number;
+    if (name(gop) !== 'gather') return undefined;
+    const [tab, gi] = [...lg.ops.opInputs(gop)] as [number, number];
+    if (tab !== y || base(gi) !== ids || numel(shp(gv)) !== ys[0] || numel(shp(rs)) !== ys[0]) return undefined;
+    const rop = prod[rs] as number;
+    if (name(rop) !== 'sub') return undefined;
+    const [one, mk] = [...lg.ops.opInputs(rop)] as [number, number];
+    if (this.constOf(one) !== 1 || !this.neverHolds(base(mk), prod)) return undefined;
+    const [cy, fy] = this.canon(y);
+    const [ci, fi] = this.canon(ids);
+    return feq(fy, ONE) && feq(fi, ONE) ? `onehot|${cy}|${ci}` : undefined;
+  }
+
   /** The one value of a single-element tensor whose declared values are one value. */
   private constOf(t: number): number | undefined {
     const d = this.domains[t];
