@@ -127,9 +127,11 @@ describe('Megatron forward graphs at exported widths, at tensor level (issue 34)
         assert.equal(small.code, 1, JSON.stringify(small.stages));
         assert.ok(small.stages.some((s) => s.status === 'not_equivalent'), JSON.stringify(small.stages));
       } else assert.notEqual(small.code, 0, JSON.stringify(small.stages));
+      // (Past the fingerprinting bound the stages cut at structural hints: the parts upstream
+      // of the bug are proved; the loss never is.)
       const wide = await verifyDir(join(WIDE, 'gpt_tp2_l1'), edits);
       assert.notEqual(wide.code, 0, JSON.stringify(wide.stages));
-      assert.ok(!wide.stages.some((s) => s.status === 'proved'), JSON.stringify(wide.stages));
+      assert.notEqual(wide.stages.find((s) => s.logical === 'loss')?.status ?? 'missing', 'proved', JSON.stringify(wide.stages));
     });
   }
 
@@ -142,6 +144,13 @@ describe('Megatron forward graphs at exported widths, at tensor level (issue 34)
       const b = await verifyDir(join(WIDE, `gpt_tp2_l1_fwbw.${twin}`));
       assert.notEqual(b.code, 0, twin);
       assert.notEqual(b.stages.find((s) => s.logical === 'grad.decoder.final_layernorm.weight')?.status, 'proved', twin);
+      if (twin === 'bug_sp_ln_grad') {
+        // Structural cut points past the fingerprinting bound: what stays open is the gradients
+        // Megatron all-reduces in the dropped bucket (LayerNorm weights and biases, row-parallel biases).
+        const open = b.stages.filter((s) => s.status !== 'proved').map((s) => s.logical);
+        assert.ok(open.length > 0 && open.every((n) => /layernorm|linear_fc2\.bias|linear_proj\.bias/.test(n)), open.join(', '));
+        assert.ok(b.stages.length > 18, `${b.stages.length} stages`);
+      }
     }
   });
 

@@ -128,6 +128,17 @@ export function unclaimedCount(plan: LoadedPlan): number {
   return unclaimed;
 }
 
+/** Parallel tensors some op produces that carry no lineage, by program (rank 0 of each). */
+function unclaimedTargets(plan: LoadedPlan, produced: readonly Uint8Array[]): { program: number; tensor: string }[] {
+  const out: { program: number; tensor: string }[] = [];
+  plan.programs.forEach((p, pi) => {
+    const r0 = p.ranks[0];
+    if (r0 === undefined) return;
+    for (let t = 0; t < p.tensors.size; t++) if (p.lineage[t] === undefined && (produced[r0] as Uint8Array)[t] === 1) out.push({ program: pi, tensor: p.tensors.name(t) });
+  });
+  return out;
+}
+
 export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
   const lg = plan.logical;
   const produced = producedSets(plan);
@@ -135,7 +146,9 @@ export function inferClaims(plan: LoadedPlan, seed = 1): InferResult {
   if (unclaimed === 0) return { claims: [], unclaimed, integer: [] };
   let total = 0;
   for (let t = 0; t < lg.tensors.size; t++) total += numel(lg.shapes[t] ?? []);
-  if (total > MAX_INFER_ELEMENTS) return { claims: [], unclaimed, integer: [], skipped: `the logical tensors hold ${total} elements; fingerprinting is limited to ${MAX_INFER_ELEMENTS}` };
+  // Too large to fingerprint: every unclaimed tensor is left to structural candidates
+  // (stages/infer/infer-struct.ts, derived from the claims by the tensor-level rules).
+  if (total > MAX_INFER_ELEMENTS) return { claims: [], unclaimed, integer: unclaimedTargets(plan, produced), skipped: `the logical tensors hold ${total} elements; fingerprinting is limited to ${MAX_INFER_ELEMENTS}` };
   const { logical, parallel } = evaluateBoth(plan, seed);
   const nCheck = total < CHECK_SEEDS_FULL_BELOW ? CHECK_SEEDS : 1;
   const checks = Array.from({ length: nCheck }, (_, i) => evaluateBoth(plan, seed + 7919 * (i + 1)));
