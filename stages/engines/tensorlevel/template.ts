@@ -328,6 +328,8 @@ export abstract class TemplateRules extends CollectiveRules {
     return hit;
   }
   protected readonly siteLists = new Map<string, number[]>();
+  /** p2pTemplate's pairings: receive site -> the send it pairs with (undefined: none). */
+  private readonly p2pPairs = new Map<string, Map<number, number | undefined>>();
 
   /**
    * A receive per template from a peer given by a shift along axes the program does not vary
@@ -364,9 +366,18 @@ export abstract class TemplateRules extends CollectiveRules {
     const shifted = spec.shift.map(([a]) => a);
     if (shifted.some((a) => (qf.sets[a]?.length ?? 0) !== 1) || !sameSetsOutside(frame, qf, shifted) || qf.r0 !== peer) return `per template: '${p.ops.ids.name(site)}' receives from program '${(plan.programs[qi] as Program).name}', whose ranks differ`;
     const q = plan.programs[qi] as Program;
-    const mine = [...p.collectiveSites].filter((op) => registry.get(p.ops.kind[op] as number).name === 'recv' && peerOf(p, op, frame.x0) === peer);
-    const theirs = [...q.collectiveSites].filter((op) => registry.get(q.ops.kind[op] as number).name === 'send' && peerOf(q, op, qf.x0) === frame.r0);
-    const sendOp = theirs[mine.indexOf(site)];
+    // The pairing of this frame's receives from `peer` with the peer's sends to the base, built
+    // once per (program, base coordinates, peer): it is a function of those alone, and ring
+    // attention asks for it at every one of a program's thousands of receives, every stage.
+    const pk = `${pi}|${frame.x0.join(',')}|${peer}`;
+    let pairs = this.p2pPairs.get(pk);
+    if (pairs === undefined) {
+      const mine = [...p.collectiveSites].filter((op) => registry.get(p.ops.kind[op] as number).name === 'recv' && peerOf(p, op, frame.x0) === peer);
+      const theirs = [...q.collectiveSites].filter((op) => registry.get(q.ops.kind[op] as number).name === 'send' && peerOf(q, op, qf.x0) === frame.r0);
+      pairs = new Map(mine.map((op, i) => [op, theirs[i]]));
+      this.p2pPairs.set(pk, pairs);
+    }
+    const sendOp = pairs.get(site);
     if (sendOp === undefined) return `per template: no send pairs with '${p.ops.ids.name(site)}'`;
     const x = q.ops.opInputs(sendOp)[0];
     if (x === undefined) return 'a send with no input';
