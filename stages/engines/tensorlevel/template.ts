@@ -409,6 +409,8 @@ export abstract class TemplateRules extends CollectiveRules {
 
   /** Claims walked over the coordinates, per frame and walkKey (see claimOn). */
   private readonly walks = new WeakMap<TemplateFrame, Map<string, WalkedClaim | string>>();
+  /** Whether a lineage spec is affine by construction (claimOn). */
+  private readonly affineSpecs = new WeakMap<object, boolean>();
 
   /** templateClaim on one frame (a program's box or a piece of it); r is a rank of it. */
   private claimOn(frame: TemplateFrame, r: number, t: number): Relation | string {
@@ -424,8 +426,13 @@ export abstract class TemplateRules extends CollectiveRules {
     // Placements (torch.chunk sizes) and other expressions are walked over the axes they read.
     // Placements are affine too when every Shard splits its piece evenly (lineage/model.ts
     // expandPlacements: offsets lo + c * L/m, partial indices idx * m + c): nothing is clamped.
-    const lshape0 = plan.logical.shapes[spec.logical] ?? [];
-    const affineSpec = spec.kind === 'index' ? [...(spec.dims ?? []).flatMap((d) => d ?? []), spec.idx].every((x) => typeof x === 'number' || x.affine !== undefined) : evenPlacements(spec.placements, plan.mesh.sizes, lshape0);
+    // Per spec object, once: the answer reads only the spec, the mesh and its logical shape.
+    let affineSpec = this.affineSpecs.get(spec);
+    if (affineSpec === undefined) {
+      const lshape0 = plan.logical.shapes[spec.logical] ?? [];
+      affineSpec = spec.kind === 'index' ? [...(spec.dims ?? []).flatMap((d) => d ?? []), spec.idx].every((x) => typeof x === 'number' || x.affine !== undefined) : evenPlacements(spec.placements, plan.mesh.sizes, lshape0);
+      this.affineSpecs.set(spec, affineSpec);
+    }
     const axes = (affineSpec ? frame.sets.map((_, a) => a) : [...spec.axes]).filter((a) => (frame.sets[a]?.length ?? 0) > 1).sort((a, b) => a - b);
     const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
     if (!affineSpec && points > MAX_LIFT_POINTS) return `a claim over ${points} coordinates (at most ${MAX_LIFT_POINTS})`;
