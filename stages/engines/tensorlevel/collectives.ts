@@ -10,6 +10,16 @@ import { RoutedRules } from './routed.js';
 import { concatStripes, stripeChunk } from './stripes.js';
 import { iaxes, ieval, ikey, Sym, type Int } from './sym.js';
 
+
+/** A coordinate set as text, built once per set (frames share their sets). */
+const SET_TEXT = new WeakMap<Int32Array, string>();
+function setText(set: Int32Array | undefined): string {
+  if (set === undefined) return '';
+  let t = SET_TEXT.get(set);
+  if (t === undefined) SET_TEXT.set(set, (t = set.join('.')));
+  return t;
+}
+
 export abstract class CollectiveRules extends RoutedRules {
   protected deriveCollective(kind: string, attrs: Attrs, shared: Shared, me: Int, g: number, outShape: Shape, src: number): Derived {
     const ins = shared.ins;
@@ -201,8 +211,10 @@ export abstract class CollectiveRules extends RoutedRules {
     const fr = this.frame;
     if (fr === undefined) return 'a rank-dependent region outside a template';
     // The same map of the same affine regions over the same box (a reshape repeated in every
-    // layer and micro-batch) is checked once.
-    const key = memoKey === undefined ? undefined : `${memoKey}|${regs.map((rg) => rg.map(([a, b]) => `${ikey(a)}:${ikey(b)}`).join(',')).join(';')}|${fr.x0.join(',')}|${fr.sets.map((s0) => s0.join('.')).join(',')}`;
+    // layer and micro-batch) is checked once. The walk reads the frame only on `axes` (every
+    // axis a bound has a coefficient on; elsewhere x stays at x0 and no term moves), so frames
+    // that agree there share it: every pipeline stage's and cp rank's program, not one each.
+    const key = memoKey === undefined ? undefined : `${memoKey}|${regs.map((rg) => rg.map(([a, b]) => `${ikey(a)}:${ikey(b)}`).join(',')).join(';')}|${axes.map((a) => `${a}@${fr.x0[a] ?? ''}:${setText(fr.sets[a])}`).join(',')}`;
     if (key !== undefined) {
       const hit = this.liftMemo.get(key);
       if (hit !== undefined) return hit;
