@@ -4,21 +4,12 @@
  * region maps lifted over rank-dependent bounds (docs/engine.md, "Tensor-level proofs").
  */
 import type { Attrs, Shape } from '../../../ops/types.js';
-import { everyPoint } from './frames.js';
+import { everyPoint, setText } from './frames.js';
 import { type Range, type Frac, ONE, frac, fmul, feq, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, isRouted, isOpaque, termsOf, termKey, addTerms, sameRel, chunkOf, coversAll, unionParts, MAX_LIFT_POINTS, type Shared, type Pack, isPack } from './relations.js';
 import { RoutedRules } from './routed.js';
 import { concatStripes, stripeChunk } from './stripes.js';
 import { iaxes, ieval, ikey, Sym, type Int } from './sym.js';
 
-
-/** A coordinate set as text, built once per set (frames share their sets). */
-const SET_TEXT = new WeakMap<Int32Array, string>();
-function setText(set: Int32Array | undefined): string {
-  if (set === undefined) return '';
-  let t = SET_TEXT.get(set);
-  if (t === undefined) SET_TEXT.set(set, (t = set.join('.')));
-  return t;
-}
 
 export abstract class CollectiveRules extends RoutedRules {
   protected deriveCollective(kind: string, attrs: Attrs, shared: Shared, me: Int, g: number, outShape: Shape, src: number): Derived {

@@ -9,7 +9,7 @@ import { registry } from '../../../ops/registry.js';
 import { type AttrSpec, type IntSpec, type LineageSpec, placementStr, type Program } from '../../../plans/model.js';
 import { checkRunClock } from '../../clock.js';
 import { CollectiveRules } from './collectives.js';
-import { axisSites, type TemplateStageRef, type TemplateFrame, everyPoint, sameSetsOutside, substValue } from './frames.js';
+import { axisSites, type TemplateStageRef, type TemplateFrame, everyPoint, sameSetsOutside, setText, substValue } from './frames.js';
 import { type Range, type Frac, frac, fmul, feq, type Comp, type Relation, type Value, type Derived, regionKey, sameRel, sameAddend, attrsKey, MAX_LIFT_POINTS, evenPlacements, type StageRef, type Ctx, type Shared } from './relations.js';
 import { AddendGroups } from './addends.js';
 import { badRange, rangeAxes, restripe, stripeRange } from './stripes.js';
@@ -408,7 +408,7 @@ export abstract class TemplateRules extends CollectiveRules {
   }
 
   /** Claims walked over the coordinates, per frame and walkKey (see claimOn). */
-  private readonly walks = new WeakMap<TemplateFrame, Map<string, WalkedClaim | string>>();
+  private readonly walks = new Map<string, WalkedClaim | string>();
   /** Whether a lineage spec is affine by construction (claimOn). */
   private readonly affineSpecs = new WeakMap<object, boolean>();
 
@@ -451,11 +451,14 @@ export abstract class TemplateRules extends CollectiveRules {
       return { nums, fixed: `${nf.logical}|${v.divisor}|${v.n}|${v.reduce}|${groupKey(v)}|${nf.ranges.map((rg) => rg.length).join(',')}` };
     };
     // The walk reads the spec's expressions, the shapes and the frame, never the logical
-    // tensor's identity: tensors with the same pattern (every layer's) share it (walkKey).
-    const key = affineSpec ? undefined : walkKey(spec, lshape, local);
-    let memo = key === undefined ? undefined : this.walks.get(frame);
-    if (key !== undefined && memo === undefined) this.walks.set(frame, (memo = new Map()));
-    const hit = key === undefined ? undefined : memo?.get(key);
+    // tensor's identity: tensors with the same pattern (every layer's) share it (walkKey). Of
+    // the frame it reads the base on the axes the spec reads (evalLineage reads no other
+    // coordinate) and the sets of the axes it walks (a subset): frames that agree there
+    // (every pipeline stage's program) share it too.
+    const key = affineSpec ? undefined : `${walkKey(spec, lshape, local)}|${spec.axes.map((a) => `${a}=${frame.x0[a] ?? ''}`).join(',')}|${axes.map((a) => `${a}:${setText(frame.sets[a])}`).join(',')}`;
+    const memo = this.walks;
+    if (memo.size > 200_000) memo.clear();
+    const hit = key === undefined ? undefined : memo.get(key);
     if (typeof hit === 'string') return hit;
     if (hit !== undefined) return this.claimRelation(spec.logical, hit.sym, hit.lens, hit.value);
     const x0 = [...frame.x0];
@@ -488,11 +491,11 @@ export abstract class TemplateRules extends CollectiveRules {
           return f.fixed !== b.fixed || f.nums.some((v, i) => v !== ieval(sym[i] as Int, x, x0)) ? NOT_AFFINE : undefined;
         });
     if (bad !== undefined) {
-      if (key !== undefined) memo?.set(key, bad);
+      if (key !== undefined) memo.set(key, bad);
       return bad;
     }
     const lens = nf0.ranges.map((rg) => rg.length);
-    if (key !== undefined) memo?.set(key, { sym, lens, value: nf0.value });
+    if (key !== undefined) memo.set(key, { sym, lens, value: nf0.value });
     return this.claimRelation(nf0.logical, sym, lens, nf0.value);
   }
 
