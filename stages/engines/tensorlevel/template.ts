@@ -455,10 +455,12 @@ export abstract class TemplateRules extends CollectiveRules {
     // the frame it reads the base on the axes the spec reads (evalLineage reads no other
     // coordinate) and the sets of the axes it walks (a subset): frames that agree there
     // (every pipeline stage's program) share it too.
-    const key = affineSpec ? undefined : `${walkKey(spec, lshape, local)}|${spec.axes.map((a) => `${a}=${frame.x0[a] ?? ''}`).join(',')}|${axes.map((a) => `${a}:${setText(frame.sets[a])}`).join(',')}`;
+    // An affine spec is fitted, not walked: from the base and one step along each axis in
+    // `axes`, which the same key holds, so its fit is shared the same way.
+    const key = `${affineSpec ? 'A' : 'W'}|${walkKey(spec, lshape, local)}|${spec.axes.map((a) => `${a}=${frame.x0[a] ?? ''}`).join(',')}|${axes.map((a) => `${a}:${setText(frame.sets[a])}`).join(',')}`;
     const memo = this.walks;
     if (memo.size > 200_000) memo.clear();
-    const hit = key === undefined ? undefined : memo.get(key);
+    const hit = memo.get(key);
     if (typeof hit === 'string') return hit;
     if (hit !== undefined) return this.claimRelation(spec.logical, hit.sym, hit.lens, hit.value);
     const x0 = [...frame.x0];
@@ -491,11 +493,11 @@ export abstract class TemplateRules extends CollectiveRules {
           return f.fixed !== b.fixed || f.nums.some((v, i) => v !== ieval(sym[i] as Int, x, x0)) ? NOT_AFFINE : undefined;
         });
     if (bad !== undefined) {
-      if (key !== undefined) memo.set(key, bad);
+      memo.set(key, bad);
       return bad;
     }
     const lens = nf0.ranges.map((rg) => rg.length);
-    if (key !== undefined) memo.set(key, { sym, lens, value: nf0.value });
+    memo.set(key, { sym, lens, value: nf0.value });
     return this.claimRelation(nf0.logical, sym, lens, nf0.value);
   }
 
