@@ -18,11 +18,11 @@
  */
 import { registry } from '../ops/registry.js';
 import { type Attrs, sameShape, type Shape, ShapeError } from '../ops/types.js';
-import type { IssueSink } from './errors.js';
+import { IssueSink } from './errors.js';
 import type { Mesh } from './mesh.js';
 import type { CollectiveInstance, Program, RankView } from './model.js';
 import type { RawPlan } from './raw.js';
-import { checkInstance, type Ctx, makeInstance, multiRankCollectives, perRankCollectives } from './collectives.js';
+import { canonicalJson, checkInstance, type Ctx, makeInstance, multiRankCollectives, perRankCollectives } from './collectives.js';
 import { evalInt, instantiateAttrs, specVars } from './programs.js';
 import { rankEnv } from './mesh.js';
 import type { Box } from './mesh.js';
@@ -83,6 +83,10 @@ export function checkCollectivesSymbolic(raw: RawPlan, mesh: Mesh, programs: Pro
     }
     return out;
   });
+  // Groups that span several programs (one program per cp coordinate, a call over cp): matched
+  // once per family and call when every member's call is the same, with constant attributes
+  // and shapes (spanningFamilies); anything else stays rank by rank below.
+  const families = spanningFamilies(ctx, boxes, symbolicGroup);
   let p2pSites = 0;
   let shiftSites = 0;
   for (const p of programs) {
@@ -97,17 +101,26 @@ export function checkCollectivesSymbolic(raw: RawPlan, mesh: Mesh, programs: Pro
 
   // Rank by rank: everything the symbolic rules do not cover.
   const before = sink.size;
-  const fallback = perRankCollectives(ctx, (p, op) => (isP2p(p, op) ? !p2pSymbolic : symbolicGroup[p.index]?.[op] !== 1));
+  const fallback = perRankCollectives(ctx, (p, op) => (isP2p(p, op) ? !p2pSymbolic : symbolicGroup[p.index]?.[op] !== 1 && families.marked[p.index]?.[op] !== 1));
   for (const c of fallback) count(registry.get(c.kind).name, groupText(mesh, c.group), c.group.length, 1);
   for (const c of fallback) quotient.push(c);
   for (const p of programs) {
     for (const op of p.collectiveSites) {
       if (isP2p(p, op)) continue;
-      if (symbolicGroup[p.index]?.[op] === 1) stats.symbolicSites++;
+      if (symbolicGroup[p.index]?.[op] === 1 || families.marked[p.index]?.[op] === 1) stats.symbolicSites++;
       else stats.perRankSites++;
     }
   }
   if (sink.size > before) return { quotient, kinds: [...kinds.values()], stats };
+
+  // Groups across programs: the base group's instance stands for every group of the family
+  // (each has one member per A-coordinate, running the same program and call site).
+  for (const f of families.list) {
+    for (let k = 0; k < f.calls; k++) {
+      quotient.push(makeInstance(ctx, f.members, Int32Array.from(f.memberSites, (ss) => (ss[k] as number)), k));
+      count(registry.get(f.kind[k] as number).name, axesLabel(f.axes, f.members[0] as number), f.members.length, f.ranks / f.members.length);
+    }
+  }
 
   // Group calls, once per template site.
   programs.forEach((p, pi) => {
@@ -202,6 +215,133 @@ export function checkCollectivesSymbolic(raw: RawPlan, mesh: Mesh, programs: Pro
   if (sink.size > before) return { quotient, kinds: [...kinds.values()], stats };
   if (p2pSymbolic) p2pClasses(ctx, programs, rankProgram, quotient, count, stats, isP2p);
   return { quotient, kinds: [...kinds.values()], stats };
+}
+
+/** Call sites of a program on groups along these axes as written (the per-rank matcher's queue key), in program order. */
+function sitesAlong(p: Program, key: string): number[] {
+  return [...p.collectiveSites].filter((op) => {
+    const g = p.groups[op];
+    return g?.kind === 'axes' && g.axes.join('.') === key;
+  });
+}
+
+/** Group calls along `axes` whose groups span several programs, matched once (spanningFamilies). */
+interface Family {
+  readonly axes: readonly number[];
+  /** The base group: the members of the lowest-coordinate rank's group, in the matcher's order. */
+  readonly members: Int32Array;
+  /** Per member: its program's sites along the axes, in program order. */
+  readonly memberSites: readonly (readonly number[])[];
+  /** Per call: its op kind. */
+  readonly kind: readonly number[];
+  readonly calls: number;
+  /** Ranks of the family's programs. */
+  readonly ranks: number;
+}
+
+/**
+ * Group calls over axes A that no program's box spans (a program per cp coordinate, a call over
+ * cp): per (A as written, set of programs) a *family*, matched once when
+ *  - the programs F met by the A-group of one program's base rank are boxes, name no group by
+ *    rank list, have the same coordinate sets off A, and their sets on A add up to the whole
+ *    A-grid (so they partition it: two programs share no rank). Then every A-group through a
+ *    rank of F has one member per A-coordinate g, and that member runs the program whose box
+ *    holds g; its queue on the communicator (the per-rank matcher's key: A as written and the
+ *    coordinates off A) is its program's A-sites in program order, the same for every group;
+ *  - the programs have equally many A-sites, and each call k is symmetric, of one op kind, with
+ *    attributes written without expressions and equal, and input and output shapes without
+ *    coordinates, equal inputs and outputs what the collective gives.
+ * Then the per-rank matcher would build, for every group, an instance equal member by member
+ * to the base group's (same programs, sites, attributes and shapes), which passes its checks:
+ * checking the base group's (checkInstance) decides them all. A family failing any condition is
+ * left to the per-rank matcher whole, which finds and words any error.
+ */
+function spanningFamilies(ctx: Ctx, boxes: readonly Box[], symbolicGroup: readonly Uint8Array[]): { marked: Uint8Array[]; list: Family[] } {
+  const { mesh, programs, rankProgram } = ctx;
+  const marked = programs.map((p) => new Uint8Array(p.ops.size));
+  const list: Family[] = [];
+  const byRanks = programs.map((p) => p.collectiveSites.some((op) => p.groups[op]?.kind === 'ranks'));
+  const tried = new Set<string>();
+  const sameOff = (a: Box, b: Box, axes: readonly number[]): boolean =>
+    a.sets.every((s, x) => axes.includes(x) || (s.length === (b.sets[x] as Int32Array).length && s.every((v, i) => v === (b.sets[x] as Int32Array)[i])));
+  programs.forEach((p, pi) => {
+    const box = boxes[pi] as Box;
+    if (byRanks[pi] || !box.isBox) return;
+    for (const op of p.collectiveSites) {
+      const spec = p.groups[op];
+      if (spec === undefined || spec.kind !== 'axes' || symbolicGroup[pi]?.[op] === 1 || marked[pi]?.[op] === 1) continue;
+      if (registry.get(p.ops.kind[op] as number).collective?.pattern === 'p2p') continue;
+      const A = spec.axes;
+      const key = A.join('.');
+      if (tried.has(`${pi}|${key}`)) continue;
+      const members = mesh.groupAlong(mesh.rankOf(Array.from(box.lo)), A);
+      const progs = [...new Set(Array.from(members, (m) => rankProgram[m] as number))];
+      for (const q of progs) tried.add(`${q}|${key}`);
+      if (progs.length < 2) continue;
+      const g = members.length;
+      let cells = 0;
+      let ok = true;
+      for (const q of progs) {
+        const qb = boxes[q] as Box;
+        if (byRanks[q] || !qb.isBox || !sameOff(box, qb, A)) ok = false;
+        else cells += A.reduce((n, a) => n * (qb.sets[a] as Int32Array).length, 1);
+      }
+      if (!ok || cells !== g) continue;
+      const sites = new Map(progs.map((q) => [q, sitesAlong(programs[q] as Program, key)]));
+      const calls = (sites.get(pi) as number[]).length;
+      if (progs.some((q) => (sites.get(q) as number[]).length !== calls)) continue;
+      const memberSites = Array.from(members, (m) => sites.get(rankProgram[m] as number) as number[]);
+      const kinds: number[] = [];
+      for (let k = 0; k < calls && ok; k++) ok = callAgrees(ctx, progs, sites, k, g, kinds);
+      if (!ok) continue;
+      // The base group's instance: the checks every group's would make.
+      const probe = new IssueSink('');
+      for (let k = 0; k < calls && probe.size === 0; k++) checkInstance({ ...ctx, sink: probe }, makeInstance({ ...ctx, sink: probe }, members, Int32Array.from(memberSites, (ss) => ss[k] as number), k));
+      if (probe.size > 0) continue;
+      for (const [q, ss] of sites) for (const s of ss) (marked[q] as Uint8Array)[s] = 1;
+      list.push({ axes: A, members, memberSites, kind: kinds, calls, ranks: progs.reduce((n, q) => n + (programs[q] as Program).ranks.length, 0) });
+    }
+  });
+  return { marked, list };
+}
+
+/** Call k of a family: one symmetric kind, constant equal attributes, constant shapes that fit. */
+function callAgrees(ctx: Ctx, progs: readonly number[], sites: ReadonlyMap<number, readonly number[]>, k: number, g: number, kinds: number[]): boolean {
+  let kind = -1;
+  let attrs = '';
+  let sin: Shape | undefined;
+  for (const q of progs) {
+    const p = ctx.programs[q] as Program;
+    const op = (sites.get(q) as readonly number[])[k] as number;
+    const kq = p.ops.kind[op] as number;
+    const coll = registry.get(kq).collective;
+    if (coll?.pattern !== 'symmetric' || (kind >= 0 && kq !== kind)) return false;
+    kind = kq;
+    const a = p.attrSpecs[op] ?? { attrs: {}, exprs: [] };
+    if (a.exprs.length > 0 || registry.checkAttrs(kq, a.attrs) !== undefined) return false;
+    const aj = canonicalJson(a.attrs);
+    if (attrs !== '' && aj !== attrs) return false;
+    attrs = aj;
+    const tin = p.ops.opInputs(op)[0] ?? -1;
+    const tout = p.ops.opOutputs(op)[0] ?? -1;
+    if (tin < 0 || tout < 0) return false;
+    const dims = [...(p.shapeSpecs[tin] ?? []), ...(p.shapeSpecs[tout] ?? [])];
+    if (dims.some((d) => specVars(d).length > 0)) return false;
+    // No coordinates in them: one evaluation stands for every rank.
+    const env = rankEnv(ctx.mesh, p.ranks[0] as number);
+    const si = (p.shapeSpecs[tin] ?? []).map((d) => evalInt(d, env));
+    const so = (p.shapeSpecs[tout] ?? []).map((d) => evalInt(d, env));
+    if (sin !== undefined && !sameShape(sin, si)) return false;
+    sin = si;
+    try {
+      if (!sameShape(so, coll.outShape(si, a.attrs, g))) return false;
+    } catch (e) {
+      if (!(e instanceof ShapeError)) throw e;
+      return false;
+    }
+  }
+  kinds.push(kind);
+  return true;
 }
 
 export function groupText(mesh: Mesh, group: Int32Array): string {

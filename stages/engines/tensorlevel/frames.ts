@@ -101,3 +101,12 @@ export function evalNF(plan: LoadedPlan, r: number, t: number): LineageNF {
   if (spec === undefined) throw new Error('no lineage');
   return evalLineage(spec, plan.mesh, r, plan.logical.shapes[spec.logical] ?? [], plan.view(r).shapes[t] ?? []);
 }
+
+/** A coordinate set as text, built once per set (frames share their sets). */
+const SET_TEXT = new WeakMap<Int32Array, string>();
+export function setText(set: Int32Array | undefined): string {
+  if (set === undefined) return '';
+  let t = SET_TEXT.get(set);
+  if (t === undefined) SET_TEXT.set(set, (t = set.join('.')));
+  return t;
+}

@@ -27,7 +27,7 @@ import { registry } from '../../../ops/registry.js';
 import type { Program } from '../../../plans/model.js';
 import { checkRunClock, TimeLimitReached } from '../../clock.js';
 import { result, type Producer, type Stage, type StageResult } from '../../decompose/prove.js';
-import { type Frac, feq, fdiv, type Comp, type Part, isMaxPart, type Relation, type Value, type Derived, regionKey, sameRel, coversAll, unionPart, MAX_DEPTH, type StageRef, type Ctx, type Shared } from './relations.js';
+import { type Frac, feq, fdiv, type Comp, type Part, isMaxPart, type Relation, type Value, type Derived, regionKey, sameRel, coversAll, unionParts, MAX_DEPTH, type StageRef, type Ctx, type Shared } from './relations.js';
 import { claimWithStripes, restripe } from './stripes.js';
 import { TemplateRules } from './template.js';
 
@@ -80,18 +80,15 @@ export class TensorLevelProver extends TemplateRules {
       const byIdx = (g as { idx?: Map<number, Relation> }).idx as Map<number, Relation>;
       const n = ((g.claim.part as Part).comps[0] as Comp).total;
       if (byIdx.size !== n) return { why: `addends of ${this.world.name(g.claim.logical)}: ${byIdx.size} of ${n} are computed in this stage` };
-      let acc: Part | undefined;
-      for (const d of byIdx.values()) {
-        const p = d.part as Part;
-        if (acc === undefined) acc = p;
-        else {
-          if (acc.key !== p.key) return { why: `the claimed addends of ${this.world.name(g.claim.logical)} derive from different decompositions` };
-          const u = unionPart(acc, p);
-          if (u === undefined) return { why: `the claimed addends of ${this.world.name(g.claim.logical)} overlap` };
-          acc = u;
-        }
-      }
-      if (acc === undefined || !coversAll(acc)) return { why: `the claimed addends of ${this.world.name(g.claim.logical)} do not add up to the whole value` };
+      const parts = [...byIdx.values()].map((d) => d.part as Part);
+      const key = parts[0]?.key;
+      if (parts.some((p) => p.key !== key)) return { why: `the claimed addends of ${this.world.name(g.claim.logical)} derive from different decompositions` };
+      // All at once, as proveTemplate's check does (addends.ts): a product's rectangles (SP or
+      // CP weight gradients: micro-batch rows x sequence chunks) tile a grid that no order of
+      // pairwise merges reaches one rectangle at a time. unionParts refuses any overlap.
+      const acc = unionParts(parts);
+      if (acc === undefined) return { why: `the claimed addends of ${this.world.name(g.claim.logical)} overlap or do not unite into one region` };
+      if (!coversAll(acc)) return { why: `the claimed addends of ${this.world.name(g.claim.logical)} do not add up to the whole value` };
     }
     void lshape;
     return result(stage, 'proved', undefined, [], { logicalOps: 0, parallelOps: memo.size }, 0, t0);

@@ -422,7 +422,7 @@ function unionGrid(ps: readonly Part[], i: number): Comp[] | undefined {
 }
 
 /** Two addends of one decomposition together; undefined when they overlap in some component. */
-export function unionPart(a: Part, b: Part): Part | undefined {
+function unionPart(a: Part, b: Part): Part | undefined {
   if (a.key !== b.key || a.comps.length !== b.comps.length) return undefined;
   const comps: Comp[] = [];
   // A product's rectangles: equal covers in every component but one.

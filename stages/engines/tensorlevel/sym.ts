@@ -39,9 +39,15 @@ export class Sym {
     return s;
   }
 
+  /** The text, built once: keys of regions and covers print the same interned values again and again. */
+  private text: string | undefined;
+
   toString(): string {
-    const terms = this.k.flatMap((c, a) => (c === 0 ? [] : [`${c}*x${a}`]));
-    return `${this.v}{${terms.join('+')}}`;
+    if (this.text === undefined) {
+      const terms = this.k.flatMap((c, a) => (c === 0 ? [] : [`${c}*x${a}`]));
+      this.text = `${this.v}{${terms.join('+')}}`;
+    }
+    return this.text;
   }
 }
 

@@ -9,7 +9,7 @@ import { registry } from '../../../ops/registry.js';
 import { type AttrSpec, type IntSpec, type LineageSpec, placementStr, type Program } from '../../../plans/model.js';
 import { checkRunClock } from '../../clock.js';
 import { CollectiveRules } from './collectives.js';
-import { axisSites, type TemplateStageRef, type TemplateFrame, everyPoint, sameSetsOutside, substValue } from './frames.js';
+import { axisSites, type TemplateStageRef, type TemplateFrame, everyPoint, sameSetsOutside, setText, substValue } from './frames.js';
 import { type Range, type Frac, frac, fmul, feq, type Comp, type Relation, type Value, type Derived, regionKey, sameRel, sameAddend, attrsKey, MAX_LIFT_POINTS, evenPlacements, type StageRef, type Ctx, type Shared } from './relations.js';
 import { AddendGroups } from './addends.js';
 import { badRange, rangeAxes, restripe, stripeRange } from './stripes.js';
@@ -328,6 +328,8 @@ export abstract class TemplateRules extends CollectiveRules {
     return hit;
   }
   protected readonly siteLists = new Map<string, number[]>();
+  /** p2pTemplate's pairings: receive site -> the send it pairs with (undefined: none). */
+  private readonly p2pPairs = new Map<string, Map<number, number | undefined>>();
 
   /**
    * A receive per template from a peer given by a shift along axes the program does not vary
@@ -364,9 +366,18 @@ export abstract class TemplateRules extends CollectiveRules {
     const shifted = spec.shift.map(([a]) => a);
     if (shifted.some((a) => (qf.sets[a]?.length ?? 0) !== 1) || !sameSetsOutside(frame, qf, shifted) || qf.r0 !== peer) return `per template: '${p.ops.ids.name(site)}' receives from program '${(plan.programs[qi] as Program).name}', whose ranks differ`;
     const q = plan.programs[qi] as Program;
-    const mine = [...p.collectiveSites].filter((op) => registry.get(p.ops.kind[op] as number).name === 'recv' && peerOf(p, op, frame.x0) === peer);
-    const theirs = [...q.collectiveSites].filter((op) => registry.get(q.ops.kind[op] as number).name === 'send' && peerOf(q, op, qf.x0) === frame.r0);
-    const sendOp = theirs[mine.indexOf(site)];
+    // The pairing of this frame's receives from `peer` with the peer's sends to the base, built
+    // once per (program, base coordinates, peer): it is a function of those alone, and ring
+    // attention asks for it at every one of a program's thousands of receives, every stage.
+    const pk = `${pi}|${frame.x0.join(',')}|${peer}`;
+    let pairs = this.p2pPairs.get(pk);
+    if (pairs === undefined) {
+      const mine = [...p.collectiveSites].filter((op) => registry.get(p.ops.kind[op] as number).name === 'recv' && peerOf(p, op, frame.x0) === peer);
+      const theirs = [...q.collectiveSites].filter((op) => registry.get(q.ops.kind[op] as number).name === 'send' && peerOf(q, op, qf.x0) === frame.r0);
+      pairs = new Map(mine.map((op, i) => [op, theirs[i]]));
+      this.p2pPairs.set(pk, pairs);
+    }
+    const sendOp = pairs.get(site);
     if (sendOp === undefined) return `per template: no send pairs with '${p.ops.ids.name(site)}'`;
     const x = q.ops.opInputs(sendOp)[0];
     if (x === undefined) return 'a send with no input';
@@ -397,7 +408,9 @@ export abstract class TemplateRules extends CollectiveRules {
   }
 
   /** Claims walked over the coordinates, per frame and walkKey (see claimOn). */
-  private readonly walks = new WeakMap<TemplateFrame, Map<string, WalkedClaim | string>>();
+  private readonly walks = new Map<string, WalkedClaim | string>();
+  /** Whether a lineage spec is affine by construction (claimOn). */
+  private readonly affineSpecs = new WeakMap<object, boolean>();
 
   /** templateClaim on one frame (a program's box or a piece of it); r is a rank of it. */
   private claimOn(frame: TemplateFrame, r: number, t: number): Relation | string {
@@ -413,8 +426,13 @@ export abstract class TemplateRules extends CollectiveRules {
     // Placements (torch.chunk sizes) and other expressions are walked over the axes they read.
     // Placements are affine too when every Shard splits its piece evenly (lineage/model.ts
     // expandPlacements: offsets lo + c * L/m, partial indices idx * m + c): nothing is clamped.
-    const lshape0 = plan.logical.shapes[spec.logical] ?? [];
-    const affineSpec = spec.kind === 'index' ? [...(spec.dims ?? []).flatMap((d) => d ?? []), spec.idx].every((x) => typeof x === 'number' || x.affine !== undefined) : evenPlacements(spec.placements, plan.mesh.sizes, lshape0);
+    // Per spec object, once: the answer reads only the spec, the mesh and its logical shape.
+    let affineSpec = this.affineSpecs.get(spec);
+    if (affineSpec === undefined) {
+      const lshape0 = plan.logical.shapes[spec.logical] ?? [];
+      affineSpec = spec.kind === 'index' ? [...(spec.dims ?? []).flatMap((d) => d ?? []), spec.idx].every((x) => typeof x === 'number' || x.affine !== undefined) : evenPlacements(spec.placements, plan.mesh.sizes, lshape0);
+      this.affineSpecs.set(spec, affineSpec);
+    }
     const axes = (affineSpec ? frame.sets.map((_, a) => a) : [...spec.axes]).filter((a) => (frame.sets[a]?.length ?? 0) > 1).sort((a, b) => a - b);
     const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
     if (!affineSpec && points > MAX_LIFT_POINTS) return `a claim over ${points} coordinates (at most ${MAX_LIFT_POINTS})`;
@@ -433,11 +451,16 @@ export abstract class TemplateRules extends CollectiveRules {
       return { nums, fixed: `${nf.logical}|${v.divisor}|${v.n}|${v.reduce}|${groupKey(v)}|${nf.ranges.map((rg) => rg.length).join(',')}` };
     };
     // The walk reads the spec's expressions, the shapes and the frame, never the logical
-    // tensor's identity: tensors with the same pattern (every layer's) share it (walkKey).
-    const key = affineSpec ? undefined : walkKey(spec, lshape, local);
-    let memo = key === undefined ? undefined : this.walks.get(frame);
-    if (key !== undefined && memo === undefined) this.walks.set(frame, (memo = new Map()));
-    const hit = key === undefined ? undefined : memo?.get(key);
+    // tensor's identity: tensors with the same pattern (every layer's) share it (walkKey). Of
+    // the frame it reads the base on the axes the spec reads (evalLineage reads no other
+    // coordinate) and the sets of the axes it walks (a subset): frames that agree there
+    // (every pipeline stage's program) share it too.
+    // An affine spec is fitted, not walked: from the base and one step along each axis in
+    // `axes`, which the same key holds, so its fit is shared the same way.
+    const key = `${affineSpec ? 'A' : 'W'}|${walkKey(spec, lshape, local)}|${spec.axes.map((a) => `${a}=${frame.x0[a] ?? ''}`).join(',')}|${axes.map((a) => `${a}:${setText(frame.sets[a])}`).join(',')}`;
+    const memo = this.walks;
+    if (memo.size > 200_000) memo.clear();
+    const hit = memo.get(key);
     if (typeof hit === 'string') return hit;
     if (hit !== undefined) return this.claimRelation(spec.logical, hit.sym, hit.lens, hit.value);
     const x0 = [...frame.x0];
@@ -470,11 +493,11 @@ export abstract class TemplateRules extends CollectiveRules {
           return f.fixed !== b.fixed || f.nums.some((v, i) => v !== ieval(sym[i] as Int, x, x0)) ? NOT_AFFINE : undefined;
         });
     if (bad !== undefined) {
-      if (key !== undefined) memo?.set(key, bad);
+      memo.set(key, bad);
       return bad;
     }
     const lens = nf0.ranges.map((rg) => rg.length);
-    if (key !== undefined) memo?.set(key, { sym, lens, value: nf0.value });
+    memo.set(key, { sym, lens, value: nf0.value });
     return this.claimRelation(nf0.logical, sym, lens, nf0.value);
   }
 
