@@ -13,6 +13,7 @@ import { INDEX_RULES } from './aten-index.js';
 import { SORT_RULES } from './aten-sort.js';
 import { CONV_RULES } from './aten-conv.js';
 import { MASK_RULES } from './aten-mask.js';
+import { BAG_RULES } from './aten-bag.js';
 import { withEmpty } from './aten-empty.js';
 import { LOOPS_RULES } from './aten-loops.js';
 import { labelMasks, withProbe } from './aten-probe.js';
@@ -593,6 +594,7 @@ const RULES: Record<string, Rule> = {
   ...CONV_RULES,
   ...MASK_RULES,
   ...LOOPS_RULES,
+  ...BAG_RULES,
 };
 
 /**
