@@ -206,5 +206,7 @@ mha_padded_lm_ddp-bug mha_padded_lm_ddp.py dp --bug
 embbag_textcls_ddp embbag_textcls_ddp.py dp
 embbag_textcls_ddp-sum embbag_textcls_ddp.py dp --mode sum
 embbag_textcls_ddp-bug embbag_textcls_ddp.py dp --bug
+autocast_bf16_ddp autocast_bf16_ddp.py dp
+autocast_bf16_ddp-bug autocast_bf16_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
