@@ -406,9 +406,10 @@ class _DDP(torch.nn.Module):
             raise UserError("DistributedDataParallel.register_comm_hook(%s): a communication hook is already registered "
                             "(torch allows one)" % name)
         if module.startswith("torch.distributed.algorithms.ddp_comm_hooks") or "compress" in name:
-            raise UserError("DistributedDataParallel.register_comm_hook(%s): torch's compression, quantization and PowerSGD hooks "
-                            "round or approximate the gradients, which no exact rule states; capture without the hook (or with "
-                            "default_hooks.allreduce_hook)" % name)
+            raise UserError("DistributedDataParallel.register_comm_hook(%s): of torch's own hooks only default_hooks.allreduce_hook "
+                            "is captured: the compression, quantization and PowerSGD hooks round or approximate the gradients, "
+                            "which no exact rule states, and the others (ZeRO's overlap hooks, noop) run on reducer internals the "
+                            "capture does not model; capture without the hook (or with default_hooks.allreduce_hook)" % name)
         dtypes = {p.dtype for p in self._params}
         if len(dtypes) != 1 or self._find_unused:
             raise UserError("DistributedDataParallel.register_comm_hook(%s): with %s the reducer splits the gradients into "
