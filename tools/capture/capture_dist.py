@@ -388,7 +388,6 @@ class _DDP(torch.nn.Module):
         self._hook = None
         self._ready = []          # indices of self._params in the order their gradients came
         self._rebuilt = None      # the bucket order after the first synced backward
-        self._nosync_seen = False
         for i, p in enumerate(self._params):
             p.register_hook(lambda grad, i=i: self._grad_hook(grad, i))
 
@@ -422,9 +421,8 @@ class _DDP(torch.nn.Module):
     def forward(self, *args, **kwargs):
         # As DDP: whether this iteration's backward syncs is decided by its forward.
         self._sync_this_backward = self.require_backward_grad_sync
+        # (the reducer records the ready order only in a synced backward: reset at each forward)
         self._ready = []
-        if not self._sync_this_backward and self._rebuilt is None:
-            self._nosync_seen = True
         return self.module(*args, **kwargs)
 
     @contextlib.contextmanager
@@ -474,8 +472,9 @@ class _DDP(torch.nn.Module):
         """The registered hook on DDP's bucket, as torch 1.13's reducer runs it (checked against
         torch: docs/capture.md): in the first synced backward every parameter is in one bucket,
         in parameter order (find_unused_parameters=False makes the first bucket unbounded);
-        afterwards the reducer rebuilds the buckets in the order the first backward's
-        gradients came, the first bucket bounded by 1 MiB. The bucket's buffer holds the
+        afterwards the reducer rebuilds the buckets in the order the first synced backward's
+        gradients came (a backward under no_sync() records nothing), the first bucket bounded
+        by 1 MiB. The bucket's buffer holds the
         gradients flattened and concatenated (traced: the copy is the program's); the hook's
         result is copied back into them, and DDP divides by nothing itself."""
         state, hook, name = self._hook
@@ -488,9 +487,6 @@ class _DDP(torch.nn.Module):
                                 "splits %d bytes of gradients into buckets of at most %d bytes, whose assignment the capture "
                                 "does not model; capture one iteration" % (name, nbytes, first))
             order = self._rebuilt
-        elif self._nosync_seen:
-            raise UserError("DistributedDataParallel communication hook %s: a backward under no_sync() before the first "
-                            "synced one changes the reducer's bucket order, which the capture does not model" % name)
         ready = self._ready
         if self._rebuilt is None:
             seen, first_order = set(), []
