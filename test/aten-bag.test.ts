@@ -1,7 +1,7 @@
 /**
  * nn.EmbeddingBag (plans/import/aten-bag.ts): what is lowered (modes 'mean' and 'sum', the bags
- * from symbolic offsets) and what is refused with the reason (mode 'max', per-sample weights,
- * include_last_offset, padding_idx, a reader of the forward's bookkeeping outputs other than the
+ * from symbolic offsets, padding_idx) and what is refused with the reason (mode 'max', per-sample
+ * weights, include_last_offset, a reader of the forward's bookkeeping outputs other than the
  * backward). The values are checked against PyTorch's, forward and backward, in
  * test/capture.test.ts (the embbag_textcls_ddp fixtures).
  */
@@ -22,7 +22,7 @@ describe('aten-bag: EmbeddingBag', () => {
     for (const ops of [sum, mean]) for (const op of ['iota', 'compare', 'embedding', 'matmul']) assert.ok(ops.includes(op), `${op} in ${ops.join(' ')}`);
     assert.ok(mean.includes('div') && !sum.includes('div'));
   });
-  it('the backward reads the forward\'s bags; mode "max", per_sample_weights, include_last_offset and padding_idx are refused', () => {
+  it('the backward reads the forward\'s bags; mode "max", per_sample_weights and include_last_offset are refused', () => {
     const back = graph('w, ids, off, False, 1, False, None', [
       'o: "f32[2, 3]" = eb[0]',
       'o2b: "i64[4]" = eb[1]',
@@ -35,10 +35,26 @@ describe('aten-bag: EmbeddingBag', () => {
     assert.throws(() => lower(graph('w, ids, off, False, 2, False, None')), /mode "max" is not supported/);
     assert.throws(() => lower(graph('w, ids, off, False, 0, False, p')), /per_sample_weights is not supported/);
     assert.throws(() => lower(graph('w, ids, off, False, 1, False, None, True')), /include_last_offset=True is not supported/);
-    assert.throws(() => lower(graph('w, ids, off, False, 1, False, None, False, 0')), /padding_idx is not supported/);
+    // padding_idx: the positions holding it are in no bag (one more factor in the bag matrix).
+    assert.ok(lower(graph('w, ids, off, False, 1, False, None, False, 0')).ops.filter((o) => o.op === 'compare').length > lower(graph('w, ids, off, False, 1, False, None')).ops.filter((o) => o.op === 'compare').length);
   });
   it("the forward's offset2bag read by another op is an import error, not a value", () => {
     const text = graph('w, ids, off, False, 1, False, None', ['o2b: "i64[4]" = eb[1]', 'a: "i64[4]" = torch.ops.aten.add.Tensor(o2b, 1)', 'return (a,)']);
     assert.throws(() => lower(text), /the EmbeddingBag bags, which only its matching backward op may read/);
+  });
+  it("a write through a row's slice (pad_sequence's copy_ into full[i, :n]) is written into the padded tensor, which stays readable", () => {
+    const text = [
+      'class G(torch.nn.Module):',
+      '    def forward(self, a: "f32[2]", w: "f32[3, 2]"):',
+      '        full: "f32[2, 3]" = torch.ops.aten.full.default([2, 3], 0.0)',
+      '        row: "f32[3]" = torch.ops.aten.select.int(full, 0, 1)',
+      '        head: "f32[2]" = torch.ops.aten.slice.Tensor(row, 0, 0, 2)',
+      '        c: "f32[2]" = torch.ops.aten.copy_.default(head, a)',
+      '        mm: "f32[2, 2]" = torch.ops.aten.mm.default(full, w)',
+      '        return (mm,)',
+    ].join('\n');
+    // (before, select was a fresh tensor: the write was dropped and full read as zeros)
+    const ops = lower(text + '\n').ops.map((o) => o.op);
+    assert.ok(ops.filter((o) => o === 'concat').length >= 2, ops.join(' '));
   });
 });

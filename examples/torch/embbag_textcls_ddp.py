@@ -9,7 +9,9 @@ sentences (of different lengths) and builds `offsets = torch.tensor(offsets[:-1]
 in `DistributedDataParallel`, each rank its share of the batch as DistributedSampler gives it
 (`indices[rank::world]`).
 
-`--mode sum|max` builds the EmbeddingBag with that mode.
+`--mode sum|max` builds the EmbeddingBag with that mode. `--padded`: the other usual collate,
+`pad_sequence(batch_first=True, padding_value=0)` into a 2-D batch (one bag per row, no offsets)
+with `nn.EmbeddingBag(..., padding_idx=0)`.
 
 `--bug`: every rank collates rank 0's samples (`indices[0::world]`: the sampler built without
 the rank, as happens when `DistributedSampler(dataset)` is replaced by hand-written striding),
@@ -24,6 +26,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 BUG = "--bug" in sys.argv
 MODE = sys.argv[sys.argv.index("--mode") + 1] if "--mode" in sys.argv else "mean"
+PADDED = "--padded" in sys.argv
+PAD_IDX = 0
 VOCAB, EMBED, CLASSES = 20, 8, 4
 LENGTHS = [3, 5, 2, 4, 1, 3, 4, 2]  # tokens per sentence
 
@@ -31,7 +35,10 @@ LENGTHS = [3, 5, 2, 4, 1, 3, 4, 2]  # tokens per sentence
 class TextClassificationModel(nn.Module):
     def __init__(self, vocab_size, embed_dim, num_class):
         super(TextClassificationModel, self).__init__()
-        self.embedding = nn.EmbeddingBag(vocab_size, embed_dim, sparse=False, mode=MODE)
+        if PADDED:
+            self.embedding = nn.EmbeddingBag(vocab_size, embed_dim, sparse=False, mode=MODE, padding_idx=PAD_IDX)
+        else:
+            self.embedding = nn.EmbeddingBag(vocab_size, embed_dim, sparse=False, mode=MODE)
         self.fc = nn.Linear(embed_dim, num_class)
         self.init_weights()
 
@@ -41,7 +48,7 @@ class TextClassificationModel(nn.Module):
         self.fc.weight.data.uniform_(-initrange, initrange)
         self.fc.bias.data.zero_()
 
-    def forward(self, text, offsets):
+    def forward(self, text, offsets=None):
         embedded = self.embedding(text, offsets)
         return self.fc(embedded)
 
@@ -59,6 +66,13 @@ def collate_batch(batch):
     return label_list, text_list, offsets
 
 
+def collate_padded(batch):
+    # The other usual collate: sentences padded to the longest, one bag per row.
+    label_list = torch.stack([_label for _label, _ in batch])
+    text = nn.utils.rnn.pad_sequence([_text for _, _text in batch], batch_first=True, padding_value=PAD_IDX)
+    return label_list, text
+
+
 def step(cap):
     ws, rank = dist.get_world_size(), dist.get_rank()
     torch.manual_seed(0)
@@ -69,15 +83,19 @@ def step(cap):
     criterion = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=5)
     g = torch.Generator().manual_seed(1)
-    tokens = cap.replicate(torch.randint(0, VOCAB, (sum(LENGTHS),), generator=g), name="tokens", values=(0, VOCAB))
+    tokens = cap.replicate(torch.randint(1, VOCAB, (sum(LENGTHS),), generator=g), name="tokens", values=(1, VOCAB))
     labels = cap.replicate(torch.randint(0, CLASSES, (len(LENGTHS),), generator=g), name="labels", values=(0, CLASSES))
     starts = [sum(LENGTHS[:i]) for i in range(len(LENGTHS))]
     with cap.trace():
         dataset = [(labels[i], tokens[s:s + n]) for i, (s, n) in enumerate(zip(starts, LENGTHS))]
         indices = list(range(len(dataset)))[(0 if BUG else rank)::ws]
-        label, text, offsets = collate_batch([dataset[i] for i in indices])
         optimizer.zero_grad()
-        predicted_label = model(text, offsets)
+        if PADDED:
+            label, text = collate_padded([dataset[i] for i in indices])
+            predicted_label = model(text)
+        else:
+            label, text, offsets = collate_batch([dataset[i] for i in indices])
+            predicted_label = model(text, offsets)
         loss = criterion(predicted_label, label)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)

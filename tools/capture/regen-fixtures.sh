@@ -206,6 +206,9 @@ mha_padded_lm_ddp-bug mha_padded_lm_ddp.py dp --bug
 embbag_textcls_ddp embbag_textcls_ddp.py dp
 embbag_textcls_ddp-sum embbag_textcls_ddp.py dp --mode sum
 embbag_textcls_ddp-bug embbag_textcls_ddp.py dp --bug
+embbag_textcls_ddp-padded embbag_textcls_ddp.py dp --padded
+embbag_textcls_ddp-padded-sum embbag_textcls_ddp.py dp --padded --mode sum
+embbag_textcls_ddp-padded-bug embbag_textcls_ddp.py dp --padded --bug
 autocast_bf16_ddp autocast_bf16_ddp.py dp
 autocast_bf16_ddp-bug autocast_bf16_ddp.py dp --bug
 LIST
