@@ -38,6 +38,9 @@ class _Done:
     def wait(self, *a, **k):
         return True
 
+    def result(self):
+        return list(self._result or [])
+
     def get_future(self):
         # Already completed, so a `.then(callback)` runs the callback at once on this thread,
         # where the tracer sees its ops (a real gloo future may run it on gloo's thread).
