@@ -107,6 +107,21 @@ export interface ImportProgress {
   readonly end: () => void;
 }
 
+/**
+ * Where a graph first holds a float16 / bfloat16 value: the user's line from the capture's
+ * `# File: <script>:<line>` comment above it when there is one, else the graph file's line.
+ */
+function halfAt(g: GraphFile): string | undefined {
+  const lines = g.text.split('\n');
+  const at = lines.findIndex((t) => /"b?f16\[/.test(t));
+  if (at < 0) return undefined;
+  for (let i = at; i >= 0; i--) {
+    const m = /# File: (\S+?:\d+)/.exec(lines[i] ?? '');
+    if (m !== null) return m[1];
+  }
+  return `${g.name}:${at + 1}`;
+}
+
 export function importCommand(a: ImportArgs, out: Out, progress?: ImportProgress): number {
   const logicalFile = a.logical !== undefined ? split(a.logical) : a.dir === undefined ? undefined : inDir(a.dir, 'logical');
   const relFile = a.relations ?? (a.dir === undefined ? undefined : join(a.dir, 'relations.json'));
@@ -141,7 +156,8 @@ export function importCommand(a: ImportArgs, out: Out, progress?: ImportProgress
     const opMaps = readOpMaps([...fromRel, ...(a.opMap ?? [])], dirname(relFile));
     let steps = 0;
     const onProgress = bar === undefined ? undefined : (d: number, t: number, w: string): void => bar.update(d, (steps = t + 2), w);
-    const { plan, stats } = importGraphs({ logical: logicalFile.map(read), ranks: ranks.map((fs) => fs.map(read)), relations, relationsFile: relFile, opMaps, ...(a.name === undefined ? {} : { name: a.name }), ...(onProgress === undefined ? {} : { onProgress }) });
+    const graphs = { logical: logicalFile.map(read), ranks: ranks.map((fs) => fs.map(read)) };
+    const { plan, stats } = importGraphs({ logical: graphs.logical, ranks: graphs.ranks, relations, relationsFile: relFile, opMaps, ...(a.name === undefined ? {} : { name: a.name }), ...(onProgress === undefined ? {} : { onProgress }) });
     const outName = a.out ?? '(stdout)';
     // The loader checks what the importer wrote (shapes, lineage, tiling, collective matching)
     // before anything is written: a plan that does not load is never left behind.
@@ -167,6 +183,11 @@ export function importCommand(a: ImportArgs, out: Out, progress?: ImportProgress
         stats.pruned > 0 ? `${stats.pruned} op(s) dropped: their values reach no output` : '',
       ].filter((x) => x !== '');
       if (notes.length > 0) out.err(`  ${notes.join('; ')}`);
+    }
+    // Half-precision values (autocast, .half()): read as exact reals like every float (docs/import.md).
+    const half = [...graphs.logical, ...graphs.ranks.flat()].map(halfAt).filter((w) => w !== undefined);
+    if (half.length > 0) {
+      out.err(`planproof: note: the program computes with float16/bfloat16 values (autocast, .half()), first at ${String(half[0])}; plans are compared in exact real arithmetic, so a verdict says nothing about rounding to those types (docs/capture.md, "Mixed precision")`);
     }
     const reads = plan['x-planproof-specialized'];
     if (Array.isArray(reads) && reads.length > 0) {

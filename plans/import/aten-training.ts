@@ -360,7 +360,10 @@ export const TRAINING_RULES: Record<string, Rule> = {
     if (i < 0) i += size;
     if (i < 0 || i >= size) l.fail(`index ${i} out of range for size ${size}`);
     const s = l.one('slice', [x], { dim: d, start: i, end: i + 1 });
-    return l.bind(n, l.one('reshape', [s], { shape: x.shape.filter((_, k) => k !== d) }, l.out(n)));
+    // A view of x's storage, like slice: a write through it (`t[i, :n] = v`, pad_sequence's
+    // copy_ into each row) is written into x (Lowerer.write). Bound as a fresh tensor, such a
+    // write was dropped and x read as before it (tried: pad_sequence's rows read as zeros).
+    return l.bindRegion(n, l.one('reshape', [s], { shape: x.shape.filter((_, k) => k !== d) }, l.out(n)), (n.args[0] as { name: string }).name, d, i, i + 1, s.shape);
   },
   'aten.select_backward': (l, n) => {
     const g = l.tensor(n.args[0], 'grad_output');

@@ -13,6 +13,7 @@ import { INDEX_RULES } from './aten-index.js';
 import { SORT_RULES } from './aten-sort.js';
 import { CONV_RULES } from './aten-conv.js';
 import { MASK_RULES } from './aten-mask.js';
+import { BAG_RULES } from './aten-bag.js';
 import { withEmpty } from './aten-empty.js';
 import { LOOPS_RULES } from './aten-loops.js';
 import { labelMasks, withProbe } from './aten-probe.js';
@@ -308,8 +309,10 @@ const RULES: Record<string, Rule> = {
     const end = clamp(endArg === undefined || endArg.kind === 'none' ? size : l.num(endArg, 'end'));
     const step = l.int(n.args[4], 'step', 1);
     if (step !== 1) return l.bind(n, stridedSlice(l, x, d, start, end, step, l.out(n)));
-    if (start === 0 && end === size) return view(l, n, x);
-    return l.bind(n, l.one('slice', [x], { dim: d, start, end: Math.max(start, end) }, l.out(n)), (n.args[0] as { name?: string }).name);
+    // (the whole dim: x itself, still a region so that a write through it reaches x)
+    if (start === 0 && end === size) return l.bindRegion(n, x, (n.args[0] as { name: string }).name, d, 0, size, x.shape);
+    const sl = l.one('slice', [x], { dim: d, start, end: Math.max(start, end) }, l.out(n));
+    return l.bindRegion(n, sl, (n.args[0] as { name: string }).name, d, start, Math.max(start, end), sl.shape);
   },
   'aten.cat': (l, n) => {
     const xs = n.args[0];
@@ -593,6 +596,7 @@ const RULES: Record<string, Rule> = {
   ...CONV_RULES,
   ...MASK_RULES,
   ...LOOPS_RULES,
+  ...BAG_RULES,
 };
 
 /**

@@ -122,6 +122,8 @@ export class Lowerer {
   private readonly piece = new Map<string, string>();
   /** Lists whose items are disjoint pieces of their input. */
   readonly splitLists = new Set<string>();
+  /** Views that are one region of a named tensor (slice with step 1, select): a write through them is written into it. */
+  private readonly region = new Map<string, { parent: string; dim: number; start: number; end: number; keep: Shape }>();
   /**
    * Tuple results whose items are fresh tensors (the ATen schema gives their returns no alias
    * annotation: `native_batch_norm(...) -> (Tensor, Tensor, Tensor)`): each item is its own
@@ -483,15 +485,43 @@ export class Lowerer {
     }
   }
 
+  /**
+   * Binds `n` as the region [start, end) along `dim` of the tensor named `parent` (`keep`: that
+   * region's shape before a select drops the dim): a view, and a later write through it is
+   * written into `parent` (`write`).
+   */
+  bindRegion(n: FxNode, v: TensorVal, parent: string, dim: number, start: number, end: number, keep: Shape): Val {
+    this.bind(n, v, parent);
+    this.region.set(n.name, { parent, dim, start, end, keep });
+    return v;
+  }
+
   /** An in-place write to `target`: its name now holds `v`; other names of its storage go stale. */
-  write(target: FxArg | undefined, v: TensorVal): void {
+  write(target: FxArg | undefined, v: TensorVal, done = new Set<string>()): void {
     if (target?.kind !== 'name') this.fail('in-place op on something that is not a named tensor');
+    // A region of a tensor still readable: that tensor becomes itself with the region replaced
+    // by v (exact: the elements outside it are unchanged), written the same way in turn, so the
+    // root and the views on the way hold the new values (pad_sequence's `out[i, :n].copy_(t)`).
+    const reg = this.region.get(target.name);
+    const p = reg === undefined || this.stale.has(reg.parent) ? undefined : this.vals.get(reg.parent);
+    if (reg !== undefined && p?.kind === 'tensor') {
+      const size = p.shape[reg.dim] as number;
+      const piece = this.one('reshape', [v], { shape: [...reg.keep] }, undefined, p.dtype);
+      const parts = [
+        ...(reg.start > 0 ? [this.one('slice', [p], { dim: reg.dim, start: 0, end: reg.start }, undefined, p.dtype)] : []),
+        piece,
+        ...(reg.end < size ? [this.one('slice', [p], { dim: reg.dim, start: reg.end, end: size }, undefined, p.dtype)] : []),
+      ];
+      this.write({ kind: 'name', name: reg.parent }, parts.length === 1 ? piece : this.one('concat', parts, { dim: reg.dim }, undefined, p.dtype), done);
+    }
+    done.add(target.name);
     const r = this.root.get(target.name) ?? target.name;
     const before = this.vals.get(target.name);
     const tag = this.piece.get(target.name);
     const list = tag?.slice(0, tag.lastIndexOf('#'));
     for (const [name, rt] of this.root) {
-      if (rt !== r || name === target.name || this.stale.has(name)) continue;
+      // (the tensors written into above hold their new values)
+      if (rt !== r || done.has(name) || this.stale.has(name)) continue;
       // Another piece of the same split (or a view inside one): disjoint storage, untouched.
       const other = this.piece.get(name);
       if (tag !== undefined && other !== undefined && other !== tag && other.slice(0, other.lastIndexOf('#')) === list) continue;

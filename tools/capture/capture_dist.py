@@ -29,10 +29,26 @@ def install(m):
 
 
 class _Done:
-    """The Work of a call run eagerly (an emulated collective, an isend / irecv)."""
+    """The Work of a call run eagerly (an emulated collective, an isend / irecv, an all-reduce
+    asked for with async_op=True). `result`: the tensors its future holds (all_reduce's)."""
+
+    def __init__(self, result=None):
+        self._result = result
 
     def wait(self, *a, **k):
         return True
+
+    def result(self):
+        return list(self._result or [])
+
+    def get_future(self):
+        # Already completed, so a `.then(callback)` runs the callback at once on this thread,
+        # where the tracer sees its ops (a real gloo future may run it on gloo's thread).
+        if self._result is None:
+            raise UserError("get_future() of this emulated collective is not supported: wait on it instead")
+        fut = torch.futures.Future()
+        fut.set_result(self._result)
+        return fut
 
     def is_completed(self):
         return True
@@ -89,8 +105,14 @@ def _wrap_collectives():
                 work = real_all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
                 with torch.no_grad():
                     tensor.div_(size)
-                return _Done() if async_op else work
-            return real_all_reduce(tensor, op=op, group=group, async_op=async_op)
+                return _Done([tensor]) if async_op else work
+            if async_op:
+                # Run to completion here: the traced value is the reduced one at once, and a
+                # continuation (`work.get_future().then(...)`, DDP communication hooks) runs on
+                # this thread, where its ops are traced.
+                real_all_reduce(tensor, op=op, group=group)
+                return _Done([tensor])
+            return real_all_reduce(tensor, op=op, group=group)
         finally:
             cap.suspended -= 1
 
@@ -366,24 +388,44 @@ class _DDP(torch.nn.Module):
         # module.parameters() at sync time averaged it, and a real bug was VERIFIED).
         self._names = [n for n, p in module.named_parameters() if p.requires_grad]
         self._params = [p for p in module.parameters() if p.requires_grad]
-        for p in self._params:
-            p.register_hook(self._grad_hook)
+        self._hook = None
+        self._ready = []          # indices of self._params in the order their gradients came
+        self._rebuilt = None      # the bucket order after the first synced backward
+        for i, p in enumerate(self._params):
+            p.register_hook(lambda grad, i=i: self._grad_hook(grad, i))
 
     def register_comm_hook(self, state, hook):
-        # torch's allreduce_hook is what the stand-in already does (sum, then divide by the group
-        # size); any other hook (fp16/bf16 compression rounds the gradients, PowerSGD approximates
-        # them, a user hook is arbitrary C++-bucket code) is not captured.
+        # torch's allreduce_hook is what the stand-in does without a hook (sum, then divide by
+        # the group size). torch's compression hooks round the gradients on purpose, and PowerSGD
+        # approximates them: refused by name. Any other hook is run on the stand-in's bucket
+        # (_sync), its ops traced like the program's.
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         if hook is default_hooks.allreduce_hook and state in (None, self.process_group):
             return
-        raise UserError("DistributedDataParallel.register_comm_hook(%s): only torch's default_hooks.allreduce_hook "
-                        "(what DDP does without a hook) is captured; compression hooks round the gradients, which no "
-                        "exact rule states, and other hooks run on the reducer's buckets the capture does not see"
-                        % getattr(hook, "__name__", repr(hook)))
+        name = getattr(hook, "__name__", repr(hook))
+        module = getattr(hook, "__module__", "") or ""
+        if self._hook is not None:
+            raise UserError("DistributedDataParallel.register_comm_hook(%s): a communication hook is already registered "
+                            "(torch allows one)" % name)
+        if module.startswith("torch.distributed.algorithms.ddp_comm_hooks") or "compress" in name:
+            raise UserError("DistributedDataParallel.register_comm_hook(%s): of torch's own hooks only default_hooks.allreduce_hook "
+                            "is captured: the compression, quantization and PowerSGD hooks round or approximate the gradients, "
+                            "which no exact rule states, and the others (ZeRO's overlap hooks, noop) run on reducer internals the "
+                            "capture does not model; capture without the hook (or with default_hooks.allreduce_hook)" % name)
+        dtypes = {p.dtype for p in self._params}
+        if len(dtypes) != 1 or self._find_unused:
+            raise UserError("DistributedDataParallel.register_comm_hook(%s): with %s the reducer splits the gradients into "
+                            "several buckets, whose assignment the capture does not model; a hook is captured for parameters of "
+                            "one dtype with find_unused_parameters=False" % (
+                                name, "parameters of dtypes %s" % sorted(str(d) for d in dtypes) if len(dtypes) != 1
+                                else "find_unused_parameters=True"))
+        self._hook = (state, hook, name)
 
     def forward(self, *args, **kwargs):
         # As DDP: whether this iteration's backward syncs is decided by its forward.
         self._sync_this_backward = self.require_backward_grad_sync
+        # (the reducer records the ready order only in a synced backward: reset at each forward)
+        self._ready = []
         return self.module(*args, **kwargs)
 
     @contextlib.contextmanager
@@ -395,7 +437,8 @@ class _DDP(torch.nn.Module):
         finally:
             self.require_backward_grad_sync = old
 
-    def _grad_hook(self, grad):
+    def _grad_hook(self, grad, i):
+        self._ready.append(i)
         if self._sync_this_backward and not self._queued:
             self._queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._sync)
@@ -421,9 +464,94 @@ class _DDP(torch.nn.Module):
                                 "does not model which gradients torch's reducer averages: remove the unused parameter or keep it "
                                 "out of the wrapped module" % (unused[0], self._find_unused, nbytes, first))
             return
+        if self._hook is not None:
+            self._run_hook()
+            return
         for p in self._params:
             dist.all_reduce(p.grad, group=self.process_group)
             p.grad.div_(ws)
+
+    def _run_hook(self):
+        """The registered hook on DDP's bucket, as torch 1.13's reducer runs it (checked against
+        torch: docs/capture.md): in the first synced backward every parameter is in one bucket,
+        in parameter order (find_unused_parameters=False makes the first bucket unbounded);
+        afterwards the reducer rebuilds the buckets in the order the first synced backward's
+        gradients came (a backward under no_sync() records nothing), the first bucket bounded
+        by 1 MiB. The bucket's buffer holds the
+        gradients flattened and concatenated (traced: the copy is the program's); the hook's
+        result is copied back into them, and DDP divides by nothing itself."""
+        state, hook, name = self._hook
+        order = list(range(len(self._params)))
+        if self._rebuilt is not None:
+            nbytes = sum(p.numel() * p.element_size() for p in self._params)
+            first = getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024)
+            if nbytes > first:
+                raise UserError("DistributedDataParallel communication hook %s: after the first iteration torch's reducer "
+                                "splits %d bytes of gradients into buckets of at most %d bytes, whose assignment the capture "
+                                "does not model; capture one iteration" % (name, nbytes, first))
+            order = self._rebuilt
+        ready = self._ready
+        if self._rebuilt is None:
+            seen, first_order = set(), []
+            for i in ready:
+                if i not in seen:
+                    seen.add(i)
+                    first_order.append(i)
+            self._rebuilt = first_order
+        params = [self._params[i] for i in order]
+        cap = _CURRENT[-1]
+        before = len(cap.lines)
+        buffer = torch.cat([p.grad.reshape(-1) for p in params])
+        fut = hook(state, _GradBucket(buffer, params))
+        if not isinstance(fut, (torch.futures.Future, torch._C.Future)):
+            raise UserError("DistributedDataParallel communication hook %s returned %s, not a torch.futures.Future" % (name, type(fut).__name__))
+        if not fut.done():
+            raise UserError("DistributedDataParallel communication hook %s returned a future the capture cannot complete "
+                            "on this thread (its ops would not be traced): chain it on a collective's get_future()" % name)
+        result = fut.wait()
+        if isinstance(result, (list, tuple)) and len(result) == 1:
+            result = result[0]
+        if not isinstance(result, torch.Tensor) or result.shape != buffer.shape:
+            raise UserError("DistributedDataParallel communication hook %s: its future holds %s, not a tensor shaped like the "
+                            "bucket [%d]" % (name, type(result).__name__ if not isinstance(result, torch.Tensor) else list(result.shape), buffer.numel()))
+        if any(("f16[" in line or "bf16[" in line) for line in cap.lines[before:]):
+            raise UserError("DistributedDataParallel communication hook %s casts the gradients to half precision: it rounds "
+                            "them, which no exact rule states" % name)
+        at = 0
+        with torch.no_grad():
+            for p in params:
+                n = p.numel()
+                p.grad.copy_(result[at:at + n].view_as(p.grad))
+                at += n
+
+
+class _GradBucket:
+    """dist.GradBucket as a hook sees it: the flat buffer of the bucket's gradients."""
+
+    def __init__(self, buffer, params):
+        self._buffer, self._params = buffer, params
+
+    def buffer(self):
+        return self._buffer
+
+    def gradients(self):
+        out, at = [], 0
+        for p in self._params:
+            out.append(self._buffer[at:at + p.numel()].view_as(p))
+            at += p.numel()
+        return out
+
+    def parameters(self):
+        return list(self._params)
+
+    def index(self):
+        return 0
+
+    def is_last(self):
+        return True
+
+    def set_buffer(self, tensor):
+        self._buffer.copy_(tensor)
 
 
 def _install_ddp():

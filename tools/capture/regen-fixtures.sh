@@ -196,5 +196,20 @@ hf_accum_cosine_ddp hf_accum_cosine_ddp.py dp
 hf_accum_cosine_ddp-bug hf_accum_cosine_ddp.py dp --bug
 hetero_regression_ddp hetero_regression_ddp.py dp
 hetero_regression_ddp-bug hetero_regression_ddp.py dp --bug
+ddp_comm_hook ddp_comm_hook.py dp
+ddp_comm_hook-bug ddp_comm_hook.py dp --bug
+ddp_comm_hook-default ddp_comm_hook.py dp --hook default
+zero_adamw_ddp zero_adamw_ddp.py dp
+zero_adamw_ddp-bug zero_adamw_ddp.py dp --bug
+mha_padded_lm_ddp mha_padded_lm_ddp.py dp
+mha_padded_lm_ddp-bug mha_padded_lm_ddp.py dp --bug
+embbag_textcls_ddp embbag_textcls_ddp.py dp
+embbag_textcls_ddp-sum embbag_textcls_ddp.py dp --mode sum
+embbag_textcls_ddp-bug embbag_textcls_ddp.py dp --bug
+embbag_textcls_ddp-padded embbag_textcls_ddp.py dp --padded
+embbag_textcls_ddp-padded-sum embbag_textcls_ddp.py dp --padded --mode sum
+embbag_textcls_ddp-padded-bug embbag_textcls_ddp.py dp --padded --bug
+autocast_bf16_ddp autocast_bf16_ddp.py dp
+autocast_bf16_ddp-bug autocast_bf16_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
