@@ -206,9 +206,12 @@ export abstract class RoutedRules extends RingRules {
     const at = view.attrs[iop] ?? {};
     if (at['dim'] !== 1 || Number(at['step']) !== 1 || sh(io).join(',') !== xs.join(',') || this.constScalar(r, inOf(io)[0] as number) !== 0) return undefined;
     const loc = this.vocabOf(r, li, 'local');
-    if (loc === undefined || numel(sh(li)) !== xs[0] || numel(sh(loc.ids)) !== xs[0]) return undefined;
+    // Row i compares with id i: the ids as a column [N, 1] (a row vector would broadcast along
+    // the columns), and the update expanded from a column.
+    const column = (y: number): boolean => sh(y).join(',') === `${xs[0]},1`;
+    if (loc === undefined || !column(li) || numel(sh(loc.ids)) !== xs[0]) return undefined;
     // a = expand(X[., local] - (1 - outside)), through reshapes.
-    if (kindOf(a) !== this.expandKind) return undefined;
+    if (kindOf(a) !== this.expandKind || !column(inOf(a)[0] as number)) return undefined;
     const sb = this.reshapeChain(r, inOf(a)[0] as number).base;
     if (kindOf(sb) !== this.subKind) return undefined;
     const [gv, rs] = inOf(sb) as [number, number];

@@ -239,10 +239,12 @@ export class LogicalWorld {
     const at = lg.attrs[iop] ?? {};
     if (name(iop) !== 'iota' || at['dim'] !== 1 || Number(at['step']) !== 1 || shp(io).join(',') !== ys.join(',') || this.constOf(lg.ops.opInputs(iop)[0] as number) !== 0) return undefined;
     const ids = base(li);
-    if (numel(shp(ids)) !== ys[0] || numel(shp(li)) !== ys[0]) return undefined;
-    // a = expand(Y[., ids] - (1 - m)) through reshapes.
+    // Row i compares with id i: a column [N, 1] (a row vector would broadcast along the columns).
+    const column = (x: number): boolean => shp(x).join(',') === `${ys[0]},1`;
+    if (numel(shp(ids)) !== ys[0] || !column(li)) return undefined;
+    // a = expand(Y[., ids] - (1 - m)) through reshapes, from a column.
     const eop = prod[a] as number;
-    if (name(eop) !== 'expand') return undefined;
+    if (name(eop) !== 'expand' || !column(lg.ops.opInputs(eop)[0] as number)) return undefined;
     const sop = prod[base(lg.ops.opInputs(eop)[0] as number)] as number;
     if (name(sop) !== 'sub') return undefined;
     const [gv, rs] = [...lg.ops.opInputs(sop)] as [number, number];
