@@ -9,10 +9,12 @@
  * stays verified.
  */
 import { strict as assert } from 'node:assert';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli } from './helpers.js';
+import { needs, TOOLS } from './optional.js';
 
 const SMALL = 'test/fixtures/megatron-fx/gpt_tp2_l1';
 const WIDE = 'test/fixtures/megatron-fx-wide';
@@ -111,6 +113,31 @@ describe('Megatron forward graphs at exported widths, at tensor level (issue 34)
       assert.deepEqual(v.stages.map((s) => `${s.status} ${s.decidedBy ?? ''}`), ['proved tensor']);
     });
   }
+
+  it("tools/corpus/entangle_gpt_relations.py: graphs laid out as Entangle publishes them (paral<T>_layer<L>/fw.g0.r<k>.py) get relations under which they verify; one placement changed, the import refuses it", async function () {
+    needs(this, TOOLS.python3);
+    const d = mkdtempSync(join(tmpdir(), 'pp-entangle-'));
+    const src = join(WIDE, 'gpt_tp2_l1');
+    mkdirSync(join(d, 'paral1_layer1'));
+    mkdirSync(join(d, 'paral2_layer1'));
+    copyFileSync(join(src, 'logical.py'), join(d, 'paral1_layer1', 'fw.g0.r0.py'));
+    for (const r of [0, 1]) copyFileSync(join(src, `rank${r}.py`), join(d, 'paral2_layer1', `fw.g0.r${r}.py`));
+    const out = join(d, 'out');
+    const py = spawnSync('/usr/bin/python3', ['tools/corpus/entangle_gpt_relations.py', '2', '1', join(d, 'paral1_layer1'), join(d, 'paral2_layer1'), out], { encoding: 'utf8' });
+    assert.equal(py.status, 0, py.stderr);
+    const rel = JSON.parse(readFileSync(join(out, 'relations.json'), 'utf8')) as { inputs: Record<string, { placements: string[]; values?: { range: number[] } }> };
+    // QKV rows, the projection's columns, the output layer's vocabulary rows; labels' range.
+    assert.deepEqual([rel.inputs['primals_4']?.placements, rel.inputs['primals_6']?.placements, rel.inputs['primals_16']?.placements, rel.inputs['primals_21']?.values?.range], [['S(0)'], ['S(1)'], ['S(0)'], [0, 98304]]);
+    const v = await verifyDir(out);
+    assert.equal(v.code, 0, JSON.stringify(v.stages));
+    // The projection split along its rows instead of its columns: refused at load, naming it.
+    const r = JSON.parse(readFileSync(join(out, 'relations.json'), 'utf8')) as { inputs: Record<string, { placements: string[] }> };
+    (r.inputs['primals_6'] as { placements: string[] }).placements = ['S(0)'];
+    writeFileSync(join(out, 'relations.json'), JSON.stringify(r));
+    const wrong = await runCli(['import-graphs', '--dir', out, '-o', join(d, 'wrong.json')]);
+    assert.equal(wrong.code, 2, wrong.stderr);
+    assert.match(wrong.stderr, /primals_6/);
+  });
 
   it('a correct twin: masked ids read another row of the shard (masked out anyway): VERIFIED at both widths', async () => {
     for (const src of [SMALL, join(WIDE, 'gpt_tp2_l1')]) {

@@ -22,6 +22,7 @@ export const TOOLS = {
   xmllint: { pkg: 'libxml2-utils', present: () => runs('xmllint', ['--version']) },
   chromium: { pkg: 'chromium', present: () => existsSync(CHROMIUM) },
   tmux: { pkg: 'tmux', present: () => runs('tmux', ['-V']) },
+  python3: { pkg: 'python3', present: () => runs('/usr/bin/python3', ['-c', 'pass']) },
   torch: { pkg: 'python3-torch', present: () => runs('/usr/bin/python3', ['-c', 'import torch, torch.distributed']) },
   junitparser: { pkg: 'python3-junitparser', present: () => runs('/usr/bin/python3', ['-c', 'import junitparser']) },
 } as const satisfies Record<string, Tool>;

@@ -10,6 +10,7 @@ missing=()
 command -v xmllint >/dev/null || missing+=(libxml2-utils)
 [ -x "${PLANPROOF_CHROMIUM:-/usr/bin/chromium}" ] || missing+=(chromium)
 command -v tmux >/dev/null || missing+=(tmux)
+[ -x /usr/bin/python3 ] || missing+=(python3)
 /usr/bin/python3 -c 'import torch, torch.distributed' >/dev/null 2>&1 || missing+=(python3-torch)
 /usr/bin/python3 -c 'import junitparser' >/dev/null 2>&1 || missing+=(python3-junitparser)
 if [ ${#missing[@]} -eq 0 ]; then
