@@ -8,8 +8,9 @@ import { attrScalar, numel, type AttrValue, type Attrs, type DimLabel, type OpDe
 import type { Program } from '../../../plans/model.js';
 import { ProverBase } from './base.js';
 import { type Range, ONE, fmul, feq, fkey, fdiv, parseFrac, type Comp, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, isSoftmax, isPack, termsOf, addTerms, attrsKey, dimAttr, PRODUCT, isProduct, type Sig, trailingUnits } from './relations.js';
-import { concatStripes, mergedLayout, restripe, stripeOf, stripedLayout } from './stripes.js';
+import { concatStripes, mergedLayout, restripe, stripeOf, stripedLayout, type LocalMap, type LogicalMap } from './stripes.js';
 import { iadd, icmp, iconst, iscale, isub, Sym, type Int } from './sym.js';
+import { outsideMask } from './vocabforms.js';
 import type { OpRef } from './world.js';
 
 export abstract class SliceRules extends ProverBase {
@@ -205,25 +206,18 @@ export abstract class SliceRules extends ProverBase {
     const out = p.ops.opOutputs(op)[0] as number;
     const rel = (o: number): string | undefined => (p.ops.kind[o] === this.compareKind && !this.coordAttrs(r, o) ? String((this.plan.view(r).attrs[o] ?? {}).rel) : undefined);
     if (want === 'outside') {
-      // [x > 0] with x = [ids < s] + [ids >= e], every tensor of the ids' shape.
-      if (rel(op) !== 'gt' || ins.length !== 2 || this.constScalar(r, ins[1] as number) !== 0) return undefined;
-      const aop = this.prodOp(r, ins[0] as number);
-      if (aop < 0 || p.ops.kind[aop] !== this.addKind) return undefined;
-      let ids: number | undefined;
-      let s: number | undefined;
-      let e: number | undefined;
-      for (const c of p.ops.opInputs(aop)) {
-        const cop = this.prodOp(r, c);
-        const how = cop < 0 ? undefined : rel(cop);
-        const [x, k] = cop < 0 ? [] : [...p.ops.opInputs(cop)];
-        const v = k === undefined ? undefined : this.constScalar(r, k);
-        if (x === undefined || v === undefined || (ids !== undefined && x !== ids) || sh(x) !== sh(out) || sh(c) !== sh(out)) return undefined;
-        ids = x;
-        if (how === 'lt' && s === undefined) s = v;
-        else if (how === 'ge' && e === undefined) e = v;
-        else return undefined;
-      }
-      return ids === undefined || s === undefined || e === undefined || s >= e ? undefined : { ids, s, e };
+      const view = this.plan.view(r);
+      return outsideMask(
+        {
+          producer: (x) => this.prodOp(r, x),
+          isAdd: (o) => p.ops.kind[o] === this.addKind,
+          compareRel: rel,
+          inputs: (o) => [...p.ops.opInputs(o)],
+          constant: (x) => this.constScalar(r, x),
+          shapeKey: (x) => (view.shapes[x] ?? []).join(','),
+        },
+        out,
+      );
     }
     if (kind === this.subKind && ins.length === 2) {
       const s = this.constScalar(r, ins[1] as number);
@@ -579,6 +573,16 @@ export abstract class SliceRules extends ProverBase {
         // Keyed by everything the map reads: the op kind, shapes and both attribute sets.
         const memoKey = `${kind}|${JSON.stringify(inShapes)}|${JSON.stringify(outShapes)}|${attrsKey(o.attrs)}|${attrsKey(attrs)}`;
         const sd = x.ranges.findIndex((rg) => stripeOf(rg) !== undefined);
+        // A piece's region through the logical op, and its local positions through the same map
+        // over the local shapes (stripes.ts): one output.
+        const pieceLogical: LogicalMap = (rs) => {
+          const m = this.lifted([rs], (q) => slice(inShapes, outShapes, q, o.attrs, attrs), memoKey);
+          return typeof m === 'string' ? m : (m[0] ?? 'no output');
+        };
+        const pieceLocal: LocalMap = (inShape, rs) => {
+          const m = slice([inShape], [outShape], [rs], attrs, attrs);
+          return typeof m === 'string' ? m : (m[0] ?? 'no output');
+        };
         const regs =
           sd < 0
             ? this.lifted(ins.map((y) => y.ranges), (rs) => slice(inShapes, outShapes, rs, o.attrs, attrs), memoKey)
@@ -586,35 +590,12 @@ export abstract class SliceRules extends ProverBase {
               o.outputs.length !== 1
               ? `'${name}' of a striped region with several outputs`
               : [
-                  stripedLayout(
-                    x.ranges,
-                    sd,
-                    outShape,
-                    (rs) => {
-                      const m = this.lifted([rs], (q) => slice(inShapes, outShapes, q, o.attrs, attrs), memoKey);
-                      return typeof m === 'string' ? m : (m[0] ?? 'no output');
-                    },
-                    (inShape, rs) => {
-                      const m = slice([inShape], [outShape], [rs], attrs, attrs);
-                      return typeof m === 'string' ? m : (m[0] ?? 'no output');
-                    },
-                  ),
+                  stripedLayout(x.ranges, sd, outShape, pieceLogical, pieceLocal),
                 ];
         // A merge whose inner dim is sliced: the output striped along the merged dim (stripes.ts).
         const merged =
           typeof regs === 'string' && sd < 0 && o.outputs.length === 1 && ins.length === 1
-            ? mergedLayout(
-                x.ranges,
-                outShape,
-                (rs) => {
-                  const m = this.lifted([rs], (q) => slice(inShapes, outShapes, q, o.attrs, attrs), memoKey);
-                  return typeof m === 'string' ? m : (m[0] ?? 'no output');
-                },
-                (inShape, rs) => {
-                  const m = slice([inShape], [outShape], [rs], attrs, attrs);
-                  return typeof m === 'string' ? m : (m[0] ?? 'no output');
-                },
-              )
+            ? mergedLayout(x.ranges, outShape, pieceLogical, pieceLocal)
             : undefined;
         if (typeof regs === 'string' && merged === undefined) return regs;
         const reg0 = merged ?? (regs as Exclude<typeof regs, string>)[k];

@@ -261,6 +261,22 @@ export function stripeChunk(rg: Range, g: number, me: Int, within?: { readonly l
 }
 
 
+/** A layout op's region map over the logical shapes: a piece's region to its output block, or why not. */
+export type LogicalMap = (rs: readonly Range[]) => readonly Range[] | string;
+/** The same map over the local shapes: a piece's local positions to its local output block. */
+export type LocalMap = (inShape: readonly number[], rs: [number, number][]) => readonly (readonly [number, number])[] | string;
+
+/** Local sizes of a region (its ranges' lengths), or undefined when one varies. */
+function localSizes(ranges: readonly Range[]): number[] | undefined {
+  const out: number[] = [];
+  for (const [a, b] of ranges) {
+    const n = iconst(isub(b, a));
+    if (n === undefined) return undefined;
+    out.push(n);
+  }
+  return out;
+}
+
 /**
  * A layout op with a region map (OpDef.sliceRegions: reshape) on a striped input, piece by
  * piece: piece j's region of the logical input maps to a block O_j of the logical output
@@ -276,17 +292,13 @@ export function stripedLayout(
   ranges: readonly Range[],
   sd: number,
   outShape: readonly number[],
-  logical: (rs: readonly Range[]) => readonly Range[] | string,
-  local: (inShape: readonly number[], rs: [number, number][]) => readonly (readonly [number, number])[] | string,
+  logical: LogicalMap,
+  local: LocalMap,
 ): Range[] | string {
   const pieces = stripeOf(ranges[sd] as Range);
   if (pieces === undefined) return 'no striped dim';
-  const localIn: number[] = [];
-  for (const [a, b] of ranges) {
-    const n = iconst(isub(b, a));
-    if (n === undefined) return 'a region of varying size';
-    localIn.push(n);
-  }
+  const localIn = localSizes(ranges);
+  if (localIn === undefined) return 'a region of varying size';
   const ps: LayoutPiece[] = [];
   let off = 0;
   for (const [a, b] of pieces) {
@@ -308,15 +320,11 @@ export function stripedLayout(
 export function mergedLayout(
   ranges: readonly Range[],
   outShape: readonly number[],
-  logical: (rs: readonly Range[]) => readonly Range[] | string,
-  local: (inShape: readonly number[], rs: [number, number][]) => readonly (readonly [number, number])[] | string,
+  logical: LogicalMap,
+  local: LocalMap,
 ): Range[] | undefined {
-  const localIn: number[] = [];
-  for (const [a, b] of ranges) {
-    const n = iconst(isub(b, a));
-    if (n === undefined || typeof a !== 'number') return undefined;
-    localIn.push(n);
-  }
+  const localIn = localSizes(ranges);
+  if (localIn === undefined || ranges.some(([a]) => typeof a !== 'number')) return undefined;
   for (let d = 0; d < ranges.length; d++) {
     const n = localIn[d] as number;
     const a = (ranges[d] as Range)[0] as number;
@@ -344,8 +352,8 @@ function piecewiseLayout(
   pieces: readonly LayoutPiece[],
   localIn: readonly number[],
   outShape: readonly number[],
-  logical: (rs: readonly Range[]) => readonly Range[] | string,
-  local: (inShape: readonly number[], rs: [number, number][]) => readonly (readonly [number, number])[] | string,
+  logical: LogicalMap,
+  local: LocalMap,
 ): Range[] | string {
   let e = -1;
   let base: readonly Range[] | undefined;
@@ -384,8 +392,8 @@ function joinedLayout(
   pieces: readonly LayoutPiece[],
   localIn: readonly number[],
   outShape: readonly number[],
-  logical: (rs: readonly Range[]) => readonly Range[] | string,
-  local: (inShape: readonly number[], rs: [number, number][]) => readonly (readonly [number, number])[] | string,
+  logical: LogicalMap,
+  local: LocalMap,
 ): Range[] | undefined {
   const os: (readonly Range[])[] = [];
   const los: (readonly (readonly [number, number])[])[] = [];

@@ -8,6 +8,7 @@ import type { LoadedPlan } from '../../../lineage/load.js';
 import { registry } from '../../../ops/registry.js';
 import { attrScalar, numel, type Attrs, type DecompExpr, type Shape } from '../../../ops/types.js';
 import { logicalOrder } from '../../../sdfg/execute.js';
+import { outsideMask } from './vocabforms.js';
 import { type Frac, ONE, frac, fmul, feq, fkey, parseFrac, attrsKey } from './relations.js';
 
 /**
@@ -269,27 +270,22 @@ export class LogicalWorld {
   /** c = [[ids < s] + [ids >= e] > 0] with every declared value of the ids in [s, e): 0 everywhere. */
   private neverHolds(c: number, prod: Int32Array): boolean {
     const lg = this.plan.logical;
-    const rel = (o: number): unknown => (o >= 0 && registry.get(lg.ops.kind[o] as number).name === 'compare' ? (lg.attrs[o] ?? {})['rel'] : undefined);
-    const g = prod[c] as number;
-    if (rel(g) !== 'gt' || this.constOf(lg.ops.opInputs(g)[1] as number) !== 0) return false;
-    const a = prod[lg.ops.opInputs(g)[0] as number] as number;
-    if (a < 0 || registry.get(lg.ops.kind[a] as number).name !== 'add') return false;
-    let ids: number | undefined;
-    const bounds = new Map<unknown, number>();
-    for (const x of lg.ops.opInputs(a)) {
-      const o = prod[x] as number;
-      const how = rel(o);
-      if (how !== 'lt' && how !== 'ge') return false;
-      const [y, k] = [...lg.ops.opInputs(o)] as [number, number];
-      const v = this.constOf(k);
-      if (v === undefined || bounds.has(how) || (ids !== undefined && y !== ids)) return false;
-      ids = y;
-      bounds.set(how, v);
-    }
-    const d = ids === undefined ? undefined : this.domains[ids];
-    const [s, e] = [bounds.get('lt'), bounds.get('ge')];
-    return d !== undefined && d.length > 0 && s !== undefined && e !== undefined && (d[0] as number) >= s && (d[d.length - 1] as number) < e;
+    const name = (o: number): string => registry.get(lg.ops.kind[o] as number).name;
+    const m = outsideMask(
+      {
+        producer: (x) => prod[x] as number,
+        isAdd: (o) => name(o) === 'add',
+        compareRel: (o) => (name(o) === 'compare' ? String((lg.attrs[o] ?? {})['rel']) : undefined),
+        inputs: (o) => [...lg.ops.opInputs(o)],
+        constant: (x) => this.constOf(x),
+        shapeKey: (x) => (lg.shapes[x] ?? []).join(','),
+      },
+      c,
+    );
+    const d = m === undefined ? undefined : this.domains[m.ids];
+    return m !== undefined && d !== undefined && d.length > 0 && (d[0] as number) >= m.s && (d[d.length - 1] as number) < m.e;
   }
+
 
   /** Logical tensor t equals factor x tensor `to` (itself canonical, or mapped through). */
   private alias(t: number, to: number, factor: Frac): void {
