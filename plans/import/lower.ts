@@ -687,13 +687,18 @@ const FRESH_TUPLES = /^aten\.(native_batch_norm|native_batch_norm_backward|nativ
 export const view = (l: Lowerer, n: FxNode, t: TensorVal): Val => l.bind(n, t, (n.args[0] as { name?: string }).name);
 
 export function reshape(l: Lowerer, n: FxNode, shape: readonly number[]): Val {
-  const x = l.tensor(n.args[0], 'self');
-  const total = x.shape.reduce((a, b) => a * b, 1);
+  const src = l.val(n.args[0], 'self');
+  // A view of uninitialized memory is uninitialized memory of the view's shape (vLLM views its
+  // attention kernel's output buffer before the kernel writes it whole): nothing reads it.
+  const unset = src.kind === 'opaque' && src.what === 'uninitialized memory' ? (JSON.parse(String(src.data['shape'])) as number[]) : undefined;
+  const total = (unset ?? l.tensor(n.args[0], 'self').shape).reduce((a, b) => a * b, 1);
   const neg = shape.filter((d) => d === -1).length;
   if (neg > 1) l.fail('more than one -1 in a view shape');
   const known = shape.filter((d) => d !== -1).reduce((a, b) => a * b, 1);
   const tgt = shape.map((d) => (d === -1 ? (known === 0 ? 0 : total / known) : d));
-  if (tgt.some((d) => !Number.isInteger(d) || d < 0) || tgt.reduce((a, b) => a * b, 1) !== total) l.fail(`cannot view [${x.shape.join(', ')}] as [${shape.join(', ')}]`);
+  if (tgt.some((d) => !Number.isInteger(d) || d < 0) || tgt.reduce((a, b) => a * b, 1) !== total) l.fail(`cannot view [${(unset ?? l.tensor(n.args[0], 'self').shape).join(', ')}] as [${shape.join(', ')}]`);
+  if (unset !== undefined) return l.bind(n, uninitialized(l, n, tgt));
+  const x = l.tensor(n.args[0], 'self');
   if (tgt.length === x.shape.length && tgt.every((d, i) => d === x.shape[i])) return view(l, n, x);
   return l.bind(n, l.one('reshape', [x], { shape: tgt }, l.out(n)), (n.args[0] as { name?: string }).name);
 }

@@ -84,6 +84,37 @@ const rotary = (neox: boolean): string =>
     'return (qn, kn)',
   ].join('\n');
 
+/**
+ * vLLM's attention as one causal sequence (FlashAttention's causal prefill): the query heads
+ * grouped per key/value head by a view (query head h = g·G + j reads key/value head g), the
+ * scores of each group one bmm, the future masked with -inf before the softmax (aten-neginf.ts).
+ */
+const UNIFIED_ATTENTION = [
+  // [tokens, kv, G, hs] -> [kv, G, tokens, hs] -> [kv, G·tokens, hs]: each group's rows, query head by query head
+  'q4 = torch.ops.aten.view.default(query, [num_tokens, kv_heads, -1, head_size])',
+  'qp = torch.ops.aten.permute.default(q4, [1, 2, 0, 3])',
+  'qr = torch.ops.aten.reshape.default(qp, [kv_heads, -1, head_size])',
+  'kp = torch.ops.aten.permute.default(key, [1, 2, 0])',
+  's = torch.ops.aten.bmm.default(qr, kp)',
+  'hs = torch.ops.aten.scalar_tensor.default(head_size)',
+  'scale = torch.ops.aten.rsqrt.default(hs)',
+  'ss = torch.ops.aten.mul.Tensor(s, scale)',
+  's4 = torch.ops.aten.view.default(ss, [kv_heads, -1, num_tokens, num_tokens])',
+  'i = torch.ops.aten.arange.default(num_tokens)',
+  'row = torch.ops.aten.view.default(i, [1, 1, num_tokens, 1])',
+  'col = torch.ops.aten.view.default(i, [1, 1, 1, num_tokens])',
+  'future = torch.ops.aten.gt.Tensor(col, row)',
+  'f = torch.ops.aten.masked_fill.Scalar(s4, future, -inf)',
+  'p = torch.ops.aten._softmax.default(f, -1, False)',
+  'p3 = torch.ops.aten.view.default(p, [kv_heads, -1, num_tokens])',
+  'vp = torch.ops.aten.permute.default(value, [1, 0, 2])',
+  'o = torch.ops.aten.bmm.default(p3, vp)',
+  'o4 = torch.ops.aten.view.default(o, [kv_heads, -1, num_tokens, head_size])',
+  'op = torch.ops.aten.permute.default(o4, [2, 0, 1, 3])',
+  'y = torch.ops.aten.reshape.default(op, [num_tokens, -1, head_size])',
+  'return (y,)',
+].join('\n');
+
 const vllm: OpMap = {
   format: 'planproof-opmap/v1',
   ops: {
@@ -111,6 +142,16 @@ const vllm: OpMap = {
         { when: { positions: { ndim: 1 }, is_neox: true }, body: rotary(true) },
         { when: { positions: { ndim: 1 }, is_neox: false }, body: rotary(false) },
         // Otherwise refused naming the arguments: is_neox must be a literal (the body differs), positions one dim of tokens.
+      ],
+    },
+    'vllm.unified_attention_with_output.default': {
+      doc: "vLLM unified_attention_with_output(query, key, value, output!, layer_name): causal scaled-dot-product attention, grouped-query, of one sequence (a prefill); query [tokens, heads, head_size], key and value [tokens, kv_heads, head_size], query head h reading key/value head h // (heads / kv_heads), scale head_size^-1/2",
+      args: ['query', 'key', 'value', 'output', 'layer_name'],
+      mutates: ['output'],
+      sizes: { num_tokens: ['query', 0], kv_heads: ['key', 1], head_size: ['query', 2] },
+      cases: [
+        { when: { query: { ndim: 3 }, key: { ndim: 3 }, value: { ndim: 3 } }, body: UNIFIED_ATTENTION },
+        // (a flattened [tokens, heads * head_size] query is a newer vLLM's form: the head size is then not in the graph)
       ],
     },
     'vllm.all_reduce.default': { doc: "vLLM's tensor-parallel all-reduce (sum) over the named group", args: ['input', 'group_name'], body: "r = torch.ops._c10d_functional.all_reduce.default(input, 'sum', group_name)\nreturn r" },

@@ -62,6 +62,10 @@ export abstract class ProverBase {
   protected readonly whereKind: number;
   protected readonly compareKind: number;
   protected readonly expandKind: number;
+  protected readonly mulKind: number;
+  protected readonly splitKind: number;
+  protected readonly sliceKind: number;
+  protected readonly concatKind: number;
   /** Per program, per template (stages/decompose/template.ts plans): its base rank, coordinates and box. */
   protected readonly tmpl: readonly (TemplateFrame | string)[] | undefined;
   /** Per program cut into pieces (pieces.ts): its sub-boxes, each derived as its own template. */
@@ -120,6 +124,10 @@ export abstract class ProverBase {
     this.whereKind = registry.id('where');
     this.compareKind = registry.id('compare');
     this.expandKind = registry.id('expand');
+    this.mulKind = registry.id('mul');
+    this.splitKind = registry.id('split');
+    this.sliceKind = registry.id('slice');
+    this.concatKind = registry.id('concat');
   }
 
   /** A sum as one relation: complete terms of one region are the region of their tensor sum. */

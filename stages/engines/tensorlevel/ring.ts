@@ -13,8 +13,8 @@ import { registry } from '../../../ops/registry.js';
 import type { Attrs, OpDef, Shape } from '../../../ops/types.js';
 import { type Range, ONE, feq, type Comp, type Part, type Relation, type Softmax, type Pack, type Value, type Derived, isSum, isSoftmax, isPack, isOpaque, isMaxPart, attrsKey, coversAll, dimAttr, unionCover } from './relations.js';
 import { SliceRules } from './slices.js';
-import { stripeOf, stripeRange } from './stripes.js';
-import { iadd, icmp, iconst, iscale, isub, type Int } from './sym.js';
+import { stripeOf, windowOf } from './stripes.js';
+import { iadd, icmp, iscale, isub, type Int } from './sym.js';
 import type { OpRef } from './world.js';
 
 /** One block of a ring step: the logical attention, the rows it computes and the keys it reads. */
@@ -247,21 +247,8 @@ export abstract class RingRules extends SliceRules {
     if (dim === undefined || !Array.isArray(sizes) || inShape.length !== x.ranges.length) return undefined;
     let off = 0;
     for (let i = 0; i < k; i++) off += Number(sizes[i]);
-    const w = outShape[dim] as number;
-    const rg = x.ranges[dim] as Range;
-    const pieces = stripeOf(rg) ?? [rg];
-    const out: Range[] = [];
-    let at = 0;
-    for (const [a, b] of pieces) {
-      const len = iconst(isub(b, a));
-      if (len === undefined) return undefined;
-      const s = Math.max(off, at);
-      const e = Math.min(off + w, at + len);
-      if (s < e) out.push([iadd(a, s - at), iadd(a, e - at)]);
-      at += len;
-    }
-    const nr = stripeRange(out);
-    if (typeof nr === 'string') return undefined;
+    const nr = windowOf(x.ranges[dim] as Range, off, outShape[dim] as number);
+    if (nr === undefined) return undefined;
     const c = this.checked({ ...x, ranges: x.ranges.map((q, i) => (i === dim ? nr : q)) }, outShape);
     return typeof c === 'string' ? undefined : c;
   }

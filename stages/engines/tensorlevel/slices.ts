@@ -8,12 +8,19 @@ import { attrScalar, numel, type AttrValue, type Attrs, type DimLabel, type OpDe
 import type { Program } from '../../../plans/model.js';
 import { ProverBase } from './base.js';
 import { type Range, ONE, fmul, feq, fkey, fdiv, parseFrac, type Comp, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, isSoftmax, isPack, termsOf, addTerms, attrsKey, dimAttr, PRODUCT, isProduct, type Sig, trailingUnits } from './relations.js';
-import { concatStripes, mergedLayout, restripe, stripeOf, stripedLayout, type LocalMap, type LogicalMap } from './stripes.js';
+import { concatStripes, mergedLayout, restripe, stripeOf, stripedLayout, windowOf, type LocalMap, type LogicalMap } from './stripes.js';
 import { iadd, icmp, iconst, iscale, isub, Sym, type Int } from './sym.js';
-import { outsideMask } from './vocabforms.js';
+import { maskedLocalIds, outsideMask, type MaskGraph } from './vocabforms.js';
+import { LogicalPieces } from './logicalpieces.js';
 import type { OpRef } from './world.js';
 
 export abstract class SliceRules extends ProverBase {
+  /** Regions restated on the logical graph's own pieces (logicalpieces.ts), made on first use. */
+  private piecesOf: LogicalPieces | undefined;
+  protected get logPieces(): LogicalPieces {
+    this.piecesOf ??= new LogicalPieces(this.world, { split: this.splitKind, slice: this.sliceKind, concat: this.concatKind, expand: this.expandKind }, (r, sh) => this.checked(r, sh));
+    return this.piecesOf;
+  }
   protected normDim(v: AttrValue | undefined, rank: number): number {
     const d = typeof v === 'number' ? v : 0;
     return d < 0 ? d + rank : d;
@@ -32,6 +39,15 @@ export abstract class SliceRules extends ProverBase {
     const e = this.attrInt(r, op, n.end);
     const rg = x.ranges[d];
     if (s === undefined || e === undefined || rg === undefined) return undefined;
+    // A striped range: the pieces the local window [s, e) keeps, in order (a fused QKV
+    // projection's columns per rank, sliced back apart).
+    if (stripeOf(rg) !== undefined) {
+      if (typeof s !== 'number' || typeof e !== 'number') return undefined;
+      const w = windowOf(rg, s, e - s);
+      if (w === undefined) return undefined;
+      const c = this.checked({ ...x, ranges: x.ranges.map((q, i) => (i === d ? w : q)) }, outShape);
+      return typeof c === 'string' ? undefined : c;
+    }
     const ranges = x.ranges.map((q, i): Range => (i === d ? [iadd(q[0], s), iadd(q[0], e)] : q));
     const c = this.checked({ ...x, ranges }, outShape);
     return typeof c === 'string' ? undefined : c;
@@ -205,20 +221,24 @@ export abstract class SliceRules extends ProverBase {
     const sh = (x: number): string => (this.plan.view(r).shapes[x] ?? []).join(',');
     const out = p.ops.opOutputs(op)[0] as number;
     const rel = (o: number): string | undefined => (p.ops.kind[o] === this.compareKind && !this.coordAttrs(r, o) ? String((this.plan.view(r).attrs[o] ?? {}).rel) : undefined);
-    if (want === 'outside') {
-      const view = this.plan.view(r);
-      return outsideMask(
-        {
-          producer: (x) => this.prodOp(r, x),
-          isAdd: (o) => p.ops.kind[o] === this.addKind,
-          compareRel: rel,
-          inputs: (o) => [...p.ops.opInputs(o)],
-          constant: (x) => this.constScalar(r, x),
-          shapeKey: (x) => (view.shapes[x] ?? []).join(','),
-        },
-        out,
-      );
-    }
+    const view = this.plan.view(r);
+    const graph: MaskGraph = {
+      producer: (x) => this.prodOp(r, x),
+      isAdd: (o) => p.ops.kind[o] === this.addKind,
+      isMul: (o) => p.ops.kind[o] === this.mulKind,
+      isSub: (o) => p.ops.kind[o] === this.subKind,
+      scaled: (o) => {
+        if (p.ops.kind[o] !== this.scaleKind || this.coordAttrs(r, o)) return undefined;
+        const f = parseFrac(attrScalar(view.attrs[o] ?? {}, 'factor'));
+        return f === undefined || f.den !== 1 || !Number.isSafeInteger(f.num) ? undefined : { x: p.ops.opInputs(o)[0] as number, f: f.num };
+      },
+      compareRel: rel,
+      inputs: (o) => [...p.ops.opInputs(o)],
+      constant: (x) => this.constScalar(r, x),
+      shapeKey: (x) => (view.shapes[x] ?? []).join(','),
+    };
+    if (want === 'outside') return outsideMask(graph, out);
+    if (kind === this.mulKind) return maskedLocalIds(graph, out);
     if (kind === this.subKind && ins.length === 2) {
       const s = this.constScalar(r, ins[1] as number);
       return s === undefined || sh(ins[0] as number) !== sh(out) ? undefined : { ids: ins[0] as number, s };
@@ -445,6 +465,9 @@ export abstract class SliceRules extends ProverBase {
       const x = ins[0] as Relation;
       const xs = view.shapes[p.ops.opInputs(op)[0] as number] ?? [];
       const ls = this.world.shape(x.logical);
+      // The logical graph's own expand of the value, first: a region of its output.
+      const fewer = this.logPieces.expandRegion(x, xs, outShape);
+      if (fewer !== undefined) return fewer;
       if (xs.length === outShape.length && !isMaxPart(x)) {
         const bc = new Set(x.bcast ?? []);
         let ok = true;
@@ -454,11 +477,24 @@ export abstract class SliceRules extends ProverBase {
           if (xs[d] !== 1 || ls[d] !== 1 || rg[0] !== 0 || rg[1] !== 1) ok = false;
           bc.add(d);
         }
-        if (ok) return this.checked({ ...x, bcast: [...bc].sort((a, b) => a - b) }, outShape);
+        // (An expand to the same shape repeats nothing: left to the logical graph's own expand.)
+        if (ok && bc.size > 0) return this.checked({ ...x, bcast: [...bc].sort((a, b) => a - b) }, outShape);
       }
     }
     const local = [...p.ops.opInputs(op)].map((x) => view.shapes[x] ?? []);
-    const d = this.sliced(kind, this.resolveBcast(ins, local), attrs, k, outShape, def.name);
+    let d = this.sliced(kind, this.resolveBcast(ins, local), attrs, k, outShape, def.name);
+    if (typeof d === 'string' || d.logical >= this.world.nLogical) {
+      // A region of a repeated dim taken at another index than its partner's (expandRegion), or
+      // of a tensor the logical graph reads through its split pieces (inSplitPiece): the plan's
+      // own op on the restated inputs.
+      const moved = ins.length > 1 ? this.logPieces.alignRepeated(ins) : undefined;
+      const homed = ins.map((x) => this.logPieces.inSplitPiece(x) ?? x);
+      for (const alt of [moved, homed.some((x, i) => x !== ins[i]) ? homed : undefined]) {
+        if (alt === undefined || (typeof d !== 'string' && d.logical < this.world.nLogical)) continue;
+        const d2 = this.sliced(kind, this.resolveBcast(alt, local), attrs, k, outShape, def.name, false);
+        if (typeof d2 !== 'string') d = d2;
+      }
+    }
     // A narrowing op (OpDef.narrows) or a zero pad (OpDef.zeroPads) with no logical counterpart:
     // the narrowed region of the same logical tensor, or one addend of its whole, rather than a
     // virtual op consumers cannot match.
@@ -466,6 +502,12 @@ export abstract class SliceRules extends ProverBase {
       const x = ins[0] as Relation;
       const n = def.narrows !== undefined ? this.narrowed(r, op, x, local[0] ?? [], attrs, def.narrows, outShape) : this.padded(r, op, x, local[0] ?? [], attrs, def.zeroPads as NonNullable<OpDef['zeroPads']>, outShape);
       if (n !== undefined) return n;
+    }
+    if ((typeof d === 'string' || d.logical >= this.world.nLogical) && def.name === 'concat' && ins.length > 1) {
+      // Regions of a logical concat's own inputs (a rank's fused QKV columns put back together).
+      const dim = dimAttr(attrs, 'dim', outShape.length);
+      const c = dim === undefined ? undefined : this.logPieces.concatOfLogical(ins, dim, outShape);
+      if (c !== undefined) return c;
     }
     if (typeof d === 'string' && def.name === 'concat' && ins.length > 1 && ins.every((x) => x.part === undefined && x.bcast === undefined)) {
       // A concat with no logical counterpart of slices of one value (context parallelism's
@@ -633,6 +675,12 @@ export abstract class SliceRules extends ProverBase {
         if (d !== undefined && typeof d !== 'string') return d;
         if (typeof d === 'string') why = d;
       }
+    }
+    // A slice of a tensor the logical graph splits, inside one piece: the same op on that piece.
+    const piece = ins0.length === 1 && def.sliceRegions !== undefined ? this.logPieces.inSplitPiece(ins0[0] as Relation) : undefined;
+    if (piece !== undefined) {
+      const d = this.sliced(kind, [piece], attrs, k, outShape, name, virtual);
+      if (typeof d !== 'string') return d;
     }
     return why === '' ? `no logical '${name}' reads ${ins.map((x) => w.name(x.logical)).join(', ')}` : why;
   }

@@ -427,3 +427,24 @@ function joinedLayout(
   if (pieces.length * u !== outShape[c]) return undefined;
   return o0.map((x, i) => (i === c ? ([start, start + pieces.length * u] as Range) : x));
 }
+
+/**
+ * The local window [off, off + w) of a region held along one dim (its pieces in local order
+ * when striped): the logical pieces it covers, in order, as one range (striped when several).
+ * Undefined when a piece's length depends on the coordinates.
+ */
+export function windowOf(rg: Range, off: number, w: number): Range | undefined {
+  const pieces = stripeOf(rg) ?? [rg];
+  const out: Range[] = [];
+  let at = 0;
+  for (const [a, b] of pieces) {
+    const len = iconst(isub(b, a));
+    if (len === undefined) return undefined;
+    const s = Math.max(off, at);
+    const e = Math.min(off + w, at + len);
+    if (s < e) out.push([iadd(a, s - at), iadd(a, e - at)]);
+    at += len;
+  }
+  const nr = stripeRange(out);
+  return typeof nr === 'string' ? undefined : nr;
+}

@@ -275,6 +275,13 @@ export class LogicalWorld {
       {
         producer: (x) => prod[x] as number,
         isAdd: (o) => name(o) === 'add',
+        isMul: (o) => name(o) === 'mul',
+        isSub: (o) => name(o) === 'sub',
+        scaled: (o) => {
+          if (name(o) !== 'scale') return undefined;
+          const f = parseFrac(attrScalar(lg.attrs[o] ?? {}, 'factor'));
+          return f === undefined || f.den !== 1 || !Number.isSafeInteger(f.num) ? undefined : { x: lg.ops.opInputs(o)[0] as number, f: f.num };
+        },
         compareRel: (o) => (name(o) === 'compare' ? String((lg.attrs[o] ?? {})['rel']) : undefined),
         inputs: (o) => [...lg.ops.opInputs(o)],
         constant: (x) => this.constOf(x),
