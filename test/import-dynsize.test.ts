@@ -29,6 +29,8 @@ interface Opts {
   readonly tp: number;
   /** Leave out the all-reduce of the switch-MLP output (Entangle's bug_missing_switchmlp_allreduce). */
   readonly noOutputReduce?: boolean;
+  /** Route by a [N, 1] mask, its positions' row column `nonzero(mask)[:, 0]` as the index (Megatron core's top-1 indices kept as a column). */
+  readonly column?: boolean;
   /** Replace a line (a refusal test). */
   readonly edit?: (s: string) => string;
 }
@@ -54,18 +56,28 @@ function graph(o: Opts): string {
   s(`unsqueeze: "f32[${N}, 1]" = torch.ops.aten.unsqueeze.default(getitem, 1)`);
   s(`zeros_like: "f32[${N}, ${H}]" = torch.ops.aten.zeros_like.default(x_1, pin_memory = False)`);
   let prev = 'zeros_like';
+  // The index the selections use, and the extra dim x[nonzero] has ([u, 1, h]; none for the row column).
+  const ix = (e: number): string => (o.column === true ? `rows_${e}` : `nonzero_${e}`);
+  const mid = o.column === true ? '' : '1, ';
   for (let e = 0; e < E; e++) {
     const u = `u${e}`;
     s('# File: megatron/legacy/model/transformer.py:298 in forward, code: local_indices = (global_indices == local_expert_index).nonzero()');
-    s(`eq_${e}: "b8[${N}]" = torch.ops.aten.eq.Scalar(getitem_1, ${e})`);
-    s(`nonzero_${e}: "i64[${u}, 1]" = torch.ops.aten.nonzero.default(eq_${e})`);
+    if (o.column === true) {
+      s(`col_${e}: "i64[${N}, 1]" = torch.ops.aten.unsqueeze.default(getitem_1, 1)`);
+      s(`eq_${e}: "b8[${N}, 1]" = torch.ops.aten.eq.Scalar(col_${e}, ${e})`);
+      s(`nonzero_${e}: "i64[${u}, 2]" = torch.ops.aten.nonzero.default(eq_${e})`);
+      s(`rows_${e}: "i64[${u}]" = torch.ops.aten.select.int(nonzero_${e}, 1, 0)`);
+    } else {
+      s(`eq_${e}: "b8[${N}]" = torch.ops.aten.eq.Scalar(getitem_1, ${e})`);
+      s(`nonzero_${e}: "i64[${u}, 1]" = torch.ops.aten.nonzero.default(eq_${e})`);
+    }
     s(`sym_size_int_${e}: "Sym(${u})" = torch.ops.aten.sym_size.int(nonzero_${e}, 0)`);
     s(`ge_${e}: "Sym(${u} >= 0)" = sym_size_int_${e} >= 0`);
     s(`_assert_scalar_${e} = torch.ops.aten._assert_scalar.default(ge_${e}, "Runtime assertion failed for expression ${u} >= 0 on node 'ge_${e}'");  ge_${e} = _assert_scalar_${e} = None`);
     s(`le_${e}: "Sym(${u} <= ${N})" = sym_size_int_${e} <= ${N}`);
     s(`_assert_scalar_le_${e} = torch.ops.aten._assert_scalar.default(le_${e}, "Runtime assertion failed for expression ${u} <= ${N} on node 'le_${e}'");  le_${e} = _assert_scalar_le_${e} = None`);
     s('# File: megatron/legacy/model/transformer.py:299 in forward, code: hidden = global_hidden_states[local_indices, :]');
-    s(`index_${e}: "f32[${u}, 1, ${H}]" = torch.ops.aten.index.Tensor(x_1, [nonzero_${e}])`);
+    s(`index_${e}: "f32[${u}, ${mid}${H}]" = torch.ops.aten.index.Tensor(x_1, [${ix(e)}])`);
     s('# File: megatron/legacy/model/transformer.py:300 in forward, code: output, output_bias = expert(hidden)');
     s(`view_${e}: "f32[${u}, ${H}]" = torch.ops.aten.view.default(index_${e}, [sym_size_int_${e}, ${H}])`);
     s(`t1_${e}: "f32[${H}, ${f}]" = torch.ops.aten.t.default(w1_${e})`);
@@ -73,9 +85,9 @@ function graph(o: Opts): string {
     s(`gelu_${e}: "f32[${u}, ${f}]" = torch.ops.aten.gelu.default(mm1_${e})`);
     s(`t2_${e}: "f32[${f}, ${H}]" = torch.ops.aten.t.default(w2_${e})`);
     s(`mm2_${e}: "f32[${u}, ${H}]" = torch.ops.aten.mm.default(gelu_${e}, t2_${e})`);
-    s(`view2_${e}: "f32[${u}, 1, ${H}]" = torch.ops.aten.view.default(mm2_${e}, [sym_size_int_${e}, 1, ${H}])`);
+    s(`view2_${e}: "f32[${u}, ${mid}${H}]" = torch.ops.aten.view.default(mm2_${e}, [sym_size_int_${e}, ${mid}${H}])`);
     s('# File: megatron/legacy/model/transformer.py:302 in forward, code: output_total[local_indices, :] = output');
-    s(`put_${e}: "f32[${N}, ${H}]" = torch.ops.aten.index_put.default(${prev}, [nonzero_${e}], view2_${e})`);
+    s(`put_${e}: "f32[${N}, ${H}]" = torch.ops.aten.index_put.default(${prev}, [${ix(e)}], view2_${e})`);
     prev = `put_${e}`;
   }
   let total = prev;
@@ -97,10 +109,10 @@ function graph(o: Opts): string {
     const u = `u${e}`;
     if (e > 0) {
       // The gradient passed to the earlier expert's index_put: this expert's rows zeroed.
-      s(`zz_${e}: "f32[${u}, 1, ${H}]" = torch.ops.aten.zeros.default([sym_size_int_${e}, 1, ${H}], dtype = torch.float32, device = ${DEV}, pin_memory = False)`);
-      s(`gprev_${e}: "f32[${N}, ${H}]" = torch.ops.aten.index_put.default(${gin}, [nonzero_${e}], zz_${e})`);
+      s(`zz_${e}: "f32[${u}, ${mid}${H}]" = torch.ops.aten.zeros.default([sym_size_int_${e}, ${mid}${H}], dtype = torch.float32, device = ${DEV}, pin_memory = False)`);
+      s(`gprev_${e}: "f32[${N}, ${H}]" = torch.ops.aten.index_put.default(${gin}, [${ix(e)}], zz_${e})`);
     }
-    s(`gidx_${e}: "f32[${u}, 1, ${H}]" = torch.ops.aten.index.Tensor(${gin}, [nonzero_${e}])`);
+    s(`gidx_${e}: "f32[${u}, ${mid}${H}]" = torch.ops.aten.index.Tensor(${gin}, [${ix(e)}])`);
     s(`gv_${e}: "f32[${u}, ${H}]" = torch.ops.aten.view.default(gidx_${e}, [sym_size_int_${e}, ${H}])`);
     s(`gm_${e}: "f32[${u}, ${f}]" = torch.ops.aten.mm.default(gv_${e}, w2_${e})`);
     s(`tg_${e}: "f32[${H}, ${u}]" = torch.ops.aten.t.default(gv_${e})`);
@@ -109,9 +121,9 @@ function graph(o: Opts): string {
     s(`gx_${e}: "f32[${u}, ${H}]" = torch.ops.aten.mm.default(gb_${e}, w1_${e})`);
     s(`tb_${e}: "f32[${f}, ${u}]" = torch.ops.aten.t.default(gb_${e})`);
     s(`dw1_${e}: "f32[${f}, ${H}]" = torch.ops.aten.mm.default(tb_${e}, view_${e})`);
-    s(`gxv_${e}: "f32[${u}, 1, ${H}]" = torch.ops.aten.view.default(gx_${e}, [sym_size_int_${e}, 1, ${H}])`);
+    s(`gxv_${e}: "f32[${u}, ${mid}${H}]" = torch.ops.aten.view.default(gx_${e}, [sym_size_int_${e}, ${mid}${H}])`);
     s(`nz_${e}: "f32[${N}, ${H}]" = torch.ops.aten.new_zeros.default(gx_${e}, [${N}, ${H}], dtype = torch.float32, layout = torch.strided, device = ${DEV})`);
-    s(`dx_${e}: "f32[${N}, ${H}]" = torch.ops.aten.index_put.default(nz_${e}, [nonzero_${e}], gxv_${e}, True)`);
+    s(`dx_${e}: "f32[${N}, ${H}]" = torch.ops.aten.index_put.default(nz_${e}, [${ix(e)}], gxv_${e}, True)`);
     dxs.push(`dx_${e}`);
     if (e > 0) gin = `gprev_${e}`;
   }
@@ -191,6 +203,14 @@ describe('import-graphs: data-dependent sizes (dense masking)', function () {
     assert.match(v.stdout, /VERIFIED/);
   });
 
+  it('routed by a [N, 1] mask (its positions\' row column as the index) it VERIFIES too', async () => {
+    const imp = await imported(dir({ tp: 2, column: true }, { tp: 1, column: true }));
+    assert.equal(imp.code, 0, imp.stderr);
+    const v = await runCli(['verify', '--infer', '--jobs', '0', imp.plan]);
+    assert.equal(v.code, 0, v.stdout + v.stderr);
+    assert.match(v.stdout, /VERIFIED/);
+  });
+
   it('without the all-reduce of the switch-MLP output it is NOT EQUIVALENT, with a witness', async () => {
     const imp = await imported(dir({ tp: 2, noOutputReduce: true }));
     assert.equal(imp.code, 0, imp.stderr);
@@ -204,14 +224,15 @@ describe('import-graphs: data-dependent sizes (dense masking)', function () {
     assert.ok((st?.witness?.length ?? 0) > 0, 'a witness');
   });
 
-  it("the imported single-device graph computes PyTorch's numbers, forward and backward (tools/corpus/dynsize_switch_golden.py)", () => {
+  for (const column of [false, true])
+  it(`the imported single-device graph computes PyTorch's numbers, forward and backward (tools/corpus/dynsize_switch_golden.py)${column ? ', routed by a [N, 1] mask' : ''}`, () => {
     // PyTorch ran Megatron's SwitchMLP code eagerly in float64 on these inputs (2 of 4 tokens
     // per expert, so each expert's dense form has 2 junk rows); every output of the plan's
     // logical graph, evaluated in Float64, must equal autograd's.
     const want = JSON.parse(readFileSync(`${FIXTURES}dynsize/switch-values.json`, 'utf8')) as Record<string, number[]>;
     assert.deepEqual(want['x-tokens-per-expert'], [2, 2]);
     const relations = checkRelations('relations.json', RELATIONS);
-    const { plan: raw } = importGraphs({ logical: { name: 'logical.py', text: graph({ tp: 1 }) }, ranks: [0, 1].map((r) => ({ name: `rank${r}.py`, text: graph({ tp: 2 }) })), relations, relationsFile: 'relations.json' });
+    const { plan: raw } = importGraphs({ logical: { name: 'logical.py', text: graph({ tp: 1, column }) }, ranks: [0, 1].map((r) => ({ name: `rank${r}.py`, text: graph({ tp: 2, column }) })), relations, relationsFile: 'relations.json' });
     const plan = loadPlanObject('switch', JSON.parse(JSON.stringify(raw)));
     const lg = plan.logical;
     const inputs: (Dense<number> | undefined)[] = [];
@@ -243,6 +264,13 @@ describe('import-graphs: data-dependent sizes (dense masking)', function () {
     imp = await imported(d);
     assert.equal(imp.code, 2, imp.stderr);
     assert.match(imp.stderr, /logical\.py:\d+: 'gelu_0' is named in the relations' "inputs" but its size depends on the data \(u0\)/);
+  });
+
+  it("a [N, 1] mask's two-column positions used as one index are refused (they would also gather row 0)", async () => {
+    const bad = (t: string): string => t.replace('index_0: "f32[u0, 4]" = torch.ops.aten.index.Tensor(x_1, [rows_0])', 'index_0: "f32[u0, 2, 4]" = torch.ops.aten.index.Tensor(x_1, [nonzero_0])');
+    const imp = await imported(dir({ tp: 2, column: true }, { tp: 1, column: true, edit: bad }));
+    assert.equal(imp.code, 2, imp.stderr);
+    assert.match(imp.stderr, /logical\.py:\d+: aten\.index\.Tensor: the positions of a \[N, 1\] mask \(two columns: row, column\) used as one index/);
   });
 
   it('softmax along the data-dependent dim is refused naming the line and the construct', async () => {

@@ -224,14 +224,19 @@ const RULES: Record<string, DynRule> = {
     const u = ty?.dyn?.[0];
     const x = dense(l, n, n.args[0], 'self');
     if (x.dyn !== undefined) l.fail(`${n.target} of a tensor that is itself a selection (${x.dyn.sym}): nested data-dependent sizes are not supported; ${HOW}`);
-    if (u === undefined || ty === undefined || ty.shape.length !== 2 || ty.dyn?.[1] !== undefined) l.fail(`${n.target}: expected a result annotated [u<k>, ${x.t.shape.length}]`);
-    if (x.t.shape.length !== 1) l.fail(`${n.target} of a ${x.t.shape.length}-dim mask [${x.t.shape.join(', ')}]: only a 1-dim mask's positions are read densely (index with nonzero(mask.view(-1)), or mask.squeeze(1) first); ${HOW}`);
+    const r = x.t.shape.length;
+    if (u === undefined || ty === undefined || ty.shape.length !== 2 || ty.dyn?.[1] !== undefined || ty.shape[1] !== r) l.fail(`${n.target}: expected a result annotated [u<k>, ${r}]`);
+    // [N] or [N, 1] (a top-1 choice kept as a column): the positions' rows are the mask's rows.
+    if (!(r === 1 || (r === 2 && x.t.shape[1] === 1))) l.fail(`${n.target} of a mask of [${x.t.shape.join(', ')}]: only the positions of a [N] or [N, 1] mask are read densely (flatten it first); ${HOW}`);
     const st = state(l);
     if (st.syms.has(u)) l.fail(`${n.target}: the data-dependent size ${u} is defined twice`);
+    const rows = x.t.shape[0] as number;
+    const flat = r === 1 ? x.t : l.one('reshape', [x.t], { shape: [rows] }, undefined, x.t.dtype);
     // nonzero of a non-bool tensor lists its nonzero elements: the mask is x != 0.
-    const mask = x.t.dtype === 'bool' ? x.t : l.one('compare', [x.t, l.constant(0)], { rel: 'ne' }, undefined, 'bool');
-    st.syms.set(u, { mask, rows: x.t.shape[0] as number, origin: originOf(l, n) });
-    return l.bind(n, opaque(POS, { sym: u, trail: 1 }));
+    const mask = flat.dtype === 'bool' ? flat : l.one('compare', [flat, l.constant(0)], { rel: 'ne' }, undefined, 'bool');
+    st.syms.set(u, { mask, rows, origin: originOf(l, n) });
+    // `cols`: nonzero's columns (a [N, 1] mask's second is the column index, always 0).
+    return l.bind(n, opaque(POS, { sym: u, trail: 1, cols: r }));
   },
   'aten.sym_size': (l: Lowerer, n: FxNode) => {
     const f = facts(l, n.args[0]);
@@ -253,10 +258,18 @@ const RULES: Record<string, DynRule> = {
     if (x.dyn !== undefined) l.fail(`${n.target}: a selection of a selection (${x.dyn.sym} by ${pos}); ${HOW}`);
     const s = info(l, pos);
     if (x.t.shape[0] !== s.rows) l.fail(`${n.target}: nonzero's positions are rows of a mask of ${s.rows}, the indexed tensor has ${x.t.shape[0] ?? 0} rows`);
-    const t = l.one('reshape', [x.t], { shape: [s.rows, 1, ...x.t.shape.slice(1)] }, l.out(n), x.t.dtype);
+    const t = l.one('reshape', [x.t], { shape: selectedShape(l, n, idx.items[0], x.t.shape) }, l.out(n), x.t.dtype);
     return result(l, n, l.bind(n, t), { sym: pos, dim: 0 });
   },
-  'aten.index_put': (l, n) => indexPut(l, n, false),
+  // nonzero(m)[:, 0] (the row indices) and nonzero(m).squeeze(1): the positions without their column dim.
+  'aten.select': (l: Lowerer, n: FxNode, base: Rule) => {
+    const f = facts(l, n.args[0]);
+    if (f.pos === undefined) return rowwiseSelect(l, n, base);
+    const v = f.v as OpaqueVal;
+    if (l.int(n.args[1], 'dim') !== 1 || l.int(n.args[2], 'index') !== 0 || v.data['trail'] !== 1) l.fail(`${n.target} of nonzero's positions: only the row indices (column 0) are read; ${HOW}`);
+    return l.bind(n, opaque(POS, { sym: f.pos, trail: 0, cols: 1 }));
+  },
+  'aten.index_put': (l: Lowerer, n: FxNode) => indexPut(l, n, false),
   'aten.index_put_': (l, n) => indexPut(l, n, true),
   'aten.mm': (l: Lowerer, n: FxNode, base: Rule) => {
     const a = dense(l, n, n.args[0], 'self');
@@ -285,6 +298,13 @@ const RULES: Record<string, DynRule> = {
     return rowwise(l, n, base);
   },
   'aten.squeeze': (l: Lowerer, n: FxNode, base: Rule) => {
+    const f = facts(l, n.args[0]);
+    if (f.pos !== undefined) {
+      const v = f.v as OpaqueVal;
+      const d = n.args[1] === undefined ? [] : l.ints(n.args[1], 'dim');
+      if (d.length !== 1 || (d[0] !== 1 && d[0] !== -1) || v.data['trail'] !== 1 || v.data['cols'] !== 1) l.fail(`${n.target} of nonzero's positions: only squeeze(1) of a [N] mask's positions is read; ${HOW}`);
+      return l.bind(n, opaque(POS, { sym: f.pos, trail: 0, cols: 1 }));
+    }
     const x = dense(l, n, n.args[0], 'self');
     if (n.args[1] === undefined) l.fail(`${n.target} of every size-1 dim would squeeze the data-dependent dim when one row is selected; squeeze a given dim`);
     const dims = l.ints(n.args[1], 'dim').map((d) => (d < 0 ? d + x.t.shape.length : d));
@@ -367,7 +387,7 @@ function indexPut(l: Lowerer, n: FxNode, inPlace: boolean): Val {
   if (x.t.shape[0] !== s.rows) l.fail(`${n.target}: nonzero's positions are rows of a mask of ${s.rows}, the target has ${x.t.shape[0] ?? 0} rows`);
   const y = dense(l, n, n.args[2], 'values');
   const acc = l.bool(l.arg(n, 3, 'accumulate'), 'accumulate', false);
-  const full = [s.rows, 1, ...x.t.shape.slice(1)];
+  const full = selectedShape(l, n, idx.items[0], x.t.shape);
   let d: TensorVal;
   if (y.dyn !== undefined) {
     if (y.dyn.sym !== pos) oneSym(l, n, [y.dyn, { sym: pos, dim: 0 }]);
@@ -391,6 +411,26 @@ function densified(l: Lowerer, n: FxNode): FxNode {
   if (ty === undefined || (ty.dyn === undefined && ty.sym === undefined)) return n;
   if (ty.sym !== undefined) return { ...n, type: undefined };
   return { ...n, type: { dtype: ty.dtype, shape: ty.shape.map((s, i) => (ty.dyn?.[i] === undefined ? s : info(l, ty.dyn[i] as string).rows)) } };
+}
+
+/**
+ * The dense shape of x[positions]: the rows, one dim of 1 per trailing dim of the positions
+ * (nonzero's [u, 1]), x's other dims. A [N, 1] mask's two-column positions as one index would
+ * also gather row 0 (the column index) for every selected row: refused.
+ */
+function selectedShape(l: Lowerer, n: FxNode, a: FxArg | undefined, x: readonly number[]): number[] {
+  const v = facts(l, a).v as OpaqueVal;
+  if (v.data['cols'] !== 1) l.fail(`${n.target}: the positions of a [N, 1] mask (two columns: row, column) used as one index; index with nonzero(mask)[:, 0] (the rows); ${HOW}`);
+  return [info(l, String(v.data['sym'])).rows, ...(v.data['trail'] === 1 ? [1] : []), ...x.slice(1)];
+}
+
+/** select of a dense tensor along a dim other than u: row-wise. */
+function rowwiseSelect(l: Lowerer, n: FxNode, base: Rule): Val {
+  const x = dense(l, n, n.args[0], 'self');
+  let d = l.int(n.args[1], 'dim');
+  if (d < 0) d += x.t.shape.length;
+  if (x.dyn === undefined || d === x.dyn.dim) l.fail(`${n.target} along the data-dependent dim picks one selected row by its place; ${HOW}`);
+  return rowwise(l, n, base);
 }
 
 const baseKey = (n: FxNode): string => (n.target === 'getitem' ? 'getitem' : n.target.slice(0, n.target.lastIndexOf('.')));
