@@ -29,6 +29,15 @@ interface Opts {
   readonly tp: number;
   /** Leave out the all-reduce of the switch-MLP output (Entangle's bug_missing_switchmlp_allreduce). */
   readonly noOutputReduce?: boolean;
+  /**
+   * Sequence parallel (Megatron's `sequence_parallel`, as Entangle's tp2 switch-MLP graphs): each
+   * rank routes its own tokens, all-gathers the hidden states and the choices for the experts,
+   * reduce-scatters their output; the router's weight gradient covers only the rank's tokens and
+   * is all-reduced (finalize_model_grads).
+   */
+  readonly sp?: boolean;
+  /** Leave out that all-reduce of the router's gradient (sequence parallel only). */
+  readonly noRouterReduce?: boolean;
   /** Route by a [N, 1] mask, its positions' row column `nonzero(mask)[:, 0]` as the index (Megatron core's top-1 indices kept as a column). */
   readonly column?: boolean;
   /** Replace a line (a refusal test). */
@@ -42,19 +51,31 @@ function graph(o: Opts): string {
   const s = (line: string): void => {
     L.push(`        ${line}`);
   };
-  const inputs = ['x_1: "f32[4, 4]"', 'wr_1: "f32[2, 4]"'];
+  // The rank's own tokens (all of them but under sequence parallelism).
+  const nl = o.sp === true ? N / 2 : N;
+  const inputs = [`x_1: "f32[${nl}, ${H}]"`, `wr_1: "f32[${E}, ${H}]"`];
   for (let e = 0; e < E; e++) inputs.push(`w1_${e}: "f32[${f}, ${H}]"`, `w2_${e}: "f32[${H}, ${f}]"`);
-  inputs.push('tangents_1: "f32[4, 4]"');
+  inputs.push(`tangents_1: "f32[${nl}, ${H}]"`);
   s('# File: megatron/legacy/model/transformer.py:262 in forward, code: route = self.router(hidden_states)');
   s(`t: "f32[${H}, ${E}]" = torch.ops.aten.t.default(wr_1)`);
-  s(`mm: "f32[${N}, ${E}]" = torch.ops.aten.mm.default(x_1, t)`);
-  s(`_softmax: "f32[${N}, ${E}]" = torch.ops.aten._softmax.default(mm, 1, False)`);
+  s(`mm: "f32[${nl}, ${E}]" = torch.ops.aten.mm.default(x_1, t)`);
+  s(`_softmax: "f32[${nl}, ${E}]" = torch.ops.aten._softmax.default(mm, 1, False)`);
   s('# File: megatron/legacy/model/transformer.py:281 in forward, code: max_prob, max_ind = torch.max(route, dim=1)');
   s('max_1 = torch.ops.aten.max.dim(_softmax, 1)');
-  s(`getitem: "f32[${N}]" = max_1[0]`);
-  s(`getitem_1: "i64[${N}]" = max_1[1]`);
-  s(`unsqueeze: "f32[${N}, 1]" = torch.ops.aten.unsqueeze.default(getitem, 1)`);
-  s(`zeros_like: "f32[${N}, ${H}]" = torch.ops.aten.zeros_like.default(x_1, pin_memory = False)`);
+  s(`getitem: "f32[${nl}]" = max_1[0]`);
+  s(`getitem_1: "i64[${nl}]" = max_1[1]`);
+  s(`unsqueeze: "f32[${nl}, 1]" = torch.ops.aten.unsqueeze.default(getitem, 1)`);
+  // The experts see every token: under sequence parallelism gathered, with their choices.
+  const xs = o.sp === true ? 'xg' : 'x_1';
+  const route = o.sp === true ? 'gidx' : 'getitem_1';
+  if (o.sp === true) {
+    s('# File: megatron/legacy/model/transformer.py:275 in forward, code: global_hidden_states = gather_from_sequence_parallel_region_to_moe(hidden_states)');
+    s(`ag: "f32[${N}, ${H}]" = torch.ops._c10d_functional.all_gather_into_tensor.default(x_1, 2, '0')`);
+    s(`xg: "f32[${N}, ${H}]" = torch.ops._c10d_functional.wait_tensor.default(ag)`);
+    s(`ag_1: "i64[${N}]" = torch.ops._c10d_functional.all_gather_into_tensor.default(getitem_1, 2, '0')`);
+    s(`gidx: "i64[${N}]" = torch.ops._c10d_functional.wait_tensor.default(ag_1)`);
+  }
+  s(`zeros_like: "f32[${N}, ${H}]" = torch.ops.aten.zeros_like.default(${xs}, pin_memory = False)`);
   let prev = 'zeros_like';
   // The index the selections use, and the extra dim x[nonzero] has ([u, 1, h]; none for the row column).
   const ix = (e: number): string => (o.column === true ? `rows_${e}` : `nonzero_${e}`);
@@ -63,12 +84,12 @@ function graph(o: Opts): string {
     const u = `u${e}`;
     s('# File: megatron/legacy/model/transformer.py:298 in forward, code: local_indices = (global_indices == local_expert_index).nonzero()');
     if (o.column === true) {
-      s(`col_${e}: "i64[${N}, 1]" = torch.ops.aten.unsqueeze.default(getitem_1, 1)`);
+      s(`col_${e}: "i64[${N}, 1]" = torch.ops.aten.unsqueeze.default(${route}, 1)`);
       s(`eq_${e}: "b8[${N}, 1]" = torch.ops.aten.eq.Scalar(col_${e}, ${e})`);
       s(`nonzero_${e}: "i64[${u}, 2]" = torch.ops.aten.nonzero.default(eq_${e})`);
       s(`rows_${e}: "i64[${u}]" = torch.ops.aten.select.int(nonzero_${e}, 1, 0)`);
     } else {
-      s(`eq_${e}: "b8[${N}]" = torch.ops.aten.eq.Scalar(getitem_1, ${e})`);
+      s(`eq_${e}: "b8[${N}]" = torch.ops.aten.eq.Scalar(${route}, ${e})`);
       s(`nonzero_${e}: "i64[${u}, 1]" = torch.ops.aten.nonzero.default(eq_${e})`);
     }
     s(`sym_size_int_${e}: "Sym(${u})" = torch.ops.aten.sym_size.int(nonzero_${e}, 0)`);
@@ -77,7 +98,7 @@ function graph(o: Opts): string {
     s(`le_${e}: "Sym(${u} <= ${N})" = sym_size_int_${e} <= ${N}`);
     s(`_assert_scalar_le_${e} = torch.ops.aten._assert_scalar.default(le_${e}, "Runtime assertion failed for expression ${u} <= ${N} on node 'le_${e}'");  le_${e} = _assert_scalar_le_${e} = None`);
     s('# File: megatron/legacy/model/transformer.py:299 in forward, code: hidden = global_hidden_states[local_indices, :]');
-    s(`index_${e}: "f32[${u}, ${mid}${H}]" = torch.ops.aten.index.Tensor(x_1, [${ix(e)}])`);
+    s(`index_${e}: "f32[${u}, ${mid}${H}]" = torch.ops.aten.index.Tensor(${xs}, [${ix(e)}])`);
     s('# File: megatron/legacy/model/transformer.py:300 in forward, code: output, output_bias = expert(hidden)');
     s(`view_${e}: "f32[${u}, ${H}]" = torch.ops.aten.view.default(index_${e}, [sym_size_int_${e}, ${H}])`);
     s(`t1_${e}: "f32[${H}, ${f}]" = torch.ops.aten.t.default(w1_${e})`);
@@ -91,19 +112,29 @@ function graph(o: Opts): string {
     prev = `put_${e}`;
   }
   let total = prev;
-  if (o.tp > 1 && o.noOutputReduce !== true) {
+  if (o.sp === true) {
+    s('# File: megatron/legacy/model/transformer.py:304 in forward, code: output_total = reduce_scatter_to_sequence_parallel_region_from_moe(output_total)');
+    s(`rs: "f32[${nl}, ${H}]" = torch.ops._c10d_functional.reduce_scatter_tensor.default(${prev}, 'sum', 2, '0')`);
+    s(`wait_tensor: "f32[${nl}, ${H}]" = torch.ops._c10d_functional.wait_tensor.default(rs)`);
+    total = 'wait_tensor';
+  } else if (o.tp > 1 && o.noOutputReduce !== true) {
     s('# File: megatron/core/tensor_parallel/mappings.py:485 in reduce_from_tensor_model_parallel_region, code: return _ReduceFromModelParallelRegion.apply(input_)');
     s(`all_reduce: "f32[${N}, ${H}]" = torch.ops._c10d_functional.all_reduce.default(${prev}, 'sum', '0')`);
     s(`wait_tensor: "f32[${N}, ${H}]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce)`);
     total = 'wait_tensor';
   }
   s('# File: megatron/legacy/model/transformer.py:306 in forward, code: output_total = output_total * max_prob');
-  s(`out: "f32[${N}, ${H}]" = torch.ops.aten.mul.Tensor(${total}, unsqueeze)`);
+  s(`out: "f32[${nl}, ${H}]" = torch.ops.aten.mul.Tensor(${total}, unsqueeze)`);
   // The backward, as autograd records it.
-  s(`mul_1: "f32[${N}, ${H}]" = torch.ops.aten.mul.Tensor(tangents_1, unsqueeze)`);
-  s(`mul_2: "f32[${N}, ${H}]" = torch.ops.aten.mul.Tensor(tangents_1, ${total})`);
-  s(`sum_1: "f32[${N}, 1]" = torch.ops.aten.sum.dim_IntList(mul_2, [1], True)`);
+  s(`mul_1: "f32[${nl}, ${H}]" = torch.ops.aten.mul.Tensor(tangents_1, unsqueeze)`);
+  s(`mul_2: "f32[${nl}, ${H}]" = torch.ops.aten.mul.Tensor(tangents_1, ${total})`);
+  s(`sum_1: "f32[${nl}, 1]" = torch.ops.aten.sum.dim_IntList(mul_2, [1], True)`);
   let gin = 'mul_1';
+  if (o.sp === true) {
+    s(`ag_2: "f32[${N}, ${H}]" = torch.ops._c10d_functional.all_gather_into_tensor.default(mul_1, 2, '0')`);
+    s(`gout: "f32[${N}, ${H}]" = torch.ops._c10d_functional.wait_tensor.default(ag_2)`);
+    gin = 'gout';
+  }
   const dxs: string[] = [];
   for (let e = E - 1; e >= 0; e--) {
     const u = `u${e}`;
@@ -129,21 +160,32 @@ function graph(o: Opts): string {
   }
   s(`dxe: "f32[${N}, ${H}]" = torch.ops.aten.add.Tensor(${dxs[0] as string}, ${dxs[1] as string})`);
   let dxall = 'dxe';
-  if (o.tp > 1) {
+  if (o.sp === true) {
+    s(`rs_1: "f32[${nl}, ${H}]" = torch.ops._c10d_functional.reduce_scatter_tensor.default(dxe, 'sum', 2, '0')`);
+    s(`wait_tensor_1: "f32[${nl}, ${H}]" = torch.ops._c10d_functional.wait_tensor.default(rs_1)`);
+    dxall = 'wait_tensor_1';
+  } else if (o.tp > 1) {
     s(`all_reduce_1: "f32[${N}, ${H}]" = torch.ops._c10d_functional.all_reduce.default(dxe, 'sum', '0')`);
     s(`wait_tensor_1: "f32[${N}, ${H}]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce_1)`);
     dxall = 'wait_tensor_1';
   }
-  s(`squeeze: "f32[${N}]" = torch.ops.aten.squeeze.dim(sum_1, 1)`);
-  s(`new_zeros_r: "f32[${N}, ${E}]" = torch.ops.aten.new_zeros.default(squeeze, [${N}, ${E}], dtype = torch.float32, layout = torch.strided, device = ${DEV})`);
-  s(`arange: "i64[${N}]" = torch.ops.aten.arange.start(0, ${N}, device = ${DEV}, pin_memory = False)`);
-  s(`index_put_r: "f32[${N}, ${E}]" = torch.ops.aten.index_put.default(new_zeros_r, [arange, getitem_1], squeeze, True)`);
-  s(`sbd: "f32[${N}, ${E}]" = torch.ops.aten._softmax_backward_data.default(index_put_r, _softmax, 1, torch.float32)`);
-  s(`t_r: "f32[${E}, ${N}]" = torch.ops.aten.t.default(sbd)`);
+  s(`squeeze: "f32[${nl}]" = torch.ops.aten.squeeze.dim(sum_1, 1)`);
+  s(`new_zeros_r: "f32[${nl}, ${E}]" = torch.ops.aten.new_zeros.default(squeeze, [${nl}, ${E}], dtype = torch.float32, layout = torch.strided, device = ${DEV})`);
+  s(`arange: "i64[${nl}]" = torch.ops.aten.arange.start(0, ${nl}, device = ${DEV}, pin_memory = False)`);
+  s(`index_put_r: "f32[${nl}, ${E}]" = torch.ops.aten.index_put.default(new_zeros_r, [arange, getitem_1], squeeze, True)`);
+  s(`sbd: "f32[${nl}, ${E}]" = torch.ops.aten._softmax_backward_data.default(index_put_r, _softmax, 1, torch.float32)`);
+  s(`t_r: "f32[${E}, ${nl}]" = torch.ops.aten.t.default(sbd)`);
   s(`dwr: "f32[${E}, ${H}]" = torch.ops.aten.mm.default(t_r, x_1)`);
-  s(`dxr: "f32[${N}, ${H}]" = torch.ops.aten.mm.default(sbd, wr_1)`);
-  s(`dx: "f32[${N}, ${H}]" = torch.ops.aten.add.Tensor(${dxall}, dxr)`);
-  s('return (out, dwr, dx, dw1_0, dw2_0, dw1_1, dw2_1)');
+  let dwr = 'dwr';
+  if (o.sp === true && o.noRouterReduce !== true) {
+    s('# File: megatron/core/distributed/finalize_model_grads.py:75 in _allreduce_layernorm_grads, code: torch.distributed.all_reduce(coalesced, group=parallel_state.get_tensor_model_parallel_group())');
+    s(`all_reduce_2: "f32[${E}, ${H}]" = torch.ops._c10d_functional.all_reduce.default(dwr, 'sum', '0')`);
+    s(`dwr_total: "f32[${E}, ${H}]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce_2)`);
+    dwr = 'dwr_total';
+  }
+  s(`dxr: "f32[${nl}, ${H}]" = torch.ops.aten.mm.default(sbd, wr_1)`);
+  s(`dx: "f32[${nl}, ${H}]" = torch.ops.aten.add.Tensor(${dxall}, dxr)`);
+  s(`return (out, ${dwr}, dx, dw1_0, dw2_0, dw1_1, dw2_1)`);
   const text = ['import torch', 'from torch import device', '', 'class joint(torch.nn.Module):', `    def forward(self, ${inputs.join(', ')}):`, ...L, ''].join('\n');
   return o.edit === undefined ? text : o.edit(text);
 }
@@ -172,12 +214,19 @@ const RELATIONS = {
 };
 
 /** An import directory: the single-device graph, two ranks, relations. */
+/** Sequence parallel: each rank's tokens (and their gradients) are its rows. */
+const SP_RELATIONS = {
+  ...RELATIONS,
+  inputs: { ...RELATIONS.inputs, x_1: { placements: ['S(0)'] }, tangents_1: { placements: ['S(0)'] } },
+  outputs: RELATIONS.outputs.map((x) => (x.name === 'output' || x.name === 'grad.x' ? { ...x, placements: ['S(0)'] } : x)),
+};
+
 function dir(rank: Opts, logical: Opts = { tp: 1 }): string {
   const d = mkdtempSync(join(tmpdir(), 'pp-dynsize-'));
   writeFileSync(join(d, 'logical.py'), graph(logical));
   writeFileSync(join(d, 'rank0.py'), graph(rank));
   writeFileSync(join(d, 'rank1.py'), graph(rank));
-  writeFileSync(join(d, 'relations.json'), JSON.stringify(RELATIONS, null, 1));
+  writeFileSync(join(d, 'relations.json'), JSON.stringify(rank.sp === true ? SP_RELATIONS : RELATIONS, null, 1));
   return d;
 }
 
@@ -201,6 +250,22 @@ describe('import-graphs: data-dependent sizes (dense masking)', function () {
     const v = await runCli(['verify', '--infer', '--jobs', '0', imp.plan]);
     assert.equal(v.code, 0, v.stdout + v.stderr);
     assert.match(v.stdout, /VERIFIED/);
+  });
+
+  it("under sequence parallelism (Entangle's switch-MLP layout at test widths) it VERIFIES; without the all-reduce of the router's gradient it is NOT EQUIVALENT at that gradient, with a witness", async () => {
+    let imp = await imported(dir({ tp: 2, sp: true }));
+    assert.equal(imp.code, 0, imp.stderr);
+    let v = await runCli(['verify', '--infer', '--jobs', '0', imp.plan]);
+    assert.equal(v.code, 0, v.stdout + v.stderr);
+    assert.match(v.stdout, /VERIFIED/);
+    imp = await imported(dir({ tp: 2, sp: true, noRouterReduce: true }));
+    assert.equal(imp.code, 0, imp.stderr);
+    v = await runCli(['verify', '--infer', '--jobs', '0', '--json', imp.plan]);
+    assert.equal(v.code, 1, v.stdout + v.stderr);
+    const rep = JSON.parse(v.stdout) as { verdict: string; firstFailing: { stage: number; tensor: string }; stages: { index: number; witness?: unknown[] }[] };
+    assert.equal(rep.verdict, 'not_equivalent');
+    assert.equal(rep.firstFailing.tensor, 'grad.router');
+    assert.ok((rep.stages.find((x) => x.index === rep.firstFailing.stage)?.witness?.length ?? 0) > 0, 'a witness');
   });
 
   it('routed by a [N, 1] mask (its positions\' row column as the index) it VERIFIES too', async () => {
