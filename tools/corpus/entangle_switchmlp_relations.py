@@ -20,8 +20,8 @@ restate the preconditions of Entangle's examples/detect_bug_missing_switchmlp_al
     `new_zeros_1` along the tokens, dim 0; the word embeddings (`primals_6`) along the vocabulary;
   * `sinkhorn` (Megatron's iterative normalization, an op with no exact rule: a loop until a
     tolerance) is assumed too, along the tokens: its only reader is the `max` whose index is the
-    assumed `getitem_50`, so the assumption adds no claim about the checked output (its value
-    reaches none and is dropped); Entangle leaves it out by making `getitem_50` a leaf;
+    assumed `getitem_50`, so in the plan no op reads it (an unused input) and the assumption adds
+    no claim about the checked output; Entangle leaves it out by making `getitem_50` a leaf;
   * every other graph input needs a relation in planproof (Entangle leaves them free): the
     parameters as Megatron lays them out under TP (QKV and fc1 split along rows, the projection
     and fc2 along columns, norms, the router and position embeddings replicated), the data
@@ -60,7 +60,7 @@ ASSUMED = {
     'sigmoid': ('sigmoid', 0),
     'view_16': ('view_17', 0),
     'new_zeros_1': ('new_zeros_1', 0),
-    # (not Entangle's: dead once getitem_50 is assumed, see above)
+    # (not Entangle's: read by nothing once getitem_50 is assumed, see above)
     'sinkhorn': ('sinkhorn', 0),
 }
 
