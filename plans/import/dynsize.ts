@@ -457,6 +457,3 @@ export function withDynsize(rules: Readonly<Record<string, Rule>>): Record<strin
   }
   return r;
 }
-
-/** The ops read under dense masking (docs/import.md, test/docs.test.ts may list them). */
-export const DYNSIZE_TARGETS: readonly string[] = Object.keys(RULES);
