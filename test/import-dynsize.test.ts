@@ -331,6 +331,59 @@ describe('import-graphs: data-dependent sizes (dense masking)', function () {
     assert.match(imp.stderr, /logical\.py:\d+: 'gelu_0' is named in the relations' "inputs" but its size depends on the data \(u0\)/);
   });
 
+  it("the other dense uses compute PyTorch's numbers: a sum over the selected rows, a scalar written into them, softmax and mean along another dim", () => {
+    // x[local_indices, :] of rows routed to expert 0 by an argmax (one of four selected, three junk rows).
+    const text = [
+      'import torch',
+      'class rowops(torch.nn.Module):',
+      '    def forward(self, x_1: "f32[4, 3]", w_1: "f32[3, 2]"):',
+      '        mm: "f32[4, 2]" = torch.ops.aten.mm.default(x_1, w_1)',
+      '        max_1 = torch.ops.aten.max.dim(mm, 1)',
+      '        getitem_1: "i64[4]" = max_1[1]',
+      '        eq: "b8[4]" = torch.ops.aten.eq.Scalar(getitem_1, 0)',
+      '        nonzero: "i64[u0, 1]" = torch.ops.aten.nonzero.default(eq)',
+      '        index: "f32[u0, 1, 3]" = torch.ops.aten.index.Tensor(x_1, [nonzero])',
+      '        rowsum: "f32[1, 3]" = torch.ops.aten.sum.dim_IntList(index, [0])',
+      '        scalar_tensor: "f32[]" = torch.ops.aten.scalar_tensor.default(0.5, dtype = torch.float32)',
+      '        put: "f32[4, 3]" = torch.ops.aten.index_put.default(x_1, [nonzero], scalar_tensor)',
+      '        _softmax: "f32[u0, 1, 3]" = torch.ops.aten._softmax.default(index, -1, False)',
+      '        zeros_like: "f32[4, 3]" = torch.ops.aten.zeros_like.default(x_1, pin_memory = False)',
+      '        soft: "f32[4, 3]" = torch.ops.aten.index_put.default(zeros_like, [nonzero], _softmax)',
+      '        mean: "f32[u0, 1, 1]" = torch.ops.aten.mean.dim(index, [2], True)',
+      '        new_zeros: "f32[4, 1]" = torch.ops.aten.new_zeros.default(x_1, [4, 1], dtype = torch.float32, layout = torch.strided)',
+      '        meanp: "f32[4, 1]" = torch.ops.aten.index_put.default(new_zeros, [nonzero], mean)',
+      '        return (rowsum, put, soft, meanp)',
+      '',
+    ].join('\n');
+    const want = JSON.parse(readFileSync(`${FIXTURES}dynsize/rowops-values.json`, 'utf8')) as Record<string, number[]>;
+    assert.deepEqual(want['x-selected'], [2]);
+    const relations = checkRelations('relations.json', {
+      format: 'planproof-relations/v1',
+      mesh: { axes: [{ name: 'tp', size: 2 }] },
+      inputs: { x_1: { placements: ['R'] }, w_1: { placements: ['R'] } },
+      outputs: ['o.rowsum', 'o.put', 'o.soft', 'o.mean'].map((name) => ({ name, placements: ['R'] })),
+    });
+    const file = (name: string): { name: string; text: string } => ({ name, text });
+    const { plan: raw } = importGraphs({ logical: file('logical.py'), ranks: [file('rank0.py'), file('rank1.py')], relations, relationsFile: 'relations.json' });
+    const plan = loadPlanObject('rowops', JSON.parse(JSON.stringify(raw)));
+    const lg = plan.logical;
+    const inputs: (Dense<number> | undefined)[] = [];
+    for (const id of raw.contract.inputs) {
+      const t = lg.tensors.id(id);
+      const c = /^const\.(m?)([0-9]+)$/.exec(id);
+      const data = c !== null ? [(c[1] === 'm' ? -1 : 1) * Number(c[2])] : want[id];
+      assert.ok(data !== undefined, `no value for input '${id}'`);
+      inputs[t] = { shape: lg.shapes[t] as readonly number[], data };
+    }
+    const vals = executeLogical(plan, floatAlgebra, inputs);
+    for (const [o, key] of [['o.rowsum', 'rowsum'], ['o.put', 'put'], ['o.soft', 'soft'], ['o.mean', 'mean']] as const) {
+      const got = (vals[lg.tensors.id(o)] as Dense<number>).data;
+      const w = want[key] as number[];
+      assert.equal(got.length, w.length, o);
+      got.forEach((v, i) => assert.ok(Math.abs(v - (w[i] as number)) <= 1e-12, `${o}[${i}]: planproof ${v}, PyTorch ${w[i]}`));
+    }
+  });
+
   it("a [N, 1] mask's two-column positions used as one index are refused (they would also gather row 0)", async () => {
     const bad = (t: string): string => t.replace('index_0: "f32[u0, 4]" = torch.ops.aten.index.Tensor(x_1, [rows_0])', 'index_0: "f32[u0, 2, 4]" = torch.ops.aten.index.Tensor(x_1, [nonzero_0])');
     const imp = await imported(dir({ tp: 2, column: true }, { tp: 1, column: true, edit: bad }));

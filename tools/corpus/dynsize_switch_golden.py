@@ -9,7 +9,11 @@ backward, with a given output gradient) and writes its inputs and outputs under 
 test's contract, so the test can check that the imported single-device plan (dense masking,
 plans/import/dynsize.ts) computes exactly these values, forward and backward.
 
-usage: /usr/bin/python3 tools/corpus/dynsize_switch_golden.py OUT.json
+With a second path it also writes PyTorch's numbers for the test's smaller program of the other
+uses read densely (a sum over the selected rows, a scalar written into them, a softmax and a
+mean along another dim of them), as eager code with `x[local_indices, :]`.
+
+usage: /usr/bin/python3 tools/corpus/dynsize_switch_golden.py OUT.json [ROWOPS.json]
 """
 import json
 import sys
@@ -20,9 +24,32 @@ import torch.nn.functional as F
 N, H, FF, E = 4, 4, 8, 2
 
 
+def rowops(path: str) -> None:
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(4, 3, generator=g, dtype=torch.float64) * 2 - 1
+    w = torch.rand(3, 2, generator=g, dtype=torch.float64) * 2 - 1
+    local_indices = (torch.argmax(x @ w, dim=1) == 0).nonzero()
+    assert 0 < local_indices.shape[0] < 4, 'every row selected or none: pick another seed'
+    sel = x[local_indices, :]
+    put = x.clone()
+    put[local_indices, :] = 0.5
+    soft = torch.zeros_like(x)
+    soft[local_indices, :] = torch.softmax(sel, dim=-1)
+    mean = x.new_zeros(4, 1)
+    mean[local_indices, :] = sel.mean(2, keepdim=True)
+    out = {'x_1': x.flatten().tolist(), 'w_1': w.flatten().tolist(), 'rowsum': sel.sum(0).flatten().tolist(),
+           'put': put.flatten().tolist(), 'soft': soft.flatten().tolist(), 'mean': mean.flatten().tolist(),
+           'x-selected': local_indices.flatten().tolist()}
+    with open(path, 'w') as f:
+        json.dump(out, f, indent=1)
+        f.write('\n')
+
+
 def main() -> None:
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
+    if len(sys.argv) == 3:
+        rowops(sys.argv[2])
     # A seed whose routing sends tokens to both experts and leaves each some unselected rows
     # (so a junk row read anywhere would change the numbers).
     for seed in range(100):
