@@ -15,6 +15,7 @@ import { CONV_RULES } from './aten-conv.js';
 import { MASK_RULES } from './aten-mask.js';
 import { BAG_RULES } from './aten-bag.js';
 import { withEmpty } from './aten-empty.js';
+import { withDynsize } from './dynsize.js';
 import { LOOPS_RULES } from './aten-loops.js';
 import { labelMasks, withProbe } from './aten-probe.js';
 import { withComplex } from './aten-complex.js';
@@ -633,8 +634,8 @@ function layerNormBackwardOf(l: Lowerer, n: FxNode, g: TensorVal, x: TensorVal, 
   return l.bind(n, { kind: 'list', items: [mask[0] === false ? { kind: 'none' } : dx, some(dw), some(db)] });
 }
 
-/** The rules, with tensors of no elements rewritten by what ops compute on them (aten-empty.ts), tensors holding -inf carried to the softmax that reads them (aten-neginf.ts), complex values as pairs of reals (aten-complex.ts), and weighted NLL and fill with a tensor value (aten-probe.ts). */
-const ALL_RULES = withEmpty(withNegInf(withComplex(withProbe(RULES))));
+/** The rules, with data-dependent sizes read densely (dynsize.ts), tensors of no elements rewritten by what ops compute on them (aten-empty.ts), tensors holding -inf carried to the softmax that reads them (aten-neginf.ts), complex values as pairs of reals (aten-complex.ts), and weighted NLL and fill with a tensor value (aten-probe.ts). */
+const ALL_RULES = withDynsize(withEmpty(withNegInf(withComplex(withProbe(RULES)))));
 
 /** The logits and dim of each log_softmax output (for the cross-entropy pattern). */
 const logSoftmaxOf = new WeakMap<TensorVal, { logits: TensorVal; dim: number }>();

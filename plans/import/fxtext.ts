@@ -40,9 +40,16 @@ export type FxArg =
   | { readonly kind: 'call'; readonly callee: string; readonly args: readonly FxArg[]; readonly kwargs: Readonly<Record<string, FxArg>> };
 
 /** A tensor type annotation: `"f32[4, 8]"`. */
-interface FxType {
+export interface FxType {
   readonly dtype: string;
   readonly shape: readonly number[];
+  /**
+   * Per dim, the symbol of a data-dependent size (`u0` in `"f16[u0, 1536]"`, the row count of
+   * a `nonzero`); the shape holds 0 there. Only node annotations may have them (dynsize.ts).
+   */
+  readonly dyn?: readonly (string | undefined)[];
+  /** A `"Sym(...)"` annotation's expression (dtype `sym`, no shape): a symbolic size or a condition on one. */
+  readonly sym?: string;
 }
 
 export interface FxNode {
@@ -130,7 +137,7 @@ function tokenize(s: string, fail: (why: string) => never): Tok[] {
       i = j + 1;
       continue;
     }
-    if ('()[]{},:=.;-+*'.includes(c)) {
+    if ('()[]{},:=.;-+*<>'.includes(c)) {
       out.push({ t: 'punct', v: c, p: i });
       i++;
       continue;
@@ -244,22 +251,33 @@ class Cursor {
 /** What to do about a symbolic size: the proof is about concrete shapes. */
 const SYMBOLIC = 'a symbolic size: the graph was traced with dynamic shapes or through a data-dependent op such as nonzero; export it with static shapes (torch.export without dynamic_shapes, torch.compile(dynamic=False)), or capture the run with `planproof capture`, which records the sizes MoE routing took (docs/import.md)';
 
-/** `"f32[4, 8]"` to a dtype and shape; `Sym(...)` and other annotations are refused. */
-function parseType(s: string, fail: (why: string) => never): FxType {
+/**
+ * `"f32[4, 8]"` to a dtype and shape. With `dynamic` (a node's annotation), unbacked sizes
+ * (`u0`, data-dependent: nonzero's row count) and `Sym(...)` are read for plans/import/dynsize.ts;
+ * otherwise, and for any other symbol (`s0`, a dynamic-shape input), refused.
+ */
+function parseType(s: string, fail: (why: string) => never, dynamic = false): FxType {
+  if (dynamic && /^Sym\(.*\)$/.test(s)) return { dtype: 'sym', shape: [], sym: s.slice(4, -1).trim() };
   const b = s.indexOf('[');
   if (b < 0 || !s.endsWith(']')) fail(`unsupported type annotation "${s}" (expected a tensor type such as "f32[4, 8]"${/^Sym\(/.test(s) ? `; ${SYMBOLIC}` : ''})`);
   const dtype = DTYPES[s.slice(0, b)];
   if (dtype === undefined) fail(`unsupported dtype '${s.slice(0, b)}' in "${s}"`);
   const inner = s.slice(b + 1, -1).trim();
   const shape: number[] = [];
+  const dyn: (string | undefined)[] = [];
   if (inner !== '') {
     for (const part of inner.split(',')) {
       const p = part.trim();
+      if (dynamic && /^u[0-9]{1,6}$/.test(p)) {
+        dyn[shape.length] = p;
+        shape.push(0);
+        continue;
+      }
       if (!/^[0-9]{1,10}$/.test(p)) fail(`unsupported size '${p}' in "${s}" (${SYMBOLIC})`);
       shape.push(Number(p));
     }
   }
-  return { dtype, shape };
+  return dyn.length > 0 ? { dtype, shape, dyn: shape.map((_, i) => dyn[i]) } : { dtype, shape };
 }
 
 /** Strips `torch.ops.`; refuses callees that are not operator overloads. */
@@ -278,6 +296,17 @@ function isDeclarationLine(toks: readonly Tok[]): boolean {
     if (semi !== undefined && (semi.t !== 'punct' || semi.v !== ';')) return false;
   }
   return true;
+}
+
+/** `NAME (>=|<=|>|<|==) [-]NUMBER` (the rest of the statement): a comparison of a symbolic size, as Sym nodes print it. */
+function symCompare(c: Cursor): { op: string; name: string; value: FxArg } | undefined {
+  const [n, a, b] = [c.toks[c.i], c.toks[c.i + 1], c.toks[c.i + 2]];
+  if (n?.t !== 'name' || a?.t !== 'punct' || !'<>='.includes(a.v)) return undefined;
+  const two = b?.t === 'punct' && b.v === '=';
+  const op = { '>=': 'ge', '<=': 'le', '==': 'eq', '>': 'gt', '<': 'lt' }[a.v + (two ? '=' : '')];
+  if (op === undefined) return undefined;
+  c.i += two ? 3 : 2;
+  return { op, name: n.v, value: c.value(0) };
 }
 
 /** Parses the printed graph. `file` names it in errors. */
@@ -418,14 +447,18 @@ export function parseFxGraph(file: string, text: string): FxGraph {
       const t = c.peek();
       if (t?.t !== 'str') fail(`'${head}': expected a quoted type annotation`);
       c.i++;
-      type = parseType(t.v, fail);
+      type = parseType(t.v, fail, true);
     }
     c.eat('=');
     let node: FxNode;
     const base = { name: head, line: lineNo, ...(type === undefined ? {} : { type }), ...(loc === undefined ? {} : { loc }) };
     const t0 = c.peek();
     const t1 = c.toks[c.i + 1];
-    if (t0?.t === 'name' && t1?.t === 'punct' && t1.v === '[') {
+    const cmp = type?.sym === undefined ? undefined : symCompare(c);
+    if (cmp !== undefined) {
+      // `ge: "Sym(u0 >= 0)" = sym_size_int >= 0`: a condition on a symbolic size (dynsize.ts).
+      node = { ...base, target: `sym.${cmp.op}`, args: [{ kind: 'name', name: cmp.name }, cmp.value], kwargs: {} };
+    } else if (t0?.t === 'name' && t1?.t === 'punct' && t1.v === '[') {
       // x = y[i]
       const src = c.name();
       c.eat('[');

@@ -131,6 +131,8 @@ export class Lowerer {
    * leaves the others (its saved mean and invstd, read by the backward) readable.
    */
   readonly freshLists = new Set<string>();
+  /** Tensor ids (with why) that may not leave the graph: dense forms of data-dependent sizes (dynsize.ts); returned or named, they are opaque. */
+  readonly confined = new Map<string, string>();
   private node: FxNode | undefined;
   private fresh = 0;
   /** The graph being lowered, and its tensor-name prefix (empty for the first graph of a rank). */
@@ -375,6 +377,7 @@ export class Lowerer {
         if (this.opts.cuts?.has(qualified) === true) {
           // An assumption on an intermediate node: from here on it is an input.
           if (n.type === undefined) this.fail(`'${n.name}' is named in the relations' "inputs" but has no type annotation`);
+          if (n.type.dyn !== undefined || n.type.sym !== undefined) this.fail(`'${n.name}' is named in the relations' "inputs" but its size depends on the data (${n.type.sym ?? (n.type.dyn ?? []).filter((u) => u !== undefined).join(', ')}): state the assumption on a node of static shape (the dense tensor an index_put writes, docs/import.md, "Data-dependent sizes")`);
           const t = this.addTensor(qualified, n.type.shape, n.type.dtype);
           this.define(n.name, t);
           named.set(qualified, t);
@@ -382,7 +385,7 @@ export class Lowerer {
           continue;
         }
         const v = this.lower(n);
-        named.set(qualified, v);
+        named.set(qualified, this.unconfined(v));
         this.checkAnnotation(n, v);
       }
       this.node = { name: 'return', target: 'return', args: [], kwargs: {}, line: g.returnLine };
@@ -400,7 +403,7 @@ export class Lowerer {
           if (o.kind === 'name') returned.set(o.name, v); // the backward graph takes it as its input
           return;
         }
-        const t = this.tensor(o, `return value ${k}`);
+        const t = this.unconfined(this.tensor(o, `return value ${k}`));
         outputs.push(t);
         if (o.kind === 'name') returned.set(o.name, t);
       });
@@ -409,7 +412,14 @@ export class Lowerer {
     return { file: files, ops: this.ops, tensors: this.tensors, inputs, outputs, named, cutInputs, extra: this.extra, collectives: this.collectives, reads: this.reads, atenOps: aten, byTarget };
   }
 
+  private unconfined<V extends Val>(v: V): V | OpaqueVal {
+    const why = v.kind === 'tensor' ? this.confined.get(v.id) : undefined;
+    return why === undefined ? v : { kind: 'opaque', what: why, data: {} };
+  }
+
   private checkAnnotation(n: FxNode, v: Val): void {
+    // A data-dependent size (`u0`) or a Sym: plans/import/dynsize.ts checks the dense shape itself.
+    if (n.type?.dyn !== undefined || n.type?.sym !== undefined) return;
     // A complex result is a complex value (plans/import/aten-complex.ts), never a real tensor of that shape.
     if (v.kind === 'tensor' && n.type !== undefined && COMPLEX.test(n.type.dtype)) this.fail(`${n.target} with a complex (${n.type.dtype}) result: not supported (docs/import.md, "Complex tensors", lists the ops read on complex values)`);
     if (v.kind === 'tensor' && n.type !== undefined && (v.shape.length !== n.type.shape.length || v.shape.some((d, i) => d !== n.type?.shape[i]))) {

@@ -131,6 +131,8 @@ export interface ImportStats {
   readonly constants: number;
   /** Plan ops removed because their values reach no output (plans/import/prune.ts). */
   readonly pruned: number;
+  /** nonzero selections read densely, and runtime assertions on their sizes dropped (plans/import/dynsize.ts). */
+  readonly dynamic: { readonly selections: number; readonly asserts: number };
   readonly planOps: number;
   readonly collectives: number;
 }
@@ -473,7 +475,8 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const assumptions = [logical, ...ranks].reduce((a, g) => a + g.cutInputs.length, 0);
   const pairedMasks = rel.dropout === 'auto' ? ranks.reduce((a, g) => a + masks(g).filter((m) => rel.inputs[m.id] === undefined).length, 0) : 0;
   const constantReads = [logical, ...ranks].reduce((a, g) => a + (g.byTarget.get('getattr') ?? 0), 0);
-  return { plan, stats: { atenOps, byTarget, mapped, ignoredReturns, assumptions, pairedMasks, constants: constantReads, planOps, collectives, pruned } };
+  const dynamic = { selections: counts.get('aten.nonzero.default') ?? 0, asserts: counts.get('aten._assert_scalar.default') ?? 0 };
+  return { plan, stats: { atenOps, byTarget, mapped, ignoredReturns, assumptions, pairedMasks, constants: constantReads, planOps, collectives, pruned, dynamic } };
 }
 
 /**
