@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
-"""planproof relations for Entangle's LayerNorm bug graphs (github.com/nyu-systems/Entangle,
-examples/data/bug_missing_layernorm_allreduce/{tp1,tp2.bug}/both.g0.r<k>.py: a one-layer
-Megatron GPT under tensor and sequence parallelism whose pre-MLP LayerNorm weight gradient is
-never all-reduced over the sequence shards, traced by torch 2.x as one joint graph per rank).
+"""planproof relations for two of Entangle's Megatron bug graphs (github.com/nyu-systems/Entangle,
+examples/data/BUG/{tp1,tp2.bug}/both.g0.r<k>.py: a one-layer Megatron GPT under tensor
+parallelism, traced by torch 2.x as one joint forward + backward graph per rank):
+  layernorm     bug_missing_layernorm_allreduce: with sequence parallelism, the pre-MLP
+                LayerNorm weight gradient is never all-reduced over the sequence shards;
+  wrong_config  bug_missing_allreduce_under_wrong_config: the gradient of fc2's input, checked
+                as Megatron splits it (along the ffn dim).
 
 Makes one `planproof import-graphs --dir` input: logical.py (the tp-1 graph), rank0.py,
 rank1.py (the tp-2 graphs) and relations.json. The relations restate the preconditions of
-Entangle's examples/detect_bug_missing_layernorm_allreduce.py:
+Entangle's examples/detect_<BUG>.py:
 
-  * the checked output is the LayerNorm weight gradient `getitem_58`, which must be the same on
-    every rank as on one device (Entangle's `build_expected`: all_eq, so placement R);
+  * the checked output: for layernorm the LayerNorm weight gradient `getitem_58`, which must be
+    the same on every rank as on one device (Entangle's `build_expected`: all_eq, so placement
+    R); for wrong_config the node Entangle filters the output to, `mm_7` (fc2's input
+    gradient), whose relation Entangle leaves to be found: here Megatron's split along dim 1;
   * its `concat_target` preconditions become assumptions on intermediate nodes (docs/import.md,
     "Assumptions on intermediate nodes"), each concatenated along the dim Entangle gives: the
-    logits' gradient `mul_4` and the fc1 output `add_4` along dim 2, the LayerNorm's input
-    `add_3` and its saved mean and inverse deviation `getitem_53`, `getitem_54` along the
-    sequence, dim 0; the word embeddings, fc1 and fc2 weights as Megatron splits them;
+    logits' gradient `mul_4` along dim 2 (both bugs); for layernorm also the fc1 output `add_4`
+    along dim 2 and the LayerNorm's input `add_3` and its saved mean and inverse deviation
+    `getitem_53`, `getitem_54` along the sequence, dim 0; the word embeddings, fc1 and fc2
+    weights as Megatron splits them;
   * every other graph input needs a relation in planproof (Entangle leaves them free): the
     parameters as Megatron lays them out under TP (QKV and fc1 split along rows, the projection
     and fc2 along columns, norms and row-parallel biases replicated), the data inputs replicated
@@ -22,7 +28,7 @@ Entangle's examples/detect_bug_missing_layernorm_allreduce.py:
     the loss scale replicated; module constants are 0 (Entangle's
     `get_lift_fresh_copy_constant_value`).
 
-usage: entangle_layernorm_relations.py SRC_TP1_DIR SRC_TP2_DIR OUT_DIR
+usage: entangle_bug_relations.py {layernorm|wrong_config} SRC_TP1_DIR SRC_TP2_DIR OUT_DIR
 """
 import json
 import os
@@ -45,20 +51,25 @@ PARAMS = {
     24: 'R', 25: 'R',  # final layernorm
 }
 
-# Entangle's concat_target preconditions: rank node -> (logical node, dim).
-ASSUMED = {
-    'mul_4': ('mul_4', 2),
-    'add_4': ('add_4', 2),
-    'add_3': ('add_3', 0),
-    'getitem_53': ('getitem_53', 0),
-    'getitem_54': ('getitem_54', 0),
+# Per bug: Entangle's concat_target preconditions (rank node -> (logical node, dim)) and the
+# checked output (name, node, placement).
+BUGS = {
+    'layernorm': (
+        {'mul_4': ('mul_4', 2), 'add_4': ('add_4', 2), 'add_3': ('add_3', 0), 'getitem_53': ('getitem_53', 0), 'getitem_54': ('getitem_54', 0)},
+        ('grad.pre_mlp_layernorm.weight', 'getitem_58', 'R'),
+    ),
+    'wrong_config': (
+        {'mul_4': ('mul_4', 2)},
+        ('grad.fc2.input', 'mm_7', 'S(1)'),
+    ),
 }
 
 
 def main() -> None:
-    if len(sys.argv) != 4:
+    if len(sys.argv) != 5 or sys.argv[1] not in BUGS:
         sys.exit(__doc__)
-    src1, src2, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    assumed, (oname, onode, oplace) = BUGS[sys.argv[1]]
+    src1, src2, out = sys.argv[2], sys.argv[3], sys.argv[4]
     os.makedirs(out, exist_ok=True)
     shutil.copy(os.path.join(src1, 'both.g0.r0.py'), os.path.join(out, 'logical.py'))
     for r in range(2):
@@ -78,7 +89,7 @@ def main() -> None:
         # tangents_1..20 follow the parameters 6..25 in order: the gradients accumulated into.
         inputs[f'tangents_{k - 5}'] = {'placements': [p]}
     inputs['tangents_21'] = {'placements': ['R']}  # the loss scale
-    for node, (lnode, dim) in ASSUMED.items():
+    for node, (lnode, dim) in assumed.items():
         spec = {'placements': [f'S({dim})']}
         if lnode != node:
             spec['logical'] = lnode
@@ -94,7 +105,7 @@ def main() -> None:
         'opMap': ['apex', 'tg'],
         'dropout': 'auto',
         'inputs': inputs,
-        'outputs': [{'name': 'grad.pre_mlp_layernorm.weight', 'node': 'getitem_58', 'placements': ['R']}],
+        'outputs': [{'name': oname, 'node': onode, 'placements': [oplace]}],
     }
     with open(os.path.join(out, 'relations.json'), 'w') as f:
         json.dump(relations, f, indent=1)
