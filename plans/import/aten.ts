@@ -14,6 +14,7 @@ import { SORT_RULES } from './aten-sort.js';
 import { CONV_RULES } from './aten-conv.js';
 import { MASK_RULES } from './aten-mask.js';
 import { BAG_RULES } from './aten-bag.js';
+import { SAMPLE_RULES } from './aten-sample.js';
 import { withEmpty } from './aten-empty.js';
 import { LOOPS_RULES } from './aten-loops.js';
 import { labelMasks, nllBackward, nllForward, withProbe } from './aten-probe.js';
@@ -598,6 +599,7 @@ const RULES: Record<string, Rule> = {
   ...MASK_RULES,
   ...LOOPS_RULES,
   ...BAG_RULES,
+  ...SAMPLE_RULES,
 };
 
 /**
