@@ -7,7 +7,7 @@ The example's `VAE`: `fc1` + `F.relu`, the mean and log-variance heads `fc21` / 
 `F.binary_cross_entropy(recon_x, x.view(-1, 784), reduction='sum')` plus the KL term
 `-0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())`, here divided by the rank's number of
 samples `data.size(0)` (a per-sample loss, so that DDP's average of the ranks' gradients is the
-single device's). Adam, as the example. Inputs in [0, 1] (pixel intensities), a 28x28 image
+single device's). Adam, as the example; the logged loss all-reduced and divided by the world size. Inputs in [0, 1] (pixel intensities), a 28x28 image
 shrunk to 16 pixels.
 
 `--bug`: the loss divided by the global batch size, the usual slip when porting a loop to DDP
@@ -85,5 +85,10 @@ def step(cap):
         loss = loss / (BATCH if BUG else data.size(0))
         loss.backward()
         optimizer.step()
+        # the logged loss, averaged over the ranks
+        train_loss = loss.detach().clone()
+        dist.all_reduce(train_loss)
+        train_loss /= ws
+    cap.output("loss", train_loss, "R")
     for name, p in model.module.named_parameters():
         cap.output(name.replace(".", "_") + "_new", p, "R")

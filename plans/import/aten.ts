@@ -15,6 +15,7 @@ import { CONV_RULES } from './aten-conv.js';
 import { MASK_RULES } from './aten-mask.js';
 import { BAG_RULES } from './aten-bag.js';
 import { SAMPLE_RULES } from './aten-sample.js';
+import { ACT_RULES } from './aten-act.js';
 import { withEmpty } from './aten-empty.js';
 import { LOOPS_RULES } from './aten-loops.js';
 import { labelMasks, nllBackward, nllForward, withProbe } from './aten-probe.js';
@@ -600,6 +601,7 @@ const RULES: Record<string, Rule> = {
   ...LOOPS_RULES,
   ...BAG_RULES,
   ...SAMPLE_RULES,
+  ...ACT_RULES,
 };
 
 /**

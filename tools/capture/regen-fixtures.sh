@@ -221,5 +221,7 @@ prenorm_encoder_pad_ddp prenorm_encoder_pad_ddp.py dp
 prenorm_encoder_pad_ddp-bug prenorm_encoder_pad_ddp.py dp --bug
 vae_ddp vae_ddp.py dp
 vae_ddp-bug vae_ddp.py dp --bug
+gan_ddp gan_ddp.py dp
+gan_ddp-bug gan_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
