@@ -5,8 +5,9 @@
  * training under real DDP on 2 gloo processes, where rank 1 does not use the auxiliary head and
  * no rank uses another parameter, and compares rank 0's parameters with the single-device run's
  * (equal: torch averages the locally unused gradient with zeros), then captures it: VERIFIED, and
- * its twin whose auxiliary loss is a per-rank mean NOT EQUIVALENT. (The stand-in refused such a
- * program before, exit 2 naming the parameter.)
+ * its twin whose auxiliary loss is a per-rank mean NOT EQUIVALENT (the stand-in refused such a
+ * program before, exit 2 naming the parameter); a parameter no rank uses that still has a
+ * gradient is exit 2.
  */
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
@@ -45,5 +46,10 @@ describe('DDP find_unused_parameters=True: the stand-in averages as torch 1.13 r
       assert.equal(v.code, code, v.stdout);
       if (code === 1) assert.match(v.stdout, /NOT EQUIVALENT: stage \d+ \([a-z_]+_new, op 'return\.[a-z_]+_new'\)/);
     }
+    // A parameter no rank uses that still has a gradient: torch keeps it or averages it by
+    // gradient_as_bucket_view: refused, naming it.
+    const stale = await runCli(['capture', '--nproc', '2', '--axis', 'dp', '--out', join(d, 'stale.json'), '--', script, '--stale']);
+    assert.equal(stale.code, 2, stale.stderr);
+    assert.match(stale.stderr, /parameter 'aux\.weight' was used by no rank in this backward but has a gradient/);
   });
 });
