@@ -1,6 +1,6 @@
 /**
  * ATen losses of training loops as people write them besides cross-entropy (issue 33):
- * Huber / SmoothL1, binary cross-entropy with logits (with `pos_weight` and `weight`), and
+ * Huber / SmoothL1, binary cross-entropy on probabilities and with logits (with `pos_weight` and `weight`), and
  * `xlogy` (what `F.kl_div` runs). Each rule lowers to planproof ops whose exact real meaning
  * is the ATen kernel's value (docs/import.md, the ATen ops table):
  *
@@ -9,6 +9,8 @@
  *   huber'(d; δ)    = clamp(d, −δ, δ)       smooth_l1(d; β) = huber(d; β)/β, its gradient c/β
  *   bce(x, y; p)    = (1 − y)x + (1 + (p − 1)y)·log(1 + exp(−x))
  *                     (the kernel's max-shifted log-sum-exp is the same real number)
+ *   bce_p(x, t)     = (t − 1)·max(log(1 − x), −100) − t·max(log x, −100)   (probabilities x)
+ *   bce_p'(x, t)    = (x − t) / max((1 − x)·x, 1e-12)     (the kernel's clamps, as written)
  *   xlogy(x, y)     = x·log y, only where y is a softmax output (y > 0, so x = 0 gives 0 as
  *                     the kernel's special case does); any other y is refused.
  * Written with max/min and the field operations only, so no comparison atom is introduced.
@@ -113,6 +115,28 @@ export const LOOPS_RULES: Record<string, Rule> = {
     const beta = positive(l, l.num(l.arg(n, 4, 'beta'), 'beta'), 'beta');
     const c = l.one('div', [clampD(l, diff(l, n, 1), beta), l.constant(beta)]);
     return reduceBack(l, n, l.tensor(n.args[0], 'grad_output'), c, reductionOf(l, n, 3));
+  },
+  // F.binary_cross_entropy on probabilities (PyTorch's VAE example, sigmoid outputs), as ATen's
+  // CPU kernel computes it: (t − 1)·max(log(1 − x), −100) − t·max(log x, −100), times the weight.
+  'aten.binary_cross_entropy': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const t = l.tensor(n.args[1], 'target');
+    const w = l.optTensor(l.arg(n, 2, 'weight'), 'weight');
+    const clampedLog = (v: TensorVal): TensorVal => l.one('maximum', [l.one('log', [v]), l.constant(-100)]);
+    const one = l.constant(1);
+    let e = l.one('sub', [l.one('mul', [l.one('sub', [t, one]), clampedLog(l.one('sub', [one, x]))]), l.one('mul', [t, clampedLog(x)])]);
+    if (w !== undefined) e = l.one('mul', [e, w]);
+    return reduce(l, n, e, reductionOf(l, n, 3));
+  },
+  // Its backward as the kernel: g·(x − t) / max((1 − x)·x, 1e-12), times the weight (over numel for 'mean').
+  'aten.binary_cross_entropy_backward': (l, n) => {
+    const x = l.tensor(n.args[1], 'self');
+    const t = l.tensor(n.args[2], 'target');
+    const w = l.optTensor(l.arg(n, 3, 'weight'), 'weight');
+    const den = l.one('maximum', [l.one('mul', [l.one('sub', [l.constant(1), x]), x]), l.constant(1e-12)]);
+    let e = l.one('div', [l.one('sub', [x, t]), den]);
+    if (w !== undefined) e = l.one('mul', [e, w]);
+    return reduceBack(l, n, l.tensor(n.args[0], 'grad_output'), e, reductionOf(l, n, 4));
   },
   'aten.binary_cross_entropy_with_logits': (l, n) => {
     const x = l.tensor(n.args[0], 'self');

@@ -36,9 +36,13 @@ export function labelMasks(l: Lowerer, lp: TensorVal, tgt: TensorVal, ii: number
   return { onehot, valid: l.one('compare', [col, l.constant(ii)], { rel: 'ne' }, undefined, 'bool') };
 }
 
-/** The per-row pieces of weighted NLL over lp [N, C]: the one-hot of the labels [N, C] and each row's weight w[t_n]·[t_n ≠ ii] as [N, 1]. */
-function rowWeights(l: Lowerer, lp: TensorVal, tgt: TensorVal, w: TensorVal, ii: number): { onehot: TensorVal; wv: TensorVal } {
-  const { onehot, valid } = labelMasks(l, lp, tgt, ii, 'nll_loss with class weights');
+/**
+ * The per-row pieces of weighted NLL over lp [N, C]: the one-hot of the labels [N, C] and each row's
+ * weight w[t_n]·[t_n ≠ ii] as [N, 1]; without a weight (w = 1) the row's weight is [t_n ≠ ii].
+ */
+function rowWeights(l: Lowerer, lp: TensorVal, tgt: TensorVal, w: TensorVal | undefined, ii: number): { onehot: TensorVal; wv: TensorVal } {
+  const { onehot, valid } = labelMasks(l, lp, tgt, ii, w === undefined ? 'nll_loss' : 'nll_loss with class weights');
+  if (w === undefined) return { onehot, wv: l.one('identity', [valid], {}, undefined, lp.dtype) };
   const C = lp.shape[1] as number;
   if (w.shape.length !== 1 || w.shape[0] !== C) l.fail(`nll_loss: the class weight has shape [${w.shape.join(', ')}], expected [${C}]`);
   // w[t_n] = Σ_c [c = t_n]·w_c; an ignored label (outside the classes) picks no weight and is masked anyway.
@@ -46,8 +50,13 @@ function rowWeights(l: Lowerer, lp: TensorVal, tgt: TensorVal, w: TensorVal, ii:
   return { onehot, wv: l.one('mul', [picked, valid], {}, undefined, w.dtype) };
 }
 
-/** nll_loss_forward(lp, t, weight, reduction, ii) with a weight: [loss, total_weight], both tensors. */
-function nllForward(l: Lowerer, n: FxNode, w: TensorVal): Val {
+/**
+ * nll_loss_forward(lp, t, weight, reduction, ii): [loss, total_weight], both tensors. Also the
+ * unweighted form (w undefined) on log-probabilities that are not a log_softmax of [N, C] logits
+ * aten.ts pairs into cross-entropy (the tutorials' `F.log_softmax` of [B, T, V] then
+ * `.view(-1, V)` into `nn.NLLLoss`): NLL is the formula above on any lp.
+ */
+export function nllForward(l: Lowerer, n: FxNode, w: TensorVal | undefined): Val {
   const lp = l.tensor(n.args[0], 'self');
   const tgt = l.tensor(n.args[1], 'target');
   const r = reductionOf(l, l.int(n.args[3], 'reduction'));
@@ -62,15 +71,15 @@ function nllForward(l: Lowerer, n: FxNode, w: TensorVal): Val {
   return l.bind(n, { kind: 'list', items: [loss, total] });
 }
 
-/** nll_loss_backward(g, lp, t, weight, reduction, ii, total_weight) with a weight: the gradient of lp. */
-function nllBackward(l: Lowerer, n: FxNode, w: TensorVal): Val {
+/** nll_loss_backward(g, lp, t, weight, reduction, ii, total_weight): the gradient of lp (unweighted: w undefined, as nllForward). */
+export function nllBackward(l: Lowerer, n: FxNode, w: TensorVal | undefined): Val {
   const g = l.tensor(n.args[0], 'grad_output');
   const lp = l.tensor(n.args[1], 'self');
   const tgt = l.tensor(n.args[2], 'target');
   const r = reductionOf(l, l.int(n.args[4], 'reduction'));
   const { onehot, wv } = rowWeights(l, lp, tgt, w, l.int(n.args[5], 'ignore_index', -100));
   const gr = r === 'none' ? l.one('reshape', [g], { shape: [lp.shape[0] as number, 1] }) : g;
-  const neg = l.one('neg', [l.one('mul', [l.one('mul', [onehot, wv], {}, undefined, w.dtype), gr])]);
+  const neg = l.one('neg', [l.one('mul', [l.one('mul', [onehot, wv], {}, undefined, wv.dtype), gr])]);
   if (r !== 'mean') return l.bind(n, l.one('identity', [neg], {}, l.out(n)));
   // 'mean': over the total weight the forward returned (its second output, as ATen passes it).
   return l.bind(n, l.one('div', [neg, l.tensor(n.args[6], 'total_weight')], {}, l.out(n)));

@@ -14,10 +14,12 @@ import { SORT_RULES } from './aten-sort.js';
 import { CONV_RULES } from './aten-conv.js';
 import { MASK_RULES } from './aten-mask.js';
 import { BAG_RULES } from './aten-bag.js';
+import { SAMPLE_RULES } from './aten-sample.js';
+import { ACT_RULES } from './aten-act.js';
 import { withEmpty } from './aten-empty.js';
 import { withDynsize } from './dynsize.js';
 import { LOOPS_RULES } from './aten-loops.js';
-import { labelMasks, withProbe } from './aten-probe.js';
+import { labelMasks, nllBackward, nllForward, withProbe } from './aten-probe.js';
 import { withComplex } from './aten-complex.js';
 import { maskedSoftmax, negInfOf, withNegInf } from './aten-neginf.js';
 import { binary, filled, likeShape, type ConstValue, type Lowered, Lowerer, type LowerOptions, type OpaqueVal, REDUCE, refuseTruncation, reshape, type Rule, sameStrides, scaleBy, splitPieces, type TensorVal, uninitialized, unary, type Val, view, viewStrides } from './lower.js';
@@ -443,8 +445,9 @@ const RULES: Record<string, Rule> = {
     const lp = l.tensor(n.args[0], 'self');
     const tgt = l.tensor(n.args[1], 'target');
     if (l.optTensor(n.args[2], 'weight') !== undefined) l.fail('nll_loss with class weights is not supported');
-    const src = logSoftmaxOf.get(lp);
-    if (src === undefined || lp.shape.length !== 2 || (src.dim !== 1 && src.dim !== -1)) return l.fail('nll_loss_forward is supported on the log_softmax over the classes of [N, C] logits (cross-entropy)');
+    const src = crossEntropyOf(lp);
+    // Log-probabilities of another provenance (a view of a [B, T, V] log_softmax): NLL by its formula.
+    if (src === undefined) return nllForward(l, n, undefined);
     const reduction = ['none', 'mean', 'sum'][l.int(n.args[3], 'reduction')] ?? l.fail('bad reduction');
     const ii = l.int(n.args[4], 'ignore_index', -100);
     const loss = l.one('cross_entropy', [src.logits, tgt], { reduction, ignore_index: ii }, `${l.out(n)}.0`, src.logits.dtype);
@@ -455,8 +458,8 @@ const RULES: Record<string, Rule> = {
     const lp = l.tensor(n.args[1], 'self');
     const tgt = l.tensor(n.args[2], 'target');
     if (l.optTensor(n.args[3], 'weight') !== undefined) l.fail('nll_loss with class weights is not supported');
-    const src = logSoftmaxOf.get(lp);
-    if (src === undefined) return l.fail('nll_loss_backward is supported only on a log_softmax output (cross-entropy)');
+    const src = crossEntropyOf(lp);
+    if (src === undefined) return nllBackward(l, n, undefined);
     const reduction = ['none', 'mean', 'sum'][l.int(n.args[4], 'reduction')] ?? l.fail('bad reduction');
     const tw = l.val(n.args[6], 'total_weight');
     if (tw.kind !== 'opaque' || tw.what !== 'the NLL total weight') l.fail('total_weight must come from nll_loss_forward');
@@ -598,6 +601,8 @@ const RULES: Record<string, Rule> = {
   ...MASK_RULES,
   ...LOOPS_RULES,
   ...BAG_RULES,
+  ...SAMPLE_RULES,
+  ...ACT_RULES,
 };
 
 /**
@@ -639,6 +644,12 @@ const ALL_RULES = withDynsize(withEmpty(withNegInf(withComplex(withProbe(RULES))
 
 /** The logits and dim of each log_softmax output (for the cross-entropy pattern). */
 const logSoftmaxOf = new WeakMap<TensorVal, { logits: TensorVal; dim: number }>();
+
+/** The logits of lp when lp is the log_softmax over the classes of [N, C] logits (NLL of it is cross-entropy); the same test for nll_loss's forward and backward, so both take the same form. */
+function crossEntropyOf(lp: TensorVal): { logits: TensorVal; dim: number } | undefined {
+  const src = logSoftmaxOf.get(lp);
+  return src === undefined || lp.shape.length !== 2 || (src.dim !== 1 && src.dim !== -1) ? undefined : src;
+}
 
 /** Lowers the parsed graphs of one program (one graph, or a forward and a backward); ImportError on anything unsupported. */
 export function lowerGraph(g: FxGraph | readonly FxGraph[], opts: LowerOptions = {}): Lowered {

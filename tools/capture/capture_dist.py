@@ -15,6 +15,7 @@ import torch.distributed as dist
 import capture_syncbn
 
 _CURRENT = _GROUPS = UserError = DT = ann = None
+_REAL_ALL_REDUCE = []   # torch's own all_reduce, for the capture's untraced exchanges
 
 
 def install(m):
@@ -23,6 +24,7 @@ def install(m):
     global _CURRENT, _GROUPS, UserError, DT, ann
     _CURRENT, _GROUPS, UserError, DT, ann = m._CURRENT, m._GROUPS, m.UserError, m.DT, m.ann
     real_all_reduce = dist.all_reduce
+    _REAL_ALL_REDUCE[:] = [real_all_reduce]
     _wrap_collectives()
     _install_ddp()
     capture_syncbn.install(_CURRENT, real_all_reduce)
@@ -454,6 +456,9 @@ class _DDP(torch.nn.Module):
         # bucket: then no gradient is averaged, which the stand-in does too. Larger models (the
         # bucket assignment is the reducer's) and find_unused_parameters=True (a locally unused
         # parameter averaged with the ranks that used it) are refused.
+        if self._find_unused:
+            self._sync_find_unused(ws)
+            return
         unused = [n for n, p in zip(self._names, self._params) if p.grad is None]
         if unused:
             nbytes = sum(p.numel() * p.element_size() for p in self._params)
@@ -468,6 +473,39 @@ class _DDP(torch.nn.Module):
             self._run_hook()
             return
         for p in self._params:
+            dist.all_reduce(p.grad, group=self.process_group)
+            p.grad.div_(ws)
+
+    def _sync_find_unused(self, ws):
+        """find_unused_parameters=True as torch 1.13's reducer runs it (checked against torch on
+        2 gloo processes, docs/capture.md): a parameter whose gradient hook fired in this synced
+        backward on some member is averaged over the group, a member that did not use it adding
+        its gradient if it has one (accumulated under no_sync()) and zeros otherwise, and getting
+        the average; a parameter no member used keeps its gradient (None). Who used what is
+        exchanged untraced: it is the trace's structure, not a value."""
+        fired = set(self._ready)
+        cap = _CURRENT[-1]
+        cap.suspended += 1
+        try:
+            flags = torch.tensor([[int(i in fired), int(p.grad is not None)] for i, p in enumerate(self._params)],
+                                 dtype=torch.int64)
+            _REAL_ALL_REDUCE[0](flags, op=dist.ReduceOp.SUM, group=self.process_group)
+            flags = flags.tolist()
+        finally:
+            cap.suspended -= 1
+        for i, p in enumerate(self._params):
+            if flags[i][0] == 0:
+                # Used by no member: torch keeps the gradient untouched without
+                # gradient_as_bucket_view and averages it with one (tried), so only None is sure.
+                if flags[i][1] != 0:
+                    raise UserError("DistributedDataParallel(find_unused_parameters=True): parameter '%s' was used by no rank "
+                                    "in this backward but has a gradient from an earlier one on some rank; torch's reducer "
+                                    "then keeps or averages it depending on gradient_as_bucket_view, which the capture does "
+                                    "not model: zero_grad(set_to_none=True) before the step, or use it in every "
+                                    "synchronized backward" % self._names[i])
+                continue
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
             dist.all_reduce(p.grad, group=self.process_group)
             p.grad.div_(ws)
 

@@ -420,6 +420,11 @@ class Capture:
             # CPU dropout's mask: a plan input (docs/import.md), with its relation and values.
             self.mask_relation(name + ".mask")
             self.values[name + ".mask"] = out.detach().double().flatten().tolist()
+        if str(func) in SAMPLES:
+            # Noise drawn in the step (a VAE's randn_like): a plan input like a dropout mask,
+            # paired by order; its values for the golden check (plans/import/aten-sample.ts).
+            self.mask_relation(name + ".sample")
+            self.values[name + ".sample"] = out.detach().double().flatten().tolist()
         if isinstance(out, torch.Tensor):
             if func._schema.arguments and func._schema.arguments[0].alias_info is not None and func._schema.arguments[0].alias_info.is_write and isinstance(args[0], torch.Tensor):
                 # In-place: the written tensor keeps its name (the reader rebinds it).
@@ -543,6 +548,8 @@ class Capture:
 
 
 EXACT_CONST = 4096  # elements up to which an undeclared tensor is written into the graph exactly
+# Sampling ops whose draws become plan inputs (plans/import/aten-sample.ts).
+SAMPLES = ("aten.randn_like.default", "aten.rand_like.default", "aten.randn.default", "aten.rand.default")
 MASK_POSITIONS = 4096  # elements of a mask up to which nonzero's positions are written (docs/capture.md)
 MASK_INDEXING = ("aten.index.Tensor", "aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default")
 

@@ -211,5 +211,17 @@ embbag_textcls_ddp-padded-sum embbag_textcls_ddp.py dp --padded --mode sum
 embbag_textcls_ddp-padded-bug embbag_textcls_ddp.py dp --padded --bug
 autocast_bf16_ddp autocast_bf16_ddp.py dp
 autocast_bf16_ddp-bug autocast_bf16_ddp.py dp --bug
+ddp_multitask_unused ddp_multitask_unused.py dp
+ddp_multitask_unused-bug ddp_multitask_unused.py dp --bug
+seqpar_pool_ddp seqpar_pool_ddp.py dp
+seqpar_pool_ddp-bug seqpar_pool_ddp.py dp --bug
+seq2seq_attn_ddp seq2seq_attn_ddp.py dp
+seq2seq_attn_ddp-bug seq2seq_attn_ddp.py dp --bug
+prenorm_encoder_pad_ddp prenorm_encoder_pad_ddp.py dp
+prenorm_encoder_pad_ddp-bug prenorm_encoder_pad_ddp.py dp --bug
+vae_ddp vae_ddp.py dp
+vae_ddp-bug vae_ddp.py dp --bug
+gan_ddp gan_ddp.py dp
+gan_ddp-bug gan_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
