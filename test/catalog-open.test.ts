@@ -10,13 +10,15 @@ import { strict as assert } from 'node:assert';
 import { generatePlan, type OptimizerConfig } from '../plans/gen/plan.js';
 import { BUGS, type BugContext } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
-import { loadPlanObject } from '../lineage/load.js';
+import { loadPartObject, loadPlanObject } from '../lineage/load.js';
 import type { RawPlan } from '../plans/raw.js';
 import type { Program } from '../plans/model.js';
 import { verifyPlan } from '../stages/verify.js';
 import { verifyPerTemplate } from '../stages/decompose/template-verify.js';
 import { replicaWitness } from '../stages/shrink/replicas.js';
 import type { ProvePart } from '../stages/decompose/prove.js';
+import { boxPart, deepCut, provePartDeep } from '../stages/shrink/deepen.js';
+import { provePart } from '../stages/shrink/part.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };
 // D3's structure at small width: MoE, pipeline 2, dp 4 (experts split over it), tp 2.
@@ -108,4 +110,94 @@ describe('catalog bugs open at scale, at small width: replicas that disagree', (
     }
     assert.ok(tried > 0, 'some obligation has no complete replica on another rank');
   }).timeout(300_000);
+});
+
+// L1's structure at small width: llama, data parallel only, one micro-batch, two layers.
+const L1CTX: BugContext = { dp: 4, tp: 1, micro: 1, family: 'llama' };
+
+function makeL1(bug?: string): RawPlan {
+  const p = PRESETS['llama-tiny'];
+  assert.ok(p !== undefined);
+  const raw = generatePlan({ model: { ...p.model, layers: 2, batch: 4 }, par: { dp: 4, tp: 1, micro: 1 }, optimizer: OPT }) as unknown as RawPlan;
+  if (bug !== undefined) {
+    const b = BUGS.find((x) => x.id === bug);
+    assert.ok(b !== undefined, bug);
+    b.inject(raw, L1CTX);
+  }
+  return raw;
+}
+
+/** The obligation of logical tensor `name` on program 0's lowest rank. */
+function obligation(raw: RawPlan, name: string): { plan: ReturnType<typeof loadPlanObject>; logical: number; rank: number; tensor: number } {
+  const plan = loadPlanObject('p.json', structuredClone(raw));
+  const logical = plan.logical.tensors.id(name);
+  assert.ok(logical >= 0, name);
+  const prog = plan.programs[0] as Program;
+  for (let t = 0; t < prog.tensors.size; t++) {
+    if (prog.lineage[t]?.logical !== logical) continue;
+    return { plan, logical, rank: prog.ranks[0] as number, tensor: t };
+  }
+  throw new Error(`no obligation of ${name}`);
+}
+
+describe('catalog bugs open at scale, at small width: parts of a coarser cut', () => {
+  // fanout-duplicate-grad at L1: every rank adds the up-projection's input gradient twice; the
+  // gate branch's gradient is read by no parallel op, so the part's logical side recomputed it
+  // from the model's inputs. The deeper part stops at the MLP norm's output and the MLP's
+  // output gradient instead, on both sides.
+  const STAGE = 'grad/l1/acc[l1/rms_norm#1]';
+
+  it('fanout-duplicate-grad: the part cut at earlier claims differs with a checked witness, from one MLP on both sides; the correct twin does not', () => {
+    const bad = makeL1('fanout-duplicate-grad');
+    const o = obligation(bad, STAGE);
+    const cut = deepCut(o.plan, o.logical, o.rank, o.tensor);
+    assert.ok(typeof cut !== 'string', String(cut));
+    const stops = [...cut.stops].map((l) => o.plan.logical.tensors.name(l)).sort();
+    // The MLP's input (its norm's output) and the gradient of its hidden activation: no attention, no loss.
+    assert.deepEqual(stops, ['grad/l1/matmul', 'l1/rms_norm#1'], stops.join(', '));
+    const r = provePartDeep(o.plan, bad, { index: 0, logical: o.logical, obligations: [] }, o.rank, o.tensor, 1);
+    assert.ok(!('why' in r), 'why' in r ? r.why : '');
+    assert.equal(r.result.status, 'differs', r.result.reason);
+    const w = r.witness[0];
+    assert.ok(w !== undefined && w.logical === STAGE, 'a witness on the stage\'s tensor');
+    assert.ok(Math.abs(w.parallel - w.expected) > 1e-6 * Math.max(1, Math.abs(w.expected)), `${w.parallel} vs ${w.expected}`);
+    // Both sides of one MLP: the logical side holds no op of the model outside it.
+    const ops = r.raw.logical.ops.map((x) => x.op);
+    for (const no of ['attention', 'cross_entropy', 'rms_norm', 'embedding']) assert.ok(!ops.includes(no), `${no} on the logical side: ${ops.join(', ')}`);
+    assert.match(r.result.reason ?? '', /cut at earlier claims/);
+    // The correct twin: the same cut, never refuted.
+    const good = makeL1();
+    const g = obligation(good, STAGE);
+    const rg = provePartDeep(g.plan, good, { index: 0, logical: g.logical, obligations: [] }, g.rank, g.tensor, 1);
+    assert.ok(!('why' in rg), 'why' in rg ? rg.why : '');
+    assert.notEqual(rg.result.status, 'differs', rg.result.reason);
+    assert.equal(rg.witness.length, 0);
+  }).timeout(300_000);
+
+  it('the logical side is boxed to the rows the part holds, and only along dims every op is SIMD along', () => {
+    const bad = makeL1('fanout-duplicate-grad');
+    const o = obligation(bad, STAGE);
+    const r = provePartDeep(o.plan, bad, { index: 0, logical: o.logical, obligations: [] }, o.rank, o.tensor, 1);
+    assert.ok(!('why' in r), 'why' in r ? r.why : '');
+    // One rank of 4 holds one row of the batch of 4: the logical batch dim is 1 in the part.
+    const part = loadPartObject('part.json', structuredClone(r.raw));
+    const t = part.logical.tensors.id(STAGE);
+    assert.equal((part.logical.shapes[t] ?? [])[0], 1);
+    // A logical side with a mean over rows (cross-entropy's) keeps its rows: nothing is boxed there.
+    const loss = makeL1();
+    const lo = obligation(loss, 'head/loss');
+    const lp = provePart(lo.plan, loss, { index: 0, logical: lo.logical, obligations: [] }, lo.rank, lo.tensor, 1);
+    assert.ok(!('why' in lp), 'why' in lp ? lp.why : '');
+    const boxed = boxPart(lp.raw);
+    assert.ok(boxed === undefined || boxed.logical.tensors.every((x) => x.id !== 'head/reshape' || x.shape[0] === (lp.raw.logical.tensors.find((y) => y.id === 'head/reshape')?.shape[0] ?? -1)), 'the rows a mean reads are not boxed');
+  }).timeout(300_000);
+
+  it('per template: fanout-duplicate-grad at L1\'s structure is NOT EQUIVALENT, the correct plan VERIFIED @full', () => {
+    const bad = makeL1('fanout-duplicate-grad');
+    const r = verifyPerTemplate(loadPlanObject('p.json', structuredClone(bad)), { witness: { raw: () => bad, provePart: provePartDeep } });
+    assert.equal(r.verdict, 'not_equivalent', r.summary);
+    const good = makeL1();
+    const ok = verifyPerTemplate(loadPlanObject('p.json', structuredClone(good)), { witness: { raw: () => good, provePart: provePartDeep } });
+    assert.equal(ok.verdict, 'verified', ok.summary);
+  }).timeout(1_800_000);
 });

@@ -1,0 +1,294 @@
+/**
+ * Deepened parts: a part cut at earlier claims (docs/engine.md, "Parts of a coarser cut").
+ *
+ * A part stops at the first claims its walk meets, and its logical side starts from them. When
+ * the stage's logical value also reads a tensor no parallel op of the stage reads (every rank
+ * adds one branch of a fan-out twice: the other branch's gradient is computed, claimed, and
+ * read by nobody), that tensor is recomputed on the logical side from the model's inputs: the
+ * whole forward and backward. Here the part walks *through* some claims of other logical
+ * tensors (computing them with the rank's own ops instead of assuming them) and stops at
+ * earlier claims from which the logical side computes both branches: the part of a coarser
+ * decomposition, whose stage is this one merged with the earlier stages it walked through.
+ * Its logical side starts from exactly the claims where the walk stopped (not from the stage's
+ * starts), so both sides are functions of the same free values. A witness there is a witness
+ * of the merged stage; a proof proves nothing and is never used as one.
+ */
+import type { LoadedPlan } from '../../lineage/load.js';
+import { loadPartObject } from '../../lineage/load.js';
+import type { Program } from '../../plans/model.js';
+import type { RawPlan } from '../../plans/raw.js';
+import { registry } from '../../ops/registry.js';
+import type { ProvePart } from '../decompose/prove.js';
+import { extractLogicalRaw, logicalClosure } from '../decompose/extract.js';
+import { closure, PartError, provePartOf } from './part.js';
+
+/** Most logical ops a deeper part's logical side may have (a layer's forward and backward is a few dozen). */
+const SMALL_LOGICAL = 256;
+/**
+ * The exact engine's work budget on a deeper part (monomial products; the default is 10 times
+ * more): such a part is tried only for a witness, after the part as written was not refuted,
+ * and its sums over a layer's width are where the numeric run on two draws is the witness.
+ */
+const DEEP_TERM_BUDGET = 100_000;
+/** Milliseconds each exact attempt on a deeper part may take (then the numeric run looks for the witness). */
+const DEEP_EXACT_MS = 5_000;
+/** A deeper part's logical side has at most MATCH x its walk's ops + MATCH_SLACK ops. */
+const MATCH = 4;
+const MATCH_SLACK = 8;
+/** Most claims deep the walk goes. */
+const MAX_DEPTH = 12;
+/** Most tensors the walks of this file visit (a whole rank program of the presets is a few thousand). */
+const MAX_VISIT = 200_000;
+
+/**
+ * The logical tensors to walk through and to stop at, for the part of `tensor` on `rank`
+ * (stage of logical tensor `logical`); or why there is no deeper cut than the part's own.
+ * Claims above the obligation on its rank are layered by depth (how many claims the rank's
+ * local ops cross to reach them from the obligation); for depth d = 1, 2, ... the walk passes
+ * the claims of depth < d and stops at the rest, and the first d whose logical side, from the
+ * claims met, is within SMALL_LOGICAL ops and within MATCH times the walk's own is taken; then
+ * claims are stopped at again, deepest first, while that holds and the logical side does not grow. Heuristic only: whatever it picks, the
+ * part's logical side starts from the claims where the walk actually stopped, which is what
+ * makes a witness sound.
+ */
+export function deepCut(plan: LoadedPlan, logical: number, rank: number, tensor: number): { pass: Set<number>; stops: Set<number>; depth: number; logicalOps: number } | string {
+  const lg = plan.logical;
+  const pi = plan.rankProgram[rank] as number;
+  const p = plan.programs[pi] as Program;
+  const producer = new Int32Array(p.tensors.size).fill(-1);
+  for (let op = 0; op < p.ops.size; op++) for (const x of p.ops.opOutputs(op)) producer[x] = op;
+  const sites = new Set(p.collectiveSites);
+  // A claim the walk may go through: of another logical tensor, made by a local op.
+  const claimOf = (t: number): number | undefined => {
+    const spec = p.lineage[t];
+    return spec !== undefined && spec.logical !== logical && (producer[t] as number) >= 0 ? spec.logical : undefined;
+  };
+  const local = (t: number): boolean => (producer[t] as number) >= 0 && !sites.has(producer[t] as number);
+  // Least depth of each logical tensor claimed above the obligation (0-1 breadth-first: a claim costs 1).
+  const depth = new Int32Array(p.tensors.size).fill(-1);
+  const minDepth = new Map<number, number>();
+  const passable = new Map<number, boolean>();
+  let frontier = [tensor];
+  depth[tensor] = 0;
+  let visits = 0;
+  for (let d = 0; frontier.length > 0 && d <= MAX_DEPTH; d++) {
+    const next: number[] = [];
+    const queue = [...frontier];
+    while (queue.length > 0) {
+      const t = queue.pop() as number;
+      if (++visits > MAX_VISIT) return `more than ${MAX_VISIT} tensors above the obligation`;
+      const l = claimOf(t);
+      if (l !== undefined && t !== tensor) {
+        if (!minDepth.has(l)) minDepth.set(l, d);
+        passable.set(l, (passable.get(l) ?? true) && local(t));
+      }
+      if (!local(t)) continue;
+      for (const x of p.ops.opInputs(producer[t] as number)) {
+        if (depth[x] !== -1) continue;
+        if (claimOf(x) !== undefined) {
+          depth[x] = d + 1;
+          next.push(x);
+        } else {
+          depth[x] = d;
+          queue.push(x);
+        }
+      }
+    }
+    frontier = next;
+  }
+  // The claims a walk passing `pass` stops at (local ops only; a collective's output is a
+  // stop), and the size of the logical side from them (SMALL_LOGICAL + 1: larger).
+  const walk = (pass: ReadonlySet<number>): { stops: Set<number>; ops: number } => {
+    const stops = new Set<number>();
+    let mine = 0;
+    const seen = new Uint8Array(p.tensors.size);
+    const st = [tensor];
+    while (st.length > 0) {
+      const t = st.pop() as number;
+      if (seen[t]) continue;
+      seen[t] = 1;
+      const l = claimOf(t);
+      if (t !== tensor && l !== undefined && !pass.has(l)) {
+        stops.add(l);
+        continue;
+      }
+      if (!local(t)) continue;
+      mine++;
+      for (const x of p.ops.opInputs(producer[t] as number)) st.push(x);
+    }
+    const done = new Set<number>(stops);
+    const ls = [logical];
+    let ops = 0;
+    while (ls.length > 0 && ops <= SMALL_LOGICAL) {
+      const x = ls.pop() as number;
+      if (done.has(x) && x !== logical) continue;
+      done.add(x);
+      const op = lg.producer[x] as number;
+      if (op < 0) continue;
+      ops++;
+      for (const y of lg.ops.opInputs(op)) ls.push(y);
+    }
+    // Matched: the logical side about as large as the rank's walk (both branches of one
+    // layer), not a model recomputed beside one op.
+    return { stops, ops: ops <= MATCH * mine + MATCH_SLACK ? ops : SMALL_LOGICAL + 1 };
+  };
+  for (let d = 1; d <= MAX_DEPTH; d++) {
+    const pass = new Set([...minDepth].filter(([l, k]) => k < d && passable.get(l) === true).map(([l]) => l));
+    if (pass.size === 0) continue;
+    let best = walk(pass);
+    if (best.ops > SMALL_LOGICAL) continue;
+    // Stop earlier where the logical side stays closed and no larger, deepest claims first
+    // (a head's norm backward at the edge of the cut also sums over rows, which would keep the
+    // rows from shrinking).
+    for (const l of [...pass].sort((a, b) => (minDepth.get(b) as number) - (minDepth.get(a) as number))) {
+      pass.delete(l);
+      const w = walk(pass);
+      if (w.ops <= best.ops) best = w;
+      else pass.add(l);
+    }
+    return { pass, stops: best.stops, depth: d, logicalOps: best.ops };
+  }
+  return `no depth up to ${MAX_DEPTH} claims above the obligation gives a logical side of at most ${SMALL_LOGICAL} ops`;
+}
+
+/**
+ * The part with its logical side on the box its claims hold: along every dim class that each
+ * logical op of the part is SIMD along (`batch` in the ops' own reduction labels, OpDef.dims),
+ * the logical tensors keep only the positions from the least to the greatest any claim holds,
+ * and the claims are moved down by the start. A part of one rank holds one row of a batch
+ * whose logical side has every rank's rows; the lane reducer cannot shrink that (the gcd of 1
+ * and the batch is 1). Why a witness of the boxed part is one of the part: an op SIMD along a
+ * dim computes output position i from input position i alone, by one rule whatever the size,
+ * so on every logical tensor of the part the boxed side computes the full side's values at
+ * the box's positions from the inputs' values there (any values elsewhere), and every claim
+ * compares the same parallel value with the same logical value. Undefined: nothing to box, or
+ * a claim that is not a plain box (then the part is proved as written).
+ */
+export function boxPart(pr: RawPlan): RawPlan | undefined {
+  let part: LoadedPlan;
+  try {
+    part = loadPartObject('part', JSON.parse(JSON.stringify(pr)));
+  } catch {
+    return undefined;
+  }
+  const lg = part.logical;
+  const base: number[] = [];
+  let n = 0;
+  for (let t = 0; t < lg.tensors.size; t++) {
+    base.push(n);
+    n += (lg.shapes[t] ?? []).length;
+  }
+  const parent = Array.from({ length: n }, (_, i) => i);
+  const find = (x: number): number => {
+    while (parent[x] !== x) x = parent[x] = parent[parent[x] as number] as number;
+    return x;
+  };
+  const batch = new Array<boolean>(n).fill(true);
+  for (const op of lg.order) {
+    const def = registry.get(lg.ops.kind[op] as number);
+    const ins = [...lg.ops.opInputs(op)];
+    const outs = [...lg.ops.opOutputs(op)];
+    let sig;
+    try {
+      sig = def.dims(ins.map((t) => lg.shapes[t] ?? ([] as number[])), lg.attrs[op] ?? {});
+    } catch {
+      return undefined;
+    }
+    const byLabel = new Map<string, number>();
+    const valueLabels = new Set([...Object.values(sig.inputValues ?? {}), ...Object.values(sig.outputValues ?? {})].map((l) => l.label));
+    const visit = (ts: readonly number[], labels: readonly (readonly { label: string; role: string }[])[]): void => {
+      ts.forEach((t, i) => {
+        (labels[i] ?? []).forEach((lab, d) => {
+          const node = (base[t] as number) + d;
+          if (lab.role !== 'batch' || valueLabels.has(lab.label)) batch[node] = false;
+          const first = byLabel.get(lab.label);
+          if (first === undefined) byLabel.set(lab.label, node);
+          else parent[find(node)] = find(first);
+        });
+      });
+    };
+    visit(ins, sig.inputs);
+    visit(outs, sig.outputs);
+  }
+  const isBatch = new Map<number, boolean>();
+  for (let x = 0; x < n; x++) isBatch.set(find(x), (isBatch.get(find(x)) ?? true) && batch[x] === true);
+  // The box of each class: positions any claim holds.
+  const box = new Map<number, [number, number]>();
+  const names = new Map<string, number>();
+  for (let t = 0; t < lg.tensors.size; t++) names.set(lg.tensors.name(t), t);
+  for (const prog of pr.parallel.programs) {
+    for (const t of prog.tensors ?? []) {
+      const lin = t.lineage;
+      if (lin === undefined) continue;
+      const l = names.get(lin.logical);
+      if (l === undefined || !('index' in lin) || lin.index === undefined) return undefined;
+      const shape = lg.shapes[l] ?? [];
+      for (let d = 0; d < shape.length; d++) {
+        const e = lin.index[d];
+        let lo = 0;
+        let hi = shape[d] as number;
+        if (e !== undefined && e !== '*') {
+          if (!Array.isArray(e) || e.length !== 2 || typeof e[0] !== 'number' || typeof e[1] !== 'number') return undefined;
+          [lo, hi] = [e[0], e[1]];
+        }
+        const k = find((base[l] as number) + d);
+        const b = box.get(k);
+        box.set(k, b === undefined ? [lo, hi] : [Math.min(b[0], lo), Math.max(b[1], hi)]);
+      }
+    }
+  }
+  const cut = new Map<number, [number, number]>();
+  for (let t = 0; t < lg.tensors.size; t++) {
+    (lg.shapes[t] ?? []).forEach((size, d) => {
+      const k = find((base[t] as number) + d);
+      const b = box.get(k);
+      if (isBatch.get(k) === true && b !== undefined && b[1] - b[0] < size) cut.set(k, b);
+    });
+  }
+  if (cut.size === 0) return undefined;
+  const out = structuredClone(pr);
+  for (const t of out.logical.tensors) {
+    const l = names.get(t.id);
+    if (l === undefined) continue;
+    t.shape = t.shape.map((size, d) => {
+      const b = cut.get(find((base[l] as number) + d));
+      return b === undefined ? size : b[1] - b[0];
+    });
+  }
+  for (const prog of out.parallel.programs) {
+    for (const t of prog.tensors ?? []) {
+      const lin = t.lineage;
+      if (lin === undefined || !('index' in lin) || lin.index === undefined) continue;
+      const l = names.get(lin.logical) as number;
+      lin.index = lin.index.map((e, d) => {
+        const b = cut.get(find((base[l] as number) + d));
+        if (b === undefined || !Array.isArray(e)) return e;
+        return [(e[0] as number) - b[0], (e[1] as number) - b[0]];
+      });
+    }
+  }
+  return out;
+}
+
+/**
+ * The part of `tensor` on `rank` cut at earlier claims (deepCut), its logical side from the
+ * claims where its walk stopped; proved and evaluated as every part is (stages/shrink/part.ts).
+ */
+export const provePartDeep: ProvePart = (plan, raw, stage, rank, tensor, seed) => {
+  try {
+    const cut = deepCut(plan, stage.logical, rank, tensor);
+    if (typeof cut === 'string') return { why: `no deeper cut: ${cut}` };
+    const c = closure(plan, stage.logical, rank, tensor, undefined, undefined, cut.pass);
+    if (c.fold !== undefined) return { why: 'no deeper cut: the deeper part folds a group' };
+    // Both sides from the same free values: only the claims where the walk stopped.
+    const lside = logicalClosure(plan, stage.logical, c.inputs.values());
+    const logicalSide = extractLogicalRaw(plan, raw, stage, lside);
+    const r = provePartOf(plan, raw, stage, rank, c, seed, { termBudget: DEEP_TERM_BUDGET, exactMs: DEEP_EXACT_MS }, logicalSide, (pr) => boxPart(pr) ?? pr);
+    if ('why' in r) return r;
+    const walked = [...cut.pass].slice(0, 4).map((l) => `'${plan.logical.tensors.name(l)}'`).join(', ');
+    return { ...r, result: { ...r.result, reason: `cut at earlier claims (docs/engine.md, "Parts of a coarser cut": walked through the claims within ${cut.depth} of the obligation, of ${cut.pass.size} logical tensor(s) such as ${walked}; both sides from the ${c.inputs.size} claim(s) where the walk stopped, ${lside.logicalOps.size} logical op(s)): ${r.result.reason ?? ''}` } };
+  } catch (e) {
+    if (e instanceof PartError) return { why: `no deeper cut: ${e.message}` };
+    throw e;
+  }
+};
