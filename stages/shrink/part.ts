@@ -550,7 +550,7 @@ export const partProver = (opts: PartOptions = {}): ProvePart => (plan, raw, sta
   }
 };
 
-export interface PartOptions {
+interface PartOptions {
   readonly termBudget?: number;
   readonly maxHolders?: number;
   readonly maxRanks?: number;
