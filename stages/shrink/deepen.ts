@@ -130,7 +130,34 @@ export function deepCut(plan: LoadedPlan, logical: number, rank: number, tensor:
     }
     // Matched: the logical side about as large as the rank's walk (both branches of one
     // layer), not a model recomputed beside one op.
-    return { stops, ops: ops <= MATCH * mine + MATCH_SLACK ? ops : SMALL_LOGICAL + 1 };
+    if (ops > SMALL_LOGICAL || ops > MATCH * mine + MATCH_SLACK) return { stops, ops: SMALL_LOGICAL + 1 };
+    // No stop the logical side could compute from what else it reads: as a free value it
+    // would be drawn apart from them (u = f(x) and v = f(x) with the ranks reading u twice: a
+    // stop at u and v computed from x differ, though the plan is correct). Such a stop is not
+    // a cut; the walk goes through it instead.
+    const reads = new Set([...done].filter((x) => !stops.has(x) && (lg.producer[x] as number) < 0));
+    for (const x of stops) if (derivable(x, stops, reads)) return { stops, ops: SMALL_LOGICAL + 1 };
+    return { stops, ops };
+  };
+  /** Whether stop `x` is computed by at most SMALL_LOGICAL logical ops from the other stops and the contract inputs in `reads`. */
+  const derivable = (x: number, stops: ReadonlySet<number>, reads: ReadonlySet<number>): boolean => {
+    const seenL = new Set<number>();
+    const st = [x];
+    let n = 0;
+    while (st.length > 0) {
+      const y = st.pop() as number;
+      if (seenL.has(y)) continue;
+      seenL.add(y);
+      if (y !== x && stops.has(y)) continue;
+      const op = lg.producer[y] as number;
+      if (op < 0) {
+        if (!reads.has(y)) return false;
+        continue;
+      }
+      if (++n > SMALL_LOGICAL) return false;
+      for (const z of lg.ops.opInputs(op)) st.push(z);
+    }
+    return true;
   };
   for (let d = 1; d <= MAX_DEPTH; d++) {
     const pass = new Set([...minDepth].filter(([l, k]) => k < d && passable.get(l) === true).map(([l]) => l));
@@ -146,6 +173,7 @@ export function deepCut(plan: LoadedPlan, logical: number, rank: number, tensor:
       if (w.ops <= best.ops) best = w;
       else pass.add(l);
     }
+    if (pass.size === 0) return 'the cut found is the part\'s own';
     return { pass, stops: best.stops, depth: d, logicalOps: best.ops };
   }
   return `no depth up to ${MAX_DEPTH} claims above the obligation gives a logical side of at most ${SMALL_LOGICAL} ops`;
