@@ -45,7 +45,8 @@ for bug in "${bugs[@]}"; do
       const r = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
       const st = r.stages ?? [];
       const s = st.find((x) => x.status === "not_equivalent") ?? st.find((x) => x.status !== "proved");
-      const where = s === undefined ? (r.verdict === "invalid" ? (r.error ?? r.message ?? "").toString().slice(0, 140) : "") : `${s.index} \`${s.logical}\``;
+      // A plan refused at load (exit 2) names the op and why in its first issue.
+      const where = s === undefined ? (r.verdict === "invalid" ? `refused at load: ${r.issues?.[0]?.where ?? ""}: ${r.issues?.[0]?.message ?? ""}`.slice(0, 160) : "") : `${s.index} \`${s.logical}\``;
       const v = r.verdict === "not_equivalent" ? "**NE**" : r.verdict;
       process.stdout.write(`${v}|${where.replace(/[\n|]/g, " ")}`);
     } catch (e) { process.stdout.write(`no report|${fs.readFileSync(process.argv[2], "utf8").slice(0, 160).replace(/[\n|]/g, " ")}`); }
