@@ -47,9 +47,10 @@ const MAX_VISIT = 200_000;
  * local ops cross to reach them from the obligation); for depth d = 1, 2, ... the walk passes
  * the claims of depth < d and stops at the rest, and the first d whose logical side, from the
  * claims met, is within SMALL_LOGICAL ops and within MATCH times the walk's own is taken; then
- * claims are stopped at again, deepest first, while that holds and the logical side does not grow. Heuristic only: whatever it picks, the
- * part's logical side starts from the claims where the walk actually stopped, which is what
- * makes a witness sound.
+ * claims are stopped at again, deepest first, while that holds and the logical side does not
+ * grow. A stop the logical side could compute from the others is never taken. Heuristic only:
+ * whatever it picks, the part's logical side starts from the claims where the walk actually
+ * stopped, which is what makes a witness sound.
  */
 export function deepCut(plan: LoadedPlan, logical: number, rank: number, tensor: number): { pass: Set<number>; stops: Set<number>; depth: number; logicalOps: number } | string {
   const lg = plan.logical;
