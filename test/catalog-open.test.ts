@@ -17,7 +17,8 @@ import { verifyPlan } from '../stages/verify.js';
 import { verifyPerTemplate } from '../stages/decompose/template-verify.js';
 import { replicaWitness } from '../stages/shrink/replicas.js';
 import type { ProvePart } from '../stages/decompose/prove.js';
-import { boxPart, deepCut, provePartDeep } from '../stages/shrink/deepen.js';
+import { deepCut, provePartDeep } from '../stages/shrink/deepen.js';
+import { boxPart } from '../stages/shrink/box.js';
 import { provePart } from '../stages/shrink/part.js';
 
 const OPT: OptimizerConfig = { lr: '1', beta1: '9/10', beta2: '999/1000', eps: '1/100000000', weightDecay: '1/100', maxNorm: '1/100' };

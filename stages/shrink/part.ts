@@ -29,6 +29,7 @@ import { cutList, prefixWitness, proveStage, twoDraws, zeroCutWitness } from './
 import { diagnoseWitness } from '../verify.js';
 import { axisSites } from '../engines/tensorlevel/frames.js';
 import { foldCall, foldMasks, newFoldState, reduceOf, type FoldState } from './fold.js';
+import { boxPart } from './box.js';
 
 /** Most ranks a part may reach (a dp all-reduce over 64 ranks reaches 64). */
 const MAX_PART_RANKS = 1024;
@@ -543,7 +544,8 @@ export const provePart: ProvePart = (plan, raw, stage, rank, tensor, seed) => pa
 /** provePart with the exact engine's term budget set (tests lower it to reach "too large" at small sizes). */
 export const partProver = (opts: PartOptions = {}): ProvePart => (plan, raw, stage, rank, tensor, seed) => {
   try {
-    return provePartOf(plan, raw, stage, rank, closure(plan, stage.logical, rank, tensor, opts.maxHolders, opts.maxRanks), seed, opts);
+    // The logical side on the box the part's claims hold (stages/shrink/box.ts): a rank's rows, not every rank's.
+    return provePartOf(plan, raw, stage, rank, closure(plan, stage.logical, rank, tensor, opts.maxHolders, opts.maxRanks), seed, opts, undefined, (pr) => boxPart(pr) ?? pr);
   } catch (e) {
     if (e instanceof PartError) return { why: e.message };
     throw e;
