@@ -21,7 +21,7 @@ import type { RawOp, RawParallelOp, RawParallelTensor, RawPlan, RawProgram } fro
 import type { AttrValue } from '../../ops/types.js';
 import { registry } from '../../ops/registry.js';
 import { evalLineage, groupKey, type LineageNF } from '../../lineage/model.js';
-import type { ProvePart, Stage } from '../decompose/prove.js';
+import type { ProvePart, Stage, Stop } from '../decompose/prove.js';
 import { extractLogicalRaw, logicalClosure, stageOf } from '../decompose/extract.js';
 import { rawLineage } from './components.js';
 import { reducePlan, ReductionError } from './reduce.js';
@@ -29,6 +29,7 @@ import { cutList, prefixWitness, proveStage, twoDraws, zeroCutWitness } from './
 import { diagnoseWitness } from '../verify.js';
 import { axisSites } from '../engines/tensorlevel/frames.js';
 import { foldCall, foldMasks, newFoldState, reduceOf, type FoldState } from './fold.js';
+import { boxPart } from './box.js';
 
 /** Most ranks a part may reach (a dp all-reduce over 64 ranks reaches 64). */
 const MAX_PART_RANKS = 1024;
@@ -77,7 +78,7 @@ function pairedSend(plan: LoadedPlan, r: number, op: number): { peer: number; se
 }
 
 /** The closure walk of one rank's obligation, per template: ops per rank, claims assumed, ranks reached. */
-export function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number, maxHolders = MAX_PART_RANKS, maxRanks = MAX_PART_RANKS): { ops: Map<number, Set<number>>; inputs: Map<string, LineageNF>; obligations: Map<string, LineageNF>; groups: Map<string, number[]>; peers: Map<string, number>; cutAddends: number; fold?: { state: FoldState; masks: Map<number, number[][] | undefined>; scales: Map<string, string> } } {
+export function closure(plan: LoadedPlan, logical: number, rank: number, tensor: number, maxHolders = MAX_PART_RANKS, maxRanks = MAX_PART_RANKS, pass?: ReadonlySet<number>): { ops: Map<number, Set<number>>; inputs: Map<string, LineageNF>; obligations: Map<string, LineageNF>; groups: Map<string, number[]>; peers: Map<string, number>; cutAddends: number; fold?: { state: FoldState; masks: Map<number, number[][] | undefined>; scales: Map<string, string> } } {
   const mesh = plan.mesh;
   const local = new Map<number, Int32Array>();
   const producerOp = (pi: number, t: number): number => {
@@ -178,6 +179,16 @@ export function closure(plan: LoadedPlan, logical: number, rank: number, tensor:
     const op = producerOp(pi, t);
     const claim = nf(r, t);
     const cut = claim !== undefined && claim.logical === logical && op >= 0 && claim.value.n > 1 && key !== `${rank}:${tensor}` && startNF !== undefined && (startNF.value.n === 1 || groupOf(claim) !== groupOf(startNF)) && bigGroup(claim);
+    // A claim of a logical tensor in `pass` is walked through, computed rather than assumed
+    // (stages/shrink/deepen.ts: a part of a coarser cut); a contract input never is.
+    if (claim !== undefined && pass !== undefined && claim.logical !== logical && op >= 0 && pass.has(claim.logical)) {
+      if (!sites(pi).has(op)) {
+        add(r, op);
+        for (const x of p.ops.opInputs(op)) stack.push([r, x]);
+        continue;
+      }
+      throw new PartError(`a claim to walk through ('${p.tensors.name(t)}') is a collective's output`);
+    }
     if (claim !== undefined && (claim.logical !== logical || op < 0 || cut)) {
       if (op < 0 && p.inferred?.has(t) === true) throw new PartError(`'${p.tensors.name(t)}' has only an inferred hint and no producer`);
       inputs.set(key, claim);
@@ -531,10 +542,35 @@ function maskLogical(lpart: ReturnType<typeof extractLogicalRaw>, masks: Readonl
 export const provePart: ProvePart = (plan, raw, stage, rank, tensor, seed) => partProver()(plan, raw, stage, rank, tensor, seed);
 
 /** provePart with the exact engine's term budget set (tests lower it to reach "too large" at small sizes). */
-export const partProver = (opts: { readonly termBudget?: number; readonly maxHolders?: number; readonly maxRanks?: number } = {}): ProvePart => (plan, raw, stage, rank, tensor, seed) => {
+export const partProver = (opts: PartOptions = {}): ProvePart => (plan, raw, stage, rank, tensor, seed) => {
   try {
-    const c = closure(plan, stage.logical, rank, tensor, opts.maxHolders, opts.maxRanks);
-    const { raw: pr, ranks } = partRaw(plan, raw, stage, c, opts.maxRanks);
+    // The logical side on the box the part's claims hold (stages/shrink/box.ts): a rank's rows, not every rank's.
+    return provePartOf(plan, raw, stage, rank, closure(plan, stage.logical, rank, tensor, opts.maxHolders, opts.maxRanks), seed, opts, undefined, (pr) => boxPart(pr) ?? pr);
+  } catch (e) {
+    if (e instanceof PartError) return { why: e.message };
+    throw e;
+  }
+};
+
+interface PartOptions {
+  readonly termBudget?: number;
+  readonly maxHolders?: number;
+  readonly maxRanks?: number;
+  /** Milliseconds each exact attempt may take before it stops as "too large" (for a witness only: then the numeric run). */
+  readonly exactMs?: number;
+}
+
+/**
+ * A part from its closure `c`: written as a plan, loaded, reduced and proved with the numeric
+ * run and the cuts for witnesses. `logicalSide`: the part's logical side when the caller
+ * gives its own (stages/shrink/deepen.ts: from the part's inputs alone). Throws PartError.
+ */
+export function provePartOf(plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: number, c: ReturnType<typeof closure>, seed: number, opts: PartOptions = {}, logicalSide?: ReturnType<typeof extractLogicalRaw>, rewrite?: (pr: RawPlan) => RawPlan): ReturnType<ProvePart> {
+  {
+    const written = partRaw(plan, raw, stage, c, opts.maxRanks, logicalSide);
+    const ranks = written.ranks;
+    // The caller's rewrite of the part (stages/shrink/deepen.ts: its logical side on the box it holds).
+    const pr = rewrite === undefined ? written.raw : rewrite(written.raw);
     let part: LoadedPlan;
     try {
       part = loadPartObject(`${plan.file} (stage ${stage.index + 1}, rank ${rank})`, JSON.parse(JSON.stringify(pr)));
@@ -562,7 +598,8 @@ export const partProver = (opts: { readonly termBudget?: number; readonly maxHol
       if (!(e instanceof ReductionError)) throw e;
       notReduced = e.message;
     }
-    const proved = proveStage({ info: { stage: stage.index + 1, logical: target, mode: reduced ? 'reduced' : 'extracted', reduced: [], kept: [] }, plan: use, stage: st }, seed, opts.termBudget);
+    const stop = (): Stop | undefined => (opts.exactMs === undefined ? undefined : { at: performance.now() + opts.exactMs, reason: `too large for the exact engine within ${opts.exactMs / 1000} s (a part tried for a witness only)` });
+    const proved = proveStage({ info: { stage: stage.index + 1, logical: target, mode: reduced ? 'reduced' : 'extracted', reduced: [], kept: [] }, plan: use, stage: st }, seed, opts.termBudget, stop());
     let { result, numeric } = proved;
     // The exact engine gave up on the part: a witness needs no normal form (docs/engine.md,
     // "Numeric witnesses of large parts"), only the numeric run, on two draws.
@@ -582,7 +619,7 @@ export const partProver = (opts: { readonly termBudget?: number; readonly maxHol
     // Still open: a zero-extension cut of its contracted dims (a global norm's every gradient),
     // for a witness only (docs/engine.md, "Zero-extension cuts for witnesses").
     if (!(result.status === 'differs' && numeric.mismatches.some((m) => m.logical === target)) && /too large|differs/.test(`${result.status} ${result.reason ?? ''}`)) {
-      const z = zeroCutWitness(use, useRaw, target, seed, undefined, opts.termBudget);
+      const z = zeroCutWitness(use, useRaw, target, seed, stop(), opts.termBudget);
       if ('why' in z) result = { ...result, reason: `${result.reason ?? ''}; no zero-extension cut: ${z.why}` };
       else if (z.result.status === 'differs' && z.found.length > 0) {
         result = { ...z.result, stage: result.stage, reason: `cut for a witness by zero extension (${cutList(z.cut)}; the inputs are zero at the positions cut); witness values at the cut part's shapes: ${z.result.reason ?? ''}` };
@@ -597,8 +634,5 @@ export const partProver = (opts: { readonly termBudget?: number; readonly maxHol
     // Witness-only evidence: the part's values are at its own (cut) shapes and rank numbers.
     const diagnosis = witness.length === 0 ? undefined : diagnoseWitness(witness, result.reason ?? '');
     return { rank, ranks, result: { ...result, failingRanks }, witness, reduced, raw: useRaw, ...(notReduced === undefined ? {} : { notReduced: notReduced.slice(0, 300) }), ...(diagnosis === undefined ? {} : { diagnosis }) };
-  } catch (e) {
-    if (e instanceof PartError) return { why: e.message };
-    throw e;
   }
-};
+}

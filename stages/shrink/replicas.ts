@@ -27,6 +27,7 @@ import { differs, evaluateBoth, type Mismatch } from '../witness/numeric.js';
 import { closure, PartError, partRaw, provePart } from './part.js';
 import { ReductionError, zeroCutPlan } from './reduce.js';
 import { cutList } from './stage-reduce.js';
+import { provePartDeep } from './deepen.js';
 
 /** Elements (logical plus parallel) a replica part may hold when it is evaluated. */
 const MAX_REPLICA_ELEMENTS = 20_000_000;
@@ -225,5 +226,10 @@ export const provePartOrReplicas: ProvePart = (plan, raw, stage, rank, tensor, s
   const r = replicaWitness(plan, raw, stage, rank, tensor, seed);
   if (!('why' in r)) return r;
   const p = provePart(plan, raw, stage, rank, tensor, seed);
-  return 'why' in p ? { why: `${p.why}; ${r.why}` } : p;
+  if (!('why' in p) && p.result.status === 'differs' && p.witness.length > 0) return p;
+  // Not refuted there: the part cut at earlier claims (stages/shrink/deepen.ts), whose logical
+  // side may be a layer where the part's was the whole model.
+  const d = provePartDeep(plan, raw, stage, rank, tensor, seed);
+  if (!('why' in d) && d.result.status === 'differs' && d.witness.length > 0) return d;
+  return 'why' in p ? { why: `${p.why}; ${r.why}; ${'why' in d ? d.why : `cut at earlier claims: ${d.result.status}`}` } : p;
 };
