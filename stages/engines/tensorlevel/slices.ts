@@ -120,12 +120,16 @@ export abstract class SliceRules extends ProverBase {
       if (osig === undefined) this.sigIds.set(text, (osig = this.sigIds.size));
       sigs.set(op, osig);
     }
-    const mkey = `${plan.rankProgram[r] as number}|${op}|${t}|${osig}|${vals.map((v) => this.valueId(v)).join(',')}`;
-    const hit = this.opMemo.get(mkey);
+    // The same fields as a key (program and op, output, signature, input values), one integer
+    // per level. Cleared before the walk, so the node written below is in the live tree.
+    if (this.opMemo.size > 500_000) this.opMemo.clear();
+    let node = this.opMemo.start((plan.rankProgram[r] as number) * this.opKey + op, t);
+    node = this.opMemo.step(node, osig);
+    for (const v of vals) node = this.opMemo.step(node, this.valueId(v));
+    const hit = node.value;
     if (hit !== undefined) return hit;
     const d = restripe(this.deriveOpFrom(r, op, t, vals));
-    if (this.opMemo.size > 500_000) this.opMemo.clear();
-    this.opMemo.set(mkey, d);
+    this.opMemo.put(node, d);
     return d;
   }
 
