@@ -107,7 +107,7 @@ export class AddendGroups {
     const w: Walked = { d, axes, frame, xs: new Int32Array(points * A), vals: new Float64Array(points * nd), nd, ncover };
     const dx = new Float64Array(A);
     const pos = new Int32Array(A);
-    const gkByRegion = new Map<string, string>();
+    const gkByRegion = new Map<string | number, string>();
     const x0 = frame.x0;
     const valueAt = (t: { base: Float64Array; coef: Float64Array }, i: number): number => {
       let s = t.base[i] as number;
@@ -126,8 +126,14 @@ export class AddendGroups {
       const idx = valueAt(it, 0);
       // Sym.of's range, which the objects' walk enforced by throwing.
       if (!Number.isSafeInteger(idx) || !safe(w.vals, p * nd, nd)) return 'affine value out of the safe integer range';
-      let rk = '';
-      for (const i of movingReg) rk += `${valueAt(rt, i)},`;
+      // The moving slots' numbers as the key: one slot (the usual case) as the number itself,
+      // with no text built per point; the key's form is fixed per walk, so forms never mix.
+      let rk: string | number;
+      if (movingReg.length === 1) rk = valueAt(rt, movingReg[0] as number);
+      else {
+        rk = '';
+        for (const i of movingReg) rk += `${valueAt(rt, i)},`;
+      }
       let gk = gkByRegion.get(rk);
       if (gk === undefined) {
         const cl = substValue(claim, axes, this.coords(w, p), x0) as Relation;
