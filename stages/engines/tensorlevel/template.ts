@@ -409,23 +409,6 @@ export abstract class TemplateRules extends CollectiveRules {
 
   /** Claims walked over the coordinates, per frame and walkKey (see claimOn). */
   private readonly walks = new Map<string, WalkedClaim | string>();
-  /** walkKey's text as an id, per spec and local shape array (both fix lshape and the text). */
-  private readonly walkIds = new WeakMap<object, Map<readonly number[], number>>();
-  private readonly walkTextIds = new Map<string, number>();
-  private walkKeyId(spec: LineageSpec, lshape: readonly number[], local: readonly number[]): number {
-    let m = this.walkIds.get(spec);
-    if (m === undefined) this.walkIds.set(spec, (m = new Map()));
-    let id = m.get(local);
-    if (id === undefined) {
-      const k = walkKey(spec, lshape, local);
-      id = this.walkTextIds.get(k);
-      if (id === undefined) this.walkTextIds.set(k, (id = this.walkTextIds.size));
-      m.set(local, id);
-    }
-    return id;
-  }
-  /** Per frame, spec and local shape: the claim walk's axes, points and memo key (claimOn). */
-  private readonly claimKeys = new WeakMap<TemplateFrame, WeakMap<LineageSpec, Map<readonly number[], { axes: number[]; points: number; key: string }>>>();
   /** Whether a lineage spec is affine by construction (claimOn). */
   private readonly affineSpecs = new WeakMap<object, boolean>();
 
@@ -453,33 +436,20 @@ export abstract class TemplateRules extends CollectiveRules {
     const mesh = plan.mesh;
     // Shapes do not depend on the coordinates (templateFrame): the base view's, never a view per rank.
     const lshape = plan.logical.shapes[spec.logical] ?? [];
-    const localOf = plan.view(r).shapes[t];
-    const local = localOf ?? [];
-    // The axes walked and the memo key read only the frame, the spec and the local shape (all
-    // immutable): built once per triple (they were most of this function's allocation).
-    let byFrame = this.claimKeys.get(frame);
-    if (byFrame === undefined) this.claimKeys.set(frame, (byFrame = new WeakMap()));
-    let bySpec = byFrame.get(spec);
-    if (bySpec === undefined) byFrame.set(spec, (bySpec = new Map()));
-    let ck = localOf === undefined ? undefined : bySpec.get(localOf);
-    if (ck === undefined) {
-      const ax = (affineSpec ? frame.sets.map((_, a) => a) : [...spec.axes]).filter((a) => (frame.sets[a]?.length ?? 0) > 1).sort((a, b) => a - b);
-      // The walk reads the spec's expressions, the shapes and the frame, never the logical
-      // tensor's identity: tensors with the same pattern (every layer's) share it (walkKey). Of
-      // the frame it reads the base on the axes the spec reads (evalLineage reads no other
-      // coordinate) and the sets of the axes it walks (a subset): frames that agree there
-      // (every pipeline stage's program) share it too.
-      // An affine spec is fitted, not walked: from the base and one step along each axis in
-      // `axes`, which the same key holds, so its fit is shared the same way.
-      // The pattern and the sets as interned ids (their texts are long).
-      ck = {
-        axes: ax,
-        points: ax.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1),
-        key: `${affineSpec ? 'A' : 'W'}|${this.walkKeyId(spec, lshape, local)}|${spec.axes.map((a) => `${a}=${frame.x0[a] ?? ''}`).join(',')}|${ax.map((a) => `${a}:${setId(frame.sets[a])}`).join(',')}`,
-      };
-      if (localOf !== undefined) bySpec.set(localOf, ck);
-    }
-    const { axes, points, key } = ck;
+    const local = plan.view(r).shapes[t] ?? [];
+    const axes = (affineSpec ? frame.sets.map((_, a) => a) : [...spec.axes]).filter((a) => (frame.sets[a]?.length ?? 0) > 1).sort((a, b) => a - b);
+    const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
+    // The walk reads the spec's expressions, the shapes and the frame, never the logical
+    // tensor's identity: tensors with the same pattern (every layer's) share it (walkKey). Of
+    // the frame it reads the base on the axes the spec reads (evalLineage reads no other
+    // coordinate) and the sets of the axes it walks (a subset): frames that agree there
+    // (every pipeline stage's program) share it too.
+    // An affine spec is fitted, not walked: from the base and one step along each axis in
+    // `axes`, which the same key holds, so its fit is shared the same way.
+    // The sets as interned ids (frames.ts setId): a set of 128 coordinates is ~400 characters
+    // of text. (Built per call: a cache per spec object cost more memory than it saved, since
+    // claims are asked for about once per tensor and frame.)
+    const key = `${affineSpec ? 'A' : 'W'}|${walkKey(spec, lshape, local)}|${spec.axes.map((a) => `${a}=${frame.x0[a] ?? ''}`).join(',')}|${axes.map((a) => `${a}:${setId(frame.sets[a])}`).join(',')}`;
     if (!affineSpec && points > MAX_LIFT_POINTS) return `a claim over ${points} coordinates (at most ${MAX_LIFT_POINTS})`;
     const nfAt = (x: readonly number[]): LineageNF => evalLineage(spec, mesh, mesh.rankOf(x), lshape, local);
     // Flattened to numbers: [ranges..., idx], with the constant parts as text.
