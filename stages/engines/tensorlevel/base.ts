@@ -15,7 +15,6 @@ import { type Range, type Frac, ONE, fmul, feq, type Relation, type Value, type 
 import type { Int } from './sym.js';
 import { showRange } from './stripes.js';
 import { AttrUse, LogicalWorld } from './world.js';
-import { IntMemo } from './memo.js';
 
 export abstract class ProverBase {
   protected readonly localProd: Int32Array[];
@@ -25,9 +24,8 @@ export abstract class ProverBase {
   /**
    * deriveOp results by content: the rank's view (shapes, attributes), the op, the output and
    * the input values. Ranks that hold the same values (dp replicas of a parameter) derive once.
-   * Keyed by the integers (program op, output, signature id, value ids), never by text.
    */
-  protected readonly opMemo = new IntMemo<Derived>();
+  protected readonly opMemo = new Map<string, Derived>();
   /** Per view shape table: per op, the id of its signature text (attributes and shapes it reads). */
   protected readonly opSigs = new WeakMap<object, Map<number, number>>();
   protected readonly sigIds = new Map<string, number>();

@@ -120,16 +120,12 @@ export abstract class SliceRules extends ProverBase {
       if (osig === undefined) this.sigIds.set(text, (osig = this.sigIds.size));
       sigs.set(op, osig);
     }
-    // The same fields as a key (program and op, output, signature, input values), one integer
-    // per level. Cleared before the walk, so the node written below is in the live tree.
-    if (this.opMemo.size > 500_000) this.opMemo.clear();
-    let node = this.opMemo.start((plan.rankProgram[r] as number) * this.opKey + op, t);
-    node = this.opMemo.step(node, osig);
-    for (const v of vals) node = this.opMemo.step(node, this.valueId(v));
-    const hit = node.value;
+    const mkey = `${plan.rankProgram[r] as number}|${op}|${t}|${osig}|${vals.map((v) => this.valueId(v)).join(',')}`;
+    const hit = this.opMemo.get(mkey);
     if (hit !== undefined) return hit;
     const d = restripe(this.deriveOpFrom(r, op, t, vals));
-    this.opMemo.put(node, d);
+    if (this.opMemo.size > 500_000) this.opMemo.clear();
+    this.opMemo.set(mkey, d);
     return d;
   }
 
