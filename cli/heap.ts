@@ -18,6 +18,14 @@ import { getHeapStatistics } from 'node:v8';
 const SUPERVISE_FROM_BYTES = 1024 * 1024;
 /** The child's heap limit: half the memory, at most 12 GiB. */
 const HEAP_MB = Math.min(12 * 1024, Math.floor(totalmem() / (2 * 1024 * 1024)));
+/**
+ * The child's young generation (MiB per semi-space; V8's default is 16). Large plans allocate
+ * tens of GB of short-lived keys and relations while their caches live in a large old
+ * generation: each scavenge pays a fixed cost for those caches' old-to-new pointers, so fewer,
+ * larger scavenges cost less CPU (docs/benchmarks.md, "405B `--sp --cp 2`: CPU"). A
+ * --max-semi-space-size the user gave node wins.
+ */
+const SEMI_SPACE_MB = 64;
 /** Set in the heap child (which then neither supervises nor tries the fast path again). */
 export const CHILD_ENV = 'PLANPROOF_HEAP_CHILD';
 /** When the first process started (epoch ms): --time-limit counts from there (cli/app.ts). */
@@ -58,7 +66,8 @@ export function superviseHeap(argv: readonly string[]): number | undefined {
 /** Runs this command again in a child with `heapMb` of heap; resolves to the exit code to use. */
 export function runWithHeap(heapMb: number, argv: readonly string[]): Promise<number> {
   const script = process.argv[1] as string;
-  const child = spawn(process.execPath, [...process.execArgv, `--max-old-space-size=${heapMb}`, script, ...argv], {
+  const semi = process.execArgv.some((a) => a.startsWith('--max-semi-space-size')) ? [] : [`--max-semi-space-size=${SEMI_SPACE_MB}`];
+  const child = spawn(process.execPath, [...process.execArgv, ...semi, `--max-old-space-size=${heapMb}`, script, ...argv], {
     stdio: ['inherit', 'inherit', 'pipe'],
     // The child's stderr is a pipe to this process: it draws the progress bar when ours is a terminal.
     env: { ...process.env, [CHILD_ENV]: '1', [STARTED_AT_ENV]: process.env[STARTED_AT_ENV] ?? String(Math.round(Date.now() - performance.now())), ...(process.stderr.isTTY ? { PLANPROOF_STDERR_TTY: '1' } : {}) },

@@ -20,7 +20,7 @@
  * outermost), so the answer is the same.
  */
 import { substValue, type TemplateFrame } from './frames.js';
-import { type Comp, type Part, type Relation, regionKey, sameRel, unionCover, unionParts, coversAll, isProduct } from './relations.js';
+import { type Comp, type Part, type Relation, regionKey, sameRel, unionParts, coversAll, isProduct } from './relations.js';
 import type { Int } from './sym.js';
 
 /** One part's walk: its derived relation and its slots' numbers at every coordinate. */
@@ -107,7 +107,7 @@ export class AddendGroups {
     const w: Walked = { d, axes, frame, xs: new Int32Array(points * A), vals: new Float64Array(points * nd), nd, ncover };
     const dx = new Float64Array(A);
     const pos = new Int32Array(A);
-    const gkByRegion = new Map<string, string>();
+    const gkByRegion = new Map<string | number, string>();
     const x0 = frame.x0;
     const valueAt = (t: { base: Float64Array; coef: Float64Array }, i: number): number => {
       let s = t.base[i] as number;
@@ -126,8 +126,14 @@ export class AddendGroups {
       const idx = valueAt(it, 0);
       // Sym.of's range, which the objects' walk enforced by throwing.
       if (!Number.isSafeInteger(idx) || !safe(w.vals, p * nd, nd)) return 'affine value out of the safe integer range';
-      let rk = '';
-      for (const i of movingReg) rk += `${valueAt(rt, i)},`;
+      // The moving slots' numbers as the key: one slot (the usual case) as the number itself,
+      // with no text built per point; the key's form is fixed per walk, so forms never mix.
+      let rk: string | number;
+      if (movingReg.length === 1) rk = valueAt(rt, movingReg[0] as number);
+      else {
+        rk = '';
+        for (const i of movingReg) rk += `${valueAt(rt, i)},`;
+      }
       let gk = gkByRegion.get(rk);
       if (gk === undefined) {
         const cl = substValue(claim, axes, this.coords(w, p), x0) as Relation;
@@ -218,7 +224,7 @@ function unionCoversAll(es: readonly Entry[]): boolean | undefined {
     for (let i = 0; i < p0.comps.length; i++) {
       const all: number[] = [];
       for (const c of covers) for (const x of c[i] as number[]) all.push(x);
-      const ui = unionCover((p0.comps[i] as Comp).kind, [], all) as number[] | undefined;
+      const ui = unionCoverN((p0.comps[i] as Comp).kind, all);
       if (ui === undefined) return false;
       u.push(ui);
     }
@@ -257,7 +263,7 @@ function gridN(ps: readonly (readonly number[][])[], comps: readonly Comp[], i: 
   }
   const all: number[] = [];
   for (const g of groups.values()) for (const x of (g[0] as number[][])[i] as number[]) all.push(x);
-  const head = unionCover((comps[i] as Comp).kind, [], all) as number[] | undefined;
+  const head = unionCoverN((comps[i] as Comp).kind, all);
   if (head === undefined) return undefined;
   if (i + 1 === comps.length) return groups.size === ps.length ? [head] : undefined;
   let rest: number[][] | undefined;
@@ -271,3 +277,36 @@ function gridN(ps: readonly (readonly number[][])[], comps: readonly Comp[], i: 
 }
 
 const sameNums = (a: readonly number[], b: readonly number[]): boolean => a.length === b.length && a.every((x, i) => x === b[i]);
+
+/**
+ * relations.ts's unionCover(kind, [], all) on covers that are numbers, without its pairs and
+ * closures (on numbers icmp is the sign of the difference, never undefined): for 'idx' the
+ * indices sorted, undefined on a repeat; for ranges the [start, end) pairs in a stable sort by
+ * start (ties keep their order, as Array.prototype.sort does there), adjacent ones merged,
+ * undefined where one starts before the last one ends (the first pair is never compared).
+ */
+export function unionCoverN(kind: Comp['kind'], all: readonly number[]): number[] | undefined {
+  if (kind === 'idx') {
+    const s = new Set<number>();
+    for (const x of all) {
+      if (s.has(x)) return undefined;
+      s.add(x);
+    }
+    return [...s].sort((x, y) => x - y);
+  }
+  const n = all.length >> 1;
+  const ord = new Int32Array(n);
+  for (let i = 0; i < n; i++) ord[i] = i;
+  ord.sort((i, j) => (all[2 * i] as number) - (all[2 * j] as number) || i - j);
+  const out: number[] = [];
+  for (let k = 0; k < n; k++) {
+    const i = ord[k] as number;
+    const st = all[2 * i] as number;
+    const e = all[2 * i + 1] as number;
+    const last = out.length - 1;
+    if (last > 0 && st < (out[last] as number)) return undefined;
+    if (last > 0 && st === out[last]) out[last] = e;
+    else out.push(st, e);
+  }
+  return out;
+}

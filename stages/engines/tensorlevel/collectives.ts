@@ -4,7 +4,7 @@
  * region maps lifted over rank-dependent bounds (docs/engine.md, "Tensor-level proofs").
  */
 import type { Attrs, Shape } from '../../../ops/types.js';
-import { everyPoint, setText } from './frames.js';
+import { everyPoint, setId } from './frames.js';
 import { type Range, type Frac, ONE, frac, fmul, feq, type Part, isMaxPart, type Relation, type Sum, type Value, type Derived, isSum, isRouted, isOpaque, termsOf, termKey, addTerms, sameRel, chunkOf, coversAll, unionParts, MAX_LIFT_POINTS, type Shared, type Pack, isPack } from './relations.js';
 import { RoutedRules } from './routed.js';
 import { concatStripes, stripeChunk } from './stripes.js';
@@ -205,7 +205,7 @@ export abstract class CollectiveRules extends RoutedRules {
     // layer and micro-batch) is checked once. The walk reads the frame only on `axes` (every
     // axis a bound has a coefficient on; elsewhere x stays at x0 and no term moves), so frames
     // that agree there share it: every pipeline stage's and cp rank's program, not one each.
-    const key = memoKey === undefined ? undefined : `${memoKey}|${regs.map((rg) => rg.map(([a, b]) => `${ikey(a)}:${ikey(b)}`).join(',')).join(';')}|${axes.map((a) => `${a}@${fr.x0[a] ?? ''}:${setText(fr.sets[a])}`).join(',')}`;
+    const key = memoKey === undefined ? undefined : `${memoKey}|${regs.map((rg) => rg.map(([a, b]) => `${ikey(a)}:${ikey(b)}`).join(',')).join(';')}|${axes.map((a) => `${a}@${fr.x0[a] ?? ''}:${setId(fr.sets[a])}`).join(',')}`;
     if (key !== undefined) {
       const hit = this.liftMemo.get(key);
       if (hit !== undefined) return hit;

@@ -104,9 +104,27 @@ export function evalNF(plan: LoadedPlan, r: number, t: number): LineageNF {
 
 /** A coordinate set as text, built once per set (frames share their sets). */
 const SET_TEXT = new WeakMap<Int32Array, string>();
-export function setText(set: Int32Array | undefined): string {
+function setText(set: Int32Array | undefined): string {
   if (set === undefined) return '';
   let t = SET_TEXT.get(set);
   if (t === undefined) SET_TEXT.set(set, (t = set.join('.')));
   return t;
+}
+/**
+ * A coordinate set as a small integer, equal for sets of equal text (setText): keys built per
+ * claim and per lifted call hold this instead of the set's text (128 coordinates of dp are
+ * ~400 characters, hashed at every lookup).
+ */
+const SET_ID = new WeakMap<Int32Array, number>();
+const SET_IDS = new Map<string, number>();
+export function setId(set: Int32Array | undefined): number {
+  if (set === undefined) return -1;
+  let id = SET_ID.get(set);
+  if (id === undefined) {
+    const t = setText(set);
+    id = SET_IDS.get(t);
+    if (id === undefined) SET_IDS.set(t, (id = SET_IDS.size));
+    SET_ID.set(set, id);
+  }
+  return id;
 }

@@ -9,7 +9,7 @@ import { registry } from '../../../ops/registry.js';
 import { type AttrSpec, type IntSpec, type LineageSpec, placementStr, type Program } from '../../../plans/model.js';
 import { checkRunClock } from '../../clock.js';
 import { CollectiveRules } from './collectives.js';
-import { axisSites, type TemplateStageRef, type TemplateFrame, everyPoint, sameSetsOutside, setText, substValue } from './frames.js';
+import { axisSites, type TemplateStageRef, type TemplateFrame, everyPoint, sameSetsOutside, setId, substValue } from './frames.js';
 import { type Range, type Frac, frac, fmul, feq, type Comp, type Relation, type Value, type Derived, regionKey, sameRel, sameAddend, attrsKey, MAX_LIFT_POINTS, evenPlacements, type StageRef, type Ctx, type Shared } from './relations.js';
 import { AddendGroups } from './addends.js';
 import { badRange, rangeAxes, restripe, stripeRange } from './stripes.js';
@@ -433,13 +433,24 @@ export abstract class TemplateRules extends CollectiveRules {
       affineSpec = spec.kind === 'index' ? [...(spec.dims ?? []).flatMap((d) => d ?? []), spec.idx].every((x) => typeof x === 'number' || x.affine !== undefined) : evenPlacements(spec.placements, plan.mesh.sizes, lshape0);
       this.affineSpecs.set(spec, affineSpec);
     }
-    const axes = (affineSpec ? frame.sets.map((_, a) => a) : [...spec.axes]).filter((a) => (frame.sets[a]?.length ?? 0) > 1).sort((a, b) => a - b);
-    const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
-    if (!affineSpec && points > MAX_LIFT_POINTS) return `a claim over ${points} coordinates (at most ${MAX_LIFT_POINTS})`;
     const mesh = plan.mesh;
     // Shapes do not depend on the coordinates (templateFrame): the base view's, never a view per rank.
     const lshape = plan.logical.shapes[spec.logical] ?? [];
     const local = plan.view(r).shapes[t] ?? [];
+    const axes = (affineSpec ? frame.sets.map((_, a) => a) : [...spec.axes]).filter((a) => (frame.sets[a]?.length ?? 0) > 1).sort((a, b) => a - b);
+    const points = axes.reduce((q, a) => q * (frame.sets[a] as Int32Array).length, 1);
+    // The walk reads the spec's expressions, the shapes and the frame, never the logical
+    // tensor's identity: tensors with the same pattern (every layer's) share it (walkKey). Of
+    // the frame it reads the base on the axes the spec reads (evalLineage reads no other
+    // coordinate) and the sets of the axes it walks (a subset): frames that agree there
+    // (every pipeline stage's program) share it too.
+    // An affine spec is fitted, not walked: from the base and one step along each axis in
+    // `axes`, which the same key holds, so its fit is shared the same way.
+    // The sets as interned ids (frames.ts setId): a set of 128 coordinates is ~400 characters
+    // of text. (Built per call: a cache per spec object cost more memory than it saved, since
+    // claims are asked for about once per tensor and frame.)
+    const key = `${affineSpec ? 'A' : 'W'}|${walkKey(spec, lshape, local)}|${spec.axes.map((a) => `${a}=${frame.x0[a] ?? ''}`).join(',')}|${axes.map((a) => `${a}:${setId(frame.sets[a])}`).join(',')}`;
+    if (!affineSpec && points > MAX_LIFT_POINTS) return `a claim over ${points} coordinates (at most ${MAX_LIFT_POINTS})`;
     const nfAt = (x: readonly number[]): LineageNF => evalLineage(spec, mesh, mesh.rankOf(x), lshape, local);
     // Flattened to numbers: [ranges..., idx], with the constant parts as text.
     // Striped dims (several ranges) are fitted piece by piece; the piece counts are part of the fixed text.
@@ -450,14 +461,6 @@ export abstract class TemplateRules extends CollectiveRules {
       nums.push(v.n === 1 ? 0 : v.idx);
       return { nums, fixed: `${nf.logical}|${v.divisor}|${v.n}|${v.reduce}|${groupKey(v)}|${nf.ranges.map((rg) => rg.length).join(',')}` };
     };
-    // The walk reads the spec's expressions, the shapes and the frame, never the logical
-    // tensor's identity: tensors with the same pattern (every layer's) share it (walkKey). Of
-    // the frame it reads the base on the axes the spec reads (evalLineage reads no other
-    // coordinate) and the sets of the axes it walks (a subset): frames that agree there
-    // (every pipeline stage's program) share it too.
-    // An affine spec is fitted, not walked: from the base and one step along each axis in
-    // `axes`, which the same key holds, so its fit is shared the same way.
-    const key = `${affineSpec ? 'A' : 'W'}|${walkKey(spec, lshape, local)}|${spec.axes.map((a) => `${a}=${frame.x0[a] ?? ''}`).join(',')}|${axes.map((a) => `${a}:${setText(frame.sets[a])}`).join(',')}`;
     const memo = this.walks;
     if (memo.size > 200_000) memo.clear();
     const hit = memo.get(key);
