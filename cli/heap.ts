@@ -25,7 +25,7 @@ const HEAP_MB = Math.min(12 * 1024, Math.floor(totalmem() / (2 * 1024 * 1024)));
  * larger scavenges cost less CPU (docs/benchmarks.md, "405B `--sp --cp 2`: CPU"). A
  * --max-semi-space-size the user gave node wins.
  */
-const SEMI_SPACE_MB = 64;
+const SEMI_SPACE_MB = 32;
 /** Set in the heap child (which then neither supervises nor tries the fast path again). */
 export const CHILD_ENV = 'PLANPROOF_HEAP_CHILD';
 /** When the first process started (epoch ms): --time-limit counts from there (cli/app.ts). */
