@@ -30,13 +30,15 @@ export interface MaskGraph {
 
 type Range = { ids: number; s: number; e: number };
 
-/** `(ids >= s)·(ids < e)` (torch's `&` of two bool compares of one ids tensor with constants), in either order: 1 exactly where s <= id < e (never, when s >= e). */
-function rangeMask(g: MaskGraph, t: number): Range | undefined {
-  const op = g.producer(t);
-  if (op < 0 || !g.isMul(op) || g.inputs(op).length !== 2) return undefined;
+/**
+ * The two inputs of `op` as `[ids >= a]` and `[ids < b]` (0/1 compares of one ids tensor with
+ * constant scalars, in either order, no input broadcasting to t's shape): the ids and {a, b}.
+ */
+function geLtPair(g: MaskGraph, op: number, t: number): { ids: number; ge: number; lt: number } | undefined {
+  if (g.inputs(op).length !== 2) return undefined;
   let ids: number | undefined;
-  let s: number | undefined;
-  let e: number | undefined;
+  let ge: number | undefined;
+  let lt: number | undefined;
   for (const c of g.inputs(op)) {
     const cop = g.producer(c);
     const how = cop < 0 ? undefined : g.compareRel(cop);
@@ -44,11 +46,18 @@ function rangeMask(g: MaskGraph, t: number): Range | undefined {
     const v = k === undefined ? undefined : g.constant(k);
     if (x === undefined || v === undefined || (ids !== undefined && x !== ids) || g.shapeKey(x) !== g.shapeKey(t) || g.shapeKey(c) !== g.shapeKey(t)) return undefined;
     ids = x;
-    if (how === 'ge' && s === undefined) s = v;
-    else if (how === 'lt' && e === undefined) e = v;
+    if (how === 'ge' && ge === undefined) ge = v;
+    else if (how === 'lt' && lt === undefined) lt = v;
     else return undefined;
   }
-  return ids === undefined || s === undefined || e === undefined ? undefined : { ids, s, e };
+  return ids === undefined || ge === undefined || lt === undefined ? undefined : { ids, ge, lt };
+}
+
+/** `(ids >= s)·(ids < e)` (torch's `&` of two bool compares of one ids tensor with constants), in either order: 1 exactly where s <= id < e (never, when s >= e). */
+function rangeMask(g: MaskGraph, t: number): Range | undefined {
+  const op = g.producer(t);
+  const p = op < 0 || !g.isMul(op) ? undefined : geLtPair(g, op, t);
+  return p === undefined ? undefined : { ids: p.ids, s: p.ge, e: p.lt };
 }
 
 /**
@@ -131,20 +140,7 @@ export function outsideMask(g: MaskGraph, t: number): { ids: number; s: number; 
   const [x0, z] = g.inputs(op) as [number, number];
   if (z === undefined || g.constant(z) !== 0) return undefined;
   const aop = g.producer(x0);
-  if (aop < 0 || !g.isAdd(aop)) return undefined;
-  let ids: number | undefined;
-  let s: number | undefined;
-  let e: number | undefined;
-  for (const c of g.inputs(aop)) {
-    const cop = g.producer(c);
-    const how = cop < 0 ? undefined : g.compareRel(cop);
-    const [x, k] = cop < 0 ? [] : [...g.inputs(cop)];
-    const v = k === undefined ? undefined : g.constant(k);
-    if (x === undefined || v === undefined || (ids !== undefined && x !== ids) || g.shapeKey(x) !== g.shapeKey(t) || g.shapeKey(c) !== g.shapeKey(t)) return undefined;
-    ids = x;
-    if (how === 'lt' && s === undefined) s = v;
-    else if (how === 'ge' && e === undefined) e = v;
-    else return undefined;
-  }
-  return ids === undefined || s === undefined || e === undefined || s >= e ? undefined : { ids, s, e };
+  // [ids < s] + [ids >= e]: outside [s, e) when s < e.
+  const p = aop < 0 || !g.isAdd(aop) ? undefined : geLtPair(g, aop, t);
+  return p === undefined || p.lt >= p.ge ? undefined : { ids: p.ids, s: p.lt, e: p.ge };
 }
