@@ -9,7 +9,7 @@ import type { GradBuilder, GradRef } from '../ops/grad.js';
 import { registry } from '../ops/registry.js';
 import type { Attrs, Shape } from '../ops/types.js';
 import { floatAlgebra } from '../sdfg/algebras.js';
-import { mkdtempSync, readdirSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -73,4 +73,39 @@ export function filesUnder(dir: string, sub: string): string[] {
   } catch {
     return [];
   }
+}
+
+/** Edits of an import directory's files: each function rewrites every file whose name matches. */
+export type DirEdits = readonly (readonly [RegExp, (text: string) => string])[];
+
+/** One stage of `verify --json`. */
+export interface StageVerdict {
+  logical: string;
+  status: string;
+  decidedBy?: string;
+}
+
+/**
+ * An `import-graphs --dir` input copied, edited (each edit must change at least one file),
+ * imported (which must succeed) and verified with `verify --infer --jobs 0 --no-cache
+ * --no-answer-cache --json`: the exit code and the stages.
+ */
+export async function verifyImportDir(src: string, edits: DirEdits = []): Promise<{ code: number; stages: StageVerdict[] }> {
+  const d = mkdtempSync(join(tmpdir(), 'pp-import-dir-'));
+  cpSync(src, d, { recursive: true });
+  for (const [files, edit] of edits) {
+    let changed = 0;
+    for (const f of readdirSync(d).filter((x) => files.test(x))) {
+      const before = readFileSync(join(d, f), 'utf8');
+      const after = edit(before);
+      if (after !== before) changed++;
+      writeFileSync(join(d, f), after);
+    }
+    assert.ok(changed > 0, `the edit of ${String(files)} changed nothing`);
+  }
+  const out = join(d, 'plan.json');
+  const imp = await runCli(['import-graphs', '--dir', d, '-o', out]);
+  assert.equal(imp.code, 0, imp.stderr);
+  const v = await runCli(['verify', '--infer', '--jobs', '0', '--no-cache', '--no-answer-cache', '--json', out]);
+  return { code: v.code, stages: (JSON.parse(v.stdout) as { stages: StageVerdict[] }).stages };
 }

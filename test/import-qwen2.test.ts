@@ -10,39 +10,10 @@
  * verified.
  */
 import { strict as assert } from 'node:assert';
-import { cpSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runCli } from './helpers.js';
+import { type DirEdits, verifyImportDir as verifyDir } from './helpers.js';
 
 const FIX = 'test/fixtures/qwen2-vllm';
-
-/** An edit of each file whose name matches. */
-type Edits = [RegExp, (s: string) => string][];
-interface Verdict {
-  code: number;
-  stages: { logical: string; status: string; decidedBy?: string }[];
-}
-
-async function verifyDir(src: string, edits: Edits = []): Promise<Verdict> {
-  const d = mkdtempSync(join(tmpdir(), 'pp-qwen2-'));
-  cpSync(src, d, { recursive: true });
-  for (const [files, e] of edits) {
-    let changed = 0;
-    for (const f of readdirSync(d).filter((x) => files.test(x))) {
-      const before = readFileSync(join(d, f), 'utf8');
-      const after = e(before);
-      if (after !== before) changed++;
-      writeFileSync(join(d, f), after);
-    }
-    assert.ok(changed > 0, `the edit of ${files} changed nothing`);
-  }
-  const out = join(d, 'plan.json');
-  const imp = await runCli(['import-graphs', '--dir', d, '-o', out]);
-  assert.equal(imp.code, 0, imp.stderr);
-  const v = await runCli(['verify', '--infer', '--jobs', '0', '--no-cache', '--no-answer-cache', '--json', out]);
-  return { code: v.code, stages: (JSON.parse(v.stdout) as { stages: Verdict['stages'] }).stages };
-}
 
 const RANKS = /^rank\d+\.py$/;
 const RANK0 = /^rank0\.py$/;
@@ -51,7 +22,7 @@ const RANK0 = /^rank0\.py$/;
 const literal = (name: string, f: (k: number) => number) => (s: string): string =>
   s.replace(new RegExp(`(\\n +${name}: "[^"]*" = torch\\.ops\\.aten\\.[a-zA-Z_.]+\\([a-z_0-9]+, )(\\d+)\\)`), (_m, head: string, k: string) => `${head}${f(Number(k))})`);
 
-const BUGS: [string, Edits][] = [
+const BUGS: [string, DirEdits][] = [
   // The row-parallel o_proj's partial sums never added up.
   ['the all-reduce after o_proj dropped on every rank', [[RANKS, (s) => s.replace(/(all_reduce_1: "[^"]*" = )torch\.ops\.vllm\.all_reduce\.default\(mm, 'tp:0'\)/, '$1torch.ops.aten.clone.default(mm)')]]],
   // Rows of ids outside the shard read row 0 and are summed in.

@@ -10,36 +10,20 @@
  */
 import { strict as assert } from 'node:assert';
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runCli } from './helpers.js';
+import { runCli, verifyImportDir } from './helpers.js';
 import { needs, TOOLS } from './optional.js';
 
 const SMALL = 'test/fixtures/megatron-fx/gpt_tp2_l1';
 const WIDE = 'test/fixtures/megatron-fx-wide';
 
 type Edits = Record<string, (s: string) => string>;
-interface Verdict {
-  code: number;
-  stages: { logical: string; status: string; decidedBy?: string }[];
-}
 
-async function verifyDir(src: string, edits: Edits = {}): Promise<Verdict> {
-  const d = mkdtempSync(join(tmpdir(), 'pp-wide-'));
-  cpSync(src, d, { recursive: true });
-  for (const [f, e] of Object.entries(edits)) {
-    const before = readFileSync(join(d, f), 'utf8');
-    const after = e(before);
-    assert.notEqual(after, before, `the edit of ${f} changed nothing`);
-    writeFileSync(join(d, f), after);
-  }
-  const out = join(d, 'plan.json');
-  const imp = await runCli(['import-graphs', '--dir', d, '-o', out]);
-  assert.equal(imp.code, 0, imp.stderr);
-  const v = await runCli(['verify', '--infer', '--jobs', '0', '--no-cache', '--no-answer-cache', '--json', out]);
-  return { code: v.code, stages: (JSON.parse(v.stdout) as { stages: Verdict['stages'] }).stages };
-}
+/** The directory imported and verified with these files edited (each edit must change its file). */
+const verifyDir = (src: string, edits: Edits = {}): ReturnType<typeof verifyImportDir> =>
+  verifyImportDir(src, Object.entries(edits).map(([f, e]) => [new RegExp(`^${f.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`), e] as const));
 
 /** The constant of a line `NAME: "..." = torch.ops.aten.OP(ARG, K)` replaced by K + delta. */
 const shiftConst = (name: string, delta: number) => (s: string): string =>
