@@ -1,34 +1,46 @@
 #!/usr/bin/env python3
-"""planproof relations for two of Entangle's Megatron bug graphs (github.com/nyu-systems/Entangle,
+"""planproof relations for Entangle's Megatron bug graphs (github.com/nyu-systems/Entangle,
 examples/data/BUG/{tp1,tp2.bug}/both.g0.r<k>.py: a one-layer Megatron GPT under tensor
 parallelism, traced by torch 2.x as one joint forward + backward graph per rank):
   layernorm     bug_missing_layernorm_allreduce: with sequence parallelism, the pre-MLP
                 LayerNorm weight gradient is never all-reduced over the sequence shards;
   wrong_config  bug_missing_allreduce_under_wrong_config: the gradient of fc2's input, checked
-                as Megatron splits it (along the ffn dim).
+                as Megatron splits it (along the ffn dim);
+  switchmlp     bug_missing_switchmlp_allreduce: the MLP is the legacy top-1 SwitchMLP with one
+                expert, its tokens selected by `nonzero` (sizes `u0`, read by dense masking,
+                docs/import.md "Data-dependent sizes"); the router's gradient is not all-reduced.
 
 Makes one `planproof import-graphs --dir` input: logical.py (the tp-1 graph), rank0.py,
 rank1.py (the tp-2 graphs) and relations.json. The relations restate the preconditions of
 Entangle's examples/detect_<BUG>.py:
 
-  * the checked output: for layernorm the LayerNorm weight gradient `getitem_58`, which must be
-    the same on every rank as on one device (Entangle's `build_expected`: all_eq, so placement
-    R); for wrong_config the node Entangle filters the output to, `mm_7` (fc2's input
-    gradient), whose relation Entangle leaves to be found: here Megatron's split along dim 1;
+  * the checked output: for layernorm the LayerNorm weight gradient `getitem_58`, and for
+    switchmlp the router weight's gradient `t_20`, each the same on every rank as on one device
+    (Entangle's `build_expected`: all_eq, so placement R); for wrong_config the node Entangle
+    filters the output to, `mm_7` (fc2's input gradient), whose relation Entangle leaves to be
+    found: here Megatron's split along dim 1;
   * its `concat_target` preconditions become assumptions on intermediate nodes (docs/import.md,
-    "Assumptions on intermediate nodes"), each concatenated along the dim Entangle gives: the
-    logits' gradient `mul_4` along dim 2 (both bugs); for layernorm also the fc1 output `add_4`
-    along dim 2 and the LayerNorm's input `add_3` and its saved mean and inverse deviation
-    `getitem_53`, `getitem_54` along the sequence, dim 0; the word embeddings, fc1 and fc2
-    weights as Megatron splits them;
+    "Assumptions on intermediate nodes"), each concatenated along the dim Entangle gives:
+    - layernorm and wrong_config: the logits' gradient `mul_4` along the vocabulary, dim 2;
+      for layernorm also the fc1 output `add_4` along dim 2 and the LayerNorm's input `add_3`
+      and its saved mean and inverse deviation `getitem_53`, `getitem_54` along the sequence;
+    - switchmlp: the logits' gradient `mul_47` (ranks: `mul_43`) along dim 2; the switch-MLP
+      output `index_put` (ranks: `wait_tensor_10`, after the reduce-scatter), the routing choice
+      `getitem_50` (an expert's index), the router's `sigmoid`, the router input `view_17`
+      (ranks: `view_16`) and `new_zeros_1` along the tokens, dim 0. `sinkhorn` (Megatron's
+      iterative normalization, an op with no exact rule: a loop until a tolerance) is assumed
+      too: its only reader is the `max` whose index is the assumed `getitem_50`, so in the plan
+      no op reads it and the assumption adds no claim about the checked output (Entangle leaves
+      it out by making `getitem_50` a leaf);
+    the word embeddings and the split weights as Megatron splits them;
   * every other graph input needs a relation in planproof (Entangle leaves them free): the
     parameters as Megatron lays them out under TP (QKV and fc1 split along rows, the projection
-    and fc2 along columns, norms and row-parallel biases replicated), the data inputs replicated
-    with their value ranges, each `tangents_k` (the gradient accumulated into) as its parameter,
-    the loss scale replicated; module constants are 0 (Entangle's
-    `get_lift_fresh_copy_constant_value`).
+    and fc2 along columns, norms, row-parallel biases, the router and position embeddings
+    replicated), the data inputs replicated with their value ranges, each `tangents_k` (the
+    gradient accumulated into) as its parameter, the loss scale (the last tangent) replicated;
+    module constants are 0 (Entangle's `get_lift_fresh_copy_constant_value`).
 
-usage: entangle_bug_relations.py {layernorm|wrong_config} SRC_TP1_DIR SRC_TP2_DIR OUT_DIR
+usage: entangle_bug_relations.py {layernorm|wrong_config|switchmlp} SRC_TP1_DIR SRC_TP2_DIR OUT_DIR
 """
 import json
 import os
@@ -36,9 +48,9 @@ import re
 import shutil
 import sys
 
-# primals_k: the parameter's placement under TP 2 (Megatron core GPT layer), read off the
-# shapes of both signatures (a dim halved on the ranks is the split one).
-PARAMS = {
+# primals_k: the parameter's placement under TP 2, read off the shapes of both signatures (a dim
+# halved on the ranks is the split one). Megatron core's GPT layer:
+GPT_LAYER = {
     6: 'S(0)',   # word embeddings (vocab parallel)
     7: 'R',      # position embeddings
     8: 'R', 9: 'R',  # input layernorm
@@ -50,17 +62,47 @@ PARAMS = {
     22: 'S(1)', 23: 'R',  # linear_fc2 (row parallel) and its bias
     24: 'R', 25: 'R',  # final layernorm
 }
+# ... and with the legacy SwitchMLP (one expert, no biases) in place of the MLP:
+SWITCH_LAYER = {
+    6: 'S(0)',   # word embeddings (vocab parallel)
+    7: 'R',      # position embeddings
+    8: 'R', 9: 'R',  # input layernorm
+    10: 'S(1)',  # linear_proj (row parallel)
+    11: 'S(0)',  # linear_qkv (column parallel)
+    12: 'R', 13: 'R', 14: 'R', 15: 'R',  # q/k layernorm
+    16: 'R', 17: 'R',  # pre-MLP layernorm
+    18: 'R',     # router
+    19: 'S(0)',  # expert dense_h_to_4h (column parallel)
+    20: 'S(1)',  # expert dense_4h_to_h (row parallel)
+    21: 'R', 22: 'R',  # final layernorm
+}
 
-# Per bug: Entangle's concat_target preconditions (rank node -> (logical node, dim)) and the
-# checked output (name, node, placement).
+# Per bug: the parameters' placements; Entangle's concat_target preconditions (rank node ->
+# (logical node, dim)); the checked output (name, node, placement).
 BUGS = {
     'layernorm': (
+        GPT_LAYER,
         {'mul_4': ('mul_4', 2), 'add_4': ('add_4', 2), 'add_3': ('add_3', 0), 'getitem_53': ('getitem_53', 0), 'getitem_54': ('getitem_54', 0)},
         ('grad.pre_mlp_layernorm.weight', 'getitem_58', 'R'),
     ),
     'wrong_config': (
+        GPT_LAYER,
         {'mul_4': ('mul_4', 2)},
         ('grad.fc2.input', 'mm_7', 'S(1)'),
+    ),
+    'switchmlp': (
+        SWITCH_LAYER,
+        {
+            'mul_43': ('mul_47', 2),
+            'wait_tensor_10': ('index_put', 0),
+            'getitem_50': ('getitem_50', 0),
+            'sigmoid': ('sigmoid', 0),
+            'view_16': ('view_17', 0),
+            'new_zeros_1': ('new_zeros_1', 0),
+            # (not Entangle's: read by nothing once getitem_50 is assumed, see above)
+            'sinkhorn': ('sinkhorn', 0),
+        },
+        ('grad.router.weight', 't_20', 'R'),
     ),
 }
 
@@ -68,7 +110,7 @@ BUGS = {
 def main() -> None:
     if len(sys.argv) != 5 or sys.argv[1] not in BUGS:
         sys.exit(__doc__)
-    assumed, (oname, onode, oplace) = BUGS[sys.argv[1]]
+    params, assumed, (oname, onode, oplace) = BUGS[sys.argv[1]]
     src1, src2, out = sys.argv[2], sys.argv[3], sys.argv[4]
     os.makedirs(out, exist_ok=True)
     shutil.copy(os.path.join(src1, 'both.g0.r0.py'), os.path.join(out, 'logical.py'))
@@ -84,20 +126,23 @@ def main() -> None:
         'primals_4': {'role': 'input', 'placements': ['R']},  # attention mask
         'primals_5': {'role': 'input', 'placements': ['R'], 'values': {'range': [0, seq]}},  # position ids
     }
-    for k, p in PARAMS.items():
+    for k, p in params.items():
         inputs[f'primals_{k}'] = {'role': 'param', 'placements': [p]}
-        # tangents_1..20 follow the parameters 6..25 in order: the gradients accumulated into.
+        # tangents_1.. follow the parameters 6.. in order: the gradients accumulated into.
         inputs[f'tangents_{k - 5}'] = {'placements': [p]}
-    inputs['tangents_21'] = {'placements': ['R']}  # the loss scale
+    inputs[f'tangents_{max(params) - 4}'] = {'placements': ['R']}  # the loss scale
     for node, (lnode, dim) in assumed.items():
         spec = {'placements': [f'S({dim})']}
+        if node == 'getitem_50':
+            # the routing choice: an expert's index (the router weight's rows)
+            experts = int(re.search(r'primals_18: "f16\[(\d+), \d+\]"', text).group(1))
+            spec['values'] = {'range': [0, experts]}
         if lnode != node:
             spec['logical'] = lnode
         inputs[node] = spec
     consts = set()
-    for f in ['both.g0.r0.py']:
-        for d in (src1, src2):
-            consts |= set(re.findall(r'self\.(_tensor_constant\d+)', open(os.path.join(d, f)).read()))
+    for d in (src1, src2):
+        consts |= set(re.findall(r'self\.(_tensor_constant\d+)', open(os.path.join(d, 'both.g0.r0.py')).read()))
     relations = {
         'format': 'planproof-relations/v1',
         'mesh': {'axes': [{'name': 'tp', 'size': 2}]},
