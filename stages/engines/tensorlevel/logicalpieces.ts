@@ -11,7 +11,7 @@
  */
 import { registry } from '../../../ops/registry.js';
 import { numel, type Shape } from '../../../ops/types.js';
-import { type Range, ONE, feq, fmul, isMaxPart, type Relation } from './relations.js';
+import { type Range, ONE, feq, isMaxPart, type Relation } from './relations.js';
 import { stripeOf, stripeRange } from './stripes.js';
 import { iadd, iconst, isub } from './sym.js';
 import type { LogicalWorld, OpRef } from './world.js';
@@ -173,7 +173,8 @@ export class LogicalPieces {
       if (!pieces.every(([a, b]) => typeof a === 'number' && typeof b === 'number' && a >= off && b <= off + n && a < b)) continue;
       const moved = stripeRange(pieces.map(([a, b]) => [(a as number) - off, (b as number) - off] as Range));
       const [id, f] = w.canon(out);
-      if (typeof moved === 'string' || id !== out || fmul(x.scale, f) === undefined) continue;
+      // (A tensor canonical to itself is itself, factor 1.)
+      if (typeof moved === 'string' || id !== out || !feq(f, ONE)) continue;
       return { logical: out, ranges: x.ranges.map((r, i) => (i === d ? moved : r)), scale: x.scale };
     }
     return undefined;
@@ -213,7 +214,7 @@ export class LogicalPieces {
         }
         const rg = stripeRange(pieces);
         const [id, f] = w.canon(out);
-        if (typeof rg === 'string' || id !== out || fmul(first.scale, f) === undefined) continue;
+        if (typeof rg === 'string' || id !== out || !feq(f, ONE)) continue;
         const c = this.checked({ logical: out, ranges: first.ranges.map((r, i) => (i === d ? rg : r)), scale: first.scale }, outShape);
         if (typeof c !== 'string') return c;
       }

@@ -676,12 +676,6 @@ export abstract class SliceRules extends ProverBase {
         if (typeof d === 'string') why = d;
       }
     }
-    // A slice of a tensor the logical graph splits, inside one piece: the same op on that piece.
-    const piece = ins0.length === 1 && def.sliceRegions !== undefined ? this.logPieces.inSplitPiece(ins0[0] as Relation) : undefined;
-    if (piece !== undefined) {
-      const d = this.sliced(kind, [piece], attrs, k, outShape, name, virtual);
-      if (typeof d !== 'string') return d;
-    }
     return why === '' ? `no logical '${name}' reads ${ins.map((x) => w.name(x.logical)).join(', ')}` : why;
   }
 
