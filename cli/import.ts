@@ -2,7 +2,7 @@
  * `planproof import-graphs`: a plan from exported ATen graphs (one single-device graph, one per
  * rank, a relations file), checked by the loader before it is written. docs/import.md.
  */
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, isAbsolute, join } from 'node:path';
 import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
 import { parsePlanJson, readPlanText } from '../plans/json.js';
@@ -122,6 +122,24 @@ function halfAt(g: GraphFile): string | undefined {
   return `${g.name}:${at + 1}`;
 }
 
+/**
+ * The captured run's input values (`inputs.json`, written by planproof capture when the program
+ * read values into Python): where verify first looks for a witness that keeps those reads. Only
+ * a hint for witnesses, so a file that is absent or not numbers by name is ignored.
+ */
+function readRunInputs(file: string): Record<string, number[]> | undefined {
+  if (!existsSync(file)) return undefined;
+  try {
+    const x = JSON.parse(readFileSync(file, 'utf8')) as unknown;
+    if (typeof x !== 'object' || x === null || Array.isArray(x)) return undefined;
+    const out: Record<string, number[]> = {};
+    for (const [k, v] of Object.entries(x)) if (Array.isArray(v) && v.every((e) => typeof e === 'number' && Number.isFinite(e))) out[k] = v as number[];
+    return out;
+  } catch {
+    return undefined;
+  }
+}
+
 export function importCommand(a: ImportArgs, out: Out, progress?: ImportProgress): number {
   const logicalFile = a.logical !== undefined ? split(a.logical) : a.dir === undefined ? undefined : inDir(a.dir, 'logical');
   const relFile = a.relations ?? (a.dir === undefined ? undefined : join(a.dir, 'relations.json'));
@@ -157,7 +175,9 @@ export function importCommand(a: ImportArgs, out: Out, progress?: ImportProgress
     let steps = 0;
     const onProgress = bar === undefined ? undefined : (d: number, t: number, w: string): void => bar.update(d, (steps = t + 2), w);
     const graphs = { logical: logicalFile.map(read), ranks: ranks.map((fs) => fs.map(read)) };
-    const { plan, stats } = importGraphs({ logical: graphs.logical, ranks: graphs.ranks, relations, relationsFile: relFile, opMaps, ...(a.name === undefined ? {} : { name: a.name }), ...(onProgress === undefined ? {} : { onProgress }) });
+    // (values.json, the golden values a capture with --values writes, holds the same inputs)
+    const runInputs = a.dir === undefined ? undefined : (readRunInputs(join(a.dir, 'inputs.json')) ?? readRunInputs(join(a.dir, 'values.json')));
+    const { plan, stats } = importGraphs({ logical: graphs.logical, ranks: graphs.ranks, relations, relationsFile: relFile, opMaps, ...(a.name === undefined ? {} : { name: a.name }), ...(onProgress === undefined ? {} : { onProgress }), ...(runInputs === undefined ? {} : { runInputs }) });
     const outName = a.out ?? '(stdout)';
     // The loader checks what the importer wrote (shapes, lineage, tiling, collective matching)
     // before anything is written: a plan that does not load is never left behind.

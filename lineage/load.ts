@@ -9,7 +9,7 @@ import { IssueSink } from '../plans/errors.js';
 import { ExprError, exprIssue } from '../plans/expr.js';
 import { parsePlanJson, readPlanText } from '../plans/json.js';
 import { defaultLimits, loadStructure, type LoadOptions } from '../plans/loader.js';
-import type { CollectiveInstance, Plan } from '../plans/model.js';
+import type { CollectiveInstance, Plan, PlanGuard } from '../plans/model.js';
 import type { CollectiveKind, CollectiveStats } from '../plans/symcoll.js';
 import { checkLineage, collectClaims, type Claim, type Coverage } from './check.js';
 import { checkLineageSymbolic, type LineageStats } from './symbolic.js';
@@ -101,6 +101,8 @@ function load(file: string, raw: unknown, opts: LoadOptions, subset: boolean): L
     name: plan.name ?? '',
     description: plan.description ?? '',
     ...(specializedOf(plan) === undefined ? {} : { specialized: specializedOf(plan) }),
+    ...(guardsOf(plan) === undefined ? {} : { guards: guardsOf(plan) }),
+    ...(runInputsOf(plan) === undefined ? {} : { runInputs: runInputsOf(plan) }),
     mesh,
     logical,
     programs,
@@ -125,6 +127,51 @@ function load(file: string, raw: unknown, opts: LoadOptions, subset: boolean): L
     multiRank: quotient.filter((c) => c.sites.every((x) => x < 0)),
     stats: { checks: mode, boxPrograms: boxes.filter((b) => b.isBox).length, shapeChecks, collectives: cstats, lineage: lstats, ms },
   };
+}
+
+const CMPS = new Set(['eq', 'ne', 'lt', 'le', 'gt', 'ge']);
+
+/**
+ * The `x-planproof-guards` of a plan. A malformed entry is kept as a guard that never holds
+ * (values null), never dropped: dropping one could let a witness that changes a read refute.
+ */
+function guardsOf(plan: { readonly [k: string]: unknown }): readonly PlanGuard[] | undefined {
+  const x = plan['x-planproof-guards'];
+  if (x === undefined) return undefined;
+  const list = Array.isArray(x) ? x : [x];
+  const never = (where: string): PlanGuard => ({ program: -1, tensor: '', cmp: 'eq', values: null, where });
+  return list.map((g: unknown): PlanGuard => {
+    if (typeof g !== 'object' || g === null) return never('a malformed guard');
+    const o = g as Record<string, unknown>;
+    const where = typeof o['where'] === 'string' ? o['where'].slice(0, 500) : 'a guard without a place';
+    const program = o['program'] === 'logical' ? -1 : o['program'];
+    const cmp = o['cmp'];
+    if (typeof program !== 'number' || !Number.isInteger(program) || typeof o['tensor'] !== 'string' || typeof cmp !== 'string' || !CMPS.has(cmp)) return never(where);
+    const base = { program, tensor: o['tensor'], cmp: cmp as PlanGuard['cmp'], where };
+    const v = o['values'];
+    if (Array.isArray(v)) {
+      const nums = v.map(jsonNumber);
+      return { ...base, values: nums.every((e): e is number => e !== undefined) ? nums : null };
+    }
+    const other = typeof o['other'] === 'string' ? o['other'] : jsonNumber(o['otherValue']);
+    if (other !== undefined && typeof o['outcome'] === 'boolean') return { ...base, other, outcome: o['outcome'] };
+    return { ...base, values: null };
+  });
+}
+
+/** `x-planproof-run-inputs`: finite numbers by input name; anything else is ignored (it only picks a witness draw, which the guards still check). */
+function runInputsOf(plan: { readonly [k: string]: unknown }): Record<string, readonly number[]> | undefined {
+  const x = plan['x-planproof-run-inputs'];
+  if (typeof x !== 'object' || x === null || Array.isArray(x)) return undefined;
+  const out: Record<string, readonly number[]> = {};
+  for (const [k, v] of Object.entries(x)) if (Array.isArray(v) && v.every((e) => typeof e === 'number' && Number.isFinite(e))) out[k] = v as number[];
+  return Object.keys(out).length === 0 ? undefined : out;
+}
+
+/** A number as JSON carries it: infinities and NaN as the strings 'inf', '-inf', 'nan'. */
+function jsonNumber(x: unknown): number | undefined {
+  if (typeof x === 'number') return x;
+  return x === 'inf' ? Infinity : x === '-inf' ? -Infinity : x === 'nan' ? Number.NaN : undefined;
 }
 
 /** The `x-planproof-specialized` notes of a plan (strings only; anything else is ignored as an extension). */

@@ -171,6 +171,22 @@ export interface Contract {
   readonly outputs: Int32Array;
 }
 
+/**
+ * A condition the traced program depends on (a value read into Python): in program `program`
+ * (-1 the logical graph, else a rank), tensor `tensor` equals `values` element by element
+ * (`cmp` 'eq', values given; null: not recorded, never shown to hold), or `tensor cmp other`
+ * (a tensor of the same program, or a number) came out `outcome`.
+ */
+export interface PlanGuard {
+  readonly program: number;
+  readonly tensor: string;
+  readonly cmp: 'eq' | 'ne' | 'lt' | 'le' | 'gt' | 'ge';
+  readonly values?: readonly number[] | null;
+  readonly other?: string | number;
+  readonly outcome?: boolean;
+  readonly where: string;
+}
+
 export interface Plan {
   readonly file: string;
   readonly name: string;
@@ -181,6 +197,13 @@ export interface Plan {
    * `x-planproof-specialized` of an imported plan; every report says so).
    */
   readonly specialized?: readonly string[];
+  /**
+   * What a witness must reproduce of those reads (`x-planproof-guards`): a "not equivalent"
+   * on a specialized plan needs inputs where every guard holds (stages/witness/guards.ts).
+   */
+  readonly guards?: readonly PlanGuard[];
+  /** The captured run's values of contract inputs the guards depend on (`x-planproof-run-inputs`): where a witness is drawn first. */
+  readonly runInputs?: Readonly<Record<string, readonly number[]>>;
   readonly mesh: Mesh;
   readonly logical: LogicalGraph;
   readonly programs: Program[];

@@ -6,12 +6,12 @@
  * meaning is the ATen op's (docs/import.md); booleans are their 0/1 values.
  */
 import type { AttrValue } from '../../ops/types.js';
-import type { FxArg, FxNode } from './fxtext.js';
+import { ImportError, type FxArg, type FxNode } from './fxtext.js';
 import { indexPutInt } from './aten-index.js';
 import { pinRouting } from './aten-sort.js';
 import { maskPut, positional } from './aten-mask.js';
 import { isNegInf, negInfFilled } from './aten-neginf.js';
-import { filled, type Lowerer, type Rule, type TensorVal, type Val } from './lower.js';
+import { filled, type ImportGuard, type Lowerer, type Rule, type TensorVal, type Val } from './lower.js';
 import { absOf } from './aten-loops.js';
 
 type Rel = 'gt' | 'ge' | 'lt' | 'le' | 'eq' | 'ne';
@@ -404,6 +404,27 @@ export const TRAINING_RULES: Record<string, Rule> = {
     const where = n.loc ?? `${l.g.file}:${n.line}`;
     l.reads.push(`${where}: the value of '${x.id}' read into Python`);
     pinRouting(l, x.id, where);
+    return l.bind(n, { kind: 'none' });
+  },
+  // What a witness must reproduce of a read (planproof capture writes it after each read):
+  // `guard(t, 'eq', [values])`, or `guard(a, cmp, b, outcome)` for a comparison Python made.
+  'planproof.guard': (l, n) => {
+    const x = l.tensor(n.args[0], 'self');
+    const cmp = l.str(n.args[1], 'cmp');
+    const where = n.loc ?? `${l.g.file}:${n.line}`;
+    if (!['eq', 'ne', 'lt', 'le', 'gt', 'ge'].includes(cmp)) throw new ImportError(l.g.file, n.line, `planproof.guard: comparison '${cmp}' is none of eq ne lt le gt ge`);
+    const c = cmp as ImportGuard['cmp'];
+    const b = n.args[2];
+    if (n.args.length <= 3) {
+      // An exact read: its values (None: too many to record, so never reproduced).
+      const values = b === undefined || b.kind === 'none' ? null : b.kind === 'list' ? b.items.map((v) => l.num(v, 'value')) : [l.num(b, 'value')];
+      l.guards.push({ tensor: x.id, cmp: c, values, where });
+    } else {
+      const other = b?.kind === 'name' ? l.tensor(b, 'other').id : l.num(b, 'other');
+      const o = n.args[3];
+      if (o?.kind !== 'bool') throw new ImportError(l.g.file, n.line, 'planproof.guard: the outcome (4th argument) must be True or False');
+      l.guards.push({ tensor: x.id, cmp: c, other, outcome: o.value, where });
+    }
     return l.bind(n, { kind: 'none' });
   },
   // torch.tensor(data) inside the step: the constant made from Python data, returned as is.

@@ -90,10 +90,26 @@ export interface Lowered {
   readonly collectives: readonly CollectiveCall[];
   /** Values read into Python (`aten._local_scalar_dense`): where, and what was read. */
   readonly reads: readonly string[];
+  /** What a witness must reproduce of those reads (`planproof.guard`, docs/capture.md "Guards"). */
+  readonly guards: readonly ImportGuard[];
   /** ATen ops seen, for statistics. */
   readonly atenOps: number;
   /** Calls seen per target (`aten.mm.default`, `apex.fused_layer_norm_affine_fwd.default`), for the import summary. */
   readonly byTarget: ReadonlyMap<string, number>;
+}
+
+/**
+ * A condition the trace depends on (`planproof.guard`, written by the capture after a value
+ * read into Python): tensor `tensor` equals `values` element by element (`cmp` 'eq' with
+ * values; null values: never shown), or `tensor cmp other` came out `outcome`.
+ */
+export interface ImportGuard {
+  readonly tensor: string;
+  readonly cmp: 'eq' | 'ne' | 'lt' | 'le' | 'gt' | 'ge';
+  readonly values?: readonly number[] | null;
+  readonly other?: string | number;
+  readonly outcome?: boolean;
+  readonly where: string;
 }
 
 /** Complex dtypes (their values are pairs of reals, plans/import/aten-complex.ts). */
@@ -108,6 +124,7 @@ export class Lowerer {
   readonly extra: ExtraInput[] = [];
   readonly collectives: CollectiveCall[] = [];
   readonly reads: string[] = [];
+  readonly guards: ImportGuard[] = [];
   private readonly vals = new Map<string, Val>();
   /** Storage root of each name (views share their input's root), for in-place soundness. */
   private readonly root = new Map<string, string>();
@@ -409,7 +426,7 @@ export class Lowerer {
       });
     });
     const files = this.graphs.map((g) => g.file).join(', ');
-    return { file: files, ops: this.ops, tensors: this.tensors, inputs, outputs, named, cutInputs, extra: this.extra, collectives: this.collectives, reads: this.reads, atenOps: aten, byTarget };
+    return { file: files, ops: this.ops, tensors: this.tensors, inputs, outputs, named, cutInputs, extra: this.extra, collectives: this.collectives, reads: this.reads, guards: this.guards, atenOps: aten, byTarget };
   }
 
   private unconfined<V extends Val>(v: V): V | OpaqueVal {

@@ -112,6 +112,8 @@ export interface ImportInput {
   readonly opMaps?: readonly OpMap[];
   /** Called before each graph file is parsed and each program lowered, and before the plan is assembled (import-graphs' bar). */
   readonly onProgress?: (done: number, total: number, what: string) => void;
+  /** The captured run's input values by name (a capture's inputs.json): kept for the inputs guards depend on. */
+  readonly runInputs?: Readonly<Record<string, readonly number[]>>;
 }
 
 export interface ImportStats {
@@ -442,7 +444,8 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
 
   // Ops whose values reach no output (saved activations, what precedes an assumption) go.
   const lgraph = { ops: lops };
-  const pruned = pruneDeadOps(lgraph, programs, (o) => o.id.startsWith('return.'));
+  const guardIds = (g: Lowered): Set<string> => new Set(g.guards.flatMap((x) => (typeof x.other === 'string' ? [x.tensor, x.other] : [x.tensor])));
+  const pruned = pruneDeadOps(lgraph, programs, (o) => o.id.startsWith('return.'), { logical: guardIds(logical), ranks: ranks.map(guardIds) });
   const used = (ops: readonly { inputs: readonly string[]; outputs: readonly string[] }[]): Set<string> => new Set(ops.flatMap((o) => [...o.inputs, ...o.outputs]));
   const lUsed = used(lgraph.ops);
   const keptL = ltensors.filter((t) => t.role !== 'activation' || lUsed.has(t.id));
@@ -463,6 +466,34 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   // Values read into Python on either side: the graphs hold them as constants (a proof is for them only).
   const reads = [logical, ...ranks].flatMap((g) => g.reads.map((r) => `${g === logical ? 'logical run' : g.file}: ${r}`));
   if (reads.length > 0) plan['x-planproof-specialized'] = reads.slice(0, 1000);
+  // What a witness must reproduce of those reads (stages/witness/guards.ts checks it).
+  const num = (v: number): number | string => (Number.isFinite(v) ? v : Number.isNaN(v) ? 'nan' : v > 0 ? 'inf' : '-inf');
+  const guards = [logical, ...ranks].flatMap((g, i) =>
+    g.guards.map((x) => ({
+      program: i === 0 ? 'logical' : i - 1,
+      tensor: x.tensor,
+      cmp: x.cmp,
+      ...(x.values === undefined ? {} : { values: x.values === null ? null : x.values.map(num) }),
+      ...(typeof x.other === 'string' ? { other: x.other } : x.other === undefined ? {} : { otherValue: num(x.other) }),
+      ...(x.outcome === undefined ? {} : { outcome: x.outcome }),
+      where: x.where,
+    })),
+  );
+  if (guards.length > 0) plan['x-planproof-guards'] = guards;
+  // The run's values of the inputs the guards depend on: the first witness draw keeps the reads there.
+  if (guards.length > 0 && inp.runInputs !== undefined) {
+    const run: Record<string, readonly number[]> = {};
+    const numel = (id: string): number => (logicalShapes.get(id)?.shape ?? []).reduce((x, y) => x * y, 1);
+    for (const g of [logical, ...ranks]) {
+      for (const id of guardCone(g)) {
+        const spec = relationOf(id);
+        const name = spec === undefined ? id : logicalNameOf(id, spec);
+        const v = inp.runInputs[name];
+        if (v !== undefined && contractIn.includes(name) && v.length === numel(name)) run[name] = v;
+      }
+    }
+    if (Object.keys(run).length > 0) plan['x-planproof-run-inputs'] = run;
+  }
   const atenOps = [logical, ...ranks].reduce((a, g) => a + g.atenOps, 0);
   const planOps = lgraph.ops.length + programs.reduce((a, p) => a + p.ops.length, 0);
   const collectives = ranks.reduce((a, g) => a + g.collectives.length, 0);
@@ -492,4 +523,22 @@ function madeAt(ops: readonly RawParallelOp[], id: string): string {
     return m === null ? '' : ` (made at ${m[1] as string})`;
   }
   return '';
+}
+
+/** The graph inputs a program's guards depend on (through its ops), by id. */
+function guardCone(g: Lowered): Set<string> {
+  const producer = new Map<string, { readonly inputs: readonly string[] }>();
+  for (const o of g.ops) for (const t of o.outputs) producer.set(t, o);
+  const inputs = new Set(g.inputs.map((t) => t.id));
+  const seen = new Set<string>();
+  const cone = new Set<string>();
+  const stack = g.guards.flatMap((x) => (typeof x.other === 'string' ? [x.tensor, x.other] : [x.tensor]));
+  while (stack.length > 0) {
+    const t = stack.pop() as string;
+    if (seen.has(t)) continue;
+    seen.add(t);
+    if (inputs.has(t)) cone.add(t);
+    for (const i of producer.get(t)?.inputs ?? []) stack.push(i);
+  }
+  return cone;
 }

@@ -58,9 +58,11 @@ function callKeys(ops: readonly RawParallelOp[]): (string | undefined)[] {
 }
 
 /** Removes dead ops from the logical graph and every program (in place); the number removed. */
-export function pruneDeadOps(logical: { ops: RawOp[] }, programs: RawProgram[], isOutputOp: (op: RawOp) => boolean): number {
+export function pruneDeadOps(logical: { ops: RawOp[] }, programs: RawProgram[], isOutputOp: (op: RawOp) => boolean, keep?: { readonly logical: ReadonlySet<string>; readonly ranks: readonly ReadonlySet<string>[] }): number {
   let removed = 0;
-  const lLive = liveOps(logical.ops, (o) => isOutputOp(o) || ROOT_OPS.has(o.op));
+  // Tensors a guard reads (a value read into Python) stay computable: a witness is checked against them.
+  const kept = (o: RawOp, s: ReadonlySet<string> | undefined): boolean => s !== undefined && o.outputs.some((t) => s.has(t));
+  const lLive = liveOps(logical.ops, (o) => isOutputOp(o) || ROOT_OPS.has(o.op) || kept(o, keep?.logical));
   removed += lLive.filter((x) => !x).length;
   logical.ops = logical.ops.filter((_, i) => lLive[i]);
 
@@ -68,7 +70,7 @@ export function pruneDeadOps(logical: { ops: RawOp[] }, programs: RawProgram[], 
   const forced = new Set<string>();
   let lives: boolean[][] = [];
   for (;;) {
-    lives = programs.map((p, pi) => liveOps(p.ops, (o, i) => isOutputOp(o) || ROOT_OPS.has(o.op) || forced.has(keys[pi]?.[i] ?? '')));
+    lives = programs.map((p, pi) => liveOps(p.ops, (o, i) => isOutputOp(o) || ROOT_OPS.has(o.op) || kept(o, keep?.ranks[pi]) || forced.has(keys[pi]?.[i] ?? '')));
     const before = forced.size;
     lives.forEach((live, pi) => (keys[pi] ?? []).forEach((k, i) => k !== undefined && live[i] && forced.add(k)));
     if (forced.size === before) break;

@@ -313,13 +313,15 @@ export function certifiedReason(logicalName: string, w: Certified): string {
  * (`Certified.domain`: every requirement of the logical graph certainly holds, or nothing is
  * certified).
  */
-export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly number[], claims: (rank: number, tensor: number) => boolean, zero?: ReadonlySet<number>): CertifyResult & { logical?: number } {
+export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly number[], claims: (rank: number, tensor: number) => boolean, zero?: ReadonlySet<number>, accept?: (lv: LogicalValues<Iv>, pv: RankValues<Iv>) => string | undefined, fixed?: ReadonlyMap<number, readonly number[]>): CertifyResult & { logical?: number } {
   const lg = plan.logical;
   const rnd = mulberry32(seed);
   const uniform = (): number => rnd() * 2 - 1;
   // `zero`: as numericCheck's (the same inputs at the same seed, within their domains).
   const need = neededDomains(plan);
   const inputs = drawInputs(plan, uniform, rnd, zero, pt) as LogicalValues<Iv>;
+  // Inputs set to given values (after the draw, so the others are the seed's as ever).
+  for (const [t, v] of fixed ?? []) inputs[t] = { shape: lg.shapes[t] ?? [], data: v.map(pt) };
   let lv: LogicalValues<Iv>;
   let pv: RankValues<Iv>;
   const broken = brokenOps(plan);
@@ -375,6 +377,9 @@ export function certifyWitness(plan: LoadedPlan, seed: number, tensors: readonly
     if (e instanceof Undecided) return { undecided: e.message };
     throw e;
   }
+  // The inputs must be ones the claim is about (stages/witness/guards.ts: every value read into Python as the run read it).
+  const refused = accept?.(lv, pv);
+  if (refused !== undefined) return { undecided: refused };
   const { violations, poisoned } = broken;
   for (const logical of tensors) {
     const r = disjointClaim(plan, lv, pv, seed, logical, (rank, t) => claims(rank, t) && !poisoned.has(`${rank}:${t}`));

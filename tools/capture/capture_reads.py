@@ -16,6 +16,7 @@ kept conservatively. A read whose value looks like a literal
 (a count such as 12.0), and every other read (`int(t)`, `bool(t)`, `.tolist()`, an integer
 tensor's `.item()`), is marked at once.
 """
+import json
 import sys
 
 import torch
@@ -28,11 +29,47 @@ DT = None
 class ReadNote:
     """The place of a read in the trace: written as `_local_scalar_dense` if the value escapes."""
 
-    def __init__(self, name, tensor_name):
+    def __init__(self, name, tensor_name, value=None):
         self.name, self.tensor_name, self.escaped = name, tensor_name, False
+        # by_value: the value itself may have been baked in (not only a comparison's outcome),
+        # so a witness must reproduce it exactly (the guard after the read, see EqGuard).
+        self.value, self.by_value = value, False
 
     def line(self):
         return "%s = torch.ops.aten._local_scalar_dense.default(%s)" % (self.name, self.tensor_name)
+
+
+class EqGuard:
+    """`planproof.guard(t, 'eq', [value])` after a float read, written when the value itself
+    escaped (note.by_value): a witness must read exactly that value (docs/capture.md, "Guards")."""
+
+    def __init__(self, name, note):
+        self.name, self.note = name, note
+
+    @property
+    def escaped(self):
+        return self.note.by_value
+
+    def line(self):
+        return "%s = torch.ops.planproof.guard.default(%s, 'eq', [%s])" % (self.name, self.note.tensor_name, num(self.note.value))
+
+
+def num(v):
+    """A float as the importer reads it (inf and nan as torch's printed graphs write them)."""
+    v = float(v)
+    if v != v:
+        return "nan"
+    if v in (float("inf"), float("-inf")):
+        return "inf" if v > 0 else "-inf"
+    return repr(v)
+
+
+def guard_values(t):
+    """The values a non-float read returned, flat, for its guard (None past 4,096 elements:
+    the guard then never holds, so no witness is accepted against it)."""
+    if t.numel() > 4096:
+        return None
+    return [num(v) for v in t.detach().double().flatten().tolist()]
 
 
 def simple(v):
@@ -43,7 +80,7 @@ def simple(v):
 def escape(cap):
     """A number that may derive from a read reached an op as a constant: every read is marked."""
     for n in cap.read_notes:
-        n.escaped = True
+        n.escaped = n.by_value = True
 
 
 def arg(cap, a, is_tensor_arg):
@@ -78,7 +115,26 @@ class Tracked(float):
 
     def _mark(self):
         for n in self.notes:
+            n.escaped = n.by_value = True
+
+    _CMP = {"__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__eq__": "eq", "__ne__": "ne"}
+
+    def _compare(self, m, o):
+        """A comparison of the traced value with a number or another traced value: the branch
+        taken depends on its outcome only, so the guard is the comparison and its outcome (a
+        witness must make it come out the same), and the read is listed without its value baked in."""
+        outcome = getattr(float, m)(self, o)
+        if outcome is NotImplemented or not (self._num(o) or isinstance(o, Tracked)) or not self.cap.tracing:
+            self._mark()
+            return outcome
+        notes = set(self.notes) | (o.notes if isinstance(o, Tracked) else set())
+        for n in notes:
             n.escaped = True
+        cap = self.cap
+        cap.note_loc()
+        other = o.name if isinstance(o, Tracked) else num(o)
+        cap.lines.append("%s = torch.ops.planproof.guard.default(%s, '%s', %s, %s)" % (cap.fresh("guard"), self.name, self._CMP[m], other, bool(outcome)))
+        return outcome
 
     def _emit(self, value, op, *operands):
         cap = self.cap
@@ -157,11 +213,31 @@ class Tracked(float):
         return f
 
     for _m in ("__float__", "__int__", "__bool__", "__round__", "__trunc__", "__floor__", "__ceil__",
-               "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__abs__", "__mod__",
-               "__rmod__", "__floordiv__", "__rfloordiv__", "__divmod__", "__rdivmod__"):
+               "__abs__", "__mod__", "__rmod__", "__floordiv__", "__rfloordiv__", "__divmod__", "__rdivmod__"):
         locals()[_m] = _leave(_m)
-    del _m, _leave
+
+    def _cmp(name):
+        def f(self, o):
+            return self._compare(name, o)
+        f.__name__ = name
+        return f
+
+    for _m in ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"):
+        locals()[_m] = _cmp(_m)
+    del _m, _leave, _cmp
     __hash__ = float.__hash__
+
+
+def write_run_inputs(cap, text, path):
+    """The run's inputs when the program has guards: there every read gave what it gave, so
+    verify draws a witness of the specialized plan there first (stages/witness/guards.ts).
+    Not past 2M numbers."""
+    if "torch.ops.planproof.guard." not in text:
+        return
+    run = {n: cap.values[n] for n, _ in cap.inputs if n in cap.values}
+    if sum(len(v) for v in run.values()) <= 2_000_000:
+        with open(path, "w") as f:
+            json.dump(run, f)
 
 
 def watch(cap):
@@ -198,15 +274,20 @@ def _watch_reads(cap):
                         v = cap.fresh("view")
                         cap.lines.append('%s: "%s[]" = torch.ops.aten.view.default(%s, [])' % (v, DT.get(t.dtype, "f32"), src))
                         src = v
-                    note = ReadNote(cap.fresh("read"), src)
                     value = _real(t, *a, **k)
+                    note = ReadNote(cap.fresh("read"), src, value)
                     # A literal-looking value (a count, 1.0) may reach an op through Python the
                     # capture does not see (math.sqrt(4.0) is 2.0, a literal too): marked at once.
-                    note.escaped = simple(value)
+                    note.escaped = note.by_value = simple(value)
                     cap.lines.append(note)
+                    cap.lines.append(EqGuard(cap.fresh("guard"), note))
                     cap.read_notes.append(note)
                     return Tracked(value, cap, src, DT.get(t.dtype, "f32"), {note})
-                cap.lines.append("%s = torch.ops.aten._local_scalar_dense.default(%s)" % (cap.fresh("read"), cap.fmt(t)))
+                src = cap.fmt(t)
+                cap.lines.append("%s = torch.ops.aten._local_scalar_dense.default(%s)" % (cap.fresh("read"), src))
+                # The value is baked into what Python does next: a witness must read the same.
+                vals = guard_values(t)
+                cap.lines.append("%s = torch.ops.planproof.guard.default(%s, 'eq', %s)" % (cap.fresh("guard"), src, "None" if vals is None else "[%s]" % ", ".join(vals)))
                 return _real(t, *a, **k)
             finally:
                 cap.suspended -= 1

@@ -660,8 +660,11 @@ def _run_one_traced(rank, world, script, outdir, port, args, bench, values):
         traced = sorted(run(True)[1] for _ in range(bench))
         timing = {"plain_ms": plain[bench // 2], "traced_ms": traced[bench // 2]}
     name = "logical.py" if world == 1 else "rank%d.py" % rank
+    text = cap.text()
     with open(os.path.join(outdir, name), "w") as f:
-        f.write(cap.text())
+        f.write(text)
+    if world == 1:
+        capture_reads.write_run_inputs(cap, text, os.path.join(outdir, "inputs.json"))
     meta = {"relations": cap.relations, "outputs": [[n, p, t] for n, t, p in cap.outputs], "ops": cap.ops, "ms": ms,
             "groups": {v[0]: v[1] for v in _GROUPS.values()}, "consts": cap.consts, "auto_masks": cap.auto_masks}
     meta.update(timing)

@@ -223,5 +223,7 @@ vae_ddp vae_ddp.py dp
 vae_ddp-bug vae_ddp.py dp --bug
 gan_ddp gan_ddp.py dp
 gan_ddp-bug gan_ddp.py dp --bug
+aux_flag_ddp aux_flag_ddp.py dp
+aux_flag_ddp-bug aux_flag_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
