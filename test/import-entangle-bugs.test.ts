@@ -18,6 +18,8 @@ import { FULL } from './optional.js';
 const GA = 'test/fixtures/entangle-bugs/grad_accumulation';
 const LN = 'test/fixtures/entangle-bugs/layernorm';
 const LNBW = 'test/fixtures/entangle-bugs/layernorm-bw';
+/** The same graphs at test widths (tools/corpus/shrink_entangle_bw.py): a witness reaches the gradient. */
+const LNBW_SMALL = 'test/fixtures/entangle-bugs/layernorm-bw-small';
 
 /** Each micro-batch's loss divided by the number of micro-batches (2) before it is accumulated. */
 const halved = (s: string): string =>
@@ -25,12 +27,17 @@ const halved = (s: string): string =>
     .replace(/(\n +)(add_1: "f32\[\]" = torch\.ops\.aten\.add\.Tensor\(arg4_1, )detach_2\)/, '$1half: "f32[]" = torch.ops.aten.div.Tensor(detach_2, 2)$1$2half)')
     .replace(/(\n +)(add_3: "f32\[\]" = torch\.ops\.aten\.add\.Tensor\(add_1, )detach_5\)/, '$1half_1: "f32[]" = torch.ops.aten.div.Tensor(detach_5, 2)$1$2half_1)');
 
-/** The LayerNorm weight gradient all-reduced over the tensor-parallel group (Megatron's fix). */
-const reduced = (s: string): string =>
-  s.replace(
-    /\n( +)getitem_58: "f16\[1536\]" = fused_layer_norm_affine_bwd\[1\]\n/,
-    "\n$1getitem_58_p: \"f16[1536]\" = fused_layer_norm_affine_bwd[1]\n$1all_reduce_ln: \"f16[1536]\" = torch.ops._c10d_functional.all_reduce.default(getitem_58_p, 'sum', '12');  getitem_58_p = None\n$1getitem_58: \"f16[1536]\" = torch.ops._c10d_functional.wait_tensor.default(all_reduce_ln);  all_reduce_ln = None\n",
-  );
+/** The LayerNorm weight gradient (hidden size `h`) all-reduced over the tensor-parallel group (Megatron's fix). */
+const reducedAt =
+  (h: number) =>
+  (s: string): string =>
+    s.replace(
+      new RegExp(`\\n( +)getitem_58: "f16\\[${h}\\]" = fused_layer_norm_affine_bwd\\[1\\]\\n`),
+      `\n$1getitem_58_p: "f16[${h}]" = fused_layer_norm_affine_bwd[1]\n$1all_reduce_ln: "f16[${h}]" = torch.ops._c10d_functional.all_reduce.default(getitem_58_p, 'sum', '12');  getitem_58_p = None\n$1getitem_58: "f16[${h}]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce_ln);  all_reduce_ln = None\n`,
+    );
+const reduced = reducedAt(1536);
+/** At the test widths (tools/corpus/shrink_entangle_bw.py) the hidden size is 4. */
+const reduced4 = reducedAt(4);
 
 describe("Entangle's reproduced bugs (examples/data of github.com/nyu-systems/Entangle)", function () {
   this.timeout(120_000);
@@ -92,5 +99,21 @@ describe("Entangle's reproduced bugs (examples/data of github.com/nyu-systems/En
   it('bug 9 fixed on the backward partitions alone: VERIFIED', async () => {
     const v = await verifyDir(LNBW, [[/^rank0\.py$/, reduced], [/^rank1\.py$/, reduced]]);
     assert.equal(v.code, 0, JSON.stringify(v.stages));
+  });
+
+  it('bug 9 on the backward partitions at test widths: NOT EQUIVALENT at the LayerNorm weight gradient, every stage before it proved', async () => {
+    const v = await verifyDir(LNBW_SMALL);
+    assert.equal(v.code, 1, JSON.stringify(v.stages));
+    const open = v.stages.filter((s) => s.status !== 'proved');
+    assert.deepEqual(open.map((s) => [s.logical, s.status]), [['grad.pre_mlp_layernorm.weight', 'not_equivalent']], JSON.stringify(v.stages));
+  });
+
+  it('bug 9 fixed on the backward partitions at test widths: VERIFIED; an averaging all-reduce in its place is NOT EQUIVALENT', async () => {
+    const v = await verifyDir(LNBW_SMALL, [[/^rank0\.py$/, reduced4], [/^rank1\.py$/, reduced4]]);
+    assert.equal(v.code, 0, JSON.stringify(v.stages));
+    const avg = (s: string): string => reduced4(s).replace("(getitem_58_p, 'sum', '12')", "(getitem_58_p, 'avg', '12')");
+    const w = await verifyDir(LNBW_SMALL, [[/^rank0\.py$/, avg], [/^rank1\.py$/, avg]]);
+    assert.equal(w.code, 1, JSON.stringify(w.stages));
+    assert.equal(w.stages.find((s) => s.logical === 'grad.pre_mlp_layernorm.weight')?.status, 'not_equivalent', JSON.stringify(w.stages));
   });
 });
