@@ -177,7 +177,7 @@ def layernorm_bw(src1: str, src2: str, out: str) -> None:
                 assert inputs.get(node, spec) == spec, f'{node} pairs differently on the ranks'
                 inputs[node] = spec
             elif r == 0:
-                unpaired.append(f'{node} ({"a logged parameter the single-device backward does not take" if node in rlog else "same name on one device, not forced the same tensor" if node in lsig else "ranks only"})')
+                unpaired.append(f'{node} ({"a logged parameter the single-device backward does not take" if node in rlog else "named alike on one device: a name alone is not taken as a pairing" if node in lsig else "ranks only"})')
     for node, (lnode, dim) in assumed.items():
         inputs[node] = {'placements': [f'S({dim})'], **({} if lnode == node else {'logical': lnode})}
     lonly = [n for n in lsig if n not in inputs and n not in rsig and not any(v.get('logical') == n for v in inputs.values())]
