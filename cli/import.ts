@@ -189,7 +189,7 @@ export function importCommand(a: ImportArgs, out: Out, progress?: ImportProgress
     else writeFileSync(a.out, body);
     bar?.update(steps, steps, `wrote ${a.out ?? 'the plan to stdout'}`);
     end();
-    const summary = { out: outName, ranks: ranks.length, atenOps: stats.atenOps, planOps: stats.planOps, collectives: stats.collectives, mapped: stats.mapped, ignoredReturns: stats.ignoredReturns, assumptions: stats.assumptions, pairedMasks: stats.pairedMasks, constants: stats.constants, pruned: stats.pruned, dynamic: stats.dynamic, byTarget: Object.fromEntries(stats.byTarget), bytes: Buffer.byteLength(body), ms: Math.round(performance.now() - t0) };
+    const summary = { out: outName, ranks: ranks.length, atenOps: stats.atenOps, planOps: stats.planOps, collectives: stats.collectives, mapped: stats.mapped, ignoredReturns: stats.ignoredReturns, assumptions: stats.assumptions, pairedMasks: stats.pairedMasks, constants: stats.constants, pruned: stats.pruned, unread: stats.unread, dynamic: stats.dynamic, byTarget: Object.fromEntries(stats.byTarget), bytes: Buffer.byteLength(body), ms: Math.round(performance.now() - t0) };
     if (a.json) out.err(JSON.stringify(summary));
     else {
       out.err(`planproof: imported ${stats.atenOps} ATen ops from ${logicalFile.length + ranks.reduce((n, fs) => n + fs.length, 0)} graphs into ${stats.planOps} plan ops (${stats.collectives} collective calls); wrote ${outName}. Lineage is on the boundary only: verify with --infer.`);
@@ -201,6 +201,7 @@ export function importCommand(a: ImportArgs, out: Out, progress?: ImportProgress
         stats.assumptions > 0 ? `${stats.assumptions} intermediate node(s) assumed as inputs (a region check)` : '',
         stats.ignoredReturns > 0 ? `${stats.ignoredReturns} returned value(s) ignored: no output relation names them (saved activations)` : '',
         stats.pruned > 0 ? `${stats.pruned} op(s) dropped: their values reach no output` : '',
+        stats.unread > 0 ? `${stats.unread} graph input(s) without a relation left out: no output reads them` : '',
         stats.dynamic.selections > 0 ? `${stats.dynamic.selections} nonzero selection(s) of data-dependent size read densely (masked rows)` : '',
         stats.dynamic.asserts > 0 ? `${stats.dynamic.asserts} runtime assertion(s) on data-dependent sizes dropped (docs/import.md, "Data-dependent sizes")` : '',
       ].filter((x) => x !== '');

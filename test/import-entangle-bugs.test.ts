@@ -4,13 +4,22 @@
  * witness at the accumulated loss; the same graphs with each micro-batch's loss divided by 2 (the
  * fix) are VERIFIED. Bug 9, the SP LayerNorm weight gradient never all-reduced, imports at full
  * size and is never proved (UNKNOWN: no witness at 10^8 elements), every stage upstream of it
- * proved; with the all-reduce added (the fix) it is VERIFIED at tensor level.
+ * proved; with the all-reduce added (the fix) it is VERIFIED at tensor level. Bug 9 as Entangle
+ * itself checks it, on the backward partitions alone (bw.g0.r<k>.py, whose saved activations each
+ * side names differently): the same two verdicts, the inputs no output reads left unrelated.
  */
 import { strict as assert } from 'node:assert';
-import { verifyImportDir as verifyDir } from './helpers.js';
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runCli, verifyImportDir as verifyDir } from './helpers.js';
+import { FULL } from './optional.js';
 
 const GA = 'test/fixtures/entangle-bugs/grad_accumulation';
 const LN = 'test/fixtures/entangle-bugs/layernorm';
+const LNBW = 'test/fixtures/entangle-bugs/layernorm-bw';
+/** The same graphs at test widths (tools/corpus/shrink_entangle_bw.py): a witness reaches the gradient. */
+const LNBW_SMALL = 'test/fixtures/entangle-bugs/layernorm-bw-small';
 
 /** Each micro-batch's loss divided by the number of micro-batches (2) before it is accumulated. */
 const halved = (s: string): string =>
@@ -18,12 +27,17 @@ const halved = (s: string): string =>
     .replace(/(\n +)(add_1: "f32\[\]" = torch\.ops\.aten\.add\.Tensor\(arg4_1, )detach_2\)/, '$1half: "f32[]" = torch.ops.aten.div.Tensor(detach_2, 2)$1$2half)')
     .replace(/(\n +)(add_3: "f32\[\]" = torch\.ops\.aten\.add\.Tensor\(add_1, )detach_5\)/, '$1half_1: "f32[]" = torch.ops.aten.div.Tensor(detach_5, 2)$1$2half_1)');
 
-/** The LayerNorm weight gradient all-reduced over the tensor-parallel group (Megatron's fix). */
-const reduced = (s: string): string =>
-  s.replace(
-    /\n( +)getitem_58: "f16\[1536\]" = fused_layer_norm_affine_bwd\[1\]\n/,
-    "\n$1getitem_58_p: \"f16[1536]\" = fused_layer_norm_affine_bwd[1]\n$1all_reduce_ln: \"f16[1536]\" = torch.ops._c10d_functional.all_reduce.default(getitem_58_p, 'sum', '12');  getitem_58_p = None\n$1getitem_58: \"f16[1536]\" = torch.ops._c10d_functional.wait_tensor.default(all_reduce_ln);  all_reduce_ln = None\n",
-  );
+/** The LayerNorm weight gradient (hidden size `h`) all-reduced over the tensor-parallel group (Megatron's fix). */
+const reducedAt =
+  (h: number) =>
+  (s: string): string =>
+    s.replace(
+      new RegExp(`\\n( +)getitem_58: "f16\\[${h}\\]" = fused_layer_norm_affine_bwd\\[1\\]\\n`),
+      `\n$1getitem_58_p: "f16[${h}]" = fused_layer_norm_affine_bwd[1]\n$1all_reduce_ln: "f16[${h}]" = torch.ops._c10d_functional.all_reduce.default(getitem_58_p, 'sum', '12');  getitem_58_p = None\n$1getitem_58: "f16[${h}]" = torch.ops._c10d_functional.wait_tensor.default(all_reduce_ln);  all_reduce_ln = None\n`,
+    );
+const reduced = reducedAt(1536);
+/** At the test widths (tools/corpus/shrink_entangle_bw.py) the hidden size is 4. */
+const reduced4 = reducedAt(4);
 
 describe("Entangle's reproduced bugs (examples/data of github.com/nyu-systems/Entangle)", function () {
   this.timeout(120_000);
@@ -49,5 +63,57 @@ describe("Entangle's reproduced bugs (examples/data of github.com/nyu-systems/En
   it('bug 9 fixed (the gradient all-reduced over the tensor-parallel group) at full size: VERIFIED', async () => {
     const v = await verifyDir(LN, [[/^rank0\.py$/, reduced], [/^rank1\.py$/, reduced]]);
     assert.equal(v.code, 0, JSON.stringify(v.stages));
+  });
+
+  it('bug 9 on the backward partitions alone: imports; the inputs no output reads need no relation, one an output reads does', async () => {
+    const d = mkdtempSync(join(tmpdir(), 'pp-lnbw-'));
+    cpSync(LNBW, d, { recursive: true });
+    const imp = await runCli(['import-graphs', '--dir', d, '--json', '-o', join(d, 'plan.json')]);
+    assert.equal(imp.code, 0, imp.stderr);
+    const summary = JSON.parse(imp.stderr.split('\n').find((l) => l.startsWith('{')) ?? '{}') as { unread?: number };
+    // Every saved activation the relations leave unstated reaches no output, and is left out.
+    const rel = JSON.parse(readFileSync(join(d, 'relations.json'), 'utf8')) as { inputs: Record<string, unknown> };
+    const plan = JSON.parse(readFileSync(join(d, 'plan.json'), 'utf8')) as { logical: { tensors: { id: string }[] }; parallel: { programs: { tensors: { id: string }[] }[] } };
+    const ids = new Set([...plan.logical.tensors, ...plan.parallel.programs.flatMap((p) => p.tensors)].map((t) => t.id));
+    for (const gone of ['getitem_35', 'bitwise_or', 'index_put', 'clone_20', 'tangents_1']) {
+      assert.equal(rel.inputs[gone], undefined, gone);
+      assert.equal(ids.has(gone), false, gone);
+    }
+    assert.ok((summary.unread ?? 0) > 0, imp.stderr);
+    // fc1's weight feeds the gradient: without its relation the import is refused, naming it.
+    const j = JSON.parse(readFileSync(join(d, 'relations.json'), 'utf8')) as { inputs: Record<string, unknown> };
+    delete j.inputs['getitem_29'];
+    writeFileSync(join(d, 'relations.json'), JSON.stringify(j));
+    const bad = await runCli(['import-graphs', '--dir', d, '-o', join(d, 'plan2.json')]);
+    assert.equal(bad.code, 2, bad.stderr);
+    assert.match(bad.stderr, /no relation for input tensor 'getitem_29' of .*logical\.py/);
+  });
+
+  it(`bug 9 on the backward partitions alone, at full size: never proved at the gradient, every stage before it proved${FULL}`, async () => {
+    const v = await verifyDir(LNBW);
+    assert.notEqual(v.code, 0, JSON.stringify(v.stages));
+    const open = v.stages.filter((s) => s.status !== 'proved').map((s) => s.logical);
+    assert.deepEqual(open, ['grad.pre_mlp_layernorm.weight'], JSON.stringify(v.stages));
+  });
+
+  it('bug 9 fixed on the backward partitions alone: VERIFIED', async () => {
+    const v = await verifyDir(LNBW, [[/^rank0\.py$/, reduced], [/^rank1\.py$/, reduced]]);
+    assert.equal(v.code, 0, JSON.stringify(v.stages));
+  });
+
+  it('bug 9 on the backward partitions at test widths: NOT EQUIVALENT at the LayerNorm weight gradient, every stage before it proved', async () => {
+    const v = await verifyDir(LNBW_SMALL);
+    assert.equal(v.code, 1, JSON.stringify(v.stages));
+    const open = v.stages.filter((s) => s.status !== 'proved');
+    assert.deepEqual(open.map((s) => [s.logical, s.status]), [['grad.pre_mlp_layernorm.weight', 'not_equivalent']], JSON.stringify(v.stages));
+  });
+
+  it('bug 9 fixed on the backward partitions at test widths: VERIFIED; an averaging all-reduce in its place is NOT EQUIVALENT', async () => {
+    const v = await verifyDir(LNBW_SMALL, [[/^rank0\.py$/, reduced4], [/^rank1\.py$/, reduced4]]);
+    assert.equal(v.code, 0, JSON.stringify(v.stages));
+    const avg = (s: string): string => reduced4(s).replace("(getitem_58_p, 'sum', '12')", "(getitem_58_p, 'avg', '12')");
+    const w = await verifyDir(LNBW_SMALL, [[/^rank0\.py$/, avg], [/^rank1\.py$/, avg]]);
+    assert.equal(w.code, 1, JSON.stringify(w.stages));
+    assert.equal(w.stages.find((s) => s.logical === 'grad.pre_mlp_layernorm.weight')?.status, 'not_equivalent', JSON.stringify(w.stages));
   });
 });

@@ -156,6 +156,20 @@ describe('import-graphs (exported ATen graphs)', function () {
     }
   });
 
+  it('a graph input without a relation is left out when no output reads it, and refused when one does', async () => {
+    const sig = 'w2_1: "f32[8, 8]"):';
+    const unread = variant('rank0.py', (s) => s.replace(sig, 'w2_1: "f32[8, 8]", saved_1: "f32[4, 8]"):'));
+    const ok = await runCli(['import-graphs', '--dir', unread, '-o', join(unread, 'plan.json')]);
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.match(ok.stderr, /1 graph input\(s\) without a relation left out: no output reads them/);
+    assert.doesNotMatch(readFileSync(join(unread, 'plan.json'), 'utf8'), /saved_1/);
+    // The same input read on the way to the loss.
+    const read = variant('rank0.py', (s) => s.replace(sig, 'w2_1: "f32[8, 8]", saved_1: "f32[4, 8]"):').replace('torch.ops.aten.gelu.default(mm)', 'torch.ops.aten.add.Tensor(mm, saved_1)'));
+    const bad = await runCli(['import-graphs', '--dir', read, '-o', join(read, 'plan.json')]);
+    assert.equal(bad.code, 2, bad.stderr);
+    assert.match(bad.stderr, /no relation for input tensor 'saved_1' of .*rank0\.py/);
+  });
+
   it('ranks calling one all-reduce on different groups is exit 2 (the calls do not match)', async () => {
     const d = variant('rank0.py', (s) => s.replace("_c10d_functional.all_reduce.default(mm_1, 'sum', '0')", "_c10d_functional.all_reduce.default(mm_1, 'sum', '7')"));
     const r = await runCli(['import-graphs', '--dir', d, '-o', join(d, 'plan.json')]);

@@ -133,6 +133,8 @@ export interface ImportStats {
   readonly constants: number;
   /** Plan ops removed because their values reach no output (plans/import/prune.ts). */
   readonly pruned: number;
+  /** Graph inputs (over every program) with no relation that no kept op reads: left out of the plan. */
+  readonly unread: number;
   /** nonzero selections read densely, and runtime assertions on their sizes dropped (plans/import/dynsize.ts). */
   readonly dynamic: { readonly selections: number; readonly asserts: number };
   readonly planOps: number;
@@ -268,15 +270,23 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
     }
   }
 
-  // ---- boundary names: every graph input (and dropout mask, and cut node) needs a relation, and every relation names one.
+  // ---- boundary names: every graph input (and dropout mask, and cut node) that an output reads
+  // needs a relation, and every relation names one. An input without a relation is checked after
+  // dead code is dropped (below): if nothing kept reads it, it cannot change an output and needs
+  // no claim (a backward partition's saved activations that each side names differently).
   const boundary = (g: Lowered): string[] => [...g.inputs.map((t) => t.id), ...masks(g).map((e) => e.id), ...g.cutInputs.map((t) => t.id)];
   const known = new Set<string>();
+  const unrelated = new Map<Lowered, Set<string>>();
   for (const g of [logical, ...ranks]) {
+    const u = new Set<string>();
     for (const id of boundary(g)) {
       known.add(keyOfCut.get(id) ?? id);
-      if (relationOf(id) === undefined) throw new ImportError(rf, 0, `no relation for input tensor '${id}' of ${g.file}: add it to "inputs"${rel.dropout === undefined && id.endsWith('.mask') ? ' (or pair dropout masks by order with "dropout": "auto")' : ''}`);
+      if (relationOf(id) === undefined) u.add(id);
     }
+    unrelated.set(g, u);
   }
+  const noRelation = (g: Lowered, id: string): ImportError =>
+    new ImportError(rf, 0, `no relation for input tensor '${id}' of ${g.file}: add it to "inputs"${rel.dropout === undefined && id.endsWith('.mask') ? ' (or pair dropout masks by order with "dropout": "auto")' : ''}`);
   for (const [k, spec] of Object.entries(rel.inputs)) if (!known.has(k) && !known.has(spec.logical ?? k)) throw new ImportError(rf, 0, `relation for tensor '${k}': no graph has an input or node of that name`);
 
   // ---- outputs: by position (every program returns that many values) or by node
@@ -415,7 +425,11 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
       if (consts.has(t.id) || free.has(t.id)) lineage = { logical: t.id };
       else if (bset.has(t.id)) {
         const spec = relationOf(t.id);
-        if (spec === undefined) throw new ImportError(rf, 0, `no relation for input tensor '${t.id}'`);
+        // (no relation: allowed only if nothing kept reads it, checked after pruning)
+        if (spec === undefined) {
+          tensors.push({ id: t.id, shape: [...t.shape], dtype: t.dtype });
+          continue;
+        }
         const target = logicalNameOf(t.id, spec);
         const lt = logicalShapes.get(target);
         if (lt === undefined || !contractIn.includes(target)) throw new ImportError(rf, 0, `relation for tensor '${t.id}': '${target}' is not an input of the logical graph ${logical.file}`);
@@ -448,11 +462,18 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const pruned = pruneDeadOps(lgraph, programs, (o) => o.id.startsWith('return.'), { logical: guardIds(logical), ranks: ranks.map(guardIds) });
   const used = (ops: readonly { inputs: readonly string[]; outputs: readonly string[] }[]): Set<string> => new Set(ops.flatMap((o) => [...o.inputs, ...o.outputs]));
   const lUsed = used(lgraph.ops);
+  // An input without a relation that a kept op still reads would need one: refused, naming it.
+  const refuseRead = (g: Lowered, u: Set<string>): void => {
+    for (const id of unrelated.get(g) ?? []) if (u.has(id)) throw noRelation(g, id);
+  };
+  refuseRead(logical, lUsed);
   const keptL = ltensors.filter((t) => t.role !== 'activation' || lUsed.has(t.id));
-  for (const p of programs) {
+  programs.forEach((p, r) => {
     const u = used(p.ops);
+    refuseRead(ranks[r] as Lowered, u);
     p.tensors = (p.tensors ?? []).filter((t) => t.lineage !== undefined || u.has(t.id));
-  }
+  });
+  const unread = [...unrelated.values()].reduce((a, s) => a + s.size, 0);
 
   const plan: RawPlan = {
     format: 'planproof/v1',
@@ -507,7 +528,7 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const pairedMasks = rel.dropout === 'auto' ? ranks.reduce((a, g) => a + masks(g).filter((m) => rel.inputs[m.id] === undefined).length, 0) : 0;
   const constantReads = [logical, ...ranks].reduce((a, g) => a + (g.byTarget.get('getattr') ?? 0), 0);
   const dynamic = { selections: counts.get('aten.nonzero.default') ?? 0, asserts: counts.get('aten._assert_scalar.default') ?? 0 };
-  return { plan, stats: { atenOps, byTarget, mapped, ignoredReturns, assumptions, pairedMasks, constants: constantReads, planOps, collectives, pruned, dynamic } };
+  return { plan, stats: { atenOps, byTarget, mapped, ignoredReturns, assumptions, pairedMasks, constants: constantReads, planOps, collectives, pruned, unread, dynamic } };
 }
 
 /**

@@ -10,6 +10,10 @@ parallelism, traced by torch 2.x as one joint forward + backward graph per rank)
                 expert, its tokens selected by `nonzero` (sizes `u0`, read by dense masking,
                 docs/import.md "Data-dependent sizes"); the router's gradient is not all-reduced.
 
+  layernorm-bw  the same bug 9 as Entangle itself checks it (examples/run_all.py runs
+                detect_bug_missing_layernorm_allreduce.py with --graph_prefix bw.g0): the
+                backward partitions bw.g0.r<k>.py alone, below.
+
 Makes one `planproof import-graphs --dir` input: logical.py (the tp-1 graph), rank0.py,
 rank1.py (the tp-2 graphs) and relations.json. The relations restate the preconditions of
 Entangle's examples/detect_<BUG>.py:
@@ -40,7 +44,26 @@ Entangle's examples/detect_<BUG>.py:
     gradient accumulated into) as its parameter, the loss scale (the last tangent) replicated;
     module constants are 0 (Entangle's `get_lift_fresh_copy_constant_value`).
 
-usage: entangle_bug_relations.py {layernorm|wrong_config|switchmlp} SRC_TP1_DIR SRC_TP2_DIR OUT_DIR
+layernorm-bw: logical.py is tp1/bw.g0.r0.py and rank<k>.py tp2.bug/bw.g0.r<k>.py, AOTAutograd's
+backward partitions, whose inputs are the forward's saved values, named by each side's own
+forward (`getitem_35` is fc2's bias on the ranks and no input of the single-device backward).
+A pairing is stated only where it is forced:
+  * parameters by the name Entangle gives them: its loader (entangle/pgraph/pickleable.py,
+    `load_pgraph` with the `both` graph as `helper_pg`) renames a bw input to the string its
+    `tg.inplace_log_tensor` call logs in both.g0.r<k>.py (`getitem_1` ->
+    'module.module.embedding.word_embeddings.weight'); here the same: a bw input is a parameter
+    when both.g0.r<k>.py makes it as `auto_functionalized_v2(inplace_log_tensor, s=NAME,
+    _all_bases=[clone(primals_K)])[1]`, paired with the logical input of the same NAME, placed
+    as primals_K is (GPT_LAYER);
+  * the detect script's concat_target preconditions on mul_4, add_4, add_3, getitem_53,
+    getitem_54 (Entangle pairs them by name, as above for `layernorm`), and its checked output
+    getitem_58, replicated;
+  * nothing else: the other saved activations (`bitwise_or` is [1024, 32] on one device and
+    [32, 1024] on a rank: one name, two tensors), the tangents and the module constants are
+    read by no op the output depends on once the preconditions hold, so import-graphs leaves
+    them out (docs/import.md, "Inputs no output reads"); the script lists them on stderr.
+
+usage: entangle_bug_relations.py {layernorm|layernorm-bw|wrong_config|switchmlp} SRC_TP1_DIR SRC_TP2_DIR OUT_DIR
 """
 import json
 import os
@@ -107,7 +130,74 @@ BUGS = {
 }
 
 
+def signature(path: str) -> dict:
+    """A graph's inputs in order: name -> annotation ("f16[1536]")."""
+    text = open(path).read()
+    sig = re.search(r'def forward\(self, (.*?)\):', text, re.S).group(1)
+    return dict(re.findall(r'(\w+): "([^"]*)"', sig))
+
+
+def logged_params(both_path: str) -> dict:
+    """Entangle's names of a `both` graph's parameters: getitem node -> (logged name, K of primals_K)."""
+    text = open(both_path).read()
+    clones = dict(re.findall(r'\n\s+(clone(?:_\d+)?): "[^"]*" = torch\.ops\.aten\.clone\.default\((primals_\d+)\)', text))
+    logs = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(
+        r"\n\s+(auto_functionalized_v2(?:_\d+)?) = torch\.ops\.higher_order\.auto_functionalized_v2\("
+        r"torch\.ops\.tg\.inplace_log_tensor\.default, s = '([^']+)', _t_base_index = 0, _all_bases = \[(\w+)\]\)", text)}
+    out = {}
+    for m in re.finditer(r'\n\s+(getitem_\d+): "[^"]*" = (auto_functionalized_v2(?:_\d+)?)\[1\]', text):
+        name, base = logs[m.group(2)]
+        out[m.group(1)] = (name, int(clones[base][len('primals_'):]))
+    return out
+
+
+def layernorm_bw(src1: str, src2: str, out: str) -> None:
+    """The relations of the bw partitions (docstring, layernorm-bw)."""
+    _, assumed, (oname, onode, oplace) = BUGS['layernorm']
+    os.makedirs(out, exist_ok=True)
+    shutil.copy(os.path.join(src1, 'bw.g0.r0.py'), os.path.join(out, 'logical.py'))
+    lsig = signature(os.path.join(src1, 'bw.g0.r0.py'))
+    lnames = {name: (node, k) for node, (name, k) in logged_params(os.path.join(src1, 'both.g0.r0.py')).items() if node in lsig}
+    inputs: dict = {}
+    unpaired = []
+    for r in range(2):
+        shutil.copy(os.path.join(src2, f'bw.g0.r{r}.py'), os.path.join(out, f'rank{r}.py'))
+        rsig = signature(os.path.join(src2, f'bw.g0.r{r}.py'))
+        rlog = logged_params(os.path.join(src2, f'both.g0.r{r}.py'))
+        for node in rsig:
+            if node in assumed:
+                continue
+            if node in rlog and rlog[node][0] in lnames:
+                name, k = rlog[node]
+                lnode, lk = lnames[name]
+                assert k == lk, f'{name}: primals_{k} on rank {r}, primals_{lk} on one device'
+                spec = {'role': 'param', 'placements': [GPT_LAYER[k]]}
+                if lnode != node:
+                    spec['logical'] = lnode
+                assert inputs.get(node, spec) == spec, f'{node} pairs differently on the ranks'
+                inputs[node] = spec
+            elif r == 0:
+                unpaired.append(f'{node} ({"a logged parameter the single-device backward does not take" if node in rlog else "named alike on one device: a name alone is not taken as a pairing" if node in lsig else "ranks only"})')
+    for node, (lnode, dim) in assumed.items():
+        inputs[node] = {'placements': [f'S({dim})'], **({} if lnode == node else {'logical': lnode})}
+    lonly = [n for n in lsig if n not in inputs and n not in rsig and not any(v.get('logical') == n for v in inputs.values())]
+    print(f'layernorm-bw: {len(inputs)} relations; not stated (no pairing forced): ranks {", ".join(unpaired)}; one device only {", ".join(lonly)}', file=sys.stderr)
+    relations = {
+        'format': 'planproof-relations/v1',
+        'mesh': {'axes': [{'name': 'tp', 'size': 2}]},
+        'opMap': ['apex', 'tg'],
+        'inputs': inputs,
+        'outputs': [{'name': oname, 'node': onode, 'placements': [oplace]}],
+    }
+    with open(os.path.join(out, 'relations.json'), 'w') as f:
+        json.dump(relations, f, indent=1)
+        f.write('\n')
+
+
 def main() -> None:
+    if len(sys.argv) == 5 and sys.argv[1] == 'layernorm-bw':
+        layernorm_bw(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
     if len(sys.argv) != 5 or sys.argv[1] not in BUGS:
         sys.exit(__doc__)
     params, assumed, (oname, onode, oplace) = BUGS[sys.argv[1]]
