@@ -2,11 +2,14 @@
  * Convolutions and pooling (issue 33: a data-parallel CNN as PyTorch's examples write it) as
  * compositions of registry ops, exact in real arithmetic:
  *
- * - `convolution` (1 to 3 spatial dims, any stride, padding and dilation, groups 1, not
+ * - `convolution` (1 to 3 spatial dims, any stride, padding and dilation, any groups, not
  *   transposed) is im2col: for each kernel offset the strided slice of the zero-padded input
  *   (`pad`, then `slice` + `reshape` for a step), stacked in the weight's (c, i, j) order, and
  *   one `matmul` with the weight viewed as [O, C·K], plus the bias: out[n, o, y] = b[o] +
- *   Σ_{c, k} w[o, c, k] · xp[n, c, y·s + k·d], term by term what ATen sums.
+ *   Σ_{c, k} w[o, c, k] · xp[n, c, y·s + k·d], term by term what ATen sums. With G groups
+ *   (depthwise: G = C) channel c = g·C/G + c' and output o = g·O/G + o' meet only within group
+ *   g: the columns viewed as [N, G, (C/G)·K, P] and the weight as [G, O/G, (C/G)·K] make one
+ *   batched `matmul` per group, the same sums restricted to the group.
  * - `convolution_backward` is that linear map's adjoint: grad_bias Σ g over batch and space,
  *   grad_weight Σ_n g · colsᵀ, grad_input the columns' gradient wᵀ · g placed back at each
  *   offset with the stride (zero-interleaved, `pad`) and summed, the padding cut off.
@@ -25,7 +28,7 @@
  *   Under DDP without SyncBatchNorm each rank normalizes by its own rows' statistics: not the
  *   logical batch's, and verify says so (examples/torch/ddp_cnn.py --bn).
  *
- * Refused with the reason: groups ≠ 1, transposed convolutions, max pooling with padding (its
+ * Refused with the reason: transposed convolutions, max pooling with padding (its
  * `-inf` border is not an exact real), `ceil_mode` where it changes the output size, average
  * pooling with padding not counted, adaptive pooling with uneven windows.
  */
@@ -142,8 +145,8 @@ function columns(l: Lowerer, x: TensorVal, g: Geometry): TensorVal {
   return cols;
 }
 
-/** The convolution's geometry, refusing what is not mapped (groups, transposed). */
-function convGeometry(l: Lowerer, n: FxNode, x: TensorVal, w: TensorVal, k0: number): Geometry {
+/** The convolution's geometry (and its groups), refusing what is not mapped (transposed). */
+function convGeometry(l: Lowerer, n: FxNode, x: TensorVal, w: TensorVal, k0: number): Geometry & { readonly groups: number } {
   const k = x.shape.length - 2;
   if (k < 1 || k > 3 || w.shape.length !== k + 2) l.fail(`${n.target}: input [${x.shape.join(', ')}] and weight [${w.shape.join(', ')}]: a batched input with 1 to 3 spatial dims expected (an unbatched input is not supported)`);
   const ones = Array.from({ length: k }, () => 1);
@@ -153,10 +156,21 @@ function convGeometry(l: Lowerer, n: FxNode, x: TensorVal, w: TensorVal, k0: num
   const dilation = perDim(l, n, k, 'dilation', k0 + 2, ones);
   if (l.bool(l.arg(n, k0 + 3, 'transposed'), 'transposed', false)) l.fail(`${n.target}: a transposed convolution (ConvTranspose) is not supported yet; only ordinary convolutions are mapped`);
   const groups = l.int(l.arg(n, k0 + 5, 'groups'), 'groups', 1);
-  if (groups !== 1) l.fail(`${n.target}: groups=${groups} (grouped or depthwise convolution) is not supported yet; only groups=1 is mapped`);
-  if (w.shape[1] !== x.shape[1]) l.fail(`${n.target}: the weight has ${w.shape[1]} input channels, the input ${x.shape[1]}`);
+  const C = x.shape[1] as number;
+  const O = w.shape[0] as number;
+  if (!(groups >= 1) || C % groups !== 0 || O % groups !== 0) l.fail(`${n.target}: groups=${groups} does not divide the ${C} input and ${O} output channels`);
+  if ((w.shape[1] as number) * groups !== C) l.fail(`${n.target}: the weight has ${w.shape[1]} input channels per group, the input ${C} in ${groups} group(s)`);
   const kernel = w.shape.slice(2);
-  return { kernel, stride, padding, dilation, out: outSizes(l, n, x.shape.slice(2), { kernel, stride, padding, dilation }, false) };
+  return { kernel, stride, padding, dilation, groups, out: outSizes(l, n, x.shape.slice(2), { kernel, stride, padding, dilation }, false) };
+}
+
+/** The columns of each group, [N, G, (C/G)·K, P] (the (c, k) order makes the groups contiguous). */
+function groupedColumns(l: Lowerer, x: TensorVal, g: Geometry & { readonly groups: number }): TensorVal {
+  const { kernel, stride, padding, dilation, out } = g;
+  const cols = columns(l, x, { kernel, stride, padding, dilation, out });
+  if (g.groups === 1) return cols;
+  const [N, CK, P] = cols.shape as [number, number, number];
+  return l.one('reshape', [cols], { shape: [N, g.groups, CK / g.groups, P] });
 }
 
 /** convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups). */
@@ -167,8 +181,11 @@ const convolution: Rule = (l, n) => {
   const g = convGeometry(l, n, x, w, 3);
   const [N] = x.shape as [number];
   const O = w.shape[0] as number;
-  const w2 = l.one('reshape', [w], { shape: [O, prod(w.shape.slice(1))] });
-  let y = l.one('matmul', [w2, columns(l, x, g)]);
+  const G = g.groups;
+  // [G, O/G, (C/G)·K] @ [N, G, (C/G)·K, P] per group (plain [O, C·K] @ [N, C·K, P] for one).
+  const w2 = l.one('reshape', [w], { shape: G === 1 ? [O, prod(w.shape.slice(1))] : [G, O / G, prod(w.shape.slice(1))] });
+  let y = l.one('matmul', [w2, groupedColumns(l, x, g)]);
+  if (G > 1) y = l.one('reshape', [y], { shape: [N, O, prod(g.out)] });
   if (b !== undefined) y = l.one('add', [y, l.one('reshape', [b], { shape: [O, 1] })]);
   return l.bind(n, l.one('reshape', [y], { shape: [N, O, ...g.out] }, l.out(n), x.dtype));
 };
@@ -185,12 +202,15 @@ const convolutionBackward: Rule = (l, n) => {
   const O = w.shape[0] as number;
   const P = prod(g.out);
   const CK = prod(w.shape.slice(1));
-  const g3 = l.one('reshape', [gy], { shape: [N, O, P] });
+  const G = g.groups;
+  // Per group with G > 1: g as [N, G, O/G, P], the weight as [G, O/G, (C/G)·K].
+  const g3 = l.one('reshape', [gy], { shape: G === 1 ? [N, O, P] : [N, G, O / G, P] });
+  const wg = l.one('reshape', [w], { shape: G === 1 ? [O, CK] : [G, O / G, CK] });
   const space = x.shape.slice(2).map((_, i) => 2 + i);
   const items: Val[] = [{ kind: 'none' }, { kind: 'none' }, { kind: 'none' }];
   if (mask[0] === true) {
     // The columns' gradient wᵀ·g, each offset's part placed back where its window read.
-    const w2t = l.one('transpose', [l.one('reshape', [w], { shape: [O, CK] })], { dim0: 0, dim1: 1 });
+    const w2t = l.one('transpose', [wg], { dim0: G === 1 ? 0 : 1, dim1: G === 1 ? 1 : 2 });
     const dcols = l.one('reshape', [l.one('matmul', [w2t, g3])], { shape: [N, C, prod(g.kernel), ...g.out] });
     const padded = x.shape.slice(2).map((S, i) => S + 2 * (g.padding[i] as number));
     const parts = offsets(g.kernel).map((o, k) => {
@@ -205,7 +225,8 @@ const convolutionBackward: Rule = (l, n) => {
     items[0] = l.one('identity', [dx], {}, `${l.out(n)}.grad_input`);
   }
   if (mask[1] === true) {
-    const perRow = l.one('matmul', [g3, l.one('transpose', [columns(l, x, g)], { dim0: 1, dim1: 2 })]);
+    const cols = groupedColumns(l, x, g);
+    const perRow = l.one('matmul', [g3, l.one('transpose', [cols], { dim0: cols.shape.length - 2, dim1: cols.shape.length - 1 })]);
     items[1] = l.one('reshape', [l.one('sum', [perRow], { dims: [0] })], { shape: [...w.shape] }, `${l.out(n)}.grad_weight`);
   }
   if (mask[2] === true) items[2] = l.one('sum', [gy], { dims: [0, ...space] }, `${l.out(n)}.grad_bias`);

@@ -225,5 +225,7 @@ gan_ddp gan_ddp.py dp
 gan_ddp-bug gan_ddp.py dp --bug
 aux_flag_ddp aux_flag_ddp.py dp
 aux_flag_ddp-bug aux_flag_ddp.py dp --bug
+mobilenet_ddp mobilenet_ddp.py dp
+mobilenet_ddp-bug mobilenet_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
