@@ -7,6 +7,7 @@ import { strict as assert } from 'node:assert';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { loadWithText } from '../cli/app.js';
+import { compactTextOf } from '../cli/plantext.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { generatePlan } from '../plans/gen/plan.js';
 import { PRESETS } from '../plans/gen/presets.js';
@@ -25,28 +26,35 @@ describe('the compact plan text, built when read (cli/plantext.ts)', () => {
 
   it('is the parsed plan re-serialized, from the file read again', () => {
     const file = `${mkdtempSync(`${tmpdir()}/pp-`)}/p.json`;
-    writeFileSync(file, `{  ${src.slice(src.indexOf('{') + 1)}`);
-    const l = loadWithText(file, false, quiet);
-    assert.ok(typeof l !== 'number');
+    const padded = `{  ${src.slice(src.indexOf('{') + 1)}`;
+    writeFileSync(file, padded);
+    const textOf = compactTextOf(file, padded, false, 1 << 20, 0);
+    assert.ok(textOf !== undefined);
     // Rewritten with the same bytes: still the plan that was loaded.
     writeFileSync(file, readFileSync(file));
-    assert.equal(l.text, JSON.stringify(JSON.parse(src)));
-    assert.equal(l.textOf(), l.text, 'built once');
+    assert.equal(textOf(), JSON.stringify(JSON.parse(src)));
+    // The CLI's load gives the same text (a small plan's, built at once).
+    const l = loadWithText(file, false, quiet);
+    assert.ok(typeof l !== 'number');
+    assert.equal(l.text, textOf());
+    assert.ok(compactTextOf(file, padded, false, 1 << 20) === undefined, 'a small plan is serialized once loaded, as before');
   });
 
   it('refuses a file changed after the load (no proof of one content stands for another)', () => {
     const file = `${mkdtempSync(`${tmpdir()}/pp-`)}/p.json`;
     writeFileSync(file, src);
-    const l = loadWithText(file, false, quiet);
-    assert.ok(typeof l !== 'number');
+    const textOf = compactTextOf(file, src, false, 1 << 20, 0);
+    assert.ok(textOf !== undefined);
     // Same plan, other bytes: the text read for later phases must be the text loaded.
     writeFileSync(file, ` ${src}`);
-    assert.throws(() => l.text, /changed while it was verified/);
+    assert.throws(() => textOf(), /changed while it was verified/);
   });
 
   it('comes from the caller\'s text when it keeps one (the answer cache), whatever the file holds', () => {
     const file = `${mkdtempSync(`${tmpdir()}/pp-`)}/p.json`;
     writeFileSync(file, '{}');
+    const textOf = compactTextOf(file, src, true, 1 << 20, 0);
+    assert.equal(textOf?.(), JSON.stringify(JSON.parse(src)));
     const l = loadWithText(file, false, quiet, undefined, src);
     assert.ok(typeof l !== 'number');
     assert.equal(l.text, JSON.stringify(JSON.parse(src)));
