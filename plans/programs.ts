@@ -63,8 +63,8 @@ class ExprCompiler {
     this.bound = (name) => (name === 'rank' ? [0, mesh.size - 1] : [0, (mesh.sizes[mesh.axisIndex(name)] ?? 1) - 1]);
   }
   private internKeys(keys: readonly (string | number)[]): readonly (string | number)[] {
-    // Typed, so that the number 0 and the key "0" stay apart (jpath prints them differently).
-    const k = keys.map((x) => (typeof x === 'number' ? `#${x}` : x)).join('\u0000');
+    // As JSON, so that the number 0 and the key "0" stay apart (jpath prints them differently).
+    const k = JSON.stringify(keys);
     let got = this.keyLists.get(k);
     if (got === undefined) {
       got = keys;
