@@ -24,6 +24,7 @@ import { junitInvalid, junitXml } from './junit.js';
 import { htmlInvalid, htmlReport } from './html.js';
 import { parseShard, partOf, planDigest, readParts } from './shard.js';
 import { stageBar } from './progress.js';
+import { compactTextOf } from './plantext.js';
 import { explain } from './explain.js';
 import { importCommand } from './import.js';
 import { captureCommand } from './capture.js';
@@ -53,8 +54,13 @@ const stdio: Out = { log: (s) => process.stdout.write(s + '\n'), err: (s) => pro
 
 interface Loaded {
   plan: LoadedPlan;
-  /** The parsed plan re-serialized without whitespace: what later phases and proof workers read, never the file's raw text. */
-  text: string;
+  /**
+   * The parsed plan re-serialized without whitespace: what later phases and proof workers read,
+   * never the file's raw text. Built on first read (cli/plantext.ts): most large runs never read it.
+   */
+  readonly text: string;
+  /** The same, as the function that builds it (verifyPipeline asks only when a record reads it). */
+  readonly textOf: () => string;
 }
 
 /**
@@ -66,15 +72,37 @@ export function loadWithText(path: string, json: boolean, out: Out, onInvalid?: 
   const file = path === '-' ? STDIN_NAME : path;
   try {
     // Within the limits set from the command line (setDefaultLimits in main).
-    const raw = parsePlanJson(file, read ?? readPlanText(file, defaultLimits().bytes));
-    const plan = loadPlanObject(file, raw);
-    // Serialized after the load: the load bounds its nesting, which JSON.stringify recurses on.
-    return { plan, text: JSON.stringify(raw) };
+    const parsed = parseSource(file, read);
+    const plan = loadPlanObject(file, parsed.raw);
+    // Serialized after the load (which bounds the nesting JSON.stringify recurses on): when
+    // first read, or now for standard input, which cannot be read again.
+    let textOf = parsed.textOf;
+    if (textOf === undefined) {
+      const text = JSON.stringify(parsed.raw);
+      textOf = () => text;
+    }
+    return {
+      plan,
+      textOf,
+      get text(): string {
+        return textOf();
+      },
+    };
   } catch (e) {
     if (!(e instanceof PlanError)) throw e;
     onInvalid?.(file, e);
     return invalidPlan(file, e.issues, json, out);
   }
+}
+
+/**
+ * The parsed plan and how to get its compact text later. The file's text lives only in this
+ * frame: held through the load it would add its size (271 MB at 405B) to the load's peak.
+ */
+function parseSource(file: string, read: string | undefined): { raw: unknown; textOf: (() => string) | undefined } {
+  const source = read ?? readPlanText(file, defaultLimits().bytes);
+  const textOf = compactTextOf(file, source, read !== undefined, defaultLimits().bytes);
+  return { raw: parsePlanJson(file, source), textOf };
 }
 
 /** An invalid plan's issues, as JSON or on stderr; exit 2. */
@@ -343,7 +371,7 @@ async function proveOnPaths(file: string, l: Loaded, loadMs: number, limit: Time
   };
   let p: PipelineResult;
   try {
-    p = await verifyPipeline(file, l.plan, l.text, opts);
+    p = await verifyPipeline(file, l.plan, l.textOf, opts);
   } catch (e) {
     if (!(e instanceof MergeError)) throw e;
     out.err(`planproof: merge: ${e.message}`);

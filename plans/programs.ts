@@ -24,18 +24,22 @@ import { MAX_ELEMENTS, checkOpShapes } from './logical.js';
  * path is built only when an evaluation fails, to name it.
  */
 class SiteExpr implements CompiledExpr {
-  readonly source: string;
-  readonly vars: readonly string[];
-  declare readonly affine?: CompiledExpr['affine'];
+  // Three fields: the compiled expression's own fields are read through it, and `keys` is one
+  // shared array per distinct key list (internKeys), not one per occurrence (a SiteExpr with
+  // copied fields and its own keys was ~140 bytes, ~3 million of them in the 405B plan).
   constructor(
     private readonly e: CompiledExpr,
     private readonly base: string,
     private readonly keys: readonly (string | number)[],
-  ) {
-    this.source = e.source;
-    this.vars = e.vars;
-    // Only when there is one: `affine` absent and `affine: undefined` read the same to the checks.
-    if (e.affine !== undefined) (this as { affine?: CompiledExpr['affine'] }).affine = e.affine;
+  ) {}
+  get source(): string {
+    return this.e.source;
+  }
+  get vars(): readonly string[] {
+    return this.e.vars;
+  }
+  get affine(): CompiledExpr['affine'] {
+    return this.e.affine;
   }
   eval(env: (name: string) => number): number {
     try {
@@ -52,9 +56,21 @@ class ExprCompiler {
   readonly vars: Set<string>;
   private readonly bound: (name: string) => readonly [number, number];
   private readonly cache = new Map<string, CompiledExpr>();
+  /** Key lists below a site's base path, one array each (a plan has few: shape dims, range ends). */
+  private readonly keyLists = new Map<string, readonly (string | number)[]>();
   constructor(readonly mesh: Mesh) {
     this.vars = new Set([...mesh.axes, 'rank']);
     this.bound = (name) => (name === 'rank' ? [0, mesh.size - 1] : [0, (mesh.sizes[mesh.axisIndex(name)] ?? 1) - 1]);
+  }
+  private internKeys(keys: readonly (string | number)[]): readonly (string | number)[] {
+    // As JSON, so that the number 0 and the key "0" stay apart (jpath prints them differently).
+    const k = JSON.stringify(keys);
+    let got = this.keyLists.get(k);
+    if (got === undefined) {
+      got = keys;
+      if (this.keyLists.size < 100_000) this.keyLists.set(k, got);
+    }
+    return got;
   }
   /** Number or compiled expression, written at jpath(base, ...keys); constant expressions fold to numbers. */
   int(raw: RawInt, base: string, sink: IssueSink, ...keys: (string | number)[]): IntSpec {
@@ -67,7 +83,7 @@ class ExprCompiler {
         if (this.cache.size < 100_000) this.cache.set(raw.expr, e);
       }
       if (e.vars.length === 0) return e.eval(() => 0);
-      return new SiteExpr(e, base, keys);
+      return new SiteExpr(e, base, this.internKeys(keys));
     } catch (err) {
       if (err instanceof ExprError) {
         sink.add(jpath(base, ...keys, 'expr'), err.message);
@@ -362,9 +378,22 @@ function buildProgram(rp: RawProgram, index: number, mesh: Mesh, logical: Logica
 /** Concrete shapes and attributes of `program` on `rank`. Throws ExprError on a bad expression. */
 export function instantiate(program: Program, mesh: Mesh, rank: number): RankView {
   const env = rankEnv(mesh, rank);
-  const shapes = program.shapeSpecs.map((s) => s.map((d) => evalInt(d, env)));
+  const fixed = constantShapes(program);
+  const shapes = program.shapeSpecs.map((s, t) => fixed[t] ?? s.map((d) => evalInt(d, env)));
   const attrs = program.attrSpecs.map((a) => instantiateAttrs(a, env));
   return { rank, program, shapes, attrs };
+}
+
+/**
+ * Per program, the shapes that do not depend on the rank, one array each that every view
+ * shares (shapes are read-only): views of a coordinate-dependent program differ in a few
+ * tensors, and a copy of every shape per view was ~100 MB in the 405B plan.
+ */
+const CONSTANT_SHAPES = new WeakMap<Program, readonly (Shape | undefined)[]>();
+function constantShapes(program: Program): readonly (Shape | undefined)[] {
+  let c = CONSTANT_SHAPES.get(program);
+  if (c === undefined) CONSTANT_SHAPES.set(program, (c = program.shapeSpecs.map((s) => (s.every((d) => typeof d === 'number') ? (s as readonly number[]) : undefined))));
+  return c;
 }
 
 /**

@@ -108,7 +108,8 @@ export interface Route {
 }
 
 const jobsOf = (o: PipelineOptions): number => o.jobs ?? Math.min(2, availableParallelism());
-const rawOf = (text: string) => (): RawPlan => JSON.parse(text) as RawPlan;
+/** The parsed plan, read from the input's text only when a witness asks for it. */
+const rawOf = (x: PipelineInput) => (): RawPlan => JSON.parse(x.text) as RawPlan;
 const engineOf = (o: PipelineOptions): Engine => o.engine ?? 'normal';
 const onStageOf = (o: PipelineOptions): { onStage?: (done: number, total: number) => void } => (o.onStage === undefined ? {} : { onStage: o.onStage });
 
@@ -134,7 +135,7 @@ export const ROUTES: readonly Route[] = [
     soundness: 'docs/engine.md#sound-per-template',
     async run(x) {
       if (stageWorkTooLarge(x.plan) === undefined) return undefined;
-      const report = verifyPerTemplate(x.plan, { seed: x.opts.seed ?? 1, ...onStageOf(x.opts), witness: { raw: rawOf(x.text), provePart } });
+      const report = verifyPerTemplate(x.plan, { seed: x.opts.seed ?? 1, ...onStageOf(x.opts), witness: { raw: rawOf(x), provePart } });
       return { route: 'per-template', report, reduction: { ran: false, reason: 'not tried: the plan is past the per-rank stage bound; its stages are sized at full shapes', reduced: [], kept: [] } };
     },
   },
@@ -158,7 +159,7 @@ export const ROUTES: readonly Route[] = [
       // refutes the plan without building its stages rank by rank; anything else goes on.
       if (r === undefined) {
         try {
-          const w = verifyPerTemplate(x.plan, { seed, witness: { raw: rawOf(x.text), provePart }, witnessMs: PER_TEMPLATE_WITNESS_MS });
+          const w = verifyPerTemplate(x.plan, { seed, witness: { raw: rawOf(x), provePart }, witnessMs: PER_TEMPLATE_WITNESS_MS });
           if (w.verdict === 'not_equivalent') r = w;
         } catch (e) {
           if (e instanceof TimeLimitReached) throw e;
@@ -244,7 +245,7 @@ export async function proveRankByRank(plan: LoadedPlan, text: string, o: Pipelin
   // Proof cache (stages/cache/cache.ts): on when the caller names a directory.
   const cache = o.cacheDir === undefined ? undefined : new ProofCache(o.cacheDir);
   // Per-stage fallback (stages/shrink/stage-reduce.ts): stages too large in the whole plan are extracted and reduced on their own.
-  const fallback = fallbackLog === undefined ? undefined : perStageFallback(rawOf(text), o.seed ?? 1, fallbackLog);
+  const fallback = fallbackLog === undefined ? undefined : perStageFallback(() => JSON.parse(text) as RawPlan, o.seed ?? 1, fallbackLog);
   let report: VerifyReport;
   try {
     report = await verifyPlanInPool(plan, text, { engine: engineOf(o), seed: o.seed ?? 1, jobs: jobsOf(o), deadlineMs: (o.deadline ?? 60) * 1000, tensorLevel: o.tensorLevel !== false, ...(o.timeLimit === undefined ? {} : { timeLimit: o.timeLimit }), ...(onStage === undefined ? {} : { onStage }), ...(cache === undefined ? {} : { cache }), ...(fallback === undefined ? {} : { fallback }), ...(o.shard === undefined ? {} : { shard: o.shard }), ...(o.proved === undefined ? {} : { proved: o.proved }) });
@@ -257,10 +258,20 @@ export async function proveRankByRank(plan: LoadedPlan, text: string, o: Pipelin
 
 /**
  * Verifies a loaded plan: the first record of ROUTES whose answer decides it. `file` names the
- * plan in reports; `text` is its compact JSON (what workers and derived plans load).
+ * plan in reports; `text` is its compact JSON (what workers and derived plans load), or a
+ * function giving it: then it is asked for only by a record that reads it (a large plan's
+ * text is as large as its file, and the per-template records read it only for a witness).
  */
-export async function verifyPipeline(file: string, plan: LoadedPlan, text: string, opts: PipelineOptions = {}): Promise<PipelineResult> {
-  const x = { file, plan, text, opts };
+export async function verifyPipeline(file: string, plan: LoadedPlan, text: string | (() => string), opts: PipelineOptions = {}): Promise<PipelineResult> {
+  let kept = typeof text === 'string' ? text : undefined;
+  const x: PipelineInput = {
+    file,
+    plan,
+    get text(): string {
+      return (kept ??= (text as () => string)());
+    },
+    opts,
+  };
   for (const route of ROUTES) {
     const r = await route.run(x);
     // A specialized plan is refuted only by a witness that keeps its reads (stages/witness/guards.ts).

@@ -32,12 +32,18 @@ export abstract class ProverBase {
   /** Values interned by content: an object seen before costs a lookup, not a key. */
   protected readonly valueIds = new WeakMap<object, number>();
   protected readonly valueByKey = new Map<string, number>();
+  /**
+   * The next value id. Ids are never reused: the content keys are forgotten with the memo they
+   * serve (deriveOp), and a value seen again after that gets a new id, which can cost a memo
+   * miss but never names two contents alike.
+   */
+  private nextValueId = 0;
   protected valueId(v: Value): number {
     const hit = this.valueIds.get(v);
     if (hit !== undefined) return hit;
     const k = valueKey(v);
     let id = this.valueByKey.get(k);
-    if (id === undefined) this.valueByKey.set(k, (id = this.valueByKey.size));
+    if (id === undefined) this.valueByKey.set(k, (id = this.nextValueId++));
     this.valueIds.set(v, id);
     return id;
   }

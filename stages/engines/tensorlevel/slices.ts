@@ -140,7 +140,12 @@ export abstract class SliceRules extends ProverBase {
     const hit = this.opMemo.get(mkey);
     if (hit !== undefined) return hit;
     const d = restripe(this.deriveOpFrom(r, op, t, vals));
-    if (this.opMemo.size > 500_000) this.opMemo.clear();
+    if (this.opMemo.size > 500_000) {
+      // The content keys go with the memo: they only name values in its keys (at 405B scale
+      // they grew to over a million texts kept to the end of the run).
+      this.opMemo.clear();
+      this.valueByKey.clear();
+    }
     this.opMemo.set(mkey, d);
     return d;
   }
