@@ -9,7 +9,8 @@
  * side names differently): the same two verdicts, the inputs no output reads left unrelated.
  */
 import { strict as assert } from 'node:assert';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli, verifyImportDir as verifyDir } from './helpers.js';
@@ -20,6 +21,16 @@ const LN = 'test/fixtures/entangle-bugs/layernorm';
 const LNBW = 'test/fixtures/entangle-bugs/layernorm-bw';
 /** The same graphs at test widths (tools/corpus/shrink_entangle_bw.py): a witness reaches the gradient. */
 const LNBW_SMALL = 'test/fixtures/entangle-bugs/layernorm-bw-small';
+
+/** Megatron's scale_loss graph, Entangle's wrong_config/tp1/both.g1.r0.py (no tp-2 counterpart published). */
+const LS = 'test/fixtures/entangle-bugs/loss_scale';
+
+/** `tools/corpus/entangle_bug_relations.py MODE TP1 TP2 OUT` (what bench/entangle-corpus.sh runs) into a fresh dir. */
+const relationsTool = (mode: string, tp1: string, tp2: string): string => {
+  const out = mkdtempSync(join(tmpdir(), `pp-rel-${mode}-`));
+  execFileSync('python3', ['tools/corpus/entangle_bug_relations.py', mode, tp1, tp2, out]);
+  return out;
+};
 
 /** Each micro-batch's loss divided by the number of micro-batches (2) before it is accumulated. */
 const halved = (s: string): string =>
@@ -115,5 +126,26 @@ describe("Entangle's reproduced bugs (examples/data of github.com/nyu-systems/En
     const w = await verifyDir(LNBW_SMALL, [[/^rank0\.py$/, avg], [/^rank1\.py$/, avg]]);
     assert.equal(w.code, 1, JSON.stringify(w.stages));
     assert.equal(w.stages.find((s) => s.logical === 'grad.pre_mlp_layernorm.weight')?.status, 'not_equivalent', JSON.stringify(w.stages));
+  });
+
+  it("bench/entangle-corpus.sh's bug 6 relations (entangle_bug_relations.py grad_accumulation) are the fixture's, read off the published graphs", () => {
+    // Laid out as Entangle publishes them: 1step/fw.g0.r0.py, 2step.bug/fw.g0.r0.py.
+    const src = mkdtempSync(join(tmpdir(), 'pp-ga-src-'));
+    for (const [dir, file] of [['1step', 'logical.py'], ['2step.bug', 'rank0.py']] as const) {
+      mkdirSync(join(src, dir));
+      cpSync(join(GA, file), join(src, dir, 'fw.g0.r0.py'));
+    }
+    const out = relationsTool('grad_accumulation', join(src, '1step'), join(src, '2step.bug'));
+    assert.deepEqual(JSON.parse(readFileSync(join(out, 'relations.json'), 'utf8')), JSON.parse(readFileSync(join(GA, 'relations.json'), 'utf8')));
+  });
+
+  it('the scale_loss graph (entangle_bug_relations.py loss_scale, paired with itself): imports and is VERIFIED; the gradient scaled by the loss instead of the scale is NOT EQUIVALENT', async () => {
+    const out = relationsTool('loss_scale', LS, '-');
+    const ok = await verifyDir(out);
+    assert.equal(ok.code, 0, JSON.stringify(ok.stages));
+    assert.deepEqual(ok.stages.map((s) => `${s.logical} ${s.status}`), ['out.mul proved', 'out.mul_1 proved']);
+    const bad = await verifyDir(out, [[/^rank0\.py$/, (s) => s.replace('aten.mul.Tensor(tangents_1, primals_2)', 'aten.mul.Tensor(tangents_1, primals_1)')]]);
+    assert.equal(bad.code, 1, JSON.stringify(bad.stages));
+    assert.equal(bad.stages.find((s) => s.logical === 'out.mul_1')?.status, 'not_equivalent', JSON.stringify(bad.stages));
   });
 });

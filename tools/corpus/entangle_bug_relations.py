@@ -63,7 +63,19 @@ A pairing is stated only where it is forced:
     read by no op the output depends on once the preconditions hold, so import-graphs leaves
     them out (docs/import.md, "Inputs no output reads"); the script lists them on stderr.
 
-usage: entangle_bug_relations.py {layernorm|layernorm-bw|wrong_config|switchmlp} SRC_TP1_DIR SRC_TP2_DIR OUT_DIR
+grad_accumulation  bug_grad_accumulation (bug 6): logical.py is 1step/fw.g0.r0.py (one step over N
+                samples), rank0.py 2step.bug/fw.g0.r0.py (K micro-batches of N/K, each loss added
+                without dividing by K); restates examples/detect_bug_grad_accumulation.py: the
+                weight, bias and loss accumulator the same, micro-batch k's inputs and targets
+                samples [k N/K, (k+1) N/K) of the step's; the output is the accumulated loss.
+                (test/fixtures/entangle-bugs/grad_accumulation/relations.json states the same.)
+loss_scale      bug_missing_allreduce_under_wrong_config/tp1/both.g1.r0.py, Megatron's
+                `scale_loss` (loss times the loss scale, and its backward) traced as a second
+                graph on one device; tp2.bug publishes no counterpart, so the graph is paired with
+                itself on a mesh of one: that shows it imports, and its verdict says nothing about
+                a parallel plan. SRC_TP2_DIR is ignored.
+
+usage: entangle_bug_relations.py {layernorm|layernorm-bw|wrong_config|switchmlp|grad_accumulation|loss_scale} SRC_TP1_DIR SRC_TP2_DIR OUT_DIR
 """
 import json
 import os
@@ -194,9 +206,64 @@ def layernorm_bw(src1: str, src2: str, out: str) -> None:
         f.write('\n')
 
 
+def write(out: str, relations: dict) -> None:
+    with open(os.path.join(out, 'relations.json'), 'w') as f:
+        json.dump(relations, f, indent=1)
+        f.write('\n')
+
+
+def grad_accumulation(src1: str, src2: str, out: str) -> None:
+    """The relations of bug 6 (docstring, grad_accumulation)."""
+    os.makedirs(out, exist_ok=True)
+    shutil.copy(os.path.join(src1, 'fw.g0.r0.py'), os.path.join(out, 'logical.py'))
+    shutil.copy(os.path.join(src2, 'fw.g0.r0.py'), os.path.join(out, 'rank0.py'))
+    lsig, rsig = signature(os.path.join(src1, 'fw.g0.r0.py')), signature(os.path.join(src2, 'fw.g0.r0.py'))
+    n = int(re.match(r'f32\[(\d+)\]', lsig['arg2_1']).group(1))
+    m = int(re.match(r'f32\[(\d+)\]', rsig['arg2_1']).group(1))
+    # arg0_1, arg1_1 weight and bias; arg2_1, arg3_1 inputs and targets; arg4_1 the accumulator;
+    # then each further micro-batch's inputs and targets (arg5_1, arg6_1, ...).
+    inputs = {'arg0_1': {'role': 'param', 'placements': ['R']}, 'arg1_1': {'role': 'param', 'placements': ['R']}}
+    for k in range(n // m):
+        for j, lnode in enumerate(('arg2_1', 'arg3_1')):
+            node = lnode if k == 0 else f'arg{5 + 2 * (k - 1) + j}_1'
+            assert rsig[node] == f'f32[{m}]', f'{node}: {rsig[node]}'
+            inputs[node] = {'role': 'input', 'index': [[k * m, k * m + m]]} if k == 0 else {'logical': lnode, 'index': [[k * m, k * m + m]]}
+        if k == 0:
+            inputs['arg4_1'] = {'role': 'input', 'placements': ['R']}
+    assert len(inputs) == len(rsig), f'{len(rsig)} rank inputs, {len(inputs)} related'
+    write(out, {
+        'format': 'planproof-relations/v1',
+        'mesh': {'axes': [{'name': 'dp', 'size': 1}]},
+        'inputs': inputs,
+        'outputs': [{'name': 'loss_sum', 'placements': ['R']}],
+    })
+
+
+def loss_scale(src1: str, out: str) -> None:
+    """tp1/both.g1.r0.py paired with itself (docstring, loss_scale)."""
+    os.makedirs(out, exist_ok=True)
+    for name in ('logical.py', 'rank0.py'):
+        shutil.copy(os.path.join(src1, 'both.g1.r0.py'), os.path.join(out, name))
+    text = open(os.path.join(src1, 'both.g1.r0.py')).read()
+    names = re.findall(r'(\w+): "[^"]*";', text)  # the flattened primals and tangents
+    returned = re.search(r'tree_unflatten\(\[([^\]]*)\]', text).group(1).replace(' ', '').split(',')
+    write(out, {
+        'format': 'planproof-relations/v1',
+        'mesh': {'axes': [{'name': 'dp', 'size': 1}]},
+        'inputs': {n: {'role': 'input', 'placements': ['R']} for n in names},
+        'outputs': [{'name': f'out.{node}', 'node': node, 'placements': ['R']} for node in returned if node != 'None'],
+    })
+
+
 def main() -> None:
     if len(sys.argv) == 5 and sys.argv[1] == 'layernorm-bw':
         layernorm_bw(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
+    if len(sys.argv) == 5 and sys.argv[1] == 'grad_accumulation':
+        grad_accumulation(sys.argv[2], sys.argv[3], sys.argv[4])
+        return
+    if len(sys.argv) == 5 and sys.argv[1] == 'loss_scale':
+        loss_scale(sys.argv[2], sys.argv[4])
         return
     if len(sys.argv) != 5 or sys.argv[1] not in BUGS:
         sys.exit(__doc__)
