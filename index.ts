@@ -26,7 +26,19 @@ export { PlanError, type PlanIssue } from './plans/errors.js';
  * worker threads under a per-stage deadline (`verifyPlanInPool`); the report's verdict is
  * "verified" only from an exact proof, "not_equivalent" only with a witness.
  */
-export { verifyPlan, verifyPlanInPool, type VerifyOptions, type PoolVerifyOptions } from './stages/verify.js';
+export { type VerifyOptions, type PoolVerifyOptions } from './stages/verify.js';
+import { verifyPlan as verifyPlanRaw, verifyPlanInPool as verifyPlanInPoolRaw, type VerifyOptions, type PoolVerifyOptions } from './stages/verify.js';
+import { confirmGuarded } from './stages/witness/guards.js';
+import type { LoadedPlan } from './lineage/load.js';
+import type { VerifyReport } from './stages/report.js';
+/** Proves `plan` in this thread; a "not_equivalent" of a plan with values read into Python only with a witness that keeps them (stages/witness/guards.ts). */
+export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyReport {
+  return confirmGuarded(plan, verifyPlanRaw(plan, opts));
+}
+/** As verifyPlan, in worker threads under a per-stage deadline; `text` is the plan's compact JSON. */
+export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: PoolVerifyOptions): Promise<VerifyReport> {
+  return confirmGuarded(plan, await verifyPlanInPoolRaw(plan, text, opts));
+}
 export type { VerifyReport, StageReport, Verdict } from './stages/report.js';
 /**
  * The pipeline `planproof verify` runs (docs/engine.md, "The pipeline"): per template, inferred

@@ -369,7 +369,10 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'seqpar_pool_ddp', script: 'seqpar_pool_ddp.py', args: [], axis: 'dp', code: 0 },
   { name: 'seqpar_pool_ddp-bug', script: 'seqpar_pool_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
   { name: 'seq2seq_attn_ddp', script: 'seq2seq_attn_ddp.py', args: [], axis: 'dp', code: 0, heavy: true },
-  { name: 'seq2seq_attn_ddp-bug', script: 'seq2seq_attn_ddp.py', args: ['--bug'], axis: 'dp', code: 1, heavy: true, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(decoder_[a-zA-Z0-9_]+_new, op 'return\.decoder_[a-zA-Z0-9_]+_new'\)/ },
+  // The loss scaler's overflow check `float(x.float().sum())` bakes each gradient sum (float()
+  // drops any tracking): no draw reproduces a float exactly, so the twin is no longer refuted
+  // (stages/witness/guards.ts) and says which read stops it.
+  { name: 'seq2seq_attn_ddp-bug', script: 'seq2seq_attn_ddp.py', args: ['--bug'], axis: 'dp', code: 3, heavy: true, at: /UNKNOWN[\s\S]*no whole-plan draw both keeps every read and separates an output \(each of \d+ draws: the value read into Python at \S*seq2seq_attn_ddp\.py:\d+ \(-?[0-9.e-]+\) is in \[/ },
   { name: 'prenorm_encoder_pad_ddp', script: 'prenorm_encoder_pad_ddp.py', args: [], axis: 'dp', code: 0, heavy: true },
   { name: 'vae_ddp', script: 'vae_ddp.py', args: [], axis: 'dp', code: 0 },
   { name: 'gan_ddp', script: 'gan_ddp.py', args: [], axis: 'dp', code: 0 },
@@ -419,7 +422,7 @@ describe('capture fixtures (committed captures of examples/torch)', function () 
   // npm test: every correct capture and the bug twins of issue 15; issue 33's twins in test:full.
   const FIRST = CASES.findIndex((c) => c.name === 'llama_tp');
   for (const [i, c] of CASES.entries()) {
-    it(`${c.name}: imports and is ${c.code === 0 ? 'VERIFIED' : 'NOT EQUIVALENT'}${fullUnless((i < FIRST || c.code === 0) && c.heavy !== true)}`, async () => {
+    it(`${c.name}: imports and is ${c.code === 0 ? 'VERIFIED' : c.code === 3 ? 'UNKNOWN' : 'NOT EQUIVALENT'}${fullUnless((i < FIRST || c.code === 0) && c.heavy !== true)}`, async () => {
       const out = join(mkdtempSync(join(tmpdir(), 'pp-cap-')), 'plan.json');
       const imp = await runCli(['import-graphs', '--dir', `${FIXTURES}capture/${c.name}`, '-o', out]);
       assert.equal(imp.code, 0, imp.stderr);
@@ -582,7 +585,7 @@ describe('planproof capture (live, Debian python3-torch)', function () {
   });
   // npm test captures one script live; test:full every one.
   for (const c of CASES) {
-    it(`captures ${c.script} ${c.args.join(' ')} and verify says ${c.code === 0 ? 'VERIFIED' : 'NOT EQUIVALENT'}${fullUnless(c.name === 'tp_mlp')}`, async () => {
+    it(`captures ${c.script} ${c.args.join(' ')} and verify says ${c.code === 0 ? 'VERIFIED' : c.code === 3 ? 'UNKNOWN' : 'NOT EQUIVALENT'}${fullUnless(c.name === 'tp_mlp')}`, async () => {
       const out = join(mkdtempSync(join(tmpdir(), 'pp-cap-')), 'plan.json');
       const mesh = c.axis.includes('=') ? ['--mesh', c.axis] : ['--nproc', '2', '--axis', c.axis];
       const cap = await runCli(['capture', ...mesh, '--out', out, '--', `${EXAMPLES}torch/${c.script}`, ...c.args]);

@@ -21,6 +21,8 @@ import type { LogicalValues, RankValues } from '../../sdfg/execute.js';
 import { certifiedReason, certifyWitness, type Iv } from '../engines/interval.js';
 import type { StageReport, VerifyReport } from '../report.js';
 
+const CONFIRMED = 'a whole-plan witness keeps every value the program read into Python';
+
 /** Draws tried for a whole-plan witness, and the time they may take. */
 const SEEDS = 16;
 const BUDGET_MS = 20_000;
@@ -153,9 +155,10 @@ export function guardedWitness(plan: LoadedPlan): GuardedWitness {
  * read, or turned "unknown" (each failing stage, and the verdict) when none is found.
  */
 export function confirmGuarded<R extends VerifyReport>(plan: LoadedPlan, report: R): R {
-  if (report.verdict !== 'not_equivalent' || !needsGuardedWitness(plan)) return report;
+  // (idempotent: a report already confirmed says so in its summary)
+  if (report.verdict !== 'not_equivalent' || !needsGuardedWitness(plan) || report.summary.includes(CONFIRMED)) return report;
   const w = guardedWitness(plan);
-  if ('seed' in w) return { ...report, summary: `${report.summary}; a whole-plan witness keeps every value the program read into Python: ${w.reason}` };
+  if ('seed' in w) return { ...report, summary: `${report.summary}; ${CONFIRMED}: ${w.reason}` };
   const why = `the stage's witness is at inputs that may change a value the program read into Python, where the captured graphs are not what the program runs, and no whole-plan draw both keeps every read and separates an output (${w.none})`;
   const stages: StageReport[] = report.stages.map((s) => {
     if (s.status !== 'not_equivalent') return s;

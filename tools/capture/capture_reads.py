@@ -2,7 +2,7 @@
 
 torch 1.13's dispatch mode does not see `.item()`, `float(t)`, `int(t)`, `bool(t)`, `if t:` or
 `.tolist()`, so torch.Tensor's methods are wrapped while tracing. A read of a floating tensor's
-one element by `.item()` or `float(t)` returns a `Tracked` float: Python arithmetic on it with
+one element by `.item()` returns a `Tracked` float: Python arithmetic on it with
 numbers (`+ - * / **`, unary minus) is recorded as ATen ops on the 0-d tensor it was read from,
 and a number it becomes that an op then takes as a tensor operand (`g.mul_(clip_coef)`) is
 written as that traced value, not as a constant: the dependency is kept. The read is marked
@@ -10,13 +10,16 @@ written as that traced value, not as a constant: the dependency is kept. The rea
 so) when the value escapes that arithmetic: a comparison or branch on it (`if clip_coef < 1`),
 `int()`, `round()`, a Scalar argument (`alpha=`), a tensor made from it (`torch.tensor([x])`),
 a number an op takes that equals a read value but looks like a literal (8 characters or
-fewer, such as a token count 12.0: never substituted), or any longer number in an op after
-the read that is not such a traced value (`math.sqrt(x)` reads the float directly, unseen):
-kept conservatively. A read whose value looks like a literal
-(a count such as 12.0), and every other read (`int(t)`, `bool(t)`, `.tolist()`, an integer
-tensor's `.item()`), is marked at once.
+fewer, such as a token count 12.0: never substituted), or a function of the math module
+given it (math.sqrt / exp / log of a positive value stay traced; `math.isinf(x)` or `math.cos(x)`
+mark it). A Scalar argument that is a traced value marks only the reads it derives from, so a
+logged `loss.item()` stays unmarked. A read whose value looks like a literal
+(a count such as 12.0), and every other read (`float(t)`: CPython returns a plain float
+whatever `__float__` returns; `int(t)`, `bool(t)`, `.tolist()`, an integer tensor's `.item()`),
+is marked at once.
 """
 import json
+import math
 import sys
 
 import torch
@@ -92,13 +95,19 @@ def arg(cap, a, is_tensor_arg):
     if simple(v):
         # A literal-looking number (a token count read as 12.0): never substituted, since the
         # program may have written it; if a read gave it, the read is marked.
-        if v in cap.tracked_all:
-            escape(cap)
+        for n in cap.tracked_all.get(v, ()):
+            n.escaped = n.by_value = True
         return None
-    t = cap.tracked.get(v)
+    t = a if isinstance(a, Tracked) else cap.tracked.get(v)
     if t is not None and is_tensor_arg:
         return t.name
-    escape(cap)
+    if t is not None:
+        # A Scalar argument (`alpha=`, `value=`) that is a traced value: baked in, but derived
+        # from t's reads only, so only they are marked (a logged loss read elsewhere is not).
+        t._mark()
+    # Any other number is not derived from a read: every way Python derives a number from a
+    # Tracked float is seen (its operators, float()/int()/round(), the math module's functions:
+    # _watch_math), except through numpy or text, which is assumed not to feed an op.
     return None
 
 
@@ -108,7 +117,7 @@ class Tracked(float):
     def __new__(cls, value, cap, name, dtype, notes):
         self = float.__new__(cls, value)
         self.cap, self.name, self.dtype, self.notes = cap, name, dtype, notes
-        cap.tracked_all.add(float(value))
+        cap.tracked_all.setdefault(float(value), set()).update(notes)
         if not simple(value):
             cap.tracked[float(value)] = self
         return self
@@ -246,12 +255,47 @@ def watch(cap):
     DT = sys.modules[type(cap).__module__].DT
     _watch_reads(cap)
     _watch_data(cap)
+    _watch_math(cap)
+
+
+_MATH = {}
+
+
+_TRACED_MATH = {"sqrt": "aten.sqrt.default", "exp": "aten.exp.default", "log": "aten.log.default"}
+
+
+def _watch_math(cap):
+    """The math module's functions read a float subclass's value in C, unseen: while tracing,
+    math.sqrt / exp / log of a traced float (one argument, positive) stay traced (torch 1.13's
+    Adam and AdamW take `math.sqrt` of the bias correction), and every other function given a
+    traced float marks its reads by value (`math.isinf(x)` decides on it, `math.cos(x)` computes
+    a number from it that the capture cannot follow)."""
+    for name in dir(math):
+        real = getattr(math, name)
+        if name.startswith("_") or not callable(real):
+            continue
+        _MATH[name] = real
+
+        def f(*args, _real=real, _op=_TRACED_MATH.get(name), **kw):
+            tracked = [x for x in args if isinstance(x, Tracked)]
+            if not tracked or not cap.tracing or cap.suspended > 0:
+                return _real(*args, **kw)
+            x = tracked[0]
+            if _op is not None and len(args) == 1 and not kw and float.__float__(x) > 0:
+                return x._emit(_real(float.__float__(x)), _op, x)
+            for t in tracked:
+                t._mark()
+            return _real(*args, **kw)
+        setattr(math, name, f)
 
 
 def unwatch():
     for m, real in _SAVED.items():
         setattr(torch.Tensor, m, real)
     _SAVED.clear()
+    for name, real in _MATH.items():
+        setattr(math, name, real)
+    _MATH.clear()
     if "data" in torch.Tensor.__dict__:
         del torch.Tensor.data
 
@@ -278,7 +322,9 @@ def _watch_reads(cap):
                     note = ReadNote(cap.fresh("read"), src, value)
                     # A literal-looking value (a count, 1.0) may reach an op through Python the
                     # capture does not see (math.sqrt(4.0) is 2.0, a literal too): marked at once.
-                    note.escaped = note.by_value = simple(value)
+                    # float(t) returns a plain float whatever __float__ returns (CPython strips a
+                    # subclass), so what Python does with it is unseen: marked at once too.
+                    note.escaped = note.by_value = simple(value) or _m == "__float__"
                     cap.lines.append(note)
                     cap.lines.append(EqGuard(cap.fresh("guard"), note))
                     cap.read_notes.append(note)

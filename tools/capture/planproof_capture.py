@@ -106,7 +106,7 @@ class Capture:
         self.consts = {}         # name -> {"shape", "values", "where"}: undeclared tensors (see fmt)
         self.alias = {}          # id(t.data) -> t: `p.data` names p's storage (capture_reads)
         self.tracked = {}        # float value -> capture_reads.Tracked: numbers computed from reads
-        self.tracked_all = set()  # every value a Tracked took (literal-looking ones too)
+        self.tracked_all = {}    # every value a Tracked took (literal-looking ones too) -> the reads it derives from
         self.read_notes = []     # capture_reads.ReadNote of each tracked read, in order
         self.constlike = {}      # id -> tensor: constant-derived tensors (capture_fold)
         self.loc = None          # the user's source line of the op being recorded
