@@ -372,7 +372,7 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // The loss scaler's overflow check `float(x.float().sum())` bakes each gradient sum (float()
   // drops any tracking): no draw reproduces a float exactly, so the twin is no longer refuted
   // (stages/witness/guards.ts) and says which read stops it.
-  { name: 'seq2seq_attn_ddp-bug', script: 'seq2seq_attn_ddp.py', args: ['--bug'], axis: 'dp', code: 3, heavy: true, at: /UNKNOWN[\s\S]*no whole-plan draw both keeps every read and separates an output \(each of \d+ draws: the value read into Python at \S*seq2seq_attn_ddp\.py:\d+ \(-?[0-9.e-]+\) is in \[/ },
+  { name: 'seq2seq_attn_ddp-bug', script: 'seq2seq_attn_ddp.py', args: ['--bug'], axis: 'dp', code: 3, heavy: true, at: /no whole-plan draw both keeps every read and separates an output \(each of \d+ draws: the value read into Python at \S*seq2seq_attn_ddp\.py:\d+ \(-?[0-9.e-]+\) is in \[/ },
   { name: 'prenorm_encoder_pad_ddp', script: 'prenorm_encoder_pad_ddp.py', args: [], axis: 'dp', code: 0, heavy: true },
   { name: 'vae_ddp', script: 'vae_ddp.py', args: [], axis: 'dp', code: 0 },
   { name: 'gan_ddp', script: 'gan_ddp.py', args: [], axis: 'dp', code: 0 },
