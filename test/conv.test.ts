@@ -69,6 +69,24 @@ describe('convolution: stride, padding, dilation against values torch 1.13 compu
     assert.deepEqual(dw, [40, 36, 24, 20]);
     assert.deepEqual(db, [9]);
   });
+  it('a depthwise conv2d (groups = 2 channels), and its backward', () => {
+    // torch: x = arange(18).view(1, 2, 3, 3), w = [[[[1, 2], [3, 4]]], [[[0, -1], [2, 1]]]],
+    // b = [0.5, -1], F.conv2d(x, w, b, groups=2), g = arange(1, 9).view(1, 2, 2, 2).
+    const text = graph('x: "f32[1, 2, 3, 3]", w: "f32[2, 1, 2, 2]", b: "f32[2]", g: "f32[1, 2, 2, 2]"', [
+      'y: "f32[1, 2, 2, 2]" = torch.ops.aten.convolution.default(x, w, b, [1, 1], [0, 0], [1, 1], False, [0, 0], 2)',
+      'cb = torch.ops.aten.convolution_backward.default(g, x, w, [2], [1, 1], [0, 0], [1, 1], False, [0, 0], 2, [True, True, True])',
+      'dx: "f32[1, 2, 3, 3]" = cb[0]',
+      'dw: "f32[2, 1, 2, 2]" = cb[1]',
+      'db: "f32[2]" = cb[2]',
+      'return (y, dx, dw, db)',
+    ]);
+    const R = { placements: ['R'] };
+    const [y, dx, dw, db] = run(text, { x: R, w: R, b: R, g: R }, { x: Array.from({ length: 18 }, (_, i) => i), w: [1, 2, 3, 4, 0, -1, 2, 1], b: [0.5, -1], g: [1, 2, 3, 4, 5, 6, 7, 8] }, ['y', 'dx', 'dw', 'db']);
+    assert.deepEqual(y, [27.5, 37.5, 57.5, 67.5, 26, 28, 32, 34]);
+    assert.deepEqual(dx, [1, 4, 4, 6, 20, 16, 9, 24, 16, 0, -5, -6, 10, 10, -2, 14, 23, 8]);
+    assert.deepEqual(dw, [27, 37, 57, 67, 293, 319, 371, 397]);
+    assert.deepEqual(db, [10, 26]);
+  });
 });
 
 describe('average pooling against values torch 1.13 computed', () => {
@@ -99,8 +117,8 @@ describe('average pooling against values torch 1.13 computed', () => {
 describe('convolutions and pooling that are not mapped are refused with the reason', () => {
   const conv = (args: string, w = '"f32[2, 1, 3, 3]"'): string =>
     graph(`x: "f32[1, 2, 5, 5]", w: ${w}`, [`y: "f32[1, 2, 3, 3]" = torch.ops.aten.convolution.default(x, w, None, ${args})`, 'return (y,)']);
-  it('groups != 1 (depthwise)', () => {
-    assert.throws(() => lowerGraph(parseFxGraph('g.py', conv('[1, 1], [0, 0], [1, 1], False, [0, 0], 2'))), /groups=2 \(grouped or depthwise convolution\) is not supported yet/);
+  it('groups that do not divide the channels', () => {
+    assert.throws(() => lowerGraph(parseFxGraph('g.py', conv('[1, 1], [0, 0], [1, 1], False, [0, 0], 3'))), /groups=3 does not divide the 2 input and 2 output channels/);
   });
   it('a transposed convolution', () => {
     assert.throws(() => lowerGraph(parseFxGraph('g.py', conv('[1, 1], [0, 0], [1, 1], True, [0, 0], 1', '"f32[2, 2, 3, 3]"'))), /a transposed convolution \(ConvTranspose\) is not supported yet/);
