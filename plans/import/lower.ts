@@ -7,6 +7,7 @@ import { registry } from '../../ops/registry.js';
 import { strides } from '../../ops/dense.js';
 import { ShapeError, type AttrValue, type Attrs, type Shape } from '../../ops/types.js';
 import type { RawParallelOp } from '../raw.js';
+import type { PlanGuard } from '../model.js';
 import { ImportError, type FxArg, type FxGraph, type FxNode } from './fxtext.js';
 
 export interface TensorVal {
@@ -100,17 +101,9 @@ export interface Lowered {
 
 /**
  * A condition the trace depends on (`planproof.guard`, written by the capture after a value
- * read into Python): tensor `tensor` equals `values` element by element (`cmp` 'eq' with
- * values; null values: never shown), or `tensor cmp other` came out `outcome`.
+ * read into Python), in the program being lowered: a plan guard without its program.
  */
-export interface ImportGuard {
-  readonly tensor: string;
-  readonly cmp: 'eq' | 'ne' | 'lt' | 'le' | 'gt' | 'ge';
-  readonly values?: readonly number[] | null;
-  readonly other?: string | number;
-  readonly outcome?: boolean;
-  readonly where: string;
-}
+export type ImportGuard = Omit<PlanGuard, 'program'>;
 
 /** Complex dtypes (their values are pairs of reals, plans/import/aten-complex.ts). */
 const COMPLEX = /^complex/;
