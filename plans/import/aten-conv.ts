@@ -484,7 +484,73 @@ const batchNormBackward: Rule = (l, n) => {
   return l.bind(n, { kind: 'list', items });
 };
 
+/** GroupNorm's input as [N, G, (C/G)·HxW] (the rows it normalizes), checking the sizes the op states. */
+function groupRows(l: Lowerer, n: FxNode, x: TensorVal, k0: number): { rows: TensorVal; G: number; C: number; space: number[] } {
+  const N = l.int(n.args[k0], 'N');
+  const C = l.int(n.args[k0 + 1], 'C');
+  const HxW = l.int(n.args[k0 + 2], 'HxW');
+  const G = l.int(n.args[k0 + 3], 'group');
+  const rest = prod(x.shape.slice(2));
+  if (x.shape[0] !== N || x.shape[1] !== C || rest !== HxW || !(G >= 1) || C % G !== 0) l.fail(`${n.target}: input [${x.shape.join(', ')}] is not N=${N}, C=${C}, HxW=${HxW} in ${G} groups`);
+  const rows = l.one('reshape', [x], { shape: [N, G, (C / G) * rest] });
+  return { rows, G, C, space: x.shape.slice(2).map((_, i) => 2 + i) };
+}
+
+/**
+ * native_group_norm(input, weight, bias, N, C, HxW, group, eps): each sample's channels in
+ * groups of C/G, normalized together with their positions: layer_norm over the last dim of
+ * [N, G, (C/G)·HxW] (biased variance, eps inside the root), then the per-channel affine.
+ */
+const groupNorm: Rule = (l, n) => {
+  const x = l.tensor(n.args[0], 'input');
+  const w = l.optTensor(n.args[1], 'weight');
+  const b = l.optTensor(n.args[2], 'bias');
+  const eps = l.num(n.args[7], 'eps');
+  const { rows, G } = groupRows(l, n, x, 3);
+  let y = l.one('reshape', [l.one('layer_norm', [rows], { eps, normalized_dims: 1 })], { shape: [...x.shape] });
+  if (w !== undefined) y = l.one('mul', [y, perChannel(l, w, x.shape.length)]);
+  if (b !== undefined) y = l.one('add', [y, perChannel(l, b, x.shape.length)]);
+  y = l.one('identity', [y], {}, `${l.out(n)}.0`, x.dtype);
+  const stat = (what: string): OpaqueVal => ({ kind: 'opaque', what, data: { x: x.id, eps, groups: G } });
+  return l.bind(n, { kind: 'list', items: [y, stat('the GroupNorm mean'), stat('the GroupNorm rstd')] });
+};
+
+/**
+ * native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)
+ * over the forward's statistics: dx is layer_norm's backward of g·w on the group rows (the
+ * affine-free one: rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂))), dw = Σ g·x̂ and db = Σ g over batch and space.
+ */
+const groupNormBackward: Rule = (l, n) => {
+  const g = l.tensor(n.args[0], 'grad_out');
+  const x = l.tensor(n.args[1], 'input');
+  let eps = 0;
+  for (const [k, what] of [[2, 'the GroupNorm mean'], [3, 'the GroupNorm rstd']] as const) {
+    const s = l.val(n.args[k], k === 2 ? 'mean' : 'rstd');
+    if (s.kind !== 'opaque' || s.what !== what || s.data['x'] !== x.id) return l.fail(`argument ${k === 2 ? 'mean' : 'rstd'}: expected ${what} of the same input from native_group_norm (saved statistics as tensors are not supported)`);
+    eps = Number(s.data['eps']);
+  }
+  const w = l.optTensor(n.args[4], 'weight');
+  const { rows, space } = groupRows(l, n, x, 5);
+  const maskArg = n.args[9];
+  const mask = maskArg?.kind === 'list' ? maskArg.items.map((v, i) => l.bool(v, `output_mask[${i}]`, true)) : [true, true, true];
+  const items: Val[] = [{ kind: 'none' }, { kind: 'none' }, { kind: 'none' }];
+  if (mask[0] === true) {
+    const gw = w === undefined ? g : l.one('mul', [g, perChannel(l, w, x.shape.length)]);
+    const gRows = l.one('reshape', [gw], { shape: [...rows.shape] });
+    const [dRows] = l.emit('layer_norm_backward', [gRows, rows], { eps, normalized_dims: 1 }, [`${l.out(n)}.rows`], g.dtype);
+    items[0] = l.one('reshape', [dRows as TensorVal], { shape: [...x.shape] }, `${l.out(n)}.grad_input`, g.dtype);
+  }
+  if (mask[1] === true && w !== undefined) {
+    const xhat = l.one('reshape', [l.one('layer_norm', [rows], { eps, normalized_dims: 1 })], { shape: [...x.shape] });
+    items[1] = l.one('sum', [l.one('mul', [g, xhat])], { dims: [0, ...space] }, `${l.out(n)}.grad_weight`, g.dtype);
+  }
+  if (mask[2] === true) items[2] = l.one('sum', [g], { dims: [0, ...space] }, `${l.out(n)}.grad_bias`, g.dtype);
+  return l.bind(n, { kind: 'list', items });
+};
+
 export const CONV_RULES: Record<string, Rule> = {
+  'aten.native_group_norm': groupNorm,
+  'aten.native_group_norm_backward': groupNormBackward,
   'aten.convolution': convolution,
   'aten.convolution_backward': convolutionBackward,
   'aten.max_pool2d_with_indices': maxPool(2, true),

@@ -227,5 +227,7 @@ aux_flag_ddp aux_flag_ddp.py dp
 aux_flag_ddp-bug aux_flag_ddp.py dp --bug
 mobilenet_ddp mobilenet_ddp.py dp
 mobilenet_ddp-bug mobilenet_ddp.py dp --bug
+groupnorm_cnn_ddp groupnorm_cnn_ddp.py dp
+groupnorm_cnn_ddp-bug groupnorm_cnn_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
