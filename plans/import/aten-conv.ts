@@ -27,6 +27,9 @@
  *   running statistics written in place as ATen writes them (momentum, unbiased variance).
  *   Under DDP without SyncBatchNorm each rank normalizes by its own rows' statistics: not the
  *   logical batch's, and verify says so (examples/torch/ddp_cnn.py --bn).
+ * - `native_group_norm` (+ backward): `layer_norm` over each sample's groups of channels and
+ *   their positions ([N, G, (C/G)·HxW]), then the per-channel affine; the backward is
+ *   `layer_norm_backward` of g·w on the same rows, Σ g·x̂ and Σ g.
  *
  * Refused with the reason: transposed convolutions, max pooling with padding (its
  * `-inf` border is not an exact real), `ceil_mode` where it changes the output size, average
