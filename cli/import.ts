@@ -5,7 +5,7 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, isAbsolute, join } from 'node:path';
 import { ExitCode, PlanError, formatIssue } from '../plans/errors.js';
-import { parsePlanJson, readPlanText } from '../plans/json.js';
+import { finiteNumbersByName, parsePlanJson, readPlanText } from '../plans/json.js';
 import { loadPlanObject } from '../lineage/load.js';
 import { ImportError, FX_LIMITS } from '../plans/import/fxtext.js';
 import { checkRelations, importGraphs, type GraphFile } from '../plans/import/plan.js';
@@ -130,11 +130,7 @@ function halfAt(g: GraphFile): string | undefined {
 function readRunInputs(file: string): Record<string, number[]> | undefined {
   if (!existsSync(file)) return undefined;
   try {
-    const x = JSON.parse(readFileSync(file, 'utf8')) as unknown;
-    if (typeof x !== 'object' || x === null || Array.isArray(x)) return undefined;
-    const out: Record<string, number[]> = {};
-    for (const [k, v] of Object.entries(x)) if (Array.isArray(v) && v.every((e) => typeof e === 'number' && Number.isFinite(e))) out[k] = v as number[];
-    return out;
+    return finiteNumbersByName(JSON.parse(readFileSync(file, 'utf8')));
   } catch {
     return undefined;
   }

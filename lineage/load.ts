@@ -7,7 +7,7 @@
  */
 import { IssueSink } from '../plans/errors.js';
 import { ExprError, exprIssue } from '../plans/expr.js';
-import { parsePlanJson, readPlanText } from '../plans/json.js';
+import { finiteNumbersByName, numberFromJson, parsePlanJson, readPlanText } from '../plans/json.js';
 import { defaultLimits, loadStructure, type LoadOptions } from '../plans/loader.js';
 import type { CollectiveInstance, Plan, PlanGuard } from '../plans/model.js';
 import type { CollectiveKind, CollectiveStats } from '../plans/symcoll.js';
@@ -96,13 +96,17 @@ function load(file: string, raw: unknown, opts: LoadOptions, subset: boolean): L
   sink.throwIfAny();
   lap('lineage');
 
+  const specialized = specializedOf(plan);
+  const guards = guardsOf(plan);
+  // (`x-planproof-run-inputs` only picks a witness draw, which the guards still check: anything else is ignored)
+  const runInputs = finiteNumbersByName(plan['x-planproof-run-inputs']);
   return {
     file,
     name: plan.name ?? '',
     description: plan.description ?? '',
-    ...(specializedOf(plan) === undefined ? {} : { specialized: specializedOf(plan) }),
-    ...(guardsOf(plan) === undefined ? {} : { guards: guardsOf(plan) }),
-    ...(runInputsOf(plan) === undefined ? {} : { runInputs: runInputsOf(plan) }),
+    ...(specialized === undefined ? {} : { specialized }),
+    ...(guards === undefined ? {} : { guards }),
+    ...(runInputs === undefined ? {} : { runInputs }),
     mesh,
     logical,
     programs,
@@ -150,28 +154,13 @@ function guardsOf(plan: { readonly [k: string]: unknown }): readonly PlanGuard[]
     const base = { program, tensor: o['tensor'], cmp: cmp as PlanGuard['cmp'], where };
     const v = o['values'];
     if (Array.isArray(v)) {
-      const nums = v.map(jsonNumber);
+      const nums = v.map(numberFromJson);
       return { ...base, values: nums.every((e): e is number => e !== undefined) ? nums : null };
     }
-    const other = typeof o['other'] === 'string' ? o['other'] : jsonNumber(o['otherValue']);
+    const other = typeof o['other'] === 'string' ? o['other'] : numberFromJson(o['otherValue']);
     if (other !== undefined && typeof o['outcome'] === 'boolean') return { ...base, other, outcome: o['outcome'] };
     return { ...base, values: null };
   });
-}
-
-/** `x-planproof-run-inputs`: finite numbers by input name; anything else is ignored (it only picks a witness draw, which the guards still check). */
-function runInputsOf(plan: { readonly [k: string]: unknown }): Record<string, readonly number[]> | undefined {
-  const x = plan['x-planproof-run-inputs'];
-  if (typeof x !== 'object' || x === null || Array.isArray(x)) return undefined;
-  const out: Record<string, readonly number[]> = {};
-  for (const [k, v] of Object.entries(x)) if (Array.isArray(v) && v.every((e) => typeof e === 'number' && Number.isFinite(e))) out[k] = v as number[];
-  return Object.keys(out).length === 0 ? undefined : out;
-}
-
-/** A number as JSON carries it: infinities and NaN as the strings 'inf', '-inf', 'nan'. */
-function jsonNumber(x: unknown): number | undefined {
-  if (typeof x === 'number') return x;
-  return x === 'inf' ? Infinity : x === '-inf' ? -Infinity : x === 'nan' ? Number.NaN : undefined;
 }
 
 /** The `x-planproof-specialized` notes of a plan (strings only; anything else is ignored as an extension). */

@@ -225,3 +225,22 @@ export function findTooDeep(root: unknown, maxDepth = MAX_DEPTH): string | undef
   }
   return '$';
 }
+
+/** A number as a plan's JSON extensions carry it: infinities and NaN as 'inf', '-inf', 'nan' (JSON has none). */
+export function numberToJson(v: number): number | string {
+  return Number.isFinite(v) ? v : Number.isNaN(v) ? 'nan' : v > 0 ? 'inf' : '-inf';
+}
+
+/** The number numberToJson wrote, or undefined for anything else. */
+export function numberFromJson(x: unknown): number | undefined {
+  if (typeof x === 'number') return x;
+  return x === 'inf' ? Infinity : x === '-inf' ? -Infinity : x === 'nan' ? Number.NaN : undefined;
+}
+
+/** The entries of an untrusted JSON object that are arrays of finite numbers (values by name); undefined when none. */
+export function finiteNumbersByName(x: unknown): Record<string, number[]> | undefined {
+  if (typeof x !== 'object' || x === null || Array.isArray(x)) return undefined;
+  const out: Record<string, number[]> = {};
+  for (const [k, v] of Object.entries(x)) if (Array.isArray(v) && v.every((e) => typeof e === 'number' && Number.isFinite(e))) out[k] = v as number[];
+  return Object.keys(out).length === 0 ? undefined : out;
+}

@@ -28,10 +28,7 @@ function leaky(l: Lowerer, n: FxNode, inPlace: boolean): Val {
   return l.bind(n, y);
 }
 
-function gt(l: Lowerer, x: TensorVal, c: number): TensorVal {
-  return l.one('compare', [x, l.constant(c)], { rel: 'gt' }, undefined, 'bool');
-}
-
+/** [x rel c] as a boolean tensor. */
 function cmp(l: Lowerer, x: TensorVal, rel: 'gt' | 'lt' | 'le', c: number): TensorVal {
   return l.one('compare', [x, l.constant(c)], { rel }, undefined, 'bool');
 }
@@ -69,7 +66,7 @@ export const ACT_RULES: Record<string, Rule> = {
     const s = l.num(n.args[2], 'negative_slope');
     // (with self_is_result, x is the output: for s ≥ 0 it is positive exactly where the input was)
     if (s < 0 && n.args[3] !== undefined && l.bool(n.args[3], 'self_is_result', false)) l.fail(`${n.target}: a negative slope with the output saved is not supported`);
-    const factor = l.one('add', [l.constant(s), l.one('scale', [gt(l, x, 0)], { factor: 1 - s }, undefined, g.dtype)], {}, undefined, g.dtype);
+    const factor = l.one('add', [l.constant(s), l.one('scale', [cmp(l, x, 'gt', 0)], { factor: 1 - s }, undefined, g.dtype)], {}, undefined, g.dtype);
     return l.bind(n, l.one('mul', [g, factor], {}, l.out(n), g.dtype));
   },
   'aten.hardtanh': (l, n) => hardtanh(l, n, false),

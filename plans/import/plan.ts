@@ -12,7 +12,8 @@ import { lowerGraph } from './aten.js';
 import { ImportError, parseFxGraph, type FxGraph } from './fxtext.js';
 import type { ConstValue, Lowered, Returned, TensorVal, Val } from './lower.js';
 import { opMapRules, type OpMap } from './opmap.js';
-import { pruneDeadOps } from './prune.js';
+import { liveOps, pruneDeadOps } from './prune.js';
+import { numberToJson } from '../json.js';
 
 /** Lineage of one boundary tensor, in the plan's vocabulary (DTensor placements or index/value maps). */
 type LineageSpec = { logical?: string; placements?: string[]; index?: unknown[]; value?: unknown };
@@ -458,8 +459,7 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
 
   // Ops whose values reach no output (saved activations, what precedes an assumption) go.
   const lgraph = { ops: lops };
-  const guardIds = (g: Lowered): Set<string> => new Set(g.guards.flatMap((x) => (typeof x.other === 'string' ? [x.tensor, x.other] : [x.tensor])));
-  const pruned = pruneDeadOps(lgraph, programs, (o) => o.id.startsWith('return.'), { logical: guardIds(logical), ranks: ranks.map(guardIds) });
+  const pruned = pruneDeadOps(lgraph, programs, (o) => o.id.startsWith('return.'), { logical: guardTensors(logical), ranks: ranks.map(guardTensors) });
   const used = (ops: readonly { inputs: readonly string[]; outputs: readonly string[] }[]): Set<string> => new Set(ops.flatMap((o) => [...o.inputs, ...o.outputs]));
   const lUsed = used(lgraph.ops);
   // An input without a relation that a kept op still reads would need one: refused, naming it.
@@ -488,14 +488,13 @@ export function importGraphs(inp: ImportInput): { plan: RawPlan; stats: ImportSt
   const reads = [logical, ...ranks].flatMap((g) => g.reads.map((r) => `${g === logical ? 'logical run' : g.file}: ${r}`));
   if (reads.length > 0) plan['x-planproof-specialized'] = reads.slice(0, 1000);
   // What a witness must reproduce of those reads (stages/witness/guards.ts checks it).
-  const num = (v: number): number | string => (Number.isFinite(v) ? v : Number.isNaN(v) ? 'nan' : v > 0 ? 'inf' : '-inf');
   const guards = [logical, ...ranks].flatMap((g, i) =>
     g.guards.map((x) => ({
       program: i === 0 ? 'logical' : i - 1,
       tensor: x.tensor,
       cmp: x.cmp,
-      ...(x.values === undefined ? {} : { values: x.values === null ? null : x.values.map(num) }),
-      ...(typeof x.other === 'string' ? { other: x.other } : x.other === undefined ? {} : { otherValue: num(x.other) }),
+      ...(x.values === undefined ? {} : { values: x.values === null ? null : x.values.map(numberToJson) }),
+      ...(typeof x.other === 'string' ? { other: x.other } : x.other === undefined ? {} : { otherValue: numberToJson(x.other) }),
       ...(x.outcome === undefined ? {} : { outcome: x.outcome }),
       where: x.where,
     })),
@@ -546,20 +545,15 @@ function madeAt(ops: readonly RawParallelOp[], id: string): string {
   return '';
 }
 
+/** The tensors a program's guards read (each guard's tensor, and the other side of a comparison). */
+function guardTensors(g: Lowered): Set<string> {
+  return new Set(g.guards.flatMap((x) => (typeof x.other === 'string' ? [x.tensor, x.other] : [x.tensor])));
+}
+
 /** The graph inputs a program's guards depend on (through its ops), by id. */
 function guardCone(g: Lowered): Set<string> {
-  const producer = new Map<string, { readonly inputs: readonly string[] }>();
-  for (const o of g.ops) for (const t of o.outputs) producer.set(t, o);
-  const inputs = new Set(g.inputs.map((t) => t.id));
-  const seen = new Set<string>();
-  const cone = new Set<string>();
-  const stack = g.guards.flatMap((x) => (typeof x.other === 'string' ? [x.tensor, x.other] : [x.tensor]));
-  while (stack.length > 0) {
-    const t = stack.pop() as string;
-    if (seen.has(t)) continue;
-    seen.add(t);
-    if (inputs.has(t)) cone.add(t);
-    for (const i of producer.get(t)?.inputs ?? []) stack.push(i);
-  }
-  return cone;
+  const read = guardTensors(g);
+  const live = liveOps(g.ops, (o) => o.outputs.some((t) => read.has(t)));
+  g.ops.forEach((o, i) => live[i] === true && o.inputs.forEach((t) => read.add(t)));
+  return new Set(g.inputs.map((t) => t.id).filter((t) => read.has(t)));
 }

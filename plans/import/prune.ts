@@ -14,7 +14,7 @@ import type { RawOp, RawParallelOp, RawProgram } from '../raw.js';
 const ROOT_OPS = new Set(['send', 'recv', 'send_recv', 'assert_mask']);
 
 /** Live ops of one program from its roots and the collectives forced live; indices into ops. */
-function liveOps(ops: readonly RawOp[], isRoot: (op: RawOp, i: number) => boolean): boolean[] {
+export function liveOps(ops: readonly RawOp[], isRoot: (op: RawOp, i: number) => boolean): boolean[] {
   const producer = new Map<string, number>();
   ops.forEach((o, i) => {
     for (const t of o.outputs) producer.set(t, i);

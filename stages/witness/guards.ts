@@ -17,6 +17,7 @@
 import type { LoadedPlan } from '../../lineage/load.js';
 import type { PlanGuard, Program } from '../../plans/model.js';
 import type { Dense } from '../../ops/algebra.js';
+import { numel } from '../../ops/types.js';
 import type { LogicalValues, RankValues } from '../../sdfg/execute.js';
 import { certifiedReason, certifyWitness, type Iv } from '../engines/interval.js';
 import type { StageReport, VerifyReport } from '../report.js';
@@ -103,7 +104,7 @@ function fixedInputs(plan: LoadedPlan): Map<number, readonly number[]> {
   for (const g of plan.guards ?? []) {
     if (g.values === undefined || g.values === null) continue;
     const t = plan.logical.tensors.id(g.tensor);
-    if (t < 0 || !inputs.has(t) || (plan.logical.shapes[t] ?? []).reduce((a, b) => a * b, 1) !== g.values.length) continue;
+    if (t < 0 || !inputs.has(t) || numel(plan.logical.shapes[t] ?? []) !== g.values.length) continue;
     const had = fixed.get(t);
     if (had !== undefined && had.some((v, i) => v !== g.values?.[i])) clash.add(t);
     fixed.set(t, g.values);
@@ -128,7 +129,7 @@ export function guardedWitness(plan: LoadedPlan): GuardedWitness {
   const run = new Map(fixed);
   for (const [name, v] of Object.entries(plan.runInputs ?? {})) {
     const t = plan.logical.tensors.id(name);
-    if (t >= 0 && !fixed.has(t) && (plan.logical.shapes[t] ?? []).reduce((a, b) => a * b, 1) === v.length) run.set(t, v);
+    if (t >= 0 && !fixed.has(t) && numel(plan.logical.shapes[t] ?? []) === v.length) run.set(t, v);
   }
   const tries = [...(run.size > fixed.size ? Array.from({ length: SEEDS / 2 }, (_, i) => ({ seed: i + 1, fix: run })) : []), ...Array.from({ length: SEEDS }, (_, i) => ({ seed: i + 1, fix: fixed }))];
   const t0 = performance.now();

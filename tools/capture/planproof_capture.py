@@ -663,7 +663,8 @@ def _run_one_traced(rank, world, script, outdir, port, args, bench, values):
     text = cap.text()
     with open(os.path.join(outdir, name), "w") as f:
         f.write(text)
-    if world == 1:
+    if world == 1 and not values:
+        # (values.json below holds the same inputs; the importer reads either)
         capture_reads.write_run_inputs(cap, text, os.path.join(outdir, "inputs.json"))
     meta = {"relations": cap.relations, "outputs": [[n, p, t] for n, t, p in cap.outputs], "ops": cap.ops, "ms": ms,
             "groups": {v[0]: v[1] for v in _GROUPS.values()}, "consts": cap.consts, "auto_masks": cap.auto_masks}
