@@ -28,16 +28,28 @@ export { PlanError, type PlanIssue } from './plans/errors.js';
  */
 export { type VerifyOptions, type PoolVerifyOptions } from './stages/verify.js';
 import { verifyPlan as verifyPlanRaw, verifyPlanInPool as verifyPlanInPoolRaw, type VerifyOptions, type PoolVerifyOptions } from './stages/verify.js';
-import { confirmGuarded } from './stages/witness/guards.js';
+import { confirmGuardedPinned, confirmGuardedPinnedSync } from './stages/witness/guards.js';
+import { unimpliedPin } from './stages/witness/pins.js';
+import { PlanError as PlanErrorOf } from './plans/errors.js';
 import type { LoadedPlan } from './lineage/load.js';
 import type { VerifyReport } from './stages/report.js';
+/** Pins a plan file holds must be implied by its reads (stages/witness/pins.ts); else the plan is refused. */
+function checkPins(plan: LoadedPlan): void {
+  const pin = unimpliedPin(plan);
+  if (pin !== undefined) throw new PlanErrorOf(plan.file, [pin]);
+}
 /** Proves `plan` in this thread; a "not_equivalent" of a plan with values read into Python only with a witness that keeps them (stages/witness/guards.ts). */
 export function verifyPlan(plan: LoadedPlan, opts: VerifyOptions = {}): VerifyReport {
-  return confirmGuarded(plan, verifyPlanRaw(plan, opts));
+  checkPins(plan);
+  return confirmGuardedPinnedSync(plan, verifyPlanRaw(plan, opts), (p) => verifyPlanRaw(p, opts));
 }
 /** As verifyPlan, in worker threads under a per-stage deadline; `text` is the plan's compact JSON. */
 export async function verifyPlanInPool(plan: LoadedPlan, text: string, opts: PoolVerifyOptions): Promise<VerifyReport> {
-  return confirmGuarded(plan, await verifyPlanInPoolRaw(plan, text, opts));
+  checkPins(plan);
+  // The second run, under pins, never reads or writes the proof cache: its proofs hold on the pinned inputs only.
+  const uncached: { -readonly [K in keyof PoolVerifyOptions]?: PoolVerifyOptions[K] } = { ...opts };
+  delete uncached.cache;
+  return confirmGuardedPinned(plan, text, await verifyPlanInPoolRaw(plan, text, opts), async (p, t) => verifyPlanInPoolRaw(p, t ?? text, uncached as PoolVerifyOptions));
 }
 export type { VerifyReport, StageReport, Verdict } from './stages/report.js';
 /**

@@ -5,6 +5,7 @@
 import { fileURLToPath } from 'node:url';
 import yargs from 'yargs';
 import { ExitCode, PlanError, formatIssue, type PlanIssue } from '../plans/errors.js';
+import { unimpliedPin } from '../stages/witness/pins.js';
 import { defaultLimits, setDefaultLimits } from '../plans/loader.js';
 import { DEFAULT_MAX_RANKS, engineOptionError, limitOptionError, limitsFrom, type LimitFlags } from './limits.js';
 import { loadPlanObject, type LoadedPlan } from '../lineage/load.js';
@@ -74,6 +75,8 @@ export function loadWithText(path: string, json: boolean, out: Out, onInvalid?: 
     // Within the limits set from the command line (setDefaultLimits in main).
     const parsed = parseSource(file, read);
     const plan = loadPlanObject(file, parsed.raw);
+    const pin = unimpliedPin(plan);
+    if (pin !== undefined) throw new PlanError(file, [pin]);
     // Serialized after the load (which bounds the nesting JSON.stringify recurses on): when
     // first read, or now for standard input, which cannot be read again.
     let textOf = parsed.textOf;

@@ -9,7 +9,8 @@ import { IssueSink } from '../plans/errors.js';
 import { ExprError, exprIssue } from '../plans/expr.js';
 import { finiteNumbersByName, numberFromJson, parsePlanJson, readPlanText } from '../plans/json.js';
 import { defaultLimits, loadStructure, type LoadOptions } from '../plans/loader.js';
-import type { CollectiveInstance, Plan, PlanGuard } from '../plans/model.js';
+import type { CollectiveInstance, Contract, LogicalGraph, Plan, PlanGuard } from '../plans/model.js';
+import { numel } from '../ops/types.js';
 import type { CollectiveKind, CollectiveStats } from '../plans/symcoll.js';
 import { checkLineage, collectClaims, type Claim, type Coverage } from './check.js';
 import { checkLineageSymbolic, type LineageStats } from './symbolic.js';
@@ -96,7 +97,9 @@ function load(file: string, raw: unknown, opts: LoadOptions, subset: boolean): L
   sink.throwIfAny();
   lap('lineage');
 
-  const specialized = specializedOf(plan);
+  const pins = pinsOf(plan, logical, contract, sink);
+  sink.throwIfAny();
+  const specialized = pins === undefined ? specializedOf(plan) : [...(specializedOf(plan) ?? []), pins.note];
   const guards = guardsOf(plan);
   // (`x-planproof-run-inputs` only picks a witness draw, which the guards still check: anything else is ignored)
   const runInputs = finiteNumbersByName(plan['x-planproof-run-inputs']);
@@ -107,6 +110,7 @@ function load(file: string, raw: unknown, opts: LoadOptions, subset: boolean): L
     ...(specialized === undefined ? {} : { specialized }),
     ...(guards === undefined ? {} : { guards }),
     ...(runInputs === undefined ? {} : { runInputs }),
+    ...(pins === undefined ? {} : { pins: pins.pins }),
     mesh,
     logical,
     programs,
@@ -134,6 +138,53 @@ function load(file: string, raw: unknown, opts: LoadOptions, subset: boolean): L
 }
 
 const CMPS = new Set(['eq', 'ne', 'lt', 'le', 'gt', 'ge']);
+
+/**
+ * The `x-planproof-pins` of a plan: `{ "<contract input>": { "shape": [...], "at": [[element,
+ * value], ...] } }`. A pin applies only where it means what it meant when written: the input
+ * still a contract input of that shape, with declared values holding the value (so some input
+ * has every pinned value: a pin never makes the verified set empty). Plans derived from this
+ * one (reduced, cut, boxed: other shapes and domains) drop the pins that no longer fit, which
+ * only widens what is proved; the `specialized` note names the pins applied. Malformed JSON is
+ * an error naming its path.
+ */
+function pinsOf(plan: { readonly [k: string]: unknown }, logical: LogicalGraph, contract: Contract, sink: IssueSink): { pins: Map<number, Map<number, number>>; note: string } | undefined {
+  const x = plan['x-planproof-pins'];
+  if (x === undefined) return undefined;
+  const at = '$.x-planproof-pins';
+  if (typeof x !== 'object' || x === null || Array.isArray(x)) {
+    sink.add(at, 'must be an object mapping contract input names to { "shape": [...], "at": [[element, value], ...] }');
+    return undefined;
+  }
+  const inputs = new Set(contract.inputs);
+  const pins = new Map<number, Map<number, number>>();
+  for (const [name, entry] of Object.entries(x as Record<string, unknown>)) {
+    const e = entry as { shape?: unknown; at?: unknown } | null;
+    const shape = e?.shape;
+    const list = e?.at;
+    if (typeof e !== 'object' || e === null || !Array.isArray(shape) || !shape.every((d) => Number.isInteger(d) && (d as number) >= 0) || !Array.isArray(list) || !list.every((p) => Array.isArray(p) && p.length === 2 && Number.isInteger(p[0]) && typeof p[1] === 'number')) {
+      sink.add(`${at}.${name}`, 'must be { "shape": [...], "at": [[element, value], ...] } with integer elements and number values');
+      continue;
+    }
+    const t = logical.tensors.id(name);
+    const dom = t < 0 ? undefined : logical.domains[t];
+    const have = t < 0 ? undefined : (logical.shapes[t] ?? []);
+    // Not the tensor the pin was written for (another plan's, or this plan reduced or cut): not applied.
+    if (t < 0 || !inputs.has(t) || dom === undefined || have === undefined || have.length !== shape.length || have.some((d, i) => d !== shape[i])) continue;
+    const n = numel(have);
+    const m = new Map<number, number>();
+    for (const [el, v] of list as [number, number][]) if (el >= 0 && el < n && dom.includes(v)) m.set(el, v);
+    if (m.size > 0) pins.set(t, m);
+  }
+  if (pins.size === 0) return undefined;
+  return { pins, note: pinsNote(logical, pins) };
+}
+
+/** The `specialized` note of a plan with pins: which elements a verdict assumes at which values. */
+export function pinsNote(logical: LogicalGraph, pins: ReadonlyMap<number, ReadonlyMap<number, number>>): string {
+  const text = [...pins].map(([t, m]) => [...m].map(([e, v]) => `${logical.tensors.name(t)}[${e}] = ${v}`).join(', '));
+  return `inputs held at the values the reads imply: ${text.join('; ').slice(0, 300)} (x-planproof-pins)`;
+}
 
 /**
  * The `x-planproof-guards` of a plan. A malformed entry is kept as a guard that never holds

@@ -204,6 +204,13 @@ export interface Plan {
   readonly guards?: readonly PlanGuard[];
   /** The captured run's values of contract inputs the guards depend on (`x-planproof-run-inputs`): where a witness is drawn first. */
   readonly runInputs?: Readonly<Record<string, readonly number[]>>;
+  /**
+   * Elements of integer contract inputs held at one value of their domain (`x-planproof-pins`,
+   * written by verify when the reads into Python imply them: stages/witness/pins.ts): logical
+   * tensor -> element -> value. Stages are proved, and inputs drawn, with these elements fixed,
+   * so a verdict holds for the inputs where they take these values (every report says so).
+   */
+  readonly pins?: ReadonlyMap<number, ReadonlyMap<number, number>>;
   readonly mesh: Mesh;
   readonly logical: LogicalGraph;
   readonly programs: Program[];

@@ -23,7 +23,7 @@ import { ProofCache } from './cache/cache.js';
 import { TimeLimitReached } from './clock.js';
 import { verifyPlanInPool, type ShardResult, type TimeLimit } from './verify.js';
 import type { Engine, VerifyReport } from './report.js';
-import { confirmGuarded } from './witness/guards.js';
+import { confirmGuardedPinned } from './witness/guards.js';
 
 /** Witness search per template before the rank-by-rank path (plans past PER_TEMPLATE_FIRST entries). */
 const PER_TEMPLATE_WITNESS_MS = 60_000;
@@ -275,7 +275,17 @@ export async function verifyPipeline(file: string, plan: LoadedPlan, text: strin
   for (const route of ROUTES) {
     const r = await route.run(x);
     // A specialized plan is refuted only by a witness that keeps its reads (stages/witness/guards.ts).
-    if (r !== undefined) return r.route === 'max-ranks' ? r : ({ ...r, report: confirmGuarded(plan, r.report) } as PipelineResult);
+    // On an undecided plan with reads, a second run with the inputs the reads imply held (pins.ts),
+    // without the proof cache (its proofs hold on those inputs only).
+    if (r !== undefined) {
+      if (r.route === 'max-ranks') return r;
+      // (The text only for a plan with reads: captured plans are small, and a pinned run's workers load it.)
+      const report = await confirmGuardedPinned(plan, (plan.guards?.length ?? 0) > 0 ? x.text : undefined, r.report, async (p, t) => {
+        const again = await verifyPipeline(file, p, t ?? (() => x.text), { ...opts, cacheDir: undefined });
+        return reportOf(again);
+      });
+      return { ...r, report } as PipelineResult;
+    }
   }
   throw new Error('the rank-by-rank record always decides');
 }

@@ -383,6 +383,10 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   { name: 'groupnorm_cnn_ddp-bug', script: 'groupnorm_cnn_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT: stage \d+ \(p_[a-z0-9_]+_new, op 'return\.p_[a-z0-9_]+_new'\)/ },
   { name: 'vae_ddp-bug', script: 'vae_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(loss, op 'return\.loss'\)/ },
   { name: 'prenorm_encoder_pad_ddp-bug', script: 'prenorm_encoder_pad_ddp.py', args: ['--bug'], axis: 'dp', code: 1, heavy: true, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \([a-z0-9_]+_new, op 'return\.[a-z0-9_]+_new'\)/ },
+  // `if has_aux.any():` reads a value into Python; rank 1 read 0 and skipped the auxiliary head.
+  // Verified on the inputs where the reads come out as in the run (stages/witness/pins.ts).
+  { name: 'aux_flag_ddp', script: 'aux_flag_ddp.py', args: [], axis: 'dp', code: 0, at: /on which has_aux\[2\] = 0, has_aux\[3\] = 0/ },
+  { name: 'aux_flag_ddp-bug', script: 'aux_flag_ddp.py', args: ['--bug'], axis: 'dp', code: 1, at: /a whole-plan witness keeps every value the program read into Python/ },
 ];
 
 const HOOK = [

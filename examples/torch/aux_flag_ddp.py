@@ -7,8 +7,8 @@ auxiliary loss is the masked squared error summed over the rank's rows and divid
 batch (DDP's average then gives the single device's sum over the global batch). `--bug`: divided
 by the rank's count of labelled rows (`has_aux.sum()`): rank 0's mean, averaged with rank 1's
 zeros, is half the single device's mean over the labelled rows.
-A verify draws other values of `has_aux`, where rank 1's read would be True: a witness there
-is no run of the program (docs/engine.md, "Witnesses of specialized plans")."""
+verify proves it where the reads come out as in this run (rows 2-3 of has_aux are 0 there:
+docs/engine.md, "Proofs under the reads"); a draw where rank 1's read is True is no run."""
 import sys
 
 import torch

@@ -451,9 +451,11 @@ export class StageBuilder {
     const vals: S[] = new Array<S>(numel(shape));
     const domain = lg.domains[L];
     const known = constants?.get(L);
+    const pinned = this.plan.pins?.get(L);
     for (let e = 0; e < vals.length; e++) {
       const gs = groupsAt.get(e);
-      const c = known?.get(e);
+      const p = pinned?.get(e);
+      const c = known?.get(e) ?? (p === undefined ? undefined : String(p));
       const fixed = preset?.[e] ?? (c !== undefined ? alg.constant(c) : undefined);
       if (gs === undefined) {
         vals[e] = fixed ?? src.sym(`${name}[${e}]`, domain);
@@ -505,8 +507,9 @@ export class StageBuilder {
       }
       const op = lg.producer[x] as number;
       if (op < 0) {
-        // A contract input the parallel side does not read in this stage: fresh symbols.
-        const v = { shape, data: Array.from({ length: numel(shape) }, (_, e) => src.sym(`${lg.tensors.name(x)}[${e}]`, lg.domains[x])) };
+        // A contract input the parallel side does not read in this stage: fresh symbols (a pinned element its value).
+        const pinned = this.plan.pins?.get(x);
+        const v = { shape, data: Array.from({ length: numel(shape) }, (_, e) => { const p = pinned?.get(e); return p === undefined ? src.sym(`${lg.tensors.name(x)}[${e}]`, lg.domains[x]) : alg.constant(String(p)); }) };
         lvals.set(x, v);
         return v;
       }

@@ -91,7 +91,10 @@ export function drawInputs<T>(plan: LoadedPlan, u: () => number, rnd: () => numb
     const dom = lg.domains[t];
     // Integer inputs draw from their declared values (so an ignore index does occur).
     const draw = dom === undefined ? domainDraw(need[t], u, rnd, zero?.has(t) === true) : (): number => dom[Math.floor(rnd() * dom.length)] as number;
-    inputs[t] = { shape, data: Array.from({ length: shape.reduce((p, s) => p * s, 1) }, () => wrap(draw())) };
+    const data = Array.from({ length: shape.reduce((p, s) => p * s, 1) }, () => wrap(draw()));
+    // Pinned elements (Plan.pins) hold their value: a draw stays where the verdict is about.
+    for (const [e, v] of plan.pins?.get(t) ?? []) data[e] = wrap(v);
+    inputs[t] = { shape, data };
   }
   return inputs;
 }

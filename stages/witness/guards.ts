@@ -21,6 +21,7 @@ import { numel } from '../../ops/types.js';
 import type { LogicalValues, RankValues } from '../../sdfg/execute.js';
 import { certifiedReason, certifyWitness, type Iv } from '../engines/interval.js';
 import type { StageReport, VerifyReport } from '../report.js';
+import { alreadyPinned, guardPins, withPins, type GuardPins } from './pins.js';
 
 const CONFIRMED = 'a whole-plan witness keeps every value the program read into Python';
 
@@ -151,13 +152,10 @@ export function guardedWitness(plan: LoadedPlan): GuardedWitness {
   return { none: [kept, broke === undefined ? '' : `${keptAll > 0 ? 'the others' : `each of ${tried} draws`}: ${broke}`].filter((x) => x !== '').join('; ') || 'no draw was tried' };
 }
 
-/**
- * The report with its "not equivalent" confirmed by a whole-plan witness that keeps every
- * read, or turned "unknown" (each failing stage, and the verdict) when none is found.
- */
-export function confirmGuarded<R extends VerifyReport>(plan: LoadedPlan, report: R): R {
+/** The report with its unconfirmed "not equivalent" turned "unknown", or undefined when it stands as it is. */
+function unconfirmed<R extends VerifyReport>(plan: LoadedPlan, report: R): R | undefined {
   // (idempotent: a report already confirmed says so in its summary)
-  if (report.verdict !== 'not_equivalent' || !needsGuardedWitness(plan) || report.summary.includes(CONFIRMED)) return report;
+  if (report.verdict !== 'not_equivalent' || !needsGuardedWitness(plan) || report.summary.includes(CONFIRMED)) return undefined;
   const w = guardedWitness(plan);
   if ('seed' in w) return { ...report, summary: `${report.summary}; ${CONFIRMED}: ${w.reason}` };
   const why = `the stage's witness is at inputs that may change a value the program read into Python, where the captured graphs are not what the program runs, and no whole-plan draw both keeps every read and separates an output (${w.none})`;
@@ -174,4 +172,56 @@ export function confirmGuarded<R extends VerifyReport>(plan: LoadedPlan, report:
   const unknown = stages.filter((s) => s.status === 'unknown');
   const u = unknown[0] as StageReport;
   return { ...report, stages, verdict: 'unknown', summary: `${unknown.length} of ${stages.length} stage(s) undecided; first: stage ${u.index} (${u.logical}): ${u.reason ?? ''}` };
+}
+
+/**
+ * The report with its "not equivalent" confirmed by a whole-plan witness that keeps every
+ * read, or turned "unknown" (each failing stage, and the verdict) when none is found.
+ */
+export function confirmGuarded<R extends VerifyReport>(plan: LoadedPlan, report: R): R {
+  return unconfirmed(plan, report) ?? report;
+}
+
+/** Verifies the plan again (with pins): its report, or undefined when not run. */
+export type Reverify<R> = (plan: LoadedPlan, text: string | undefined) => Promise<R | undefined>;
+
+/** The first report, confirmed, and the pinned plan to verify again when the reads imply pins. */
+function pinnedStep<R extends VerifyReport>(plan: LoadedPlan, text: string | undefined, report: R): { first: R; again?: { plan: LoadedPlan; text: string | undefined; pins: GuardPins } } {
+  const first = confirmGuarded(plan, report);
+  if (first.verdict !== 'unknown' || (plan.guards?.length ?? 0) === 0) return { first };
+  const pins = guardPins(plan);
+  if (pins === undefined || alreadyPinned(plan, pins)) return { first };
+  return { first, again: { ...withPins(plan, text, pins), pins } };
+}
+
+/** The second report where it decides (a proof, or a refutation it confirms), else the first. */
+function pinnedResult<R extends VerifyReport>(plan: LoadedPlan, first: R, again: { plan: LoadedPlan; pins: GuardPins }, report: R | undefined): R {
+  if (report === undefined) return first;
+  const second = confirmGuarded(again.plan, report);
+  const held = [...again.pins.pins].map(([x, m]) => [...m].map(([e, v]) => `${plan.logical.tensors.name(x)}[${e}] = ${v}`).join(', ')).join('; ');
+  const reads = again.pins.reads;
+  const about = `the inputs where the values read into Python come out as in the captured run, on which ${held} (implied by the reads at ${reads.slice(0, 3).join(', ')}${reads.length > 3 ? ', ...' : ''}; docs/engine.md, "Proofs under the reads")`;
+  if (second.verdict === 'verified') return { ...second, summary: `${second.summary}; proved for ${about}` };
+  if (second.verdict === 'not_equivalent') return { ...second, summary: `${second.summary}; drawn among ${about}` };
+  return first;
+}
+
+/**
+ * confirmGuarded, then, on a plan with reads whose report stays "unknown" (undecided, or a
+ * refutation no whole-plan witness keeps), a second verification with the input elements the
+ * reads imply held at their values (stages/witness/pins.ts): a proof there holds on every input
+ * where the reads come out as in the run, so its "verified" stands, with the pins named; so
+ * does a refutation confirmed by a witness that keeps the reads. Anything else keeps the first.
+ */
+export async function confirmGuardedPinned<R extends VerifyReport>(plan: LoadedPlan, text: string | undefined, report: R, reverify: Reverify<R>): Promise<R> {
+  const { first, again } = pinnedStep(plan, text, report);
+  if (again === undefined) return first;
+  return pinnedResult(plan, first, again, await reverify(again.plan, again.text));
+}
+
+/** confirmGuardedPinned for the library's in-thread verifyPlan. */
+export function confirmGuardedPinnedSync<R extends VerifyReport>(plan: LoadedPlan, report: R, reverify: (plan: LoadedPlan) => R): R {
+  const { first, again } = pinnedStep(plan, undefined, report);
+  if (again === undefined) return first;
+  return pinnedResult(plan, first, again, reverify(again.plan));
 }
