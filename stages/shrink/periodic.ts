@@ -432,7 +432,8 @@ export const provePartPeriodic: ProvePart = (plan, raw, stage, rank, tensor, see
     const r = provePartOf(plan, raw, stage, rank, c, seed, { termBudget: PERIODIC_TERM_BUDGET, exactMs: PERIODIC_EXACT_MS }, undefined, (pr) => periodicPart(pr, target));
     if ('why' in r) return { why: `periodic: ${r.why}` };
     if (r.result.status !== 'differs' || r.witness.length === 0) return { why: `periodic: ${r.result.status} at one period (a witness only; ${(r.result.reason ?? '').slice(0, 200)})` };
-    return r;
+    // The claim a kept rank makes for its addend group is written on a new tensor: name the rank's own.
+    return { ...r, witness: r.witness.map((m) => ({ ...m, tensor: m.tensor.replace(/@periodic(#\d+)?$/, '') })) };
   } catch (e) {
     if (e instanceof PartError) return { why: `periodic: ${e.message}` };
     throw e;
