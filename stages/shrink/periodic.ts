@@ -230,12 +230,15 @@ function opRules(part: LoadedPlan, sigs: ReadonlyMap<number, DimSig>, c: ClassIn
     const lacking = outs.map((t, i) => ((sig.outputs[i] ?? []).some((x) => x.label === label) ? -1 : t)).filter((t) => t >= 0);
     const dtypeOk = (ts: readonly number[]): boolean => ts.every((t) => !integral(lg.dtypes[t]));
     if (roles.every((r) => r === 'batch') && lacking.length === 0) continue;
-    if (sig.sums?.includes(label) === true) {
+    // A size or position along the class spelled by an attribute or entering the values (mean's
+    // 1/n): only the rescaling identity below may remove it.
+    const fixed = roles.includes('fixed');
+    if (!fixed && sig.sums?.includes(label) === true) {
       if (!dtypeOk(lacking)) return `${what} sums integers over the class`;
       rules.set(op, { scale: new Map(lacking.map((t) => [t, `${k}`])) });
       continue;
     }
-    if (sig.maxes?.includes(label) === true) continue;
+    if (!fixed && sig.maxes?.includes(label) === true) continue;
     const inShapes: Shape[] = ins.map((t) => lg.shapes[t] ?? []);
     const re = def.rescale?.(inShapes, lg.attrs[op] ?? {}, ins.map((t) => lg.domains[t]));
     if (re !== undefined) {
@@ -252,7 +255,8 @@ function opRules(part: LoadedPlan, sigs: ReadonlyMap<number, DimSig>, c: ClassIn
       const lab2 = [...l2][0];
       const allLack = outs.every((_, i) => !(s2.outputs[i] ?? []).some((x) => x.label === lab2));
       const f = times(k, String(re.factor));
-      if (lab2 !== undefined && s2.sums?.includes(lab2) === true && allLack && f !== undefined && dtypeOk(outs)) {
+      const fixed2 = [...s2.inputs, ...s2.outputs].flat().some((x) => x.label === lab2 && x.role === 'fixed');
+      if (lab2 !== undefined && !fixed2 && s2.sums?.includes(lab2) === true && allLack && f !== undefined && dtypeOk(outs)) {
         rules.set(op, { scale: new Map(outs.map((t) => [t, f])), op: registry.get(bid).name, attrs: structuredClone(re.attrs) as Record<string, AttrValue> });
         continue;
       }
