@@ -191,8 +191,8 @@ describe('periodic witnesses: the loss part at one period (L1 structure, small w
     assert.match(String(c), /blocks are 1|crosses a period|no dim class/);
   });
 
-  it('ranks that are not copies of one another (one rank scales apart) are kept apart as two classes, and the witness refutes the full part', () => {
-    // Rank 2 alone divides by its local count; the others are right. One period keeps two ranks.
+  /** L1 at small width with rank 2's program spelled apart: `wrong` divides by its local count, else it only copies its loss once more. */
+  function rankApart(wrong: boolean): RawPlan {
     const raw = makeL1();
     const prog = raw.parallel.programs[0];
     assert.ok(prog !== undefined);
@@ -200,11 +200,38 @@ describe('periodic witnesses: the loss part at one period (L1 structure, small w
     assert.ok(loss !== undefined);
     const apart = structuredClone(prog);
     apart.ranks = [2];
-    prog.ranks = { where: { dp: [0, 1, 3] } } as unknown as typeof prog.ranks;
+    prog.ranks = { where: { dp: [0, 1, 3] } };
     const l2 = apart.ops.find((op) => op.id === loss.id);
     assert.ok(l2 !== undefined);
-    l2.attrs = { factor: `1/${Number(String(loss.attrs?.['factor']).split('/')[1]) / DP}` };
+    if (wrong) l2.attrs = { factor: `1/${Number(String(loss.attrs?.['factor']).split('/')[1]) / DP}` };
+    else {
+      l2.outputs = ['head/loss_pre'];
+      apart.tensors?.push({ id: 'head/loss_pre', shape: [] });
+      apart.ops.splice(apart.ops.indexOf(l2) + 1, 0, { id: 'head/loss_copy', op: 'identity', inputs: ['head/loss_pre'], outputs: ['head/loss'] });
+    }
     raw.parallel.programs.push(apart);
+    return raw;
+  }
+
+  it('a rank spelled apart correctly: two classes of copies (addends 3 + 1), agreeing at full size and never refuted', () => {
+    const raw = rankApart(false);
+    assert.equal(verifyPlan(loadPlanObject('ok.json', structuredClone(raw))).verdict, 'verified');
+    const o = lossPart(raw);
+    const pre = periodicPart(o.written, 'head/loss');
+    assert.ok(typeof pre !== 'string', String(pre));
+    assert.equal(pre.raw.parallel.programs.length, 2, 'two classes of copies');
+    for (const seed of [1, 2]) {
+      const v = atFullSize(o.written, pre.raw, seed);
+      assert.ok(close(v.fullParallel, v.fullLogical), JSON.stringify(v));
+    }
+    const r = provePartPeriodic(o.plan, raw, { index: 0, logical: o.logical, obligations: [] }, o.rank, o.tensor, 1);
+    assert.ok('why' in r, 'why' in r ? r.why : `${r.result.status}: ${r.result.reason ?? ''}`);
+    assert.match(r.why, /at one period/);
+  }).timeout(300_000);
+
+  it('ranks that are not copies of one another (one rank scales apart) are kept apart as two classes, and the witness refutes the full part', () => {
+    // Rank 2 alone divides by its local count; the others are right. One period keeps two ranks.
+    const raw = rankApart(true);
     const o = lossPart(raw);
     const pre = periodicPart(o.written, 'head/loss');
     assert.ok(typeof pre !== 'string', String(pre));
