@@ -552,6 +552,18 @@ export const partProver = (opts: PartOptions = {}): ProvePart => (plan, raw, sta
   }
 };
 
+/**
+ * A rewrite of a written part that also keeps fewer ranks (stages/shrink/periodic.ts): the kept
+ * ranks as indices into the written part's ranks (rank j of the rewrite is kept[j]), the number
+ * of obligations it has, and what it did (prefixed to the reason).
+ */
+export interface PartRewrite {
+  readonly raw: RawPlan;
+  readonly kept: readonly number[];
+  readonly obligations: number;
+  readonly note: string;
+}
+
 interface PartOptions {
   readonly termBudget?: number;
   readonly maxHolders?: number;
@@ -565,12 +577,17 @@ interface PartOptions {
  * run and the cuts for witnesses. `logicalSide`: the part's logical side when the caller
  * gives its own (stages/shrink/deepen.ts: from the part's inputs alone). Throws PartError.
  */
-export function provePartOf(plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: number, c: ReturnType<typeof closure>, seed: number, opts: PartOptions = {}, logicalSide?: ReturnType<typeof extractLogicalRaw>, rewrite?: (pr: RawPlan) => RawPlan): ReturnType<ProvePart> {
+export function provePartOf(plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: number, c: ReturnType<typeof closure>, seed: number, opts: PartOptions = {}, logicalSide?: ReturnType<typeof extractLogicalRaw>, rewrite?: (pr: RawPlan) => RawPlan | PartRewrite | string): ReturnType<ProvePart> {
   {
     const written = partRaw(plan, raw, stage, c, opts.maxRanks, logicalSide);
-    const ranks = written.ranks;
-    // The caller's rewrite of the part (stages/shrink/deepen.ts: its logical side on the box it holds).
-    const pr = rewrite === undefined ? written.raw : rewrite(written.raw);
+    // The caller's rewrite of the part (stages/shrink/deepen.ts: its logical side on the box it
+    // holds; stages/shrink/periodic.ts: one period, one rank per class of copies, or why not).
+    const rw = rewrite === undefined ? written.raw : rewrite(written.raw);
+    if (typeof rw === 'string') return { why: rw };
+    const dropping = 'kept' in rw;
+    const pr = dropping ? rw.raw : rw;
+    const ranks = dropping ? rw.kept.map((i) => written.ranks[i] as number) : written.ranks;
+    const expected = dropping ? rw.obligations : c.obligations.size;
     let part: LoadedPlan;
     try {
       part = loadPartObject(`${plan.file} (stage ${stage.index + 1}, rank ${rank})`, JSON.parse(JSON.stringify(pr)));
@@ -580,7 +597,7 @@ export function provePartOf(plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: 
     }
     const target = plan.logical.tensors.name(stage.logical);
     let st = stageOf(part, target);
-    if (st === undefined || st.obligations.length !== c.obligations.size) return { why: `the part has ${st?.obligations.length ?? 0} obligations of '${target}', its closure ${c.obligations.size}` };
+    if (st === undefined || st.obligations.length !== expected) return { why: `the part has ${st?.obligations.length ?? 0} obligations of '${target}', its closure ${expected}` };
     let use = part;
     let useRaw = pr;
     let reduced = false;
@@ -630,6 +647,7 @@ export function provePartOf(plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: 
     const witness = numeric.mismatches.filter((m) => m.logical === target).map((m) => ({ ...m, rank: ranks[m.rank] ?? m.rank }));
     const failingRanks = result.failingRanks.map((r) => ranks[r] ?? r);
     if (c.fold !== undefined) result = { ...result, reason: `${result.reason ?? ''}; ${foldText(plan, c.fold)}` };
+    if (dropping) result = { ...result, reason: `${rw.note}: ${result.reason ?? ''}` };
     if (c.cutAddends > 0) result = { ...result, reason: `${result.reason ?? ''}; assumed as claimed: ${c.cutAddends} addend(s) of '${target}' on the part's ranks (their group has more holders than a part takes; they are obligations of this stage too, so the stage fails whether or not they hold)` };
     // Witness-only evidence: the part's values are at its own (cut) shapes and rank numbers.
     const diagnosis = witness.length === 0 ? undefined : diagnoseWitness(witness, result.reason ?? '');

@@ -28,6 +28,7 @@ import { closure, PartError, partRaw, provePart } from './part.js';
 import { ReductionError, zeroCutPlan } from './reduce.js';
 import { cutList } from './stage-reduce.js';
 import { provePartDeep } from './deepen.js';
+import { provePartPeriodic } from './periodic.js';
 
 /** Elements (logical plus parallel) a replica part may hold when it is evaluated. */
 const MAX_REPLICA_ELEMENTS = 20_000_000;
@@ -219,8 +220,9 @@ function replicaPairs(plan: LoadedPlan, raw: RawPlan, stage: Stage, rank: number
 
 /**
  * The witness search's part prover: replicas first (no logical side, so cheap where a part's
- * would be the whole model), then the rank's part (stages/shrink/part.ts). Either refutes only
- * with a witness; a stage neither refutes keeps both reasons.
+ * would be the whole model), then the rank's part (stages/shrink/part.ts), the part cut at
+ * earlier claims, and the part at one period. Each refutes only with a witness; a stage none
+ * refutes keeps their reasons.
  */
 export const provePartOrReplicas: ProvePart = (plan, raw, stage, rank, tensor, seed) => {
   const r = replicaWitness(plan, raw, stage, rank, tensor, seed);
@@ -231,5 +233,9 @@ export const provePartOrReplicas: ProvePart = (plan, raw, stage, rank, tensor, s
   // side may be a layer where the part's was the whole model.
   const d = provePartDeep(plan, raw, stage, rank, tensor, seed);
   if (!('why' in d) && d.result.status === 'differs' && d.witness.length > 0) return d;
-  return 'why' in p ? { why: `${p.why}; ${r.why}; ${'why' in d ? d.why : `cut at earlier claims: ${d.result.status}`}` } : p;
+  // Not refuted there: the part at one period of a dim class its ranks hold in blocks
+  // (stages/shrink/periodic.ts), one rank per class of copies, where the part held them all.
+  const q = provePartPeriodic(plan, raw, stage, rank, tensor, seed);
+  if (!('why' in q)) return q;
+  return 'why' in p ? { why: `${p.why}; ${r.why}; ${'why' in d ? d.why : `cut at earlier claims: ${d.result.status}`}; ${q.why}` } : { ...p, result: { ...p.result, reason: `${p.result.reason ?? ''}; ${q.why}` } };
 };
