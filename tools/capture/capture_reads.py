@@ -18,6 +18,8 @@ logged `loss.item()` stays unmarked. A read whose value looks like a literal
 whatever `__float__` returns; `int(t)`, `bool(t)`, `.tolist()`, an integer tensor's `.item()`),
 is marked at once.
 """
+import ast
+import importlib.util
 import json
 import math
 import sys
@@ -235,6 +237,53 @@ class Tracked(float):
         locals()[_m] = _cmp(_m)
     del _m, _leave, _cmp
     __hash__ = float.__hash__
+
+
+SCRIPT_FLOAT = "__planproof_float__"
+
+
+def script_float(fn, x):
+    """`float(x)` as the user's script wrote it (`fn` is what its name `float` resolved to): for
+    the builtin and a floating one-element tensor, the `.item()` read (a Tracked float, whose
+    uses Python makes are seen), since CPython's float() would strip the Tracked float that
+    `__float__` returned and hide them; for a Tracked float, itself (the same number, still
+    traced). Anything else is the call it was."""
+    if fn is float:
+        if isinstance(x, Tracked):
+            return x
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() == 1:
+            return x.item()
+    return fn(x)
+
+
+class _FloatCalls(ast.NodeTransformer):
+    """Rewrites each call `float(x)` (one positional argument) of the script into
+    `__planproof_float__(float, x)`: the name `float` is looked up where it was (a shadowing
+    local or global is honoured), and every other use of it (`isinstance(v, float)`,
+    `dtype=float`, `class F(float)`, `float.fromhex`, annotations) is left as written."""
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "float" and len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred):
+            call = ast.Call(func=ast.Name(id=SCRIPT_FLOAT, ctx=ast.Load()), args=[f, node.args[0]], keywords=[])
+            return ast.copy_location(call, node)
+        return node
+
+
+def load_script(path, name="user_script"):
+    """The user's script as a module, its `float(x)` calls seen (script_float). Only the script's
+    own code: torch's code and other modules keep the builtin, whose float(t) is marked at once.
+    (The script's directory is not on sys.path, as before: it imports no sibling module.)"""
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    with open(path, "rb") as f:
+        tree = _FloatCalls().visit(ast.parse(f.read(), path))
+    ast.fix_missing_locations(tree)
+    mod.__dict__[SCRIPT_FLOAT] = script_float
+    # (compiled with the script's path: tracebacks and the `# File:` lines name its lines)
+    exec(compile(tree, path, "exec", dont_inherit=True), mod.__dict__)
+    return mod
 
 
 def write_run_inputs(cap, text, path):
