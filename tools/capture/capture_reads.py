@@ -2,21 +2,25 @@
 
 torch 1.13's dispatch mode does not see `.item()`, `float(t)`, `int(t)`, `bool(t)`, `if t:` or
 `.tolist()`, so torch.Tensor's methods are wrapped while tracing. A read of a floating tensor's
-one element by `.item()` returns a `Tracked` float: Python arithmetic on it with
-numbers (`+ - * / **`, unary minus) is recorded as ATen ops on the 0-d tensor it was read from,
-and a number it becomes that an op then takes as a tensor operand (`g.mul_(clip_coef)`) is
-written as that traced value, not as a constant: the dependency is kept. The read is marked
+one element by `.item()`, or by `float(t)` written in the user's script (load_script compiles
+the script with each `float(x)` call made `__planproof_float__(float, x)`: the `.item()` read
+for such a tensor, since CPython's float() would strip the Tracked float), returns a `Tracked`
+float: Python arithmetic on it with numbers (`+ - * / **`, unary minus) is recorded as ATen
+ops on the 0-d tensor it was read from, and a number it becomes that an op then takes as a
+tensor operand (`g.mul_(clip_coef)`) is written as that traced value, not as a constant: the
+dependency is kept. The read is marked
 `aten._local_scalar_dense` (the plan is specialized to the value read, and every verdict says
 so) when the value escapes that arithmetic: a comparison or branch on it (`if clip_coef < 1`),
 `int()`, `round()`, a Scalar argument (`alpha=`), a tensor made from it (`torch.tensor([x])`),
 a number an op takes that equals a read value but looks like a literal (8 characters or
 fewer, such as a token count 12.0: never substituted), or a function of the math module
 given it (math.sqrt / exp / log of a positive value stay traced; `math.isinf(x)` or `math.cos(x)`
-mark it). A Scalar argument that is a traced value marks only the reads it derives from, so a
-logged `loss.item()` stays unmarked. A read whose value looks like a literal
-(a count such as 12.0), and every other read (`float(t)`: CPython returns a plain float
-whatever `__float__` returns; `int(t)`, `bool(t)`, `.tolist()`, an integer tensor's `.item()`),
-is marked at once.
+mark it). A comparison (`cpu_sum == float("inf")`, `cpu_sum != cpu_sum`) writes a guard with
+its outcome, not the value. A Scalar argument that is a traced value marks only the reads it
+derives from, so a logged `loss.item()` or `float(loss)` stays unmarked. A read whose value
+looks like a literal (a count such as 12.0), and every other read (`float(t)` in torch's code or
+any other module: CPython returns a plain float whatever `__float__` returns; `int(t)`,
+`bool(t)`, `.tolist()`, an integer tensor's `.item()`), is marked at once.
 """
 import ast
 import importlib.util
@@ -372,7 +376,8 @@ def _watch_reads(cap):
                     # A literal-looking value (a count, 1.0) may reach an op through Python the
                     # capture does not see (math.sqrt(4.0) is 2.0, a literal too): marked at once.
                     # float(t) returns a plain float whatever __float__ returns (CPython strips a
-                    # subclass), so what Python does with it is unseen: marked at once too.
+                    # subclass), so what Python does with it is unseen: marked at once too (in the
+                    # user's script float(t) comes here as .item(): load_script).
                     note.escaped = note.by_value = simple(value) or _m == "__float__"
                     cap.lines.append(note)
                     cap.lines.append(EqGuard(cap.fresh("guard"), note))
