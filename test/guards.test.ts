@@ -6,12 +6,15 @@
  * program was refuted at a draw where rank 1's rows carry a label; now it is VERIFIED on the
  * inputs where the reads come out as in the run (stages/witness/pins.ts: rows 2-3 of has_aux
  * are 0 there), and its twin is refuted by a whole-plan witness. Edited plans show each check can fail.
+ * `float(t)` in the user's script is the traced read (tools/capture/capture_reads.py): a logged
+ * `float(loss)` leaves no guard, and the loss scaler's `float(t) == float("inf")` is a comparison.
  */
 import { strict as assert } from 'node:assert';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FIXTURES, runCli } from './helpers.js';
+import { needs, TOOLS } from './optional.js';
 
 type Json = Record<string, unknown>;
 
@@ -163,5 +166,109 @@ describe('witnesses of specialized plans keep every value read into Python', fun
     const v = await verify(plan);
     assert.equal(v.code, 1, v.stdout);
     assert.match(v.stdout, /with the captured run's values of (w[12]_step, )*w[12]_step \(the inputs the reads depend on\)/);
+  });
+
+  it("the loss scaler's `cpu_sum = float(x.float().sum())` (seq2seq_attn_ddp) is the traced read: each check is three comparisons with their outcome, never the exact sum", async () => {
+    const { raw } = await imported('seq2seq_attn_ddp-bug');
+    const guards = (raw['x-planproof-guards'] as Json[]).filter((g) => /seq2seq_attn_ddp\.py:\d+$/.test(String(g['where'])));
+    assert.ok(guards.length > 0);
+    assert.ok(!guards.some((g) => 'values' in g), 'a guard keeps the exact value of a float(t)');
+    const checks = new Map<string, string[]>();
+    for (const g of guards) {
+      const key = `${String(g['program'])}/${String(g['tensor'])}`;
+      const other = g['other'] === g['tensor'] ? 'itself' : String(g['other'] ?? g['otherValue']);
+      checks.set(key, [...(checks.get(key) ?? []), `${String(g['cmp'])} ${other} ${String(g['outcome'])}`]);
+    }
+    for (const c of checks.values()) assert.deepEqual(c, ['eq inf false', 'eq -inf false', 'ne itself false']);
+  });
+});
+
+// A training step as people write it: the loss logged with `running_loss += float(loss)`, and
+// (--scaler) apex's / fairseq's overflow check before the step. --bug: the model not in DDP.
+const SCALER = [
+  'import sys',
+  'import torch',
+  'import torch.distributed as dist',
+  'import torch.nn as nn',
+  'import torch.nn.functional as F',
+  'from torch.nn.parallel import DistributedDataParallel as DDP',
+  '',
+  '',
+  'def has_overflow(params):',
+  '    for p in params:',
+  '        cpu_sum = float(p.grad.float().sum())',
+  '        if cpu_sum == float("inf") or cpu_sum == -float("inf") or cpu_sum != cpu_sum:',
+  '            return True',
+  '    return False',
+  '',
+  '',
+  'def step(cap):',
+  '    ws, rank = dist.get_world_size(), dist.get_rank()',
+  '    torch.manual_seed(0)',
+  '    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))',
+  '    for name, p in model.named_parameters():',
+  '        cap.replicate(p, name="p_" + name.replace(".", "_"), role="param")',
+  '    net = model if "--bug" in sys.argv else DDP(model)',
+  '    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)',
+  '    x = cap.replicate(torch.randn(8, 4), name="x")',
+  '    y = cap.replicate(torch.randn(8, 2), name="y")',
+  '    running_loss = 0.0',
+  '    with cap.trace():',
+  '        xb, yb = x.chunk(ws)[rank], y.chunk(ws)[rank]',
+  '        optimizer.zero_grad()',
+  '        loss = F.mse_loss(net(xb), yb)',
+  '        loss.backward()',
+  '        running_loss += float(loss)',
+  '        if "--scaler" not in sys.argv or not has_overflow(model.parameters()):',
+  '            optimizer.step()',
+  '        print("loss %.4f" % running_loss)',
+  '    for name, p in model.named_parameters():',
+  '        cap.output("p_" + name.replace(".", "_") + "_new", p, "R")',
+  '',
+].join('\n');
+
+describe("float(t) in the user's script is the traced read (live capture, Debian python3-torch)", function () {
+  this.timeout(600_000);
+  before(function () {
+    needs(this, TOOLS.torch);
+  });
+  const dir = mkdtempSync(join(tmpdir(), 'pp-float-'));
+  const script = join(dir, 'train.py');
+  writeFileSync(script, SCALER);
+  const capture = async (name: string, args: string[]): Promise<{ plan: string; raw: Json }> => {
+    const plan = join(dir, `${name}.json`);
+    const cap = await runCli(['capture', '--nproc', '2', '--axis', 'dp', '--out', plan, '--', script, ...args]);
+    assert.equal(cap.code, 0, cap.stderr);
+    return { plan, raw: JSON.parse(readFileSync(plan, 'utf8')) as Json };
+  };
+
+  it('a loss only logged (`running_loss += float(loss)`) leaves no guard and no read: VERIFIED for every input @full', async () => {
+    const { plan, raw } = await capture('logged', []);
+    assert.equal(raw['x-planproof-guards'], undefined);
+    assert.equal(raw['x-planproof-specialized'], undefined);
+    const v = await verify(plan);
+    assert.equal(v.code, 0, v.stdout);
+    assert.doesNotMatch(v.stdout, /read into Python/);
+  });
+
+  it('the overflow check (`float(t) == float("inf")`, `!= itself`) is comparison guards: the twin NOT EQUIVALENT by a whole-plan witness, the correct step VERIFIED @full', async () => {
+    const bug = await capture('scaler-bug', ['--scaler', '--bug']);
+    const guards = bug.raw['x-planproof-guards'] as Json[];
+    // 4 parameters' checks on each of 3 programs, each == inf, == -inf, != itself (all False)
+    assert.equal(guards.length, 36, JSON.stringify(guards));
+    assert.deepEqual(new Set(guards.map((g) => `${String(g['cmp'])} ${g['other'] === g['tensor'] ? 'itself' : String(g['otherValue'])} ${String(g['outcome'])}`)), new Set(['eq inf false', 'eq -inf false', 'ne itself false']));
+    const v = await verify(bug.plan);
+    assert.equal(v.code, 1, v.stdout);
+    assert.match(v.stdout, /NOT EQUIVALENT \(for the values the program read into Python\)[\s\S]*a whole-plan witness keeps every value the program read into Python/);
+    const ok = await capture('scaler', ['--scaler']);
+    assert.equal((await verify(ok.plan)).code, 0);
+    // An overflow the draws cannot make (an edited outcome: the sum was +inf) is never refuted.
+    const eqInf = guards.find((g) => g['cmp'] === 'eq' && g['otherValue'] === 'inf') ?? assert.fail('no == inf guard');
+    eqInf['outcome'] = true;
+    const edited = join(dir, 'edited.json');
+    writeFileSync(edited, JSON.stringify(bug.raw));
+    const e = await verify(edited);
+    assert.equal(e.code, 3, e.stdout);
+    assert.match(e.stdout, /\(a comparison 'eq' that came out true\) is not certainly the same at these inputs/);
   });
 });

@@ -2,22 +2,28 @@
 
 torch 1.13's dispatch mode does not see `.item()`, `float(t)`, `int(t)`, `bool(t)`, `if t:` or
 `.tolist()`, so torch.Tensor's methods are wrapped while tracing. A read of a floating tensor's
-one element by `.item()` returns a `Tracked` float: Python arithmetic on it with
-numbers (`+ - * / **`, unary minus) is recorded as ATen ops on the 0-d tensor it was read from,
-and a number it becomes that an op then takes as a tensor operand (`g.mul_(clip_coef)`) is
-written as that traced value, not as a constant: the dependency is kept. The read is marked
+one element by `.item()`, or by `float(t)` written in the user's script (load_script compiles
+the script with each `float(x)` call made `__planproof_float__(float, x)`: the `.item()` read
+for such a tensor, since CPython's float() would strip the Tracked float), returns a `Tracked`
+float: Python arithmetic on it with numbers (`+ - * / **`, unary minus) is recorded as ATen
+ops on the 0-d tensor it was read from, and a number it becomes that an op then takes as a
+tensor operand (`g.mul_(clip_coef)`) is written as that traced value, not as a constant: the
+dependency is kept. The read is marked
 `aten._local_scalar_dense` (the plan is specialized to the value read, and every verdict says
 so) when the value escapes that arithmetic: a comparison or branch on it (`if clip_coef < 1`),
 `int()`, `round()`, a Scalar argument (`alpha=`), a tensor made from it (`torch.tensor([x])`),
 a number an op takes that equals a read value but looks like a literal (8 characters or
 fewer, such as a token count 12.0: never substituted), or a function of the math module
 given it (math.sqrt / exp / log of a positive value stay traced; `math.isinf(x)` or `math.cos(x)`
-mark it). A Scalar argument that is a traced value marks only the reads it derives from, so a
-logged `loss.item()` stays unmarked. A read whose value looks like a literal
-(a count such as 12.0), and every other read (`float(t)`: CPython returns a plain float
-whatever `__float__` returns; `int(t)`, `bool(t)`, `.tolist()`, an integer tensor's `.item()`),
-is marked at once.
+mark it). A comparison (`cpu_sum == float("inf")`, `cpu_sum != cpu_sum`) writes a guard with
+its outcome, not the value. A Scalar argument that is a traced value marks only the reads it
+derives from, so a logged `loss.item()` or `float(loss)` stays unmarked. A read whose value
+looks like a literal (a count such as 12.0), and every other read (`float(t)` in torch's code or
+any other module: CPython returns a plain float whatever `__float__` returns; `int(t)`,
+`bool(t)`, `.tolist()`, an integer tensor's `.item()`), is marked at once.
 """
+import ast
+import importlib.util
 import json
 import math
 import sys
@@ -237,6 +243,53 @@ class Tracked(float):
     __hash__ = float.__hash__
 
 
+SCRIPT_FLOAT = "__planproof_float__"
+
+
+def script_float(fn, x):
+    """`float(x)` as the user's script wrote it (`fn` is what its name `float` resolved to): for
+    the builtin and a floating one-element tensor, the `.item()` read (a Tracked float, whose
+    uses Python makes are seen), since CPython's float() would strip the Tracked float that
+    `__float__` returned and hide them; for a Tracked float, itself (the same number, still
+    traced). Anything else is the call it was."""
+    if fn is float:
+        if isinstance(x, Tracked):
+            return x
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() == 1:
+            return x.item()
+    return fn(x)
+
+
+class _FloatCalls(ast.NodeTransformer):
+    """Rewrites each call `float(x)` (one positional argument) of the script into
+    `__planproof_float__(float, x)`: the name `float` is looked up where it was (a shadowing
+    local or global is honoured), and every other use of it (`isinstance(v, float)`,
+    `dtype=float`, `class F(float)`, `float.fromhex`, annotations) is left as written."""
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "float" and len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred):
+            call = ast.Call(func=ast.Name(id=SCRIPT_FLOAT, ctx=ast.Load()), args=[f, node.args[0]], keywords=[])
+            return ast.copy_location(call, node)
+        return node
+
+
+def load_script(path, name="user_script"):
+    """The user's script as a module, its `float(x)` calls seen (script_float). Only the script's
+    own code: torch's code and other modules keep the builtin, whose float(t) is marked at once.
+    (The script's directory is not on sys.path, as before: it imports no sibling module.)"""
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    with open(path, "rb") as f:
+        tree = _FloatCalls().visit(ast.parse(f.read(), path))
+    ast.fix_missing_locations(tree)
+    mod.__dict__[SCRIPT_FLOAT] = script_float
+    # (compiled with the script's path: tracebacks and the `# File:` lines name its lines)
+    exec(compile(tree, path, "exec", dont_inherit=True), mod.__dict__)
+    return mod
+
+
 def write_run_inputs(cap, text, path):
     """The run's inputs when the program has guards: there every read gave what it gave, so
     verify draws a witness of the specialized plan there first (stages/witness/guards.ts).
@@ -323,7 +376,8 @@ def _watch_reads(cap):
                     # A literal-looking value (a count, 1.0) may reach an op through Python the
                     # capture does not see (math.sqrt(4.0) is 2.0, a literal too): marked at once.
                     # float(t) returns a plain float whatever __float__ returns (CPython strips a
-                    # subclass), so what Python does with it is unseen: marked at once too.
+                    # subclass), so what Python does with it is unseen: marked at once too (in the
+                    # user's script float(t) comes here as .item(): load_script).
                     note.escaped = note.by_value = simple(value) or _m == "__float__"
                     cap.lines.append(note)
                     cap.lines.append(EqGuard(cap.fresh("guard"), note))

@@ -19,7 +19,6 @@ OpOverload names); tested with Debian's python3-torch 1.13.
 """
 import argparse
 import contextlib
-import importlib.util
 import json
 import math
 import os
@@ -637,10 +636,8 @@ def _run_one_traced(rank, world, script, outdir, port, args, bench, values):
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     capture_dist.install(sys.modules[__name__])
-    spec = importlib.util.spec_from_file_location("user_script", script)
-    mod = importlib.util.module_from_spec(spec)
     sys.argv = [script] + args
-    spec.loader.exec_module(mod)
+    mod = capture_reads.load_script(script)
 
     def run(enabled):
         cap = Capture(world, rank, enabled)
