@@ -271,4 +271,22 @@ describe("float(t) in the user's script is the traced read (live capture, Debian
     assert.equal(e.code, 3, e.stdout);
     assert.match(e.stdout, /\(a comparison 'eq' that came out true\) is not certainly the same at these inputs/);
   });
+
+  it('the overflow check in a module of its own (`from scaling import has_overflow`, beside the script) imports as for `python train.py`, and its float(t) is the traced read too @full', async () => {
+    const sub = mkdtempSync(join(tmpdir(), 'pp-float-mod-'));
+    const at = SCALER.indexOf('def has_overflow');
+    const end = SCALER.indexOf('def step');
+    writeFileSync(join(sub, 'scaling.py'), SCALER.slice(at, end));
+    const train = join(sub, 'train.py');
+    writeFileSync(train, SCALER.slice(0, at) + 'from scaling import has_overflow\n\n\n' + SCALER.slice(end));
+    const plan = join(sub, 'bug.json');
+    const cap = await runCli(['capture', '--nproc', '2', '--axis', 'dp', '--out', plan, '--', train, '--scaler', '--bug']);
+    assert.equal(cap.code, 0, cap.stderr);
+    const raw = JSON.parse(readFileSync(plan, 'utf8')) as Json;
+    const guards = raw['x-planproof-guards'] as Json[];
+    assert.equal(guards.length, 36, JSON.stringify(guards));
+    assert.ok(guards.every((g) => /scaling\.py:\d+$/.test(String(g['where'])) && !('values' in g)), JSON.stringify(guards[0]));
+    const v = await verify(plan);
+    assert.equal(v.code, 1, v.stdout);
+  });
 });

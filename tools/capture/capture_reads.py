@@ -23,9 +23,11 @@ any other module: CPython returns a plain float whatever `__float__` returns; `i
 `bool(t)`, `.tolist()`, an integer tensor's `.item()`), is marked at once.
 """
 import ast
+import importlib.machinery
 import importlib.util
 import json
 import math
+import os
 import sys
 
 import torch
@@ -275,10 +277,49 @@ class _FloatCalls(ast.NodeTransformer):
         return node
 
 
+class _UserLoader(importlib.machinery.SourceFileLoader):
+    """A module of the user's own (a file under the script's directory), compiled as the script
+    is: its `float(x)` calls seen. Never from or to a bytecode cache (it would skip the rewrite)."""
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        tree = _FloatCalls().visit(ast.parse(self.get_data(path), path))
+        ast.fix_missing_locations(tree)
+        return compile(tree, path, "exec", dont_inherit=True)
+
+    def exec_module(self, module):
+        module.__dict__[SCRIPT_FLOAT] = script_float
+        super().exec_module(module)
+
+
+class _UserFinder:
+    """Finds the modules under the script's directory (as `python script.py` would, the directory
+    first on sys.path) and loads them with _UserLoader; placed after the built-in and frozen
+    importers, so it shadows what a script's directory shadows, nothing more."""
+
+    def __init__(self, root):
+        self.root = os.path.realpath(root)
+
+    def find_spec(self, name, path=None, target=None):
+        spec = importlib.machinery.PathFinder.find_spec(name, path if path is not None else [self.root])
+        origin = None if spec is None else spec.origin
+        if origin is None or not origin.endswith(".py") or not os.path.realpath(origin).startswith(self.root + os.sep):
+            return None
+        spec.loader = _UserLoader(name, origin)
+        return spec
+
+
 def load_script(path, name="user_script"):
-    """The user's script as a module, its `float(x)` calls seen (script_float). Only the script's
-    own code: torch's code and other modules keep the builtin, whose float(t) is marked at once.
-    (The script's directory is not on sys.path, as before: it imports no sibling module.)"""
+    """The user's script as a module, its `float(x)` calls seen (script_float), and so are those
+    of the modules it imports from its own directory (`from model import Net`: the directory is
+    first on sys.path, as for `python script.py`). torch's code and every other module keep the
+    builtin, whose float(t) is marked at once."""
+    root = os.path.dirname(os.path.abspath(path))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    if not any(isinstance(f, _UserFinder) for f in sys.meta_path):
+        at = next((i for i, f in enumerate(sys.meta_path) if f is importlib.machinery.PathFinder), len(sys.meta_path))
+        sys.meta_path.insert(at, _UserFinder(root))
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     with open(path, "rb") as f:
