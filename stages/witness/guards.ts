@@ -189,7 +189,8 @@ export type Reverify<R> = (plan: LoadedPlan, text: string | undefined) => Promis
 function pinnedStep<R extends VerifyReport>(plan: LoadedPlan, text: string | undefined, report: R): { first: R; again?: { plan: LoadedPlan; text: string | undefined; pins: GuardPins } } {
   const first = confirmGuarded(plan, report);
   if (first.verdict !== 'unknown' || (plan.guards?.length ?? 0) === 0) return { first };
-  const pins = guardPins(plan);
+  // (from the guards alone, not the plan's own pins: a pinned run finds the same pins and stops there)
+  const pins = guardPins(plan, undefined, false);
   if (pins === undefined || alreadyPinned(plan, pins)) return { first };
   return { first, again: { ...withPins(plan, text, pins), pins } };
 }
