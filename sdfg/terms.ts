@@ -22,6 +22,7 @@
  */
 import { type Q, Q1, q, qAdd, qCmp, qEq, qFromNumber, qIsOne, qKey, qMul, qSign, qToNumber } from '../ops/rational.js';
 import { type Atom, type AtomId, type Mono, type Poly, type Term, type TermId, TermCore } from './term-core.js';
+import { type Blocks, type Split, jointCount, mentionedBlocks, mergeByKey, representatives } from './value-classes.js';
 
 export { DEFAULT_TERM_BUDGET, TermBudgetError, TermStopError, type TermId } from './term-core.js';
 
@@ -39,7 +40,7 @@ interface Group {
   readonly choice?: { readonly key: string; readonly args: readonly TermId[] };
 }
 
-/** Shannon expansions and tests enumerate at most this many joint assignments. */
+/** Shannon expansions and tests enumerate at most this many joint value classes. */
 const MAX_ASSIGNMENTS = 4096;
 
 /** Pairs of max/min arguments compared per max or min (TermStore.dropDominated). */
@@ -150,23 +151,66 @@ export class TermStore extends TermCore {
     return [...set].sort((a, b) => a - b);
   }
 
-  /** Every joint class assignment of `groups` (last group fastest), bounded. */
-  private assignments(groups: readonly number[]): number[][] {
-    let n = 1;
-    for (const g of groups) n *= (this.groups[g] as Group).values.length;
-    if (n > MAX_ASSIGNMENTS) throw new TermUnsupportedError(`a value depends on ${groups.length} categorical variables with ${n} joint values (more than ${MAX_ASSIGNMENTS})`);
-    this.charge(n);
-    const out: number[][] = [];
-    const cur = groups.map(() => 0);
-    for (let i = 0; i < n; i++) {
-      out.push([...cur]);
-      for (let d = groups.length - 1; d >= 0; d--) {
-        cur[d] = (cur[d] as number) + 1;
-        if ((cur[d] as number) < (this.groups[groups[d] as number] as Group).values.length) break;
-        cur[d] = 0;
+  /** Per categorical group occurring in ts, the value indices of its indicator atoms there. */
+  private mentioned(ts: readonly TermId[]): Map<number, Set<number>> {
+    const into = new Map<number, Set<number>>();
+    const scan = (m: number): void => {
+      const M = this.monos[m] as Mono;
+      if (!M.ind) return;
+      for (const a of M.atoms) {
+        const at = this.atoms[a] as Atom;
+        if (at.kind !== 'ind') continue;
+        let s = into.get(at.group);
+        if (s === undefined) into.set(at.group, (s = new Set()));
+        s.add(at.args[1] as number);
+      }
+    };
+    for (const t of ts) {
+      const T = this.terms[t] as Term;
+      scan(T.mono);
+      for (const f of T.fids) {
+        const P = this.polys[f] as Poly;
+        if (P.ind) for (const m of P.monos) scan(m);
       }
     }
-    return out;
+    return into;
+  }
+
+  /**
+   * The case split of `ts` over their categorical variables, by value classes (docs/engine.md,
+   * "Value classes"): per variable, the values whose indicator `ts` mention each alone and all
+   * others with the last value; past `refineClassesAbove` joint classes, mentioned values whose
+   * restrictions of every t are the same terms merged too. Bounded by MAX_ASSIGNMENTS classes.
+   */
+  private split(ts: readonly TermId[]): Split {
+    const byGroup = this.mentioned(ts);
+    const groups = [...byGroup.keys()].sort((a, b) => a - b);
+    const size = (g: number): number => (this.groups[g] as Group).values.length;
+    let blocks: Blocks[] = groups.map((g) => mentionedBlocks(size(g), byGroup.get(g) as Set<number>));
+    if (jointCount(blocks) > this.refineClassesAbove) {
+      // One restriction per mentioned value and variable: a sum over the variables where the
+      // enumeration is a product.
+      blocks = blocks.map((b, i) => (b.length < 2 ? b : mergeByKey(b, (block) => ts.map((t) => this.restrict(t, [groups[i] as number], [block[block.length - 1] as number])).join(','))));
+    }
+    const n = jointCount(blocks);
+    if (n > MAX_ASSIGNMENTS) {
+      let full = 1;
+      for (const g of groups) full *= size(g);
+      throw new TermUnsupportedError(`a value depends on ${groups.length} categorical variables with ${full} joint values (${n} classes of them told apart, more than ${MAX_ASSIGNMENTS})`);
+    }
+    this.charge(n);
+    return { groups, blocks };
+  }
+
+  /**
+   * Past this many joint classes of the mentioned values, a split also merges mentioned values
+   * that restrict every term alike (costs one restriction per value; tests set 0 to exercise it).
+   */
+  refineClassesAbove = MAX_ASSIGNMENTS;
+
+  /** The number of cases a split of `ts` enumerates (its joint value classes). */
+  caseCount(ts: readonly TermId[]): number {
+    return this.groupsOfAll(ts).length === 0 ? 1 : jointCount(this.split(ts).blocks);
   }
 
   /** t with each listed group fixed to its class (indicators become 0 or 1). */
@@ -203,21 +247,25 @@ export class TermStore extends TermCore {
 
   /**
    * f(args) for args that depend on categorical variables: the case split
-   * sum over assignments s of [s] · f(args | s), so atoms never hold indicators.
+   * sum over joint value classes s of [s] · f(args | s), so atoms never hold indicators. Every
+   * value of a class restricts each argument to the same term (`split`), so f at the class's
+   * representative is f at each of its values.
    */
   private shannon(args: readonly TermId[], f: (args: TermId[]) => TermId): TermId {
-    const groups = this.groupsOfAll(args);
-    return this.fromTable(groups, this.assignments(groups).map((cls) => f(args.map((a) => this.restrict(a, groups, cls)))));
+    const sp = this.split(args);
+    return this.fromTable(sp, representatives(sp).map((cls) => f(args.map((a) => this.restrict(a, sp.groups, cls)))));
   }
 
   /**
    * The reduced polynomial of a function of categorical variables given by its table (one
-   * value per joint assignment, last group fastest). Along each variable the values
-   * v_0..v_{K-1} become v_{K-1} + sum_k (v_k - v_{K-1}) [x = k]: a transform in
-   * O(n · K^n), with no products of indicator sums.
+   * value per joint value class of `split`, last group fastest). Along each variable with
+   * classes C_0..C_{m-1} (C_{m-1} holding the last value) the values v_0..v_{m-1} become
+   * v_{m-1} + sum_k (v_k - v_{m-1}) · sum_{j in C_k} [x = j]: the polynomial the table over every
+   * value would give (equal values along a class), in O(n · m^n).
    */
-  private fromTable(groups: readonly number[], table: readonly TermId[]): TermId {
-    const sizes = groups.map((g) => (this.groups[g] as Group).values.length);
+  private fromTable(split: Split, table: readonly TermId[]): TermId {
+    const { groups, blocks } = split;
+    const sizes = blocks.map((b) => b.length);
     const vals = [...table];
     let stride = 1;
     for (let a = groups.length - 1; a >= 0; a--) {
@@ -239,14 +287,22 @@ export class TermStore extends TermCore {
     vals.forEach((v, idx) => {
       if (v === this.zero) return;
       let mono = this.unitMono;
+      // Classes of several values (merged by restriction) multiply in as sums of indicators.
+      const sums: TermId[] = [];
       let rest = idx;
       for (let a = groups.length - 1; a >= 0; a--) {
         const K = sizes[a] as number;
         const k = rest % K;
         rest = Math.floor(rest / K);
-        if (k < K - 1) mono = this.monoMul(mono, this.internMono([this.internAtom('ind', (this.groups[groups[a] as number] as Group).name, [groups[a] as number, k], false, true)], [Q1]));
+        if (k === K - 1) continue;
+        const g = groups[a] as number;
+        const cls = (blocks[a] as Blocks)[k] as readonly number[];
+        if (cls.length === 1) mono = this.monoMul(mono, this.internMono([this.internAtom('ind', (this.groups[g] as Group).name, [g, cls[0] as number], false, true)], [Q1]));
+        else sums.push(this.sum(cls.map((j) => this.indicator(g, j))));
       }
-      parts.push(this.mul(v, this.internTerm(Q1, mono, [], [])));
+      let p = this.mul(v, this.internTerm(Q1, mono, [], []));
+      for (const x of sums) p = this.mul(p, x);
+      parts.push(p);
     });
     return this.sum(parts);
   }
@@ -272,21 +328,24 @@ export class TermStore extends TermCore {
       return qToNumber(c);
     };
     if (groups.length === 0) return pred(value(t)) ? this.one : this.zero;
-    const vals = this.constTable(t, groups);
-    if (vals === undefined) return this.fromTable(groups, this.assignments(groups).map((cls) => (pred(value(this.restrict(t, groups, cls))) ? this.one : this.zero)));
-    return this.fromTable(groups, vals.map((v) => (pred(qToNumber(v)) ? this.one : this.zero)));
+    const tab = this.constTable(t);
+    if (tab === undefined) {
+      const sp = this.split([t]);
+      return this.fromTable(sp, representatives(sp).map((cls) => (pred(value(this.restrict(t, sp.groups, cls))) ? this.one : this.zero)));
+    }
+    return this.fromTable(tab.split, tab.vals.map((v) => (pred(qToNumber(v)) ? this.one : this.zero)));
   }
 
   /**
-   * t's exact value at each joint assignment of `groups` (its groupsOfAll, last fastest), or
-   * undefined when some assignment leaves a non-constant. The same as restricting t per
+   * t's exact value at each joint value class of its split (last group fastest), or undefined
+   * when some class leaves a non-constant. The same as restricting t per
    * assignment, but memoized up to an added constant: a lookup tests one id against every row
    * of its table, a one-hot compares every column index j with it (gt0(j − id), gt0(id − j)),
    * and restricting the id is the dear part (Megatron's vocab-parallel target over 2,048 joint
    * values, tested 17 times per token and compared 32 times per row, took most of a stage's
    * time and went past the work budget). t = c + rest with c a rational constant, exactly.
    */
-  private constTable(t: TermId, groups: readonly number[]): Q[] | undefined {
+  private constTable(t: TermId): { split: Split; vals: Q[] } | undefined {
     const T = this.terms[t] as Term;
     let c: Q | undefined;
     if (T.mono === this.unitMono && T.fids.length === 1 && T.fexp[0] === 1) {
@@ -295,25 +354,25 @@ export class TermStore extends TermCore {
       if (i >= 0) c = qMul(T.c, P.coefs[i] as Q);
     }
     const rest = c === undefined ? t : this.sub(t, this.const(c));
-    let vals = this.valueTables.get(rest);
-    if (vals === undefined) {
-      vals = [];
-      for (const cls of this.assignments(groups)) {
-        const v = this.constValue(this.restrict(rest, groups, cls));
-        if (v === undefined) {
-          vals = null;
-          break;
-        }
+    // rest has t's indicator atoms (only the unit monomial left), so t's split is rest's.
+    let tab = this.valueTables.get(rest);
+    if (tab === undefined) {
+      const split = this.split([rest]);
+      const vals: Q[] = [];
+      for (const cls of representatives(split)) {
+        const v = this.constValue(this.restrict(rest, split.groups, cls));
+        if (v === undefined) break;
         vals.push(v);
       }
-      this.valueTables.set(rest, vals);
+      tab = vals.length === jointCount(split.blocks) ? { split, vals } : null;
+      this.valueTables.set(rest, tab);
     }
-    if (vals === null) return undefined;
-    return c === undefined ? vals : vals.map((v) => qAdd(v, c));
+    if (tab === null) return undefined;
+    return c === undefined ? tab : { split: tab.split, vals: tab.vals.map((v) => qAdd(v, c)) };
   }
 
-  /** `constTable`'s memo, by term without its constant (null: not constant at some assignment). */
-  private readonly valueTables = new Map<TermId, Q[] | null>();
+  /** `constTable`'s memo, by term without its constant (null: not constant at some class). */
+  private readonly valueTables = new Map<TermId, { split: Split; vals: Q[] } | null>();
 
   /** exp with exp(a + b) = exp(a) · exp(b) built in. */
   exp(a: TermId): TermId {
@@ -522,8 +581,8 @@ export class TermStore extends TermCore {
     if (groups.length > 0) {
       // An integer-valued a (an id against a column index): its table of values, shared with
       // every other term that differs from it by a constant; otherwise the case split.
-      const vals = this.constTable(a, groups);
-      if (vals !== undefined) return this.fromTable(groups, vals.map((v) => (qSign(v) > 0 ? this.one : this.zero)));
+      const tab = this.constTable(a);
+      if (tab !== undefined) return this.fromTable(tab.split, tab.vals.map((v) => (qSign(v) > 0 ? this.one : this.zero)));
       return this.shannon([a], ([x]) => this.gt0(x as TermId));
     }
     const c = this.constValue(a);

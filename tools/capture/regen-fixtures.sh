@@ -219,6 +219,8 @@ seq2seq_attn_ddp seq2seq_attn_ddp.py dp
 seq2seq_attn_ddp-bug seq2seq_attn_ddp.py dp --bug
 prenorm_encoder_pad_ddp prenorm_encoder_pad_ddp.py dp
 prenorm_encoder_pad_ddp-bug prenorm_encoder_pad_ddp.py dp --bug
+prenorm_encoder_pad_ddp-mean prenorm_encoder_pad_ddp.py dp --pool mean
+prenorm_encoder_pad_ddp-mean-bug prenorm_encoder_pad_ddp.py dp --pool mean --bug
 vae_ddp vae_ddp.py dp
 vae_ddp-bug vae_ddp.py dp --bug
 gan_ddp gan_ddp.py dp
