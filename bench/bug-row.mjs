@@ -6,7 +6,7 @@
 // Usage: node bench/bug-row.mjs CLI BUG REPORT.json STDERR
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { URL, pathToFileURL } from 'node:url';
 
 const [cli, bugId, reportFile, errFile] = process.argv.slice(2);
 // The catalog of the build that verified (CLI=... may be another build than this tree's).
