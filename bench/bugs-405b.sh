@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Injects each catalog bug that applies to the 405B-SP plan (issue 37) and verifies it, one case
 # at a time: gen (about a minute, 161 MB), then verify with the limits a plan this size needs.
-# One markdown row per case: verdict, first stage not proved, wall and user CPU, peak RSS and
-# the load before and after (the machine is shared, so wall time alone says little).
+# One markdown row per case: verdict (checked against the catalog's expected detection by
+# bench/bug-row.mjs: "refused at load (expected: shape)", or marked unexpected), first stage not
+# proved, wall and user CPU, peak RSS and the load before and after (the machine is shared, so
+# wall time alone says little).
 # Usage: bench/bugs-405b.sh [BUG ...]   (default: every bug gen does not refuse for this plan)
 # CLI=path/to/cli/main.js selects another build; KEEP=dir keeps each report JSON there.
 set -uo pipefail
@@ -39,18 +41,8 @@ for bug in "${bugs[@]}"; do
   read -r wall user rss < <(tail -n 1 "$TMP/time")
   l1=$(load)
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; cp "$TMP/out.json" "$KEEP/$bug.json"; cp "$TMP/err" "$KEEP/$bug.err"; fi
-  row=$(node -e '
-    const fs = require("fs");
-    try {
-      const r = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
-      const st = r.stages ?? [];
-      const s = st.find((x) => x.status === "not_equivalent") ?? st.find((x) => x.status !== "proved");
-      // A plan refused at load (exit 2) names the op and why in its first issue.
-      const where = s === undefined ? (r.verdict === "invalid" ? `refused at load: ${r.issues?.[0]?.where ?? ""}: ${r.issues?.[0]?.message ?? ""}`.slice(0, 160) : "") : `${s.index} \`${s.logical}\``;
-      const v = r.verdict === "not_equivalent" ? "**NE**" : r.verdict;
-      process.stdout.write(`${v}|${where.replace(/[\n|]/g, " ")}`);
-    } catch (e) { process.stdout.write(`no report|${fs.readFileSync(process.argv[2], "utf8").slice(0, 160).replace(/[\n|]/g, " ")}`); }
-  ' "$TMP/out.json" "$TMP/err")
+  # Verdict and place, checked against the catalog's expected detection (bench/bug-row.mjs).
+  row=$(node "$(dirname "$0")/bug-row.mjs" "$CLI" "$bug" "$TMP/out.json" "$TMP/err")
   echo "| $bug | ${row%%|*} | ${row#*|} | $gwall | $wall | $user | $(awk -v k="$rss" 'BEGIN{printf "%.2f", k/1048576}') | $l0 → $l1 | $start |"
   rm -f "$TMP/bug.json"
 done

@@ -1,6 +1,6 @@
 import { strict as assert } from 'node:assert';
 import { generatePlan } from '../plans/gen/plan.js';
-import { BUGS, type BugContext } from '../plans/gen/bugs.js';
+import { BUGS, LOAD_MESSAGE, detectionOf, type BugContext } from '../plans/gen/bugs.js';
 import { PRESETS } from '../plans/gen/presets.js';
 import type { ModelConfig } from '../plans/gen/models.js';
 import type { Parallelism } from '../plans/gen/net.js';
@@ -10,7 +10,9 @@ import { PlanError } from '../plans/errors.js';
 import { verifyPlan } from '../stages/verify.js';
 import { numericCheck } from '../stages/witness/numeric.js';
 import { runCli, ROOT } from './helpers.js';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fullUnless } from './optional.js';
 import { bugConfig, GPT2, LLAMA, MLP, MOE, OPT } from './catalog.js';
 
@@ -171,6 +173,30 @@ describe('bug catalog: every injected bug is caught', () => {
     assert.ok(BUGS.length >= 30, `${BUGS.length} bugs`);
     for (const b of BUGS) assert.ok(b.source.length > 10 && b.title.length > 10, b.id);
   });
+  it('refuses at load exactly the consistency entries (other tests filter the catalog by kind)', () => {
+    for (const b of BUGS) assert.equal(detectionOf(b).at === 'load', b.kind === 'consistency', b.id);
+  });
+  it('verify exits 2 on every entry expected at load, its report naming the op and the reason @full', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pp-load-'));
+    try {
+      for (const bug of BUGS) {
+        const d = detectionOf(bug);
+        if (d.at !== 'load') continue;
+        const [ctx, model] = ctxFor(bug);
+        const plan = generatePlan({ model, par: { ...ctx, pp: ctx.pp ?? 1 }, optimizer: OPT });
+        const where = bug.inject(plan, ctx);
+        const f = join(dir, `${bug.id}.json`);
+        writeFileSync(f, JSON.stringify(plan));
+        const r = await runCli(['verify', '--json', f]);
+        assert.equal(r.code, 2, `${bug.id}: ${r.stderr}`);
+        const rep = JSON.parse(r.stdout) as { verdict: string; issues: { where?: string; message: string }[] };
+        assert.equal(rep.verdict, 'invalid', bug.id);
+        assert.ok(rep.issues.some((i) => LOAD_MESSAGE[d.reason].test(i.message) && `${i.where ?? ''} ${i.message}`.includes(`'${where}'`)), `${bug.id}: ${JSON.stringify(rep.issues[0])}`);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }).timeout(300_000);
   // MoE entries run once more with the token layout (each routing slot at its own row).
   const runs: [(typeof BUGS)[number], boolean][] = BUGS.flatMap((b): [(typeof BUGS)[number], boolean][] => (ctxFor(b)[1].family === 'moe' ? [[b, false], [b, true]] : [[b, false]]));
   // The correct twin of every entry: each configuration the catalog injects into verifies as
@@ -191,17 +217,23 @@ describe('bug catalog: every injected bug is caught', () => {
   // npm test keeps the first entry of each kind; test:full runs every entry.
   const firstOfKind = new Set([...new Map(runs.map(([b]) => [b.kind, b.id] as const).reverse()).values()]);
   for (const [bug, token] of runs) {
-    it(`${bug.id} (${bug.kind})${token ? ' in the MoE token layout' : ''} is ${bug.kind === 'consistency' ? 'rejected at load with its place named' : 'refuted at a stage downstream of the injection, and is a real bug numerically'}${fullUnless(firstOfKind.has(bug.id) && !token)}`, () => {
+    const d = detectionOf(bug);
+    it(`${bug.id} (${bug.kind})${token ? ' in the MoE token layout' : ''} is ${d.at === 'load' ? `refused at load (${d.reason}) with its op named` : 'refuted at a stage downstream of the injection, and is a real bug numerically'}${fullUnless(firstOfKind.has(bug.id) && !token)}`, () => {
       const [ctx, base] = ctxFor(bug);
       const model: ModelConfig = token ? { ...base, moeLayout: 'token' } : base;
       assert.ok(bug.applies(ctx), 'the test configuration must have the place this bug needs');
       const plan = generatePlan({ model, par: { ...ctx, pp: ctx.pp ?? 1 }, optimizer: OPT });
       const where = bug.inject(plan, ctx);
-      if (bug.kind === 'consistency') {
-        assert.throws(
-          () => loadPlanObject('bug.json', plan),
-          (e: unknown) => e instanceof PlanError && e.issues.length > 0 && e.issues.every((i) => i.path.startsWith('$.parallel') && i.message.length > 20),
-        );
+      if (d.at === 'load') {
+        // No program: every issue is in the parallel program, says the expected reason, and one
+        // names the injected op or tensor (the refusal is the detection; docs/bugs.md).
+        let issues: PlanError['issues'] = [];
+        assert.throws(() => loadPlanObject('bug.json', plan), (e: unknown) => e instanceof PlanError && (issues = e.issues).length > 0);
+        for (const i of issues) {
+          assert.ok(i.path.startsWith('$.parallel'), i.path);
+          assert.match(i.message, LOAD_MESSAGE[d.reason]);
+        }
+        assert.ok(issues.some((i) => `${i.where ?? ''} ${i.message}`.includes(`'${where}'`)), `no issue names '${where}': ${issues[0]?.message}`);
         return;
       }
       const lp = loadPlanObject('bug.json', plan);

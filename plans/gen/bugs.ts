@@ -23,6 +23,22 @@ export interface BugContext {
   readonly recompute?: boolean;
 }
 
+/**
+ * Why a plan can be refused at load rather than refuted: it describes no program that could run.
+ * `shape`: a collective's result does not have the declared shape (PyTorch raises at the
+ * collective or at the first op that reads it); `unproduced`: a tensor the plan reads and lineage
+ * claims is computed by no op (a dangling name); `deadlock`: a rank's schedule waits on itself (a
+ * cycle through program order and collective matching).
+ */
+export type LoadReason = 'shape' | 'unproduced' | 'deadlock';
+
+/**
+ * How the verifier must catch a bug. The default is a witness: NOT EQUIVALENT at a stage
+ * downstream of the injection. `load` is for a plan that is no program at all: no run exists, so
+ * no witness can, and the loader's refusal (exit 2) naming the op is the detection.
+ */
+export type Detection = { readonly at: 'witness' } | { readonly at: 'load'; readonly reason: LoadReason };
+
 export interface Bug {
   readonly id: string;
   readonly title: string;
@@ -30,6 +46,8 @@ export interface Bug {
   readonly source: string;
   /** TTrace's taxonomy: wrong data, wrong communication, missing communication; or a scheduling or consistency error. */
   readonly kind: 'missing-communication' | 'wrong-communication' | 'wrong-data' | 'scheduling' | 'consistency';
+  /** How it must be detected; absent means a witness (docs/bugs.md, "Expected detection"). */
+  readonly detect?: Detection;
   /** Whether the generated plan has the place this bug needs. */
   applies(c: BugContext): boolean;
   /** Mutates the plan; returns the op or tensor the bug is in (tests expect it in the first failing stage). */
@@ -324,6 +342,7 @@ export const BUGS: Bug[] = [
     title: 'sequence parallelism: the sequence all-gather placed on the hidden dim instead of the sequence dim',
     source: 'Megatron sequence parallel (gather_from_sequence_parallel_region): a wrong layout; the shapes no longer agree',
     kind: 'consistency',
+    detect: { at: 'load', reason: 'shape' },
     applies: (c) => c.sp === true && c.tp > 1 && c.family !== 'mlp',
     inject: (p) => {
       const o = find(program(p).ops, (x) => x.op === 'all_gather' && axesOf(x).includes('tp'), 'sequence all-gather');
@@ -381,6 +400,7 @@ export const BUGS: Bug[] = [
     title: 'pipeline: the first stage sends the second micro-batch\'s activations in the first one\'s slot: under 1F1B the schedule deadlocks, and the loader rejects it naming the cycle',
     source: 'TrainVerify bug 6 (p2p send/recv mismatched across pipeline stages); Megatron p2p_communication',
     kind: 'consistency',
+    detect: { at: 'load', reason: 'deadlock' },
     applies: (c) => (c.pp ?? 1) > 1 && c.micro > 1,
     inject: (p) => {
       const ops = program(p, 0).ops;
@@ -390,7 +410,8 @@ export const BUGS: Bug[] = [
       const [x, y] = [a.inputs[0] as string, b.inputs[0] as string];
       a.inputs = [y];
       b.inputs = [x];
-      return a.inputs[0] as string;
+      // The first send: the loader's cycle runs through it.
+      return a.id;
     },
   },
   {
@@ -459,6 +480,7 @@ export const BUGS: Bug[] = [
     title: 'expert parallelism: the all-to-all that returns expert outputs reuses the dispatch\'s split and concat dims: the shapes no longer agree',
     source: 'Megatron MoE token dispatcher (all-to-all dispatch and combine); a wrong layout is a plan inconsistency',
     kind: 'consistency',
+    detect: { at: 'load', reason: 'shape' },
     applies: (c) => c.family === 'moe' && c.ep === true && c.dp > 1,
     inject: (p) => {
       const ops = program(p).ops.filter((x) => x.op === 'all_to_all' && !/(^|\/)grad\//.test(x.id));
@@ -689,6 +711,7 @@ export const BUGS: Bug[] = [
     title: 'a sequence all-gather replaced by an all-reduce: the shapes no longer agree',
     source: 'TrainVerify bug 4 (all-gather -> all-reduce): the plan is inconsistent',
     kind: 'consistency',
+    detect: { at: 'load', reason: 'shape' },
     applies: (c) => c.sp === true && c.tp > 1 && c.family !== 'mlp',
     inject: (p) => {
       const o = find(program(p).ops, (x) => x.op === 'all_gather' && axesOf(x).includes('tp'), 'sequence all-gather');
@@ -751,6 +774,7 @@ export const BUGS: Bug[] = [
     title: 'a gradient all-reduce deleted outright, leaving its output unproduced',
     source: 'TrainVerify bug 2 (adapter prims dropped, dataflow broken): the plan is inconsistent',
     kind: 'consistency',
+    detect: { at: 'load', reason: 'unproduced' },
     applies: (c) => c.dp > 1,
     inject: (p) => {
       const ops = program(p).ops;
@@ -764,6 +788,7 @@ export const BUGS: Bug[] = [
     title: 'a gradient all-reduce replaced by an all-gather',
     source: 'TrainVerify bug 3 (all-reduce -> all-gather): the shapes no longer agree',
     kind: 'consistency',
+    detect: { at: 'load', reason: 'shape' },
     applies: (c) => c.dp > 1,
     inject: (p) => {
       const o = find(program(p).ops, isAr('dp'), 'dp gradient all-reduce');
@@ -773,6 +798,23 @@ export const BUGS: Bug[] = [
     },
   },
 ];
+
+/**
+ * What the loader's message says for each reason (plans/loader.ts, lineage/load.ts): the test
+ * over the catalog and the bench scripts check a refusal against it.
+ */
+export const LOAD_MESSAGE: Readonly<Record<LoadReason, RegExp>> = {
+  shape: /output is declared \[[0-9, ]*\] but [a-z_]+ over [0-9]+ ranks of \[[0-9, ]*\] gives|shape error/,
+  unproduced: /is never produced on this rank/,
+  // Past plans/dataflow.ts's exact-check size (D3, L3) the cycle is found on ranks merged by
+  // program and reported as possible.
+  deadlock: /has a cycle \(a deadlock if it runs\)|possible cycle \(checked on ranks merged by program/,
+};
+
+/** The detection a bug must get: its own, else a witness. */
+export function detectionOf(b: Bug): Detection {
+  return b.detect ?? { at: 'witness' };
+}
 
 export function bugById(id: string): Bug | undefined {
   return BUGS.find((b) => b.id === id);
