@@ -4,10 +4,8 @@
  * side computes every rank's; along a dim every logical op is SIMD along, the logical side
  * restricted to the positions the claims hold computes the same values there.
  */
-import type { LoadedPlan } from '../../lineage/load.js';
-import { loadPartObject } from '../../lineage/load.js';
+import { dimClasses } from './dim-classes.js';
 import type { RawPlan } from '../../plans/raw.js';
-import { registry } from '../../ops/registry.js';
 
 /**
  * The part with its logical side on the box its claims hold: along every dim class that each
@@ -23,51 +21,16 @@ import { registry } from '../../ops/registry.js';
  * a claim that is not a plain box (then the part is proved as written).
  */
 export function boxPart(pr: RawPlan): RawPlan | undefined {
-  let part: LoadedPlan;
-  try {
-    part = loadPartObject('part', JSON.parse(JSON.stringify(pr)));
-  } catch {
-    return undefined;
-  }
+  // A class is boxed only when every op gives its dims the role `batch` (and reads no values along it).
+  const batch: boolean[] = [];
+  const dc = dimClasses(pr, (node, lab, sig) => {
+    const valueLabels = [...Object.values(sig.inputValues ?? {}), ...Object.values(sig.outputValues ?? {})].map((l) => l.label);
+    if (lab.role !== 'batch' || valueLabels.includes(lab.label)) batch[node] = false;
+  });
+  if (typeof dc === 'string') return undefined;
+  const { part, base, n, find } = dc;
   const lg = part.logical;
-  const base: number[] = [];
-  let n = 0;
-  for (let t = 0; t < lg.tensors.size; t++) {
-    base.push(n);
-    n += (lg.shapes[t] ?? []).length;
-  }
-  const parent = Array.from({ length: n }, (_, i) => i);
-  const find = (x: number): number => {
-    while (parent[x] !== x) x = parent[x] = parent[parent[x] as number] as number;
-    return x;
-  };
-  const batch = new Array<boolean>(n).fill(true);
-  for (const op of lg.order) {
-    const def = registry.get(lg.ops.kind[op] as number);
-    const ins = [...lg.ops.opInputs(op)];
-    const outs = [...lg.ops.opOutputs(op)];
-    let sig;
-    try {
-      sig = def.dims(ins.map((t) => lg.shapes[t] ?? ([] as number[])), lg.attrs[op] ?? {});
-    } catch {
-      return undefined;
-    }
-    const byLabel = new Map<string, number>();
-    const valueLabels = new Set([...Object.values(sig.inputValues ?? {}), ...Object.values(sig.outputValues ?? {})].map((l) => l.label));
-    const visit = (ts: readonly number[], labels: readonly (readonly { label: string; role: string }[])[]): void => {
-      ts.forEach((t, i) => {
-        (labels[i] ?? []).forEach((lab, d) => {
-          const node = (base[t] as number) + d;
-          if (lab.role !== 'batch' || valueLabels.has(lab.label)) batch[node] = false;
-          const first = byLabel.get(lab.label);
-          if (first === undefined) byLabel.set(lab.label, node);
-          else parent[find(node)] = find(first);
-        });
-      });
-    };
-    visit(ins, sig.inputs);
-    visit(outs, sig.outputs);
-  }
+  for (let x = 0; x < n; x++) batch[x] ??= true;
   const isBatch = new Map<number, boolean>();
   for (let x = 0; x < n; x++) isBatch.set(find(x), (isBatch.get(find(x)) ?? true) && batch[x] === true);
   // The box of each class: positions any claim holds.

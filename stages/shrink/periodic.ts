@@ -17,12 +17,12 @@
  * full size; a proof there proves nothing and is never used.
  */
 import type { LoadedPlan } from '../../lineage/load.js';
-import { loadPartObject } from '../../lineage/load.js';
 import type { RawDimIndex, RawLineage, RawOp, RawParallelOp, RawParallelTensor, RawPlan } from '../../plans/raw.js';
 import { registry } from '../../ops/registry.js';
 import type { AttrValue, DimSig, Shape } from '../../ops/types.js';
 import type { ProvePart } from '../decompose/prove.js';
 import { closure, PartError, provePartOf, type PartRewrite } from './part.js';
+import { dimClasses } from './dim-classes.js';
 
 /** Milliseconds the exact engine may take on the periodic part before the numeric run looks for the witness. */
 const PERIODIC_EXACT_MS = 5_000;
@@ -70,51 +70,11 @@ interface ClassInfo {
  * `target`: the stage's logical tensor (the part's obligations).
  */
 export function periodicPart(pr: RawPlan, target: string): PartRewrite | string {
-  let part: LoadedPlan;
-  try {
-    part = loadPartObject('part', JSON.parse(JSON.stringify(pr)));
-  } catch {
-    return 'the part does not load for the periodic route';
-  }
-  const lg = part.logical;
   // Dim classes of the logical side (dims sharing a label in some op), as box.ts finds them.
-  const base: number[] = [];
-  let n = 0;
-  for (let t = 0; t < lg.tensors.size; t++) {
-    base.push(n);
-    n += (lg.shapes[t] ?? []).length;
-  }
-  const parent = Array.from({ length: n }, (_, i) => i);
-  const find = (x: number): number => {
-    while (parent[x] !== x) x = parent[x] = parent[parent[x] as number] as number;
-    return x;
-  };
-  const sigs = new Map<number, DimSig>();
-  for (const op of lg.order) {
-    const def = registry.get(lg.ops.kind[op] as number);
-    const ins = [...lg.ops.opInputs(op)];
-    const outs = [...lg.ops.opOutputs(op)];
-    let sig: DimSig;
-    try {
-      sig = def.dims(ins.map((t) => lg.shapes[t] ?? ([] as number[])), lg.attrs[op] ?? {});
-    } catch {
-      return `'${lg.ops.ids.name(op)}' has no dim labels`;
-    }
-    sigs.set(op, sig);
-    const byLabel = new Map<string, number>();
-    const visit = (ts: readonly number[], labels: DimSig['inputs']): void => {
-      ts.forEach((t, i) => {
-        (labels[i] ?? []).forEach((lab, d) => {
-          const node = (base[t] as number) + d;
-          const first = byLabel.get(lab.label);
-          if (first === undefined) byLabel.set(lab.label, node);
-          else parent[find(node)] = find(first);
-        });
-      });
-    };
-    visit(ins, sig.inputs);
-    visit(outs, sig.outputs);
-  }
+  const dc = dimClasses(pr);
+  if (typeof dc === 'string') return dc === 'the part does not load' ? 'the part does not load for the periodic route' : dc;
+  const { part, base, find, sigs } = dc;
+  const lg = part.logical;
   const classes = new Map<number, ClassInfo>();
   const twice = new Set<number>();
   for (let t = 0; t < lg.tensors.size; t++) {
