@@ -373,6 +373,11 @@ const CASES: { name: string; script: string; args: string[]; axis: string; code:
   // float("inf") or ... or cpu_sum != cpu_sum`: float() in the script returns the traced read, so
   // each check is three comparison guards (outcome False), which a whole-plan draw keeps.
   { name: 'seq2seq_attn_ddp-bug', script: 'seq2seq_attn_ddp.py', args: ['--bug'], axis: 'dp', code: 1, heavy: true, at: /NOT EQUIVALENT \(for the values the program read into Python\): stage \d+ \(decoder_[a-z0-9_]+_new, op 'return\.decoder_[a-z0-9_]+_new'\)[\s\S]*a whole-plan witness keeps every value the program read into Python/ },
+  // The encoder not in DDP: interval arithmetic certifies no witness at seed 1 but does at a later
+  // seed (stages/infer/boundary.ts certify); the loss scaler read one gradient sum as exactly 0
+  // (the output bias's, 0 at every input), which no draw's interval pins to the point 0, so the
+  // refutation is not confirmed: UNKNOWN naming that read (docs/capture.md, "Not yet").
+  { name: 'seq2seq_attn_ddp-bug-encoder', script: 'seq2seq_attn_ddp.py', args: ['--bug-encoder'], axis: 'dp', code: 3, heavy: true, at: /certified witness \(interval arithmetic at seed [2-5][\s\S]*the value read into Python at \S*seq2seq_attn_ddp\.py:\d+ \(0\) is in \[/ },
   { name: 'prenorm_encoder_pad_ddp', script: 'prenorm_encoder_pad_ddp.py', args: [], axis: 'dp', code: 0, heavy: true },
   { name: 'vae_ddp', script: 'vae_ddp.py', args: [], axis: 'dp', code: 0 },
   { name: 'gan_ddp', script: 'gan_ddp.py', args: [], axis: 'dp', code: 0 },

@@ -46,10 +46,20 @@ export interface GuardPins {
 
 class Skip extends Error {}
 
-/** The elements the plan's guards pin, or undefined when they pin none. */
-export function guardPins(plan: LoadedPlan, deadlineMs = PIN_MS, ownPins = true): GuardPins | undefined {
-  const guards = plan.guards ?? [];
-  if (guards.length === 0) return undefined;
+/** The guards' exact terms: each guard's tensor evaluated in the normal form on demand. */
+interface GuardTerms {
+  readonly T: TermStore;
+  /** Categorical elements created, per logical input: what a pin may be about. */
+  readonly cat: ReadonlyMap<number, readonly TermId[]>;
+  /** The exact 0/1 term "the read came out as recorded", or undefined when it has none (throws past the budget, or outside the normal form). */
+  indicator(g: PlanGuard): TermId | undefined;
+}
+
+/**
+ * Guard cones in the normal form: integer contract inputs categorical (with `ownPins` the
+ * plan's pinned elements as their values), every other value a free symbol (module header).
+ */
+function guardTerms(plan: LoadedPlan, deadlineMs: number, ownPins: boolean): GuardTerms {
   const t0 = performance.now();
   const T = new TermStore(PIN_TERM_BUDGET, false);
   const alg = termAlgebra(T);
@@ -170,7 +180,6 @@ export function guardPins(plan: LoadedPlan, deadlineMs = PIN_MS, ownPins = true)
     const x = p.tensors.id(name);
     return x < 0 ? undefined : evalRank(g.program, x);
   };
-  /** The exact 0/1 term "the read came out as recorded", or undefined when it has none here. */
   const indicator = (g: PlanGuard): TermId | undefined => {
     if (g.values === null) return undefined;
     const a = valueOf(g, g.tensor);
@@ -190,6 +199,16 @@ export function guardPins(plan: LoadedPlan, deadlineMs = PIN_MS, ownPins = true)
     const h = holds[g.cmp]();
     return g.outcome ? h : not(h);
   };
+  return { T, cat, indicator };
+}
+
+/** The elements the plan's guards pin, or undefined when they pin none. */
+export function guardPins(plan: LoadedPlan, deadlineMs = PIN_MS, ownPins = true): GuardPins | undefined {
+  const guards = plan.guards ?? [];
+  if (guards.length === 0) return undefined;
+  const t0 = performance.now();
+  const { T, cat, indicator } = guardTerms(plan, deadlineMs, ownPins);
+  const lg = plan.logical;
   let G = T.one;
   const reads: string[] = [];
   for (const g of guards) {
@@ -273,3 +292,4 @@ export function unimpliedPin(plan: LoadedPlan): PlanIssue | undefined {
   }
   return undefined;
 }
+

@@ -217,6 +217,7 @@ seqpar_pool_ddp seqpar_pool_ddp.py dp
 seqpar_pool_ddp-bug seqpar_pool_ddp.py dp --bug
 seq2seq_attn_ddp seq2seq_attn_ddp.py dp
 seq2seq_attn_ddp-bug seq2seq_attn_ddp.py dp --bug
+seq2seq_attn_ddp-bug-encoder seq2seq_attn_ddp.py dp --bug-encoder
 prenorm_encoder_pad_ddp prenorm_encoder_pad_ddp.py dp
 prenorm_encoder_pad_ddp-bug prenorm_encoder_pad_ddp.py dp --bug
 prenorm_encoder_pad_ddp-mean prenorm_encoder_pad_ddp.py dp --pool mean
