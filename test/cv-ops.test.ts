@@ -125,7 +125,7 @@ describe('upsampling (F.interpolate, nn.Upsample) against torch 1.13', () => {
   });
 });
 
-describe('mish, hardswish and repeat against torch 1.13', () => {
+describe('mish, hardswish, std / var and repeat against torch 1.13', () => {
   const xs = [-5.0, -3.0, -2.5, -1.0, 0.0, 0.5, 1.0, 2.9, 3.0, 4.0, 25.0];
   const gs = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0];
   it('mish (nn.Mish) and its backward, with no softplus threshold (x = 25 included)', () => {
@@ -139,6 +139,20 @@ describe('mish, hardswish and repeat against torch 1.13', () => {
     const [y, dx] = run(text, { x: xs, g: gs }, ['y', 'dx']);
     close(y as number[], [-0.0, -0.0, -0.20833333333333334, -0.3333333333333333, 0.0, 0.2916666666666667, 0.6666666666666666, 2.8516666666666666, 3.0, 4.0, 25.0], 'hardswish');
     close(dx as number[], [0.0, -1.0, -1.0, 0.6666666666666667, 2.5, 4.0, 5.833333333333333, 11.733333333333334, 13.5, 10.0, 11.0], 'hardswish_backward');
+  });
+  it('std and var with a correction (x.std(), x.var(dim=1, unbiased=False, keepdim=True), torch.std(x, dim=0))', () => {
+    // torch (float64), x = [[1, 4, 2, 7], [0, -2, 8, 3]].
+    const text = graph('x: "f32[2, 4]"', [
+      's: "f32[]" = torch.ops.aten.std.correction(x, None, correction = 1)',
+      'v: "f32[2, 1]" = torch.ops.aten.var.correction(x, [1], correction = 0, keepdim = True)',
+      'd: "f32[4]" = torch.ops.aten.std.dim(x, [0], True, False)',
+      'return (s, v, d)',
+    ]);
+    const [sd, v, d] = run(text, { x: [1, 4, 2, 7, 0, -2, 8, 3] }, ['s', 'v', 'd']);
+    close(sd as number[], [3.399054490379851], 'std');
+    close(v as number[], [5.25, 14.1875], 'var');
+    close(d as number[], [0.7071067811865476, 4.242640687119285, 4.242640687119285, 2.8284271247461903], 'std.dim');
+    lowerFails(graph('x: "f32[1]"', ['s: "f32[]" = torch.ops.aten.std.correction(x, None, correction = 1)', 'return (s,)']), /divides by 0/);
   });
   it('repeat([2, 2]) of a vector: a new leading dim and the last tiled', () => {
     const text = graph('x: "f32[3]"', ['y: "f32[2, 6]" = torch.ops.aten.repeat.default(x, [2, 2])', 'return (y,)']);

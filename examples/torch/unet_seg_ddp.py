@@ -1,11 +1,11 @@
 """A small U-Net for binary segmentation under torch DDP (issue 33), for `planproof capture
 --nproc 2 --axis dp`, written the way segmentation repos (milesial/Pytorch-UNet and its many
-forks) write it: `DoubleConv` blocks (Conv2d - InstanceNorm2d(affine=True) - SiLU, twice), a
+forks) write it: `DoubleConv` blocks (Conv2d - InstanceNorm2d - SiLU(inplace=True), twice), a
 `nn.MaxPool2d(2)` down path, one up path by `nn.ConvTranspose2d(stride=2)` and one by
 `F.interpolate(scale_factor=2, mode="bilinear", align_corners=False)`, `torch.cat` skip
 connections, a 1x1 output conv; the loss is `F.binary_cross_entropy_with_logits(pos_weight=...)`
 plus a soft Dice loss over the batch; `torch.cuda.amp.GradScaler(enabled=use_amp)` with AMP off
-on CPU; Adam with `CosineAnnealingLR`, two steps.
+on CPU; Adam with `CosineAnnealingLR`, two steps; the loss logged averaged over the ranks.
 
 The Dice loss is the mean over images of each image's Dice, so the average over ranks of the
 ranks' means is the batch's mean.
@@ -32,10 +32,10 @@ class DoubleConv(nn.Module):
             mid_channels = out_channels
         self.double_conv = nn.Sequential(
             nn.Conv2d(in_channels, mid_channels, kernel_size=3, padding=1, bias=False),
-            nn.InstanceNorm2d(mid_channels, affine=True),
+            nn.InstanceNorm2d(mid_channels),
             nn.SiLU(inplace=True),
             nn.Conv2d(mid_channels, out_channels, kernel_size=3, padding=1, bias=False),
-            nn.InstanceNorm2d(out_channels, affine=True),
+            nn.InstanceNorm2d(out_channels),
             nn.SiLU(inplace=True),
         )
 
@@ -126,5 +126,10 @@ def step(cap):
             grad_scaler.step(optimizer)
             grad_scaler.update()
             scheduler.step()
+            # the loss logged: averaged over the ranks (apex's reduce_tensor)
+            epoch_loss = loss.detach().clone()
+            dist.all_reduce(epoch_loss)
+            epoch_loss /= ws
+    cap.output("loss", epoch_loss, "R")
     for name, p in net.named_parameters():
         cap.output("p_" + name.replace(".", "_") + "_new", p, "R")

@@ -31,7 +31,8 @@
  *   their positions ([N, G, (C/G)·HxW]), then the per-channel affine; the backward is
  *   `layer_norm_backward` of g·w on the same rows, Σ g·x̂ and Σ g.
  *
- * Refused with the reason: transposed convolutions, max pooling with padding (its
+ * Transposed convolutions are mapped in aten-cv.ts (with inputGradOf and weightGradOf below).
+ * Refused with the reason: max pooling with padding (its
  * `-inf` border is not an exact real), `ceil_mode` where it changes the output size, average
  * pooling with padding not counted, adaptive pooling with uneven windows.
  */

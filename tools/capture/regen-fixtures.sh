@@ -231,5 +231,7 @@ mobilenet_ddp mobilenet_ddp.py dp
 mobilenet_ddp-bug mobilenet_ddp.py dp --bug
 groupnorm_cnn_ddp groupnorm_cnn_ddp.py dp
 groupnorm_cnn_ddp-bug groupnorm_cnn_ddp.py dp --bug
+denoise_ae_ddp denoise_ae_ddp.py dp
+denoise_ae_ddp-bug denoise_ae_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
