@@ -3,8 +3,8 @@
 (`Conv2d` - `SiLU` - `Dropout2d(0.1)` - `MaxPool2d(2)` - `Conv2d` - `SiLU` -
 `AdaptiveAvgPool2d(1)` - `nn.Flatten()` - `Linear`), `nn.BCEWithLogitsLoss(pos_weight=...)` on
 multi-hot targets (rare labels up-weighted by neg/pos counts), SGD with Nesterov momentum,
-`CosineAnnealingLR`, and a timm-style `ModelEma` kept with `torch.no_grad()` lerp updates; two
-steps.
+`CosineAnnealingLR`, and a timm-style `ModelEma` kept with `torch.no_grad()` lerp updates; one
+step (`--two-steps`: two).
 
 `--bug`: the gradients all-reduced by hand after `backward()` as well (a leftover from a
 pre-DDP training loop): DDP already averaged them, so each update is world-size times too large."""
@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 BUG = "--bug" in sys.argv
 LABELS = 3
+STEPS = 2 if "--two-steps" in sys.argv else 1
 
 
 class ModelEma:
@@ -69,7 +70,7 @@ def step(cap):
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4)
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=4)
         x, y = images.chunk(ws)[rank], targets.chunk(ws)[rank]
-        for _ in range(2):
+        for _ in range(STEPS):
             optimizer.zero_grad()
             loss = criterion(model(x), y)
             loss.backward()

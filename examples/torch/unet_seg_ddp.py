@@ -5,7 +5,8 @@ forks) write it: `DoubleConv` blocks (Conv2d - InstanceNorm2d - SiLU(inplace=Tru
 `F.interpolate(scale_factor=2, mode="bilinear", align_corners=False)`, `torch.cat` skip
 connections, a 1x1 output conv; the loss is `F.binary_cross_entropy_with_logits(pos_weight=...)`
 plus a soft Dice loss over the batch; `torch.cuda.amp.GradScaler(enabled=use_amp)` with AMP off
-on CPU; Adam with `CosineAnnealingLR`, two steps; the loss logged averaged over the ranks.
+on CPU; Adam with `CosineAnnealingLR`; the loss logged averaged over the ranks. One step
+(`--two-steps`: two).
 
 The Dice loss is the mean over images of each image's Dice, so the average over ranks of the
 ranks' means is the batch's mean.
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 BUG = "--bug" in sys.argv
+STEPS = 2 if "--two-steps" in sys.argv else 1
 
 
 class DoubleConv(nn.Module):
@@ -116,7 +118,7 @@ def step(cap):
         grad_scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
         criterion = nn.BCEWithLogitsLoss(pos_weight=torch.tensor([2.0]))
         x, y = images.chunk(ws)[rank], masks.chunk(ws)[rank]
-        for _ in range(2):
+        for _ in range(STEPS):
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast("cpu", enabled=use_amp):
                 masks_pred = model(x)
