@@ -158,4 +158,20 @@ describe('mish, hardswish, std / var and repeat against torch 1.13', () => {
     const text = graph('x: "f32[3]"', ['y: "f32[2, 6]" = torch.ops.aten.repeat.default(x, [2, 2])', 'return (y,)']);
     assert.deepEqual(run(text, { x: [1, 2, 3] }, ['y'])[0], [1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
   });
+  it('as_strided with row-major strides over a fresh buffer is a reshape, and a copy_ through it lands in the buffer (autograd\'s gradient of SiLU(inplace=True) on a view)', () => {
+    // the pattern the U-Net capture has: new_empty, zero_, as_strided to [2, 3], copy_ of x into it, the buffer read as [3, 2]
+    const text = graph('x: "f32[2, 3]"', [
+      'buf: "f32[6]" = torch.ops.aten.new_empty.default(x, [6])',
+      'z: "f32[6]" = torch.ops.aten.zero_.default(buf)',
+      'v: "f32[2, 3]" = torch.ops.aten.as_strided.default(buf, [2, 3], [3, 1], 0)',
+      'c: "f32[2, 3]" = torch.ops.aten.copy_.default(v, x)',
+      'w: "f32[3, 2]" = torch.ops.aten.as_strided.default(buf, [3, 2], [2, 1], 0)',
+      'y: "f32[3, 2]" = torch.ops.aten.mul.Tensor(w, 2)',
+      'return (y,)',
+    ]);
+    assert.deepEqual(run(text, { x: [1, 2, 3, 4, 5, 6] }, ['y'])[0], [2, 4, 6, 8, 10, 12]);
+    // an offset (or strides that are not row-major) is not the whole tensor: still refused
+    lowerFails(graph('x: "f32[6]"', ['v: "f32[5]" = torch.ops.aten.as_strided.default(x, [5], [1], 1)', 'return (v,)']), /only that view is supported/);
+    lowerFails(graph('x: "f32[6]"', ['v: "f32[3, 2]" = torch.ops.aten.as_strided.default(x, [3, 2], [1, 3], 0)', 'return (v,)']), /only that view is supported/);
+  });
 });

@@ -317,7 +317,7 @@ const asStrided: Rule = (l, n) => {
   const same = (a: readonly number[], b: readonly number[] | undefined): boolean => b !== undefined && a.length === b.length && a.every((v, i) => v === b[i]);
   const numel = (s: readonly number[]): number => s.reduce((p, d) => p * d, 1);
   const owns = base?.kind === 'name' && l.rootOf(base.name) === base.name;
-  if (offset === 0 && owns && same(contiguousStrides(x.shape), own) && same(contiguousStrides(size), stride) && numel(size) === numel(x.shape) && numel(size) > 0 && base?.kind === 'name') {
+  if (offset === 0 && owns && same(contiguousStrides(x.shape), own) && same(contiguousStrides(size), stride) && numel(size) === numel(x.shape) && numel(size) > 0 && x.shape.length > 0 && base?.kind === 'name') {
     // The whole of the base, so a write through the view (autograd's copy_ into it) is written
     // into the base reshaped back (a region spanning every row of dim 0).
     const v = l.one('reshape', [x], { shape: size }, l.out(n), x.dtype);
