@@ -31,17 +31,18 @@
  *   their positions ([N, G, (C/G)·HxW]), then the per-channel affine; the backward is
  *   `layer_norm_backward` of g·w on the same rows, Σ g·x̂ and Σ g.
  *
- * Refused with the reason: transposed convolutions, max pooling with padding (its
+ * Transposed convolutions are mapped in aten-cv.ts (with inputGradOf and weightGradOf below).
+ * Refused with the reason: max pooling with padding (its
  * `-inf` border is not an exact real), `ceil_mode` where it changes the output size, average
  * pooling with padding not counted, adaptive pooling with uneven windows.
  */
 import type { FxNode } from './fxtext.js';
 import type { Lowerer, OpaqueVal, Rule, TensorVal, Val } from './lower.js';
 
-const prod = (xs: readonly number[]): number => xs.reduce((a, b) => a * b, 1);
+export const prod = (xs: readonly number[]): number => xs.reduce((a, b) => a * b, 1);
 
 /** A list argument of one int per spatial dim (ATen passes `[s]` or `[s, s]`; `[]` means the default). */
-function perDim(l: Lowerer, n: FxNode, k: number, name: string, k0: number, dflt: readonly number[]): number[] {
+export function perDim(l: Lowerer, n: FxNode, k: number, name: string, k0: number, dflt: readonly number[]): number[] {
   const a = l.arg(n, k0, name);
   if (a === undefined || a.kind === 'none') return [...dflt];
   const v = l.ints(a, name);
@@ -81,7 +82,7 @@ function placed(l: Lowerer, t: TensorVal, d: number, off: number, s: number, siz
   return off === 0 && after === 0 ? u : l.one('pad', [u], { dim: d, before: off, after });
 }
 
-interface Geometry {
+export interface Geometry {
   readonly kernel: readonly number[];
   readonly stride: readonly number[];
   readonly padding: readonly number[];
@@ -90,7 +91,7 @@ interface Geometry {
   readonly out: readonly number[];
 }
 
-function outSizes(l: Lowerer, n: FxNode, space: readonly number[], g: Omit<Geometry, 'out'>, ceil: boolean): number[] {
+export function outSizes(l: Lowerer, n: FxNode, space: readonly number[], g: Omit<Geometry, 'out'>, ceil: boolean): number[] {
   return space.map((S, i) => {
     const [K, s, p, d] = [g.kernel[i], g.stride[i], g.padding[i], g.dilation[i]] as [number, number, number, number];
     if (s < 1 || d < 1 || p < 0) l.fail(`${n.target}: stride ${s}, dilation ${d}, padding ${p}: positive strides and dilations, padding ≥ 0 expected`);
@@ -168,7 +169,7 @@ function convGeometry(l: Lowerer, n: FxNode, x: TensorVal, w: TensorVal, k0: num
 }
 
 /** The columns of each group, [N, G, (C/G)·K, P] (the (c, k) order makes the groups contiguous). */
-function groupedColumns(l: Lowerer, x: TensorVal, g: Geometry & { readonly groups: number }): TensorVal {
+export function groupedColumns(l: Lowerer, x: TensorVal, g: Geometry & { readonly groups: number }): TensorVal {
   const { kernel, stride, padding, dilation, out } = g;
   const cols = columns(l, x, { kernel, stride, padding, dilation, out });
   if (g.groups === 1) return cols;
@@ -193,6 +194,35 @@ const convolution: Rule = (l, n) => {
   return l.bind(n, l.one('reshape', [y], { shape: [N, O, ...g.out] }, l.out(n), x.dtype));
 };
 
+/**
+ * The input gradient of a convolution (the adjoint of im2col then the weight): g3 the output
+ * gradient as [N, O, P] (or [N, G, O/G, P]), wg the weight as [O, C·K] (or [G, O/G, (C/G)·K]),
+ * xShape the input's shape [N, C, *space]. The columns' gradient wᵀ·g, each offset's part placed
+ * back where its window read, the padding cut off. Also a transposed convolution's forward.
+ */
+export function inputGradOf(l: Lowerer, g3: TensorVal, wg: TensorVal, G: number, xShape: readonly number[], g: Geometry): TensorVal {
+  const [N, C] = xShape as [number, number];
+  const w2t = l.one('transpose', [wg], { dim0: G === 1 ? 0 : 1, dim1: G === 1 ? 1 : 2 });
+  const dcols = l.one('reshape', [l.one('matmul', [w2t, g3])], { shape: [N, C, prod(g.kernel), ...g.out] });
+  const padded = xShape.slice(2).map((S, i) => S + 2 * (g.padding[i] as number));
+  const parts = offsets(g.kernel).map((o, k) => {
+    let t = l.one('reshape', [l.one('slice', [dcols], { dim: 2, start: k, end: k + 1 })], { shape: [N, C, ...g.out] });
+    o.forEach((i, d) => (t = placed(l, t, 2 + d, i * (g.dilation[d] as number), g.stride[d] as number, padded[d] as number)));
+    return t;
+  });
+  let dx = parts.reduce((a, b) => l.one('add', [a, b]));
+  g.padding.forEach((p, d) => {
+    if (p > 0) dx = l.one('slice', [dx], { dim: 2 + d, start: p, end: p + (xShape[2 + d] as number) });
+  });
+  return dx;
+}
+
+/** The weight gradient Σ_n g · colsᵀ (g3 as in inputGradOf, cols from groupedColumns), as wShape. */
+export function weightGradOf(l: Lowerer, g3: TensorVal, cols: TensorVal, wShape: readonly number[], out: string): TensorVal {
+  const perRow = l.one('matmul', [g3, l.one('transpose', [cols], { dim0: cols.shape.length - 2, dim1: cols.shape.length - 1 })]);
+  return l.one('reshape', [l.one('sum', [perRow], { dims: [0] })], { shape: [...wShape] }, out);
+}
+
 /** convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask). */
 const convolutionBackward: Rule = (l, n) => {
   const gy = l.tensor(n.args[0], 'grad_output');
@@ -211,27 +241,8 @@ const convolutionBackward: Rule = (l, n) => {
   const wg = l.one('reshape', [w], { shape: G === 1 ? [O, CK] : [G, O / G, CK] });
   const space = x.shape.slice(2).map((_, i) => 2 + i);
   const items: Val[] = [{ kind: 'none' }, { kind: 'none' }, { kind: 'none' }];
-  if (mask[0] === true) {
-    // The columns' gradient wᵀ·g, each offset's part placed back where its window read.
-    const w2t = l.one('transpose', [wg], { dim0: G === 1 ? 0 : 1, dim1: G === 1 ? 1 : 2 });
-    const dcols = l.one('reshape', [l.one('matmul', [w2t, g3])], { shape: [N, C, prod(g.kernel), ...g.out] });
-    const padded = x.shape.slice(2).map((S, i) => S + 2 * (g.padding[i] as number));
-    const parts = offsets(g.kernel).map((o, k) => {
-      let t = l.one('reshape', [l.one('slice', [dcols], { dim: 2, start: k, end: k + 1 })], { shape: [N, C, ...g.out] });
-      o.forEach((i, d) => (t = placed(l, t, 2 + d, i * (g.dilation[d] as number), g.stride[d] as number, padded[d] as number)));
-      return t;
-    });
-    let dx = parts.reduce((a, b) => l.one('add', [a, b]));
-    g.padding.forEach((p, d) => {
-      if (p > 0) dx = l.one('slice', [dx], { dim: 2 + d, start: p, end: p + (x.shape[2 + d] as number) });
-    });
-    items[0] = l.one('identity', [dx], {}, `${l.out(n)}.grad_input`);
-  }
-  if (mask[1] === true) {
-    const cols = groupedColumns(l, x, g);
-    const perRow = l.one('matmul', [g3, l.one('transpose', [cols], { dim0: cols.shape.length - 2, dim1: cols.shape.length - 1 })]);
-    items[1] = l.one('reshape', [l.one('sum', [perRow], { dims: [0] })], { shape: [...w.shape] }, `${l.out(n)}.grad_weight`);
-  }
+  if (mask[0] === true) items[0] = l.one('identity', [inputGradOf(l, g3, wg, G, [N, C, ...x.shape.slice(2)], g)], {}, `${l.out(n)}.grad_input`);
+  if (mask[1] === true) items[1] = weightGradOf(l, g3, groupedColumns(l, x, g), w.shape, `${l.out(n)}.grad_weight`);
   if (mask[2] === true) items[2] = l.one('sum', [gy], { dims: [0, ...space] }, `${l.out(n)}.grad_bias`);
   return l.bind(n, { kind: 'list', items });
 };

@@ -486,6 +486,11 @@ export class Lowerer {
     return v?.kind === 'tensor' ? strides(v.shape) : undefined;
   }
 
+  /** The storage root of a name (itself unless it is a view). */
+  rootOf(name: string): string {
+    return this.root.get(name) ?? name;
+  }
+
   /** Binds a node's result to its name (views share the storage root of `viewOf`). */
   bind(n: FxNode, v: Val, viewOf?: string): Val {
     this.define(n.name, v, viewOf);

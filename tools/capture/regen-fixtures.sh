@@ -234,5 +234,11 @@ mobilenet_ddp mobilenet_ddp.py dp
 mobilenet_ddp-bug mobilenet_ddp.py dp --bug
 groupnorm_cnn_ddp groupnorm_cnn_ddp.py dp
 groupnorm_cnn_ddp-bug groupnorm_cnn_ddp.py dp --bug
+denoise_ae_ddp denoise_ae_ddp.py dp
+denoise_ae_ddp-bug denoise_ae_ddp.py dp --bug
+unet_seg_ddp unet_seg_ddp.py dp
+unet_seg_ddp-bug unet_seg_ddp.py dp --bug
+multilabel_cnn_ddp multilabel_cnn_ddp.py dp
+multilabel_cnn_ddp-bug multilabel_cnn_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
