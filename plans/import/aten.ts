@@ -16,6 +16,7 @@ import { MASK_RULES } from './aten-mask.js';
 import { BAG_RULES } from './aten-bag.js';
 import { SAMPLE_RULES } from './aten-sample.js';
 import { ACT_RULES } from './aten-act.js';
+import { NL_RULES } from './aten-nl.js';
 import { withEmpty } from './aten-empty.js';
 import { withDynsize } from './dynsize.js';
 import { LOOPS_RULES } from './aten-loops.js';
@@ -603,6 +604,7 @@ const RULES: Record<string, Rule> = {
   ...BAG_RULES,
   ...SAMPLE_RULES,
   ...ACT_RULES,
+  ...NL_RULES,
 };
 
 /**

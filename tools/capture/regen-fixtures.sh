@@ -231,5 +231,7 @@ mobilenet_ddp mobilenet_ddp.py dp
 mobilenet_ddp-bug mobilenet_ddp.py dp --bug
 groupnorm_cnn_ddp groupnorm_cnn_ddp.py dp
 groupnorm_cnn_ddp-bug groupnorm_cnn_ddp.py dp --bug
+wavenet_vocoder_ddp wavenet_vocoder_ddp.py dp
+wavenet_vocoder_ddp-bug wavenet_vocoder_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
