@@ -15,6 +15,8 @@
  *   var(x; dims, c) = Σ (x − mean)² / (N − c), N the count over dims; std = sqrt(var)
  *   logsumexp(x; dims) = log Σ exp(x) (the kernel subtracts the maximum first: the same real)
  *
+ *   sort(v, stable=True, descending=d) of a vector (length bucketing: `torch.sort(lengths,
+ *   descending=True, stable=True)`) = (v[perm], perm), perm aten-sort.ts's exact stable argsort
  *   gather / scatter / scatter_add along a dim d other than the last (`lprobs.gather(1,
  *   target.unsqueeze(1))` on [B, C, T] logits, and its backward): the last-dim rules of
  *   aten-index.ts on the operands with d and the last dim swapped, the result swapped back
@@ -26,6 +28,7 @@
  */
 import type { FxArg, FxNode } from './fxtext.js';
 import { INDEX_RULES } from './aten-index.js';
+import { SORT_RULES } from './aten-sort.js';
 import { scaleBy, type Lowerer, type Rule, type TensorVal, type Val } from './lower.js';
 
 /** Reduction dims of a `dim` argument (None or [] meaning every dim), made non-negative. */
@@ -173,6 +176,17 @@ function alongLast(base: Rule, tensors: readonly number[]): Rule {
 const ctcRefused: Rule = (l, n) =>
   l.fail(`${n.target}: F.ctc_loss has no exact rule (a sum over every alignment of the targets, computed by the kernel's dynamic programme over the lengths): planproof cannot check a step that computes it. To proceed, verify the acoustic model without it: make its log-probabilities a contract output (cap.output("log_probs", ..., placement)) and verify the step with a frame-level loss (cross-entropy on aligned frames) in its place; see docs/import.md, "NLP / speech ops"`);
 
+/** torch.sort of a vector with stable=True: the stable argsort (aten-sort.ts) and the values it picks. */
+const sortRule: Rule = (l, n) => {
+  if (!n.target.includes('.stable')) l.fail(`${n.target}: torch.sort without stable=True orders equal values arbitrarily (PyTorch leaves it unspecified); write torch.sort(x, stable=True), as length-bucketing code that must be reproducible does`);
+  const v = l.tensor(n.args[0], 'self');
+  const kw = n.kwargs;
+  const inner: FxNode = { ...n, name: `${n.name}.perm`, type: undefined, args: [n.args[0] as FxArg], kwargs: { ...(kw['stable'] === undefined ? {} : { stable: kw['stable'] }), ...(kw['dim'] === undefined ? {} : { dim: kw['dim'] }), ...(kw['descending'] === undefined ? {} : { descending: kw['descending'] }) } };
+  const perm = (SORT_RULES['aten.argsort'] ?? l.fail('internal: no argsort rule'))(l, inner);
+  if (perm.kind !== 'tensor') return l.fail(`${n.target}: expected the permutation`);
+  return l.bind(n, { kind: 'list', items: [l.one('gather', [v, perm], {}, `${l.out(n)}.0`, v.dtype), perm] });
+};
+
 const baseRule = (name: string): Rule => INDEX_RULES[name] ?? ((l) => l.fail(`internal: no rule ${name}`));
 
 export const NL_RULES: Record<string, Rule> = {
@@ -185,6 +199,7 @@ export const NL_RULES: Record<string, Rule> = {
   'aten.var_mean': varRule('var_mean'),
   'aten.std_mean': varRule('std_mean'),
   'aten.logsumexp': logsumexp,
+  'aten.sort': sortRule,
   'aten._ctc_loss': ctcRefused,
   'aten._ctc_loss_backward': ctcRefused,
   'aten.ctc_loss': ctcRefused,
