@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 import capture_objects
+import capture_sched
 import capture_syncbn
 
 _CURRENT = _GROUPS = UserError = DT = ann = None
@@ -30,6 +31,7 @@ def install(m):
     _install_ddp()
     capture_syncbn.install(_CURRENT, real_all_reduce)
     capture_objects.install(_CURRENT)
+    capture_sched.install()
 
 
 class _Done:

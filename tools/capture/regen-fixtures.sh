@@ -233,5 +233,7 @@ groupnorm_cnn_ddp groupnorm_cnn_ddp.py dp
 groupnorm_cnn_ddp-bug groupnorm_cnn_ddp.py dp --bug
 wavenet_vocoder_ddp wavenet_vocoder_ddp.py dp
 wavenet_vocoder_ddp-bug wavenet_vocoder_ddp.py dp --bug
+roberta_bucket_ddp roberta_bucket_ddp.py dp
+roberta_bucket_ddp-bug roberta_bucket_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
