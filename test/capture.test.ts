@@ -569,6 +569,8 @@ const NOISY_KEY_BIAS: Record<string, { re: RegExp; d: number; lr: number; from?:
   // (two AdamW steps of lr 5e-3: up to twice the lr)
   hf_accum_cosine_ddp: { re: /^attn_c_attn_bias_new$/, d: 8, lr: 1e-2 },
   mha_padded_lm_ddp: { re: /^attn_in_proj_bias_new$/, d: 8, lr: 1e-3 },
+  // (the key third of the packed qkv bias: rows 8-15)
+  roberta_bucket_ddp: { re: /^qkv_bias_new$/, d: 8, lr: 1e-3 },
 };
 
 describe('the ATen mapping computes what PyTorch computed (committed captures with values)', () => {

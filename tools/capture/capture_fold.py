@@ -24,10 +24,6 @@ import torch
 # Truncations folded when their operand is constant-derived (each has no exact rule).
 FOLD = ("aten._to_copy.default", "aten.floor.default", "aten.ceil.default", "aten.round.default",
         "aten.trunc.default", "aten.floor_divide.default", "aten.remainder.Tensor", "aten.remainder.Scalar")
-# Stable sorts (fairseq's collate ordering a batch by its dataset sizes): values and positions,
-# both a function of the operand (ties keep their order), folded like a truncation (their
-# lowering compares every pair, which the exact normal form cannot decide for such positions).
-SORTS = ("aten.sort.stable", "aten.argsort.stable")
 # Factories whose values are not a function of their arguments.
 _NOT_FACTORY = ("empty", "rand", "bernoulli", "normal", "uniform", "multinomial", "dropout", "exponential",
                 "cauchy", "geometric", "log_normal", "poisson", "randperm", "set_")
@@ -97,8 +93,6 @@ def derived(cap, func, args, kwargs):
 def foldable(cap, func, args, kwargs, out):
     """A truncation of a constant-derived tensor to write as the run's constant."""
     name = str(func)
-    if name in SORTS:
-        return kwargs.get("stable") is True and derived(cap, func, args, kwargs)
     if name not in FOLD or not isinstance(out, torch.Tensor) or not derived(cap, func, args, kwargs):
         return False
     src = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -106,11 +100,6 @@ def foldable(cap, func, args, kwargs, out):
         # Only a cast that truncates (float to integer); other casts have exact rules.
         return src is not None and src.dtype.is_floating_point and not out.dtype.is_floating_point and out.dtype != torch.bool
     return True
-
-
-def outs(out):
-    """The tensors an op returned (one, or a tuple's)."""
-    return list(_tensors(out))
 
 
 def after(cap, func, args, kwargs, out, derived_op):

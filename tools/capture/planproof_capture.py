@@ -405,10 +405,9 @@ class Capture:
                     if pos is not None:
                         self.lines.append("%s: \"i64[%d, %d]\" = torch.ops.planproof.positions.default(%s, %s)" % (self.fresh("positions"), len(pos) // max(1, m.dim()), m.dim(), self.names[id(m)], repr(pos)))
         derived = capture_fold.derived(self, func, args, kwargs)
-        if capture_fold.foldable(self, func, args, kwargs, out) and all(0 < o.numel() <= EXACT_CONST for o in capture_fold.outs(out)):
-            # A truncation (T5's buckets) or stable sort of constants only: the run's values, exact on every input.
-            for o in capture_fold.outs(out):
-                self.consts[self.undeclared(o)]["folded"] = str(func)
+        if capture_fold.foldable(self, func, args, kwargs, out) and 0 < out.numel() <= EXACT_CONST:
+            # A truncation of constants only (T5's buckets): the run's values, exact on every input.
+            self.consts[self.undeclared(out)]["folded"] = str(func)
             return
         try:
             self.record_op(func, args, kwargs, out, name, call)
