@@ -368,45 +368,6 @@ const hardswishBackward: Rule = (l, n) => {
   return l.bind(n, l.one('where', [below, zero, l.one('where', [inside, mid, g])], {}, l.out(n), g.dtype));
 };
 
-/**
- * var / std over dims with Bessel's correction c (std.correction(self, dim, correction=,
- * keepdim=), std.dim(self, dim, unbiased, keepdim), std.default(self, unbiased)):
- * Σ (x − mean)² / (N − c) over the dims (the mean kept for the subtraction), sqrt of it for
- * std; N − c ≤ 0 (inf or NaN in ATen) refused. A batch normalized by its own statistics
- * (`(x - x.mean()) / x.std()`).
- */
-function variance(sqrt: boolean): Rule {
-  return (l, n) => {
-    const x = l.tensor(n.args[0], 'self');
-    const o = n.target.split('.').pop();
-    let dims: number[] | undefined;
-    let c = 1;
-    let keepdim = false;
-    if (o === 'default') c = l.bool(l.arg(n, 1, 'unbiased'), 'unbiased', true) ? 1 : 0;
-    else {
-      const d = l.arg(n, 1, 'dim');
-      dims = d === undefined || d.kind === 'none' ? undefined : l.ints(d, 'dim');
-      if (o === 'dim') {
-        c = l.bool(l.arg(n, 2, 'unbiased'), 'unbiased', true) ? 1 : 0;
-        keepdim = l.bool(l.arg(n, 3, 'keepdim'), 'keepdim', false);
-      } else if (o === 'correction') {
-        const ca = n.kwargs['correction'] ?? n.args[2];
-        c = ca === undefined || ca.kind === 'none' ? 1 : l.num(ca, 'correction');
-        keepdim = l.bool(n.kwargs['keepdim'] ?? n.args[3], 'keepdim', false);
-      } else l.fail(`${n.target}: overload not supported (correction, dim and default are)`);
-    }
-    const all = x.shape.map((_, i) => i);
-    const red = (dims === undefined || dims.length === 0 ? all : dims.map((d) => (d < 0 ? d + x.shape.length : d))).filter((d, i, a) => a.indexOf(d) === i);
-    const N = red.reduce((p, d) => p * (x.shape[d] as number), 1);
-    if (!(N - c > 0)) l.fail(`${n.target}: ${N} elements with correction ${c}: PyTorch divides by ${N - c} (inf or NaN), not a value the plan can hold`);
-    const mean = l.one('mean', [x], { dims: red, keepdim: true });
-    const dev = l.one('sub', [x, mean]);
-    const ss = l.one('sum', [l.one('mul', [dev, dev])], { dims: red, keepdim });
-    const v = l.one('div', [ss, l.constant(N - c)], {}, sqrt ? undefined : l.out(n), x.dtype);
-    return l.bind(n, sqrt ? l.one('sqrt', [v], {}, l.out(n), x.dtype) : v);
-  };
-}
-
 export const CV_RULES: Record<string, Rule> = {
   'aten.convolution': convolution,
   'aten.convolution_backward': convolutionBackward,
@@ -416,8 +377,6 @@ export const CV_RULES: Record<string, Rule> = {
   'aten.upsample_bilinear2d_backward': bilinear2dBackward,
   'aten.repeat': repeat,
   'aten.as_strided': asStrided,
-  'aten.var': variance(false),
-  'aten.std': variance(true),
   'aten.mish': mish(false),
   'aten.mish_': mish(true),
   'aten.mish_backward': mishBackward,

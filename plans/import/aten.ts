@@ -17,6 +17,7 @@ import { BAG_RULES } from './aten-bag.js';
 import { SAMPLE_RULES } from './aten-sample.js';
 import { ACT_RULES } from './aten-act.js';
 import { CV_RULES } from './aten-cv.js';
+import { NL_RULES } from './aten-nl.js';
 import { withEmpty } from './aten-empty.js';
 import { withDynsize } from './dynsize.js';
 import { LOOPS_RULES } from './aten-loops.js';
@@ -605,6 +606,7 @@ const RULES: Record<string, Rule> = {
   ...SAMPLE_RULES,
   ...ACT_RULES,
   ...CV_RULES,
+  ...NL_RULES,
 };
 
 /**

@@ -12,6 +12,8 @@ import contextlib
 import torch
 import torch.distributed as dist
 
+import capture_objects
+import capture_sched
 import capture_syncbn
 
 _CURRENT = _GROUPS = UserError = DT = ann = None
@@ -28,6 +30,8 @@ def install(m):
     _wrap_collectives()
     _install_ddp()
     capture_syncbn.install(_CURRENT, real_all_reduce)
+    capture_objects.install(_CURRENT)
+    capture_sched.install()
 
 
 class _Done:

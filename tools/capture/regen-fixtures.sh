@@ -240,5 +240,9 @@ unet_seg_ddp unet_seg_ddp.py dp
 unet_seg_ddp-bug unet_seg_ddp.py dp --bug
 multilabel_cnn_ddp multilabel_cnn_ddp.py dp
 multilabel_cnn_ddp-bug multilabel_cnn_ddp.py dp --bug
+wavenet_vocoder_ddp wavenet_vocoder_ddp.py dp
+wavenet_vocoder_ddp-bug wavenet_vocoder_ddp.py dp --bug
+roberta_bucket_ddp roberta_bucket_ddp.py dp
+roberta_bucket_ddp-bug roberta_bucket_ddp.py dp --bug
 LIST
 rm -rf tools/capture/__pycache__
