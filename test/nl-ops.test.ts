@@ -150,3 +150,24 @@ describe('CTC loss: no exact rule, refused with what to do', () => {
     assert.throws(() => run(text, { lp: Array.from({ length: 12 }, () => 0), t: [1, 2] }, ['l'], ['t']), /F\.ctc_loss has no exact rule[\s\S]*To proceed/);
   });
 });
+
+describe('mv and dot (`x @ w` with a 1-D `w`; what autograd emits for its backward)', () => {
+  it('mv, its backward (the outer product as a broadcast product, mv of the transpose) and dot, exactly', () => {
+    // A = [[1, 2], [3, 4], [5, 6]], v = [1, -1], g = [0.5, 1, -2]: A v = [-1, -1, -1];
+    // grad_A = g ⊗ v = [[0.5, -0.5], [1, -1], [-2, 2]]; grad_v = Aᵀ g = [-6.5, -7]; dot(v, v) = 2.
+    const text = graph('a: "f64[3, 2]", v: "f64[2]", g: "f64[3]"', [
+      'y: "f64[3]" = torch.ops.aten.mv.default(a, v)',
+      'gu: "f64[3, 1]" = torch.ops.aten.unsqueeze.default(g, 1)',
+      'ga: "f64[3, 2]" = torch.ops.aten.mul.Tensor(gu, v)',
+      't: "f64[2, 3]" = torch.ops.aten.t.default(a)',
+      'gv: "f64[2]" = torch.ops.aten.mv.default(t, g)',
+      'd: "f64[]" = torch.ops.aten.dot.default(v, v)',
+      'return (y, ga, gv, d)',
+    ]);
+    const [y, ga, gv, d] = run(text, { a: [1, 2, 3, 4, 5, 6], v: [1, -1], g: [0.5, 1, -2] }, ['y', 'ga', 'gv', 'd']);
+    close(y as number[], [-1, -1, -1], 'mv');
+    close(ga as number[], [0.5, -0.5, 1, -1, -2, 2], 'grad_A');
+    close(gv as number[], [-6.5, -7], 'grad_v');
+    close(d as number[], [2], 'dot');
+  });
+});

@@ -376,6 +376,9 @@ const RULES: Record<string, Rule> = {
   'aten.mm': (l, n) => l.bind(n, l.one('matmul', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'mat2')], {}, l.out(n))),
   'aten.bmm': (l, n) => l.bind(n, l.one('matmul', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'mat2')], {}, l.out(n))),
   'aten.matmul': (l, n) => l.bind(n, l.one('matmul', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'other')], {}, l.out(n))),
+  // A matrix times a vector (`x @ w` with a 1-D `w`), a dot product: torch.matmul's 1-D promotion (ops/matmul.ts).
+  'aten.mv': (l, n) => l.bind(n, l.one('matmul', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'vec')], {}, l.out(n))),
+  'aten.dot': (l, n) => l.bind(n, l.one('matmul', [l.tensor(n.args[0], 'self'), l.tensor(n.args[1], 'tensor')], {}, l.out(n))),
   'aten.addmm': addmm,
   // torch.export's ATen dialect keeps these composite ops; each has a registry op of the same meaning.
   'aten.linear': (l, n) => {
