@@ -548,7 +548,9 @@ class Capture:
 
 EXACT_CONST = 4096  # elements up to which an undeclared tensor is written into the graph exactly
 # Sampling ops whose draws become plan inputs (plans/import/aten-sample.ts).
-SAMPLES = ("aten.randn_like.default", "aten.rand_like.default", "aten.randn.default", "aten.rand.default")
+SAMPLES = ("aten.randn_like.default", "aten.rand_like.default", "aten.randn.default", "aten.rand.default",
+           # in place: F.gumbel_softmax's empty_like(x).exponential_(), noise by .normal_() / .uniform_()
+           "aten.exponential_.default", "aten.normal_.default", "aten.uniform_.default")
 MASK_POSITIONS = 4096  # elements of a mask up to which nonzero's positions are written (docs/capture.md)
 MASK_INDEXING = ("aten.index.Tensor", "aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default")
 

@@ -230,6 +230,8 @@ aux_flag_ddp aux_flag_ddp.py dp
 aux_flag_ddp-bug aux_flag_ddp.py dp --bug
 mixed_task_ddp mixed_task_ddp.py dp
 mixed_task_ddp-bug mixed_task_ddp.py dp --bug
+gumbel_quantizer_ddp gumbel_quantizer_ddp.py dp
+gumbel_quantizer_ddp-bug gumbel_quantizer_ddp.py dp --bug
 mobilenet_ddp mobilenet_ddp.py dp
 mobilenet_ddp-bug mobilenet_ddp.py dp --bug
 groupnorm_cnn_ddp groupnorm_cnn_ddp.py dp
