@@ -149,16 +149,19 @@ function columns(l: Lowerer, x: TensorVal, g: Geometry): TensorVal {
   return cols;
 }
 
-/** The convolution's geometry (and its groups), refusing what is not mapped (transposed). */
-function convGeometry(l: Lowerer, n: FxNode, x: TensorVal, w: TensorVal, k0: number): Geometry & { readonly groups: number } {
+/** A convolution's spatial dims and its stride, padding and dilation (arguments from k0), ordinary or transposed. */
+export function convDims(l: Lowerer, n: FxNode, x: TensorVal, w: TensorVal, k0: number): { k: number; stride: number[]; padding: number[]; dilation: number[] } {
   const k = x.shape.length - 2;
   if (k < 1 || k > 3 || w.shape.length !== k + 2) l.fail(`${n.target}: input [${x.shape.join(', ')}] and weight [${w.shape.join(', ')}]: a batched input with 1 to 3 spatial dims expected (an unbatched input is not supported)`);
   const ones = Array.from({ length: k }, () => 1);
   const zeros = Array.from({ length: k }, () => 0);
-  const stride = perDim(l, n, k, 'stride', k0, ones);
-  const padding = perDim(l, n, k, 'padding', k0 + 1, zeros);
-  const dilation = perDim(l, n, k, 'dilation', k0 + 2, ones);
-  if (l.bool(l.arg(n, k0 + 3, 'transposed'), 'transposed', false)) l.fail(`${n.target}: a transposed convolution (ConvTranspose) is not supported yet; only ordinary convolutions are mapped`);
+  return { k, stride: perDim(l, n, k, 'stride', k0, ones), padding: perDim(l, n, k, 'padding', k0 + 1, zeros), dilation: perDim(l, n, k, 'dilation', k0 + 2, ones) };
+}
+
+/** The convolution's geometry (and its groups), refusing what is not mapped here (transposed: aten-cv.ts). */
+function convGeometry(l: Lowerer, n: FxNode, x: TensorVal, w: TensorVal, k0: number): Geometry & { readonly groups: number } {
+  const { stride, padding, dilation } = convDims(l, n, x, w, k0);
+  if (l.bool(l.arg(n, k0 + 3, 'transposed'), 'transposed', false)) l.fail(`${n.target}: a transposed convolution here: its rule is aten-cv.ts's (registered after this table)`);
   const groups = l.int(l.arg(n, k0 + 5, 'groups'), 'groups', 1);
   const C = x.shape[1] as number;
   const O = w.shape[0] as number;

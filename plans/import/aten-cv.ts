@@ -36,7 +36,7 @@
  * computes from 1/f are then rounded floats, not the exact ratios), `align_corners=True` (its
  * (in − 1)/(out − 1) weights likewise), antialiasing.
  */
-import { CONV_RULES, groupedColumns, inputGradOf, type Geometry, outSizes, perDim, prod, weightGradOf } from './aten-conv.js';
+import { CONV_RULES, convDims, groupedColumns, inputGradOf, type Geometry, outSizes, perDim, prod, weightGradOf } from './aten-conv.js';
 import type { FxNode } from './fxtext.js';
 import { type Lowerer, type Rule, type TensorVal, type Val } from './lower.js';
 import { TRAINING_RULES } from './aten-training.js';
@@ -51,14 +51,8 @@ interface Transposed {
 
 /** x: the transposed convolution's input [N, C_in, *space], w [C_in, C_out/G, *K]; arguments from k0 (stride) on. */
 function transposedGeometry(l: Lowerer, n: FxNode, x: TensorVal, w: TensorVal, k0: number): Transposed {
-  const k = x.shape.length - 2;
-  if (k < 1 || k > 3 || w.shape.length !== k + 2) l.fail(`${n.target}: input [${x.shape.join(', ')}] and weight [${w.shape.join(', ')}]: a batched input with 1 to 3 spatial dims expected (an unbatched input is not supported)`);
-  const ones = Array.from({ length: k }, () => 1);
-  const zeros = Array.from({ length: k }, () => 0);
-  const stride = perDim(l, n, k, 'stride', k0, ones);
-  const padding = perDim(l, n, k, 'padding', k0 + 1, zeros);
-  const dilation = perDim(l, n, k, 'dilation', k0 + 2, ones);
-  const outPad = perDim(l, n, k, 'output_padding', k0 + 4, zeros);
+  const { k, stride, padding, dilation } = convDims(l, n, x, w, k0);
+  const outPad = perDim(l, n, k, 'output_padding', k0 + 4, Array.from({ length: k }, () => 0));
   const groups = l.int(l.arg(n, k0 + 5, 'groups'), 'groups', 1);
   const Cin = x.shape[1] as number;
   if (!(groups >= 1) || Cin % groups !== 0 || (w.shape[0] as number) !== Cin) l.fail(`${n.target}: weight [${w.shape.join(', ')}] for ${Cin} input channels in ${groups} group(s): [C_in, C_out/groups, *kernel] expected`);
